@@ -1,0 +1,62 @@
+/* The one dispatch point between backends, used by every operation. */
+#include "internal.h"
+
+#ifndef HYPROF_HAVE_CUDA
+/* CPU-only builds: no device, ever. */
+int hyprof_cuda_device_count(void) { return 0; }
+
+hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
+                                        size_t *total_bytes, size_t *free_bytes)
+{
+    (void)device;
+    if (name && name_len)
+        name[0] = '\0';
+    if (total_bytes)
+        *total_bytes = 0;
+    if (free_bytes)
+        *free_bytes = 0;
+    return HYPROF_ERR_NO_DEVICE;
+}
+#endif
+
+static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *args)
+{
+    ctx->used = HYPROF_BACKEND_CPU;
+    return cpu(ctx, args);
+}
+
+hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
+                                 hyprof__impl_fn cuda, void *args)
+{
+    if (ctx->backend == HYPROF_BACKEND_CPU)
+        return run_cpu(ctx, cpu, args);
+
+    int ndev = cuda ? hyprof_cuda_device_count() : 0;
+    if (ctx->backend == HYPROF_BACKEND_CUDA) {
+        if (!cuda)
+            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                                 "backend cuda requested but this build has no CUDA support");
+        if (ctx->device >= ndev)
+            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                                 "backend cuda requested but device %d does not exist "
+                                 "(%d CUDA device(s) found)", ctx->device, ndev);
+        ctx->used = HYPROF_BACKEND_CUDA;
+        return cuda(ctx, args);
+    }
+
+    /* auto */
+    if (!cuda || ctx->device >= ndev) {
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: %s, running on the CPU", op,
+                    !cuda ? "built without CUDA" : "no CUDA device");
+        return run_cpu(ctx, cpu, args);
+    }
+    ctx->used = HYPROF_BACKEND_CUDA;
+    hyprof_status_t st = cuda(ctx, args);
+    if (st == HYPROF_ERR_DEVICE_MEMORY || st == HYPROF_ERR_NO_DEVICE) {
+        hyprof__log(ctx, HYPROF_LOG_WARNING, "%s: falling back to the CPU (%s)", op,
+                    ctx->error);
+        ctx->error[0] = '\0';
+        return run_cpu(ctx, cpu, args);
+    }
+    return st;
+}

@@ -1,0 +1,86 @@
+/* Private to libhyprof: the context's insides, error and progress helpers and
+ * the dispatch between backends. Included by algorithms/ and kernels/. */
+#ifndef HYPROF_INTERNAL_H
+#define HYPROF_INTERNAL_H
+
+#include "hyprof/core.h"
+
+#ifdef __cplusplus
+#include <atomic>
+typedef std::atomic<int> hyprof__atomic_int;
+extern "C" {
+#else
+#include <stdatomic.h>
+typedef atomic_int hyprof__atomic_int;
+#endif
+
+#if defined(__GNUC__)
+#define HYPROF_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define HYPROF_PRINTF(f, a)
+#endif
+
+struct hyprof_ctx {
+    hyprof_backend_t backend;   /* requested (after $HYPROF_BACKEND) */
+    hyprof_backend_t used;      /* what the last operation ran on */
+    int device;
+    int threads;                /* 0: all */
+    hyprof_progress_fn progress;
+    void *progress_user;
+    hyprof_log_fn log;
+    void *log_user;
+    hyprof__atomic_int cancel;
+    /* Nested stages report into [lo, hi] of the caller's progress range. */
+    double progress_lo, progress_hi;
+    char error[1024];
+};
+
+/* Records "op: message" as the last error and returns status. */
+hyprof_status_t hyprof__error(hyprof_ctx_t *ctx, hyprof_status_t status, const char *op,
+                              const char *fmt, ...) HYPROF_PRINTF(4, 5);
+void hyprof__log(hyprof_ctx_t *ctx, hyprof_log_level_t level, const char *fmt, ...)
+    HYPROF_PRINTF(3, 4);
+/* Reports progress (fraction of the current stage range); returns
+ * HYPROF_ERR_CANCELLED (with the error text set) if asked to stop. */
+hyprof_status_t hyprof__progress(hyprof_ctx_t *ctx, double fraction, const char *stage);
+/* The same from inside an OpenMP region: only thread 0 calls the callback,
+ * every thread sees a cancellation. Returns non-zero to stop. */
+int hyprof__progress_omp(hyprof_ctx_t *ctx, double fraction, const char *stage);
+/* Narrows the progress range to [a, b] of the current one; returns the old
+ * range in *saved (two doubles) for hyprof__progress_pop. */
+void hyprof__progress_push(hyprof_ctx_t *ctx, double a, double b, double saved[2]);
+void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
+/* Thread count for OpenMP regions. */
+int hyprof__threads(const hyprof_ctx_t *ctx);
+
+/* One backend implementation of an operation step: both backends take the
+ * same argument struct, private to the operation. */
+typedef hyprof_status_t (*hyprof__impl_fn)(hyprof_ctx_t *ctx, void *args);
+
+/* The dispatch point. With CUDA requested, runs `cuda` or fails (no
+ * fallback, so a test can prove the GPU path ran). With AUTO, runs `cuda` when
+ * a device exists and falls back to `cpu` (saying so in the log) when the
+ * device is missing or short of memory. `cuda` is NULL in CPU-only builds. */
+hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
+                                 hyprof__impl_fn cuda, void *args);
+
+/* Declares a CUDA implementation that exists only in CUDA builds. */
+#ifdef HYPROF_HAVE_CUDA
+#define HYPROF_CUDA_IMPL(fn) (fn)
+#else
+#define HYPROF_CUDA_IMPL(fn) ((hyprof__impl_fn)0)
+#endif
+
+/* Validates an input cube for an operation (non-empty, sane strides) and
+ * returns a float32 BSQ version of it: `*bsq` points either to `in` itself or
+ * to `tmp`, which the caller frees with hyprof_cube_free. */
+hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                  hyprof_cube_t *tmp, const hyprof_cube_t **bsq);
+
+/* The value masked pixels receive in float outputs: the input's nodata, or NaN. */
+float hyprof__nodata_f32(const hyprof_cube_t *in);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

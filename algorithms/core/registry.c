@@ -1,0 +1,127 @@
+/* The operation registry: every operation and every parameter, declared once.
+ * The CLI, `hyprof describe --json`, the GDAL driver and the QGIS provider
+ * are generated from this table. */
+#include "internal.h"
+#include "ops.h"
+
+#include <string.h>
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+#define NOLIMIT 0.0, 0.0
+
+static const hyprof_param_t common_params[] = {
+    {"backend", HYPROF_PARAM_CHOICE, "auto", NOLIMIT, "auto|cpu|cuda",
+     "Where to compute: auto (the GPU when present, else the CPU), cpu, or cuda "
+     "(fails instead of falling back). $HYPROF_BACKEND overrides auto.",
+     HYPROF_PARAM_ADVANCED},
+    {"device", HYPROF_PARAM_INT, "0", 0, 255, NULL, "CUDA device number.",
+     HYPROF_PARAM_ADVANCED},
+    {"threads", HYPROF_PARAM_INT, "0", 0, 4096, NULL,
+     "CPU threads (0: all cores).", HYPROF_PARAM_ADVANCED},
+    {"progress", HYPROF_PARAM_CHOICE, NULL, NOLIMIT, "none|bar|json",
+     "Progress on stderr: none, a terminal bar (the default on a terminal) or one "
+     "JSON object per line.", HYPROF_PARAM_ADVANCED},
+    {"overwrite", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
+     "Replace an existing output file.", HYPROF_PARAM_ADVANCED},
+};
+
+static const hyprof_param_t pca_params[] = {
+    {"components", HYPROF_PARAM_INT, "7", 1, 100000, NULL,
+     "Number of principal components to keep (at most the band count).", 0},
+    {"model", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT, "PCA model (*.pca)",
+     "Apply this saved PCA model instead of fitting one (the input must have the "
+     "band count it was fitted on).", 0},
+    {"save-model", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "PCA model (*.pca)",
+     "Save the fitted model to this file, to apply it to other scenes.", 0},
+};
+
+static const hyprof_param_t dwt_params[] = {
+    {"levels", HYPROF_PARAM_INT, "4", 1, 30, NULL,
+     "Decomposition levels: the output has ceil(bands / 2^levels) bands.", 0},
+    {"wavelet", HYPROF_PARAM_CHOICE, "haar", NOLIMIT,
+     "haar|db2|db3|db4|db6|db8|sym4|coif2|bior2.2|bior4.4",
+     "Wavelet (PyWavelets names; bior4.4 is CDF 9/7). Haar, the default, never mixes "
+     "the two ends of the spectrum for even lengths; longer filters do, through the "
+     "periodic extension.", 0},
+};
+
+static const hyprof_op_t ops[] = {
+    {"pca", "Feature extraction", "Principal component analysis of the spectra",
+     "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
+     "covariance matrix (by decreasing eigenvalue, each signed so that its "
+     "largest-magnitude loading is positive) and projects every pixel on the first "
+     "N of them. Nodata pixels are left out of the statistics and stay nodata. The "
+     "fitted model can be saved and applied to other scenes with the same bands.",
+     pca_params, N(pca_params), hyprof__run_pca,
+     "raster: one float32 band per component (PC1, PC2, ...)"},
+    {"dwt", "Feature extraction", "Spectral wavelet feature extraction",
+     "Decomposes every pixel's spectrum with a 1-D discrete wavelet transform "
+     "(Mallat filter bank, periodic extension, as PyWavelets' "
+     "mode='periodization') and keeps the approximation coefficients after L "
+     "levels: a smooth, shorter spectrum.",
+     dwt_params, N(dwt_params), hyprof__run_dwt,
+     "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)"},
+};
+
+size_t hyprof_op_count(void) { return N(ops); }
+
+const hyprof_op_t *hyprof_op_at(size_t index) { return index < N(ops) ? &ops[index] : NULL; }
+
+const hyprof_op_t *hyprof_op_find(const char *name)
+{
+    for (size_t i = 0; name && i < N(ops); i++)
+        if (strcmp(ops[i].name, name) == 0)
+            return &ops[i];
+    return NULL;
+}
+
+const hyprof_param_t *hyprof_op_param(const hyprof_op_t *op, const char *name)
+{
+    for (size_t i = 0; op && name && i < op->nparams; i++)
+        if (strcmp(op->params[i].name, name) == 0)
+            return &op->params[i];
+    return NULL;
+}
+
+const hyprof_param_t *hyprof_common_params(size_t *count)
+{
+    if (count)
+        *count = N(common_params);
+    return common_params;
+}
+
+const char *hyprof_param_type_name(hyprof_param_type_t type)
+{
+    switch (type) {
+    case HYPROF_PARAM_INT: return "int";
+    case HYPROF_PARAM_FLOAT: return "float";
+    case HYPROF_PARAM_CHOICE: return "choice";
+    case HYPROF_PARAM_STRING: return "string";
+    case HYPROF_PARAM_INT_LIST: return "int_list";
+    case HYPROF_PARAM_FLOAT_LIST: return "float_list";
+    case HYPROF_PARAM_BOOL: return "bool";
+    case HYPROF_PARAM_FILE_IN: return "file_in";
+    case HYPROF_PARAM_FILE_OUT: return "file_out";
+    case HYPROF_PARAM_RASTER_IN: return "raster_in";
+    }
+    return "unknown";
+}
+
+hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                              const hyprof_args_t *args, const hyprof_cube_t *in,
+                              hyprof_result_t *out)
+{
+    if (!op || !args || hyprof_args_op(args) != op)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op ? op->name : "run",
+                             "arguments do not belong to this operation");
+    if (!op->run)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op->name,
+                             "this operation does not map a raster to a raster");
+    if (hyprof_args_check((hyprof_args_t *)args) != HYPROF_OK)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op->name, "%s",
+                             hyprof_args_error(args));
+    hyprof_status_t st = op->run(ctx, args, in, out);
+    if (st != HYPROF_OK)
+        hyprof_result_free(out);
+    return st;
+}

@@ -1,0 +1,277 @@
+/* PCA feature extraction: argument checks, the fit/apply dispatch, the
+ * ordering and sign rule, the CPU backend and the `pca` operation. */
+#include "pca_impl.h"
+#include "pca_model.h"
+#include "../core/ops.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OP "pca"
+/* Pixels per BLAS call: big enough for dsyrk/dgemm to run at full speed,
+ * small enough that the double copy stays a few MB. */
+#define CPU_CHUNK 8192
+
+/* ---- CPU backend --------------------------------------------------------- */
+
+static void masked_means(const hyprof_pca_fit_args_t *a, int threads)
+{
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t b = 0; b < a->bands; b++) {
+        const float *x = a->x + b * a->npix;
+        double s = 0.0;
+        for (size_t p = 0; p < a->npix; p++)
+            if (!a->mask || a->mask[p])
+                s += x[p];
+        a->mean[b] = s / (double)a->nvalid;
+    }
+}
+
+/* Copies pixels [p0, p0+n) centred into buf (n x bands, column-major);
+ * masked pixels become zero rows so they add nothing to products. */
+static void centre_chunk(const float *x, const uint8_t *mask, size_t npix, size_t bands,
+                         const double *mean, size_t p0, size_t n, double *buf, int threads)
+{
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t b = 0; b < bands; b++) {
+        const float *xb = x + b * npix + p0;
+        double *d = buf + b * n;
+        for (size_t i = 0; i < n; i++)
+            d[i] = (!mask || mask[p0 + i]) ? (double)xb[i] - mean[b] : 0.0;
+    }
+}
+
+hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof_pca_fit_args_t *a = args;
+    size_t B = a->bands, chunk = a->npix < CPU_CHUNK ? a->npix : CPU_CHUNK;
+    int threads = hyprof__threads(ctx);
+    double *buf = malloc(chunk * B * sizeof *buf);
+    double *cov = calloc(B * B, sizeof *cov);
+    hyprof_status_t st = HYPROF_OK;
+    if (!buf || !cov) {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the covariance buffers");
+        goto done;
+    }
+    masked_means(a, threads);
+    for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
+        size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
+        centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf, threads);
+        cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, (int)B, (int)n, 1.0, buf, (int)n,
+                    1.0, cov, (int)B);
+        if ((st = hyprof__progress(ctx, 0.9 * (double)(p0 + n) / (double)a->npix, OP)))
+            goto done;
+    }
+    for (size_t j = 0; j < B; j++)
+        for (size_t i = 0; i <= j; i++)
+            cov[i + j * B] /= (double)(a->nvalid - 1);
+    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, cov,
+                                     (lapack_int)B, a->eigenvalues);
+    if (info != 0) {
+        st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
+                           "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
+        goto done;
+    }
+    memcpy(a->eigenvectors, cov, B * B * sizeof *cov);
+done:
+    free(buf);
+    free(cov);
+    return st;
+}
+
+hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof_pca_apply_args_t *a = args;
+    size_t B = a->bands, K = a->components;
+    size_t chunk = a->npix < CPU_CHUNK ? a->npix : CPU_CHUNK;
+    int threads = hyprof__threads(ctx);
+    double *buf = malloc(chunk * B * sizeof *buf), *y = malloc(chunk * K * sizeof *y);
+    hyprof_status_t st = HYPROF_OK;
+    if (!buf || !y) {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the projection buffers");
+        goto done;
+    }
+    for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
+        size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
+        centre_chunk(a->x, NULL, a->npix, B, a->mean, p0, n, buf, threads);
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)K, (int)B, 1.0, buf,
+                    (int)n, a->vectors, (int)B, 0.0, y, (int)n);
+        for (size_t k = 0; k < K; k++)
+            for (size_t i = 0; i < n; i++)
+                a->out[k * a->npix + p0 + i] =
+                    (!a->mask || a->mask[p0 + i]) ? (float)y[k * n + i] : a->nodata;
+        if ((st = hyprof__progress(ctx, (double)(p0 + n) / (double)a->npix, OP)))
+            goto done;
+    }
+done:
+    free(buf);
+    free(y);
+    return st;
+}
+
+/* ---- the public API: checks, dispatch, ordering ---------------------------- */
+
+/* Descending order, and the sign rule: the largest-magnitude loading of each
+ * component is positive (the first such loading on ties). Applied once here,
+ * so both backends give the same model. */
+static void order_and_sign(const hyprof_pca_fit_args_t *a, hyprof_pca_model_t *m)
+{
+    size_t B = a->bands;
+    for (size_t k = 0; k < m->components; k++) {
+        size_t src = B - 1 - k;
+        const double *v = a->eigenvectors + src * B;
+        size_t imax = 0;
+        for (size_t i = 1; i < B; i++)
+            if (fabs(v[i]) > fabs(v[imax]))
+                imax = i;
+        double sign = v[imax] < 0.0 ? -1.0 : 1.0;
+        for (size_t i = 0; i < B; i++)
+            m->vectors[k * B + i] = sign * v[i];
+        m->eigenvalues[k] = a->eigenvalues[src];
+    }
+    m->total_variance = 0.0;
+    for (size_t i = 0; i < B; i++)
+        m->total_variance += a->eigenvalues[i];
+}
+
+hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
+                               hyprof_pca_model_t **model)
+{
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    *model = NULL;
+    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
+    if (st != HYPROF_OK)
+        return st;
+    size_t B = x->bands, npix = x->width * x->height, nvalid = hyprof_cube_count_valid(x);
+    if (B < 2)
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                           "the input has %zu band; PCA needs at least 2", B);
+    else if (components < 1 || components > B)
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                           "components %zu is out of range: the input has %zu bands",
+                           components, B);
+    else if (nvalid < 2)
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                           "%zu valid pixel(s) of %zu; PCA needs at least 2", nvalid, npix);
+    hyprof_pca_model_t *m = st == HYPROF_OK ? hyprof__pca_model_new(B, components) : NULL;
+    double *work = st == HYPROF_OK ? malloc((B * B + B) * sizeof *work) : NULL;
+    if (st == HYPROF_OK && (!m || !work))
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate a %zu-band model", B);
+    if (st == HYPROF_OK) {
+        hyprof_pca_fit_args_t a = {x->data, x->mask, npix, B, nvalid, m->mean, work,
+                                   work + B};
+        st = hyprof__dispatch(ctx, OP, hyprof__cpu_pca_fit,
+                              HYPROF_CUDA_IMPL(hyprof__cuda_pca_fit), &a);
+        if (st == HYPROF_OK) {
+            order_and_sign(&a, m);
+            m->samples = nvalid;
+        }
+    }
+    free(work);
+    hyprof_cube_free(&tmp);
+    if (st != HYPROF_OK)
+        hyprof_pca_model_free(&m);
+    *model = m;
+    return st;
+}
+
+hyprof_status_t hyprof_pca_apply(hyprof_ctx_t *ctx, const hyprof_pca_model_t *model,
+                                 const hyprof_cube_t *in, hyprof_cube_t *out)
+{
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    memset(out, 0, sizeof *out);
+    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
+    if (st != HYPROF_OK)
+        return st;
+    if (x->bands != model->bands) {
+        hyprof_cube_free(&tmp);
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "the model was fitted on %zu bands but the input has %zu",
+                             model->bands, x->bands);
+    }
+    size_t npix = x->width * x->height, K = model->components, B = model->bands;
+    /* The apply step wants bands x components column-major: the transpose of
+     * the model's component-major layout is the same memory. */
+    st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, K);
+    if (st != HYPROF_OK) {
+        hyprof_cube_free(&tmp);
+        return hyprof__error(ctx, st, OP, "cannot allocate the %zu-component output", K);
+    }
+    hyprof_pca_apply_args_t a = {x->data, x->mask, npix, B, K, model->mean, model->vectors,
+                                 hyprof__nodata_f32(x), out->data};
+    st = hyprof__dispatch(ctx, OP, hyprof__cpu_pca_apply,
+                          HYPROF_CUDA_IMPL(hyprof__cuda_pca_apply), &a);
+    hyprof_cube_free(&tmp);
+    if (st != HYPROF_OK)
+        hyprof_cube_free(out);
+    return st;
+}
+
+/* ---- the `pca` operation --------------------------------------------------- */
+
+/* The model to apply: loaded (--model) or fitted, possibly saved (--save-model). */
+static hyprof_status_t get_model(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                 const hyprof_cube_t *in, hyprof_pca_model_t **m)
+{
+    const char *load = hyprof_args_str(args, "model"), *save = hyprof_args_str(args, "save-model");
+    size_t k = (size_t)hyprof_args_int(args, "components");
+    hyprof_status_t st;
+    if (!load) {
+        double saved[2];
+        hyprof__progress_push(ctx, 0.0, 0.6, saved);
+        st = hyprof_pca_fit(ctx, in, k, m);
+        hyprof__progress_pop(ctx, saved);
+    } else {
+        st = hyprof_pca_model_load(ctx, load, m);
+        if (st == HYPROF_OK && hyprof_args_given(args, "components") && k != (*m)->components) {
+            if (k > (*m)->components) {
+                st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                   "components %zu exceeds the %zu of model '%s'", k,
+                                   (*m)->components, load);
+                hyprof_pca_model_free(m);
+                return st;
+            }
+            (*m)->components = k; /* the leading components are the same model */
+        }
+    }
+    if (st == HYPROF_OK && save)
+        st = hyprof_pca_model_save(ctx, *m, save);
+    if (st != HYPROF_OK)
+        hyprof_pca_model_free(m);
+    return st;
+}
+
+hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                const hyprof_cube_t *in, hyprof_result_t *out)
+{
+    hyprof_pca_model_t *m = NULL;
+    hyprof_status_t st = get_model(ctx, args, in, &m);
+    if (st != HYPROF_OK)
+        return st;
+    double saved[2];
+    hyprof__progress_push(ctx, hyprof_args_str(args, "model") ? 0.0 : 0.6, 1.0, saved);
+    st = hyprof_pca_apply(ctx, m, in, &out->cube);
+    hyprof__progress_pop(ctx, saved);
+    if (st == HYPROF_OK)
+        st = hyprof__result_adopt(out, in);
+    for (size_t k = 0; st == HYPROF_OK && k < m->components; k++)
+        st = hyprof_result_set_band_name(out, k, "PC%zu (%.2f%% of variance)", k + 1,
+                                         100.0 * m->eigenvalues[k] / m->total_variance);
+    double cum = 0.0;
+    for (size_t k = 0; k < m->components; k++)
+        cum += m->eigenvalues[k];
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "PCA_EXPLAINED_VARIANCE_RATIO", "%.6f",
+                                    cum / m->total_variance);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "PCA_SAMPLES", "%zu", m->samples);
+    hyprof_pca_model_free(&m);
+    if (st != HYPROF_OK && st != HYPROF_ERR_CANCELLED && !ctx->error[0])
+        hyprof__error(ctx, st, OP, "cannot describe the output");
+    return st;
+}

@@ -1,0 +1,45 @@
+/* PCA steps shared by the CPU (pca.c) and CUDA (kernels/spectral/pca.cu)
+ * backends. Data is float32 BSQ, i.e. a column-major npix x bands matrix. */
+#ifndef HYPROF_PCA_IMPL_H
+#define HYPROF_PCA_IMPL_H
+
+#include "../core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fit step: mean of each band and the eigen-decomposition of the covariance
+ * over valid pixels (divided by nvalid - 1), eigenvalues ascending as LAPACK's
+ * dsyevd returns them; ordering and signs are fixed afterwards, once, in pca.c. */
+typedef struct {
+    const float *x;          /* npix * bands, BSQ */
+    const uint8_t *mask;     /* npix, 1 = valid; NULL = all valid */
+    size_t npix, bands;
+    size_t nvalid;           /* number of valid pixels (>= 2) */
+    double *mean;            /* out: bands */
+    double *eigenvalues;     /* out: bands, ascending */
+    double *eigenvectors;    /* out: bands x bands column-major, column j for eigenvalue j */
+} hyprof_pca_fit_args_t;
+
+/* Apply step: out[p + k*npix] = sum_b (x[p + b*npix] - mean[b]) * vectors[b + k*bands]
+ * for valid pixels, `nodata` for masked ones. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands, components;
+    const double *mean;      /* bands */
+    const double *vectors;   /* bands x components column-major */
+    float nodata;
+    float *out;              /* npix * components, BSQ */
+} hyprof_pca_apply_args_t;
+
+hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,38 @@
+/* Spectral DWT step shared by the CPU (dwt.c) and CUDA (kernels/wavelet/dwt.cu)
+ * backends. */
+#ifndef HYPROF_DWT_IMPL_H
+#define HYPROF_DWT_IMPL_H
+
+#include "../core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* For every pixel p, the signal s[b] = x[p + b*npix], b < bands, goes through
+ * `levels` periodized analysis steps with the low-pass filter `lo` (length
+ * flen, even):
+ *   n' = n + (n odd)            (an odd signal repeats its last sample)
+ *   a[o] = sum_j lo[j] * s[(flen/2 + 2*o - j) mod n'],  o < n'/2
+ * exactly as PyWavelets' downsampling_convolution_periodization. Arithmetic
+ * is double; out[p + k*npix] receives a[k] as float (k < out_bands) for valid
+ * pixels and `nodata` for masked ones. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands;
+    int levels;
+    const double *lo;
+    size_t flen;
+    size_t out_bands;
+    float nodata;
+    float *out;
+} hyprof_dwt_args_t;
+
+hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

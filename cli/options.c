@@ -1,0 +1,147 @@
+/* Command-line options of an operation, parsed through the registry. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const hyprof_op_t *cli_common_op(void)
+{
+    static hyprof_op_t common;
+    if (!common.name) {
+        common.name = "common";
+        common.params = hyprof_common_params(&common.nparams);
+    }
+    return &common;
+}
+
+void cli_command_free(cli_command_t *cmd)
+{
+    hyprof_args_free(&cmd->args);
+    hyprof_args_free(&cmd->common);
+}
+
+/* Sets --name[=value] (value possibly the next argument); returns the number
+ * of extra arguments consumed, or -1 after printing an error. */
+static int parse_option(cli_command_t *cmd, const char *arg, const char *next)
+{
+    char name[64];
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (len >= sizeof name) {
+        cli_error(cmd->op->name, "unknown option '--%.40s...'", arg);
+        return -1;
+    }
+    memcpy(name, arg, len);
+    name[len] = '\0';
+    hyprof_args_t *target = cmd->args;
+    const hyprof_param_t *p = hyprof_op_param(cmd->op, name);
+    if (!p) {
+        target = cmd->common;
+        p = hyprof_op_param(cli_common_op(), name);
+    }
+    if (!p) {
+        cli_error(cmd->op->name, "unknown option '--%s' (see 'hyprof %s --help')", name,
+                  cmd->op->name);
+        return -1;
+    }
+    const char *value = eq ? eq + 1 : NULL;
+    int used = 0;
+    if (!value && p->type == HYPROF_PARAM_BOOL)
+        value = "true";
+    if (!value) {
+        if (!next) {
+            cli_error(cmd->op->name, "option '--%s' needs a value", name);
+            return -1;
+        }
+        value = next;
+        used = 1;
+    }
+    if (hyprof_args_set(target, name, value) != HYPROF_OK) {
+        cli_error(cmd->op->name, "--%s", hyprof_args_error(target));
+        return -1;
+    }
+    return used;
+}
+
+int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd)
+{
+    memset(cmd, 0, sizeof *cmd);
+    cmd->op = op;
+    cmd->args = hyprof_args_new(op);
+    cmd->common = hyprof_args_new(cli_common_op());
+    if (!cmd->args || !cmd->common) {
+        cli_error(op->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    const char *pos[3];
+    int npos = 0, only_pos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && strcmp(a, "--") == 0) {
+            only_pos = 1;
+        } else if (!only_pos && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            cmd->help = 1;
+            return EXIT_OK;
+        } else if (!only_pos && strncmp(a, "--", 2) == 0) {
+            int used = parse_option(cmd, a + 2, i + 1 < argc ? argv[i + 1] : NULL);
+            if (used < 0)
+                return EXIT_USAGE;
+            i += used;
+        } else if (!only_pos && a[0] == '-' && a[1] != '\0') {
+            cli_error(op->name, "unknown option '%s' (options start with --)", a);
+            return EXIT_USAGE;
+        } else if (npos < 3) {
+            pos[npos++] = a;
+        } else {
+            npos++;
+        }
+    }
+    if (npos != 2) {
+        cli_error(op->name, "expected INPUT and OUTPUT, got %d file argument(s) "
+                  "(usage: hyprof %s [options] INPUT OUTPUT)", npos, op->name);
+        return EXIT_USAGE;
+    }
+    if (hyprof_args_check(cmd->args) != HYPROF_OK) {
+        cli_error(op->name, "--%s", hyprof_args_error(cmd->args));
+        return EXIT_USAGE;
+    }
+    cmd->input = pos[0];
+    cmd->output = pos[1];
+    return EXIT_OK;
+}
+
+static void print_param(FILE *f, const hyprof_param_t *p)
+{
+    char head[96];
+    if (p->type == HYPROF_PARAM_BOOL)
+        snprintf(head, sizeof head, "--%s", p->name);
+    else if (p->type == HYPROF_PARAM_CHOICE)
+        snprintf(head, sizeof head, "--%s %s", p->name, p->choices);
+    else
+        snprintf(head, sizeof head, "--%s %s", p->name,
+                 p->type == HYPROF_PARAM_INT ? "N"
+                 : p->type == HYPROF_PARAM_FLOAT ? "X"
+                 : p->type == HYPROF_PARAM_INT_LIST || p->type == HYPROF_PARAM_FLOAT_LIST
+                     ? "A,B,..." : "FILE");
+    fprintf(f, "  %-28s %s", head, p->help);
+    if (p->def && p->type != HYPROF_PARAM_BOOL)
+        fprintf(f, " [default: %s]", p->def);
+    if ((p->min != 0.0 || p->max != 0.0) && p->type != HYPROF_PARAM_CHOICE)
+        fprintf(f, " [range: %g..%g]", p->min, p->max);
+    if (p->flags & HYPROF_PARAM_REQUIRED)
+        fputs(" [required]", f);
+    fputc('\n', f);
+}
+
+void cli_print_op_help(FILE *f, const hyprof_op_t *op)
+{
+    size_t nc;
+    const hyprof_param_t *common = hyprof_common_params(&nc);
+    fprintf(f, "usage: hyprof %s [options] INPUT OUTPUT\n\n%s.\n\n%s\n\nOUTPUT: %s "
+               "(GeoTIFF)\n\noptions:\n", op->name, op->summary, op->help, op->output);
+    for (size_t i = 0; i < op->nparams; i++)
+        print_param(f, &op->params[i]);
+    fputs("\ncommon options:\n", f);
+    for (size_t i = 0; i < nc; i++)
+        print_param(f, &common[i]);
+}

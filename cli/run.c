@@ -1,0 +1,190 @@
+/* Running a raster operation: check files, read, compute, write, report. */
+#include "cli.h"
+#include "raster_io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Shares of the whole run's progress. */
+#define READ_END 0.1
+#define COMPUTE_END 0.9
+
+static int exit_code(hyprof_status_t st, int reading)
+{
+    switch (st) {
+    case HYPROF_OK: return EXIT_OK;
+    case HYPROF_ERR_CANCELLED: return EXIT_CANCELLED;
+    case HYPROF_ERR_ARGUMENT:
+    case HYPROF_ERR_INPUT:
+    case HYPROF_ERR_FORMAT: return EXIT_USAGE;
+    case HYPROF_ERR_IO: return reading ? EXIT_USAGE : EXIT_RUNTIME;
+    default: return EXIT_RUNTIME;
+    }
+}
+
+/* Model and report files named by parameters, checked before any work. */
+static int check_files(const cli_command_t *cmd, int overwrite)
+{
+    char err[512];
+    struct stat sb;
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        if (!v)
+            continue;
+        if ((p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) &&
+            (stat(v, &sb) != 0 || access(v, R_OK) != 0)) {
+            cli_error(cmd->op->name, "--%s: '%s' does not exist or is not readable", p->name, v);
+            return EXIT_USAGE;
+        }
+        if (p->type == HYPROF_PARAM_FILE_OUT &&
+            hyprof_output_check(v, overwrite, err, sizeof err) != HYPROF_OK) {
+            cli_error(cmd->op->name, "--%s: %s", p->name, err);
+            return EXIT_USAGE;
+        }
+    }
+    if (hyprof_output_check(cmd->output, overwrite, err, sizeof err) != HYPROF_OK) {
+        cli_error(cmd->op->name, "%s", err);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Files an operation writes besides OUTPUT (models) go to temporary names
+ * first and are renamed only once OUTPUT is complete, so a failed or
+ * cancelled run leaves none of them: the operation sees the temporary
+ * names, the output's metadata the final ones. */
+typedef struct {
+    const char *param;
+    char *final, *tmp;
+} side_file_t;
+
+static size_t side_files(cli_command_t *cmd, side_file_t *f, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < cmd->op->nparams && n < max; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        if (p->type != HYPROF_PARAM_FILE_OUT || !v)
+            continue;
+        size_t len = strlen(v) + 48;
+        f[n].param = p->name;
+        f[n].final = strdup(v);
+        f[n].tmp = malloc(len);
+        if (f[n].tmp)
+            snprintf(f[n].tmp, len, "%s.hyprof-%ld.tmp", v, (long)getpid());
+        n++;
+    }
+    return n;
+}
+
+static void swap_side_files(cli_command_t *cmd, side_file_t *f, size_t n, int to_tmp)
+{
+    for (size_t i = 0; i < n; i++)
+        hyprof_args_set(cmd->args, f[i].param, to_tmp ? f[i].tmp : f[i].final);
+}
+
+static hyprof_status_t finish_side_files(side_file_t *f, size_t n, int ok, char *err, size_t len)
+{
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (ok && st == HYPROF_OK && rename(f[i].tmp, f[i].final) != 0) {
+            snprintf(err, len, "cannot rename '%s' to '%s'", f[i].tmp, f[i].final);
+            st = HYPROF_ERR_IO;
+        }
+        unlink(f[i].tmp);
+        free(f[i].tmp);
+        free(f[i].final);
+    }
+    return st;
+}
+
+static hyprof_ctx_t *make_context(const cli_command_t *cmd, cli_progress_t *pg)
+{
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    if (!ctx)
+        return NULL;
+    const char *backend = hyprof_args_str(cmd->common, "backend");
+    hyprof_backend_t b = HYPROF_BACKEND_AUTO;
+    hyprof_backend_parse(backend, &b); /* the registry has checked the choice */
+    hyprof_ctx_set_backend(ctx, b);
+    hyprof_ctx_set_device(ctx, (int)hyprof_args_int(cmd->common, "device"));
+    hyprof_ctx_set_threads(ctx, (int)hyprof_args_int(cmd->common, "threads"));
+    hyprof_ctx_set_progress(ctx, cli_progress_fn, pg);
+    hyprof_ctx_set_log(ctx, cli_log_fn, pg);
+    return ctx;
+}
+
+int cli_run(cli_command_t *cmd)
+{
+    const char *name = cmd->op->name;
+    int overwrite = hyprof_args_bool(cmd->common, "overwrite");
+    int rc = check_files(cmd, overwrite);
+    if (rc != EXIT_OK)
+        return rc;
+    cli_progress_t pg;
+    cli_progress_init(&pg, hyprof_args_str(cmd->common, "progress"));
+    hyprof_ctx_t *ctx = make_context(cmd, &pg);
+    if (!ctx) {
+        cli_error(name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    cli_install_signals(ctx);
+    hyprof_io_progress_t io = {cli_progress_fn, &pg};
+    hyprof_raster_t in;
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    char err[1024];
+
+    cli_progress_stage(&pg, 0.0, READ_END);
+    hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, &in, err, sizeof err);
+    if (st != HYPROF_OK) {
+        cli_progress_done(&pg);
+        cli_error(name, "%s", err);
+        hyprof_ctx_free(&ctx);
+        return exit_code(st, 1);
+    }
+    cli_progress_stage(&pg, READ_END, COMPUTE_END);
+    side_file_t side[8];
+    size_t nside = side_files(cmd, side, 8);
+    swap_side_files(cmd, side, nside, 1);
+    st = hyprof_op_run(ctx, cmd->op, cmd->args, &in.cube, &res);
+    swap_side_files(cmd, side, nside, 0);
+    if (st != HYPROF_OK) {
+        cli_progress_done(&pg);
+        cli_error(name, "%s", hyprof_ctx_last_error(ctx));
+        rc = exit_code(st, 0);
+        finish_side_files(side, nside, 0, err, sizeof err);
+        goto done;
+    }
+    cli_progress_stage(&pg, COMPUTE_END, 1.0);
+    const char *used = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
+    st = hyprof_raster_write(cmd->output, &in, &res, cmd->args, used, overwrite, &io, err,
+                             sizeof err);
+    cli_progress_done(&pg);
+    hyprof_status_t st2 = finish_side_files(side, nside, st == HYPROF_OK, err, sizeof err);
+    if (st == HYPROF_OK)
+        st = st2;
+    if (st != HYPROF_OK) {
+        cli_error(name, "%s", err);
+        rc = st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : exit_code(st, 0);
+        goto done;
+    }
+    printf("%s: wrote %s (%zux%zu, %zu bands, backend %s)\n", name, cmd->output,
+           res.cube.width, res.cube.height, res.cube.bands, used);
+    for (size_t i = 0; i < cmd->op->nparams; i++)
+        if (cmd->op->params[i].type == HYPROF_PARAM_FILE_OUT &&
+            hyprof_args_str(cmd->args, cmd->op->params[i].name))
+            printf("%s: wrote %s\n", name, hyprof_args_str(cmd->args, cmd->op->params[i].name));
+    rc = EXIT_OK;
+done:
+    if (cli_interrupted() && rc != EXIT_OK)
+        rc = EXIT_CANCELLED;
+    hyprof_result_free(&res);
+    hyprof_raster_free(&in);
+    hyprof_ctx_free(&ctx);
+    return rc;
+}

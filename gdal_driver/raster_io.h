@@ -1,0 +1,59 @@
+/* Raster I/O through GDAL for the hyprof executable (and, later, the plugin):
+ * any GDAL raster in as a float32 cube with its mask and georeference; tiled,
+ * compressed GeoTIFF out, self-describing and written atomically. */
+#ifndef HYPROF_RASTER_IO_H
+#define HYPROF_RASTER_IO_H
+
+#include "hyprof/hyprof.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    hyprof_cube_t cube;      /* float32 BSQ, mask = valid pixels */
+    char *path;
+    char *driver;            /* GDAL driver short name */
+    char *data_type;         /* source data type name */
+    char *wkt;               /* NULL without a CRS */
+    double geotransform[6];
+    int has_geotransform;
+    char **band_names;       /* descriptions ("" when a band has none) */
+    double *wavelengths;     /* NaN where unknown; NULL when no band has one */
+    char *wavelength_units;
+    size_t nvalid;           /* valid pixels */
+} hyprof_raster_t;
+
+/* Progress of reading or writing, as the library's callback. */
+typedef struct {
+    hyprof_progress_fn fn;
+    void *user;
+} hyprof_io_progress_t;
+
+/* Reads a whole raster. Nodata values, GDAL mask bands, NaN and infinities
+ * all mark a pixel invalid (in any band). Errors: HYPROF_ERR_IO (cannot open
+ * or read, message names the file and GDAL's reason), HYPROF_ERR_INPUT. */
+hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
+                                   const hyprof_io_progress_t *progress, hyprof_raster_t *out,
+                                   char *err, size_t err_len);
+void hyprof_raster_free(hyprof_raster_t *r);
+
+/* Checks, before any work, that `path` can be created: its folder exists and
+ * is writable, and the file does not exist unless overwrite. */
+hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t err_len);
+
+/* Writes `res` as GeoTIFF with the source's CRS, geotransform and nodata,
+ * band descriptions, and metadata: the operation, every parameter of `args`,
+ * the backend used and the result's own items. Written to a temporary file
+ * beside `path` and renamed at the end; nothing is left on failure or
+ * cancellation (HYPROF_ERR_CANCELLED). */
+hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src,
+                                    const hyprof_result_t *res, const hyprof_args_t *args,
+                                    const char *backend, int overwrite,
+                                    const hyprof_io_progress_t *progress, char *err,
+                                    size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,216 @@
+/* Writing results as tiled, compressed, self-describing GeoTIFF, atomically. */
+#include "raster_io.h"
+
+#include <gdal.h>
+#include <cpl_conv.h>
+#include <cpl_error.h>
+#include <cpl_string.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static char *folder_of(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return NULL;
+    char *d = strdup(dirname(copy));
+    free(copy);
+    return d;
+}
+
+hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t n)
+{
+    struct stat sb;
+    if (!path || !*path)
+        return say(HYPROF_ERR_ARGUMENT, err, n, "no output file given");
+    char *dir = folder_of(path);
+    if (!dir)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    hyprof_status_t st = HYPROF_OK;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        st = say(HYPROF_ERR_ARGUMENT, err, n, "output folder '%s' does not exist", dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        st = say(HYPROF_ERR_ARGUMENT, err, n, "output folder '%s' is not writable: %s", dir,
+                 strerror(errno));
+    else if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        st = say(HYPROF_ERR_ARGUMENT, err, n, "output '%s' is a folder", path);
+    else if (stat(path, &sb) == 0 && !overwrite)
+        st = say(HYPROF_ERR_ARGUMENT, err, n,
+                 "output '%s' exists; use --overwrite to replace it", path);
+    free(dir);
+    return st;
+}
+
+/* "save-model" -> "SAVE_MODEL": GDAL metadata keys are upper case by habit. */
+static void meta_key(char *dst, size_t n, const char *prefix, const char *name)
+{
+    snprintf(dst, n, "%s%s", prefix, name);
+    for (char *c = dst; *c; c++)
+        *c = *c == '-' ? '_' : (char)toupper((unsigned char)*c);
+}
+
+static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hyprof_result_t *res,
+                         const hyprof_args_t *args, const char *backend)
+{
+    const hyprof_op_t *op = hyprof_args_op(args);
+    char key[128];
+    GDALSetMetadataItem(ds, "HYPROF_OPERATION", op->name, NULL);
+    GDALSetMetadataItem(ds, "HYPROF_VERSION", hyprof_version(), NULL);
+    GDALSetMetadataItem(ds, "HYPROF_BACKEND", backend, NULL);
+    GDALSetMetadataItem(ds, "HYPROF_INPUT", src->path, NULL);
+    for (size_t i = 0; i < op->nparams; i++) {
+        const char *v = hyprof_args_text(args, op->params[i].name);
+        if (!v)
+            continue;
+        meta_key(key, sizeof key, "HYPROF_PARAM_", op->params[i].name);
+        GDALSetMetadataItem(ds, key, v, NULL);
+    }
+    for (size_t i = 0; i < res->nmeta; i++) {
+        meta_key(key, sizeof key, "HYPROF_", res->meta_keys[i]);
+        GDALSetMetadataItem(ds, key, res->meta_values[i], NULL);
+    }
+}
+
+static GDALDatasetH create(const char *tmp, const hyprof_raster_t *src, const hyprof_result_t *res)
+{
+    const hyprof_cube_t *c = &res->cube;
+    GDALDriverH drv = GDALGetDriverByName("GTiff");
+    if (!drv)
+        return NULL;
+    char **opt = NULL;
+    opt = CSLSetNameValue(opt, "TILED", "YES");
+    opt = CSLSetNameValue(opt, "BLOCKXSIZE", "256");
+    opt = CSLSetNameValue(opt, "BLOCKYSIZE", "256");
+    opt = CSLSetNameValue(opt, "COMPRESS", "DEFLATE");
+    opt = CSLSetNameValue(opt, "PREDICTOR", "3");
+    opt = CSLSetNameValue(opt, "INTERLEAVE", "BAND");
+    opt = CSLSetNameValue(opt, "BIGTIFF", "IF_SAFER");
+    opt = CSLSetNameValue(opt, "NUM_THREADS", "ALL_CPUS");
+    GDALDatasetH ds = GDALCreate(drv, tmp, (int)c->width, (int)c->height, (int)c->bands,
+                                 GDT_Float32, opt);
+    CSLDestroy(opt);
+    if (!ds)
+        return NULL;
+    if (src->wkt)
+        GDALSetProjection(ds, src->wkt);
+    if (src->has_geotransform)
+        GDALSetGeoTransform(ds, (double *)src->geotransform);
+    return ds;
+}
+
+/* Fills one band's output: masked pixels get nodata; a valid value that
+ * happens to equal nodata is moved one ulp so it is not read as missing. */
+static void fill_band(const hyprof_cube_t *c, size_t b, float *buf)
+{
+    size_t npix = c->width * c->height;
+    const float *src = (const float *)c->data + b * npix;
+    float nd = (float)c->nodata;
+    for (size_t i = 0; i < npix; i++) {
+        int valid = !c->mask || c->mask[i];
+        float v = src[i];
+        if (!valid)
+            v = nd;
+        else if (c->has_nodata && v == nd)
+            v = nextafterf(v, INFINITY);
+        buf[i] = v;
+    }
+}
+
+static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
+                                   const hyprof_io_progress_t *pg, const char *path, char *err,
+                                   size_t n)
+{
+    const hyprof_cube_t *c = &res->cube;
+    size_t npix = c->width * c->height;
+    float *buf = malloc(npix * sizeof *buf);
+    if (!buf)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; b < c->bands && st == HYPROF_OK; b++) {
+        GDALRasterBandH h = GDALGetRasterBand(ds, (int)b + 1);
+        if (res->band_names && res->band_names[b])
+            GDALSetDescription(h, res->band_names[b]);
+        if (c->has_nodata)
+            GDALSetRasterNoDataValue(h, c->nodata);
+        fill_band(c, b, buf);
+        if (GDALRasterIO(h, GF_Write, 0, 0, (int)c->width, (int)c->height, buf, (int)c->width,
+                         (int)c->height, GDT_Float32, 0, 0) != CE_None)
+            st = say(HYPROF_ERR_IO, err, n, "cannot write band %zu of '%s': %s", b + 1, path,
+                     CPLGetLastErrorMsg());
+        else if (pg && pg->fn && pg->fn(pg->user, (double)(b + 1) / (double)c->bands, "write"))
+            st = say(HYPROF_ERR_CANCELLED, err, n, "cancelled while writing '%s'", path);
+    }
+    free(buf);
+    return st;
+}
+
+/* The temporary file: hidden, beside the target, unique to this process. */
+static char *temp_name(const char *path)
+{
+    char *dir = folder_of(path), *copy = strdup(path);
+    size_t len = strlen(path) + 64;
+    char *tmp = malloc(len);
+    if (dir && copy && tmp)
+        snprintf(tmp, len, "%s/.%s.hyprof-%ld.tmp.tif", dir, basename(copy), (long)getpid());
+    else {
+        free(tmp);
+        tmp = NULL;
+    }
+    free(dir);
+    free(copy);
+    return tmp;
+}
+
+hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src,
+                                    const hyprof_result_t *res, const hyprof_args_t *args,
+                                    const char *backend, int overwrite,
+                                    const hyprof_io_progress_t *pg, char *err, size_t n)
+{
+    hyprof_status_t st = hyprof_output_check(path, overwrite, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    char *tmp = temp_name(path);
+    if (!tmp)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    CPLErrorReset();
+    GDALDatasetH ds = create(tmp, src, res);
+    if (!ds) {
+        st = say(HYPROF_ERR_IO, err, n, "cannot create '%s': %s", tmp, CPLGetLastErrorMsg());
+        free(tmp);
+        return st;
+    }
+    set_metadata(ds, src, res, args, backend);
+    st = write_bands(ds, res, pg, path, err, n);
+    CPLErrorReset();
+    GDALClose(ds);
+    if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
+        st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, CPLGetLastErrorMsg());
+    /* Re-checked: another process may have created the target meanwhile. */
+    if (st == HYPROF_OK)
+        st = hyprof_output_check(path, overwrite, err, n);
+    if (st == HYPROF_OK && rename(tmp, path) != 0)
+        st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s' to '%s': %s", tmp, path,
+                 strerror(errno));
+    if (st != HYPROF_OK)
+        unlink(tmp);
+    free(tmp);
+    return st;
+}

@@ -1,0 +1,11 @@
+/* hyprof: spectral-spatial analysis of hyperspectral cubes on GPUs and CPUs.
+ * The whole public interface. */
+#ifndef HYPROF_H
+#define HYPROF_H
+
+#include "hyprof/core.h"
+#include "hyprof/registry.h"
+#include "hyprof/spectral.h"
+#include "hyprof/wavelet.h"
+
+#endif

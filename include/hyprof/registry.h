@@ -1,0 +1,119 @@
+/* The operation registry: the single declaration of every operation and its
+ * parameters. The CLI's option parsing and --help, `hyprof describe --json`,
+ * the HYPROF GDAL driver and the QGIS provider all read it. */
+#ifndef HYPROF_REGISTRY_H
+#define HYPROF_REGISTRY_H
+
+#include "hyprof/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    HYPROF_PARAM_INT = 0,
+    HYPROF_PARAM_FLOAT,
+    HYPROF_PARAM_CHOICE,     /* one of `choices`, '|'-separated */
+    HYPROF_PARAM_STRING,
+    HYPROF_PARAM_INT_LIST,   /* comma-separated integers, each within [min, max] */
+    HYPROF_PARAM_FLOAT_LIST, /* comma-separated numbers, each within [min, max] */
+    HYPROF_PARAM_BOOL,       /* a flag: present = true */
+    HYPROF_PARAM_FILE_IN,    /* a file that must exist (model, table) */
+    HYPROF_PARAM_FILE_OUT,   /* a file the operation writes (model, report) */
+    HYPROF_PARAM_RASTER_IN   /* a second raster input (reference map, labels) */
+} hyprof_param_type_t;
+
+#define HYPROF_PARAM_REQUIRED 1u /* no default: must be given */
+#define HYPROF_PARAM_ADVANCED 2u /* shown as advanced in QGIS */
+
+typedef struct {
+    const char *name;          /* option name without dashes: "components" */
+    hyprof_param_type_t type;
+    const char *def;           /* default as text; NULL: optional, unset */
+    double min, max;           /* range of numbers and list elements */
+    const char *choices;       /* CHOICE: "pca|dwt|none"; FILE_*: file filter */
+    const char *help;
+    unsigned flags;
+} hyprof_param_t;
+
+typedef struct hyprof_args hyprof_args_t;
+typedef struct hyprof_result hyprof_result_t;
+
+/* An operation that maps an input cube to an output cube. */
+typedef hyprof_status_t (*hyprof_op_run_fn)(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                            const hyprof_cube_t *in, hyprof_result_t *out);
+
+typedef struct {
+    const char *name;   /* "pca" */
+    const char *group;  /* "Feature extraction", "Profiles", "Unmixing", "Classification" */
+    const char *summary;
+    const char *help;   /* a paragraph: what it does, outputs, references */
+    const hyprof_param_t *params;
+    size_t nparams;
+    hyprof_op_run_fn run;
+    const char *output; /* what OUTPUT receives, e.g. "raster: N bands (float32)" */
+} hyprof_op_t;
+
+size_t hyprof_op_count(void);
+const hyprof_op_t *hyprof_op_at(size_t index);
+const hyprof_op_t *hyprof_op_find(const char *name);
+const hyprof_param_t *hyprof_op_param(const hyprof_op_t *op, const char *name);
+/* The options every operation takes (backend, device, threads, progress, overwrite). */
+const hyprof_param_t *hyprof_common_params(size_t *count);
+const char *hyprof_param_type_name(hyprof_param_type_t type);
+
+/* ---- parsed arguments ------------------------------------------------------ */
+
+/* Arguments of one operation, all at their defaults. */
+hyprof_args_t *hyprof_args_new(const hyprof_op_t *op);
+void hyprof_args_free(hyprof_args_t **args);
+const hyprof_op_t *hyprof_args_op(const hyprof_args_t *args);
+/* Parses and range-checks one value; on error the message names the parameter
+ * and the value (hyprof_args_error). Unknown names are errors. */
+hyprof_status_t hyprof_args_set(hyprof_args_t *args, const char *name, const char *value);
+/* Fails, naming the parameter, if a required one is missing. */
+hyprof_status_t hyprof_args_check(hyprof_args_t *args);
+const char *hyprof_args_error(const hyprof_args_t *args);
+int hyprof_args_is_set(const hyprof_args_t *args, const char *name);  /* given or defaulted */
+int hyprof_args_given(const hyprof_args_t *args, const char *name);   /* given explicitly */
+long hyprof_args_int(const hyprof_args_t *args, const char *name);
+double hyprof_args_float(const hyprof_args_t *args, const char *name);
+int hyprof_args_bool(const hyprof_args_t *args, const char *name);
+const char *hyprof_args_str(const hyprof_args_t *args, const char *name); /* NULL if unset */
+const double *hyprof_args_list(const hyprof_args_t *args, const char *name, size_t *count);
+/* The value as given or defaulted, normalised text; NULL if unset. */
+const char *hyprof_args_text(const hyprof_args_t *args, const char *name);
+
+/* ---- results --------------------------------------------------------------- */
+
+/* What a raster operation produces: an owned float32 BSQ cube with its mask,
+ * a name for every band and metadata items (the parameters are added by the
+ * writer from the args). */
+struct hyprof_result {
+    hyprof_cube_t cube;
+    char **band_names;
+    char **meta_keys;
+    char **meta_values;
+    size_t nmeta;
+};
+
+void hyprof_result_init(hyprof_result_t *res);
+void hyprof_result_free(hyprof_result_t *res);
+/* Allocates the output cube (float32 BSQ) and its band name slots; the mask and
+ * nodata of `like` (if not NULL) are copied. */
+hyprof_status_t hyprof_result_alloc(hyprof_result_t *res, size_t width, size_t height,
+                                    size_t bands, const hyprof_cube_t *like);
+hyprof_status_t hyprof_result_set_band_name(hyprof_result_t *res, size_t band,
+                                            const char *fmt, ...);
+hyprof_status_t hyprof_result_add_meta(hyprof_result_t *res, const char *key,
+                                       const char *fmt, ...);
+
+/* Checks the arguments and runs the operation on `in`. */
+hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                              const hyprof_args_t *args, const hyprof_cube_t *in,
+                              hyprof_result_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
