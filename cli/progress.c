@@ -99,8 +99,9 @@ int cli_progress_fn(void *user, double fraction, const char *stage)
         return 1;
     double f = p->lo + fraction * (p->hi - p->lo);
     int new_stage = strncmp(stage, p->last_stage, sizeof p->last_stage - 1) != 0;
-    /* One line per percent at most: QGIS reads every one of them. */
-    if (!new_stage && floor(f * 100.0) == floor(p->last * 100.0))
+    /* One line per percent at most (QGIS reads every one of them), and never
+     * backwards: worker threads may report out of order. */
+    if (!new_stage && floor(f * 100.0) <= floor(p->last * 100.0))
         return 0;
     p->last = f;
     snprintf(p->last_stage, sizeof p->last_stage, "%s", stage);

@@ -171,9 +171,10 @@ float hyprof__nodata_f32(const hyprof_cube_t *in)
 
 int hyprof__progress_omp(hyprof_ctx_t *ctx, double fraction, const char *stage)
 {
-#ifdef _OPENMP
-    if (omp_get_thread_num() != 0)
-        return hyprof_ctx_cancelled(ctx);
-#endif
-    return hyprof__progress(ctx, fraction, stage) != HYPROF_OK;
+    /* Any thread may be the one that finishes work (with dynamic schedules
+     * one thread can take every task), so any thread reports, one at a time. */
+    int stop;
+    #pragma omp critical(hyprof_progress)
+    stop = hyprof__progress(ctx, fraction, stage) != HYPROF_OK;
+    return stop;
 }

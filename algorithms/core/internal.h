@@ -43,8 +43,8 @@ void hyprof__log(hyprof_ctx_t *ctx, hyprof_log_level_t level, const char *fmt, .
 /* Reports progress (fraction of the current stage range); returns
  * HYPROF_ERR_CANCELLED (with the error text set) if asked to stop. */
 hyprof_status_t hyprof__progress(hyprof_ctx_t *ctx, double fraction, const char *stage);
-/* The same from inside an OpenMP region: only thread 0 calls the callback,
- * every thread sees a cancellation. Returns non-zero to stop. */
+/* The same from inside an OpenMP region: calls to the callback are
+ * serialised. Returns non-zero to stop. */
 int hyprof__progress_omp(hyprof_ctx_t *ctx, double fraction, const char *stage);
 /* Narrows the progress range to [a, b] of the current one; returns the old
  * range in *saved (two doubles) for hyprof__progress_pop. */

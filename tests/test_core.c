@@ -1,0 +1,428 @@
+/* Unit tests of the library core: status texts, the registry and argument
+ * parsing, cube views, nodata masks, dispatch, PCA and DWT on cases with
+ * known answers, model files, cancellation. Exits non-zero on any failure. */
+#define _GNU_SOURCE
+#include "hyprof/hyprof.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        checks++;                                                             \
+        if (!(cond)) {                                                        \
+            failures++;                                                       \
+            fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+        }                                                                     \
+    } while (0)
+
+static void test_status(void)
+{
+    for (int s = HYPROF_OK; s <= HYPROF_ERR_INTERNAL; s++) {
+        const char *t = hyprof_status_text((hyprof_status_t)s);
+        CHECK(t && *t && strcmp(t, "unknown status") != 0, "status %d has no text", s);
+    }
+    CHECK(strcmp(hyprof_status_text((hyprof_status_t)999), "unknown status") == 0, "bad status");
+    hyprof_backend_t b;
+    CHECK(hyprof_backend_parse("cuda", &b) == HYPROF_OK && b == HYPROF_BACKEND_CUDA, "cuda");
+    CHECK(hyprof_backend_parse("gpu", &b) == HYPROF_ERR_ARGUMENT, "gpu accepted");
+    CHECK(hyprof_backend_parse(NULL, &b) == HYPROF_ERR_ARGUMENT, "NULL accepted");
+}
+
+static void test_registry(void)
+{
+    CHECK(hyprof_op_count() >= 2, "ops: %zu", hyprof_op_count());
+    for (size_t i = 0; i < hyprof_op_count(); i++) {
+        const hyprof_op_t *op = hyprof_op_at(i);
+        CHECK(op->name && op->group && op->summary && op->help && op->output, "op %zu", i);
+        CHECK(hyprof_op_find(op->name) == op, "find %s", op->name);
+        /* Every default parses (hyprof_args_new fails otherwise). */
+        hyprof_args_t *a = hyprof_args_new(op);
+        CHECK(a != NULL, "defaults of %s do not parse", op->name);
+        for (size_t j = 0; a && j < op->nparams; j++) {
+            const hyprof_param_t *p = &op->params[j];
+            CHECK(p->help && *p->help, "%s.%s has no help", op->name, p->name);
+            CHECK(hyprof_op_param(op, p->name) == p, "param lookup %s", p->name);
+            for (size_t k = 0; k < j; k++)
+                CHECK(strcmp(op->params[k].name, p->name) != 0, "%s declared twice", p->name);
+        }
+        hyprof_args_free(&a);
+        CHECK(a == NULL, "free clears the pointer");
+    }
+    CHECK(hyprof_op_find("nope") == NULL, "unknown op found");
+    size_t nc;
+    const hyprof_param_t *common = hyprof_common_params(&nc);
+    CHECK(nc == 5 && strcmp(common[0].name, "backend") == 0, "common params");
+
+    /* The dwt wavelet choices are exactly the wavelet table. */
+    const hyprof_param_t *wp = hyprof_op_param(hyprof_op_find("dwt"), "wavelet");
+    size_t nchoices = 1;
+    for (const char *c = wp->choices; *c; c++)
+        nchoices += *c == '|';
+    CHECK(nchoices == hyprof_wavelet_count(), "%zu choices, %zu wavelets", nchoices,
+          hyprof_wavelet_count());
+    for (size_t i = 0; i < hyprof_wavelet_count(); i++)
+        CHECK(strstr(wp->choices, hyprof_wavelet_at(i)->name), "%s not a choice",
+              hyprof_wavelet_at(i)->name);
+}
+
+static void test_args(void)
+{
+    const hyprof_op_t *pca = hyprof_op_find("pca");
+    hyprof_args_t *a = hyprof_args_new(pca);
+    CHECK(hyprof_args_int(a, "components") == 7, "default components");
+    CHECK(!hyprof_args_given(a, "components") && hyprof_args_is_set(a, "components"), "given");
+    CHECK(hyprof_args_set(a, "components", "12") == HYPROF_OK, "set 12");
+    CHECK(hyprof_args_int(a, "components") == 12 && hyprof_args_given(a, "components"), "12");
+    CHECK(hyprof_args_set(a, "components", "0") == HYPROF_ERR_ARGUMENT, "0 accepted");
+    CHECK(strstr(hyprof_args_error(a), "components") && strstr(hyprof_args_error(a), "0"),
+          "error names param and value: %s", hyprof_args_error(a));
+    CHECK(hyprof_args_set(a, "components", "3x") == HYPROF_ERR_ARGUMENT, "3x accepted");
+    CHECK(hyprof_args_set(a, "components", "2.5") == HYPROF_ERR_ARGUMENT, "2.5 accepted");
+    CHECK(hyprof_args_set(a, "components", "") == HYPROF_ERR_ARGUMENT, "empty accepted");
+    CHECK(hyprof_args_set(a, "components", "99999999999999999999") == HYPROF_ERR_ARGUMENT,
+          "overflow accepted");
+    CHECK(hyprof_args_int(a, "components") == 12, "a failed set keeps the old value");
+    CHECK(hyprof_args_set(a, "bogus", "1") == HYPROF_ERR_ARGUMENT, "unknown accepted");
+    CHECK(strstr(hyprof_args_error(a), "bogus"), "unknown named: %s", hyprof_args_error(a));
+    CHECK(hyprof_args_str(a, "model") == NULL, "model unset");
+    hyprof_args_free(&a);
+
+    a = hyprof_args_new(hyprof_op_find("dwt"));
+    CHECK(hyprof_args_set(a, "wavelet", "db4") == HYPROF_OK, "db4");
+    CHECK(strcmp(hyprof_args_str(a, "wavelet"), "db4") == 0, "db4 kept");
+    CHECK(hyprof_args_set(a, "wavelet", "db") == HYPROF_ERR_ARGUMENT, "prefix accepted");
+    CHECK(hyprof_args_set(a, "wavelet", "db44") == HYPROF_ERR_ARGUMENT, "db44 accepted");
+    hyprof_args_free(&a);
+
+    /* Lists, floats and booleans through a synthetic operation. */
+    static const hyprof_param_t params[] = {
+        {"t", HYPROF_PARAM_INT_LIST, "36,144", 1, 1000, NULL, "thresholds", 0},
+        {"s", HYPROF_PARAM_FLOAT, "1.5", 0.1, 10, NULL, "sigma", 0},
+        {"f", HYPROF_PARAM_BOOL, "false", 0, 0, NULL, "flag", 0},
+        {"r", HYPROF_PARAM_STRING, NULL, 0, 0, NULL, "required", HYPROF_PARAM_REQUIRED},
+    };
+    hyprof_op_t op = {"synthetic", "g", "s", "h", params, 4, NULL, "none"};
+    a = hyprof_args_new(&op);
+    size_t n;
+    const double *l = hyprof_args_list(a, "t", &n);
+    CHECK(n == 2 && l[0] == 36 && l[1] == 144, "list default");
+    CHECK(hyprof_args_set(a, "t", "1,2,3") == HYPROF_OK, "list");
+    l = hyprof_args_list(a, "t", &n);
+    CHECK(n == 3 && l[2] == 3, "list parse");
+    CHECK(hyprof_args_set(a, "t", "1,,3") == HYPROF_ERR_ARGUMENT, "empty element accepted");
+    CHECK(hyprof_args_set(a, "t", "1,5000") == HYPROF_ERR_ARGUMENT, "range in list");
+    CHECK(strstr(hyprof_args_error(a), "5000"), "element named: %s", hyprof_args_error(a));
+    CHECK(hyprof_args_set(a, "s", "nan") == HYPROF_ERR_ARGUMENT, "nan accepted");
+    CHECK(hyprof_args_set(a, "s", "0.05") == HYPROF_ERR_ARGUMENT, "below min accepted");
+    CHECK(hyprof_args_set(a, "s", "2.25") == HYPROF_OK && hyprof_args_float(a, "s") == 2.25,
+          "float");
+    CHECK(hyprof_args_set(a, "f", "yes") == HYPROF_OK && hyprof_args_bool(a, "f"), "bool");
+    CHECK(hyprof_args_set(a, "f", "maybe") == HYPROF_ERR_ARGUMENT, "maybe accepted");
+    CHECK(hyprof_args_check(a) == HYPROF_ERR_ARGUMENT && strstr(hyprof_args_error(a), "'r'"),
+          "required: %s", hyprof_args_error(a));
+    CHECK(hyprof_args_set(a, "r", "x") == HYPROF_OK && hyprof_args_check(a) == HYPROF_OK,
+          "required given");
+    hyprof_args_free(&a);
+}
+
+static void test_cubes(void)
+{
+    /* A 3x2x2 BIP int16 cube: value = 100*b + 10*y + x. */
+    int16_t bip[2 * 3 * 2];
+    for (int y = 0; y < 2; y++)
+        for (int x = 0; x < 3; x++)
+            for (int b = 0; b < 2; b++)
+                bip[(y * 3 + x) * 2 + b] = (int16_t)(100 * b + 10 * y + x);
+    hyprof_cube_t c = {bip, HYPROF_INT16, 3, 2, 2, 2, 6, 1, NULL, 3, 0, 0, 0};
+    char why[128];
+    CHECK(hyprof_cube_check(&c, why, sizeof why) == HYPROF_OK, "valid cube: %s", why);
+    CHECK(!hyprof_cube_is_f32_bsq(&c), "BIP is not BSQ");
+    CHECK(hyprof_cube_get(&c, 2, 1, 1) == 112, "get: %g", hyprof_cube_get(&c, 2, 1, 1));
+    hyprof_cube_t f;
+    CHECK(hyprof_cube_to_f32_bsq(&c, &f) == HYPROF_OK && hyprof_cube_is_f32_bsq(&f), "to bsq");
+    CHECK(((float *)f.data)[1 * 6 + 1 * 3 + 2] == 112.0f, "bsq element");
+    hyprof_cube_t band = hyprof_cube_band(&f, 1), win;
+    CHECK(hyprof_cube_get(&band, 0, 1, 0) == 110, "band view");
+    CHECK(hyprof_cube_window(&c, 1, 1, 2, 1, &win) == HYPROF_OK && win.width == 2 &&
+              hyprof_cube_get(&win, 1, 0, 1) == 112, "window");
+    CHECK(hyprof_cube_window(&c, 2, 0, 2, 1, &win) == HYPROF_ERR_ARGUMENT, "window overflow");
+    CHECK(hyprof_cube_window(&c, 0, 0, 0, 1, &win) == HYPROF_ERR_ARGUMENT, "empty window");
+    hyprof_cube_free(&f);
+
+    hyprof_cube_t z = c;
+    z.width = 0;
+    CHECK(hyprof_cube_check(&z, why, sizeof why) == HYPROF_ERR_ARGUMENT && strstr(why, "0x2x2"),
+          "zero width named: %s", why);
+    z = c;
+    z.data = NULL;
+    CHECK(hyprof_cube_check(&z, why, sizeof why) == HYPROF_ERR_ARGUMENT, "no data");
+    z = c;
+    z.width = SIZE_MAX / 2;
+    CHECK(hyprof_cube_check(&z, why, sizeof why) == HYPROF_ERR_ARGUMENT, "overflow");
+}
+
+static void test_nodata(void)
+{
+    float d[2 * 2 * 2] = {1, 2, -9999, 4, /* band 2: */ 5, NAN, 7, 8};
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, 2, 2, 2);
+    c.has_nodata = 1;
+    c.nodata = -9999;
+    CHECK(hyprof_cube_count_valid(&c) == 4, "no mask: all valid");
+    size_t v = hyprof_cube_mask_invalid(&c);
+    CHECK(v == 2 && c.mask[0] && !c.mask[1] && !c.mask[2] && c.mask[3],
+          "NaN in one band and nodata in another mask their pixels (%zu valid)", v);
+    hyprof_cube_t w;
+    CHECK(hyprof_cube_window(&c, 1, 0, 1, 2, &w) == HYPROF_OK &&
+              !hyprof_cube_valid(&w, 0, 0) && hyprof_cube_valid(&w, 0, 1) &&
+              hyprof_cube_count_valid(&w) == 1, "mask follows a window");
+    hyprof_cube_t f;
+    CHECK(hyprof_cube_to_f32_bsq(&w, &f) == HYPROF_OK && f.mask && !f.mask[0] && f.mask[1],
+          "mask copied");
+    hyprof_cube_free(&f);
+    hyprof_cube_free(&c);
+}
+
+static hyprof_ctx_t *cpu_ctx(void)
+{
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
+    return ctx;
+}
+
+static void test_dispatch(void)
+{
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    float d[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, 4, 1, 2), out;
+    setenv("HYPROF_BACKEND", "cpu", 1);
+    hyprof_ctx_t *env = hyprof_ctx_new();
+    CHECK(hyprof_ctx_backend(env) == HYPROF_BACKEND_CPU, "HYPROF_BACKEND=cpu");
+    hyprof_ctx_set_backend(env, HYPROF_BACKEND_CUDA);
+    CHECK(hyprof_ctx_backend(env) == HYPROF_BACKEND_CUDA, "explicit backend wins over env");
+    unsetenv("HYPROF_BACKEND");
+    hyprof_ctx_free(&env);
+    CHECK(env == NULL, "free clears the pointer");
+
+    CHECK(hyprof_dwt_spectral(ctx, &c, hyprof_wavelet_find("haar"), 1, &out) == HYPROF_OK,
+          "auto runs: %s", hyprof_ctx_last_error(ctx));
+    if (hyprof_cuda_device_count() == 0)
+        CHECK(hyprof_ctx_used_backend(ctx) == HYPROF_BACKEND_CPU, "auto without a GPU is CPU");
+    hyprof_cube_free(&out);
+    if (hyprof_cuda_device_count() == 0) {
+        hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA);
+        hyprof_status_t st = hyprof_dwt_spectral(ctx, &c, hyprof_wavelet_find("haar"), 1, &out);
+        CHECK(st == HYPROF_ERR_NO_DEVICE && strstr(hyprof_ctx_last_error(ctx), "cuda"),
+              "cuda without a device: %d %s", st, hyprof_ctx_last_error(ctx));
+    }
+    CHECK(hyprof_ctx_set_device(ctx, -1) == HYPROF_ERR_ARGUMENT, "negative device");
+    CHECK(hyprof_ctx_set_threads(ctx, -2) == HYPROF_ERR_ARGUMENT, "negative threads");
+    hyprof_ctx_free(&ctx);
+}
+
+/* Points on a line y = 2x (plus the mean): one component along (1,2)/sqrt5,
+ * eigenvalue = variance along it. */
+static void test_pca_known(void)
+{
+    hyprof_ctx_t *ctx = cpu_ctx();
+    float d[2 * 5];
+    for (int i = 0; i < 5; i++) {
+        d[i] = (float)(i - 2) + 10.0f;
+        d[5 + i] = 2.0f * (float)(i - 2) - 3.0f;
+    }
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, 5, 1, 2), out;
+    hyprof_pca_model_t *m = NULL;
+    CHECK(hyprof_pca_fit(ctx, &c, 2, &m) == HYPROF_OK, "fit: %s", hyprof_ctx_last_error(ctx));
+    if (!m)
+        return;
+    const double *v = hyprof_pca_model_vectors(m), *ev = hyprof_pca_model_eigenvalues(m);
+    CHECK(fabs(v[0] - 1 / sqrt(5.0)) < 1e-12 && fabs(v[1] - 2 / sqrt(5.0)) < 1e-12,
+          "PC1 = (1,2)/sqrt5 with the positive sign: %g %g", v[0], v[1]);
+    /* variance along (1,2): sum((i-2)^2 * 5)/(n-1) = 10*5/4 */
+    CHECK(fabs(ev[0] - 12.5) < 1e-9 && fabs(ev[1]) < 1e-9, "eigenvalues %g %g", ev[0], ev[1]);
+    CHECK(fabs(hyprof_pca_model_mean(m)[0] - 10) < 1e-12, "mean");
+    CHECK(hyprof_pca_apply(ctx, m, &c, &out) == HYPROF_OK, "apply");
+    CHECK(fabs(((float *)out.data)[4] - 2 * sqrt(5.0)) < 1e-5, "projection %g",
+          ((float *)out.data)[4]);
+    hyprof_cube_free(&out);
+
+    /* Model files reload bit for bit, and bad ones are refused by name. */
+    char path[] = "/tmp/hyprof_test_modelXXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    CHECK(hyprof_pca_model_save(ctx, m, path) == HYPROF_OK, "save");
+    hyprof_pca_model_t *m2 = NULL;
+    CHECK(hyprof_pca_model_load(ctx, path, &m2) == HYPROF_OK, "load: %s",
+          hyprof_ctx_last_error(ctx));
+    CHECK(m2 && memcmp(hyprof_pca_model_vectors(m2), v, 4 * sizeof(double)) == 0 &&
+              hyprof_pca_model_eigenvalues(m2)[0] == ev[0], "reload is exact");
+    hyprof_pca_model_free(&m2);
+    FILE *f = fopen(path, "w");
+    fputs("hyprof-pca-model 1\nbands 2\ncomponents 2\nsamples 5\ntotal_variance 1\n"
+          "eigenvalues 1\n", f);
+    fclose(f);
+    CHECK(hyprof_pca_model_load(ctx, path, &m2) == HYPROF_ERR_FORMAT && !m2 &&
+              strstr(hyprof_ctx_last_error(ctx), "eigenvalues"),
+          "short line refused: %s", hyprof_ctx_last_error(ctx));
+    f = fopen(path, "w");
+    fputs("hyprof-svm-model 1\n", f);
+    fclose(f);
+    CHECK(hyprof_pca_model_load(ctx, path, &m2) == HYPROF_ERR_FORMAT, "wrong magic refused");
+    remove(path);
+    CHECK(hyprof_pca_model_load(ctx, path, &m2) == HYPROF_ERR_IO &&
+              strstr(hyprof_ctx_last_error(ctx), path), "missing file named");
+
+    /* Wrong band count, too many components, too few pixels. */
+    float d3[3 * 5] = {0};
+    hyprof_cube_t c3 = hyprof_cube_bsq(d3, HYPROF_FLOAT32, 5, 1, 3);
+    CHECK(hyprof_pca_apply(ctx, m, &c3, &out) == HYPROF_ERR_INPUT &&
+              strstr(hyprof_ctx_last_error(ctx), "2 bands") &&
+              strstr(hyprof_ctx_last_error(ctx), "3"), "band mismatch: %s",
+          hyprof_ctx_last_error(ctx));
+    hyprof_pca_model_free(&m);
+    CHECK(hyprof_pca_fit(ctx, &c, 3, &m) == HYPROF_ERR_ARGUMENT && !m, "3 of 2 components");
+    hyprof_cube_t one = hyprof_cube_bsq(d, HYPROF_FLOAT32, 1, 1, 2);
+    CHECK(hyprof_pca_fit(ctx, &one, 1, &m) == HYPROF_ERR_INPUT &&
+              strstr(hyprof_ctx_last_error(ctx), "1 valid"), "1 pixel: %s",
+          hyprof_ctx_last_error(ctx));
+    hyprof_ctx_free(&ctx);
+}
+
+/* Masked pixels stay out of the statistics: the result equals the fit on the
+ * valid pixels alone. */
+static void test_pca_mask(void)
+{
+    hyprof_ctx_t *ctx = cpu_ctx();
+    enum { W = 40, B = 4 };
+    float d[W * B], dv[W * B];
+    uint8_t mask[W];
+    size_t nv = 0;
+    srand(7);
+    for (int i = 0; i < W; i++)
+        mask[i] = (i % 5) != 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < W; i++)
+            d[b * W + i] = mask[i] ? (float)(rand() % 1000) / 10.0f : 1e6f;
+    for (int i = 0; i < W; i++)
+        if (mask[i]) {
+            for (int b = 0; b < B; b++)
+                dv[b * (W * 4 / 5) + nv] = d[b * W + i];
+            nv++;
+        }
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, W, 1, B);
+    c.mask = mask;
+    c.has_nodata = 1;
+    c.nodata = -1;
+    hyprof_cube_t cv = hyprof_cube_bsq(dv, HYPROF_FLOAT32, nv, 1, B), out;
+    hyprof_pca_model_t *m = NULL, *mv = NULL;
+    hyprof_pca_fit(ctx, &c, 3, &m);
+    hyprof_pca_fit(ctx, &cv, 3, &mv);
+    double err = 0;
+    for (int k = 0; m && mv && k < 3 * B; k++)
+        err = fmax(err, fabs(hyprof_pca_model_vectors(m)[k] - hyprof_pca_model_vectors(mv)[k]));
+    CHECK(m && mv && err < 1e-12, "masked fit differs from the valid-only fit by %g", err);
+    CHECK(m && hyprof_pca_model_samples(m) == nv, "samples");
+    CHECK(m && hyprof_pca_apply(ctx, m, &c, &out) == HYPROF_OK && ((float *)out.data)[0] == -1 &&
+              ((float *)out.data)[W] == -1 && ((float *)out.data)[1] != -1,
+          "masked pixels get nodata");
+    hyprof_cube_free(&out);
+    hyprof_pca_model_free(&m);
+    hyprof_pca_model_free(&mv);
+    uint8_t none[W] = {0};
+    c.mask = none;
+    CHECK(hyprof_pca_fit(ctx, &c, 1, &m) == HYPROF_ERR_INPUT, "all nodata refused");
+    hyprof_ctx_free(&ctx);
+}
+
+/* Haar at one level on [1..4]: (1+2)/sqrt2, (3+4)/sqrt2; odd lengths repeat
+ * the last sample: [1,2,3] -> (1+2)/sqrt2, (3+3)/sqrt2. */
+static void test_dwt_known(void)
+{
+    hyprof_ctx_t *ctx = cpu_ctx();
+    const hyprof_wavelet_t *haar = hyprof_wavelet_find("haar");
+    float d4[4] = {1, 2, 3, 4}, d3[3] = {1, 2, 3};
+    hyprof_cube_t c4 = hyprof_cube_bsq(d4, HYPROF_FLOAT32, 1, 1, 4), out;
+    hyprof_cube_t c3 = hyprof_cube_bsq(d3, HYPROF_FLOAT32, 1, 1, 3);
+    const float *o;
+    CHECK(hyprof_dwt_spectral(ctx, &c4, haar, 1, &out) == HYPROF_OK && out.bands == 2, "4->2");
+    o = out.data;
+    CHECK(fabs(o[0] - 3 / sqrt(2.0)) < 1e-6 && fabs(o[1] - 7 / sqrt(2.0)) < 1e-6, "haar %g %g",
+          o[0], o[1]);
+    hyprof_cube_free(&out);
+    CHECK(hyprof_dwt_spectral(ctx, &c3, haar, 1, &out) == HYPROF_OK && out.bands == 2, "3->2");
+    o = out.data;
+    CHECK(fabs(o[1] - 6 / sqrt(2.0)) < 1e-6, "odd length repeats the last sample: %g", o[1]);
+    hyprof_cube_free(&out);
+    CHECK(hyprof_dwt_spectral(ctx, &c4, haar, 2, &out) == HYPROF_OK && out.bands == 1 &&
+              fabs(((float *)out.data)[0] - 5.0) < 1e-6, "two levels: sum/2 = 5");
+    hyprof_cube_free(&out);
+    CHECK(hyprof_dwt_spectral(ctx, &c4, haar, 3, &out) == HYPROF_ERR_ARGUMENT &&
+              strstr(hyprof_ctx_last_error(ctx), "levels 3"), "too many levels: %s",
+          hyprof_ctx_last_error(ctx));
+    hyprof_cube_t c1 = hyprof_cube_bsq(d4, HYPROF_FLOAT32, 4, 1, 1);
+    CHECK(hyprof_dwt_spectral(ctx, &c1, haar, 1, &out) == HYPROF_ERR_INPUT, "one band refused");
+    CHECK(hyprof_dwt_bands(200, 4) == 13 && hyprof_dwt_bands(7, 1) == 4 &&
+              hyprof_dwt_max_levels(200) == 7, "band counts");
+    /* Every filter bank: orthonormal low-pass sums to sqrt2. */
+    for (size_t i = 0; i < hyprof_wavelet_count(); i++) {
+        const hyprof_wavelet_t *w = hyprof_wavelet_at(i);
+        double s = 0;
+        for (size_t j = 0; j < w->length; j++)
+            s += w->dec_lo[j];
+        CHECK(fabs(s - sqrt(2.0)) < 1e-9, "%s dec_lo sums to %g", w->name, s);
+    }
+    hyprof_ctx_free(&ctx);
+}
+
+static int cancel_at_first(void *user, double f, const char *stage)
+{
+    (void)f;
+    (void)stage;
+    ++*(int *)user;
+    return 1;
+}
+
+static void test_cancel(void)
+{
+    hyprof_ctx_t *ctx = cpu_ctx();
+    int calls = 0;
+    hyprof_ctx_set_progress(ctx, cancel_at_first, &calls);
+    size_t w = 4096;
+    float *d = calloc(w * 8, sizeof *d);
+    for (size_t i = 0; i < w * 8; i++)
+        d[i] = (float)(i % 97);
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, w, 1, 8), out;
+    hyprof_status_t st = hyprof_dwt_spectral(ctx, &c, hyprof_wavelet_find("db2"), 2, &out);
+    CHECK(st == HYPROF_ERR_CANCELLED && calls >= 1 && out.data == NULL,
+          "progress callback cancels (%d, %d calls)", st, calls);
+    hyprof_ctx_free(&ctx);
+    ctx = cpu_ctx();
+    hyprof_ctx_cancel(ctx);
+    hyprof_pca_model_t *m = NULL;
+    CHECK(hyprof_pca_fit(ctx, &c, 2, &m) == HYPROF_ERR_CANCELLED && !m, "cancel flag stops fit");
+    free(d);
+    hyprof_ctx_free(&ctx);
+}
+
+int main(void)
+{
+    test_status();
+    test_registry();
+    test_args();
+    test_cubes();
+    test_nodata();
+    test_dispatch();
+    test_pca_known();
+    test_pca_mask();
+    test_dwt_known();
+    test_cancel();
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
