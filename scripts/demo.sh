@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The main job on the bundled sample: installs and builds hyprof, then extracts
+# PCA and wavelet features from the Indian Pines cube (samples/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+out="${HYPROF_DEMO_OUT:-demo-output}"
+mkdir -p "$out"
+hyprof=./build/cli/hyprof
+$hyprof pca --components 7 --save-model "$out/indian_pines.pca" --overwrite \
+  samples/indian_pines.tif "$out/indian_pines_pca.tif"
+$hyprof dwt --wavelet haar --levels 4 --overwrite \
+  samples/indian_pines.tif "$out/indian_pines_dwt.tif"
+echo
+echo "outputs in $(cd "$out" && pwd):"
+for f in indian_pines_pca.tif indian_pines_dwt.tif indian_pines.pca; do
+  echo "  $out/$f"
+done
+echo "inspect them with: $hyprof info $out/indian_pines_pca.tif  (or gdalinfo, or QGIS)"

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what hyprof needs on Debian 12 (idempotent), then configures and
+# builds it in ./build. Used by demo.sh, test.sh and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libopenblas-dev liblapacke-dev
+  libgdal-dev gdal-bin python3-gdal
+  python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "hyprof setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# CUDA is built when nvcc is found (HYPROF_CUDA=AUTO); override with HYPROF_CUDA=ON|OFF.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHYPROF_CUDA="${HYPROF_CUDA:-AUTO}" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "hyprof setup: built $(./build/cli/hyprof --version)"
