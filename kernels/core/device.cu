@@ -1,0 +1,67 @@
+/* CUDA device enumeration for the public API (include/hyprof/core.h). */
+#include "cuda_util.h"
+
+#include <cstdio>
+
+extern "C" int hyprof_cuda_device_count(void)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count > 0 ? count : 0;
+}
+
+extern "C" hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
+                                                   size_t *total_bytes, size_t *free_bytes)
+{
+    if (name && name_len)
+        name[0] = '\0';
+    if (total_bytes)
+        *total_bytes = 0;
+    if (free_bytes)
+        *free_bytes = 0;
+    int count = hyprof_cuda_device_count();
+    if (count == 0)
+        return HYPROF_ERR_NO_DEVICE;
+    if (device < 0 || device >= count)
+        return HYPROF_ERR_ARGUMENT;
+
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return HYPROF_ERR_DEVICE;
+    }
+    if (name && name_len) {
+        snprintf(name, name_len, "%s", prop.name);
+    }
+    if (total_bytes)
+        *total_bytes = prop.totalGlobalMem;
+    if (free_bytes) {
+        /* cudaMemGetInfo reports on the current device: switch to `device`
+         * for the query and restore the caller's current device after. */
+        int prev = -1;
+        if (cudaGetDevice(&prev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            prev = -1;
+        }
+        hyprof_status_t st = HYPROF_OK;
+        size_t f = 0, t = 0;
+        if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&f, &t) != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = HYPROF_ERR_DEVICE;
+        } else {
+            *free_bytes = f;
+            if (total_bytes)
+                *total_bytes = t;
+        }
+        if (prev >= 0 && prev != device) {
+            (void)cudaSetDevice(prev);
+            (void)cudaGetLastError();
+        }
+        return st;
+    }
+    return HYPROF_OK;
+}

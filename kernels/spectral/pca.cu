@@ -1,0 +1,419 @@
+/* CUDA backend of the PCA steps (semantics: algorithms/spectral/pca_impl.h).
+ *
+ * Fit, in pixel chunks (float32 BSQ = column-major npix x bands):
+ *   pass 1  masked per-band sums in double (deterministic two-stage reduction),
+ *           mean = sum / nvalid;
+ *   pass 2  each chunk centred to double (masked rows zeroed), C += Xc^T Xc with
+ *           cublasDsyrk (lower triangle);
+ *   then    C / (nvalid - 1), cusolverDnDsyevd (ascending, as LAPACK dsyevd).
+ * When the whole cube fits in device memory it is uploaded once during pass 1
+ * and pass 2 reads it from there; otherwise each pass streams the chunks from
+ * the host. Each of the two pipeline slots accumulates its own sums and its own
+ * covariance (so the two streams never write the same memory); the two halves
+ * are added at the end, which keeps the result independent of timing.
+ *
+ * Apply, in pixel chunks: centre to double, Y = Xc V with cublasDgemm, convert
+ * to float, nodata for masked pixels. */
+#include "../core/cuda_util.h"
+#include "spectral/pca_impl.h"
+
+#include <climits>
+
+using namespace hyprof_cuda;
+
+namespace {
+
+const int kThreads = 256;
+const int kSumMaxBlocks = 128;
+const size_t kChunkTargetBytes = (size_t)32 << 20; /* float input per chunk */
+
+inline unsigned grid_y(size_t n) { return (unsigned)(n < 65535 ? (n ? n : 1) : 65535); }
+
+/* partial[b * gridDim.x + blockIdx.x] = sum of valid src[i + b*ld] over this
+ * block's share of i < m. */
+__global__ void band_sum_kernel(const float *__restrict__ src, size_t ld,
+                                const uint8_t *__restrict__ mask, size_t m, size_t bands,
+                                double *__restrict__ partial)
+{
+    __shared__ double warp_sums[kThreads / 32];
+    for (size_t b = blockIdx.y; b < bands; b += gridDim.y) {
+        const float *col = src + b * ld;
+        double acc = 0.0;
+        for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < m;
+             i += (size_t)gridDim.x * kThreads)
+            if (!mask || mask[i])
+                acc += (double)col[i];
+        for (int off = 16; off > 0; off >>= 1)
+            acc += __shfl_down_sync(0xffffffffu, acc, off);
+        if ((threadIdx.x & 31) == 0)
+            warp_sums[threadIdx.x >> 5] = acc;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double t = 0.0;
+            for (int w = 0; w < kThreads / 32; ++w)
+                t += warp_sums[w];
+            partial[b * gridDim.x + blockIdx.x] = t;
+        }
+        __syncthreads();
+    }
+}
+
+__global__ void band_sum_accumulate(const double *__restrict__ partial, unsigned nblocks,
+                                    size_t bands, double *__restrict__ sums)
+{
+    size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= bands)
+        return;
+    double t = 0.0;
+    for (unsigned g = 0; g < nblocks; ++g)
+        t += partial[b * nblocks + g];
+    sums[b] += t;
+}
+
+__global__ void mean_kernel(const double *__restrict__ s0, const double *__restrict__ s1,
+                            size_t bands, double n, double *__restrict__ mean)
+{
+    size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b < bands)
+        mean[b] = (s0[b] + s1[b]) / n;
+}
+
+/* dst (m x bands, dense, double) = src - mean for valid rows, 0 for masked. */
+__global__ void centre_kernel(const float *__restrict__ src, size_t ld,
+                              const uint8_t *__restrict__ mask, size_t m, size_t bands,
+                              const double *__restrict__ mean, double *__restrict__ dst)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m)
+        return;
+    const bool valid = !mask || mask[i];
+    for (size_t b = blockIdx.y; b < bands; b += gridDim.y)
+        dst[i + b * m] = valid ? (double)src[i + b * ld] - mean[b] : 0.0;
+}
+
+__global__ void cov_finalize_kernel(const double *__restrict__ c0, const double *__restrict__ c1,
+                                    size_t count, double denom, double *__restrict__ a)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count)
+        a[i] = (c0[i] + c1[i]) / denom;
+}
+
+/* out (m x k, float) = y, nodata for masked rows. */
+__global__ void to_float_kernel(const double *__restrict__ y, size_t m, size_t k,
+                                const uint8_t *__restrict__ mask, float nodata,
+                                float *__restrict__ out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m)
+        return;
+    const bool valid = !mask || mask[i];
+    for (size_t c = blockIdx.y; c < k; c += gridDim.y)
+        out[i + c * m] = valid ? (float)y[i + c * m] : nodata;
+}
+
+/* sums += masked column sums of src (m x bands, leading dimension ld). */
+hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
+                          size_t ld, const uint8_t *mask, size_t m, size_t bands,
+                          double *partial, double *sums)
+{
+    size_t nb = div_up(m, (size_t)kThreads * 8);
+    if (nb > (size_t)kSumMaxBlocks)
+        nb = kSumMaxBlocks;
+    if (nb == 0)
+        nb = 1;
+    dim3 grid((unsigned)nb, grid_y(bands));
+    band_sum_kernel<<<grid, kThreads, 0, st>>>(src, ld, mask, m, bands, partial);
+    HYPROF_CUDA_CHECK_LAUNCH("band_sum_kernel");
+    band_sum_accumulate<<<(unsigned)div_up(bands, kThreads), kThreads, 0, st>>>(
+        partial, (unsigned)nb, bands, sums);
+    HYPROF_CUDA_CHECK_LAUNCH("band_sum_accumulate");
+    return HYPROF_OK;
+}
+
+hyprof_status_t centre(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
+                       size_t ld, const uint8_t *mask, size_t m, size_t bands,
+                       const double *mean, double *dst)
+{
+    dim3 grid((unsigned)div_up(m, kThreads), grid_y(bands));
+    centre_kernel<<<grid, kThreads, 0, st>>>(src, ld, mask, m, bands, mean, dst);
+    HYPROF_CUDA_CHECK_LAUNCH("centre_kernel");
+    return HYPROF_OK;
+}
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "pca";
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    const hyprof_pca_fit_args_t *a = (const hyprof_pca_fit_args_t *)vargs;
+    if (!a || !a->x || !a->mean || !a->eigenvalues || !a->eigenvectors)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA fit called without data");
+    const size_t N = a->npix, B = a->bands;
+    if (N == 0 || B == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "empty cube (%zu pixels, %zu bands)", N,
+                             B);
+    if (B > (size_t)INT_MAX)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "too many bands for cuSOLVER (%zu)", B);
+    if (a->nvalid < 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                             "at least 2 valid pixels are needed (%zu valid)", a->nvalid);
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+
+    /* Declaration order matters: memory first, then the pipeline (its
+     * streams wait for their work when destroyed), then the library handles
+     * (their destruction synchronises the device). */
+    DeviceBuffer<double> d_mean, d_sum[2], d_partial[2], d_cov[2], d_A, d_W, d_work;
+    DeviceBuffer<int> d_info;
+    DeviceBuffer<float> d_cube;
+    DeviceBuffer<uint8_t> d_cmask;
+    DeviceBuffer<double> d_c[2];
+    Pipeline pipe;
+    Blas blas[2];
+    Solver solver;
+
+    HYPROF_TRY(solver.create(ctx, op));
+    HYPROF_TRY(blas[0].create(ctx, op));
+    HYPROF_TRY(blas[1].create(ctx, op));
+    HYPROF_TRY(d_mean.alloc(ctx, op, B));
+    for (int s = 0; s < 2; ++s) {
+        HYPROF_TRY(d_sum[s].alloc(ctx, op, B));
+        HYPROF_TRY(d_partial[s].alloc(ctx, op, (size_t)kSumMaxBlocks * B));
+        HYPROF_TRY(d_cov[s].alloc(ctx, op, B * B));
+    }
+    HYPROF_TRY(d_A.alloc(ctx, op, B * B));
+    HYPROF_TRY(d_W.alloc(ctx, op, B));
+    HYPROF_TRY(d_info.alloc(ctx, op, 1));
+    int lwork = 0;
+    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd_bufferSize(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
+                                                      CUBLAS_FILL_MODE_LOWER, (int)B,
+                                                      d_A.get(), (int)B, d_W.get(), &lwork));
+    HYPROF_TRY(d_work.alloc(ctx, op, lwork > 0 ? (size_t)lwork : 1));
+
+    /* ---- plan the chunks ---- */
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t env_chunk = hyprof__cuda_chunk_override();
+    size_t target = env_chunk ? env_chunk : hyprof__cuda_default_chunk(B, kChunkTargetBytes);
+    if (target > N)
+        target = N;
+    const size_t mask_bytes = a->mask ? 1 : 0;
+    size_t m = 0;
+    bool resident = false;
+    if (hyprof__cuda_resident_allowed() && N <= ((size_t)-1 >> 4) / B) {
+        const size_t cube_bytes = N * B * sizeof(float) + N * mask_bytes;
+        m = plan_chunk(budget, cube_bytes, 2 * B * sizeof(double), target, N, B);
+        /* Worth it only if a reasonable chunk still fits beside the cube. */
+        size_t need = target < 1024 ? target : 1024;
+        if (m >= need && m > 0) {
+            resident = true;
+            if (d_cube.alloc(ctx, op, N * B) != HYPROF_OK ||
+                (a->mask && d_cmask.alloc(ctx, op, N) != HYPROF_OK)) {
+                d_cube.reset();
+                d_cmask.reset();
+                resident = false;
+            }
+        }
+    }
+    if (!resident) {
+        m = plan_chunk(budget, 0, 2 * (B * sizeof(float) + B * sizeof(double) + mask_bytes),
+                       target, N, B);
+        if (m == 0)
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                 "not enough device memory for one pixel of %zu bands "
+                                 "(%zu bytes usable)",
+                                 B, budget);
+    }
+    HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, 0, NULL, m, !resident));
+    const size_t nch = pipe.nchunks();
+    for (int s = 0; s < (nch > 1 ? 2 : 1); ++s)
+        HYPROF_TRY(d_c[s].alloc(ctx, op, m * B));
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "pca: CUDA fit of %zu pixels x %zu bands, %zu chunk(s) of %zu pixels, %s%s", N,
+                B, nch, m, resident ? "cube resident on the device" : "streamed from the host",
+                pipe.staged() ? ", pinned staging" : "");
+
+    for (int s = 0; s < 2; ++s) {
+        cudaStream_t st = pipe.stream(s);
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(d_sum[s].get(), 0, B * sizeof(double), st));
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(d_cov[s].get(), 0, B * B * sizeof(double), st));
+        HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), st));
+    }
+
+    /* ---- pass 1: masked sums (and the upload of a resident cube) ---- */
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        const float *src;
+        const uint8_t *msk = NULL;
+        size_t ld;
+        if (resident) {
+            HYPROF_CUDA_CHECK(copy_cols_h2d(d_cube.get() + p0, N, a->x + p0, N, mi, B, st));
+            if (a->mask) {
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(d_cmask.get() + p0, a->mask + p0, mi,
+                                                  cudaMemcpyHostToDevice, st));
+                msk = d_cmask.get() + p0;
+            }
+            src = d_cube.get() + p0;
+            ld = N;
+        } else {
+            HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+            src = pipe.slot[s].in.get();
+            msk = a->mask ? pipe.slot[s].mask.get() : NULL;
+            ld = mi;
+        }
+        HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
+                             d_sum[s].get()));
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(hyprof__progress(ctx, 0.45 * (double)(i + 1) / (double)nch, "pca"));
+    }
+    HYPROF_TRY(pipe.drain(ctx, op));
+    mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
+        d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
+    HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
+
+    /* ---- pass 2: covariance ---- */
+    const double one = 1.0;
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        const float *src;
+        const uint8_t *msk = NULL;
+        size_t ld;
+        if (resident) {
+            src = d_cube.get() + p0;
+            msk = a->mask ? d_cmask.get() + p0 : NULL;
+            ld = N;
+        } else {
+            HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+            src = pipe.slot[s].in.get();
+            msk = a->mask ? pipe.slot[s].mask.get() : NULL;
+            ld = mi;
+        }
+        HYPROF_TRY(centre(ctx, op, st, src, ld, msk, mi, B, d_mean.get(), d_c[s].get()));
+        /* C += Xc^T Xc, Xc is mi x B (lda mi); lower triangle. */
+        HYPROF_CUBLAS_CHECK(cublasDsyrk(blas[s].get(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T,
+                                        (int)B, (int)mi, &one, d_c[s].get(), (int)mi, &one,
+                                        d_cov[s].get(), (int)B));
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(
+            hyprof__progress(ctx, 0.45 + 0.45 * (double)(i + 1) / (double)nch, "pca"));
+    }
+    HYPROF_TRY(pipe.drain(ctx, op));
+
+    /* ---- eigen-decomposition ---- */
+    cudaStream_t st = pipe.stream(0);
+    cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+        d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
+    HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
+    HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
+    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
+                                           CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(), (int)B,
+                                           d_W.get(), d_work.get(), lwork, d_info.get()));
+    int info = 0;
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean.get(), B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvalues, d_W.get(), B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (info > 0)
+        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                             "cusolverDnDsyevd did not converge (info %d, %zu bands)", info, B);
+    if (info < 0)
+        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
+                             "cusolverDnDsyevd: parameter %d is invalid", -info);
+    return hyprof__progress(ctx, 1.0, "pca");
+}
+
+extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "pca";
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    const hyprof_pca_apply_args_t *a = (const hyprof_pca_apply_args_t *)vargs;
+    if (!a || !a->x || !a->mean || !a->vectors || !a->out)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA apply called without data");
+    const size_t N = a->npix, B = a->bands, K = a->components;
+    if (N == 0 || B == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "empty cube (%zu pixels, %zu bands)", N,
+                             B);
+    if (K == 0)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "no components to project on");
+    if (B > (size_t)INT_MAX || K > (size_t)INT_MAX)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "too many bands (%zu) or components (%zu)",
+                             B, K);
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+
+    DeviceBuffer<double> d_mean, d_V, d_c[2], d_y[2];
+    Pipeline pipe;
+    Blas blas[2];
+
+    HYPROF_TRY(blas[0].create(ctx, op));
+    HYPROF_TRY(blas[1].create(ctx, op));
+    HYPROF_TRY(d_mean.alloc(ctx, op, B));
+    HYPROF_TRY(d_V.alloc(ctx, op, B * K));
+    HYPROF_CUDA_CHECK(
+        cudaMemcpy(d_mean.get(), a->mean, B * sizeof(double), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(
+        cudaMemcpy(d_V.get(), a->vectors, B * K * sizeof(double), cudaMemcpyHostToDevice));
+
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t env_chunk = hyprof__cuda_chunk_override();
+    size_t target = env_chunk ? env_chunk : hyprof__cuda_default_chunk(B, kChunkTargetBytes);
+    const size_t per_pixel = 2 * (B * sizeof(float) + (a->mask ? 1 : 0) + B * sizeof(double) +
+                                  K * sizeof(double) + K * sizeof(float));
+    const size_t m = plan_chunk(budget, 0, per_pixel, target, N, B > K ? B : K);
+    if (m == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "not enough device memory for one pixel of %zu bands "
+                             "(%zu bytes usable)",
+                             B, budget);
+    HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, K, a->out, m, true));
+    const size_t nch = pipe.nchunks();
+    for (int s = 0; s < (nch > 1 ? 2 : 1); ++s) {
+        HYPROF_TRY(d_c[s].alloc(ctx, op, m * B));
+        HYPROF_TRY(d_y[s].alloc(ctx, op, m * K));
+    }
+    for (int s = 0; s < 2; ++s)
+        HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), pipe.stream(s)));
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "pca: CUDA projection of %zu pixels x %zu bands on %zu components, %zu "
+                "chunk(s) of %zu pixels%s",
+                N, B, K, nch, m, pipe.staged() ? ", pinned staging" : "");
+
+    const double one = 1.0, zero = 0.0;
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        Slot &sl = pipe.slot[s];
+        HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+        const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
+        HYPROF_TRY(centre(ctx, op, st, sl.in.get(), mi, msk, mi, B, d_mean.get(), d_c[s].get()));
+        HYPROF_CUBLAS_CHECK(cublasDgemm(blas[s].get(), CUBLAS_OP_N, CUBLAS_OP_N, (int)mi, (int)K,
+                                        (int)B, &one, d_c[s].get(), (int)mi, d_V.get(), (int)B,
+                                        &zero, d_y[s].get(), (int)mi));
+        dim3 grid((unsigned)div_up(mi, kThreads), grid_y(K));
+        to_float_kernel<<<grid, kThreads, 0, st>>>(d_y[s].get(), mi, K, msk, a->nodata,
+                                                   sl.out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+        HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, "pca"));
+    }
+    return pipe.drain(ctx, op);
+}

@@ -1,0 +1,618 @@
+/* CPU / CUDA parity of PCA and the spectral DWT, through the public API only.
+ *
+ *   test_gpu_parity [RAW W H B]
+ *
+ * Synthetic cubes (seeded; some with masked pixels, odd band counts, 224
+ * bands) and, optionally, a real cube given as raw float32 BSQ (RAW, width W,
+ * height H, bands B). Each GPU case runs three ways: the default plan (one chunk,
+ * cube resident), forced small chunks ($HYPROF_CUDA_CHUNK_PIXELS) with the cube
+ * resident, and forced small chunks streamed from pinned host memory
+ * ($HYPROF_CUDA_RESIDENT=0). Tolerances (CPU result as reference):
+ *   PCA   means relative 1e-9, eigenvalues relative 1e-9, component loadings
+ *         absolute 1e-6, projections: max error of each output band below
+ *         1e-4 of that band's max |value|;
+ *   DWT   |gpu - cpu| <= 1e-5 * max(|cpu|, 1e-3 * band max |value|);
+ *   masked pixels: identical nodata on both backends.
+ * Exit 0 when all pass, 1 on any failure (each printed), 77 when there is no
+ * CUDA device (ctest: skipped). */
+#define _POSIX_C_SOURCE 200809L
+#include "hyprof/hyprof.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP_CODE 77
+
+static int g_checks, g_failures;
+
+#define FAIL(...)                                                                          \
+    do {                                                                                   \
+        printf("FAIL: ");                                                                  \
+        printf(__VA_ARGS__);                                                               \
+        printf("\n");                                                                      \
+        fflush(stdout);                                                                    \
+        g_failures++;                                                                      \
+    } while (0)
+
+static void check(int ok, const char *what, double value, double tol)
+{
+    g_checks++;
+    if (!ok)
+        FAIL("%s = %.3g exceeds %.1g", what, value, tol);
+}
+
+/* ---- random numbers (splitmix64) ------------------------------------------- */
+
+static uint64_t g_rng;
+static uint64_t rng_next(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+static double rng_normal(void)
+{
+    double u = rng_uniform(), v = rng_uniform();
+    if (u < 1e-300)
+        u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* ---- synthetic cubes ------------------------------------------------------------ */
+
+/* A cube with a few well-separated latent factors (so the leading principal
+ * components are well conditioned), a smooth mean spectrum and noise.
+ * `masked` of the pixels are nodata (mask 0, value -9999). */
+static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint64_t seed,
+                     double masked)
+{
+    g_rng = seed;
+    if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, bands) != HYPROF_OK)
+        return -1;
+    size_t npix = w * h, nf = bands < 8 ? bands : 8;
+    float *x = (float *)cube->data;
+    double *load = malloc(nf * bands * sizeof *load), *z = malloc(nf * sizeof *z);
+    if (!load || !z) {
+        free(load);
+        free(z);
+        return -1;
+    }
+    for (size_t k = 0; k < nf; k++)
+        for (size_t b = 0; b < bands; b++)
+            load[k * bands + b] = rng_normal() * 300.0 / pow(1.9, (double)k);
+    for (size_t p = 0; p < npix; p++) {
+        for (size_t k = 0; k < nf; k++)
+            z[k] = rng_normal();
+        for (size_t b = 0; b < bands; b++) {
+            double v = 2000.0 + 800.0 * sin(0.05 * (double)b) + 3.0 * rng_normal();
+            for (size_t k = 0; k < nf; k++)
+                v += z[k] * load[k * bands + b];
+            x[p + b * npix] = (float)v;
+        }
+    }
+    free(load);
+    free(z);
+    if (masked > 0.0) {
+        if (hyprof_cube_alloc_mask(cube) != HYPROF_OK)
+            return -1;
+        cube->nodata = -9999.0;
+        cube->has_nodata = 1;
+        for (size_t y = 0; y < h; y++)
+            for (size_t xx = 0; xx < w; xx++)
+                if (rng_uniform() < masked) {
+                    cube->mask[(ptrdiff_t)y * cube->mask_stride_y + (ptrdiff_t)xx] = 0;
+                    for (size_t b = 0; b < bands; b++)
+                        x[y * w + xx + b * npix] = -9999.0f;
+                }
+    }
+    return 0;
+}
+
+static int pixel_valid(const hyprof_cube_t *c, size_t p)
+{
+    if (!c->mask)
+        return 1;
+    size_t y = p / c->width, x = p % c->width;
+    return c->mask[(ptrdiff_t)y * c->mask_stride_y + (ptrdiff_t)x] != 0;
+}
+
+static int same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* ---- GPU modes ------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    int forced_chunk; /* set $HYPROF_CUDA_CHUNK_PIXELS to about npix/5 */
+    int resident;     /* 0: set $HYPROF_CUDA_RESIDENT=0 */
+} gpu_mode_t;
+
+static const gpu_mode_t g_modes[] = {
+    {"default", 0, 1},
+    {"chunked-resident", 1, 1},
+    {"chunked-streamed", 1, 0},
+};
+#define NMODES (sizeof g_modes / sizeof g_modes[0])
+
+static void set_mode(const gpu_mode_t *m, size_t npix)
+{
+    if (m->forced_chunk) {
+        char buf[32];
+        size_t chunk = npix / 5 + 13; /* 5 chunks, the last one ragged */
+        snprintf(buf, sizeof buf, "%zu", chunk);
+        setenv("HYPROF_CUDA_CHUNK_PIXELS", buf, 1);
+    } else {
+        unsetenv("HYPROF_CUDA_CHUNK_PIXELS");
+    }
+    if (m->resident)
+        unsetenv("HYPROF_CUDA_RESIDENT");
+    else
+        setenv("HYPROF_CUDA_RESIDENT", "0", 1);
+}
+
+static void clear_mode(void)
+{
+    unsetenv("HYPROF_CUDA_CHUNK_PIXELS");
+    unsetenv("HYPROF_CUDA_RESIDENT");
+}
+
+static int expect_cuda(hyprof_ctx_t *gpu, const char *what)
+{
+    g_checks++;
+    if (hyprof_ctx_used_backend(gpu) != HYPROF_BACKEND_CUDA) {
+        FAIL("%s: ran on %s, not cuda", what, hyprof_backend_name(hyprof_ctx_used_backend(gpu)));
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- comparisons -------------------------------------------------------------- */
+
+/* Max over output bands of (max |a-b| over valid pixels) / (max |ref| over valid
+ * pixels); masked pixels must be identical. */
+static double compare_projection(const hyprof_cube_t *in, const hyprof_cube_t *ref,
+                                 const hyprof_cube_t *got, size_t *nodata_mismatch)
+{
+    size_t npix = in->width * in->height;
+    const float *r = ref->data, *g = got->data;
+    double worst = 0.0;
+    *nodata_mismatch = 0;
+    for (size_t k = 0; k < ref->bands; k++) {
+        double maxabs = 0.0, maxerr = 0.0;
+        for (size_t p = 0; p < npix; p++) {
+            float a = r[p + k * npix], b = g[p + k * npix];
+            if (!pixel_valid(in, p)) {
+                if (!same_float(a, b))
+                    (*nodata_mismatch)++;
+                continue;
+            }
+            if (fabs(a) > maxabs)
+                maxabs = fabs(a);
+            double e = fabs((double)a - (double)b);
+            if (!(e <= maxerr)) /* NaN counts as worst */
+                maxerr = isnan(e) ? INFINITY : e;
+        }
+        double rel = maxabs > 0.0 ? maxerr / maxabs : maxerr;
+        if (!(rel <= worst))
+            worst = rel;
+    }
+    return worst;
+}
+
+static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
+                     hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
+{
+    size_t npix = cube->width * cube->height, B = cube->bands;
+    hyprof_pca_model_t *mc = NULL;
+    hyprof_cube_t pc;
+    memset(&pc, 0, sizeof pc);
+    g_checks++;
+    if (hyprof_pca_fit(cpu, cube, ncomp, &mc) != HYPROF_OK) {
+        FAIL("%s: CPU pca fit: %s", label, hyprof_ctx_last_error(cpu));
+        return;
+    }
+    if (hyprof_pca_apply(cpu, mc, cube, &pc) != HYPROF_OK) {
+        FAIL("%s: CPU pca apply: %s", label, hyprof_ctx_last_error(cpu));
+        hyprof_pca_model_free(&mc);
+        return;
+    }
+    const double *mean_c = hyprof_pca_model_mean(mc), *ev_c = hyprof_pca_model_eigenvalues(mc),
+                 *vec_c = hyprof_pca_model_vectors(mc);
+    double maxmean = 0.0;
+    for (size_t b = 0; b < B; b++)
+        if (fabs(mean_c[b]) > maxmean)
+            maxmean = fabs(mean_c[b]);
+
+    for (size_t mi = 0; mi < NMODES; mi++) {
+        char what[256];
+        set_mode(&g_modes[mi], npix);
+        hyprof_pca_model_t *mg = NULL;
+        hyprof_status_t st = hyprof_pca_fit(gpu, cube, ncomp, &mg);
+        g_checks++;
+        if (st != HYPROF_OK) {
+            FAIL("%s [%s]: CUDA pca fit: %s (%s)", label, g_modes[mi].name,
+                 hyprof_status_text(st), hyprof_ctx_last_error(gpu));
+            continue;
+        }
+        snprintf(what, sizeof what, "%s [%s] pca fit", label, g_modes[mi].name);
+        expect_cuda(gpu, what);
+        const double *mean_g = hyprof_pca_model_mean(mg), *ev_g = hyprof_pca_model_eigenvalues(mg),
+                     *vec_g = hyprof_pca_model_vectors(mg);
+        double e_mean = 0.0, e_ev = 0.0, e_vec = 0.0;
+        for (size_t b = 0; b < B; b++) {
+            double d = fabs(mean_c[b]), den = d > 1e-6 * maxmean ? d : 1e-6 * maxmean;
+            double e = den > 0.0 ? fabs(mean_g[b] - mean_c[b]) / den : fabs(mean_g[b]);
+            if (!(e <= e_mean))
+                e_mean = isnan(e) ? INFINITY : e;
+        }
+        for (size_t k = 0; k < ncomp; k++) {
+            double d = fabs(ev_c[k]), den = d > 1e-12 * fabs(ev_c[0]) ? d : 1e-12 * fabs(ev_c[0]);
+            double e = den > 0.0 ? fabs(ev_g[k] - ev_c[k]) / den : fabs(ev_g[k]);
+            if (!(e <= e_ev))
+                e_ev = isnan(e) ? INFINITY : e;
+            for (size_t b = 0; b < B; b++) {
+                double ev = fabs(vec_g[k * B + b] - vec_c[k * B + b]);
+                if (!(ev <= e_vec))
+                    e_vec = isnan(ev) ? INFINITY : ev;
+            }
+        }
+        double tv_c = hyprof_pca_model_total_variance(mc), tv_g = hyprof_pca_model_total_variance(mg);
+        double e_tv = fabs(tv_g - tv_c) / (fabs(tv_c) > 0 ? fabs(tv_c) : 1.0);
+        g_checks++;
+        if (hyprof_pca_model_samples(mg) != hyprof_pca_model_samples(mc))
+            FAIL("%s [%s]: samples %zu (cuda) vs %zu (cpu)", label, g_modes[mi].name,
+                 hyprof_pca_model_samples(mg), hyprof_pca_model_samples(mc));
+        snprintf(what, sizeof what, "%s [%s] pca mean max rel err", label, g_modes[mi].name);
+        check(e_mean <= 1e-9, what, e_mean, 1e-9);
+        snprintf(what, sizeof what, "%s [%s] pca eigenvalue max rel err", label, g_modes[mi].name);
+        check(e_ev <= 1e-9, what, e_ev, 1e-9);
+        snprintf(what, sizeof what, "%s [%s] pca total variance rel err", label, g_modes[mi].name);
+        check(e_tv <= 1e-9, what, e_tv, 1e-9);
+        snprintf(what, sizeof what, "%s [%s] pca component max abs err", label, g_modes[mi].name);
+        check(e_vec <= 1e-6, what, e_vec, 1e-6);
+
+        /* Projections: the CPU model on the GPU (the apply step alone), and the
+         * GPU model on the GPU (the whole GPU pipeline), both against CPU/CPU. */
+        double e_apply = NAN, e_pipe = NAN;
+        size_t bad1 = 0, bad2 = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            hyprof_cube_t pg;
+            memset(&pg, 0, sizeof pg);
+            st = hyprof_pca_apply(gpu, pass == 0 ? mc : mg, cube, &pg);
+            g_checks++;
+            if (st != HYPROF_OK) {
+                FAIL("%s [%s]: CUDA pca apply (%s model): %s (%s)", label, g_modes[mi].name,
+                     pass == 0 ? "cpu" : "cuda", hyprof_status_text(st),
+                     hyprof_ctx_last_error(gpu));
+                continue;
+            }
+            snprintf(what, sizeof what, "%s [%s] pca apply", label, g_modes[mi].name);
+            expect_cuda(gpu, what);
+            g_checks++;
+            if (pg.bands != ncomp || pg.width != cube->width || pg.height != cube->height) {
+                FAIL("%s [%s]: CUDA pca output is %zux%zux%zu", label, g_modes[mi].name, pg.width,
+                     pg.height, pg.bands);
+            } else if (pass == 0) {
+                e_apply = compare_projection(cube, &pc, &pg, &bad1);
+            } else {
+                e_pipe = compare_projection(cube, &pc, &pg, &bad2);
+            }
+            hyprof_cube_free(&pg);
+        }
+        snprintf(what, sizeof what, "%s [%s] pca apply (cpu model) rel err", label,
+                 g_modes[mi].name);
+        check(e_apply <= 1e-4, what, e_apply, 1e-4);
+        snprintf(what, sizeof what, "%s [%s] pca fit+apply rel err", label, g_modes[mi].name);
+        check(e_pipe <= 1e-4, what, e_pipe, 1e-4);
+        g_checks++;
+        if (bad1 || bad2)
+            FAIL("%s [%s]: %zu/%zu masked pixels differ between backends", label,
+                 g_modes[mi].name, bad1, bad2);
+        printf("  pca %-34s %-17s %zu px x %zu bands -> %zu: mean %.2e  eig %.2e  vec %.2e  "
+               "apply %.2e  fit+apply %.2e\n",
+               label, g_modes[mi].name, npix, B, ncomp, e_mean, e_ev, e_vec, e_apply, e_pipe);
+        fflush(stdout);
+        hyprof_pca_model_free(&mg);
+    }
+    clear_mode();
+    hyprof_cube_free(&pc);
+    hyprof_pca_model_free(&mc);
+}
+
+static void test_dwt(const char *label, const hyprof_cube_t *cube, const char *wname,
+                     int levels, hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
+{
+    size_t npix = cube->width * cube->height;
+    const hyprof_wavelet_t *w = hyprof_wavelet_find(wname);
+    g_checks++;
+    if (!w) {
+        FAIL("wavelet '%s' not found", wname);
+        return;
+    }
+    hyprof_cube_t oc;
+    memset(&oc, 0, sizeof oc);
+    g_checks++;
+    if (hyprof_dwt_spectral(cpu, cube, w, levels, &oc) != HYPROF_OK) {
+        FAIL("%s: CPU dwt %s L=%d: %s", label, wname, levels, hyprof_ctx_last_error(cpu));
+        return;
+    }
+    size_t nb = hyprof_dwt_bands(cube->bands, levels);
+    g_checks++;
+    if (oc.bands != nb)
+        FAIL("%s: CPU dwt gives %zu bands, expected %zu", label, oc.bands, nb);
+    for (size_t mi = 0; mi < NMODES; mi++) {
+        /* Chunking does not change the DWT's arithmetic: run the chunked modes
+         * on a subset to keep the test short. */
+        if (mi > 0 && !(levels == 2 || levels == hyprof_dwt_max_levels(cube->bands)))
+            continue;
+        set_mode(&g_modes[mi], npix);
+        hyprof_cube_t og;
+        memset(&og, 0, sizeof og);
+        hyprof_status_t st = hyprof_dwt_spectral(gpu, cube, w, levels, &og);
+        g_checks++;
+        if (st != HYPROF_OK) {
+            FAIL("%s [%s]: CUDA dwt %s L=%d: %s (%s)", label, g_modes[mi].name, wname, levels,
+                 hyprof_status_text(st), hyprof_ctx_last_error(gpu));
+            continue;
+        }
+        char what[256];
+        snprintf(what, sizeof what, "%s [%s] dwt %s L=%d", label, g_modes[mi].name, wname,
+                 levels);
+        expect_cuda(gpu, what);
+        g_checks++;
+        if (og.bands != oc.bands || og.width != oc.width || og.height != oc.height) {
+            FAIL("%s: CUDA output %zu bands, CPU %zu", what, og.bands, oc.bands);
+            hyprof_cube_free(&og);
+            continue;
+        }
+        const float *r = oc.data, *g = og.data;
+        double worst = 0.0;
+        size_t bad_nodata = 0, n_exact = 0, n_valid = 0;
+        for (size_t k = 0; k < oc.bands; k++) {
+            double maxabs = 0.0;
+            for (size_t p = 0; p < npix; p++)
+                if (pixel_valid(cube, p) && fabs(r[p + k * npix]) > maxabs)
+                    maxabs = fabs(r[p + k * npix]);
+            for (size_t p = 0; p < npix; p++) {
+                float a = r[p + k * npix], b = g[p + k * npix];
+                if (!pixel_valid(cube, p)) {
+                    if (!same_float(a, b))
+                        bad_nodata++;
+                    continue;
+                }
+                n_valid++;
+                if (a == b)
+                    n_exact++;
+                double den = fabs(a) > 1e-3 * maxabs ? fabs(a) : 1e-3 * maxabs;
+                double e = den > 0.0 ? fabs((double)a - (double)b) / den
+                                     : fabs((double)a - (double)b);
+                if (!(e <= worst))
+                    worst = isnan(e) ? INFINITY : e;
+            }
+        }
+        char what2[300];
+        snprintf(what2, sizeof what2, "%s max rel err", what);
+        check(worst <= 1e-5, what2, worst, 1e-5);
+        g_checks++;
+        if (bad_nodata)
+            FAIL("%s: %zu masked values differ between backends", what, bad_nodata);
+        printf("  dwt %-34s %-17s %-7s L=%d %zu px x %zu -> %zu bands: max rel %.2e, "
+               "%.1f%% bit-identical\n",
+               label, g_modes[mi].name, wname, levels, npix, cube->bands, oc.bands, worst,
+               n_valid ? 100.0 * (double)n_exact / (double)n_valid : 100.0);
+        fflush(stdout);
+        hyprof_cube_free(&og);
+    }
+    clear_mode();
+    hyprof_cube_free(&oc);
+}
+
+static void test_cube(const char *label, const hyprof_cube_t *cube, size_t ncomp,
+                      hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
+{
+    static const char *wavelets[] = {"haar", "db2", "db4", "bior4.4"};
+    printf("%s: %zu x %zu x %zu, %zu valid pixels\n", label, cube->width, cube->height,
+           cube->bands, hyprof_cube_count_valid(cube));
+    test_pca(label, cube, ncomp, cpu, gpu);
+    int maxl = hyprof_dwt_max_levels(cube->bands);
+    for (size_t i = 0; i < sizeof wavelets / sizeof wavelets[0]; i++) {
+        int levels[4] = {1, 2, 3, maxl}, nl = 0;
+        for (int j = 0; j < 4; j++) {
+            int l = levels[j], dup = 0;
+            for (int q = 0; q < j; q++)
+                dup |= levels[q] == l;
+            if (l >= 1 && l <= maxl && !dup) {
+                test_dwt(label, cube, wavelets[i], l, cpu, gpu);
+                nl++;
+            }
+        }
+        (void)nl;
+    }
+}
+
+/* ---- cancellation ------------------------------------------------------------- */
+
+typedef struct {
+    int calls;
+} cancel_state_t;
+
+static int cancel_on_second(void *user, double fraction, const char *stage)
+{
+    (void)fraction;
+    (void)stage;
+    cancel_state_t *s = user;
+    return ++s->calls >= 2;
+}
+
+static void test_cancel(const hyprof_cube_t *cube)
+{
+    size_t npix = cube->width * cube->height;
+    for (int op = 0; op < 2; op++) {
+        hyprof_ctx_t *ctx = hyprof_ctx_new();
+        if (!ctx) {
+            FAIL("hyprof_ctx_new failed");
+            return;
+        }
+        hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA);
+        cancel_state_t s = {0};
+        hyprof_ctx_set_progress(ctx, cancel_on_second, &s);
+        set_mode(&g_modes[2], npix);
+        hyprof_status_t st;
+        if (op == 0) {
+            hyprof_pca_model_t *m = NULL;
+            st = hyprof_pca_fit(ctx, cube, 3, &m);
+            hyprof_pca_model_free(&m);
+        } else {
+            hyprof_cube_t o;
+            memset(&o, 0, sizeof o);
+            st = hyprof_dwt_spectral(ctx, cube, hyprof_wavelet_find("db4"), 2, &o);
+            hyprof_cube_free(&o);
+        }
+        clear_mode();
+        g_checks++;
+        if (st != HYPROF_ERR_CANCELLED)
+            FAIL("cancel %s: status %s (%s), expected cancelled", op == 0 ? "pca fit" : "dwt",
+                 hyprof_status_text(st), hyprof_ctx_last_error(ctx));
+        else
+            printf("  cancel %-8s cancelled after %d progress call(s): %s\n",
+                   op == 0 ? "pca fit" : "dwt", s.calls, hyprof_ctx_last_error(ctx));
+        hyprof_ctx_free(&ctx);
+    }
+}
+
+/* ---- real cube ---------------------------------------------------------------- */
+
+static int load_raw(const char *path, size_t w, size_t h, size_t b, hyprof_cube_t *cube)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        FAIL("cannot open %s", path);
+        return -1;
+    }
+    if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, b) != HYPROF_OK) {
+        fclose(f);
+        FAIL("cannot allocate a %zux%zux%zu cube", w, h, b);
+        return -1;
+    }
+    size_t n = w * h * b, got = fread(cube->data, sizeof(float), n, f);
+    fclose(f);
+    if (got != n) {
+        FAIL("%s: read %zu of %zu floats", path, got, n);
+        hyprof_cube_free(cube);
+        return -1;
+    }
+    hyprof_cube_mask_invalid(cube);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int ndev = hyprof_cuda_device_count();
+    if (ndev <= 0) {
+        printf("test_gpu_parity: no CUDA device (or a CPU-only build): skipped\n");
+        return SKIP_CODE;
+    }
+    char name[256];
+    size_t total = 0, freeb = 0;
+    hyprof_status_t st = hyprof_cuda_device_info(0, name, sizeof name, &total, &freeb);
+    g_checks++;
+    if (st != HYPROF_OK)
+        FAIL("hyprof_cuda_device_info(0): %s", hyprof_status_text(st));
+    else
+        printf("%s %s, %d device(s); device 0: %s, %.1f GiB, %.1f GiB free\n", hyprof_version(),
+               hyprof_build_info(), ndev, name, (double)total / 1073741824.0,
+               (double)freeb / 1073741824.0);
+    g_checks++;
+    if (hyprof_cuda_device_info(ndev, name, sizeof name, NULL, NULL) == HYPROF_OK)
+        FAIL("hyprof_cuda_device_info(%d) accepted a device that does not exist", ndev);
+    clear_mode();
+
+    hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
+    if (!cpu || !gpu) {
+        printf("FAIL: hyprof_ctx_new\n");
+        return 1;
+    }
+    if (hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU) != HYPROF_OK ||
+        hyprof_ctx_set_backend(gpu, HYPROF_BACKEND_CUDA) != HYPROF_OK) {
+        printf("FAIL: hyprof_ctx_set_backend\n");
+        return 1;
+    }
+
+    struct {
+        const char *label;
+        size_t w, h, b, ncomp;
+        uint64_t seed;
+        double masked;
+    } cases[] = {
+        {"small-45b-masked", 37, 23, 45, 6, 11, 0.10},
+        {"pavia-like-103b", 64, 48, 103, 7, 12, 0.0},
+        {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05},
+        {"tiny-5b", 9, 7, 5, 3, 14, 0.0},
+        {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        hyprof_cube_t c;
+        memset(&c, 0, sizeof c);
+        if (make_cube(&c, cases[i].w, cases[i].h, cases[i].b, cases[i].seed, cases[i].masked)) {
+            FAIL("cannot build cube %s", cases[i].label);
+            continue;
+        }
+        test_cube(cases[i].label, &c, cases[i].ncomp, cpu, gpu);
+        if (i == sizeof cases / sizeof cases[0] - 1)
+            test_cancel(&c);
+        hyprof_cube_free(&c);
+    }
+
+    /* A bad device id is refused, not crashed on. */
+    {
+        hyprof_ctx_t *bad = hyprof_ctx_new();
+        hyprof_cube_t c;
+        memset(&c, 0, sizeof c);
+        if (bad && make_cube(&c, 8, 8, 16, 21, 0.0) == 0) {
+            hyprof_ctx_set_backend(bad, HYPROF_BACKEND_CUDA);
+            if (hyprof_ctx_set_device(bad, ndev) == HYPROF_OK) {
+                hyprof_cube_t o;
+                memset(&o, 0, sizeof o);
+                st = hyprof_dwt_spectral(bad, &c, hyprof_wavelet_find("haar"), 1, &o);
+                hyprof_cube_free(&o);
+                g_checks++;
+                if (st != HYPROF_ERR_NO_DEVICE)
+                    FAIL("device %d: status %s, expected no device", ndev,
+                         hyprof_status_text(st));
+                else
+                    printf("  device %d refused: %s\n", ndev, hyprof_ctx_last_error(bad));
+            }
+        }
+        hyprof_cube_free(&c);
+        hyprof_ctx_free(&bad);
+    }
+
+    if (argc >= 5) {
+        size_t w = strtoull(argv[2], NULL, 10), h = strtoull(argv[3], NULL, 10),
+               b = strtoull(argv[4], NULL, 10);
+        hyprof_cube_t c;
+        memset(&c, 0, sizeof c);
+        if (w && h && b && load_raw(argv[1], w, h, b, &c) == 0) {
+            test_cube(argv[1], &c, b < 7 ? b : 7, cpu, gpu);
+            hyprof_cube_free(&c);
+        } else if (!(w && h && b)) {
+            FAIL("bad dimensions %s %s %s", argv[2], argv[3], argv[4]);
+        }
+    } else if (argc > 1) {
+        printf("usage: %s [RAW_FLOAT32_BSQ WIDTH HEIGHT BANDS]\n", argv[0]);
+        g_failures++;
+    }
+
+    hyprof_ctx_free(&cpu);
+    hyprof_ctx_free(&gpu);
+    printf("%d checks, %d failure(s)\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
