@@ -5,6 +5,7 @@
  *   hyprof <op> [options] INPUT OUTPUT */
 #include "cli.h"
 
+#include <cpl_error.h>
 #include <gdal.h>
 #include <string.h>
 
@@ -60,6 +61,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "describe") == 0)
         return cli_describe(argc - 2, argv + 2);
     GDALAllRegister();
+    /* GDAL's reasons are folded into hyprof's own one-line messages. */
+    CPLSetErrorHandler(CPLQuietErrorHandler);
     if (strcmp(cmd, "info") == 0)
         return cli_info(argc - 2, argv + 2);
     const hyprof_op_t *op = hyprof_op_find(cmd);

@@ -155,7 +155,7 @@ int cli_run(cli_command_t *cmd)
     swap_side_files(cmd, side, nside, 0);
     if (st != HYPROF_OK) {
         cli_progress_done(&pg);
-        cli_error(name, "%s", hyprof_ctx_last_error(ctx));
+        cli_error(NULL, "%s", hyprof_ctx_last_error(ctx)); /* "op: ..." */
         rc = exit_code(st, 0);
         finish_side_files(side, nside, 0, err, sizeof err);
         goto done;

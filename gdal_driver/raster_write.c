@@ -45,8 +45,10 @@ hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, 
     if (!dir)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
     hyprof_status_t st = HYPROF_OK;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (stat(dir, &sb) != 0)
         st = say(HYPROF_ERR_ARGUMENT, err, n, "output folder '%s' does not exist", dir);
+    else if (!S_ISDIR(sb.st_mode))
+        st = say(HYPROF_ERR_ARGUMENT, err, n, "output folder '%s' is not a folder", dir);
     else if (access(dir, W_OK | X_OK) != 0)
         st = say(HYPROF_ERR_ARGUMENT, err, n, "output folder '%s' is not writable: %s", dir,
                  strerror(errno));

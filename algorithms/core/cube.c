@@ -229,6 +229,10 @@ hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hypro
     memset(tmp, 0, sizeof *tmp);
     if (hyprof_cube_check(in, why, sizeof why) != HYPROF_OK)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "bad input cube: %s", why);
+    if (hyprof_cube_count_valid(in) == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                             "the input has no valid pixel: all %zu are nodata",
+                             in->width * in->height);
     if (hyprof_cube_is_f32_bsq(in)) {
         *bsq = in;
         return HYPROF_OK;

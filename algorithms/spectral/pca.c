@@ -31,11 +31,13 @@ static void masked_means(const hyprof_pca_fit_args_t *a, int threads)
 }
 
 /* Copies pixels [p0, p0+n) centred into buf (n x bands, column-major);
- * masked pixels become zero rows so they add nothing to products. */
+ * masked pixels become zero rows so they add nothing to products. Serial on
+ * purpose: it is memory-bound and cheap, and an OpenMP region between two
+ * BLAS calls leaves OpenMP threads spinning against BLAS's own threads
+ * (measured: 4x slower PCA on 2 cores). */
 static void centre_chunk(const float *x, const uint8_t *mask, size_t npix, size_t bands,
-                         const double *mean, size_t p0, size_t n, double *buf, int threads)
+                         const double *mean, size_t p0, size_t n, double *buf)
 {
-    #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t b = 0; b < bands; b++) {
         const float *xb = x + b * npix + p0;
         double *d = buf + b * n;
@@ -59,7 +61,7 @@ hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
     masked_means(a, threads);
     for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
         size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
-        centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf, threads);
+        centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf);
         cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, (int)B, (int)n, 1.0, buf, (int)n,
                     1.0, cov, (int)B);
         if ((st = hyprof__progress(ctx, 0.9 * (double)(p0 + n) / (double)a->npix, OP)))
@@ -87,7 +89,6 @@ hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
     hyprof_pca_apply_args_t *a = args;
     size_t B = a->bands, K = a->components;
     size_t chunk = a->npix < CPU_CHUNK ? a->npix : CPU_CHUNK;
-    int threads = hyprof__threads(ctx);
     double *buf = malloc(chunk * B * sizeof *buf), *y = malloc(chunk * K * sizeof *y);
     hyprof_status_t st = HYPROF_OK;
     if (!buf || !y) {
@@ -96,7 +97,7 @@ hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
     }
     for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
         size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
-        centre_chunk(a->x, NULL, a->npix, B, a->mean, p0, n, buf, threads);
+        centre_chunk(a->x, NULL, a->npix, B, a->mean, p0, n, buf);
         cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)K, (int)B, 1.0, buf,
                     (int)n, a->vectors, (int)B, 0.0, y, (int)n);
         for (size_t k = 0; k < K; k++)
