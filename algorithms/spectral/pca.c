@@ -11,9 +11,15 @@
 #include <string.h>
 
 #define OP "pca"
+
+/* OpenBLAS runs its own thread pool: give it the context's thread count for
+ * the covariance, and restore the caller's setting after. Weak, so any other
+ * CBLAS works too (then its own settings apply). */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
 /* Pixels per BLAS call: big enough for dsyrk/dgemm to run at full speed,
  * small enough that the double copy stays a few MB. */
-#define CPU_CHUNK 8192
+#define CPU_CHUNK 16384
 
 /* ---- CPU backend --------------------------------------------------------- */
 
@@ -59,14 +65,21 @@ hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
         goto done;
     }
     masked_means(a, threads);
+    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(threads);
     for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
         size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
         centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf);
         cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, (int)B, (int)n, 1.0, buf, (int)n,
                     1.0, cov, (int)B);
         if ((st = hyprof__progress(ctx, 0.9 * (double)(p0 + n) / (double)a->npix, OP)))
-            goto done;
+            break;
     }
+    if (openblas_set_num_threads && blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+    if (st != HYPROF_OK)
+        goto done;
     for (size_t j = 0; j < B; j++)
         for (size_t i = 0; i <= j; i++)
             cov[i + j * B] /= (double)(a->nvalid - 1);
@@ -84,33 +97,78 @@ done:
     return st;
 }
 
+/* Projection without BLAS: a skinny n x B x K product is memory-bound, and
+ * OpenMP over pixel tiles beats many small threaded dgemm calls (whose
+ * threads also fight OpenMP's). out = V^T x - V^T mean, accumulated in
+ * double per tile. */
+#define APPLY_TILE 512
+
+static void project_tile(const hyprof_pca_apply_args_t *a, const double *offset, size_t p0,
+                         size_t n, double *acc)
+{
+    size_t K = a->components;
+    for (size_t k = 0; k < K; k++)
+        for (size_t i = 0; i < n; i++)
+            acc[k * APPLY_TILE + i] = -offset[k];
+    for (size_t b = 0; b < a->bands; b++) {
+        const float *x = a->x + b * a->npix + p0;
+        for (size_t k = 0; k < K; k++) {
+            double v = a->vectors[b + k * a->bands];
+            double *ak = acc + k * APPLY_TILE;
+            for (size_t i = 0; i < n; i++)
+                ak[i] += v * (double)x[i];
+        }
+    }
+    for (size_t k = 0; k < K; k++)
+        for (size_t i = 0; i < n; i++)
+            a->out[k * a->npix + p0 + i] =
+                (!a->mask || a->mask[p0 + i]) ? (float)acc[k * APPLY_TILE + i] : a->nodata;
+}
+
 hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_pca_apply_args_t *a = args;
-    size_t B = a->bands, K = a->components;
-    size_t chunk = a->npix < CPU_CHUNK ? a->npix : CPU_CHUNK;
-    double *buf = malloc(chunk * B * sizeof *buf), *y = malloc(chunk * K * sizeof *y);
-    hyprof_status_t st = HYPROF_OK;
-    if (!buf || !y) {
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the projection buffers");
-        goto done;
+    size_t K = a->components, ntiles = (a->npix + APPLY_TILE - 1) / APPLY_TILE, done = 0;
+    double *offset = calloc(K, sizeof *offset);
+    int stop = 0, nomem = 0;
+    if (!offset)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    for (size_t k = 0; k < K; k++)
+        for (size_t b = 0; b < a->bands; b++)
+            offset[k] += a->vectors[b + k * a->bands] * a->mean[b];
+    #pragma omp parallel num_threads(hyprof__threads(ctx))
+    {
+        double *acc = malloc(K * APPLY_TILE * sizeof *acc);
+        if (!acc) {
+            #pragma omp atomic write
+            nomem = 1;
+        }
+        #pragma omp for schedule(dynamic, 16)
+        for (size_t t = 0; t < ntiles; t++) {
+            int halt;
+            #pragma omp atomic read
+            halt = stop;
+            if (halt || !acc)
+                continue;
+            size_t p0 = t * APPLY_TILE;
+            project_tile(a, offset, p0, a->npix - p0 < APPLY_TILE ? a->npix - p0 : APPLY_TILE,
+                         acc);
+            size_t now;
+            #pragma omp atomic capture
+            now = ++done;
+            if (now % 64 == 0 && hyprof__progress_omp(ctx, (double)now / (double)ntiles, OP)) {
+                #pragma omp atomic write
+                stop = 1;
+            }
+        }
+        free(acc);
     }
-    for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
-        size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
-        centre_chunk(a->x, NULL, a->npix, B, a->mean, p0, n, buf);
-        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)K, (int)B, 1.0, buf,
-                    (int)n, a->vectors, (int)B, 0.0, y, (int)n);
-        for (size_t k = 0; k < K; k++)
-            for (size_t i = 0; i < n; i++)
-                a->out[k * a->npix + p0 + i] =
-                    (!a->mask || a->mask[p0 + i]) ? (float)y[k * n + i] : a->nodata;
-        if ((st = hyprof__progress(ctx, (double)(p0 + n) / (double)a->npix, OP)))
-            goto done;
-    }
-done:
-    free(buf);
-    free(y);
-    return st;
+    free(offset);
+    if (nomem)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate projection tiles");
+    if (stop)
+        return hyprof__error(ctx, HYPROF_ERR_CANCELLED, OP, "cancelled");
+    return hyprof__progress(ctx, 1.0, OP);
 }
 
 /* ---- the public API: checks, dispatch, ordering ---------------------------- */

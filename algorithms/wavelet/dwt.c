@@ -8,8 +8,9 @@
 #include <string.h>
 
 #define OP "dwt"
-/* Pixels per thread task: their spectra (as double) stay in L2. */
-#define CPU_TILE 256
+/* Pixels per thread task: 64 spectra of a few hundred bands (as double)
+ * stay in L2, and 64 is a long enough inner loop for SIMD. */
+#define CPU_TILE 64
 
 size_t hyprof_dwt_bands(size_t bands, int levels)
 {
@@ -28,23 +29,30 @@ int hyprof_dwt_max_levels(size_t bands)
     return l;
 }
 
-/* One periodized analysis step, PyWavelets' convention: an odd signal repeats
- * its last sample, then a[o] = sum_j lo[j] s[(flen/2 + 2o - j) mod n']. */
-static size_t analysis_step(double *s, size_t n, const double *lo, size_t flen, double *a)
+/* One periodized analysis step on a tile of T spectra stored band-major
+ * (s[b*T + i] is band b of pixel i), PyWavelets' convention: an odd signal
+ * repeats its last sample, then a[o] = sum_j lo[j] s[(flen/2 + 2o - j) mod n'].
+ * The index arithmetic is done once per (o, j) and the inner loop runs over
+ * the tile's pixels, contiguous, so it vectorises. s needs room for n+1 rows. */
+static size_t analysis_step(double *s, size_t n, size_t T, const double *lo, size_t flen,
+                            double *a)
 {
     if (n & 1) {
-        s[n] = s[n - 1];
+        memcpy(s + n * T, s + (n - 1) * T, T * sizeof *s);
         n++;
     }
     size_t half = n / 2;
     for (size_t o = 0; o < half; o++) {
-        double acc = 0.0;
-        long i = (long)(flen / 2 + 2 * o);
+        double *ao = a + o * T;
+        memset(ao, 0, T * sizeof *ao);
+        long c = (long)(flen / 2 + 2 * o);
         for (size_t j = 0; j < flen; j++) {
-            long k = (i - (long)j) % (long)n;
-            acc += lo[j] * s[k < 0 ? k + (long)n : k];
+            long k = (c - (long)j) % (long)n;
+            const double *sk = s + (size_t)(k < 0 ? k + (long)n : k) * T;
+            double v = lo[j];
+            for (size_t i = 0; i < T; i++)
+                ao[i] += v * sk[i];
         }
-        a[o] = acc;
     }
     return half;
 }
@@ -56,9 +64,9 @@ hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args)
     int threads = hyprof__threads(ctx), failed = 0;
     #pragma omp parallel num_threads(threads)
     {
-        /* Per thread: the tile's spectra, pixel-major, and a level buffer. */
+        /* Per thread: the tile's spectra and one level's output, band-major. */
         double *spec = malloc(CPU_TILE * (a->bands + 1) * sizeof *spec);
-        double *tmp = malloc((a->bands + 2) * sizeof *tmp);
+        double *tmp = malloc(CPU_TILE * (a->bands / 2 + 1) * sizeof *tmp);
         if (!spec || !tmp) {
             #pragma omp atomic write
             failed = 1;
@@ -71,24 +79,20 @@ hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args)
             if (stop)
                 continue;
             size_t p0 = t * CPU_TILE, n = a->npix - p0 < CPU_TILE ? a->npix - p0 : CPU_TILE;
-            size_t ld = a->bands + 1;
             for (size_t b = 0; b < a->bands; b++) {
                 const float *x = a->x + b * a->npix + p0;
                 for (size_t i = 0; i < n; i++)
-                    spec[i * ld + b] = x[i];
+                    spec[b * n + i] = x[i];
             }
-            for (size_t i = 0; i < n; i++) {
-                double *s = spec + i * ld;
-                size_t len = a->bands;
-                for (int l = 0; l < a->levels; l++) {
-                    len = analysis_step(s, len, a->lo, a->flen, tmp);
-                    memcpy(s, tmp, len * sizeof *s);
-                }
+            size_t len = a->bands;
+            for (int l = 0; l < a->levels; l++) {
+                len = analysis_step(spec, len, n, a->lo, a->flen, tmp);
+                memcpy(spec, tmp, len * n * sizeof *spec);
             }
             for (size_t k = 0; k < a->out_bands; k++) {
                 float *o = a->out + k * a->npix + p0;
                 for (size_t i = 0; i < n; i++)
-                    o[i] = (!a->mask || a->mask[p0 + i]) ? (float)spec[i * ld + k] : a->nodata;
+                    o[i] = (!a->mask || a->mask[p0 + i]) ? (float)spec[k * n + i] : a->nodata;
             }
             size_t now;
             #pragma omp atomic capture

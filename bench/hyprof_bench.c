@@ -1,0 +1,429 @@
+/* hyprof_bench: times one feature-extraction operation of libhyprof on a raw
+ * float32 BSQ cube and prints one JSON line.
+ *
+ * Each repetition times the whole public call, host memory in and host memory
+ * out, so a CUDA run includes its host<->device transfers: that is what a
+ * caller of the library pays. One untimed warm-up comes first (CUDA context
+ * creation, cuBLAS/cuSOLVER handles, OpenMP thread pool).
+ *
+ * Uses the public API only. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "hyprof/hyprof.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+
+typedef struct {
+    const char *op;      /* "pca" | "dwt" */
+    const char *backend; /* "cpu" | "cuda" | "auto" */
+    const char *input;
+    const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
+    const char *wavelet;
+    size_t width, height, bands;
+    long components, levels, repeat, threads, device;
+} options_t;
+
+/* What one repetition measured: the total, and the stages when there are several. */
+typedef struct {
+    double total, fit, apply;
+} timing_t;
+
+static void usage(FILE *f)
+{
+    fputs("usage: hyprof_bench --op pca|dwt --backend cpu|cuda|auto --input CUBE.f32\n"
+          "                    --width W --height H --bands B\n"
+          "                    [--components 7] [--wavelet db4] [--levels 4]\n"
+          "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
+          "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
+          "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
+          f);
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int parse_long(const char *name, const char *text, long lo, long hi, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "hyprof_bench: bad --%s '%s' (an integer in %ld..%ld)\n", name,
+                text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options_t *o)
+{
+    long w = 0, h = 0, b = 0;
+    *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
+                     .repeat = 5, .threads = 0, .device = 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            fprintf(stderr, "hyprof_bench: unexpected or incomplete argument '%s'\n", a);
+            return -1;
+        }
+        const char *name = a + 2, *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(name, "op")) o->op = v;
+        else if (!strcmp(name, "backend")) o->backend = v;
+        else if (!strcmp(name, "input")) o->input = v;
+        else if (!strcmp(name, "output")) o->output = v;
+        else if (!strcmp(name, "wavelet")) o->wavelet = v;
+        else if (!strcmp(name, "width")) rc = parse_long(name, v, 1, LONG_MAX, &w);
+        else if (!strcmp(name, "height")) rc = parse_long(name, v, 1, LONG_MAX, &h);
+        else if (!strcmp(name, "bands")) rc = parse_long(name, v, 1, 1000000, &b);
+        else if (!strcmp(name, "components")) rc = parse_long(name, v, 1, 1000000, &o->components);
+        else if (!strcmp(name, "levels")) rc = parse_long(name, v, 1, 64, &o->levels);
+        else if (!strcmp(name, "repeat")) rc = parse_long(name, v, 1, 100000, &o->repeat);
+        else if (!strcmp(name, "threads")) rc = parse_long(name, v, 0, 65536, &o->threads);
+        else if (!strcmp(name, "device")) rc = parse_long(name, v, 0, 1024, &o->device);
+        else {
+            fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
+            return -1;
+        }
+        if (rc)
+            return -1;
+    }
+    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca or dwt (got '%s')\n",
+                o->op ? o->op : "nothing");
+        return -1;
+    }
+    if (!o->input || !w || !h || !b) {
+        fprintf(stderr, "hyprof_bench: --input, --width, --height and --bands are required\n");
+        return -1;
+    }
+    o->width = (size_t)w;
+    o->height = (size_t)h;
+    o->bands = (size_t)b;
+    return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n-1]; sorts `scratch` (n slots), leaves v in run order. */
+static double median(const double *v, double *scratch, size_t n)
+{
+    memcpy(scratch, v, n * sizeof *v);
+    qsort(scratch, n, sizeof *scratch, cmp_double);
+    return n % 2 ? scratch[n / 2] : 0.5 * (scratch[n / 2 - 1] + scratch[n / 2]);
+}
+
+static float *read_cube(const char *path, size_t count)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "hyprof_bench: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    float *data = malloc(count * sizeof *data);
+    if (!data) {
+        fprintf(stderr, "hyprof_bench: out of memory for %zu floats\n", count);
+        fclose(f);
+        return NULL;
+    }
+    size_t got = fread(data, sizeof *data, count, f);
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != count || extra) {
+        fprintf(stderr,
+                "hyprof_bench: '%s' is not %zu float32 values (width*height*bands)\n",
+                path, count);
+        free(data);
+        return NULL;
+    }
+    return data;
+}
+
+static int write_cube(const char *path, const hyprof_cube_t *cube)
+{
+    size_t n = cube->width * cube->height * cube->bands;
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(cube->data, sizeof(float), n, f) != n) {
+        fprintf(stderr, "hyprof_bench: cannot write '%s'\n", path);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return fclose(f) ? -1 : 0;
+}
+
+/* The CPU's model name from /proc/cpuinfo (Linux), for the JSON line. */
+static void cpu_name(char *name, size_t len)
+{
+    snprintf(name, len, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ' || *p == '\t')
+                    p++;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(name, len, "%s", p);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+/* One run of the operation; `out` receives the owned result cube. */
+static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
+                                const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
+                                hyprof_cube_t *out, timing_t *t)
+{
+    hyprof_status_t st;
+    memset(out, 0, sizeof *out);
+    double t0 = now_seconds();
+    if (!strcmp(o->op, "pca")) {
+        hyprof_pca_model_t *model = NULL;
+        st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
+        double t1 = now_seconds();
+        if (st == HYPROF_OK)
+            st = hyprof_pca_apply(ctx, model, in, out);
+        double t2 = now_seconds();
+        hyprof_pca_model_free(&model);
+        t->fit = t1 - t0;
+        t->apply = t2 - t1;
+        t->total = t2 - t0;
+    } else {
+        st = hyprof_dwt_spectral(ctx, in, wav, (int)o->levels, out);
+        t->total = now_seconds() - t0;
+        t->fit = t->apply = NAN;
+    }
+    return st;
+}
+
+static void checksum(const hyprof_cube_t *out, double *sum, double *abs_sum)
+{
+    const float *p = out->data;
+    size_t n = out->width * out->height * out->bands;
+    double s = 0.0, a = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(p[i]))
+            continue;
+        s += p[i];
+        a += fabs(p[i]);
+    }
+    *sum = s;
+    *abs_sum = a;
+}
+
+static void print_head(const options_t *o, const char *backend, const char *device)
+{
+    printf("{\"op\":");
+    json_string(stdout, o->op);
+    printf(",\"backend\":");
+    json_string(stdout, backend);
+    printf(",\"device\":");
+    json_string(stdout, device);
+    printf(",\"width\":%zu,\"height\":%zu,\"bands\":%zu", o->width, o->height, o->bands);
+    if (!strcmp(o->op, "pca"))
+        printf(",\"components\":%ld", o->components);
+    else {
+        printf(",\"wavelet\":");
+        json_string(stdout, o->wavelet);
+        printf(",\"levels\":%ld", o->levels);
+    }
+    printf(",\"hyprof_version\":");
+    json_string(stdout, hyprof_version());
+    printf(",\"hyprof_build\":");
+    json_string(stdout, hyprof_build_info());
+}
+
+static int fail(hyprof_ctx_t *ctx, const char *what, hyprof_status_t st)
+{
+    const char *msg = ctx ? hyprof_ctx_last_error(ctx) : NULL;
+    fprintf(stderr, "hyprof_bench: %s failed: %s%s%s\n", what, hyprof_status_text(st),
+            msg && *msg ? ": " : "", msg && *msg ? msg : "");
+    return EXIT_RUNTIME;
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    if (parse_args(argc, argv, &o)) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    hyprof_backend_t backend;
+    if (hyprof_backend_parse(o.backend, &backend) != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: bad --backend '%s' (auto, cpu or cuda)\n", o.backend);
+        return EXIT_USAGE;
+    }
+    const hyprof_wavelet_t *wav = NULL;
+    if (!strcmp(o.op, "dwt") && !(wav = hyprof_wavelet_find(o.wavelet))) {
+        fprintf(stderr, "hyprof_bench: unknown --wavelet '%s'\n", o.wavelet);
+        return EXIT_USAGE;
+    }
+
+    char device[256];
+    if (backend == HYPROF_BACKEND_CUDA) {
+        if (hyprof_cuda_device_count() <= (int)o.device) {
+            print_head(&o, "cuda", "none");
+            printf(",\"skipped\":\"no CUDA device %ld (library built %s, %d device(s))\"}\n",
+                   o.device, hyprof_build_info(), hyprof_cuda_device_count());
+            return 0;
+        }
+        size_t total = 0, free_b = 0;
+        hyprof_status_t st = hyprof_cuda_device_info((int)o.device, device, sizeof device,
+                                                     &total, &free_b);
+        if (st != HYPROF_OK)
+            return fail(NULL, "hyprof_cuda_device_info", st);
+    } else {
+        cpu_name(device, sizeof device);
+    }
+
+    size_t count = o.width * o.height * o.bands;
+    if (count / o.width / o.height != o.bands) {
+        fprintf(stderr, "hyprof_bench: cube size overflows\n");
+        return EXIT_USAGE;
+    }
+    float *data = read_cube(o.input, count);
+    if (!data)
+        return EXIT_USAGE;
+
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    if (!ctx) {
+        free(data);
+        fprintf(stderr, "hyprof_bench: hyprof_ctx_new failed\n");
+        return EXIT_RUNTIME;
+    }
+    hyprof_status_t st = hyprof_ctx_set_backend(ctx, backend);
+    if (st == HYPROF_OK)
+        st = hyprof_ctx_set_device(ctx, (int)o.device);
+    if (st == HYPROF_OK)
+        st = hyprof_ctx_set_threads(ctx, (int)o.threads);
+    if (st != HYPROF_OK) {
+        int rc = fail(ctx, "context setup", st);
+        hyprof_ctx_free(&ctx);
+        free(data);
+        return rc;
+    }
+    hyprof_cube_t in = hyprof_cube_bsq(data, HYPROF_FLOAT32, o.width, o.height, o.bands);
+
+    size_t n = (size_t)o.repeat;
+    double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
+           *app = calloc(n, sizeof *app), *scratch = calloc(n, sizeof *scratch);
+    hyprof_cube_t out;
+    timing_t t;
+    int rc = 0;
+    if (!tot || !fit || !app || !scratch) {
+        fprintf(stderr, "hyprof_bench: out of memory\n");
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    /* Warm-up, untimed. */
+    st = run_once(ctx, &o, &in, wav, &out, &t);
+    if (st != HYPROF_OK) {
+        rc = fail(ctx, o.op, st);
+        goto done;
+    }
+    hyprof_cube_free(&out);
+    for (size_t r = 0; r < n; r++) {
+        st = run_once(ctx, &o, &in, wav, &out, &t);
+        if (st != HYPROF_OK) {
+            rc = fail(ctx, o.op, st);
+            goto done;
+        }
+        tot[r] = t.total;
+        fit[r] = t.fit;
+        app[r] = t.apply;
+        if (r + 1 < n)
+            hyprof_cube_free(&out);
+    }
+    /* `out` now holds the last repetition's result. */
+    double sum, abs_sum;
+    checksum(&out, &sum, &abs_sum);
+    if (o.output && write_cube(o.output, &out)) {
+        hyprof_cube_free(&out);
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    hyprof_backend_t used = hyprof_ctx_used_backend(ctx);
+    if (backend != HYPROF_BACKEND_AUTO && used != backend) {
+        fprintf(stderr, "hyprof_bench: asked for %s but the library ran on %s\n",
+                hyprof_backend_name(backend), hyprof_backend_name(used));
+        hyprof_cube_free(&out);
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    if (used != HYPROF_BACKEND_CUDA)
+        cpu_name(device, sizeof device);
+
+    int threads = hyprof_ctx_threads(ctx);
+    if (threads <= 0)
+        threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    double min_total = tot[0];
+    for (size_t r = 1; r < n; r++)
+        if (tot[r] < min_total)
+            min_total = tot[r];
+
+    print_head(&o, hyprof_backend_name(used), device);
+    printf(",\"threads\":%d,\"repeat\":%zu,\"out_bands\":%zu", threads, n, out.bands);
+    printf(",\"median_s\":%.9g,\"min_s\":%.9g", median(tot, scratch, n), min_total);
+    if (!strcmp(o.op, "pca"))
+        printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n));
+    printf(",\"times_s\":[");
+    for (size_t r = 0; r < n; r++) /* in run order */
+        printf("%s%.9g", r ? "," : "", tot[r]);
+    printf("],\"checksum\":%.17g,\"checksum_abs\":%.17g}\n", sum, abs_sum);
+    hyprof_cube_free(&out);
+
+done:
+    free(tot);
+    free(fit);
+    free(app);
+    free(scratch);
+    hyprof_ctx_free(&ctx);
+    free(data);
+    return rc;
+}

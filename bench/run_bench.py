@@ -1,0 +1,747 @@
+#!/usr/bin/env python3
+"""Benchmark libhyprof (CPU and CUDA) against its peers on cubes of the seeds'
+scene sizes, built by mirroring real data.
+
+For each scene: a real cube (bench/data/*.npy, made by prepare_data.py) is
+mirrored spatially (symmetric extension, as numpy.pad mode='symmetric', repeated
+as often as needed) to the scene's width and height, and spectrally to its band
+count (mirror-extended when more bands are needed, an evenly spaced band subset
+when fewer). The cube is written as raw float32 BSQ, then in the same run:
+
+  pca  hyprof_bench --op pca (fit + apply, per backend), scikit-learn
+       PCA(n_components).fit_transform (svd_solver 'full' and, where the installed
+       version has it, 'covariance_eigh'), NumPy covariance + eigh + projection
+       (float64 and float32), and CuPy's (covariance + eigh + projection, host
+       arrays in and out) where CuPy sees a GPU;
+  dwt  hyprof_bench --op dwt (per backend), PyWavelets
+       wavedec(mode='periodization', axis=-1)[0] on the pixel-major array and
+       wavedec(axis=0)[0] on the band-sequential one.
+
+hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
+public API call, host memory in and out). Peers are timed the same way with
+time.perf_counter. Every implementation gets the same thread count (hyprof
+--threads; OMP/OpenBLAS/MKL/BLIS variables and threadpoolctl for the peers).
+hyprof's output is compared with a reference (NumPy float64 eigh for PCA, sign
+fixed as hyprof fixes it; PyWavelets for DWT) and the max relative difference is
+reported.
+
+Results: a new dated section appended to bench/results.md (earlier sections are
+never touched) and the same rows in bench/results/<date>-<host>.json (a list of
+runs, appended to).
+
+Needs python3 with numpy; scikit-learn, PyWavelets, threadpoolctl and CuPy are
+used when present. No GDAL.
+"""
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# name: (width, height, bands, default source). Sizes as DESIGN.md lists them;
+# the first two numbers are taken as width x height (only the pixel count
+# matters for these spectral operations).
+SCENES = {
+    "indian_pines": (145, 145, 200, "indian_pines"),
+    "samson": (95, 95, 156, "samson"),
+    "pavia_u": (610, 340, 103, "samson"),
+    "pavia_c": (1096, 715, 102, "samson"),
+    "salinas": (512, 217, 204, "indian_pines"),
+    "houston": (1905, 349, 144, "samson"),
+    "wtc": (614, 512, 224, "indian_pines"),
+    "multispectral": (10748, 12288, 8, "indian_pines"),  # 4.2 GB float32: --huge
+}
+HUGE = {"multispectral"}
+DEFAULT_SCENES = [s for s in SCENES if s not in HUGE]
+
+np = None  # imported in load_numeric(), after the thread variables are set
+
+
+# ---------------------------------------------------------------- cube making
+
+def mirror_index(n_out, n_in):
+    """Indices 0..n_in-1 extended symmetrically (edge repeated) to n_out:
+    what numpy.pad(mode='symmetric') does on the right, for any length."""
+    i = np.arange(n_out) % (2 * n_in)
+    return np.where(i < n_in, i, 2 * n_in - 1 - i)
+
+
+def band_index(n_out, n_in):
+    if n_out <= n_in:  # an evenly spaced subset keeps the spectral range
+        return np.round(np.linspace(0, n_in - 1, n_out)).astype(np.intp)
+    return mirror_index(n_out, n_in)
+
+
+def mirror_cube(src, width, height, bands):
+    """src (bands, height, width) -> float32 (bands, height, width) of the new size."""
+    b0, h0, w0 = src.shape
+    ib = band_index(bands, b0)
+    iy = mirror_index(height, h0)
+    ix = mirror_index(width, w0)
+    out = np.empty((bands, height, width), dtype=np.float32)
+    for k, b in enumerate(ib):  # band by band: no temporary of the full size
+        out[k] = src[b][np.ix_(iy, ix)]
+    return out
+
+
+def load_source(data_dir, name):
+    path = os.path.join(data_dir, name + ".npy")
+    if not os.path.exists(path):
+        sys.exit(f"run_bench: {path} is missing: run `/usr/bin/python3 bench/prepare_data.py` "
+                 "on a machine with GDAL and carry bench/data along")
+    arr = np.load(path)
+    if arr.ndim != 3:
+        sys.exit(f"run_bench: {path} is not a (bands, height, width) cube")
+    return arr.astype(np.float32, copy=False)
+
+
+# ------------------------------------------------------------------- timing
+
+def time_call(fn, repeat, budget_s):
+    """One warm-up, then `repeat` timed calls (fewer if a call is so slow that
+    repeat calls would pass budget_s). Returns (times, last output)."""
+    t0 = time.perf_counter()
+    out = fn()
+    warm = time.perf_counter() - t0
+    n = repeat
+    if warm * repeat > budget_s:
+        n = max(1, int(budget_s // max(warm, 1e-9)))
+    times = []
+    for _ in range(n):
+        del out
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+def median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+# -------------------------------------------------------------------- peers
+
+def fix_signs(vectors):
+    """Columns of `vectors` signed as hyprof signs components: the
+    largest-magnitude loading positive."""
+    idx = np.argmax(np.abs(vectors), axis=0)
+    s = np.sign(vectors[idx, np.arange(vectors.shape[1])])
+    s[s == 0] = 1
+    return vectors * s
+
+
+def numpy_pca_f64(X, k):
+    Xd = X.astype(np.float64)
+    mu = Xd.mean(axis=0)
+    Xd -= mu
+    C = (Xd.T @ Xd) / (Xd.shape[0] - 1)
+    _, V = np.linalg.eigh(C)
+    V = fix_signs(V[:, ::-1][:, :k])
+    return (Xd @ V).astype(np.float32)
+
+
+def numpy_pca_f32(X, k):
+    mu = X.mean(axis=0, dtype=np.float64).astype(np.float32)
+    Xc = X - mu
+    C = (Xc.T @ Xc) / np.float32(Xc.shape[0] - 1)
+    _, V = np.linalg.eigh(C.astype(np.float64))
+    V = fix_signs(V[:, ::-1][:, :k]).astype(np.float32)
+    return Xc @ V
+
+
+def make_cupy_pca():
+    try:
+        import cupy as cp
+
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            return None, "CuPy sees no GPU"
+    except Exception as e:  # not installed, or no driver
+        return None, f"CuPy unavailable ({type(e).__name__})"
+
+    def cupy_pca(X, k):
+        Xd = cp.asarray(X).astype(cp.float64)
+        Xd -= Xd.mean(axis=0)
+        C = (Xd.T @ Xd) / (Xd.shape[0] - 1)
+        _, V = cp.linalg.eigh(C)
+        Y = (Xd @ V[:, ::-1][:, :k]).astype(cp.float32)
+        return cp.asnumpy(Y)  # synchronises
+
+    return cupy_pca, None
+
+
+def sklearn_solvers():
+    """The svd_solver values to time, and notes on those that are missing."""
+    try:
+        import sklearn
+        from sklearn.decomposition import PCA
+    except ImportError:
+        return [], ["scikit-learn missing: no sklearn PCA rows"]
+    solvers, notes = ["full"], []
+    try:
+        PCA(n_components=1, svd_solver="covariance_eigh").fit(np.eye(4, 3))
+        solvers.append("covariance_eigh")
+    except Exception:
+        notes.append(f"scikit-learn {sklearn.__version__} has no svd_solver='covariance_eigh' "
+                     "(added in 1.5)")
+    return solvers, notes
+
+
+def pca_peers(X, k, use_gpu_peers):
+    peers, notes = [], []
+    solvers, n = sklearn_solvers()
+    notes += n
+    for solver in solvers:
+        from sklearn.decomposition import PCA
+
+        peers.append((f"sklearn-{solver}",
+                      lambda s=solver: PCA(n_components=k, svd_solver=s).fit_transform(X)))
+    peers.append(("numpy-eigh-f64", lambda: numpy_pca_f64(X, k)))
+    peers.append(("numpy-eigh-f32", lambda: numpy_pca_f32(X, k)))
+    if use_gpu_peers:
+        fn, why = make_cupy_pca()
+        if fn:
+            peers.append(("cupy-eigh-f64 (GPU)", lambda: fn(X, k)))
+        elif why:
+            notes.append(f"no GPU peer: {why}")
+    return peers, notes
+
+
+def dwt_peers(X, cube2d, wavelet, levels):
+    try:
+        import pywt
+    except ImportError:
+        return [], ["PyWavelets missing: no DWT peer (see bench/README.md for the wheel)"]
+
+    def wavedec(a, axis):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "level value too high" for few bands
+            return pywt.wavedec(a, wavelet, mode="periodization", level=levels, axis=axis)[0]
+
+    return [("pywt (pixel-major, axis=-1)", lambda: wavedec(X, -1)),
+            ("pywt (band-sequential, axis=0)", lambda: wavedec(cube2d, 0))], []
+
+
+def rel_diff(a, ref):
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if a.shape != ref.shape:
+        return None
+    scale = np.max(np.abs(ref))
+    return float(np.max(np.abs(a - ref)) / scale) if scale > 0 else float(np.max(np.abs(a)))
+
+
+# ------------------------------------------------------------ hyprof_bench
+
+def find_bench_exe(given):
+    if given:
+        return given
+    cands = []
+    for d in sorted(os.listdir(ROOT)):
+        if d.startswith("build"):
+            cands.append(os.path.join(ROOT, d, "bench", "hyprof_bench"))
+    cands = [c for c in cands if os.access(c, os.X_OK)]
+    if not cands:
+        sys.exit("run_bench: no hyprof_bench found under build*/bench/: pass --bench-exe")
+    return max(cands, key=os.path.getmtime)
+
+
+def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
+    b, h, w = shape
+    cmd = [exe, "--op", op, "--backend", backend, "--input", cube_path, "--width", str(w),
+           "--height", str(h), "--bands", str(b), "--repeat", str(args.repeat),
+           "--threads", str(args.threads), "--device", str(args.device)]
+    if op == "pca":
+        cmd += ["--components", str(params["components"])]
+    else:
+        cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
+    if out_path:
+        cmd += ["--output", out_path]
+    env = dict(os.environ)
+    env.pop("HYPROF_BACKEND", None)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}, no output"])[-1]
+        return {"error": err, "cmd": " ".join(cmd)}
+    rec = json.loads(lines[-1])
+    rec["cmd"] = " ".join(cmd)
+    return rec
+
+
+# ---------------------------------------------------------- machine facts
+
+def cpu_facts():
+    model, phys = platform.processor() or "unknown", set()
+    try:
+        cur = {}
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if ":" not in line:
+                    if cur:
+                        phys.add((cur.get("physical id"), cur.get("core id")))
+                        cur = {}
+                    continue
+                k, v = (s.strip() for s in line.split(":", 1))
+                cur[k] = v
+                if k == "model name":
+                    model = v
+        if cur:
+            phys.add((cur.get("physical id"), cur.get("core id")))
+    except OSError:
+        pass
+    physical = len(phys) if phys and None not in next(iter(phys)) else None
+    return {"model": model, "logical_cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)), "physical_cores": physical}
+
+
+def gpu_facts():
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        p = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in p.stdout.splitlines() if ln.strip()] if p.returncode == 0 else []
+
+
+def loadavg():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def host_label(gpus):
+    """hostname plus the accelerator ('vm-h200') or '-cpu': device machines and
+    development machines may share a hostname."""
+    name = socket.gethostname().split(".")[0] or "host"
+    if not gpus:
+        return f"{name}-cpu"
+    words = [w for w in gpus[0].split(",")[0].split() if w.upper() not in ("NVIDIA", "TESLA")]
+    tag = "".join(c for c in (words[0] if words else "gpu").lower() if c.isalnum())
+    return f"{name}-{tag or 'gpu'}"
+
+
+def git_facts():
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+        return (rev or "no commit") + (" (uncommitted changes)" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def library_facts():
+    facts = {"python": platform.python_version(), "numpy": np.__version__}
+    for mod in ("sklearn", "pywt", "scipy", "cupy"):
+        try:
+            facts[mod] = __import__(mod).__version__
+        except Exception:
+            facts[mod] = None
+    try:
+        from threadpoolctl import threadpool_info
+
+        facts["blas"] = ", ".join(
+            " ".join(str(x) for x in (i.get("internal_api"), i.get("version")) if x)
+            + f" ({i.get('num_threads')} threads)"
+            for i in threadpool_info()) or "none found"
+    except ImportError:
+        facts["blas"] = "threadpoolctl missing"
+    return facts
+
+
+def set_thread_env(n):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                "BLIS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+        os.environ[var] = str(n)
+
+
+def load_numeric():
+    global np
+    import numpy
+
+    np = numpy
+
+
+def thread_limit(n):
+    try:
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=n)
+    except ImportError:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------- reporting
+
+def fmt_s(v):
+    if v is None:
+        return "—"
+    return f"{v:.4g}" if v >= 0.001 else f"{v:.3g}"
+
+
+def fmt_x(v):
+    return "—" if v is None else f"{v:.2f}x"
+
+
+def fmt_err(v):
+    if v is None or isinstance(v, str):
+        return v or ""
+    return f"{v:.1e}"
+
+
+def add_speedups(rows):
+    groups = {}
+    for r in rows:
+        if r.get("median_s") is not None:
+            groups.setdefault((r["scene"], r["op"]), []).append(r)
+    for grp in groups.values():
+        peers = [r["median_s"] for r in grp if r["kind"] == "peer"]
+        best = min(peers) if peers else None
+        for r in grp:
+            r["fastest_peer_s"] = best
+            r["speedup_vs_fastest_peer"] = best / r["median_s"] if best and r["median_s"] else None
+
+
+def write_markdown(path, meta, rows, notes):
+    new = not os.path.exists(path)
+    lines = []
+    if new:
+        lines += ["# hyprof benchmark results", "",
+                  "Each section is one run of `bench/run_bench.py` (see bench/README.md); "
+                  "sections are appended, never rewritten. Times are medians of the timed "
+                  "repetitions after one warm-up; hyprof's include the host<->device "
+                  "transfers (the API takes host memory). Speed-up = fastest peer's median / "
+                  "this row's median (above 1: faster than every peer). `max rel diff` is "
+                  "max|hyprof - reference| / max|reference| (reference: NumPy float64 eigh "
+                  "for PCA, PyWavelets for DWT).", ""]
+    cpu = meta["cpu"]
+    cores = f"{cpu['usable_cpus']} usable logical CPUs"
+    if cpu.get("physical_cores"):
+        cores += f", {cpu['physical_cores']} physical cores"
+    gpus = "; ".join(meta["gpus"]) if meta["gpus"] else "none"
+    libs = meta["libraries"]
+    lines += [f"## {meta['date']} — {meta['host']}", "",
+              f"- CPU: {cpu['model']} ({cores})",
+              f"- GPU: {gpus}",
+              f"- threads: {meta['threads']} for every implementation (hyprof --threads, "
+              "OMP/OpenBLAS/MKL variables, threadpoolctl); PyWavelets is single-threaded; "
+              f"1-min load average before the run {meta.get('loadavg_before')}, after "
+              f"{meta.get('loadavg_after')}",
+              f"- hyprof {meta.get('hyprof_version') or '?'} ({meta.get('hyprof_build') or '?'}), "
+              f"commit {meta['git']}; Python {libs['python']}, NumPy {libs['numpy']} "
+              f"(BLAS: {libs.get('blas')}), scikit-learn {libs.get('sklearn') or '—'}, "
+              f"PyWavelets {libs.get('pywt') or '—'}, CuPy {libs.get('cupy') or '—'}",
+              f"- {meta['repeat']} timed repetitions after one warm-up; PCA: "
+              f"{meta['components']} components (hyprof: fit + apply); DWT: "
+              f"{meta['wavelet']}, periodization, levels in the size column",
+              "- cubes mirrored from real data: " + ", ".join(
+                  f"{s} from {src}" for s, src in meta["sources"].items()),
+              "",
+              "| scene | size (WxHxB) | op | implementation | median s | min s | "
+              "speed-up vs fastest peer | max rel diff |",
+              "|---|---|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        if r.get("median_s") is None:
+            continue
+        size = f"{r['width']}x{r['height']}x{r['bands']}"
+        if r["op"] == "dwt":
+            size += f", L={r['levels']}"
+        lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
+                     f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
+                     f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
+    if notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in notes]
+    lines.append("")
+    with open(path, "a") as f:
+        if not new:
+            f.write("\n")
+        f.write("\n".join(lines))
+
+
+def write_json(path, meta, rows, notes):
+    runs = []
+    if os.path.exists(path):
+        with open(path) as f:
+            runs = json.load(f)
+    runs.append({"meta": meta, "rows": rows, "notes": notes})
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(runs, f, indent=1)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------- main
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenes", default=",".join(DEFAULT_SCENES),
+                    help=f"comma-separated subset of {','.join(SCENES)} "
+                         f"(default: all but {','.join(HUGE)})")
+    ap.add_argument("--huge", action="store_true",
+                    help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
+                         "needs ~30 GB of RAM with the peers)")
+    ap.add_argument("--ops", default="pca,dwt")
+    ap.add_argument("--backends", default="cpu,cuda",
+                    help="hyprof backends; cuda rows are skipped when there is no device")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for everything (default: the usable CPUs)")
+    ap.add_argument("--device", type=int, default=0, help="CUDA device for hyprof")
+    ap.add_argument("--components", type=int, default=7)
+    ap.add_argument("--wavelet", default="db4")
+    ap.add_argument("--levels", type=int, default=4,
+                    help="DWT levels, lowered to floor(log2(bands))-1 for few bands")
+    ap.add_argument("--source", choices=["indian_pines", "samson"],
+                    help="mirror every scene from this cube (default: per scene)")
+    ap.add_argument("--bench-exe", help="hyprof_bench (default: newest build*/bench/hyprof_bench)")
+    ap.add_argument("--data-dir", default=os.path.join(HERE, "data"))
+    ap.add_argument("--tmp-dir", help="where the raw cubes go (default: a new temp folder)")
+    ap.add_argument("--out-md", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--out-json", help="default: bench/results/<date>-<host>.json")
+    ap.add_argument("--note", action="append", default=[],
+                    help="a line added to the section's notes (repeatable)")
+    ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--no-gpu-peers", action="store_true", help="skip the CuPy peer")
+    ap.add_argument("--no-check", action="store_true",
+                    help="do not compare hyprof's output with the reference")
+    ap.add_argument("--settle-s", type=float, default=1.0,
+                    help="pause before each hyprof run, so the peers' idle threads stop spinning")
+    ap.add_argument("--peer-budget-s", type=float, default=120.0,
+                    help="a peer slower than this over --repeat calls gets fewer repetitions")
+    args = ap.parse_args(argv)
+    scenes = [s.strip() for s in args.scenes.split(",") if s.strip()]
+    if args.huge and "multispectral" not in scenes:
+        scenes.append("multispectral")
+    bad = [s for s in scenes if s not in SCENES]
+    if bad:
+        ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
+    args.scene_list = scenes
+    args.op_list = [o for o in args.ops.split(",") if o]
+    if set(args.op_list) - {"pca", "dwt"}:
+        ap.error("--ops takes pca and/or dwt")
+    args.backend_list = [b for b in args.backends.split(",") if b]
+    if set(args.backend_list) - {"cpu", "cuda"}:
+        ap.error("--backends takes cpu and/or cuda")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.threads <= 0:
+        args.threads = len(os.sched_getaffinity(0))
+    return args
+
+
+def hyprof_row(base, op, params, backend, rec, args, notes):
+    """A result row from hyprof_bench's JSON line (or its failure)."""
+    row = dict(base, op=op, **params, impl=f"hyprof-{backend}", kind="hyprof",
+               threads=args.threads)
+    if "error" in rec:
+        row.update(median_s=None, error=rec["error"], cmd=rec["cmd"])
+        notes.append(f"{base['scene']} {op} hyprof-{backend} FAILED: {rec['error']}")
+        print(f"  {op} hyprof-{backend}: FAILED: {rec['error']}", flush=True)
+    elif "skipped" in rec:
+        row.update(median_s=None, skipped=rec["skipped"])
+        msg = f"hyprof-{backend} skipped: {rec['skipped']}"
+        if msg not in notes:
+            notes.append(msg)
+        print(f"  {op} hyprof-{backend}: skipped ({rec['skipped']})", flush=True)
+    else:
+        row.update(impl=f"hyprof-{rec['backend']}", device=rec.get("device"),
+                   median_s=rec["median_s"], min_s=rec["min_s"], times_s=rec.get("times_s"),
+                   repeat=rec.get("repeat"), stages=rec.get("stages"),
+                   out_bands=rec.get("out_bands"), checksum=rec.get("checksum"),
+                   checksum_abs=rec.get("checksum_abs"),
+                   hyprof_version=rec.get("hyprof_version"),
+                   hyprof_build=rec.get("hyprof_build"), threads=rec.get("threads"))
+    return row
+
+
+def reference(op, cube, X, args, levels, notes):
+    """What every output is compared with: NumPy float64 PCA, PyWavelets DWT."""
+    if args.no_check:
+        return None
+    b = cube.shape[0]
+    with thread_limit(args.threads):
+        if op == "pca":
+            return numpy_pca_f64(X if X is not None else
+                                 np.ascontiguousarray(cube.reshape(b, -1).T), args.components)
+        ref = dwt_reference(cube, args.wavelet, levels)
+    if ref is None:
+        msg = "DWT not checked: PyWavelets missing"
+        if msg not in notes:
+            notes.append(msg)
+    return ref
+
+
+def peer_check(op, impl, out, ref):
+    if ref is None:
+        return None
+    if (op, impl) in (("pca", "numpy-eigh-f64"), ("dwt", "pywt (pixel-major, axis=-1)")):
+        return "ref"  # the reference's own computation
+    o = np.asarray(out, dtype=np.float64)
+    if op == "dwt":
+        return rel_diff(o.T if o.shape != ref.shape else o, ref)
+    # peers sign their components their own way: align before comparing
+    s = np.sign(np.sum(o * ref, axis=0))
+    s[s == 0] = 1
+    return rel_diff(o * s, ref)
+
+
+def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
+    w, h, b, default_src = SCENES[name]
+    src_name = args.source or default_src
+    if src_name not in sources:
+        sources[src_name] = load_source(args.data_dir, src_name)
+    src = sources[src_name]
+    t0 = time.perf_counter()
+    cube = mirror_cube(src, w, h, b)
+    cube_path = os.path.join(tmpdir, f"{name}.f32")
+    cube.tofile(cube_path)
+    print(f"[{name}] {w}x{h}x{b} from {src_name} {src.shape[::-1]} "
+          f"({cube.nbytes / 2**20:.0f} MiB, made in {time.perf_counter() - t0:.1f} s)", flush=True)
+    X = None if args.no_peers else np.ascontiguousarray(cube.reshape(b, h * w).T)
+    base = {"scene": name, "width": w, "height": h, "bands": b, "source": src_name}
+
+    for op in args.op_list:
+        levels = min(args.levels, max(1, int(math.floor(math.log2(b))) - 1))
+        params = ({"components": args.components} if op == "pca"
+                  else {"wavelet": args.wavelet, "levels": levels})
+        # hyprof first, each run after a pause: BLAS threads of the peers (in this
+        # process) spin for a while after their last call and would steal cores.
+        hy = []
+        for backend in args.backend_list:
+            time.sleep(args.settle_s)
+            out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.{op}.{backend}.out")
+            rec = run_hyprof(exe, op, backend, cube_path, cube.shape, args, params, out_path)
+            hy.append((hyprof_row(base, op, params, backend, rec, args, notes), out_path))
+
+        ref = reference(op, cube, X, args, levels, notes)
+        for row, out_path in hy:
+            if out_path and os.path.exists(out_path):
+                if row.get("median_s") is not None and ref is not None:
+                    out = np.fromfile(out_path, dtype=np.float32).reshape(row["out_bands"], h * w).T
+                    row["check_rel_diff"] = rel_diff(out, ref)
+                os.remove(out_path)
+            rows.append(row)
+            if row.get("median_s") is not None:
+                print(f"  {op} {row['impl']}: median {row['median_s']:.4g} s"
+                      + (f", max rel diff {row['check_rel_diff']:.1e}"
+                         if row.get("check_rel_diff") is not None else ""), flush=True)
+
+        if args.no_peers:
+            continue
+        if op == "pca":
+            peers, pnotes = pca_peers(X, args.components, not args.no_gpu_peers)
+        else:
+            peers, pnotes = dwt_peers(X, cube.reshape(b, h * w), args.wavelet, levels)
+        for n in pnotes:
+            if n not in notes:
+                notes.append(n)
+        for impl, fn in peers:
+            with thread_limit(args.threads):
+                try:
+                    times, out = time_call(fn, args.repeat, args.peer_budget_s)
+                except Exception as e:  # a peer failing is reported, not fatal
+                    notes.append(f"{name} {op} {impl} failed: {type(e).__name__}: {e}")
+                    continue
+            row = dict(base, op=op, **params, impl=impl, kind="peer", threads=args.threads,
+                       median_s=median(times), min_s=min(times), times_s=times,
+                       repeat=len(times), check_rel_diff=peer_check(op, impl, out, ref))
+            if len(times) < args.repeat:
+                notes.append(f"{name} {op} {impl}: {len(times)} repetition(s) only "
+                             f"(--peer-budget-s {args.peer_budget_s:g})")
+            del out
+            rows.append(row)
+            print(f"  {op} {impl}: median {row['median_s']:.4g} s", flush=True)
+        del ref
+    os.remove(cube_path)
+
+
+def dwt_reference(cube, wavelet, levels):
+    try:
+        import pywt
+    except ImportError:
+        return None
+    b = cube.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pywt.wavedec(np.ascontiguousarray(cube.reshape(b, -1).T), wavelet,
+                            mode="periodization", level=levels, axis=-1)[0]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    set_thread_env(args.threads)
+    load_numeric()
+    exe = find_bench_exe(args.bench_exe)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    host = host_label(gpu_facts())
+    meta = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "host": host, "cpu": cpu_facts(),
+            "gpus": gpu_facts(), "threads": args.threads, "repeat": args.repeat,
+            "loadavg_before": loadavg(),
+            "components": args.components, "wavelet": args.wavelet,
+            "git": git_facts(), "bench_exe": os.path.abspath(exe), "libraries": None,
+            "sources": {}}
+    with thread_limit(args.threads):
+        meta["libraries"] = library_facts()
+    print(f"run_bench: {meta['cpu']['model']}, {args.threads} threads, GPU: "
+          f"{'; '.join(meta['gpus']) or 'none'}, bench {exe}", flush=True)
+
+    rows, notes, sources = [], list(args.note), {}
+    tmpdir = args.tmp_dir or tempfile.mkdtemp(prefix="hyprof_bench_")
+    os.makedirs(tmpdir, exist_ok=True)
+    try:
+        for name in args.scene_list:
+            bench_scene(name, args, exe, sources, tmpdir, rows, notes)
+            meta["sources"][name] = args.source or SCENES[name][3]
+    finally:
+        if not args.tmp_dir:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    for r in rows:
+        if r.get("hyprof_version"):
+            meta["hyprof_version"], meta["hyprof_build"] = r["hyprof_version"], r["hyprof_build"]
+        if r.get("impl") == "hyprof-cuda" and r.get("device") and not meta["gpus"]:
+            meta["gpus"] = [r["device"]]
+    meta["loadavg_after"] = loadavg()
+    add_speedups(rows)
+    write_markdown(args.out_md, meta, rows, notes)
+    out_json = args.out_json or os.path.join(HERE, "results",
+                                             f"{now.strftime('%Y-%m-%d')}-{host}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out_json)), exist_ok=True)
+    write_json(out_json, meta, rows, notes)
+    print(f"run_bench: appended to {args.out_md}, wrote {out_json}")
+    print_table(rows)
+    failed = [r for r in rows if r.get("error")]
+    return 1 if failed else 0
+
+
+def print_table(rows):
+    for r in rows:
+        if r.get("median_s") is None:
+            continue
+        print(f"{r['scene']:<13} {r['op']:<4} {r['impl']:<32} {fmt_s(r['median_s']):>9} s  "
+              f"{fmt_x(r.get('speedup_vs_fastest_peer')):>8}  {fmt_err(r.get('check_rel_diff'))}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
