@@ -238,6 +238,13 @@ static inline int hyprof__cuda_resident_allowed(void)
     return !(s && s[0] == '0' && s[1] == '\0');
 }
 
+/* Preferred chunk: the whole cube when it fits in half the budget (one
+ * upload, no page-locked staging to allocate: measured on an H200, chunking
+ * a 320 MB cube through freshly pinned 32 MiB buffers took 90 ms against
+ * about 40 ms for one pageable copy), else about `target_bytes` per chunk. */
+static inline size_t hyprof__cuda_preferred_chunk(size_t npix, size_t per_pixel, size_t budget,
+                                                  size_t bands, size_t target_bytes);
+
 /* Default chunk size: about `target_bytes` of float input per chunk. */
 static inline size_t hyprof__cuda_default_chunk(size_t bands, size_t target_bytes)
 {
@@ -246,6 +253,14 @@ static inline size_t hyprof__cuda_default_chunk(size_t bands, size_t target_byte
     if (m < 4096)
         m = 4096;
     return m;
+}
+
+static inline size_t hyprof__cuda_preferred_chunk(size_t npix, size_t per_pixel, size_t budget,
+                                                  size_t bands, size_t target_bytes)
+{
+    if (per_pixel && npix <= budget / 2 / per_pixel)
+        return npix;
+    return hyprof__cuda_default_chunk(bands, target_bytes);
 }
 
 /* ---- RAII owners -------------------------------------------------------------- */
