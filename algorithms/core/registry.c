@@ -25,9 +25,29 @@ static const hyprof_param_t common_params[] = {
      "Replace an existing output file.", HYPROF_PARAM_ADVANCED},
 };
 
+/* Parameters shared by several operations, each declared once here. */
+#define P_COMPONENTS                                                                   \
+    {"components", HYPROF_PARAM_INT, "7", 1, 100000, NULL,                             \
+     "Number of principal components to keep (at most the band count).", 0}
+#define P_LEVELS                                                                       \
+    {"levels", HYPROF_PARAM_INT, "4", 1, 30, NULL,                                     \
+     "Decomposition levels: the output has ceil(bands / 2^levels) bands.", 0}
+#define P_WAVELET                                                                      \
+    {"wavelet", HYPROF_PARAM_CHOICE, "haar", NOLIMIT,                                  \
+     "haar|db2|db3|db4|db6|db8|sym4|coif2|bior2.2|bior4.4",                            \
+     "Wavelet (PyWavelets names; bior4.4 is CDF 9/7). Haar, the default, never mixes "  \
+     "the two ends of the spectrum for even lengths; longer filters do, through the "   \
+     "periodic extension.", 0}
+/* The spectral reduction of profile operations: pca uses components, dwt
+ * uses levels and wavelet, none takes the input bands as they are. */
+#define P_REDUCTION(def)                                                               \
+    {"reduction", HYPROF_PARAM_CHOICE, def, NOLIMIT, "pca|dwt|none",                   \
+     "Features the profiles are built on: principal components (--components), "       \
+     "wavelet approximation bands (--levels, --wavelet) or the input bands.", 0},       \
+        P_COMPONENTS, P_LEVELS, P_WAVELET
+
 static const hyprof_param_t pca_params[] = {
-    {"components", HYPROF_PARAM_INT, "7", 1, 100000, NULL,
-     "Number of principal components to keep (at most the band count).", 0},
+    P_COMPONENTS,
     {"model", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT, "PCA model (*.pca)",
      "Apply this saved PCA model instead of fitting one (the input must have the "
      "band count it was fitted on).", 0},
@@ -36,13 +56,30 @@ static const hyprof_param_t pca_params[] = {
 };
 
 static const hyprof_param_t dwt_params[] = {
-    {"levels", HYPROF_PARAM_INT, "4", 1, 30, NULL,
-     "Decomposition levels: the output has ceil(bands / 2^levels) bands.", 0},
-    {"wavelet", HYPROF_PARAM_CHOICE, "haar", NOLIMIT,
-     "haar|db2|db3|db4|db6|db8|sym4|coif2|bior2.2|bior4.4",
-     "Wavelet (PyWavelets names; bior4.4 is CDF 9/7). Haar, the default, never mixes "
-     "the two ends of the spectrum for even lengths; longer filters do, through the "
-     "periodic extension.", 0},
+    P_LEVELS,
+    P_WAVELET,
+};
+
+static const hyprof_param_t eadp_params[] = {
+    P_REDUCTION("pca"),
+    {"count", HYPROF_PARAM_INT, "8", 1, 10000, NULL,
+     "Number of diffusion times C: T_i = step * i, i = 1..C.", 0},
+    {"step", HYPROF_PARAM_FLOAT, "65", 1e-6, 1e9, NULL,
+     "Diffusion time increment between profile components.", 0},
+    {"times", HYPROF_PARAM_FLOAT_LIST, NULL, 1e-6, 1e9, NULL,
+     "Explicit increasing diffusion times T1,T2,... (replace --count and --step).", 0},
+    {"sigma", HYPROF_PARAM_FLOAT, "1", 1e-3, 1000, NULL,
+     "Standard deviation of the Gaussian pre-smoothing before the gradient.", 0},
+    {"contrast-percentile", HYPROF_PARAM_FLOAT, "0.7", 1e-6, 0.999999, NULL,
+     "Contrast k is this percentile of the gradient magnitude over valid pixels.", 0},
+    {"contrast", HYPROF_PARAM_FLOAT, NULL, 1e-300, 1e300, NULL,
+     "Contrast k given directly (replaces --contrast-percentile).", 0},
+    {"cycles", HYPROF_PARAM_INT, "1", 1, 1000, NULL,
+     "FED cycles per time increment: more cycles, closer to the exact diffusion "
+     "(8 is within 1 %).", 0},
+    {"diffusivity", HYPROF_PARAM_CHOICE, "g2", NOLIMIT, "g1|g2|g3",
+     "g1 = exp(-|grad|^2/k^2), g2 = 1/(1+|grad|^2/k^2) (Perona-Malik), g3 = Weickert.",
+     HYPROF_PARAM_ADVANCED},
 };
 
 static const hyprof_op_t ops[] = {
@@ -61,6 +98,15 @@ static const hyprof_op_t ops[] = {
      "levels: a smooth, shorter spectrum.",
      dwt_params, N(dwt_params), hyprof__run_dwt,
      "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)"},
+    {"eadp", "Profiles", "Extended anisotropic diffusion profile",
+     "For each feature band (principal components by default) the anisotropic "
+     "diffusion profile {X, Diff(X, T1), ..., Diff(X, TC)}: Perona-Malik diffusion "
+     "with the diffusivity computed once from the Gaussian-smoothed band (Scharr "
+     "gradient, contrast k from a percentile), solved by Fast Explicit Diffusion "
+     "with reflecting borders; each time continues from the previous one. Mass is "
+     "conserved and the range never grows. After Lopez-Fandino et al., EADP.",
+     eadp_params, N(eadp_params), hyprof__run_eadp,
+     "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)"},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

@@ -1,0 +1,57 @@
+/* Spectral reduction before a profile (--reduction pca|dwt|none): the
+ * features each profile operation works on, with their names. */
+#include "../core/ops.h"
+#include "../core/internal.h"
+#include "hyprof/spectral.h"
+#include "hyprof/wavelet.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static hyprof_status_t name_bands(hyprof_ctx_t *ctx, const char *op, size_t n,
+                                  const char *prefix, char ***names)
+{
+    *names = calloc(n, sizeof **names);
+    for (size_t i = 0; *names && i < n; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "%s%zu", prefix, i + 1);
+        if (!((*names)[i] = strdup(buf))) {
+            hyprof__free_names(*names, i);
+            *names = NULL;
+        }
+    }
+    return *names ? HYPROF_OK : hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+}
+
+void hyprof__free_names(char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
+                               const hyprof_cube_t *in, hyprof_cube_t *features, char ***names)
+{
+    const char *how = hyprof_args_str(args, "reduction");
+    hyprof_status_t st;
+    memset(features, 0, sizeof *features);
+    *names = NULL;
+    if (!how || strcmp(how, "none") == 0) {
+        *features = *in; /* a view: the profile reads the input bands as they are */
+        features->owns = 0;
+        return name_bands(ctx, op, in->bands, "B", names);
+    }
+    if (strcmp(how, "pca") == 0) {
+        hyprof_pca_model_t *m = NULL;
+        st = hyprof_pca_fit(ctx, in, (size_t)hyprof_args_int(args, "components"), &m);
+        if (st == HYPROF_OK)
+            st = hyprof_pca_apply(ctx, m, in, features);
+        hyprof_pca_model_free(&m);
+        return st == HYPROF_OK ? name_bands(ctx, op, features->bands, "PC", names) : st;
+    }
+    const hyprof_wavelet_t *w = hyprof_wavelet_find(hyprof_args_str(args, "wavelet"));
+    st = hyprof_dwt_spectral(ctx, in, w, (int)hyprof_args_int(args, "levels"), features);
+    return st == HYPROF_OK ? name_bands(ctx, op, features->bands, "A", names) : st;
+}
