@@ -4,6 +4,7 @@
 #define HYPROF_H
 
 #include "hyprof/core.h"
+#include "hyprof/diffusion.h"
 #include "hyprof/registry.h"
 #include "hyprof/spectral.h"
 #include "hyprof/wavelet.h"
