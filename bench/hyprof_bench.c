@@ -6,6 +6,11 @@
  * caller of the library pays. One untimed warm-up comes first (CUDA context
  * creation, cuBLAS/cuSOLVER handles, OpenMP thread pool).
  *
+ * --op eadp is the EADP paper's pipeline: PCA to --components (fit + apply),
+ * then hyprof_eadp with T_i = step * i, i = 1..count (default 7 PCs, 65..520:
+ * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
+ * alone is what the paper's Table III times.
+ *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -24,25 +29,30 @@
 #define EXIT_USAGE 2
 
 typedef struct {
-    const char *op;      /* "pca" | "dwt" */
+    const char *op;      /* "pca" | "dwt" | "eadp" */
     const char *backend; /* "cpu" | "cuda" | "auto" */
     const char *input;
     const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
     const char *wavelet;
     size_t width, height, bands;
     long components, levels, repeat, threads, device;
+    long count, cycles;  /* eadp */
+    double step;         /* eadp */
 } options_t;
 
-/* What one repetition measured: the total, and the stages when there are several. */
+/* What one repetition measured: the total, and the stages when there are several
+ * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion). */
 typedef struct {
     double total, fit, apply;
 } timing_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt --backend cpu|cuda|auto --input CUBE.f32\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp --backend cpu|cuda|auto --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
+          "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
+          "                    diffusion at T = step*1 .. step*count)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -78,11 +88,26 @@ static int parse_long(const char *name, const char *text, long lo, long hi, long
     return 0;
 }
 
+static int parse_double(const char *name, const char *text, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "hyprof_bench: bad --%s '%s' (a number in %g..%g)\n", name, text, lo,
+                hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options_t *o)
 {
     long w = 0, h = 0, b = 0;
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
-                     .repeat = 5, .threads = 0, .device = 0};
+                     .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
+                     .step = 65.0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -108,6 +133,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "repeat")) rc = parse_long(name, v, 1, 100000, &o->repeat);
         else if (!strcmp(name, "threads")) rc = parse_long(name, v, 0, 65536, &o->threads);
         else if (!strcmp(name, "device")) rc = parse_long(name, v, 0, 1024, &o->device);
+        else if (!strcmp(name, "count")) rc = parse_long(name, v, 1, 10000, &o->count);
+        else if (!strcmp(name, "cycles")) rc = parse_long(name, v, 1, 1000, &o->cycles);
+        else if (!strcmp(name, "step")) rc = parse_double(name, v, 1e-6, 1e9, &o->step);
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -115,8 +143,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         if (rc)
             return -1;
     }
-    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca or dwt (got '%s')\n",
+    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt or eadp (got '%s')\n",
                 o->op ? o->op : "nothing");
         return -1;
     }
@@ -214,13 +242,38 @@ static void cpu_name(char *name, size_t len)
     fclose(f);
 }
 
+/* The EADP paper's pipeline: PCA (fit + apply), then the diffusion profiles. */
+static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
+                                const hyprof_eadp_params_t *ep, hyprof_cube_t *out, timing_t *t)
+{
+    hyprof_pca_model_t *model = NULL;
+    hyprof_cube_t pcs;
+    memset(&pcs, 0, sizeof pcs);
+    double t0 = now_seconds();
+    hyprof_status_t st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
+    if (st == HYPROF_OK)
+        st = hyprof_pca_apply(ctx, model, in, &pcs);
+    double t1 = now_seconds();
+    hyprof_pca_model_free(&model);
+    if (st == HYPROF_OK)
+        st = hyprof_eadp(ctx, &pcs, ep, out, NULL);
+    double t2 = now_seconds();
+    hyprof_cube_free(&pcs);
+    t->fit = t1 - t0;   /* the PCA */
+    t->apply = t2 - t1; /* the diffusion */
+    t->total = t2 - t0;
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
-                                hyprof_cube_t *out, timing_t *t)
+                                const hyprof_eadp_params_t *ep, hyprof_cube_t *out, timing_t *t)
 {
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
+    if (!strcmp(o->op, "eadp"))
+        return run_eadp(ctx, o, in, ep, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "pca")) {
         hyprof_pca_model_t *model = NULL;
@@ -239,6 +292,14 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
         t->fit = t->apply = NAN;
     }
     return st;
+}
+
+static double min_of(const double *v, size_t n)
+{
+    double m = v[0];
+    for (size_t i = 1; i < n; i++)
+        m = v[i] < m ? v[i] : m;
+    return m;
 }
 
 static void checksum(const hyprof_cube_t *out, double *sum, double *abs_sum)
@@ -267,6 +328,9 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     printf(",\"width\":%zu,\"height\":%zu,\"bands\":%zu", o->width, o->height, o->bands);
     if (!strcmp(o->op, "pca"))
         printf(",\"components\":%ld", o->components);
+    else if (!strcmp(o->op, "eadp"))
+        printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld",
+               o->components, o->count, o->step, o->cycles);
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -348,6 +412,22 @@ int main(int argc, char **argv)
         return rc;
     }
     hyprof_cube_t in = hyprof_cube_bsq(data, HYPROF_FLOAT32, o.width, o.height, o.bands);
+    hyprof_eadp_params_t ep;
+    double *times = NULL;
+    hyprof_eadp_params_default(&ep);
+    if (!strcmp(o.op, "eadp")) {
+        if (!(times = malloc((size_t)o.count * sizeof *times))) {
+            fprintf(stderr, "hyprof_bench: out of memory\n");
+            hyprof_ctx_free(&ctx);
+            free(data);
+            return EXIT_RUNTIME;
+        }
+        for (long i = 0; i < o.count; i++)
+            times[i] = o.step * (double)(i + 1);
+        ep.times = times;
+        ep.ntimes = (size_t)o.count;
+        ep.cycles = (int)o.cycles;
+    }
 
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
@@ -361,14 +441,14 @@ int main(int argc, char **argv)
         goto done;
     }
     /* Warm-up, untimed. */
-    st = run_once(ctx, &o, &in, wav, &out, &t);
+    st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
     if (st != HYPROF_OK) {
         rc = fail(ctx, o.op, st);
         goto done;
     }
     hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
-        st = run_once(ctx, &o, &in, wav, &out, &t);
+        st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
             goto done;
@@ -412,6 +492,10 @@ int main(int argc, char **argv)
     if (!strcmp(o.op, "pca"))
         printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n));
+    else if (!strcmp(o.op, "eadp"))
+        printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
+               "\"eadp_min_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
     printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
@@ -419,6 +503,7 @@ int main(int argc, char **argv)
     hyprof_cube_free(&out);
 
 done:
+    free(times);
     free(tot);
     free(fit);
     free(app);

@@ -15,7 +15,13 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        arrays in and out) where CuPy sees a GPU;
   dwt  hyprof_bench --op dwt (per backend), PyWavelets
        wavedec(mode='periodization', axis=-1)[0] on the pixel-major array and
-       wavedec(axis=0)[0] on the band-sequential one.
+       wavedec(axis=0)[0] on the band-sequential one;
+  eadp hyprof_bench --op eadp (PCA to 7 components, then the diffusion profiles
+       at T = 65..520: 63 bands; stages pca and eadp), and `numpy-eadp`:
+       NumPy float64 PCA, then tests/eadp_reference.py (the tests' oracle) on the
+       same 7 PCs, its diffusion timed per core (NumPy's element-wise work runs
+       on one thread); next to them the EADP paper's Table III figures
+       (GTX 1060 and 6 CPU cores) and our ratio to them. Only on --eadp-scenes.
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -64,6 +70,18 @@ SCENES = {
 }
 HUGE = {"multispectral"}
 DEFAULT_SCENES = [s for s in SCENES if s not in HUGE]
+# EADP on these scenes only (the NumPy peer takes ~5 s per call on Houston).
+DEFAULT_EADP_SCENES = ["indian_pines", "samson", "pavia_u", "salinas", "houston"]
+# The EADP paper's Table III, "Total" (the diffusion stages, PCA not included; 7 PCs,
+# 63 components), seconds: GTX 1060 (CUDA) and Intel Core i5-8400 (OpenMP, 6 cores).
+PAPER_EADP = {
+    "houston": {"gpu": 17.99e-3, "cpu": 208.69e-3},
+    "indian_pines": {"gpu": 0.91e-3, "cpu": 10.02e-3},
+    "pavia_u": {"gpu": 6.01e-3, "cpu": 49.24e-3},
+}
+PAPER_GPU = "NVIDIA GeForce GTX 1060 6 GB (EADP paper, Table III)"
+PAPER_CPU = "Intel Core i5-8400, 6 cores (EADP paper, Table III)"
+PAPER_CPU_THREADS = 6
 
 np = None  # imported in load_numeric(), after the thread variables are set
 
@@ -234,6 +252,28 @@ def dwt_peers(X, cube2d, wavelet, levels):
             ("pywt (band-sequential, axis=0)", lambda: wavedec(cube2d, 0))], []
 
 
+def eadp_times(args):
+    return [args.eadp_step * (i + 1) for i in range(args.eadp_count)]
+
+
+def load_eadp_reference():
+    """tests/eadp_reference.py (NumPy only): the peer and the correctness reference."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        import eadp_reference
+    finally:
+        sys.path.pop(0)
+    return eadp_reference
+
+
+def numpy_eadp(pcs, args):
+    """The NumPy reference on (k, h, w) float32 PCs: (k*(C+1), h*w) float32, the
+    bands in hyprof's order."""
+    out, _ = load_eadp_reference().eadp_cube(pcs, times=eadp_times(args),
+                                             cycles=args.eadp_cycles)
+    return out.reshape(out.shape[0], -1)
+
+
 def rel_diff(a, ref):
     a = np.asarray(a, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
@@ -265,6 +305,9 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
            "--threads", str(args.threads), "--device", str(args.device)]
     if op == "pca":
         cmd += ["--components", str(params["components"])]
+    elif op == "eadp":
+        cmd += ["--components", str(params["components"]), "--count", str(params["count"]),
+                "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
     else:
         cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
     if out_path:
@@ -433,7 +476,8 @@ def write_markdown(path, meta, rows, notes):
                   "transfers (the API takes host memory). Speed-up = fastest peer's median / "
                   "this row's median (above 1: faster than every peer). `max rel diff` is "
                   "max|hyprof - reference| / max|reference| (reference: NumPy float64 eigh "
-                  "for PCA, PyWavelets for DWT).", ""]
+                  "for PCA, PyWavelets for DWT, tests/eadp_reference.py on the NumPy PCs "
+                  "for EADP).", ""]
     cpu = meta["cpu"]
     cores = f"{cpu['usable_cpus']} usable logical CPUs"
     if cpu.get("physical_cores"):
@@ -453,7 +497,10 @@ def write_markdown(path, meta, rows, notes):
               f"PyWavelets {libs.get('pywt') or '—'}, CuPy {libs.get('cupy') or '—'}",
               f"- {meta['repeat']} timed repetitions after one warm-up; PCA: "
               f"{meta['components']} components (hyprof: fit + apply); DWT: "
-              f"{meta['wavelet']}, periodization, levels in the size column",
+              f"{meta['wavelet']}, periodization, levels in the size column"
+              + (f"; EADP: T = {', '.join('%g' % t for t in meta['eadp']['times'])}, "
+                 f"{meta['eadp']['cycles']} FED cycle(s) per increment, on "
+                 f"{', '.join(meta['eadp']['scenes'])}" if meta.get("eadp") else ""),
               "- cubes mirrored from real data: " + ", ".join(
                   f"{s} from {src}" for s, src in meta["sources"].items()),
               "",
@@ -466,9 +513,12 @@ def write_markdown(path, meta, rows, notes):
         size = f"{r['width']}x{r['height']}x{r['bands']}"
         if r["op"] == "dwt":
             size += f", L={r['levels']}"
+        elif r["op"] == "eadp":
+            size += f", {r['components']} PCs x {r['count'] + 1}"
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
                      f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
                      f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
+    lines += eadp_markdown(rows)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     lines.append("")
@@ -476,6 +526,73 @@ def write_markdown(path, meta, rows, notes):
         if not new:
             f.write("\n")
         f.write("\n".join(lines))
+
+
+def fmt_ms(v):
+    return "—" if v is None else f"{1e3 * v:.4g}"
+
+
+def add_eadp_facts(rows):
+    """Per-core figures and the ratios to the NumPy peer and to the paper, on the
+    eadp rows (the diffusion stage: what the paper's Table III times)."""
+    by_scene = {}
+    for r in rows:
+        if r["op"] == "eadp":
+            by_scene.setdefault(r["scene"], []).append(r)
+    for grp in by_scene.values():
+        for r in grp:  # core-seconds first: the NumPy row's is the per-core yardstick
+            e = (r.get("stages") or {}).get("eadp_median_s")
+            if e is None or r["kind"] == "paper":
+                continue
+            if r["impl"] == "hyprof-cpu":
+                r["threads_used"] = r.get("threads")
+            if r.get("threads_used"):
+                r["eadp_core_s"] = e * r["threads_used"]
+        numpy_core = next((r["eadp_core_s"] for r in grp
+                           if r["impl"] == "numpy-eadp" and r.get("eadp_core_s")), None)
+        paper = PAPER_EADP.get(grp[0]["scene"], {})
+        for r in grp:
+            e = (r.get("stages") or {}).get("eadp_median_s")
+            if e is None or r["kind"] == "paper":
+                continue
+            if numpy_core and r.get("eadp_core_s"):
+                r["per_core_speedup_vs_numpy"] = numpy_core / r["eadp_core_s"]
+            side = {"hyprof-cuda": "gpu", "hyprof-cpu": "cpu"}.get(r["impl"])
+            if side and side in paper:
+                r["paper_eadp_s"] = paper[side]
+                r["paper_over_this"] = paper[side] / e
+                if side == "cpu" and r.get("eadp_core_s"):
+                    r["paper_core_s_over_this"] = paper[side] * PAPER_CPU_THREADS / r["eadp_core_s"]
+
+
+def eadp_markdown(rows):
+    er = [r for r in rows if r["op"] == "eadp" and (r.get("stages") or {}).get("eadp_median_s")]
+    if not er:
+        return []
+    r0 = er[0]
+    lines = ["", f"EADP by stage ({r0['components']} PCs, T = {r0['step']:g}..."
+             f"{r0['step'] * r0['count']:g}, {r0['cycles']} FED cycle(s) per increment; "
+             "diffusion = `hyprof_eadp` on the PCs, what the paper's Table III totals; "
+             "core·s = diffusion time x threads doing it, NumPy's element-wise work counted "
+             "as one thread; paper / this: the paper's diffusion time over ours, GPU against "
+             "its GTX 1060, CPU against its 6 cores):", "",
+             "| scene | implementation | device | threads | PCA ms | diffusion ms | total ms | "
+             "diffusion core·s | per-core speed-up vs numpy-eadp | paper / this | max rel diff |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in er:
+        st = r["stages"]
+        ratio = r.get("paper_over_this")
+        if ratio is not None and r.get("paper_core_s_over_this") is not None:
+            ratio_s = f"{ratio:.2f}x ({r['paper_core_s_over_this']:.2f}x per core)"
+        else:
+            ratio_s = fmt_x(ratio)
+        lines.append(
+            f"| {r['scene']} | {r['impl']} | {r.get('device') or '—'} | "
+            f"{r.get('threads_used') or '—'} | {fmt_ms(st.get('pca_median_s'))} | "
+            f"{fmt_ms(st.get('eadp_median_s'))} | {fmt_ms(r.get('median_s'))} | "
+            f"{fmt_s(r.get('eadp_core_s'))} | {fmt_x(r.get('per_core_speedup_vs_numpy'))} | "
+            f"{ratio_s} | {fmt_err(r.get('check_rel_diff'))} |")
+    return lines
 
 
 def write_json(path, meta, rows, notes):
@@ -501,7 +618,13 @@ def parse_args(argv):
     ap.add_argument("--huge", action="store_true",
                     help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
                          "needs ~30 GB of RAM with the peers)")
-    ap.add_argument("--ops", default="pca,dwt")
+    ap.add_argument("--ops", default="pca,dwt,eadp")
+    ap.add_argument("--eadp-scenes", default=",".join(DEFAULT_EADP_SCENES),
+                    help="the scenes that get eadp rows (default: %(default)s)")
+    ap.add_argument("--eadp-count", type=int, default=8, help="EADP: C process times")
+    ap.add_argument("--eadp-step", type=float, default=65.0, help="EADP: T_i = step * i")
+    ap.add_argument("--eadp-cycles", type=int, default=1,
+                    help="EADP: FED cycles per increment")
     ap.add_argument("--backends", default="cpu,cuda",
                     help="hyprof backends; cuda rows are skipped when there is no device")
     ap.add_argument("--repeat", type=int, default=5)
@@ -538,8 +661,14 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt"}:
-        ap.error("--ops takes pca and/or dwt")
+    if set(args.op_list) - {"pca", "dwt", "eadp"}:
+        ap.error("--ops takes pca, dwt and/or eadp")
+    args.eadp_scene_list = [s.strip() for s in args.eadp_scenes.split(",") if s.strip()]
+    bad = [s for s in args.eadp_scene_list if s not in SCENES]
+    if bad:
+        ap.error(f"unknown --eadp-scenes {bad}; known: {list(SCENES)}")
+    if args.eadp_count < 1 or not args.eadp_step > 0 or args.eadp_cycles < 1:
+        ap.error("--eadp-count and --eadp-cycles must be >= 1, --eadp-step > 0")
     args.backend_list = [b for b in args.backends.split(",") if b]
     if set(args.backend_list) - {"cpu", "cuda"}:
         ap.error("--backends takes cpu and/or cuda")
@@ -622,6 +751,10 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     base = {"scene": name, "width": w, "height": h, "bands": b, "source": src_name}
 
     for op in args.op_list:
+        if op == "eadp":
+            if name in args.eadp_scene_list:
+                bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
+            continue
         levels = min(args.levels, max(1, int(math.floor(math.log2(b))) - 1))
         params = ({"components": args.components} if op == "pca"
                   else {"wavelet": args.wavelet, "levels": levels})
@@ -676,6 +809,84 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     os.remove(cube_path)
 
 
+def bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes):
+    """hyprof (PCA + diffusion, per backend), then the NumPy peer on the same 7 PCs
+    (float64 PCA, cast to float32 as hyprof's are), whose output is the reference;
+    then the paper's figures for the scene."""
+    name = base["scene"]
+    b, h, w = cube.shape
+    params = {"components": args.components, "count": args.eadp_count,
+              "step": args.eadp_step, "cycles": args.eadp_cycles}
+    hy = []
+    for backend in args.backend_list:
+        time.sleep(args.settle_s)
+        out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.eadp.{backend}.out")
+        rec = run_hyprof(exe, "eadp", backend, cube_path, cube.shape, args, params, out_path)
+        row = hyprof_row(base, "eadp", params, backend, rec, args, notes)
+        if row["impl"] == "hyprof-cuda":
+            row["threads_used"] = None  # GPU work: no core-seconds
+        hy.append((row, out_path))
+        if row.get("median_s") is not None:
+            st = row.get("stages") or {}
+            print(f"  eadp {row['impl']}: median {row['median_s']:.4g} s (pca "
+                  f"{st.get('pca_median_s', float('nan')):.4g} s, diffusion "
+                  f"{st.get('eadp_median_s', float('nan')):.4g} s)", flush=True)
+
+    ref = None
+    if not (args.no_peers and args.no_check):
+        if X is None:
+            X = np.ascontiguousarray(cube.reshape(b, h * w).T)
+        k = args.components
+        with thread_limit(args.threads):
+            if args.no_peers:
+                pcs = numpy_pca_f64(X, k)
+            else:
+                tp, pcs = time_call(lambda: numpy_pca_f64(X, k), args.repeat, args.peer_budget_s)
+        pcs = np.ascontiguousarray(pcs.T.reshape(k, h, w))
+        with thread_limit(args.threads):
+            if args.no_peers:
+                ref = numpy_eadp(pcs, args)
+            else:
+                te, ref = time_call(lambda: numpy_eadp(pcs, args), args.repeat,
+                                    args.peer_budget_s)
+        if not args.no_peers:
+            stages = {"pca_median_s": median(tp), "eadp_median_s": median(te),
+                      "eadp_min_s": min(te)}
+            row = dict(base, op="eadp", **params, impl="numpy-eadp", kind="peer",
+                       threads=args.threads, threads_used=1, device=cpu_facts()["model"],
+                       median_s=median(tp) + median(te), min_s=min(tp) + min(te),
+                       times_s=te, repeat=len(te), stages=stages,
+                       check_rel_diff=None if args.no_check else "ref")
+            if len(te) < args.repeat:
+                notes.append(f"{name} eadp numpy-eadp: {len(te)} repetition(s) only "
+                             f"(--peer-budget-s {args.peer_budget_s:g})")
+            print(f"  eadp numpy-eadp: pca {median(tp):.4g} s, diffusion {median(te):.4g} s "
+                  "(one thread)", flush=True)
+            hy.append((row, None))
+        if args.no_check:
+            ref = None
+
+    for row, out_path in hy:
+        if out_path and os.path.exists(out_path):
+            if row.get("median_s") is not None and ref is not None:
+                out = np.fromfile(out_path, dtype=np.float32).reshape(row["out_bands"], h * w)
+                row["check_rel_diff"] = rel_diff(out, ref)
+                print(f"  eadp {row['impl']}: max rel diff {row['check_rel_diff']:.1e} against "
+                      "numpy-eadp", flush=True)
+                del out
+            os.remove(out_path)
+        rows.append(row)
+    del ref
+
+    paper = PAPER_EADP.get(name)
+    if paper:
+        for side, dev, thr in (("gpu", PAPER_GPU, None), ("cpu", PAPER_CPU, PAPER_CPU_THREADS)):
+            rows.append(dict(base, op="eadp", **params, impl=f"paper-{side}", kind="paper",
+                             device=dev, threads=thr, threads_used=thr, median_s=None,
+                             stages={"eadp_median_s": paper[side]},
+                             eadp_core_s=paper[side] * thr if thr else None))
+
+
 def dwt_reference(cube, wavelet, levels):
     try:
         import pywt
@@ -699,6 +910,8 @@ def main(argv=None):
             "gpus": gpu_facts(), "threads": args.threads, "repeat": args.repeat,
             "loadavg_before": loadavg(),
             "components": args.components, "wavelet": args.wavelet,
+            "eadp": {"scenes": args.eadp_scene_list, "times": eadp_times(args),
+                     "cycles": args.eadp_cycles},
             "git": git_facts(), "bench_exe": os.path.abspath(exe), "libraries": None,
             "sources": {}}
     with thread_limit(args.threads):
@@ -724,6 +937,7 @@ def main(argv=None):
             meta["gpus"] = [r["device"]]
     meta["loadavg_after"] = loadavg()
     add_speedups(rows)
+    add_eadp_facts(rows)
     write_markdown(args.out_md, meta, rows, notes)
     out_json = args.out_json or os.path.join(HERE, "results",
                                              f"{now.strftime('%Y-%m-%d')}-{host}.json")

@@ -244,3 +244,23 @@ hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hypro
     *bsq = tmp;
     return HYPROF_OK;
 }
+
+hyprof_status_t hyprof__cube_copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *src)
+{
+    dst->has_nodata = src->has_nodata;
+    dst->nodata = src->nodata;
+    if (!src->mask)
+        return HYPROF_OK;
+    hyprof_status_t st = hyprof_cube_alloc_mask(dst);
+    if (st != HYPROF_OK)
+        return st;
+    for (size_t y = 0; y < dst->height; y++)
+        memcpy(dst->mask + y * dst->width, src->mask + (ptrdiff_t)y * src->mask_stride_y,
+               dst->width);
+    /* Masked pixels need a nodata value: the source's, or NaN if it had none. */
+    if (!dst->has_nodata && hyprof_cube_count_valid(dst) < dst->width * dst->height) {
+        dst->has_nodata = 1;
+        dst->nodata = NAN;
+    }
+    return HYPROF_OK;
+}

@@ -77,6 +77,10 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
 hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
                                   hyprof_cube_t *tmp, const hyprof_cube_t **bsq);
 
+/* Gives dst (same width and height) a copy of src's mask, and its nodata
+ * value (NaN when src has masked pixels but declared no nodata). */
+hyprof_status_t hyprof__cube_copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *src);
+
 /* The value masked pixels receive in float outputs: the input's nodata, or NaN. */
 float hyprof__nodata_f32(const hyprof_cube_t *in);
 

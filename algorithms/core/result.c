@@ -29,33 +29,13 @@ void hyprof_result_free(hyprof_result_t *res)
     hyprof_result_init(res);
 }
 
-/* Masked pixels need a nodata value: the input's, or NaN if it had none. */
-static hyprof_status_t copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *like)
-{
-    dst->has_nodata = like->has_nodata;
-    dst->nodata = like->nodata;
-    if (!like->mask)
-        return HYPROF_OK;
-    hyprof_status_t st = hyprof_cube_alloc_mask(dst);
-    if (st != HYPROF_OK)
-        return st;
-    for (size_t y = 0; y < dst->height; y++)
-        memcpy(dst->mask + y * dst->width, like->mask + (ptrdiff_t)y * like->mask_stride_y,
-               dst->width);
-    if (!dst->has_nodata && hyprof_cube_count_valid(dst) < dst->width * dst->height) {
-        dst->has_nodata = 1;
-        dst->nodata = NAN;
-    }
-    return HYPROF_OK;
-}
-
 hyprof_status_t hyprof__result_adopt(hyprof_result_t *res, const hyprof_cube_t *like)
 {
     free(res->band_names);
     res->band_names = calloc(res->cube.bands, sizeof *res->band_names);
     if (!res->band_names)
         return HYPROF_ERR_NOMEM;
-    return like ? copy_mask(&res->cube, like) : HYPROF_OK;
+    return like ? hyprof__cube_copy_mask(&res->cube, like) : HYPROF_OK;
 }
 
 hyprof_status_t hyprof_result_alloc(hyprof_result_t *res, size_t width, size_t height,

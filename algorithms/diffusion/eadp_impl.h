@@ -21,10 +21,12 @@
  *      g1 = exp(-r),  g2 = 1 / (1 + r),  g3 = r > 0 ? 1 - exp(-3.315 / r^4) : 1.
  * 5. Profile: out band 0 = u; then for i = 1..ntimes, starting from the
  *    previous result, `cycles` FED cycles, each the steps tau[0..nsteps-1]
- *    (the schedule of increment i, ascending), each step Jacobi:
+ *    (the schedule of increment i, in hyprof_fed_steps' kappa-cycle order:
+ *    apply them in the order given), each step Jacobi:
  *      u'(p) = u(p) + tau * sum over the 4-neighbours q inside the image with
  *              m(p) and m(q) of (g(p) + g(q))/2 * (u(q) - u(p))
- *    out band i = u after increment i. Masked pixels get `nodata` in every
+ *    out band i = u after increment i. Masked pixels hold u = 0 (never their
+ *    input value: it may be NaN) and get `nodata` in every
  *    output band. Sum over valid pixels is conserved exactly up to rounding.
  * Output layout: band b's profile occupies out bands b*(ntimes+1) .. b*(ntimes+1)+ntimes. */
 #ifndef HYPROF_EADP_IMPL_H

@@ -31,6 +31,21 @@ void hyprof__free_names(char **names, size_t n)
     free(names);
 }
 
+/* Computed features keep the input's mask: the profile must not take
+ * nodata pixels for data. */
+static hyprof_status_t finish(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                              hyprof_cube_t *features, const char *prefix, char ***names,
+                              hyprof_status_t st)
+{
+    if (st == HYPROF_OK && (st = hyprof__cube_copy_mask(features, in)) != HYPROF_OK)
+        hyprof__error(ctx, st, op, "out of memory");
+    if (st == HYPROF_OK)
+        st = name_bands(ctx, op, features->bands, prefix, names);
+    if (st != HYPROF_OK)
+        hyprof_cube_free(features);
+    return st;
+}
+
 hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names)
 {
@@ -49,9 +64,9 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
         if (st == HYPROF_OK)
             st = hyprof_pca_apply(ctx, m, in, features);
         hyprof_pca_model_free(&m);
-        return st == HYPROF_OK ? name_bands(ctx, op, features->bands, "PC", names) : st;
+        return finish(ctx, op, in, features, "PC", names, st);
     }
     const hyprof_wavelet_t *w = hyprof_wavelet_find(hyprof_args_str(args, "wavelet"));
     st = hyprof_dwt_spectral(ctx, in, w, (int)hyprof_args_int(args, "levels"), features);
-    return st == HYPROF_OK ? name_bands(ctx, op, features->bands, "A", names) : st;
+    return finish(ctx, op, in, features, "A", names, st);
 }

@@ -40,8 +40,10 @@ hyprof_status_t hyprof_eadp(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
                             double *contrast_out);
 
 /* FED schedule: the number of steps of one cycle of length t (Eq. 8 of the
- * EADP paper, tau_max = 0.25) and its step sizes (Eq. 7, scaled to sum to t).
- * Returns the step count; fills tau when not NULL (room for the count). */
+ * EADP paper, tau_max = 0.25) and its step sizes (Eq. 7, scaled to sum to t),
+ * in kappa-cycle order (as KAZE's fed.cpp), which keeps rounding errors from
+ * being amplified by the long steps. Returns the step count (0 for t <= 0 or
+ * on allocation failure); fills tau when not NULL (room for the count). */
 size_t hyprof_fed_steps(double t, double *tau);
 
 #ifdef __cplusplus
