@@ -299,8 +299,11 @@ hyprof_status_t hyprof__cpu_eadp(hyprof_ctx_t *ctx, void *args)
 
 static hyprof_status_t check_params(hyprof_ctx_t *ctx, const hyprof_eadp_params_t *p)
 {
-    if (!(p->sigma > 0.0) || !isfinite(p->sigma))
-        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "sigma %g must be > 0", p->sigma);
+    /* The bound keeps the Gaussian kernel (2 ceil(3 sigma) + 1 weights, on the
+     * stack) small; wider smoothing is meaningless before a gradient anyway. */
+    if (!(p->sigma > 0.0 && p->sigma <= 1000.0))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "sigma %g must be in (0, 1000]",
+                             p->sigma);
     if (p->contrast <= 0.0 && !(p->percentile > 0.0 && p->percentile < 1.0))
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                              "contrast percentile %g must be inside (0, 1)", p->percentile);

@@ -1,0 +1,1255 @@
+/* CUDA backend of the EADP step (semantics: algorithms/diffusion/eadp_impl.h).
+ *
+ * All bands of a group (normally the whole cube) go through the same launches
+ * (grid z = band); the cube is uploaded once and nothing but the float profile
+ * bands and the contrasts come back.
+ *
+ *   gauss_h     H = Gx * (m u) for every band, and Gx * m as one extra "band"
+ *   gauss_v     s = Gy * H_band / Gy * H_mask (0 where the denominator is 0)
+ *   scharr      G = gx^2 + gy^2; per band counts of valid, G == 0 and G > 0
+ *   selection   the contrast k per band on the device: an exact radix select
+ *               (6 passes of 9/11 bits over the bit patterns of G, which order
+ *               like the values since G >= 0) of the order statistics that
+ *               NumPy's linear percentile of sqrt(G) needs, for the main
+ *               percentile and for the G > 0 fallback at once; then k as in
+ *               eadp.c (lo + t (hi - lo), the same fallbacks)
+ *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked)
+ *   FED         per increment, cycles x nsteps Jacobi steps, fused K steps per
+ *               launch (K = 4 by default): a block loads a 64 x 32 region of u
+ *               and g (the output tile plus a halo of K), computes its edge
+ *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
+ *               steps in shared memory, each thread holding a vertical strip
+ *               of 8 pixels in registers (neighbours across strips through
+ *               shared memory, one barrier per step); only the inner
+ *               (64-2K) x (32-2K) tile is written back. One launch moves u and
+ *               g through device memory once for K steps instead of K times.
+ *               The launches of an increment are captured once into a CUDA
+ *               graph and replayed when the same schedule comes again (the
+ *               default times: every increment; two graphs, one per starting
+ *               ping-pong buffer).
+ *   output      u -> float, nodata where masked, into a ring of device slots;
+ *               each slot goes to the host with one 2-D copy (all bands of the
+ *               group) on a second stream while the next increments compute.
+ *
+ * Arithmetic: double throughout, and in the order of the CPU backend
+ * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that with g2
+ * the two backends normally agree bit for bit (g1 and g3 call exp(), whose
+ * last bit may differ between CUDA and the C library).
+ * $HYPROF_EADP_FMA=1 lets the FED step use fused multiply-adds (fewer
+ * double-precision instructions; no longer bit-identical to the CPU, the
+ * difference being rounding-level with the kappa-cycle step order).
+ * Memory: 28 bytes per pixel and band (x, u ping-pong, g) + 4 per output slot;
+ * bands are processed in groups when they do not all fit.
+ *
+ * Knobs for tests and tuning (environment): $HYPROF_EADP_FUSE = steps per FED
+ * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
+ * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (512 threads, one block per
+ * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
+ * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
+ * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
+ * when memory is short). All of them give bit-identical results.
+ *
+ * The kernel bodies are written against the HYPROF_EADP_* macros below (thread
+ * and block indices passed in, __syncthreads and atomics behind macros) so that
+ * a host harness can define them and run the bodies on the CPU. */
+#include "../core/cuda_util.h"
+#include "diffusion/eadp_impl.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#ifndef HYPROF_EADP_FN
+#define HYPROF_EADP_FN __device__ __forceinline__
+#endif
+#ifndef HYPROF_EADP_SYNC
+#define HYPROF_EADP_SYNC() __syncthreads()
+#endif
+#ifndef HYPROF_EADP_ATOMIC_ADD_U32
+#define HYPROF_EADP_ATOMIC_ADD_U32(p, v) atomicAdd((p), (v))
+#endif
+#ifndef HYPROF_EADP_ATOMIC_ADD_U64
+#define HYPROF_EADP_ATOMIC_ADD_U64(p, v) atomicAdd((p), (v))
+#endif
+
+using namespace hyprof_cuda;
+
+namespace {
+
+typedef unsigned long long u64;
+
+/* ---- shapes ------------------------------------------------------------------- */
+
+const int kPixBX = 32, kPixBY = 8;       /* block of the per-pixel kernels */
+const int kSelThreads = 256;             /* selection kernels */
+const int kSelBins = 2048;               /* 11-bit digits */
+const int kSelQueries = 4;               /* lo, hi; lo, hi of the G > 0 fallback */
+const int kSelPasses = 6;
+const int kSelShift[kSelPasses] = {55, 44, 33, 22, 11, 0};
+const int kSelWidth[kSelPasses] = {9, 11, 11, 11, 11, 11};
+const int kMaxFuse = 8;
+
+/* Fused FED tile: 64 x BY threads (BY = 4 or 8), each a vertical strip of 8
+ * pixels: a region of 64 x 32 or 64 x 64 pixels. */
+const int kFedBX = 64, kFedR = 8;
+const int kFedRW = kFedBX;
+
+struct Thr {
+    int tx, ty, bx, by, bz, bdx, bdy, gdx, gdy, gdz;
+};
+
+#define HYPROF_EADP_THR                                                                     \
+    Thr{(int)threadIdx.x, (int)threadIdx.y, (int)blockIdx.x,  (int)blockIdx.y,            \
+        (int)blockIdx.z,  (int)blockDim.x,  (int)blockDim.y, (int)gridDim.x,              \
+        (int)gridDim.y,   (int)gridDim.z}
+
+struct SelState {
+    u64 prefix;     /* bits of the key decided so far (the key at the end) */
+    long long rank; /* rank still to find among the keys with that prefix; -1: unused */
+};
+
+struct FedSteps {
+    double tau[kMaxFuse];
+    int n;
+};
+
+/* ---- arithmetic in the CPU's order, without contraction ------------------------- */
+
+HYPROF_EADP_FN double mul_rn(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+HYPROF_EADP_FN double add_rn(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+HYPROF_EADP_FN double sub_rn(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+HYPROF_EADP_FN double fma_rn(double a, double b, double c)
+{
+#ifdef __CUDA_ARCH__
+    return __fma_rn(a, b, c);
+#else
+    return std::fma(a, b, c);
+#endif
+}
+HYPROF_EADP_FN u64 dbl_bits(double d)
+{
+#ifdef __CUDA_ARCH__
+    return (u64)__double_as_longlong(d);
+#else
+    u64 b;
+    memcpy(&b, &d, sizeof b);
+    return b;
+#endif
+}
+HYPROF_EADP_FN double bits_dbl(u64 b)
+{
+#ifdef __CUDA_ARCH__
+    return __longlong_as_double((long long)b);
+#else
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+#endif
+}
+
+/* Half-sample reflection: -1 -> 0, -2 -> 1, n -> n-1, n+1 -> n-2, periodic in 2n. */
+HYPROF_EADP_FN int reflect_index(int i, int n)
+{
+    if (i >= 0 && i < n)
+        return i;
+    long long p = 2LL * n, m = (long long)i % p;
+    if (m < 0)
+        m += p;
+    return (int)(m < n ? m : p - 1 - m);
+}
+
+/* Edge conductance between two pixels (g = -1: masked or outside the image). */
+HYPROF_EADP_FN double edge_c(double ga, double gb)
+{
+    return (ga < 0.0 || gb < 0.0) ? 0.0 : mul_rn(0.5, add_rn(ga, gb));
+}
+
+/* One Jacobi FED update: the flux in eadp.c's order (east, west, south, north). */
+template <bool Fma>
+HYPROF_EADP_FN double fed_update(double u, double ue, double uw, double us, double un, double ce,
+                                 double cw, double cs, double cn, double tau)
+{
+    if (Fma) {
+        double f = mul_rn(ce, sub_rn(ue, u));
+        f = fma_rn(cw, sub_rn(uw, u), f);
+        f = fma_rn(cs, sub_rn(us, u), f);
+        f = fma_rn(cn, sub_rn(un, u), f);
+        return fma_rn(tau, f, u);
+    }
+    double f = 0.0;
+    f = add_rn(f, mul_rn(ce, sub_rn(ue, u)));
+    f = add_rn(f, mul_rn(cw, sub_rn(uw, u)));
+    f = add_rn(f, mul_rn(cs, sub_rn(us, u)));
+    f = add_rn(f, mul_rn(cn, sub_rn(un, u)));
+    return add_rn(u, mul_rn(tau, f));
+}
+
+/* Sort key of G >= 0: its bit pattern (NaN last). */
+HYPROF_EADP_FN u64 sel_key(double g)
+{
+    if (g != g)
+        return ~0ull;
+    if (g == 0.0)
+        return 0ull;
+    return dbl_bits(g);
+}
+
+/* ---- kernel bodies ------------------------------------------------------------- */
+
+/* H[b] = Gx * (m x_b) for b < nb, H[nb] = Gx * m. grid z: nb + 1. */
+HYPROF_EADP_FN void gauss_h_body(const Thr &t, const float *x, const uint8_t *mask, int W, int H,
+                                 size_t npix, int nb, const double *w, int r, double *Hout)
+{
+    const int b = t.bz;
+    const int xx = t.bx * t.bdx + t.tx;
+    if (xx >= W)
+        return;
+    const float *xb = x + (size_t)(b < nb ? b : 0) * npix;
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        const size_t row = (size_t)y * W;
+        double acc = 0.0;
+        for (int j = -r; j <= r; ++j) {
+            const size_t q = row + reflect_index(xx + j, W);
+            const bool m = !mask || mask[q];
+            const double v = m ? (b < nb ? (double)xb[q] : 1.0) : 0.0;
+            acc = add_rn(acc, mul_rn(w[j + r], v));
+        }
+        Hout[(size_t)b * npix + row + xx] = acc;
+    }
+}
+
+/* s[b] = Gy * H[b] / Gy * H[nb], 0 where the denominator is not > 0. grid z: nb. */
+HYPROF_EADP_FN void gauss_v_body(const Thr &t, const double *Hin, int W, int H, size_t npix,
+                                 int nb, const double *w, int r, double *s)
+{
+    const int b = t.bz;
+    const int xx = t.bx * t.bdx + t.tx;
+    if (xx >= W)
+        return;
+    const double *hb = Hin + (size_t)b * npix, *hd = Hin + (size_t)nb * npix;
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        double sn = 0.0, sd = 0.0;
+        for (int j = -r; j <= r; ++j) {
+            const size_t q = (size_t)reflect_index(y + j, H) * W + xx;
+            sn = add_rn(sn, mul_rn(w[j + r], hb[q]));
+            sd = add_rn(sd, mul_rn(w[j + r], hd[q]));
+        }
+        s[(size_t)b * npix + (size_t)y * W + xx] = sd > 0.0 ? sn / sd : 0.0;
+    }
+}
+
+/* G[b] = gx^2 + gy^2 of s[b]; cnt[3b..3b+2] += valid, valid with G == 0, with G > 0.
+ * `cnt_sh` is three shared counters. */
+HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
+                                const uint8_t *mask, int W, int H, size_t npix, double *G,
+                                u64 *cnt)
+{
+    const int tid = t.ty * t.bdx + t.tx;
+    if (tid < 3)
+        cnt_sh[tid] = 0;
+    HYPROF_EADP_SYNC();
+    const int b = t.bz;
+    const int x = t.bx * t.bdx + t.tx;
+    const double *sb = s + (size_t)b * npix;
+    if (x < W) {
+        const int xm = reflect_index(x - 1, W), xp = reflect_index(x + 1, W);
+        for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+            const int ym = reflect_index(y - 1, H), yp = reflect_index(y + 1, H);
+            const double *rm = sb + (size_t)ym * W, *r0 = sb + (size_t)y * W,
+                         *rp = sb + (size_t)yp * W;
+            double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
+                                      mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
+                               mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
+            gx = gx / 32.0;
+            double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
+                                      mul_rn(10.0, sub_rn(rp[x], rm[x]))),
+                               mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
+            gy = gy / 32.0;
+            const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
+            const size_t p = (size_t)y * W + x;
+            G[(size_t)b * npix + p] = g;
+            if (!mask || mask[p]) {
+                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
+                if (g == 0.0)
+                    HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
+                else if (g > 0.0)
+                    HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
+            }
+        }
+    }
+    HYPROF_EADP_SYNC();
+    if (tid < 3 && cnt_sh[tid])
+        HYPROF_EADP_ATOMIC_ADD_U64(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
+}
+
+/* Position of a NumPy-linear percentile among n sorted values: rank of the
+ * lower order statistic and of the upper one (equal when no interpolation). */
+HYPROF_EADP_FN void pct_ranks(double pct, u64 n, long long *lo, long long *hi, double *pos)
+{
+    *pos = pct * (double)(n - 1);
+    u64 i = (u64)floor(*pos);
+    if (i > n - 1)
+        i = n - 1;
+    *lo = (long long)i;
+    *hi = (i + 1 >= n || *pos == (double)i) ? (long long)i : (long long)(i + 1);
+}
+
+/* One thread per band: the ranks to select. */
+HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double pct,
+                                   SelState *st)
+{
+    const int b = t.bx * t.bdx + t.tx;
+    if (b >= nb)
+        return;
+    const u64 n = cnt[3 * b], z = cnt[3 * b + 1], np = cnt[3 * b + 2];
+    SelState *s = st + (size_t)b * kSelQueries;
+    for (int q = 0; q < kSelQueries; ++q) {
+        s[q].prefix = 0;
+        s[q].rank = -1;
+    }
+    long long lo, hi;
+    double pos;
+    if (n >= 1) {
+        pct_ranks(pct, n, &lo, &hi, &pos);
+        s[0].rank = lo;
+        s[1].rank = hi;
+    }
+    if (np >= 1) {
+        pct_ranks(pct, np, &lo, &hi, &pos);
+        s[2].rank = (long long)z + lo;
+        s[3].rank = (long long)z + hi;
+    }
+}
+
+/* Histogram of the next digit of the keys that match each query's prefix. Each
+ * key counts once, for the first query with its prefix (queries with equal
+ * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
+ * counters. grid z = band. */
+HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
+                                  const uint8_t *mask, size_t npix, const SelState *st,
+                                  u64 hmask, int shift, unsigned dmask, u64 *ghist)
+{
+    const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
+    for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
+        sh[i] = 0;
+    const int b = t.bz;
+    u64 pre[kSelQueries];
+    bool act[kSelQueries];
+    for (int q = 0; q < kSelQueries; ++q) {
+        act[q] = st[(size_t)b * kSelQueries + q].rank >= 0;
+        pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
+    }
+    HYPROF_EADP_SYNC();
+    const double *gb = G + (size_t)b * npix;
+    for (size_t p = (size_t)t.bx * nthr + tid; p < npix; p += (size_t)t.gdx * nthr) {
+        if (mask && !mask[p])
+            continue;
+        const u64 key = sel_key(gb[p]), km = key & hmask;
+        for (int q = 0; q < kSelQueries; ++q)
+            if (act[q] && km == pre[q]) {
+                HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+                break;
+            }
+    }
+    HYPROF_EADP_SYNC();
+    u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
+    for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
+        if (sh[i])
+            HYPROF_EADP_ATOMIC_ADD_U64(&gh[i], (u64)sh[i]);
+}
+
+/* One block of kSelThreads per band: for each query, the bin that holds its
+ * rank; appends the digit to the prefix, makes the rank relative to the bin,
+ * and clears the histograms for the next pass. */
+struct SelScanShared {
+    u64 part[kSelThreads];
+    SelState cur[kSelQueries], nxt[kSelQueries];
+};
+
+HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st, u64 hmask,
+                                  int shift, u64 *ghist)
+{
+    const int tid = t.tx, b = t.bz;
+    SelState *s = st + (size_t)b * kSelQueries;
+    u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
+    if (tid < kSelQueries) {
+        sh.cur[tid] = s[tid];
+        sh.nxt[tid] = s[tid];
+    }
+    HYPROF_EADP_SYNC();
+    const int per = kSelBins / kSelThreads;
+    for (int q = 0; q < kSelQueries; ++q) {
+        if (sh.cur[q].rank < 0)
+            continue; /* the same for every thread */
+        int a = q;
+        for (int q2 = 0; q2 < q; ++q2)
+            if (sh.cur[q2].rank >= 0 &&
+                (sh.cur[q2].prefix & hmask) == (sh.cur[q].prefix & hmask)) {
+                a = q2;
+                break;
+            }
+        const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
+        u64 mine = 0;
+        for (int j = 0; j < per; ++j)
+            mine += h[j];
+        sh.part[tid] = mine;
+        HYPROF_EADP_SYNC();
+        for (int off = 1; off < kSelThreads; off <<= 1) {
+            const u64 v = tid >= off ? sh.part[tid - off] : 0;
+            HYPROF_EADP_SYNC();
+            sh.part[tid] += v;
+            HYPROF_EADP_SYNC();
+        }
+        const u64 incl = sh.part[tid], excl = incl - mine, rank = (u64)sh.cur[q].rank;
+        if (rank >= excl && rank < incl) {
+            u64 cum = excl;
+            for (int j = 0; j < per; ++j) {
+                if (rank < cum + h[j]) {
+                    sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + j) << shift);
+                    sh.nxt[q].rank = (long long)(rank - cum);
+                    break;
+                }
+                cum += h[j];
+            }
+        }
+        HYPROF_EADP_SYNC();
+    }
+    if (tid < kSelQueries)
+        s[tid] = sh.nxt[tid];
+    for (int i = tid; i < kSelQueries * kSelBins; i += t.bdx)
+        gh[i] = 0;
+}
+
+/* eadp.c's percentile from the two selected order statistics. */
+HYPROF_EADP_FN double pct_value(double pct, u64 n, const SelState *lo_hi)
+{
+    long long lo, hi;
+    double pos;
+    pct_ranks(pct, n, &lo, &hi, &pos);
+    const double a = sqrt(bits_dbl(lo_hi[0].prefix));
+    if (hi == lo)
+        return a;
+    const double bv = sqrt(bits_dbl(lo_hi[1].prefix));
+    return add_rn(a, mul_rn(sub_rn(pos, (double)lo), sub_rn(bv, a)));
+}
+
+HYPROF_EADP_FN bool good_k(double k) { return k > 0.0 && k <= 1.7976931348623157e308; }
+
+/* One thread per band: k, with the fallbacks of eadp_impl.h / eadp.c. */
+HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState *st, int nb,
+                                   double pct, double *k)
+{
+    const int b = t.bx * t.bdx + t.tx;
+    if (b >= nb)
+        return;
+    const u64 n = cnt[3 * b], np = cnt[3 * b + 2];
+    const SelState *s = st + (size_t)b * kSelQueries;
+    double v = n ? pct_value(pct, n, s) : 0.0;
+    if (!good_k(v)) {
+        v = np ? pct_value(pct, np, s + 2) : 1.0;
+        if (!good_k(v))
+            v = 1.0;
+    }
+    k[b] = v;
+}
+
+/* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked) over G. */
+HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *mask, int W, int H,
+                                 size_t npix, const double *k, int diffusivity, double *GU,
+                                 double *gm)
+{
+    const int b = t.bz;
+    const int xx = t.bx * t.bdx + t.tx;
+    if (xx >= W)
+        return;
+    const double kb = k[b], k2 = mul_rn(kb, kb);
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        const size_t p = (size_t)y * W + xx, i = (size_t)b * npix + p;
+        if (mask && !mask[p]) {
+            gm[i] = -1.0;
+            GU[i] = 0.0;
+            continue;
+        }
+        const double r = GU[i] / k2;
+        double g;
+        if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
+            g = exp(-r);
+        else if (diffusivity == (int)HYPROF_DIFFUSIVITY_G3)
+            g = r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
+        else
+            g = 1.0 / add_rn(1.0, r);
+        gm[i] = g;
+        GU[i] = (double)x[i];
+    }
+}
+
+/* One FED step over all bands, straight from device memory. */
+template <bool Fma>
+HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout, const double *gm,
+                                  int W, int H, size_t npix, double tau)
+{
+    const int x = t.bx * t.bdx + t.tx;
+    if (x >= W)
+        return;
+    const size_t off = (size_t)t.bz * npix;
+    const double *u = uin + off, *g = gm + off;
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        const size_t p = (size_t)y * W + x;
+        const double up = u[p], gp = g[p];
+        if (gp < 0.0) {
+            uout[off + p] = up;
+            continue;
+        }
+        const bool e = x + 1 < W, w = x > 0, s = y + 1 < H, n = y > 0;
+        const double ce = edge_c(gp, e ? g[p + 1] : -1.0), cw = edge_c(w ? g[p - 1] : -1.0, gp);
+        const double cs = edge_c(gp, s ? g[p + W] : -1.0), cn = edge_c(n ? g[p - W] : -1.0, gp);
+        uout[off + p] = fed_update<Fma>(up, e ? u[p + 1] : 0.0, w ? u[p - 1] : 0.0,
+                                        s ? u[p + W] : 0.0, n ? u[p - W] : 0.0, ce, cw, cs, cn,
+                                        tau);
+    }
+}
+
+/* K fused FED steps on a kFedRW x (BY kFedR) region (output tile + halo K) in
+ * shared memory `buf` (two planes). Thread (c, ty) owns column c, rows
+ * ty*R .. ty*R+R-1 of the region. Pixels outside the image or masked have
+ * g = -1 (no flux) and u = 0. After step s the values at distance >= s from the
+ * region's edge are exact; the tile at distance >= K is written. */
+template <int K, int BY, bool Fma>
+HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedRW],
+                                   const double *uin, double *uout, const double *gm, int W,
+                                   int H, size_t npix, const FedSteps &steps)
+{
+    const int R = kFedR, RW = kFedRW, RH = BY * kFedR;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int c = t.tx, rb = t.ty * R;
+    const size_t off = (size_t)t.bz * npix;
+    const int x = t.bx * OW - K + c;
+    const int y0 = t.by * OH - K + rb;
+    const bool colin = x >= 0 && x < W;
+
+    double u[R], g[R], ce[R], cw[R], cs[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int y = y0 + i;
+        const bool in = colin && y >= 0 && y < H;
+        const size_t p = in ? off + (size_t)y * W + x : 0;
+        u[i] = in ? uin[p] : 0.0;
+        g[i] = in ? gm[p] : -1.0;
+        buf[1][rb + i][c] = g[i];
+    }
+    HYPROF_EADP_SYNC();
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const double ge = c + 1 < RW ? buf[1][rb + i][c + 1] : -1.0;
+        const double gw = c > 0 ? buf[1][rb + i][c - 1] : -1.0;
+        const double gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R][c] : -1.0);
+        ce[i] = edge_c(g[i], ge);
+        cw[i] = edge_c(gw, g[i]);
+        cs[i] = edge_c(g[i], gs);
+    }
+    const double cn0 = edge_c(rb > 0 ? buf[1][rb - 1][c] : -1.0, g[0]);
+    /* No barrier needed here: step 0 writes plane 0, and plane 1 (read just
+     * above) is written again only after step 0's barrier. */
+    for (int s = 0; s < steps.n; ++s) {
+        double(*b)[kFedRW] = buf[s & 1];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            b[rb + i][c] = u[i];
+        HYPROF_EADP_SYNC();
+        const double tau = steps.tau[s];
+        double un = rb > 0 ? b[rb - 1][c] : 0.0; /* old value of the north neighbour */
+        const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
+            const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
+            const double us = i + 1 < R ? u[i + 1] : us_end;
+            const double cn = i == 0 ? cn0 : cs[i - 1];
+            const double old = u[i];
+            u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+            un = old;
+        }
+    }
+    if (c < K || c >= RW - K || !colin)
+        return;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = rb + i, y = y0 + i;
+        if (r >= K && r < RH - K && y >= 0 && y < H)
+            uout[off + (size_t)y * W + x] = u[i];
+    }
+}
+
+/* out[b] = float(src[b]) where valid, nodata where masked. */
+template <typename T>
+HYPROF_EADP_FN void to_float_body(const Thr &t, const T *src, const uint8_t *mask, int W, int H,
+                                  size_t npix, float nodata, float *out)
+{
+    const int x = t.bx * t.bdx + t.tx;
+    if (x >= W)
+        return;
+    const size_t off = (size_t)t.bz * npix;
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        const size_t p = (size_t)y * W + x;
+        out[off + p] = (!mask || mask[p]) ? (float)src[off + p] : nodata;
+    }
+}
+
+/* ---- kernels ------------------------------------------------------------------- */
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    gauss_h_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
+                   size_t npix, int nb, const double *__restrict__ w, int r,
+                   double *__restrict__ Hout)
+{
+    gauss_h_body(HYPROF_EADP_THR, x, mask, W, H, npix, nb, w, r, Hout);
+}
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    gauss_v_kernel(const double *__restrict__ Hin, int W, int H, size_t npix, int nb,
+                   const double *__restrict__ w, int r, double *__restrict__ s)
+{
+    gauss_v_body(HYPROF_EADP_THR, Hin, W, H, npix, nb, w, r, s);
+}
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    scharr_kernel(const double *__restrict__ s, const uint8_t *__restrict__ mask, int W, int H,
+                  size_t npix, double *__restrict__ G, u64 *__restrict__ cnt)
+{
+    __shared__ unsigned cnt_sh[3];
+    scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
+}
+
+__global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
+                                 SelState *__restrict__ st)
+{
+    sel_setup_body(HYPROF_EADP_THR, cnt, nb, pct, st);
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    sel_hist_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask, size_t npix,
+                    const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
+                    u64 *__restrict__ ghist)
+{
+    __shared__ unsigned sh[kSelQueries * kSelBins];
+    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist);
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    sel_scan_kernel(SelState *__restrict__ st, u64 hmask, int shift, u64 *__restrict__ ghist)
+{
+    __shared__ SelScanShared sh;
+    sel_scan_body(HYPROF_EADP_THR, sh, st, hmask, shift, ghist);
+}
+
+__global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
+                                 int nb, double pct, double *__restrict__ k)
+{
+    sel_final_body(HYPROF_EADP_THR, cnt, st, nb, pct, k);
+}
+
+__global__ void fill_kernel(double *__restrict__ k, int nb, double v)
+{
+    const int b = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (b < nb)
+        k[b] = v;
+}
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    diffuse_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
+                   size_t npix, const double *__restrict__ k, int diffusivity,
+                   double *__restrict__ GU, double *__restrict__ gm)
+{
+    diffuse_body(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, GU, gm);
+}
+
+template <bool Fma>
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    fed_step_kernel(const double *__restrict__ uin, double *__restrict__ uout,
+                    const double *__restrict__ gm, int W, int H, size_t npix, double tau)
+{
+    fed_step_body<Fma>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
+}
+
+/* Dynamic shared memory: 2 * BY * kFedR * kFedRW doubles (64 KiB for BY = 8). */
+template <int K, int BY, bool Fma>
+__global__ void __launch_bounds__(kFedBX *BY, 8 / BY)
+    fed_fused_kernel(const double *__restrict__ uin, double *__restrict__ uout,
+                     const double *__restrict__ gm, int W, int H, size_t npix,
+                     const __grid_constant__ FedSteps steps)
+{
+    extern __shared__ double fed_smem[];
+    fed_fused_body<K, BY, Fma>(HYPROF_EADP_THR,
+                               reinterpret_cast<double(*)[BY * kFedR][kFedRW]>(fed_smem), uin,
+                               uout, gm, W, H, npix, steps);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    to_float_kernel(const T *__restrict__ src, const uint8_t *__restrict__ mask, int W, int H,
+                    size_t npix, float nodata, float *__restrict__ out)
+{
+    to_float_body<T>(HYPROF_EADP_THR, src, mask, W, H, npix, nodata, out);
+}
+
+/* ---- host side ----------------------------------------------------------------- */
+
+/* The fused FED kernel for K steps, BY thread rows, with or without FMA. */
+template <int BY, bool F> const void *fused_kernel_ptr_k(int K)
+{
+    switch (K) {
+    case 2: return (const void *)fed_fused_kernel<2, BY, F>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, F>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, F>;
+    default: return (const void *)fed_fused_kernel<4, BY, F>;
+    }
+}
+
+const void *fused_kernel_ptr(int K, int by, bool fma)
+{
+    if (by == 8)
+        return fma ? fused_kernel_ptr_k<8, true>(K) : fused_kernel_ptr_k<8, false>(K);
+    return fma ? fused_kernel_ptr_k<4, true>(K) : fused_kernel_ptr_k<4, false>(K);
+}
+
+int env_int(const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (end == s || v < INT_MIN || v > INT_MAX)
+        return dflt;
+    return (int)v;
+}
+
+class GraphExec {
+  public:
+    GraphExec() = default;
+    ~GraphExec() { reset(); }
+    GraphExec(const GraphExec &) = delete;
+    GraphExec &operator=(const GraphExec &) = delete;
+    void reset()
+    {
+        if (e_)
+            (void)cudaGraphExecDestroy(e_); /* in-flight launches finish first */
+        e_ = NULL;
+    }
+    cudaGraphExec_t get() const { return e_; }
+    cudaGraphExec_t *put()
+    {
+        reset();
+        return &e_;
+    }
+
+  private:
+    cudaGraphExec_t e_ = NULL;
+};
+
+/* Byte offsets of the device buffers inside one allocation. */
+struct Layout {
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, slot0, slot_bytes, total;
+};
+
+const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
+
+size_t mul_sat(size_t a, size_t b) { return (a && b > kHuge / a) ? kHuge : a * b; }
+
+/* Appends `bytes` (256-byte aligned) at *off; returns the offset. */
+size_t take(size_t *off, size_t bytes)
+{
+    const size_t o = *off;
+    *off = (bytes >= kHuge || o >= kHuge) ? kHuge : o + ((bytes + 255) & ~(size_t)255);
+    return o;
+}
+
+Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
+{
+    Layout L;
+    size_t off = 0;
+    const size_t fband = mul_sat(npix, sizeof(float)), dband = mul_sat(npix, sizeof(double));
+    L.mask = take(&off, has_mask ? npix : 0);
+    L.w = take(&off, (size_t)(2 * r + 1) * sizeof(double));
+    L.x = take(&off, mul_sat(fband, nb));
+    L.A = take(&off, mul_sat(dband, nb + 1));
+    L.B = take(&off, mul_sat(dband, nb));
+    L.gm = take(&off, mul_sat(dband, nb));
+    L.cnt = take(&off, nb * 3 * sizeof(u64));
+    L.st = take(&off, nb * kSelQueries * sizeof(SelState));
+    L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
+    L.k = take(&off, nb * sizeof(double));
+    L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
+    L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
+    L.total = off;
+    return L;
+}
+
+const int kMaxSlots = 3;
+
+class EadpCuda {
+  public:
+    EadpCuda(hyprof_ctx_t *c, const hyprof_eadp_args_t *args) : ctx(c), a(args) {}
+    hyprof_status_t run();
+
+  private:
+    hyprof_ctx_t *ctx;
+    const char *op = "eadp";
+    const hyprof_eadp_args_t *a;
+
+    int W = 0, H = 0, r = 0, fuse = 4, tile_by = 4;
+    size_t npix = 0, C = 0, nslots = 2, group = 1;
+    bool use_graphs = true, fma = false;
+    std::vector<double> weights;
+    std::vector<std::vector<double>> sched; /* flattened steps of each increment */
+    std::vector<size_t> sched_id;           /* first increment with the same steps */
+
+    /* Declaration order: memory first (freed last), then the streams (their
+     * destructors wait for queued work), then events and graphs. */
+    DeviceBuffer<uint8_t> arena;
+    Layout L{};
+    Stream cs, xs; /* compute, copies */
+    Event conv[kMaxSlots], copied[kMaxSlots];
+    bool copy_issued[kMaxSlots] = {false, false, false};
+    struct GraphEntry {
+        size_t id = 0;
+        int cur = 0;
+        bool valid = false;
+        GraphExec exec;
+    };
+    std::vector<GraphEntry> graphs; /* sized once: entries never move */
+
+    template <typename T> T *dev(size_t off) const
+    {
+        return reinterpret_cast<T *>(arena.get() + off);
+    }
+    double *ubuf(int which) const { return which ? dev<double>(L.B) : dev<double>(L.A); }
+
+    hyprof_status_t check_args();
+    hyprof_status_t plan();
+    hyprof_status_t prepare(size_t nb);
+    hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur);
+    hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
+    hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
+    hyprof_status_t run_group(size_t g0, size_t nb);
+};
+
+hyprof_status_t EadpCuda::check_args()
+{
+    if (!a || !a->x || !a->out)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA EADP called without data");
+    if (a->width == 0 || a->height == 0 || a->bands == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "empty cube (%zu x %zu x %zu)", a->width,
+                             a->height, a->bands);
+    if (a->width > (size_t)INT_MAX / 2 || a->height > (size_t)INT_MAX / 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "image %zu x %zu is too large",
+                             a->width, a->height);
+    if (!(a->sigma > 0.0) || !(a->sigma <= 1e6))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "sigma %g must be in (0, 1e6]",
+                             a->sigma);
+    if (!(a->contrast > 0.0) && !(a->percentile > 0.0 && a->percentile < 1.0))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "contrast percentile %g must be inside (0, 1)", a->percentile);
+    if (a->diffusivity < HYPROF_DIFFUSIVITY_G1 || a->diffusivity > HYPROF_DIFFUSIVITY_G3)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "unknown diffusivity %d",
+                             (int)a->diffusivity);
+    if (a->cycles < 1)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "cycles %d must be >= 1", a->cycles);
+    if (a->ntimes && !a->nsteps)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "no FED schedule given");
+    for (size_t i = 0; i < a->ntimes; ++i)
+        if (a->nsteps[i] && (!a->tau || !a->tau[i]))
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                                 "no step sizes for increment %zu", i + 1);
+    return HYPROF_OK;
+}
+
+/* Schedules, knobs, the band groups and the device memory. */
+hyprof_status_t EadpCuda::plan()
+{
+    W = (int)a->width;
+    H = (int)a->height;
+    npix = a->width * a->height;
+    C = a->ntimes;
+    r = (int)ceil(3.0 * a->sigma);
+    weights.resize((size_t)(2 * r + 1));
+    for (int j = -r; j <= r; ++j) /* the host's exp(), as in eadp.c */
+        weights[(size_t)(j + r)] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
+
+    sched.resize(C);
+    sched_id.resize(C);
+    for (size_t i = 0; i < C; ++i) {
+        for (int c = 0; c < a->cycles; ++c)
+            for (size_t j = 0; j < a->nsteps[i]; ++j)
+                sched[i].push_back(a->tau[i][j]);
+        sched_id[i] = i;
+        for (size_t k = 0; k < i; ++k)
+            if (sched[k] == sched[i]) {
+                sched_id[i] = k;
+                break;
+            }
+    }
+
+    fuse = env_int("HYPROF_EADP_FUSE", 4);
+    if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
+        fuse = 4;
+    use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
+    fma = env_int("HYPROF_EADP_FMA", 0) != 0;
+    tile_by = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 8 : 4;
+    const int OH = tile_by * kFedR - 2 * fuse;
+    if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
+        fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
+    if (fuse > 1) {
+        /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
+        const int bytes = 2 * tile_by * kFedR * kFedRW * (int)sizeof(double);
+        const void *fn = fused_kernel_ptr(fuse, tile_by, fma);
+        HYPROF_CUDA_CHECK(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    }
+
+    /* Band groups: as many bands as fit with up to kMaxSlots output slots. */
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    size_t maxg = a->bands < 65534 ? a->bands : 65534; /* grid z: bands + 1 */
+    const int forced = env_int("HYPROF_EADP_BAND_GROUP", 0);
+    if (forced > 0 && (size_t)forced < maxg)
+        maxg = (size_t)forced;
+    const bool has_mask = a->mask != NULL;
+    size_t want_slots = C + 1 < (size_t)kMaxSlots ? C + 1 : (size_t)kMaxSlots;
+    const int forced_slots = env_int("HYPROF_EADP_SLOTS", 0);
+    if (forced_slots > 0 && (size_t)forced_slots < want_slots)
+        want_slots = (size_t)forced_slots;
+    /* Largest group for 1..3 slots; fewer than 3 slots only if that makes the
+     * group larger, 1 slot (no copy/compute overlap) only if 2 do not fit. */
+    size_t fit[kMaxSlots + 1] = {0, 0, 0, 0};
+    for (size_t ns = 1; ns <= want_slots; ++ns) {
+        size_t lo = 0, hi = maxg; /* largest nb with plan_layout(nb).total <= budget */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo + 1) / 2;
+            if (plan_layout(npix, has_mask, r, mid, ns).total <= budget)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        fit[ns] = lo;
+    }
+    nslots = want_slots;
+    while (nslots > 2 && fit[nslots] < fit[nslots - 1])
+        nslots--;
+    while (nslots > 1 && fit[nslots] == 0)
+        nslots--;
+    group = fit[nslots];
+    if (group == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "not enough device memory for one %zu x %zu band (%zu bytes "
+                             "usable, %zu needed)",
+                             a->width, a->height, budget,
+                             plan_layout(npix, has_mask, r, 1, 1).total);
+    L = plan_layout(npix, has_mask, r, group, nslots);
+    HYPROF_TRY(arena.alloc(ctx, op, L.total));
+    HYPROF_TRY(cs.create(ctx, op));
+    HYPROF_TRY(xs.create(ctx, op));
+    for (size_t s = 0; s < nslots; ++s) {
+        HYPROF_TRY(conv[s].create(ctx, op));
+        HYPROF_TRY(copied[s].create(ctx, op));
+    }
+    if (a->mask)
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<uint8_t>(L.mask), a->mask, npix,
+                                          cudaMemcpyHostToDevice, cs.get()));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<double>(L.w), weights.data(),
+                                      weights.size() * sizeof(double), cudaMemcpyHostToDevice,
+                                      cs.get()));
+    /* Graphs: one per (schedule, starting buffer) that occurs at least twice
+     * (every group starts with u in buffer A, so the sequence is the same). */
+    if (use_graphs) {
+        std::vector<std::pair<size_t, int>> keys(C);
+        int cur = 0;
+        for (size_t i = 0; i < C; ++i) {
+            keys[i] = {sched_id[i], cur};
+            cur ^= (int)(((sched[i].size() + (size_t)fuse - 1) / (size_t)fuse) & 1);
+        }
+        std::vector<size_t> first_of; /* increments that get a graph */
+        for (size_t i = 0; i < C; ++i) {
+            size_t uses = 0, first = i;
+            for (size_t j = 0; j < C; ++j)
+                if (keys[j] == keys[i]) {
+                    uses++;
+                    first = j < first ? j : first;
+                }
+            if (uses >= 2 && first == i && !sched[i].empty())
+                first_of.push_back(i);
+        }
+        graphs = std::vector<GraphEntry>(first_of.size());
+        for (size_t e = 0; e < first_of.size(); ++e) {
+            graphs[e].id = keys[first_of[e]].first;
+            graphs[e].cur = keys[first_of[e]].second;
+        }
+    }
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "eadp: CUDA %zu x %zu x %zu, %zu increment(s) x %d cycle(s), %zu group(s) of up "
+                "to %zu band(s), %zu output slot(s), %s, %zu graph(s)%s, %zu bytes on the device",
+                a->width, a->height, a->bands, C, a->cycles, (a->bands + group - 1) / group,
+                group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
+                graphs.size(), fma ? ", FMA" : "", L.total);
+    if (fuse > 1)
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "eadp: %d FED steps per launch on 64 x %d regions",
+                    fuse, tile_by * kFedR);
+    return HYPROF_OK;
+}
+
+static dim3 pix_grid(int W, int H, size_t nz)
+{
+    unsigned gy = (unsigned)((H + kPixBY - 1) / kPixBY);
+    if (gy > 65535u)
+        gy = 65535u;
+    return dim3((unsigned)((W + kPixBX - 1) / kPixBX), gy, (unsigned)nz);
+}
+
+/* Upload, smoothing, gradient, contrast, diffusivity and u of one group. */
+hyprof_status_t EadpCuda::prepare(size_t nb)
+{
+    cudaStream_t st = cs.get();
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    const dim3 block(kPixBX, kPixBY);
+    float *x = dev<float>(L.x);
+    double *A = dev<double>(L.A), *B = dev<double>(L.B), *gm = dev<double>(L.gm);
+    const double *w = dev<double>(L.w);
+    u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
+    SelState *sst = dev<SelState>(L.st);
+    double *k = dev<double>(L.k);
+
+    gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb, w, r,
+                                                              A);
+    HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
+    gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
+    HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
+    scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
+    HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
+
+    const unsigned sb = (unsigned)((nb + 127) / 128);
+    if (a->contrast > 0.0) {
+        fill_kernel<<<sb, 128, 0, st>>>(k, (int)nb, a->contrast);
+        HYPROF_CUDA_CHECK_LAUNCH("fill_kernel");
+    } else {
+        sel_setup_kernel<<<sb, 128, 0, st>>>(cnt, (int)nb, a->percentile, sst);
+        HYPROF_CUDA_CHECK_LAUNCH("sel_setup_kernel");
+        HYPROF_CUDA_CHECK(
+            cudaMemsetAsync(hist, 0, nb * kSelQueries * kSelBins * sizeof(u64), st));
+        size_t nblk = npix / 16384;
+        if (nblk < 1)
+            nblk = 1;
+        if (nblk > 512)
+            nblk = 512;
+        for (int pass = 0; pass < kSelPasses; ++pass) {
+            const int shift = kSelShift[pass], width = kSelWidth[pass];
+            const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+            const unsigned dmask = (1u << width) - 1u;
+            sel_hist_kernel<<<dim3((unsigned)nblk, 1, (unsigned)nb), kSelThreads, 0, st>>>(
+                A, mask, npix, sst, hmask, shift, dmask, hist);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
+            sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
+                                                                             hist);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
+        }
+        sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
+        HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
+    }
+    diffuse_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(x, mask, W, H, npix, k,
+                                                          (int)a->diffusivity, A, gm);
+    HYPROF_CUDA_CHECK_LAUNCH("diffuse_kernel");
+    return HYPROF_OK;
+}
+
+/* The FED steps of one increment on the compute stream; *cur: buffer of u. */
+hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
+{
+    cudaStream_t st = cs.get();
+    const double *gm = dev<double>(L.gm);
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
+        const double *uin = ubuf(*cur);
+        double *uout = ubuf(*cur ^ 1);
+        if (fuse <= 1) {
+            if (fma)
+                fed_step_kernel<true><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, steps[s0]);
+            else
+                fed_step_kernel<false><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, steps[s0]);
+            HYPROF_CUDA_CHECK_LAUNCH("fed_step_kernel");
+        } else {
+            FedSteps fs;
+            memset(&fs, 0, sizeof fs);
+            fs.n = (int)(steps.size() - s0 < per ? steps.size() - s0 : per);
+            for (int j = 0; j < fs.n; ++j)
+                fs.tau[j] = steps[s0 + (size_t)j];
+            const int OW = kFedRW - 2 * fuse, OH = tile_by * kFedR - 2 * fuse;
+            const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
+                            (unsigned)nb);
+            const dim3 block(kFedBX, (unsigned)tile_by);
+            const size_t shmem = (size_t)2 * tile_by * kFedR * kFedRW * sizeof(double);
+            void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
+                              (void *)&H,   (void *)&npix, (void *)&fs};
+            HYPROF_CUDA_CHECK(cudaLaunchKernel(fused_kernel_ptr(fuse, tile_by, fma), grid, block,
+                                               params, shmem, st));
+        }
+        *cur ^= 1;
+    }
+    return HYPROF_OK;
+}
+
+/* Increment i (1-based) on the compute stream: the FED steps (from a graph
+ * when this schedule repeats), then its output. */
+hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
+{
+    const std::vector<double> &steps = sched[i - 1];
+    GraphEntry *ge = NULL;
+    for (size_t e = 0; e < graphs.size(); ++e)
+        if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
+            ge = &graphs[e];
+    if (ge) {
+        const size_t launches = (steps.size() + (size_t)fuse - 1) / (size_t)fuse;
+        if (!ge->valid) {
+            cudaStream_t st = cs.get();
+            HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            int c = *cur;
+            hyprof_status_t s = enqueue_fed(steps, nb, &c);
+            cudaGraph_t graph = NULL;
+            cudaError_t e = cudaStreamEndCapture(st, &graph);
+            if (s != HYPROF_OK) {
+                if (graph)
+                    (void)cudaGraphDestroy(graph);
+                (void)cudaGetLastError();
+                return s;
+            }
+            if (e != cudaSuccess)
+                return hyprof__cuda_fail(ctx, op, e, "cudaStreamEndCapture");
+            e = cudaGraphInstantiate(ge->exec.put(), graph, 0);
+            (void)cudaGraphDestroy(graph);
+            if (e != cudaSuccess)
+                return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
+            ge->valid = true;
+        }
+        HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
+        *cur ^= (int)(launches & 1);
+    } else {
+        HYPROF_TRY(enqueue_fed(steps, nb, cur));
+    }
+    return enqueue_output(i, nb, *cur);
+}
+
+/* Profile band i of every band of the group into its slot (i = 0: the input). */
+hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
+{
+    cudaStream_t st = cs.get();
+    const size_t s = i % nslots;
+    if (copy_issued[s])
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, copied[s].get(), 0));
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    float *slot = dev<float>(L.slot0 + s * L.slot_bytes);
+    const dim3 grid = pix_grid(W, H, nb), block(kPixBX, kPixBY);
+    if (i == 0)
+        to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
+                                                       a->nodata, slot);
+    else
+        to_float_kernel<double><<<grid, block, 0, st>>>(ubuf(cur), mask, W, H, npix, a->nodata,
+                                                        slot);
+    HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+    HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
+    return HYPROF_OK;
+}
+
+hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
+{
+    cudaStream_t st = cs.get();
+    /* After the previous group's first output (which reads x): stream order. */
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
+                                      nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
+    HYPROF_TRY(prepare(nb));
+    int cur = 0; /* u is in A */
+    HYPROF_TRY(enqueue_output(0, nb, cur));
+    size_t next = 1;
+    while (next <= C && next < nslots)
+        HYPROF_TRY(enqueue_increment(next++, nb, &cur));
+    const size_t ld = (C + 1) * npix;
+    for (size_t i = 0; i <= C; ++i) {
+        const size_t s = i % nslots;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(xs.get(), conv[s].get(), 0));
+        /* Pageable destination: returns when the copy is done, while the
+         * increments queued before it run on the compute stream. */
+        HYPROF_CUDA_CHECK(copy_cols_d2h(a->out + (g0 * (C + 1) + i) * npix, ld,
+                                        dev<float>(L.slot0 + s * L.slot_bytes), npix, npix, nb,
+                                        xs.get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(copied[s].get(), xs.get()));
+        copy_issued[s] = true;
+        while (next <= C && next < i + 1 + nslots)
+            HYPROF_TRY(enqueue_increment(next++, nb, &cur));
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(copied[s].get()));
+        HYPROF_TRY(hyprof__progress(
+            ctx, ((double)g0 + (double)nb * (double)(i + 1) / (double)(C + 1)) / (double)a->bands,
+            op));
+    }
+    if (a->contrast_out)
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->contrast_out + g0, dev<double>(L.k),
+                                          nb * sizeof(double), cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return HYPROF_OK;
+}
+
+hyprof_status_t EadpCuda::run()
+{
+    HYPROF_TRY(check_args());
+    HYPROF_TRY(plan());
+    for (size_t g0 = 0; g0 < a->bands; g0 += group) {
+        const size_t nb = a->bands - g0 < group ? a->bands - g0 : group;
+        if (nb != group)
+            for (size_t e = 0; e < graphs.size(); ++e) { /* captured for another grid */
+                graphs[e].exec.reset();
+                graphs[e].valid = false;
+            }
+        HYPROF_TRY(run_group(g0, nb));
+    }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(xs.get()));
+    return HYPROF_OK;
+}
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_eadp(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "eadp";
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+    try {
+        EadpCuda run(ctx, (const hyprof_eadp_args_t *)vargs);
+        return run.run();
+    } catch (...) { /* std::vector growth: nothing else throws */
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+    }
+}

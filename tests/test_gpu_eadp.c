@@ -1,0 +1,626 @@
+/* CPU / CUDA parity of EADP (hyprof_eadp), through the public API only.
+ *
+ *   test_gpu_eadp [RAW W H B]
+ *
+ * Seeded synthetic images (smooth field + step edges + noise; odd sizes, a
+ * 1-pixel-wide line, 3 % masked pixels with a nodata value and with NaN under
+ * the mask, a constant band, g1/g2/g3, a given contrast, other percentiles,
+ * the default times 65..520 with 1 and 3 cycles, irregular times) and,
+ * optionally, the first 3 bands of a real cube given as raw float32 BSQ (RAW,
+ * width W, height H, bands B).
+ *
+ * Checks (CPU result as reference): for every output band, max |cuda - cpu| /
+ * max |cpu| over valid pixels below 1e-6; the contrast k relative 1e-9;
+ * masked pixels identical (nodata) on both backends; the CUDA path really ran.
+ * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
+ * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
+ * bit-identical results to the default one;
+ * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
+ * return HYPROF_ERR_CANCELLED.
+ *
+ * Timing (information only, never asserted): ms per CUDA run of a 1905 x 349 x 7
+ * synthetic cube with the default parameters, median of 5 after a warm-up,
+ * host to host (upload, diffusion, download of the 63 profile bands).
+ * $HYPROF_TEST_TIMING=0 skips it; =sweep also times the tuning knobs
+ * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS).
+ *
+ * Exit 0 when all pass, 1 on any failure (each printed), 77 when there is no
+ * CUDA device (ctest: skipped). */
+#define _POSIX_C_SOURCE 200809L
+#include "hyprof/hyprof.h"
+#include "hyprof/diffusion.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SKIP_CODE 77
+#define REL_TOL 1e-6
+#define K_TOL 1e-9
+
+static int g_checks, g_failures;
+
+#define FAIL(...)                                                                          \
+    do {                                                                                   \
+        printf("FAIL: ");                                                                  \
+        printf(__VA_ARGS__);                                                               \
+        printf("\n");                                                                      \
+        fflush(stdout);                                                                    \
+        g_failures++;                                                                      \
+    } while (0)
+
+/* ---- random numbers (splitmix64) ------------------------------------------- */
+
+static uint64_t g_rng;
+static uint64_t rng_next(void)
+{
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(void) { return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0); }
+static double rng_normal(void)
+{
+    double u = rng_uniform(), v = rng_uniform();
+    if (u < 1e-300)
+        u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* ---- synthetic images -------------------------------------------------------- */
+
+typedef struct {
+    double masked;    /* fraction of masked pixels */
+    int nan_under;    /* masked pixels hold NaN and the cube has no nodata value */
+    int const_band;   /* index of a constant band, or -1 */
+} image_opts_t;
+
+/* Each band: a smooth field, a few rectangles and a disk with sharp edges,
+ * Gaussian noise; scales decrease with the band index, like principal
+ * components. Masked pixels are nodata (-9999) or NaN. */
+static int make_image(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint64_t seed,
+                      const image_opts_t *o)
+{
+    g_rng = seed;
+    if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, bands) != HYPROF_OK)
+        return -1;
+    size_t npix = w * h;
+    float *x = (float *)cube->data;
+    for (size_t b = 0; b < bands; b++) {
+        float *xb = x + b * npix;
+        if ((int)b == o->const_band) {
+            for (size_t p = 0; p < npix; p++)
+                xb[p] = 123.25f;
+            continue;
+        }
+        double scale = 1000.0 / pow(2.2, (double)b);
+        double fx = 0.02 + 0.1 * rng_uniform(), fy = 0.02 + 0.1 * rng_uniform();
+        double ph = 6.283185307179586 * rng_uniform();
+        double rect[4][5];
+        for (int k = 0; k < 4; k++) {
+            rect[k][0] = rng_uniform() * (double)w;
+            rect[k][1] = rng_uniform() * (double)h;
+            rect[k][2] = rect[k][0] + (0.1 + 0.4 * rng_uniform()) * (double)w;
+            rect[k][3] = rect[k][1] + (0.1 + 0.4 * rng_uniform()) * (double)h;
+            rect[k][4] = (rng_uniform() - 0.5) * scale;
+        }
+        double cx = rng_uniform() * (double)w, cy = rng_uniform() * (double)h;
+        double rad = (0.1 + 0.2 * rng_uniform()) * (double)(w < h ? w : h) + 1.0;
+        double disk = (rng_uniform() - 0.5) * scale, noise = 0.02 * scale;
+        for (size_t y = 0; y < h; y++)
+            for (size_t xx = 0; xx < w; xx++) {
+                double v = 0.3 * scale * sin(fx * (double)xx + ph) * cos(fy * (double)y);
+                for (int k = 0; k < 4; k++)
+                    if ((double)xx >= rect[k][0] && (double)xx < rect[k][2] &&
+                        (double)y >= rect[k][1] && (double)y < rect[k][3])
+                        v += rect[k][4];
+                double dx = (double)xx - cx, dy = (double)y - cy;
+                if (dx * dx + dy * dy < rad * rad)
+                    v += disk;
+                v += noise * rng_normal();
+                xb[y * w + xx] = (float)v;
+            }
+    }
+    if (o->masked > 0.0) {
+        if (hyprof_cube_alloc_mask(cube) != HYPROF_OK)
+            return -1;
+        if (!o->nan_under) {
+            cube->nodata = -9999.0;
+            cube->has_nodata = 1;
+        }
+        for (size_t y = 0; y < h; y++)
+            for (size_t xx = 0; xx < w; xx++)
+                if (rng_uniform() < o->masked) {
+                    cube->mask[(ptrdiff_t)y * cube->mask_stride_y + (ptrdiff_t)xx] = 0;
+                    for (size_t b = 0; b < bands; b++)
+                        x[y * w + xx + b * npix] = o->nan_under ? NAN : -9999.0f;
+                }
+    }
+    return 0;
+}
+
+static int pixel_valid(const hyprof_cube_t *c, size_t p)
+{
+    if (!c->mask)
+        return 1;
+    size_t y = p / c->width, x = p % c->width;
+    return c->mask[(ptrdiff_t)y * c->mask_stride_y + (ptrdiff_t)x] != 0;
+}
+
+static int same_float(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, sizeof a) == 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- GPU variants ------------------------------------------------------------- */
+
+typedef struct {
+    const char *name, *var, *value;
+    int exact; /* must equal the default CUDA result bit for bit */
+} variant_t;
+
+static const variant_t g_variants[] = {
+    {"fuse1", "HYPROF_EADP_FUSE", "1", 1},       {"fuse2", "HYPROF_EADP_FUSE", "2", 1},
+    {"fuse6", "HYPROF_EADP_FUSE", "6", 1},       {"fuse8", "HYPROF_EADP_FUSE", "8", 1},
+    {"nograph", "HYPROF_EADP_GRAPH", "0", 1},    {"group1", "HYPROF_EADP_BAND_GROUP", "1", 1},
+    {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
+    {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
+    {"fma", "HYPROF_EADP_FMA", "1", 0},
+};
+#define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
+
+static void clear_variants(void)
+{
+    for (size_t i = 0; i < NVARIANTS; i++)
+        unsetenv(g_variants[i].var);
+}
+
+/* ---- comparisons --------------------------------------------------------------- */
+
+typedef struct {
+    double rel;        /* max over bands of max|a-b| / max|ref| */
+    size_t nodata_bad; /* masked pixels that differ */
+    size_t exact, valid;
+} cmp_t;
+
+static cmp_t compare(const hyprof_cube_t *in, const hyprof_cube_t *ref, const hyprof_cube_t *got)
+{
+    cmp_t c = {0.0, 0, 0, 0};
+    size_t npix = in->width * in->height;
+    const float *r = ref->data, *g = got->data;
+    for (size_t k = 0; k < ref->bands; k++) {
+        double maxabs = 0.0, maxerr = 0.0;
+        for (size_t p = 0; p < npix; p++) {
+            float a = r[p + k * npix], b = g[p + k * npix];
+            if (!pixel_valid(in, p)) {
+                if (!same_float(a, b))
+                    c.nodata_bad++;
+                continue;
+            }
+            c.valid++;
+            if (memcmp(&a, &b, sizeof a) == 0)
+                c.exact++;
+            if (fabs(a) > maxabs)
+                maxabs = fabs(a);
+            double e = fabs((double)a - (double)b);
+            if (!(e <= maxerr)) /* NaN counts as worst */
+                maxerr = isnan(e) ? INFINITY : e;
+        }
+        double rel = maxabs > 0.0 ? maxerr / maxabs : maxerr;
+        if (!(rel <= c.rel))
+            c.rel = isnan(rel) ? INFINITY : rel;
+    }
+    return c;
+}
+
+static double k_error(const double *kc, const double *kg, size_t n)
+{
+    double worst = 0.0;
+    for (size_t b = 0; b < n; b++) {
+        double e = fabs(kg[b] - kc[b]) / (fabs(kc[b]) > 0.0 ? fabs(kc[b]) : 1.0);
+        if (!(e <= worst))
+            worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+static int expect_cuda(hyprof_ctx_t *gpu, const char *what)
+{
+    g_checks++;
+    if (hyprof_ctx_used_backend(gpu) != HYPROF_BACKEND_CUDA) {
+        FAIL("%s: ran on %s, not cuda", what, hyprof_backend_name(hyprof_ctx_used_backend(gpu)));
+        return 0;
+    }
+    return 1;
+}
+
+static const double g_default_times[8] = {65, 130, 195, 260, 325, 390, 455, 520};
+
+/* Runs the case on both backends (and the variants when asked) and checks. */
+static void run_case(const char *label, const hyprof_cube_t *cube, const hyprof_eadp_params_t *p,
+                     hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, int variants)
+{
+    size_t B = cube->bands;
+    hyprof_cube_t oc, og;
+    memset(&oc, 0, sizeof oc);
+    memset(&og, 0, sizeof og);
+    double *kc = calloc(B, sizeof *kc), *kg = calloc(B, sizeof *kg);
+    if (!kc || !kg) {
+        FAIL("%s: out of memory", label);
+        free(kc);
+        free(kg);
+        return;
+    }
+    g_checks++;
+    hyprof_status_t st = hyprof_eadp(cpu, cube, p, &oc, kc);
+    if (st != HYPROF_OK) {
+        FAIL("%s: CPU eadp: %s (%s)", label, hyprof_status_text(st), hyprof_ctx_last_error(cpu));
+        goto done;
+    }
+    clear_variants();
+    g_checks++;
+    st = hyprof_eadp(gpu, cube, p, &og, kg);
+    if (st != HYPROF_OK) {
+        FAIL("%s: CUDA eadp: %s (%s)", label, hyprof_status_text(st),
+             hyprof_ctx_last_error(gpu));
+        goto done;
+    }
+    expect_cuda(gpu, label);
+    g_checks++;
+    if (og.bands != oc.bands || og.width != oc.width || og.height != oc.height ||
+        oc.bands != B * (p->ntimes + 1)) {
+        FAIL("%s: output %zux%zux%zu (cuda) vs %zux%zux%zu (cpu), expected %zu bands", label,
+             og.width, og.height, og.bands, oc.width, oc.height, oc.bands, B * (p->ntimes + 1));
+        goto done;
+    }
+    cmp_t c = compare(cube, &oc, &og);
+    double ek = k_error(kc, kg, B);
+    g_checks += 3;
+    if (!(c.rel <= REL_TOL))
+        FAIL("%s: max relative error %.3g exceeds %.0e", label, c.rel, REL_TOL);
+    if (!(ek <= K_TOL))
+        FAIL("%s: contrast relative error %.3g exceeds %.0e (k[0] cpu %.17g cuda %.17g)", label,
+             ek, K_TOL, kc[0], kg[0]);
+    if (c.nodata_bad)
+        FAIL("%s: %zu masked values differ between backends", label, c.nodata_bad);
+    printf("  %-34s %4zux%-4zu x%zu -> %3zu bands: max rel %.2e, k rel %.1e (k0 %.6g), "
+           "%.2f%% bit-identical\n",
+           label, cube->width, cube->height, B, oc.bands, c.rel, ek, kc[0],
+           c.valid ? 100.0 * (double)c.exact / (double)c.valid : 100.0);
+
+    for (size_t v = 0; variants && v < NVARIANTS; v++) {
+        const variant_t *var = &g_variants[v];
+        hyprof_cube_t ov;
+        memset(&ov, 0, sizeof ov);
+        double *kv = calloc(B, sizeof *kv);
+        clear_variants();
+        setenv(var->var, var->value, 1);
+        g_checks++;
+        st = kv ? hyprof_eadp(gpu, cube, p, &ov, kv) : HYPROF_ERR_NOMEM;
+        clear_variants();
+        if (st != HYPROF_OK) {
+            FAIL("%s [%s]: CUDA eadp: %s (%s)", label, var->name, hyprof_status_text(st),
+                 hyprof_ctx_last_error(gpu));
+            free(kv);
+            continue;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s [%s]", label, var->name);
+        expect_cuda(gpu, what);
+        g_checks++;
+        if (ov.bands != og.bands) {
+            FAIL("%s: %zu bands", what, ov.bands);
+        } else if (var->exact) {
+            cmp_t cv = compare(cube, &og, &ov);
+            size_t n = og.width * og.height * og.bands, diff = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!same_float(((float *)og.data)[i], ((float *)ov.data)[i]))
+                    diff++;
+            int kdiff = memcmp(kv, kg, B * sizeof *kv) != 0;
+            if (diff || kdiff)
+                FAIL("%s: %zu values (max rel %.3g) and %s differ from the default CUDA run",
+                     what, diff, cv.rel, kdiff ? "the contrasts" : "no contrast");
+            else
+                printf("  %-34s %-8s bit-identical to the default CUDA run\n", label, var->name);
+        } else {
+            cmp_t cv = compare(cube, &oc, &ov);
+            double ekv = k_error(kc, kv, B);
+            if (!(cv.rel <= REL_TOL) || !(ekv <= K_TOL) || cv.nodata_bad)
+                FAIL("%s: max rel %.3g, k rel %.3g, %zu nodata differences against the CPU",
+                     what, cv.rel, ekv, cv.nodata_bad);
+            else
+                printf("  %-34s %-8s max rel %.2e against the CPU\n", label, var->name, cv.rel);
+        }
+        hyprof_cube_free(&ov);
+        free(kv);
+    }
+done:
+    fflush(stdout);
+    hyprof_cube_free(&oc);
+    hyprof_cube_free(&og);
+    free(kc);
+    free(kg);
+}
+
+static void synthetic(const char *label, size_t w, size_t h, size_t bands, uint64_t seed,
+                      image_opts_t o, const hyprof_eadp_params_t *p, hyprof_ctx_t *cpu,
+                      hyprof_ctx_t *gpu, int variants)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    if (make_image(&c, w, h, bands, seed, &o)) {
+        FAIL("%s: cannot build the image", label);
+        hyprof_cube_free(&c);
+        return;
+    }
+    run_case(label, &c, p, cpu, gpu, variants);
+    hyprof_cube_free(&c);
+}
+
+/* ---- cancellation -------------------------------------------------------------- */
+
+static int cancel_on_second(void *user, double fraction, const char *stage)
+{
+    (void)fraction;
+    (void)stage;
+    int *calls = user;
+    return ++*calls >= 2;
+}
+
+static void test_cancel(const hyprof_eadp_params_t *p)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    image_opts_t o = {0.0, 0, -1};
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    if (!ctx || make_image(&c, 80, 60, 3, 99, &o)) {
+        FAIL("cancel: setup failed");
+        hyprof_ctx_free(&ctx);
+        hyprof_cube_free(&c);
+        return;
+    }
+    hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA);
+    int calls = 0;
+    hyprof_ctx_set_progress(ctx, cancel_on_second, &calls);
+    hyprof_cube_t out;
+    memset(&out, 0, sizeof out);
+    hyprof_status_t st = hyprof_eadp(ctx, &c, p, &out, NULL);
+    g_checks++;
+    if (st != HYPROF_ERR_CANCELLED)
+        FAIL("cancel: status %s (%s), expected cancelled", hyprof_status_text(st),
+             hyprof_ctx_last_error(ctx));
+    else
+        printf("  cancel: cancelled after %d progress call(s): %s\n", calls,
+               hyprof_ctx_last_error(ctx));
+    hyprof_cube_free(&out);
+    hyprof_ctx_free(&ctx);
+    /* A cancelled context stays cancelled; a new one (and the device) works. */
+    ctx = hyprof_ctx_new();
+    if (ctx)
+        hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA);
+    st = ctx ? hyprof_eadp(ctx, &c, p, &out, NULL) : HYPROF_ERR_NOMEM;
+    g_checks++;
+    if (st != HYPROF_OK)
+        FAIL("after cancel: %s (%s)", hyprof_status_text(st),
+             ctx ? hyprof_ctx_last_error(ctx) : "no context");
+    hyprof_cube_free(&out);
+    hyprof_cube_free(&c);
+    hyprof_ctx_free(&ctx);
+}
+
+/* ---- real cube and timing --------------------------------------------------------- */
+
+static int load_raw(const char *path, size_t w, size_t h, size_t b, hyprof_cube_t *cube)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        FAIL("cannot open %s", path);
+        return -1;
+    }
+    if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, b) != HYPROF_OK) {
+        fclose(f);
+        FAIL("cannot allocate a %zux%zux%zu cube", w, h, b);
+        return -1;
+    }
+    size_t n = w * h * b, got = fread(cube->data, sizeof(float), n, f);
+    fclose(f);
+    if (got != n) {
+        FAIL("%s: read %zu of %zu floats", path, got, n);
+        hyprof_cube_free(cube);
+        return -1;
+    }
+    hyprof_cube_mask_invalid(cube);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of `runs` timed CUDA runs (after one warm-up), in ms; < 0 on failure. */
+static double time_runs(hyprof_ctx_t *gpu, const hyprof_cube_t *c, const hyprof_eadp_params_t *p,
+                        int runs, double *tmin, double *tmax)
+{
+    double t[16];
+    hyprof_cube_t out;
+    memset(&out, 0, sizeof out);
+    hyprof_status_t st = hyprof_eadp(gpu, c, p, &out, NULL); /* warm-up */
+    hyprof_cube_free(&out);
+    for (int i = 0; st == HYPROF_OK && i < runs; i++) {
+        double t0 = now_ms();
+        st = hyprof_eadp(gpu, c, p, &out, NULL);
+        t[i] = now_ms() - t0;
+        hyprof_cube_free(&out);
+    }
+    g_checks++;
+    if (st != HYPROF_OK) {
+        FAIL("timing: CUDA eadp: %s (%s)", hyprof_status_text(st), hyprof_ctx_last_error(gpu));
+        return -1.0;
+    }
+    expect_cuda(gpu, "timing");
+    qsort(t, (size_t)runs, sizeof t[0], cmp_double);
+    *tmin = t[0];
+    *tmax = t[runs - 1];
+    return t[runs / 2];
+}
+
+/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid). */
+static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    image_opts_t o = {0.0, 0, -1};
+    if (make_image(&c, 1905, 349, 7, 2024, &o)) {
+        FAIL("timing: cannot build the cube");
+        hyprof_cube_free(&c);
+        return;
+    }
+    clear_variants();
+    double lo, hi, med = time_runs(gpu, &c, p, 5, &lo, &hi);
+    if (med >= 0.0)
+        printf("timing: CUDA EADP of 1905 x 349 x 7 (8 times, %d cycle(s), 63 output bands): "
+               "median %.2f ms per run (min %.2f, max %.2f; host to host)\n",
+               p->cycles, med, lo, hi);
+    static const char *sw[][2] = {
+        {"HYPROF_EADP_FUSE", "1"},       {"HYPROF_EADP_FUSE", "2"},
+        {"HYPROF_EADP_FUSE", "6"},       {"HYPROF_EADP_FUSE", "8"},
+        {"HYPROF_EADP_TILE_ROWS", "64"}, {"HYPROF_EADP_FMA", "1"},
+        {"HYPROF_EADP_GRAPH", "0"},      {"HYPROF_EADP_SLOTS", "1"},
+    };
+    for (size_t i = 0; sweep && i < sizeof sw / sizeof sw[0]; i++) {
+        clear_variants();
+        setenv(sw[i][0], sw[i][1], 1);
+        med = time_runs(gpu, &c, p, 3, &lo, &hi);
+        clear_variants();
+        if (med >= 0.0)
+            printf("timing:   %s=%s: median %.2f ms (min %.2f, max %.2f)\n", sw[i][0], sw[i][1],
+                   med, lo, hi);
+    }
+    hyprof_cube_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int ndev = hyprof_cuda_device_count();
+    if (ndev <= 0) {
+        printf("test_gpu_eadp: no CUDA device (or a CPU-only build): skipped\n");
+        return SKIP_CODE;
+    }
+    char name[256];
+    size_t total = 0, freeb = 0;
+    if (hyprof_cuda_device_info(0, name, sizeof name, &total, &freeb) == HYPROF_OK)
+        printf("%s %s; device 0: %s, %.1f GiB, %.1f GiB free\n", hyprof_version(),
+               hyprof_build_info(), name, (double)total / 1073741824.0,
+               (double)freeb / 1073741824.0);
+    clear_variants();
+
+    hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
+    if (!cpu || !gpu) {
+        printf("FAIL: hyprof_ctx_new\n");
+        return 1;
+    }
+    if (hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU) != HYPROF_OK ||
+        hyprof_ctx_set_backend(gpu, HYPROF_BACKEND_CUDA) != HYPROF_OK) {
+        printf("FAIL: hyprof_ctx_set_backend\n");
+        return 1;
+    }
+
+    hyprof_eadp_params_t p;
+    hyprof_eadp_params_default(&p);
+    p.times = g_default_times;
+    p.ntimes = 8;
+    const image_opts_t plain = {0.0, 0, -1};
+
+    synthetic("default-64x48", 64, 48, 3, 1, plain, &p, cpu, gpu, 1);
+    synthetic("odd-37x23", 37, 23, 2, 2, plain, &p, cpu, gpu, 0);
+    synthetic("line-1x5", 1, 5, 1, 3, plain, &p, cpu, gpu, 0);
+    synthetic("column-7x1", 7, 1, 2, 4, plain, &p, cpu, gpu, 0);
+    synthetic("tiles-300x200", 300, 200, 4, 5, plain, &p, cpu, gpu, 0);
+    {
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("masked-3pct-150x100", 150, 100, 3, 6, o, &p, cpu, gpu, 1);
+    }
+    {
+        image_opts_t o = {0.03, 1, -1};
+        synthetic("masked-nan-97x61", 97, 61, 2, 7, o, &p, cpu, gpu, 0);
+    }
+    {
+        image_opts_t o = {0.0, 0, 1};
+        synthetic("constant-band-50x40", 50, 40, 3, 8, o, &p, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = p;
+        q.cycles = 3;
+        synthetic("cycles3-37x23", 37, 23, 2, 9, plain, &q, cpu, gpu, 1);
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("cycles3-masked-120x90", 120, 90, 2, 10, o, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = p;
+        q.diffusivity = HYPROF_DIFFUSIVITY_G1;
+        synthetic("g1-64x48", 64, 48, 2, 11, plain, &q, cpu, gpu, 0);
+        q.diffusivity = HYPROF_DIFFUSIVITY_G3;
+        synthetic("g3-64x48", 64, 48, 2, 12, plain, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = p;
+        q.contrast = 25.0;
+        synthetic("contrast-25-64x48", 64, 48, 2, 13, plain, &q, cpu, gpu, 0);
+        q.contrast = 0.0;
+        q.percentile = 0.3;
+        synthetic("percentile-0.3-64x48", 64, 48, 2, 14, plain, &q, cpu, gpu, 0);
+        q.percentile = 0.95;
+        q.sigma = 2.5;
+        synthetic("p0.95-sigma2.5-64x48", 64, 48, 2, 15, plain, &q, cpu, gpu, 0);
+    }
+    {
+        static const double times[4] = {3.0, 10.0, 40.0, 41.0};
+        hyprof_eadp_params_t q = p;
+        q.times = times;
+        q.ntimes = 4;
+        q.cycles = 2;
+        synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
+    }
+    test_cancel(&p);
+
+    if (argc >= 5) {
+        size_t w = strtoull(argv[2], NULL, 10), h = strtoull(argv[3], NULL, 10),
+               b = strtoull(argv[4], NULL, 10);
+        hyprof_cube_t c;
+        memset(&c, 0, sizeof c);
+        if (!(w && h && b)) {
+            FAIL("bad dimensions %s %s %s", argv[2], argv[3], argv[4]);
+        } else if (load_raw(argv[1], w, h, b, &c) == 0) {
+            c.bands = b < 3 ? b : 3; /* BSQ: the first bands are a prefix */
+            run_case(argv[1], &c, &p, cpu, gpu, 0);
+            c.bands = b;
+            hyprof_cube_free(&c);
+        }
+    } else if (argc > 1) {
+        printf("usage: %s [RAW_FLOAT32_BSQ WIDTH HEIGHT BANDS]\n", argv[0]);
+        g_failures++;
+    }
+
+    const char *tm = getenv("HYPROF_TEST_TIMING");
+    if (!(tm && strcmp(tm, "0") == 0))
+        timing(gpu, &p, tm && strcmp(tm, "sweep") == 0);
+
+    hyprof_ctx_free(&cpu);
+    hyprof_ctx_free(&gpu);
+    printf("%d checks, %d failure(s)\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
