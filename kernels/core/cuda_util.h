@@ -510,6 +510,35 @@ static inline size_t div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
 } /* namespace hyprof_cuda */
 
+/* Page-locks a host range for the lifetime of the object, so copies to or
+ * from it run at DMA speed instead of through the driver's pageable staging
+ * (and, for fresh calloc'd output, page faults inside the copy). Best effort:
+ * when pinning fails the range stays pageable and everything still works. */
+class HostPin {
+  public:
+    HostPin() = default;
+    HostPin(const HostPin &) = delete;
+    HostPin &operator=(const HostPin &) = delete;
+    ~HostPin()
+    {
+        if (p_) {
+            /* An early return may leave copies in flight: let them land first. */
+            (void)cudaDeviceSynchronize();
+            (void)cudaHostUnregister(p_);
+        }
+    }
+    void pin(void *p, size_t bytes)
+    {
+        if (p && bytes && cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
+            p_ = p;
+        else
+            (void)cudaGetLastError();
+    }
+
+  private:
+    void *p_ = NULL;
+};
+
 /* ---- the pixel-chunk pipeline ---------------------------------------------- */
 
 /* The pixel-chunk pipeline shared by the CUDA PCA and DWT launchers.
