@@ -79,7 +79,7 @@ static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hypr
     GDALSetMetadataItem(ds, "HYPROF_BACKEND", backend, NULL);
     GDALSetMetadataItem(ds, "HYPROF_INPUT", src->path, NULL);
     for (size_t i = 0; i < op->nparams; i++) {
-        const char *v = hyprof_args_text(args, op->params[i].name);
+        const char *v = hyprof_args_str(args, op->params[i].name);
         if (!v)
             continue;
         meta_key(key, sizeof key, "HYPROF_PARAM_", op->params[i].name);

@@ -252,11 +252,6 @@ const char *hyprof_args_str(const hyprof_args_t *args, const char *name)
     return v && v->set ? v->text : NULL;
 }
 
-const char *hyprof_args_text(const hyprof_args_t *args, const char *name)
-{
-    return hyprof_args_str(args, name);
-}
-
 const double *hyprof_args_list(const hyprof_args_t *args, const char *name, size_t *count)
 {
     const arg_value_t *v = value_of(args, name);

@@ -79,10 +79,10 @@ int hyprof_args_given(const hyprof_args_t *args, const char *name);   /* given e
 long hyprof_args_int(const hyprof_args_t *args, const char *name);
 double hyprof_args_float(const hyprof_args_t *args, const char *name);
 int hyprof_args_bool(const hyprof_args_t *args, const char *name);
-const char *hyprof_args_str(const hyprof_args_t *args, const char *name); /* NULL if unset */
+/* The value as given or defaulted (booleans normalised to true/false); NULL
+ * if unset. */
+const char *hyprof_args_str(const hyprof_args_t *args, const char *name);
 const double *hyprof_args_list(const hyprof_args_t *args, const char *name, size_t *count);
-/* The value as given or defaulted, normalised text; NULL if unset. */
-const char *hyprof_args_text(const hyprof_args_t *args, const char *name);
 
 /* ---- results --------------------------------------------------------------- */
 
