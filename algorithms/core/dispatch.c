@@ -34,8 +34,14 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
     int ndev = cuda ? hyprof_cuda_device_count() : 0;
     if (ctx->backend == HYPROF_BACKEND_CUDA) {
         if (!cuda)
-            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
-                                 "backend cuda requested but this build has no CUDA support");
+            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op, "backend cuda requested but %s",
+#ifdef HYPROF_HAVE_CUDA
+                                 "this operation has no CUDA implementation yet "
+                                 "(use --backend cpu or auto)"
+#else
+                                 "this build has no CUDA support"
+#endif
+            );
         if (ctx->device >= ndev)
             return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
                                  "backend cuda requested but device %d does not exist "
@@ -47,7 +53,7 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
     /* auto */
     if (!cuda || ctx->device >= ndev) {
         hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: %s, running on the CPU", op,
-                    !cuda ? "built without CUDA" : "no CUDA device");
+                    !cuda ? "no CUDA implementation" : "no CUDA device");
         return run_cpu(ctx, cpu, args);
     }
     ctx->used = HYPROF_BACKEND_CUDA;

@@ -12,6 +12,8 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                 const hyprof_cube_t *in, hyprof_result_t *out);
 hyprof_status_t hyprof__run_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                  const hyprof_cube_t *in, hyprof_result_t *out);
+hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                const hyprof_cube_t *in, hyprof_result_t *out);
 hyprof_status_t hyprof__run_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                 const hyprof_cube_t *in, hyprof_result_t *out);
 

@@ -82,6 +82,37 @@ static const hyprof_param_t eadp_params[] = {
      HYPROF_PARAM_ADVANCED},
 };
 
+static const hyprof_param_t eap_params[] = {
+    P_REDUCTION("dwt"),
+    {"features", HYPROF_PARAM_INT, "8", 1, 100000, NULL,
+     "With --reduction dwt: the number of wavelet features wanted. The level count L "
+     "whose approximation band count ceil(bands / 2^L) is closest to it is used (ties: "
+     "more bands), so the whole spectrum is kept; --levels sets L instead.", 0},
+    {"attribute", HYPROF_PARAM_STRING, "area", NOLIMIT, NULL,
+     "area, std, diagonal or inertia; several, comma-separated (area,std), concatenate "
+     "their profiles (an extended multi-attribute profile, the band appearing once).", 0},
+    {"thresholds", HYPROF_PARAM_FLOAT_LIST, NULL, 0, 1e12, NULL,
+     "Increasing thresholds of the attribute when only one is chosen (replace its "
+     "--*-thresholds default). A component is kept when its attribute is >= the "
+     "threshold; 0 keeps everything.", 0},
+    {"area-thresholds", HYPROF_PARAM_FLOAT_LIST, "36,144,324,576,900,1296,1764", 0, 1e12, NULL,
+     "Area thresholds in pixels (the seed paper's: squares of side 6, 12, ..., 42).", 0},
+    {"std-thresholds", HYPROF_PARAM_FLOAT_LIST, "2,4,6,8,10,12,14", 0, 1e12, NULL,
+     "Standard deviation thresholds, in 8-bit levels whatever --quantisation (scaled by "
+     "257 at 16 bits). Min rule: a component is kept only if it and every component "
+     "containing it pass.", 0},
+    {"diagonal-thresholds", HYPROF_PARAM_FLOAT_LIST, "10,25,50,100", 0, 1e12, NULL,
+     "Bounding-box diagonal thresholds in pixels.", 0},
+    {"inertia-thresholds", HYPROF_PARAM_FLOAT_LIST, "0.2,0.3,0.4,0.5", 0, 1e12, NULL,
+     "Moment of inertia thresholds (normalised by the squared area: 1/6 for one pixel, "
+     "about 0.16 for a disk, more for elongated shapes). Min rule.", 0},
+    {"connectivity", HYPROF_PARAM_CHOICE, "4", NOLIMIT, "4|8",
+     "Pixel connectivity of the components: 4 (edges) or 8 (edges and corners).", 0},
+    {"quantisation", HYPROF_PARAM_CHOICE, "8", NOLIMIT, "8|16",
+     "Bits of the levels each feature is linearly scaled to from its valid min and max "
+     "(8: 0..255, as in the seeds; 16: 0..65535).", 0},
+};
+
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
@@ -107,6 +138,19 @@ static const hyprof_op_t ops[] = {
      "conserved and the range never grows. After Lopez-Fandino et al., EADP.",
      eadp_params, N(eadp_params), hyprof__run_eadp,
      "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)"},
+    {"eap", "Profiles", "Extended attribute profile",
+     "For each feature band (wavelet approximation bands by default), quantised to "
+     "8 bits from its valid min and max, the attribute closings (largest threshold "
+     "first), the band and the attribute openings (smallest first): connected "
+     "components of the threshold sets whose attribute (area, standard deviation, "
+     "bounding-box diagonal, moment of inertia) is below a threshold are removed, "
+     "merging into their parent (increasing attributes) or by the min rule (std, "
+     "inertia). One max-tree per band and polarity gives every threshold; area "
+     "filters equal scikit-image's area_opening/area_closing. After Bascoy et al., "
+     "EAP on GPU.",
+     eap_params, N(eap_params), hyprof__run_eap,
+     "raster: features x (1 + 2 x thresholds) float32 bands of levels (A1 area closing "
+     "1764, ..., A1, A1 area opening 36, ...)"},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

@@ -3,6 +3,7 @@
 #ifndef HYPROF_H
 #define HYPROF_H
 
+#include "hyprof/attribute.h"
 #include "hyprof/core.h"
 #include "hyprof/diffusion.h"
 #include "hyprof/registry.h"

@@ -1,0 +1,507 @@
+/* Extended attribute profiles (the EAP seed paper, with DESIGN.md's
+ * definitions): argument checks, quantisation, the dispatch, and the `eap`
+ * operation. The tree and the filters are in maxtree.c; the exact semantics
+ * in eap_impl.h. */
+#include "eap_impl.h"
+#include "hyprof/wavelet.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OP "eap"
+
+static const char *const attribute_names[] = {"area", "std", "diagonal", "inertia"};
+#define NATTR (sizeof attribute_names / sizeof attribute_names[0])
+
+const char *hyprof_attribute_name(hyprof_attribute_t attribute)
+{
+    return (unsigned)attribute < NATTR ? attribute_names[attribute] : NULL;
+}
+
+hyprof_status_t hyprof_attribute_parse(const char *text, hyprof_attribute_t *attribute)
+{
+    for (size_t i = 0; text && i < NATTR; i++)
+        if (strcmp(text, attribute_names[i]) == 0) {
+            *attribute = (hyprof_attribute_t)i;
+            return HYPROF_OK;
+        }
+    return HYPROF_ERR_ARGUMENT;
+}
+
+int hyprof_attribute_is_increasing(hyprof_attribute_t attribute)
+{
+    return attribute == HYPROF_ATTRIBUTE_AREA || attribute == HYPROF_ATTRIBUTE_DIAGONAL;
+}
+
+size_t hyprof_attribute_planes(const hyprof_attribute_filter_t *filters, size_t nfilters)
+{
+    size_t n = 1;
+    for (size_t f = 0; filters && f < nfilters; f++)
+        n += 2 * filters[f].nthresholds;
+    return n;
+}
+
+static const double paper_thresholds[] = {36, 144, 324, 576, 900, 1296, 1764};
+static const hyprof_attribute_filter_t paper_filter = {
+    HYPROF_ATTRIBUTE_AREA, paper_thresholds,
+    sizeof paper_thresholds / sizeof paper_thresholds[0]};
+
+void hyprof_eap_params_default(hyprof_eap_params_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->connectivity = 4;
+    p->levels = 256;
+    p->filters = &paper_filter;
+    p->nfilters = 1;
+}
+
+/* ---- checks ----------------------------------------------------------------- */
+
+static hyprof_status_t check_filters(hyprof_ctx_t *ctx, int connectivity, unsigned levels,
+                                     const hyprof_attribute_filter_t *filters, size_t nfilters)
+{
+    if (connectivity != 4 && connectivity != 8)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "connectivity %d must be 4 or 8",
+                             connectivity);
+    if (levels != 256 && levels != 65536)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "quantisation levels %u must be 256 or 65536", levels);
+    if (!filters || nfilters == 0)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no attribute filter given");
+    for (size_t f = 0; f < nfilters; f++) {
+        const hyprof_attribute_filter_t *a = &filters[f];
+        const char *name = hyprof_attribute_name(a->attribute);
+        if (!name)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "unknown attribute %d",
+                                 (int)a->attribute);
+        if (!a->thresholds || a->nthresholds == 0)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no %s thresholds given", name);
+        if (a->nthresholds > HYPROF_ATTRIBUTE_MAX_THRESHOLDS)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                 "%zu %s thresholds: at most %d", a->nthresholds, name,
+                                 HYPROF_ATTRIBUTE_MAX_THRESHOLDS);
+        for (size_t i = 0; i < a->nthresholds; i++) {
+            double t = a->thresholds[i];
+            if (!isfinite(t) || t < 0.0)
+                return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                     "%s threshold %g must be finite and >= 0", name, t);
+            if (i && !(t > a->thresholds[i - 1]))
+                return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                     "%s thresholds must be strictly increasing: %g after %g",
+                                     name, t, a->thresholds[i - 1]);
+        }
+    }
+    return HYPROF_OK;
+}
+
+static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height,
+                                  const hyprof_attribute_filter_t *filters, size_t nfilters)
+{
+    if (width == 0 || height == 0)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "empty image (%zux%zu)", width,
+                             height);
+    if (width > UINT32_MAX / height)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "%zux%zu pixels: a band must have fewer than 2^32 pixels", width,
+                             height);
+    /* The inertia sums x^2 and y^2 over a component in 64 bits. */
+    double n = (double)width * (double)height, w = (double)width, h = (double)height;
+    for (size_t f = 0; f < nfilters; f++)
+        if (filters[f].attribute == HYPROF_ATTRIBUTE_INERTIA &&
+            (n * w * w >= 1.8e19 || n * h * h >= 1.8e19))
+            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                 "%zux%zu pixels: too large for the inertia sums", width,
+                                 height);
+    return HYPROF_OK;
+}
+
+/* The CUDA max-tree is the next step: there is no CUDA implementation yet,
+ * so the dispatch gets none (auto runs on the CPU, --backend cuda is refused
+ * by the dispatcher with a message saying so). */
+static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
+{
+    return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, (hyprof__impl_fn)0, a);
+}
+
+/* ---- one band ------------------------------------------------------------------ */
+
+hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *band,
+                                          const uint8_t *mask, size_t width, size_t height,
+                                          unsigned levels, int connectivity,
+                                          const hyprof_attribute_filter_t *filters,
+                                          size_t nfilters, uint16_t nodata, uint16_t *out)
+{
+    hyprof_status_t st = check_filters(ctx, connectivity, levels, filters, nfilters);
+    if (st == HYPROF_OK)
+        st = check_size(ctx, width, height, filters, nfilters);
+    if (st != HYPROF_OK)
+        return st;
+    if (!band || !out)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no band or no output buffer");
+    size_t n = width * height;
+    for (size_t p = 0; p < n; p++)
+        if ((!mask || mask[p]) && band[p] >= levels)
+            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                 "level %u at pixel (%zu, %zu) is not below %u",
+                                 (unsigned)band[p], p % width, p / width, levels);
+    hyprof_eap_args_t a = {band, mask, width, height, 1, levels, connectivity, filters,
+                           nfilters, hyprof_attribute_planes(filters, nfilters), out, NULL,
+                           nodata, 0.0f, OP};
+    return dispatch(ctx, &a);
+}
+
+hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band,
+                                         const uint8_t *mask, size_t width, size_t height,
+                                         unsigned levels, int connectivity,
+                                         hyprof_attribute_t attribute, const double *thresholds,
+                                         size_t nthresholds, uint16_t nodata, uint16_t *out)
+{
+    hyprof_attribute_filter_t f = {attribute, thresholds, nthresholds};
+    return hyprof_attribute_profiles(ctx, band, mask, width, height, levels, connectivity, &f,
+                                     1, nodata, out);
+}
+
+/* ---- quantisation and the cube ---------------------------------------------------- */
+
+static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, unsigned levels,
+                                    uint16_t *out, double *range)
+{
+    size_t n = x->width * x->height;
+    const uint8_t *m = x->mask;
+    for (size_t b = 0; b < x->bands; b++) {
+        const float *v = (const float *)x->data + b * n;
+        uint16_t *q = out + b * n;
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t p = 0; p < n; p++) {
+            if (m && !m[p])
+                continue;
+            if (!isfinite(v[p]))
+                return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                     "band %zu: value %g at pixel (%zu, %zu) is not finite "
+                                     "and not masked", b + 1, (double)v[p], p % x->width,
+                                     p / x->width);
+            lo = v[p] < lo ? v[p] : lo;
+            hi = v[p] > hi ? v[p] : hi;
+        }
+        if (range) {
+            range[2 * b] = lo <= hi ? lo : NAN;
+            range[2 * b + 1] = lo <= hi ? hi : NAN;
+        }
+        double top = (double)(levels - 1), span = hi - lo;
+        for (size_t p = 0; p < n; p++) {
+            if ((m && !m[p]) || !(span > 0.0)) {
+                q[p] = 0;
+                continue;
+            }
+            /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
+             * rounding as NumPy's ((x - min) * top / span + 0.5) */
+            double s = floor(((double)v[p] - lo) * top / span + 0.5);
+            q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
+        }
+    }
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_quantise(hyprof_ctx_t *ctx, const hyprof_cube_t *in, unsigned levels,
+                                uint16_t *out, double *range)
+{
+    if (levels != 256 && levels != 65536)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "quantisation levels %u must be 256 or 65536", levels);
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
+    if (st == HYPROF_OK)
+        st = quantise_f32(ctx, x, levels, out, range);
+    hyprof_cube_free(&tmp);
+    return st;
+}
+
+hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
+                           const hyprof_eap_params_t *p, hyprof_cube_t *out, double *range)
+{
+    memset(out, 0, sizeof *out);
+    hyprof_status_t st = check_filters(ctx, p->connectivity, p->levels, p->filters, p->nfilters);
+    if (st == HYPROF_OK)
+        st = check_size(ctx, in->width, in->height, p->filters, p->nfilters);
+    if (st != HYPROF_OK)
+        return st;
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    if ((st = hyprof__input_f32(ctx, OP, in, &tmp, &x)) != HYPROF_OK)
+        return st;
+    size_t n = x->width * x->height, planes = hyprof_attribute_planes(p->filters, p->nfilters);
+    uint16_t *q = malloc(n * x->bands * sizeof *q);
+    if (!q)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
+    if (st == HYPROF_OK)
+        st = quantise_f32(ctx, x, p->levels, q, range);
+    if (st == HYPROF_OK &&
+        (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
+                                x->bands * planes)) != HYPROF_OK)
+        hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", x->bands * planes);
+    if (st == HYPROF_OK) {
+        out->has_nodata = x->has_nodata;
+        out->nodata = x->nodata;
+        hyprof_eap_args_t a = {q, x->mask, x->width, x->height, x->bands, p->levels,
+                               p->connectivity, p->filters, p->nfilters, planes, NULL,
+                               out->data, 0, hyprof__nodata_f32(x), OP};
+        st = dispatch(ctx, &a);
+    }
+    free(q);
+    hyprof_cube_free(&tmp);
+    if (st != HYPROF_OK)
+        hyprof_cube_free(out);
+    return st;
+}
+
+/* ---- the `eap` operation ------------------------------------------------------------ */
+
+#include "../core/ops.h"
+
+/* Registry parameter holding each attribute's own thresholds. */
+static const char *const threshold_params[] = {"area-thresholds", "std-thresholds",
+                                               "diagonal-thresholds", "inertia-thresholds"};
+
+typedef struct {
+    hyprof_attribute_filter_t filters[NATTR];
+    double *thresholds[NATTR]; /* level units (std scaled for 16 bits) */
+    const double *given[NATTR]; /* as the user gave them (names, metadata) */
+    size_t nfilters;
+    int connectivity;
+    unsigned levels;
+} op_params_t;
+
+static void op_params_free(op_params_t *o)
+{
+    for (size_t i = 0; i < NATTR; i++)
+        free(o->thresholds[i]);
+}
+
+static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args, op_params_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connectivity = atoi(hyprof_args_str(args, "connectivity"));
+    o->levels = strcmp(hyprof_args_str(args, "quantisation"), "16") == 0 ? 65536u : 256u;
+    const char *list = hyprof_args_str(args, "attribute");
+    char *copy = strdup(list ? list : "");
+    if (!copy)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    hyprof_status_t st = HYPROF_OK;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ", ", &save); tok && st == HYPROF_OK;
+         tok = strtok_r(NULL, ", ", &save)) {
+        hyprof_attribute_t a;
+        if (hyprof_attribute_parse(tok, &a) != HYPROF_OK) {
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                               "unknown attribute '%s' (area, std, diagonal or inertia)", tok);
+            break;
+        }
+        for (size_t f = 0; f < o->nfilters; f++)
+            if (o->filters[f].attribute == a)
+                st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                   "attribute '%s' given twice in '%s'", tok, list);
+        if (st == HYPROF_OK && o->nfilters == NATTR)
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "too many attributes in '%s'",
+                               list);
+        if (st == HYPROF_OK)
+            o->filters[o->nfilters++].attribute = a;
+    }
+    free(copy);
+    if (st == HYPROF_OK && o->nfilters == 0)
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no attribute in '%s'",
+                           list ? list : "");
+    /* --thresholds: the thresholds of the one attribute asked for */
+    int shorthand = hyprof_args_given(args, "thresholds");
+    if (st == HYPROF_OK && shorthand && o->nfilters > 1)
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                           "--thresholds with several attributes (%s): give each its own "
+                           "list with --area-thresholds, --std-thresholds, ...", list);
+    for (size_t f = 0; st == HYPROF_OK && f < o->nfilters; f++) {
+        hyprof_attribute_t a = o->filters[f].attribute;
+        const char *pname = threshold_params[a];
+        if (shorthand && hyprof_args_given(args, pname)) {
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                               "--thresholds and --%s both given: use one", pname);
+            break;
+        }
+        size_t nt = 0;
+        const double *t = hyprof_args_list(args, shorthand ? "thresholds" : pname, &nt);
+        double *own = malloc((nt ? nt : 1) * sizeof *own);
+        if (!own) {
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+            break;
+        }
+        /* std is in 8-bit units whatever the quantisation: the same
+         * thresholds mean the same filter at 16 bits */
+        double scale = a == HYPROF_ATTRIBUTE_STD ? (double)(o->levels - 1) / 255.0 : 1.0;
+        for (size_t i = 0; i < nt; i++)
+            own[i] = t[i] * scale;
+        o->thresholds[f] = own;
+        o->given[f] = t;
+        o->filters[f].thresholds = own;
+        o->filters[f].nthresholds = nt;
+        if (nt == 0)
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no %s thresholds given",
+                               hyprof_attribute_name(a));
+        for (size_t i = 1; st == HYPROF_OK && i < nt; i++)
+            if (!(t[i] > t[i - 1]))
+                st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                   "--%s must be strictly increasing: %g after %g",
+                                   shorthand ? "thresholds" : pname, t[i], t[i - 1]);
+    }
+    if (st != HYPROF_OK)
+        op_params_free(o);
+    return st;
+}
+
+/* DWT levels: --levels when given, else the level count whose approximation
+ * has the band count closest to --features (ties: more bands). */
+static hyprof_status_t dwt_levels(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t bands,
+                                  int *levels)
+{
+    int given_l = hyprof_args_given(args, "levels"), given_f = hyprof_args_given(args, "features");
+    if (given_l && given_f)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "--features %ld and --levels %ld both given: use one",
+                             hyprof_args_int(args, "features"), hyprof_args_int(args, "levels"));
+    if (given_l) {
+        *levels = (int)hyprof_args_int(args, "levels");
+        return HYPROF_OK;
+    }
+    long want = hyprof_args_int(args, "features");
+    int maxl = hyprof_dwt_max_levels(bands), best = 1;
+    long best_d = -1;
+    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
+        long d = labs((long)hyprof_dwt_bands(bands, l) - want);
+        if (best_d < 0 || d < best_d) {
+            best_d = d;
+            best = l;
+        }
+    }
+    *levels = best;
+    return HYPROF_OK;
+}
+
+/* The arguments of the spectral reduction, with the levels chosen here. */
+static hyprof_status_t reduce(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                              const hyprof_cube_t *in, hyprof_cube_t *feat, char ***names,
+                              int *levels)
+{
+    *levels = 0;
+    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
+        return hyprof__reduce(ctx, OP, args, in, feat, names);
+    hyprof_status_t st = dwt_levels(ctx, args, in->bands, levels);
+    if (st != HYPROF_OK)
+        return st;
+    const hyprof_op_t *op = hyprof_args_op(args);
+    hyprof_args_t *copy = hyprof_args_new(op);
+    if (!copy)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    for (size_t i = 0; st == HYPROF_OK && i < op->nparams; i++) {
+        const char *t = hyprof_args_str(args, op->params[i].name);
+        if (t)
+            st = hyprof_args_set(copy, op->params[i].name, t);
+    }
+    char text[16];
+    snprintf(text, sizeof text, "%d", *levels);
+    if (st == HYPROF_OK)
+        st = hyprof_args_set(copy, "levels", text);
+    if (st != HYPROF_OK)
+        st = hyprof__error(ctx, st, OP, "%s", hyprof_args_error(copy));
+    else
+        st = hyprof__reduce(ctx, OP, copy, in, feat, names);
+    hyprof_args_free(&copy);
+    return st;
+}
+
+static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
+                                    const op_params_t *o, const double *range, int levels)
+{
+    size_t planes = hyprof_attribute_planes(o->filters, o->nfilters);
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; st == HYPROF_OK && b < nfeat; b++) {
+        size_t k = b * planes;
+        for (size_t f = 0; st == HYPROF_OK && f < o->nfilters; f++) {
+            const char *an = hyprof_attribute_name(o->filters[f].attribute);
+            size_t nt = o->filters[f].nthresholds;
+            for (size_t j = nt; st == HYPROF_OK && j-- > 0;)
+                st = hyprof_result_set_band_name(out, k++, "%s %s closing %g", names[b], an,
+                                                 o->given[f][j]);
+            if (st == HYPROF_OK && f == 0)
+                st = hyprof_result_set_band_name(out, k++, "%s", names[b]);
+            for (size_t j = 0; st == HYPROF_OK && j < nt; j++)
+                st = hyprof_result_set_band_name(out, k++, "%s %s opening %g", names[b], an,
+                                                 o->given[f][j]);
+        }
+        char key[64];
+        snprintf(key, sizeof key, "EAP_QUANT_MIN_%s", names[b]);
+        if (st == HYPROF_OK)
+            st = hyprof_result_add_meta(out, key, "%.17g", range[2 * b]);
+        snprintf(key, sizeof key, "EAP_QUANT_MAX_%s", names[b]);
+        if (st == HYPROF_OK)
+            st = hyprof_result_add_meta(out, key, "%.17g", range[2 * b + 1]);
+    }
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "EAP_FEATURES", "%zu", nfeat);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "EAP_QUANT_LEVELS", "%u", o->levels);
+    if (st == HYPROF_OK && levels > 0)
+        st = hyprof_result_add_meta(out, "EAP_DWT_LEVELS", "%d", levels);
+    for (size_t f = 0; st == HYPROF_OK && f < o->nfilters; f++) {
+        char key[64], val[4096];
+        size_t len = 0;
+        val[0] = '\0';
+        for (size_t j = 0; j < o->filters[f].nthresholds && len < sizeof val - 32; j++)
+            len += (size_t)snprintf(val + len, sizeof val - len, "%s%g", j ? "," : "",
+                                    o->given[f][j]);
+        snprintf(key, sizeof key, "EAP_THRESHOLDS_%s", hyprof_attribute_name(o->filters[f].attribute));
+        for (char *c = key; *c; c++)
+            *c = (char)(*c >= 'a' && *c <= 'z' ? *c - 'a' + 'A' : *c);
+        st = hyprof_result_add_meta(out, key, "%s", val);
+    }
+    return st;
+}
+
+hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                const hyprof_cube_t *in, hyprof_result_t *out)
+{
+    op_params_t o;
+    hyprof_status_t st = op_params(ctx, args, &o);
+    if (st != HYPROF_OK)
+        return st;
+    hyprof_eap_params_t p = {o.connectivity, o.levels, o.filters, o.nfilters};
+    /* everything the library checks, before the reduction's work */
+    st = check_filters(ctx, p.connectivity, p.levels, p.filters, p.nfilters);
+    if (st == HYPROF_OK)
+        st = check_size(ctx, in->width, in->height, p.filters, p.nfilters);
+    hyprof_cube_t feat;
+    memset(&feat, 0, sizeof feat);
+    char **names = NULL;
+    double saved[2], *range = NULL;
+    int levels = 0;
+    if (st == HYPROF_OK) {
+        hyprof__progress_push(ctx, 0.0, 0.3, saved);
+        st = reduce(ctx, args, in, &feat, &names, &levels);
+        hyprof__progress_pop(ctx, saved);
+    }
+    if (st == HYPROF_OK && !(range = calloc(2 * feat.bands, sizeof *range)))
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    if (st == HYPROF_OK) {
+        hyprof__progress_push(ctx, 0.3, 1.0, saved);
+        st = hyprof_eap(ctx, &feat, &p, &out->cube, range);
+        hyprof__progress_pop(ctx, saved);
+    }
+    if (st == HYPROF_OK)
+        st = hyprof__result_adopt(out, in);
+    if (st == HYPROF_OK)
+        st = name_profile(out, names, feat.bands, &o, range, levels);
+    if (names)
+        hyprof__free_names(names, feat.bands);
+    hyprof_cube_free(&feat);
+    free(range);
+    op_params_free(&o);
+    return st;
+}
