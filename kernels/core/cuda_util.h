@@ -728,6 +728,29 @@ static inline size_t plan_chunk(size_t budget, size_t fixed, size_t per_pixel, s
     return m;
 }
 
+/* The chunk of a streamed operation (PCA apply, DWT): the whole cube when it
+ * fits, else about `target_bytes` of input, $HYPROF_CUDA_CHUNK_PIXELS when
+ * set; bounded by the free device memory at `per_pixel` bytes a pixel, and
+ * m * cap_cols kept inside int. */
+static inline hyprof_status_t plan_streamed_chunk(hyprof_ctx_t *ctx, const char *op,
+                                                  size_t npix, size_t bands, size_t per_pixel,
+                                                  size_t cap_cols, size_t target_bytes,
+                                                  size_t *m)
+{
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t env = hyprof__cuda_chunk_override();
+    const size_t target =
+        env ? env : hyprof__cuda_preferred_chunk(npix, per_pixel, budget, bands, target_bytes);
+    *m = plan_chunk(budget, 0, per_pixel, target, npix, cap_cols);
+    if (*m == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "not enough device memory for one pixel of %zu bands "
+                             "(%zu bytes usable)",
+                             bands, budget);
+    return HYPROF_OK;
+}
+
 } /* namespace hyprof_cuda */
 
 #endif

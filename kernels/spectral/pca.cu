@@ -284,6 +284,31 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), st));
     }
 
+    /* Where chunk [p0, p0+mi) lies on the device for slot s: in the resident
+     * cube (uploaded during pass 1, when `first`) or in the slot's buffers,
+     * streamed in each pass. */
+    auto chunk_source = [&](int s, size_t p0, size_t mi, bool first, const float **src,
+                            const uint8_t **msk, size_t *ld) -> hyprof_status_t {
+        if (!resident) {
+            HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+            *src = pipe.slot[s].in.get();
+            *msk = a->mask ? pipe.slot[s].mask.get() : NULL;
+            *ld = mi;
+            return HYPROF_OK;
+        }
+        if (first) {
+            cudaStream_t st = pipe.stream(s);
+            HYPROF_CUDA_CHECK(copy_cols_h2d(d_cube.get() + p0, N, a->x + p0, N, mi, B, st));
+            if (a->mask)
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(d_cmask.get() + p0, a->mask + p0, mi,
+                                                  cudaMemcpyHostToDevice, st));
+        }
+        *src = d_cube.get() + p0;
+        *msk = a->mask ? d_cmask.get() + p0 : NULL;
+        *ld = N;
+        return HYPROF_OK;
+    };
+
     /* ---- pass 1: masked sums (and the upload of a resident cube) ---- */
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
@@ -291,23 +316,9 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(pipe.acquire(ctx, op, s));
         cudaStream_t st = pipe.stream(s);
         const float *src;
-        const uint8_t *msk = NULL;
+        const uint8_t *msk;
         size_t ld;
-        if (resident) {
-            HYPROF_CUDA_CHECK(copy_cols_h2d(d_cube.get() + p0, N, a->x + p0, N, mi, B, st));
-            if (a->mask) {
-                HYPROF_CUDA_CHECK(cudaMemcpyAsync(d_cmask.get() + p0, a->mask + p0, mi,
-                                                  cudaMemcpyHostToDevice, st));
-                msk = d_cmask.get() + p0;
-            }
-            src = d_cube.get() + p0;
-            ld = N;
-        } else {
-            HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
-            src = pipe.slot[s].in.get();
-            msk = a->mask ? pipe.slot[s].mask.get() : NULL;
-            ld = mi;
-        }
+        HYPROF_TRY(chunk_source(s, p0, mi, true, &src, &msk, &ld));
         HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
                              d_sum[s].get()));
         HYPROF_TRY(pipe.release(ctx, op, s));
@@ -326,18 +337,9 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(pipe.acquire(ctx, op, s));
         cudaStream_t st = pipe.stream(s);
         const float *src;
-        const uint8_t *msk = NULL;
+        const uint8_t *msk;
         size_t ld;
-        if (resident) {
-            src = d_cube.get() + p0;
-            msk = a->mask ? d_cmask.get() + p0 : NULL;
-            ld = N;
-        } else {
-            HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
-            src = pipe.slot[s].in.get();
-            msk = a->mask ? pipe.slot[s].mask.get() : NULL;
-            ld = mi;
-        }
+        HYPROF_TRY(chunk_source(s, p0, mi, false, &src, &msk, &ld));
         HYPROF_TRY(centre(ctx, op, st, src, ld, msk, mi, B, d_mean.get(), d_c[s].get()));
         HYPROF_TRY(gram_accumulate(ctx, op, blas[s].get(), d_c[s].get(), mi, B, d_cov[s].get(),
                                    d_gram[s].get(), d_ones.get()));
@@ -407,20 +409,11 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
     HYPROF_CUDA_CHECK(
         cudaMemcpy(d_V.get(), a->vectors, B * K * sizeof(double), cudaMemcpyHostToDevice));
 
-    size_t budget = 0;
-    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env_chunk = hyprof__cuda_chunk_override();
     const size_t per_pixel = 2 * (B * sizeof(float) + (a->mask ? 1 : 0) + B * sizeof(double) +
                                   K * sizeof(double) + K * sizeof(float));
-    size_t target = env_chunk ? env_chunk
-                              : hyprof__cuda_preferred_chunk(N, per_pixel, budget, B,
-                                                             kChunkTargetBytes);
-    const size_t m = plan_chunk(budget, 0, per_pixel, target, N, B > K ? B : K);
-    if (m == 0)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                             "not enough device memory for one pixel of %zu bands "
-                             "(%zu bytes usable)",
-                             B, budget);
+    size_t m = 0;
+    HYPROF_TRY(plan_streamed_chunk(ctx, op, N, B, per_pixel, B > K ? B : K, kChunkTargetBytes,
+                                   &m));
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, K, a->out, m, true));
     const size_t nch = pipe.nchunks();
     for (int s = 0; s < (nch > 1 ? 2 : 1); ++s) {

@@ -189,20 +189,10 @@ extern "C" hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *va
 
     /* ---- chunks ---- */
     Pipeline pipe;
-    size_t budget = 0;
-    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env_chunk = hyprof__cuda_chunk_override();
     const size_t per_pixel =
         2 * (B * sizeof(float) + K * sizeof(float) + (a->mask ? 1 : 0));
-    const size_t target =
-        env_chunk ? env_chunk
-                  : hyprof__cuda_preferred_chunk(N, per_pixel, budget, B, kChunkTargetBytes);
-    const size_t m = plan_chunk(budget, 0, per_pixel, target, N, B);
-    if (m == 0)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                             "not enough device memory for one pixel of %zu bands "
-                             "(%zu bytes usable)",
-                             B, budget);
+    size_t m = 0;
+    HYPROF_TRY(plan_streamed_chunk(ctx, op, N, B, per_pixel, B, kChunkTargetBytes, &m));
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, K, a->out, m, true));
     const size_t nch = pipe.nchunks();
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
