@@ -251,6 +251,18 @@ static void test_pca_known(void)
     CHECK(hyprof_pca_apply(ctx, m, &c, &out) == HYPROF_OK, "apply");
     CHECK(fabs(((float *)out.data)[4] - 2 * sqrt(5.0)) < 1e-5, "projection %g",
           ((float *)out.data)[4]);
+    /* Fit-transform gives the same model and projection, bit for bit. */
+    hyprof_pca_model_t *mt = NULL;
+    hyprof_cube_t ft;
+    CHECK(hyprof_pca_fit_transform(ctx, &c, 2, &mt, &ft) == HYPROF_OK && mt &&
+              ft.bands == 2 && !memcmp(ft.data, out.data, 10 * sizeof(float)) &&
+              !memcmp(hyprof_pca_model_vectors(mt), v, 4 * sizeof(double)) &&
+              hyprof_pca_model_samples(mt) == hyprof_pca_model_samples(m),
+          "fit-transform = fit + apply: %s", hyprof_ctx_last_error(ctx));
+    hyprof_pca_model_free(&mt);
+    hyprof_cube_free(&ft);
+    CHECK(hyprof_pca_fit_transform(ctx, &c, 3, &mt, &ft) == HYPROF_ERR_ARGUMENT && !mt &&
+              !ft.data, "fit-transform: 3 of 2 components refused, nothing left");
     hyprof_cube_free(&out);
 
     /* Model files reload bit for bit, and bad ones are refused by name. */

@@ -227,44 +227,48 @@ static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
 
         /* Projections: the CPU model on the GPU (the apply step alone), and the
          * GPU model on the GPU (the whole GPU pipeline), both against CPU/CPU. */
-        double e_apply = NAN, e_pipe = NAN;
-        size_t bad1 = 0, bad2 = 0;
-        for (int pass = 0; pass < 2; pass++) {
+        /* Pass 2 is the fit-transform, which projects the cube the fit left on
+         * the device (or streams it again when it did not stay). */
+        double err[3] = {NAN, NAN, NAN};
+        size_t nbad[3] = {0, 0, 0};
+        static const char *pass_name[3] = {"apply (cpu model)", "fit+apply", "fit-transform"};
+        for (int pass = 0; pass < 3; pass++) {
             hyprof_cube_t pg;
+            hyprof_pca_model_t *mt = NULL;
             memset(&pg, 0, sizeof pg);
-            st = hyprof_pca_apply(gpu, pass == 0 ? mc : mg, cube, &pg);
+            st = pass < 2 ? hyprof_pca_apply(gpu, pass == 0 ? mc : mg, cube, &pg)
+                          : hyprof_pca_fit_transform(gpu, cube, ncomp, &mt, &pg);
+            hyprof_pca_model_free(&mt);
             g_checks++;
             if (st != HYPROF_OK) {
-                FAIL("%s [%s]: CUDA pca apply (%s model): %s (%s)", label, g_modes[mi].name,
-                     pass == 0 ? "cpu" : "cuda", hyprof_status_text(st),
-                     hyprof_ctx_last_error(gpu));
+                FAIL("%s [%s]: CUDA pca %s: %s (%s)", label, g_modes[mi].name, pass_name[pass],
+                     hyprof_status_text(st), hyprof_ctx_last_error(gpu));
                 continue;
             }
-            snprintf(what, sizeof what, "%s [%s] pca apply", label, g_modes[mi].name);
+            snprintf(what, sizeof what, "%s [%s] pca %s", label, g_modes[mi].name,
+                     pass_name[pass]);
             expect_cuda(gpu, what);
             g_checks++;
-            if (pg.bands != ncomp || pg.width != cube->width || pg.height != cube->height) {
+            if (pg.bands != ncomp || pg.width != cube->width || pg.height != cube->height)
                 FAIL("%s [%s]: CUDA pca output is %zux%zux%zu", label, g_modes[mi].name, pg.width,
                      pg.height, pg.bands);
-            } else if (pass == 0) {
-                e_apply = compare_projection(cube, &pc, &pg, &bad1);
-            } else {
-                e_pipe = compare_projection(cube, &pc, &pg, &bad2);
-            }
+            else
+                err[pass] = compare_projection(cube, &pc, &pg, &nbad[pass]);
             hyprof_cube_free(&pg);
         }
-        snprintf(what, sizeof what, "%s [%s] pca apply (cpu model) rel err", label,
-                 g_modes[mi].name);
-        check(e_apply <= 1e-4, what, e_apply, 1e-4);
-        snprintf(what, sizeof what, "%s [%s] pca fit+apply rel err", label, g_modes[mi].name);
-        check(e_pipe <= 1e-4, what, e_pipe, 1e-4);
+        for (int pass = 0; pass < 3; pass++) {
+            snprintf(what, sizeof what, "%s [%s] pca %s rel err", label, g_modes[mi].name,
+                     pass_name[pass]);
+            check(err[pass] <= 1e-4, what, err[pass], 1e-4);
+        }
         g_checks++;
-        if (bad1 || bad2)
-            FAIL("%s [%s]: %zu/%zu masked pixels differ between backends", label,
-                 g_modes[mi].name, bad1, bad2);
+        if (nbad[0] || nbad[1] || nbad[2])
+            FAIL("%s [%s]: %zu/%zu/%zu masked pixels differ between backends", label,
+                 g_modes[mi].name, nbad[0], nbad[1], nbad[2]);
         printf("  pca %-34s %-17s %zu px x %zu bands -> %zu: mean %.2e  eig %.2e  vec %.2e  "
-               "apply %.2e  fit+apply %.2e\n",
-               label, g_modes[mi].name, npix, B, ncomp, e_mean, e_ev, e_vec, e_apply, e_pipe);
+               "apply %.2e  fit+apply %.2e  fit-transform %.2e\n",
+               label, g_modes[mi].name, npix, B, ncomp, e_mean, e_ev, e_vec, err[0], err[1],
+               err[2]);
         fflush(stdout);
         hyprof_pca_model_free(&mg);
     }

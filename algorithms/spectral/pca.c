@@ -171,6 +171,25 @@ hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
     return hyprof__progress(ctx, 1.0, OP);
 }
 
+/* Fit-transform on the CPU: the fit, the model, then the projection (the
+ * fit's progress is the first 60 %). */
+static hyprof_status_t cpu_pca_fit_transform(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof_pca_fit_args_t *a = args;
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.6, saved);
+    hyprof_status_t st = hyprof__cpu_pca_fit(ctx, a);
+    hyprof__progress_pop(ctx, saved);
+    if (st == HYPROF_OK)
+        st = a->finish(a->user);
+    if (st == HYPROF_OK) {
+        hyprof__progress_push(ctx, 0.6, 1.0, saved);
+        st = hyprof__cpu_pca_apply(ctx, a->apply);
+        hyprof__progress_pop(ctx, saved);
+    }
+    return st;
+}
+
 /* ---- the public API: checks, dispatch, ordering ---------------------------- */
 
 /* Descending order, and the sign rule: the largest-magnitude loading of each
@@ -196,12 +215,30 @@ static void order_and_sign(const hyprof_pca_fit_args_t *a, hyprof_pca_model_t *m
         m->total_variance += a->eigenvalues[i];
 }
 
-hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
-                               hyprof_pca_model_t **model)
+/* What fit_model's finish step needs: the raw decomposition and the model. */
+typedef struct {
+    hyprof_pca_fit_args_t *fit;
+    hyprof_pca_model_t *model;
+} finish_t;
+
+static hyprof_status_t finish_model(void *user)
+{
+    finish_t *f = user;
+    order_and_sign(f->fit, f->model);
+    f->model->samples = f->fit->nvalid;
+    return HYPROF_OK;
+}
+
+/* The fit, and with `out` the projection of the same cube in the same
+ * backend call (fit-transform: the CUDA backend uploads the cube once). */
+static hyprof_status_t fit_model(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
+                                 hyprof_pca_model_t **model, hyprof_cube_t *out)
 {
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
     *model = NULL;
+    if (out)
+        memset(out, 0, sizeof *out);
     hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
@@ -220,22 +257,55 @@ hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_
     double *work = st == HYPROF_OK ? malloc((B * B + B) * sizeof *work) : NULL;
     if (st == HYPROF_OK && (!m || !work))
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate a %zu-band model", B);
+    if (st == HYPROF_OK && out &&
+        hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, components) != HYPROF_OK)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the %zu-component output",
+                           components);
     if (st == HYPROF_OK) {
-        hyprof_pca_fit_args_t a = {x->data, x->mask, npix, B, nvalid, m->mean, work,
-                                   work + B};
-        st = hyprof__dispatch(ctx, OP, hyprof__cpu_pca_fit,
-                              HYPROF_CUDA_IMPL(hyprof__cuda_pca_fit), &a);
-        if (st == HYPROF_OK) {
-            order_and_sign(&a, m);
-            m->samples = nvalid;
+        hyprof_pca_fit_args_t a = {x->data, x->mask, npix, B, nvalid, m->mean, work, work + B,
+                                   NULL, NULL, NULL};
+        /* The apply step reads the model's component-major vectors as a
+         * bands x components column-major matrix: the same memory. */
+        hyprof_pca_apply_args_t ap = {x->data, x->mask, npix, B, components, m->mean,
+                                      m->vectors, hyprof__nodata_f32(x), out ? out->data : NULL};
+        finish_t f = {&a, m};
+        if (out) {
+            a.apply = &ap;
+            a.finish = finish_model;
+            a.user = &f;
+            st = hyprof__dispatch(ctx, OP, cpu_pca_fit_transform,
+                                  HYPROF_CUDA_IMPL(hyprof__cuda_pca_fit_transform), &a);
+        } else {
+            st = hyprof__dispatch(ctx, OP, hyprof__cpu_pca_fit,
+                                  HYPROF_CUDA_IMPL(hyprof__cuda_pca_fit), &a);
+            if (st == HYPROF_OK)
+                st = finish_model(&f);
         }
     }
     free(work);
     hyprof_cube_free(&tmp);
-    if (st != HYPROF_OK)
+    if (st != HYPROF_OK) {
         hyprof_pca_model_free(&m);
+        if (out)
+            hyprof_cube_free(out);
+    }
     *model = m;
     return st;
+}
+
+hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
+                               hyprof_pca_model_t **model)
+{
+    return fit_model(ctx, in, components, model, NULL);
+}
+
+hyprof_status_t hyprof_pca_fit_transform(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
+                                         size_t components, hyprof_pca_model_t **model,
+                                         hyprof_cube_t *out)
+{
+    if (!out)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "fit-transform without an output");
+    return fit_model(ctx, in, components, model, out);
 }
 
 hyprof_status_t hyprof_pca_apply(hyprof_ctx_t *ctx, const hyprof_pca_model_t *model,
@@ -273,35 +343,44 @@ hyprof_status_t hyprof_pca_apply(hyprof_ctx_t *ctx, const hyprof_pca_model_t *mo
 
 /* ---- the `pca` operation --------------------------------------------------- */
 
-/* The model to apply: loaded (--model) or fitted, possibly saved (--save-model). */
-static hyprof_status_t get_model(hyprof_ctx_t *ctx, const hyprof_args_t *args,
-                                 const hyprof_cube_t *in, hyprof_pca_model_t **m)
+/* A saved model (--model), cut to --components when that is given. */
+static hyprof_status_t load_model(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                  hyprof_pca_model_t **m)
 {
-    const char *load = hyprof_args_str(args, "model"), *save = hyprof_args_str(args, "save-model");
+    const char *path = hyprof_args_str(args, "model");
     size_t k = (size_t)hyprof_args_int(args, "components");
-    hyprof_status_t st;
-    if (!load) {
-        double saved[2];
-        hyprof__progress_push(ctx, 0.0, 0.6, saved);
-        st = hyprof_pca_fit(ctx, in, k, m);
-        hyprof__progress_pop(ctx, saved);
-    } else {
-        st = hyprof_pca_model_load(ctx, load, m);
-        if (st == HYPROF_OK && hyprof_args_given(args, "components") && k != (*m)->components) {
-            if (k > (*m)->components) {
-                st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
-                                   "components %zu exceeds the %zu of model '%s'", k,
-                                   (*m)->components, load);
-                hyprof_pca_model_free(m);
-                return st;
-            }
-            (*m)->components = k; /* the leading components are the same model */
+    hyprof_status_t st = hyprof_pca_model_load(ctx, path, m);
+    if (st == HYPROF_OK && hyprof_args_given(args, "components") && k != (*m)->components) {
+        if (k > (*m)->components) {
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                               "components %zu exceeds the %zu of model '%s'", k,
+                               (*m)->components, path);
+            hyprof_pca_model_free(m);
+            return st;
         }
+        (*m)->components = k; /* the leading components are the same model */
     }
+    return st;
+}
+
+/* The projection with a saved model (--model), or the fit-transform of the
+ * input, then the model saved if asked (--save-model). */
+static hyprof_status_t project(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                               const hyprof_cube_t *in, hyprof_pca_model_t **m,
+                               hyprof_cube_t *out)
+{
+    hyprof_status_t st;
+    if (hyprof_args_str(args, "model")) {
+        st = load_model(ctx, args, m);
+        if (st == HYPROF_OK)
+            st = hyprof_pca_apply(ctx, *m, in, out);
+    } else {
+        st = hyprof_pca_fit_transform(ctx, in, (size_t)hyprof_args_int(args, "components"), m,
+                                      out);
+    }
+    const char *save = hyprof_args_str(args, "save-model");
     if (st == HYPROF_OK && save)
         st = hyprof_pca_model_save(ctx, *m, save);
-    if (st != HYPROF_OK)
-        hyprof_pca_model_free(m);
     return st;
 }
 
@@ -309,20 +388,14 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                 const hyprof_cube_t *in, hyprof_result_t *out)
 {
     hyprof_pca_model_t *m = NULL;
-    hyprof_status_t st = get_model(ctx, args, in, &m);
-    if (st != HYPROF_OK)
-        return st;
-    double saved[2];
-    hyprof__progress_push(ctx, hyprof_args_str(args, "model") ? 0.0 : 0.6, 1.0, saved);
-    st = hyprof_pca_apply(ctx, m, in, &out->cube);
-    hyprof__progress_pop(ctx, saved);
+    hyprof_status_t st = project(ctx, args, in, &m, &out->cube);
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(out, in);
     for (size_t k = 0; st == HYPROF_OK && k < m->components; k++)
         st = hyprof_result_set_band_name(out, k, "PC%zu (%.2f%% of variance)", k + 1,
                                          100.0 * m->eigenvalues[k] / m->total_variance);
     double cum = 0.0;
-    for (size_t k = 0; k < m->components; k++)
+    for (size_t k = 0; m && k < m->components; k++)
         cum += m->eigenvalues[k];
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(out, "PCA_EXPLAINED_VARIANCE_RATIO", "%.6f",

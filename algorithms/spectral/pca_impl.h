@@ -9,19 +9,6 @@
 extern "C" {
 #endif
 
-/* Fit step: mean of each band and the eigen-decomposition of the covariance
- * over valid pixels (divided by nvalid - 1), eigenvalues ascending as LAPACK's
- * dsyevd returns them; ordering and signs are fixed afterwards, once, in pca.c. */
-typedef struct {
-    const float *x;          /* npix * bands, BSQ */
-    const uint8_t *mask;     /* npix, 1 = valid; NULL = all valid */
-    size_t npix, bands;
-    size_t nvalid;           /* number of valid pixels (>= 2) */
-    double *mean;            /* out: bands */
-    double *eigenvalues;     /* out: bands, ascending */
-    double *eigenvectors;    /* out: bands x bands column-major, column j for eigenvalue j */
-} hyprof_pca_fit_args_t;
-
 /* Apply step: out[p + k*npix] = sum_b (x[p + b*npix] - mean[b]) * vectors[b + k*bands]
  * for valid pixels, `nodata` for masked ones. */
 typedef struct {
@@ -34,10 +21,33 @@ typedef struct {
     float *out;              /* npix * components, BSQ */
 } hyprof_pca_apply_args_t;
 
+/* Fit step: mean of each band and the eigen-decomposition of the covariance
+ * over valid pixels (divided by nvalid - 1), eigenvalues ascending as LAPACK's
+ * dsyevd returns them; ordering and signs are fixed afterwards, once, in pca.c. */
+typedef struct {
+    const float *x;          /* npix * bands, BSQ */
+    const uint8_t *mask;     /* npix, 1 = valid; NULL = all valid */
+    size_t npix, bands;
+    size_t nvalid;           /* number of valid pixels (>= 2) */
+    double *mean;            /* out: bands */
+    double *eigenvalues;     /* out: bands, ascending */
+    double *eigenvectors;    /* out: bands x bands column-major, column j for eigenvalue j */
+    /* Fit-transform: when `apply` is set, the backend goes on to project the
+     * same cube once `finish(user)` has turned the raw decomposition into the
+     * ordered, signed model that apply->mean and apply->vectors point to. The
+     * CUDA backend then projects from the cube it already holds on the device
+     * instead of uploading it a second time. */
+    hyprof_pca_apply_args_t *apply;
+    hyprof_status_t (*finish)(void *user);
+    void *user;
+} hyprof_pca_fit_args_t;
+
 hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *args);
+/* Fit, `finish`, then apply (args: the fit's, with apply, finish and user set). */
+hyprof_status_t hyprof__cuda_pca_fit_transform(hyprof_ctx_t *ctx, void *args);
 
 #ifdef __cplusplus
 }

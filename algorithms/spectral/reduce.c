@@ -60,9 +60,8 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
     }
     if (strcmp(how, "pca") == 0) {
         hyprof_pca_model_t *m = NULL;
-        st = hyprof_pca_fit(ctx, in, (size_t)hyprof_args_int(args, "components"), &m);
-        if (st == HYPROF_OK)
-            st = hyprof_pca_apply(ctx, m, in, features);
+        st = hyprof_pca_fit_transform(ctx, in, (size_t)hyprof_args_int(args, "components"), &m,
+                                      features);
         hyprof_pca_model_free(&m);
         return finish(ctx, op, in, features, "PC", names, st);
     }

@@ -20,6 +20,13 @@ hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
 hyprof_status_t hyprof_pca_apply(hyprof_ctx_t *ctx, const hyprof_pca_model_t *model,
                                  const hyprof_cube_t *in, hyprof_cube_t *out);
 
+/* Fit and apply on the same cube in one call (scikit-learn's fit_transform):
+ * the same model and output as hyprof_pca_fit then hyprof_pca_apply, but the
+ * CUDA backend uploads the cube once and projects it where it already lies. */
+hyprof_status_t hyprof_pca_fit_transform(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
+                                         size_t components, hyprof_pca_model_t **model,
+                                         hyprof_cube_t *out);
+
 size_t hyprof_pca_model_bands(const hyprof_pca_model_t *model);
 size_t hyprof_pca_model_components(const hyprof_pca_model_t *model);
 const double *hyprof_pca_model_mean(const hyprof_pca_model_t *model);       /* bands */

@@ -101,17 +101,17 @@ __global__ void cov_finalize_kernel(const double *__restrict__ c0, const double 
         a[i] = (c0[i] + c1[i]) / denom;
 }
 
-/* out (m x k, float) = y, nodata for masked rows. */
+/* out (m x k, float, leading dimension ld) = y, nodata for masked rows. */
 __global__ void to_float_kernel(const double *__restrict__ y, size_t m, size_t k,
                                 const uint8_t *__restrict__ mask, float nodata,
-                                float *__restrict__ out)
+                                float *__restrict__ out, size_t ld)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m)
         return;
     const bool valid = !mask || mask[i];
     for (size_t c = blockIdx.y; c < k; c += gridDim.y)
-        out[i + c * m] = valid ? (float)y[i + c * m] : nodata;
+        out[i + c * ld] = valid ? (float)y[i + c * m] : nodata;
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -176,12 +176,64 @@ static hyprof_status_t gram_accumulate(hyprof_ctx_t *ctx, const char *op, cublas
     return HYPROF_OK;
 }
 
-extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
+/* Projection of a resident cube (fit-transform): chunks of m pixels centred
+ * into the slots' d_c buffers, Y = Xc V, converted into a device output that
+ * is copied back once. Returns with *done false, having projected nothing,
+ * when the extra buffers do not fit: the caller then streams the cube. */
+static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
+                                        const hyprof_pca_apply_args_t *ap, const float *d_cube,
+                                        const uint8_t *d_cmask, DeviceBuffer<double> *d_c,
+                                        size_t m, Pipeline &pipe, Blas *blas, bool *done)
+{
+    const size_t N = ap->npix, B = ap->bands, K = ap->components;
+    const size_t nch = div_up(N, m);
+    *done = false;
+    DeviceBuffer<double> d_mean, d_V, d_y[2];
+    DeviceBuffer<float> d_out;
+    if (K > (size_t)INT_MAX || d_out.alloc(ctx, op, N * K) != HYPROF_OK ||
+        d_mean.alloc(ctx, op, B) != HYPROF_OK || d_V.alloc(ctx, op, B * K) != HYPROF_OK ||
+        d_y[0].alloc(ctx, op, m * K) != HYPROF_OK ||
+        (nch > 1 && d_y[1].alloc(ctx, op, m * K) != HYPROF_OK)) {
+        ctx->error[0] = '\0'; /* not an error: the streamed projection follows */
+        return HYPROF_OK;
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_mean.get(), ap->mean, B * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), ap->vectors, B * K * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    const double one = 1.0, zero = 0.0;
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        const uint8_t *msk = d_cmask ? d_cmask + p0 : NULL;
+        HYPROF_TRY(centre(ctx, op, st, d_cube + p0, N, msk, mi, B, d_mean.get(), d_c[s].get()));
+        HYPROF_CUBLAS_CHECK(cublasDgemm(blas[s].get(), CUBLAS_OP_N, CUBLAS_OP_N, (int)mi, (int)K,
+                                        (int)B, &one, d_c[s].get(), (int)mi, d_V.get(), (int)B,
+                                        &zero, d_y[s].get(), (int)mi));
+        dim3 grid((unsigned)div_up(mi, kThreads), grid_y(K));
+        to_float_kernel<<<grid, kThreads, 0, st>>>(d_y[s].get(), mi, K, msk, ap->nodata,
+                                                   d_out.get() + p0, N);
+        HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(hyprof__progress(ctx, 0.6 + 0.35 * (double)(i + 1) / (double)nch, op));
+    }
+    HYPROF_TRY(pipe.drain(ctx, op));
+    HYPROF_CUDA_CHECK(
+        cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
+    *done = true;
+    return hyprof__progress(ctx, 1.0, op);
+}
+
+/* The fit; with `transform`, also the projection of the cube when it is
+ * resident (then *projected is set), its progress being the last 40 %. */
+static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bool transform,
+                           bool *projected)
 {
     static const char op[] = "pca";
-    if (!ctx)
-        return HYPROF_ERR_ARGUMENT;
-    const hyprof_pca_fit_args_t *a = (const hyprof_pca_fit_args_t *)vargs;
+    const double pscale = transform ? 0.6 : 1.0;
+    *projected = false;
     if (!a || !a->x || !a->mean || !a->eigenvalues || !a->eigenvectors)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA fit called without data");
     const size_t N = a->npix, B = a->bands;
@@ -322,7 +374,8 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
                              d_sum[s].get()));
         HYPROF_TRY(pipe.release(ctx, op, s));
-        HYPROF_TRY(hyprof__progress(ctx, 0.45 * (double)(i + 1) / (double)nch, "pca"));
+        HYPROF_TRY(
+            hyprof__progress(ctx, pscale * 0.45 * (double)(i + 1) / (double)nch, "pca"));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
     mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
@@ -344,8 +397,8 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(gram_accumulate(ctx, op, blas[s].get(), d_c[s].get(), mi, B, d_cov[s].get(),
                                    d_gram[s].get(), d_ones.get()));
         HYPROF_TRY(pipe.release(ctx, op, s));
-        HYPROF_TRY(
-            hyprof__progress(ctx, 0.45 + 0.45 * (double)(i + 1) / (double)nch, "pca"));
+        HYPROF_TRY(hyprof__progress(
+            ctx, pscale * (0.45 + 0.45 * (double)(i + 1) / (double)nch), "pca"));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
 
@@ -373,7 +426,44 @@ extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
     if (info < 0)
         return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
                              "cusolverDnDsyevd: parameter %d is invalid", -info);
-    return hyprof__progress(ctx, 1.0, "pca");
+    HYPROF_TRY(hyprof__progress(ctx, pscale, "pca"));
+    if (!transform || !resident)
+        return HYPROF_OK;
+    HYPROF_TRY(a->finish(a->user));
+    for (int s = 0; s < 2; ++s)
+        HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), pipe.stream(s)));
+    return project_resident(ctx, op, a->apply, d_cube.get(), a->mask ? d_cmask.get() : NULL,
+                            d_c, m, pipe, blas, projected);
+}
+
+extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
+{
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    bool projected;
+    return fit(ctx, (const hyprof_pca_fit_args_t *)vargs, false, &projected);
+}
+
+/* Fit-transform: the projection runs on the resident cube when the fit kept
+ * one; otherwise (a cube larger than the device) it streams the cube again. */
+extern "C" hyprof_status_t hyprof__cuda_pca_fit_transform(hyprof_ctx_t *ctx, void *vargs)
+{
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    const hyprof_pca_fit_args_t *a = (const hyprof_pca_fit_args_t *)vargs;
+    if (!a || !a->apply || !a->finish)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, "pca",
+                             "CUDA fit-transform called without a projection");
+    bool projected = false;
+    HYPROF_TRY(fit(ctx, a, true, &projected));
+    if (projected)
+        return HYPROF_OK;
+    HYPROF_TRY(a->finish(a->user));
+    double saved[2];
+    hyprof__progress_push(ctx, 0.6, 1.0, saved);
+    hyprof_status_t st = hyprof__cuda_pca_apply(ctx, a->apply);
+    hyprof__progress_pop(ctx, saved);
+    return st;
 }
 
 extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs)
@@ -442,7 +532,7 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
                                         &zero, d_y[s].get(), (int)mi));
         dim3 grid((unsigned)div_up(mi, kThreads), grid_y(K));
         to_float_kernel<<<grid, kThreads, 0, st>>>(d_y[s].get(), mi, K, msk, a->nodata,
-                                                   sl.out.get());
+                                                   sl.out.get(), mi);
         HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
         HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
         HYPROF_TRY(pipe.release(ctx, op, s));
