@@ -608,9 +608,13 @@ def test_bad_input_under_asan():
     """The bad-input and driver tests again, with the plugin and library built with
     -fsanitize=address and libasan preloaded into Python: any invalid access aborts."""
     d = asan_build()
-    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
-                             text=True).stdout.strip()
-    env = dict(os.environ, LD_PRELOAD=libasan, HYPROF_UNDER_ASAN="1",
+    def lib(name):
+        return subprocess.run(["gcc", "-print-file-name=" + name], capture_output=True,
+                              text=True).stdout.strip()
+    # libstdc++ preloaded too: Python does not link it, and ASan must find the real
+    # __cxa_throw when it starts (PROJ throws and catches internally)
+    env = dict(os.environ, LD_PRELOAD="%s:%s" % (lib("libasan.so"), lib("libstdc++.so")),
+               HYPROF_UNDER_ASAN="1",
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
                HYPROF_GDAL_PLUGIN_DIR=str(d / "gdal_driver"), GDAL_DRIVER_PATH=str(d / "gdal_driver"),
                HYPROF_EXE=str(d / "cli" / "hyprof"))
