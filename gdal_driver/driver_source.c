@@ -12,6 +12,7 @@
 #include <json.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +23,19 @@
  * to a reader. */
 static const char *const common_names[] = {"backend", "device", "threads"};
 
+static hyprof_op_t common;
+static pthread_once_t common_once = PTHREAD_ONCE_INIT;
+
+static void init_common(void)
+{
+    common.params = hyprof_common_params(&common.nparams);
+    common.name = "common";
+}
+
 static const hyprof_op_t *common_op(void)
 {
-    static hyprof_op_t op;
-    if (!op.name) { /* a benign race: every thread writes the same values */
-        op.params = hyprof_common_params(&op.nparams);
-        op.name = "common";
-    }
-    return &op;
+    pthread_once(&common_once, init_common);
+    return &common;
 }
 
 void hyprof_gdal_source_free(hyprof_gdal_source_t *src)

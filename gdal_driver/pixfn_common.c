@@ -158,6 +158,16 @@ static int is_file(const char *path)
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* The canonical name: the model cache's key must not depend on the folder a
+ * relative name was found from. */
+static char *canonical(const char *path)
+{
+    char *real = realpath(path, NULL);
+    char *out = CPLStrdup(real ? real : path);
+    free(real);
+    return out;
+}
+
 char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
 {
     const char *v = CSLFetchNameValue(args, name);
@@ -167,7 +177,7 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
     }
     if (!CPLIsFilenameRelative(v) || is_file(v)) {
         if (is_file(v))
-            return CPLStrdup(v);
+            return canonical(v);
         CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' does not exist", fname, name, v);
         return NULL;
     }
@@ -176,7 +186,7 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
     for (int i = 0; dirs && dirs[i] && !found; i++) {
         const char *p = CPLFormFilename(dirs[i], v, NULL);
         if (is_file(p))
-            found = CPLStrdup(p);
+            found = canonical(p);
     }
     CSLDestroy(dirs);
     if (!found)

@@ -275,6 +275,64 @@ def test_pixel_function_nodata(tmp_path):
     assert got[0, 3, 4] == -9999.0 and got[2, 50, 60] == -9999.0 and got[1, 70, 10] == -9999.0
 
 
+def test_pixel_function_threads(pixel_case):
+    """Six threads read the PCA VRT at once (each its own dataset, as GDAL wants):
+    the shared model cache hands out one model, every result is right."""
+    vrt, ref = pixel_case("pca")
+    want = array(ref)
+    results, errors = [None] * 6, []
+
+    def read(i):
+        try:
+            results[i] = gdal.Open(str(vrt)).ReadAsArray()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for r in results:
+        same(r, want)
+
+
+def test_pixel_function_model_reloaded_when_changed(tmp_path):
+    """The model cache is keyed by path and modification time: replacing the file
+    gives the new model's values in the same process."""
+    model = tmp_path / "m.pca"
+    run_ok("pca", "--backend", "cpu", "--components", "2", "--save-model", model, SAMSON,
+           tmp_path / "a.tif")
+    vrt = write_vrt(tmp_path / "m.vrt", SAMSON, [
+        derived_band(1, "hyprof_pca", {"model": model, "component": 2}, all_bands(SAMSON))])
+    same(array(vrt), array(tmp_path / "a.tif")[1:2])
+    x = array(SAMSON).astype(np.float32)
+    other = write_cube(tmp_path / "other.tif", x[:, ::-1, :] * 2 + 5, like=SAMSON)
+    new_model = tmp_path / "n.pca"
+    run_ok("pca", "--backend", "cpu", "--components", "2", "--save-model", new_model, other,
+           tmp_path / "b.tif")
+    os.replace(new_model, model)
+    os.utime(model, ns=(os.stat(model).st_atime_ns, os.stat(model).st_mtime_ns + 10**9))
+    ref = tmp_path / "ref.tif"
+    run_ok("pca", "--backend", "cpu", "--model", model, SAMSON, ref)
+    got = array(vrt)
+    same(got, array(ref)[1:2])
+    assert not np.array_equal(got, array(tmp_path / "a.tif")[1:2])
+
+
+def test_pixel_function_over_driver(tmp_path):
+    """Pixel functions layered on a HYPROF dataset: the RMSE between the features
+    and their diffused versions of an EADP profile, against NumPy on the CLI's."""
+    params = {"components": "2", "times": "50"}
+    ref = array(cli_for("eadp", params, SAMSON, tmp_path)).astype(np.float64)
+    vrt = write_vrt(tmp_path / "layer.vrt", SAMSON, [derived_band(
+        1, "hyprof_rmse", {}, [(connection("eadp", params, SAMSON), b) for b in (1, 3, 2, 4)],
+        "Float64")])
+    out = tmp_path / "out.tif"
+    translate(vrt, out)
+    same(array(out)[0], rmse_reference(ref[[0, 2, 1, 3]], 2))
+
+
 def test_sample_vrts(tmp_path):
     """samples/pca.vrt (its model found from samples/), scale.vrt, eadp_profile.vrt."""
     ref = tmp_path / "cli_pca.tif"
@@ -340,6 +398,8 @@ DRIVER_CASES = [
     ("pca", {"components": "4"}),
     ("pca", {"model": str(PCA_MODEL), "components": "2"}),
     ("dwt", {"levels": "3", "wavelet": "db4"}),
+    ("eadp", {"reduction": "none", "count": "1", "step": "20"}),
+    ("eap", {"levels": "5", "thresholds": "50", "connectivity": "8"}),
 ]
 
 
