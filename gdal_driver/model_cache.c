@@ -1,6 +1,6 @@
-/* The pixel functions' model cache: a short list under one mutex. A model is
- * loaded outside the lock (it reads a file); two threads asking for a new
- * model at once may both load it, and the second copy is dropped. */
+/* The pixel functions' model cache: a short list under one mutex. Models are
+ * loaded under the lock: they are small files, and so each is loaded exactly
+ * once however many threads ask for it at the same time. */
 #include "model_cache.h"
 
 #include <cpl_error.h>
@@ -98,37 +98,27 @@ const void *hyprof_model_acquire(const char *who, const hyprof_model_kind_t *kin
     }
     pthread_mutex_lock(&lock);
     entry_t *e = find(kind, path, &sb);
-    if (e)
-        e->users++;
-    pthread_mutex_unlock(&lock);
-    if (e)
-        return e->model;
-    void *model = load(who, kind, path);
-    entry_t *fresh = model ? calloc(1, sizeof *fresh) : NULL;
-    char *copy = fresh ? strdup(path) : NULL;
-    if (!copy) {
-        if (model) {
-            kind->free(model);
-            CPLError(CE_Failure, CPLE_OutOfMemory, "%s: out of memory", who);
+    if (!e) {
+        void *model = load(who, kind, path);
+        e = model ? calloc(1, sizeof *e) : NULL;
+        char *copy = e ? strdup(path) : NULL;
+        if (copy) {
+            *e = (entry_t){kind, copy, sb.st_mtim, sb.st_size, model, 0, 0, entries};
+            entries = e;
+        } else {
+            if (model) {
+                kind->free(model);
+                CPLError(CE_Failure, CPLE_OutOfMemory, "%s: out of memory", who);
+            }
+            free(e);
+            e = NULL;
         }
-        free(fresh);
-        return NULL;
+        sweep();
     }
-    pthread_mutex_lock(&lock);
-    e = find(kind, path, &sb);
-    if (e) { /* another thread loaded it meanwhile */
+    if (e)
         e->users++;
-        pthread_mutex_unlock(&lock);
-        kind->free(model);
-        free(copy);
-        free(fresh);
-        return e->model;
-    }
-    *fresh = (entry_t){kind, copy, sb.st_mtim, sb.st_size, model, 1, 0, entries};
-    entries = fresh;
-    sweep();
     pthread_mutex_unlock(&lock);
-    return model;
+    return e ? e->model : NULL;
 }
 
 void hyprof_model_release(const void *model)
