@@ -1,5 +1,5 @@
 /* VRT pixel functions of the hyprof plugin (hyprof_*): the table entry each
- * pixel_<name>.c file defines, and what they share.
+ * pixel_<name>.c file defines (as hyprof_pixfn_<name>), and what they share.
  *
  * GDAL 3.6 hands a pixel function the sources of one window at the buffer's
  * resolution, but not the window itself: only per-pixel operations can be
@@ -23,10 +23,6 @@ typedef struct {
     GDALDerivedPixelFuncWithArgs fn;
     const char *arguments_xml; /* <PixelFunctionArgumentsList>: documents the arguments */
 } hyprof_pixfn_t;
-
-/* One entry per file; gdal_driver/plugin.c lists them. */
-extern const hyprof_pixfn_t hyprof_pixfn_pca, hyprof_pixfn_dwt, hyprof_pixfn_scale,
-    hyprof_pixfn_rmse;
 
 /* The sources of one call as a float32 BSQ cube (one band per source, as the
  * CLI reads its input) with its mask: a pixel is invalid where any source is

@@ -1,18 +1,21 @@
 /* gdal_HYPROF.so: what GDAL calls when it loads the plugin. It registers the
  * hyprof_* VRT pixel functions and the HYPROF raster driver. A new pixel
- * function is one pixel_<name>.c file defining a hyprof_pixfn_t, plus its
- * line in the table below. */
+ * function is one pixel_<name>.c file defining `const hyprof_pixfn_t
+ * hyprof_pixfn_<name>`: CMake lists those files in pixel_functions.inc. */
 #include "driver.h"
 #include "pixfn.h"
 
 #include <cpl_error.h>
 
+#define HYPROF_PIXEL_FUNCTION(name) extern const hyprof_pixfn_t hyprof_pixfn_##name;
+#include "pixel_functions.inc"
+#undef HYPROF_PIXEL_FUNCTION
+
+#define HYPROF_PIXEL_FUNCTION(name) &hyprof_pixfn_##name,
 static const hyprof_pixfn_t *const pixel_functions[] = {
-    &hyprof_pixfn_pca,
-    &hyprof_pixfn_dwt,
-    &hyprof_pixfn_scale,
-    &hyprof_pixfn_rmse,
+#include "pixel_functions.inc"
 };
+#undef HYPROF_PIXEL_FUNCTION
 
 /* GDAL looks for GDALRegister_HYPROF, then GDALRegisterMe; both are safe to
  * call more than once (pixel functions are replaced by name, the driver is
