@@ -1,10 +1,12 @@
-/* Raster I/O through GDAL for the hyprof executable (and, later, the plugin):
+/* Raster I/O through GDAL for the hyprof executable and the HYPROF driver:
  * any GDAL raster in as a float32 cube with its mask and georeference; tiled,
  * compressed GeoTIFF out, self-describing and written atomically. */
 #ifndef HYPROF_RASTER_IO_H
 #define HYPROF_RASTER_IO_H
 
 #include "hyprof/hyprof.h"
+
+#include <gdal.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +54,17 @@ hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src
                                     const char *backend, int overwrite,
                                     const hyprof_io_progress_t *progress, char *err,
                                     size_t err_len);
+
+/* Band `b` of a result cube as written: masked pixels get nodata; a valid
+ * value that happens to equal nodata is moved one ulp so it is not read as
+ * missing. `buf` holds width*height floats. */
+void hyprof_result_band_f32(const hyprof_cube_t *cube, size_t b, float *buf);
+
+/* Metadata of an output (dataset or any GDAL object): HYPROF_OPERATION,
+ * HYPROF_VERSION and HYPROF_PARAM_* of every set parameter; and the result's
+ * own items as HYPROF_<KEY>. */
+void hyprof_set_args_metadata(GDALMajorObjectH obj, const hyprof_args_t *args);
+void hyprof_set_result_metadata(GDALMajorObjectH obj, const hyprof_result_t *res);
 
 #ifdef __cplusplus
 }

@@ -69,26 +69,37 @@ static void meta_key(char *dst, size_t n, const char *prefix, const char *name)
         *c = *c == '-' ? '_' : (char)toupper((unsigned char)*c);
 }
 
-static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hyprof_result_t *res,
-                         const hyprof_args_t *args, const char *backend)
+void hyprof_set_args_metadata(GDALMajorObjectH obj, const hyprof_args_t *args)
 {
     const hyprof_op_t *op = hyprof_args_op(args);
     char key[128];
-    GDALSetMetadataItem(ds, "HYPROF_OPERATION", op->name, NULL);
-    GDALSetMetadataItem(ds, "HYPROF_VERSION", hyprof_version(), NULL);
-    GDALSetMetadataItem(ds, "HYPROF_BACKEND", backend, NULL);
-    GDALSetMetadataItem(ds, "HYPROF_INPUT", src->path, NULL);
+    GDALSetMetadataItem(obj, "HYPROF_OPERATION", op->name, NULL);
+    GDALSetMetadataItem(obj, "HYPROF_VERSION", hyprof_version(), NULL);
     for (size_t i = 0; i < op->nparams; i++) {
         const char *v = hyprof_args_str(args, op->params[i].name);
         if (!v)
             continue;
         meta_key(key, sizeof key, "HYPROF_PARAM_", op->params[i].name);
-        GDALSetMetadataItem(ds, key, v, NULL);
+        GDALSetMetadataItem(obj, key, v, NULL);
     }
+}
+
+void hyprof_set_result_metadata(GDALMajorObjectH obj, const hyprof_result_t *res)
+{
+    char key[128];
     for (size_t i = 0; i < res->nmeta; i++) {
         meta_key(key, sizeof key, "HYPROF_", res->meta_keys[i]);
-        GDALSetMetadataItem(ds, key, res->meta_values[i], NULL);
+        GDALSetMetadataItem(obj, key, res->meta_values[i], NULL);
     }
+}
+
+static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hyprof_result_t *res,
+                         const hyprof_args_t *args, const char *backend)
+{
+    hyprof_set_args_metadata(ds, args);
+    GDALSetMetadataItem(ds, "HYPROF_BACKEND", backend, NULL);
+    GDALSetMetadataItem(ds, "HYPROF_INPUT", src->path, NULL);
+    hyprof_set_result_metadata(ds, res);
 }
 
 static GDALDatasetH create(const char *tmp, const hyprof_raster_t *src, const hyprof_result_t *res)
@@ -118,9 +129,7 @@ static GDALDatasetH create(const char *tmp, const hyprof_raster_t *src, const hy
     return ds;
 }
 
-/* Fills one band's output: masked pixels get nodata; a valid value that
- * happens to equal nodata is moved one ulp so it is not read as missing. */
-static void fill_band(const hyprof_cube_t *c, size_t b, float *buf)
+void hyprof_result_band_f32(const hyprof_cube_t *c, size_t b, float *buf)
 {
     size_t npix = c->width * c->height;
     const float *src = (const float *)c->data + b * npix;
@@ -152,7 +161,7 @@ static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
             GDALSetDescription(h, res->band_names[b]);
         if (c->has_nodata)
             GDALSetRasterNoDataValue(h, c->nodata);
-        fill_band(c, b, buf);
+        hyprof_result_band_f32(c, b, buf);
         if (GDALRasterIO(h, GF_Write, 0, 0, (int)c->width, (int)c->height, buf, (int)c->width,
                          (int)c->height, GDT_Float32, 0, 0) != CE_None)
             st = say(HYPROF_ERR_IO, err, n, "cannot write band %zu of '%s': %s", b + 1, path,

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config
   libopenblas-dev liblapacke-dev
-  libgdal-dev gdal-bin python3-gdal
+  libgdal-dev gdal-bin python3-gdal libjson-c-dev
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
 )
 

@@ -505,3 +505,32 @@ hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     op_params_free(&o);
     return st;
 }
+
+/* Features (the reduction, with the levels --features picks) times the
+ * planes: the band and a closing and an opening per threshold. */
+hyprof_status_t hyprof__bands_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands)
+{
+    op_params_t o;
+    hyprof_status_t st = op_params(ctx, args, &o);
+    if (st != HYPROF_OK)
+        return st;
+    size_t planes = 1, nfeat = 0;
+    for (size_t f = 0; f < o.nfilters; f++)
+        planes += 2 * o.filters[f].nthresholds;
+    op_params_free(&o);
+    int levels = 0;
+    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
+        st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
+    else if ((st = dwt_levels(ctx, args, in_bands, &levels)) == HYPROF_OK) {
+        int maxl = hyprof_dwt_max_levels(in_bands);
+        if (in_bands < 2 || levels > maxl)
+            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                               "levels %d is out of range: %zu bands allow 1 to %d", levels,
+                               in_bands, maxl);
+        nfeat = hyprof_dwt_bands(in_bands, levels);
+    }
+    if (st == HYPROF_OK)
+        *out_bands = nfeat * planes;
+    return st;
+}

@@ -24,4 +24,19 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names);
 void hyprof__free_names(char **names, size_t n);
 
+/* Output band counts without running (hyprof_op_output_bands): one per
+ * operation, beside its run function; the reduction's share in reduce.c. */
+hyprof_status_t hyprof__bands_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands);
+hyprof_status_t hyprof__bands_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands);
+hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                   size_t in_bands, size_t *out_bands);
+hyprof_status_t hyprof__bands_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands);
+/* Features --reduction gives for `in_bands` bands (checked as hyprof__reduce does). */
+hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
+                                     const hyprof_args_t *args, size_t in_bands,
+                                     size_t *features);
+
 #endif

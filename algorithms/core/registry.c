@@ -121,14 +121,14 @@ static const hyprof_op_t ops[] = {
      "N of them. Nodata pixels are left out of the statistics and stay nodata. The "
      "fitted model can be saved and applied to other scenes with the same bands.",
      pca_params, N(pca_params), hyprof__run_pca,
-     "raster: one float32 band per component (PC1, PC2, ...)"},
+     "raster: one float32 band per component (PC1, PC2, ...)", hyprof__bands_pca},
     {"dwt", "Feature extraction", "Spectral wavelet feature extraction",
      "Decomposes every pixel's spectrum with a 1-D discrete wavelet transform "
      "(Mallat filter bank, periodic extension, as PyWavelets' "
      "mode='periodization') and keeps the approximation coefficients after L "
      "levels: a smooth, shorter spectrum.",
      dwt_params, N(dwt_params), hyprof__run_dwt,
-     "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)"},
+     "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)", hyprof__bands_dwt},
     {"eadp", "Profiles", "Extended anisotropic diffusion profile",
      "For each feature band (principal components by default) the anisotropic "
      "diffusion profile {X, Diff(X, T1), ..., Diff(X, TC)}: Perona-Malik diffusion "
@@ -137,7 +137,7 @@ static const hyprof_op_t ops[] = {
      "with reflecting borders; each time continues from the previous one. Mass is "
      "conserved and the range never grows. After Lopez-Fandino et al., EADP.",
      eadp_params, N(eadp_params), hyprof__run_eadp,
-     "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)"},
+     "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)", hyprof__bands_eadp},
     {"eap", "Profiles", "Extended attribute profile",
      "For each feature band (wavelet approximation bands by default), quantised to "
      "8 bits from its valid min and max, the attribute closings (largest threshold "
@@ -150,7 +150,7 @@ static const hyprof_op_t ops[] = {
      "EAP on GPU.",
      eap_params, N(eap_params), hyprof__run_eap,
      "raster: features x (1 + 2 x thresholds) float32 bands of levels (A1 area closing "
-     "1764, ..., A1, A1 area opening 36, ...)"},
+     "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }
@@ -195,6 +195,22 @@ const char *hyprof_param_type_name(hyprof_param_type_t type)
     case HYPROF_PARAM_RASTER_IN: return "raster_in";
     }
     return "unknown";
+}
+
+hyprof_status_t hyprof_op_output_bands(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                       const hyprof_args_t *args, size_t in_bands,
+                                       size_t *out_bands)
+{
+    *out_bands = 0;
+    if (!op || !args || hyprof_args_op(args) != op)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op ? op->name : "bands",
+                             "arguments do not belong to this operation");
+    if (hyprof_args_check((hyprof_args_t *)args) != HYPROF_OK)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op->name, "%s",
+                             hyprof_args_error(args));
+    if (in_bands == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op->name, "the input has no band");
+    return op->bands ? op->bands(ctx, args, in_bands, out_bands) : HYPROF_OK;
 }
 
 hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,

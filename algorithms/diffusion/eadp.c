@@ -477,3 +477,16 @@ hyprof_status_t hyprof__run_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     free((double *)p.times);
     return st;
 }
+
+hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                   size_t in_bands, size_t *out_bands)
+{
+    size_t nfeat = 0, ntimes = 0;
+    hyprof_status_t st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
+    if (st != HYPROF_OK)
+        return st;
+    if (!hyprof_args_list(args, "times", &ntimes))
+        ntimes = (size_t)hyprof_args_int(args, "count");
+    *out_bands = nfeat * (ntimes + 1);
+    return HYPROF_OK;
+}

@@ -407,3 +407,39 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         hyprof__error(ctx, st, OP, "cannot describe the output");
     return st;
 }
+
+/* The component count: the model's (or fewer, as get_model), else
+ * --components, which the fit will check against the input's bands. */
+hyprof_status_t hyprof__bands_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands)
+{
+    const char *load = hyprof_args_str(args, "model");
+    size_t k = (size_t)hyprof_args_int(args, "components");
+    if (!load) {
+        if (in_bands < 2)
+            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                 "the input has %zu band; PCA needs at least 2", in_bands);
+        if (k > in_bands)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                                 "components %zu is out of range: the input has %zu bands", k,
+                                 in_bands);
+        *out_bands = k;
+        return HYPROF_OK;
+    }
+    hyprof_pca_model_t *m = NULL;
+    hyprof_status_t st = hyprof_pca_model_load(ctx, load, &m);
+    if (st != HYPROF_OK)
+        return st;
+    if (m->bands != in_bands)
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                           "model '%s' was fitted on %zu bands but the input has %zu", load,
+                           m->bands, in_bands);
+    else if (hyprof_args_given(args, "components") && k > m->components)
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                           "components %zu exceeds the %zu of model '%s'", k, m->components,
+                           load);
+    else
+        *out_bands = hyprof_args_given(args, "components") ? k : m->components;
+    hyprof_pca_model_free(&m);
+    return st;
+}

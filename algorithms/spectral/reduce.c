@@ -69,3 +69,33 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
     st = hyprof_dwt_spectral(ctx, in, w, (int)hyprof_args_int(args, "levels"), features);
     return finish(ctx, op, in, features, "A", names, st);
 }
+
+hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
+                                     const hyprof_args_t *args, size_t in_bands,
+                                     size_t *features)
+{
+    const char *how = hyprof_args_str(args, "reduction");
+    hyprof_status_t st;
+    if (!how || strcmp(how, "none") == 0) {
+        *features = in_bands;
+        return HYPROF_OK;
+    }
+    size_t k = (size_t)hyprof_args_int(args, "components");
+    int levels = (int)hyprof_args_int(args, "levels"), maxl = hyprof_dwt_max_levels(in_bands);
+    if (in_bands < 2)
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, op, "the input has %zu band; --reduction %s "
+                           "needs at least 2", in_bands, how);
+    else if (strcmp(how, "pca") == 0 && k > in_bands)
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                           "components %zu is out of range: the input has %zu bands", k,
+                           in_bands);
+    else if (strcmp(how, "dwt") == 0 && (levels < 1 || levels > maxl))
+        st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                           "levels %d is out of range: %zu bands allow 1 to %d", levels,
+                           in_bands, maxl);
+    else
+        st = HYPROF_OK;
+    if (st == HYPROF_OK)
+        *features = strcmp(how, "pca") == 0 ? k : hyprof_dwt_bands(in_bands, levels);
+    return st;
+}

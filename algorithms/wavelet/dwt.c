@@ -173,3 +173,19 @@ hyprof_status_t hyprof__run_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         st = hyprof_result_add_meta(out, "DWT_WAVELET_LABEL", "%s", w->label);
     return st;
 }
+
+/* Checked as hyprof_dwt_spectral checks them. */
+hyprof_status_t hyprof__bands_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands)
+{
+    int levels = (int)hyprof_args_int(args, "levels"), maxl = hyprof_dwt_max_levels(in_bands);
+    if (in_bands < 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "the input has %zu band; a spectral DWT needs at least 2", in_bands);
+    if (levels < 1 || levels > maxl)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "levels %d is out of range: %zu bands allow 1 to %d", levels,
+                             in_bands, maxl);
+    *out_bands = hyprof_dwt_bands(in_bands, levels);
+    return HYPROF_OK;
+}

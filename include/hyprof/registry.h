@@ -42,6 +42,11 @@ typedef struct hyprof_result hyprof_result_t;
 /* An operation that maps an input cube to an output cube. */
 typedef hyprof_status_t (*hyprof_op_run_fn)(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                             const hyprof_cube_t *in, hyprof_result_t *out);
+/* How many bands an operation's output has for an input of `in_bands` bands,
+ * without computing it (the GDAL driver opens a dataset with it). Checks what
+ * the count depends on, naming the bad value. */
+typedef hyprof_status_t (*hyprof_op_bands_fn)(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                              size_t in_bands, size_t *out_bands);
 
 typedef struct {
     const char *name;   /* "pca" */
@@ -52,6 +57,7 @@ typedef struct {
     size_t nparams;
     hyprof_op_run_fn run;
     const char *output; /* what OUTPUT receives, e.g. "raster: N bands (float32)" */
+    hyprof_op_bands_fn bands; /* NULL: the count is known only after running */
 } hyprof_op_t;
 
 size_t hyprof_op_count(void);
@@ -107,6 +113,13 @@ hyprof_status_t hyprof_result_set_band_name(hyprof_result_t *res, size_t band,
                                             const char *fmt, ...);
 hyprof_status_t hyprof_result_add_meta(hyprof_result_t *res, const char *key,
                                        const char *fmt, ...);
+
+/* The output band count of `op` with `args` for an input of `in_bands` bands,
+ * without running it. *out_bands is 0 (and HYPROF_OK returned) when the
+ * operation cannot tell before running. */
+hyprof_status_t hyprof_op_output_bands(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                       const hyprof_args_t *args, size_t in_bands,
+                                       size_t *out_bands);
 
 /* Checks the arguments and runs the operation on `in`. */
 hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,

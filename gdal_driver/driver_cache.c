@@ -1,0 +1,231 @@
+/* The HYPROF driver's results: computed once per process, kept in a cache
+ * bounded by the HYPROF_CACHE_MAX configuration option (bytes, with K/M/G
+ * suffixes, or a percentage of RAM; default 25 % of RAM, 1 GB when RAM is
+ * unknown) and evicted least recently used first. A result being read
+ * (pinned) is never evicted, nor the most recently used one, so a result larger than the
+ * limit still serves its reads until another takes its place. */
+#include "driver.h"
+#include "raster_io.h"
+
+#include <cpl_conv.h>
+#include <cpl_error.h>
+#include <cpl_string.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct entry {
+    hyprof_gdal_result_t res; /* first: the pointer handed out */
+    char *key;
+    int ready;
+    unsigned pins;
+    unsigned long last_use;
+    size_t bytes;
+    struct entry *next;
+} entry_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
+static entry_t *entries;
+static unsigned long ticks, computations;
+static size_t total;
+
+static size_t cache_limit(void)
+{
+    GIntBig ram = CPLGetUsablePhysicalRAM();
+    size_t def = ram > 0 ? (size_t)(ram / 4) : ((size_t)1 << 30);
+    const char *v = CPLGetConfigOption("HYPROF_CACHE_MAX", NULL);
+    if (!v || !*v)
+        return def;
+    char *end = NULL;
+    double n = CPLStrtod(v, &end);
+    while (*end == ' ')
+        end++;
+    double unit = 1.0;
+    switch (*end) {
+    case '%': unit = ram > 0 ? (double)ram / 100.0 : 0.0; break;
+    case 'k': case 'K': unit = 1024.0; break;
+    case 'm': case 'M': unit = 1024.0 * 1024.0; break;
+    case 'g': case 'G': unit = 1024.0 * 1024.0 * 1024.0; break;
+    case '\0': break;
+    default: unit = -1.0;
+    }
+    if (end == v || n < 0 || unit < 0) {
+        CPLError(CE_Warning, CPLE_IllegalArg,
+                 "HYPROF: HYPROF_CACHE_MAX='%s' is not a size (bytes, 500M, 2G, 25%%); "
+                 "using %zu bytes", v, def);
+        return def;
+    }
+    return (size_t)(n * unit);
+}
+
+static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src)
+{
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    hyprof_backend_t b = HYPROF_BACKEND_AUTO;
+    if (!ctx)
+        return NULL;
+    hyprof_backend_parse(hyprof_args_str(src->common, "backend"), &b);
+    hyprof_ctx_set_backend(ctx, b);
+    hyprof_ctx_set_device(ctx, (int)hyprof_args_int(src->common, "device"));
+    hyprof_ctx_set_threads(ctx, (int)hyprof_args_int(src->common, "threads"));
+    return ctx;
+}
+
+/* Outside the lock: read the input, run the operation, turn the bands into
+ * what the CLI writes. */
+static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
+{
+    hyprof_ctx_t *ctx = make_ctx(src);
+    hyprof_raster_t in;
+    char err[1024];
+    if (!ctx) {
+        CPLError(CE_Failure, CPLE_OutOfMemory, "HYPROF: out of memory");
+        return 0;
+    }
+    hyprof_result_init(&out->result);
+    hyprof_status_t st = hyprof_raster_read(ctx, src->input, NULL, &in, err, sizeof err);
+    if (st != HYPROF_OK) {
+        CPLError(CE_Failure, CPLE_FileIO, "HYPROF: %s", err);
+        hyprof_ctx_free(&ctx);
+        return 0;
+    }
+    CPLDebug("HYPROF", "computing %s on %s", src->op->name, src->input);
+    st = hyprof_op_run(ctx, src->op, src->args, &in.cube, &out->result);
+    hyprof_raster_free(&in);
+    if (st != HYPROF_OK)
+        CPLError(CE_Failure, CPLE_AppDefined, "HYPROF: %s", hyprof_ctx_last_error(ctx));
+    hyprof_cube_t *c = &out->result.cube;
+    if (st == HYPROF_OK && src->bands && (c->bands != (size_t)src->bands ||
+                                          c->width != (size_t)src->width ||
+                                          c->height != (size_t)src->height)) {
+        CPLError(CE_Failure, CPLE_AppDefined,
+                 "HYPROF: %s gave %zux%zux%zu, the dataset announced %dx%dx%d (a library bug)",
+                 src->op->name, c->width, c->height, c->bands, src->width, src->height,
+                 src->bands);
+        st = HYPROF_ERR_INTERNAL;
+    }
+    if (st == HYPROF_OK) {
+        for (size_t b = 0; b < c->bands; b++) /* in place: same index in and out */
+            hyprof_result_band_f32(c, b, (float *)c->data + b * c->width * c->height);
+        snprintf(out->backend, sizeof out->backend, "%s",
+                 hyprof_backend_name(hyprof_ctx_used_backend(ctx)));
+    } else {
+        hyprof_result_free(&out->result);
+    }
+    hyprof_ctx_free(&ctx);
+    return st == HYPROF_OK;
+}
+
+static void unlink_entry(entry_t *e)
+{
+    for (entry_t **p = &entries; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
+            break;
+        }
+}
+
+static void free_entry(entry_t *e)
+{
+    hyprof_result_free(&e->res.result);
+    CPLFree(e->key);
+    CPLFree(e);
+}
+
+/* Under the lock: least recently used first, until under the limit; the
+ * most recently used one stays. */
+static void evict(void)
+{
+    size_t limit = cache_limit();
+    while (total > limit) {
+        entry_t *lru = NULL, *mru = NULL;
+        for (entry_t *e = entries; e; e = e->next)
+            if (e->ready && (!mru || e->last_use > mru->last_use))
+                mru = e;
+        for (entry_t *e = entries; e; e = e->next)
+            if (e->ready && !e->pins && e != mru && (!lru || e->last_use < lru->last_use))
+                lru = e;
+        if (!lru)
+            return;
+        CPLDebug("HYPROF", "cache: evicting %zu bytes (limit %zu)", lru->bytes, limit);
+        unlink_entry(lru);
+        total -= lru->bytes;
+        free_entry(lru);
+    }
+}
+
+static entry_t *find(const char *key)
+{
+    for (entry_t *e = entries; e; e = e->next)
+        if (strcmp(e->key, key) == 0)
+            return e;
+    return NULL;
+}
+
+const hyprof_gdal_result_t *hyprof_gdal_result_acquire(const hyprof_gdal_source_t *src)
+{
+    pthread_mutex_lock(&lock);
+    entry_t *e;
+    while ((e = find(src->key)) != NULL && !e->ready)
+        pthread_cond_wait(&done, &lock); /* another thread computes it */
+    if (e) {
+        e->pins++;
+        e->last_use = ++ticks;
+        pthread_mutex_unlock(&lock);
+        return &e->res;
+    }
+    e = CPLCalloc(1, sizeof *e);
+    e->key = CPLStrdup(src->key);
+    e->pins = 1;
+    e->next = entries;
+    entries = e;
+    pthread_mutex_unlock(&lock);
+
+    int ok = compute(src, &e->res);
+
+    pthread_mutex_lock(&lock);
+    if (!ok) {
+        unlink_entry(e); /* waiters find nothing and try themselves */
+        free_entry(e);
+        e = NULL;
+    } else {
+        const hyprof_cube_t *c = &e->res.result.cube;
+        e->ready = 1;
+        e->bytes = c->width * c->height * c->bands * sizeof(float);
+        e->last_use = ++ticks;
+        total += e->bytes;
+        computations++;
+        evict();
+    }
+    pthread_cond_broadcast(&done);
+    pthread_mutex_unlock(&lock);
+    return e ? &e->res : NULL;
+}
+
+void hyprof_gdal_result_release(const hyprof_gdal_result_t *res)
+{
+    if (!res)
+        return;
+    pthread_mutex_lock(&lock);
+    entry_t *e = (entry_t *)res;
+    if (e->pins)
+        e->pins--;
+    evict();
+    pthread_mutex_unlock(&lock);
+}
+
+void hyprof_gdal_cache_stats(unsigned long *computations_done, size_t *nentries, size_t *bytes,
+                             size_t *limit)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = 0;
+    for (entry_t *e = entries; e; e = e->next)
+        n += e->ready;
+    *computations_done = computations;
+    *nentries = n;
+    *bytes = total;
+    pthread_mutex_unlock(&lock);
+    *limit = cache_limit();
+}

@@ -1,0 +1,30 @@
+/* Fitted models (PCA, and later SVM and endmember sets) loaded once per
+ * process for the pixel functions: a thread-safe cache keyed by kind, path,
+ * modification time and size, so an edited model file is reloaded. */
+#ifndef HYPROF_MODEL_CACHE_H
+#define HYPROF_MODEL_CACHE_H
+
+#include "hyprof/hyprof.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A model kind: how to load and free one (the library's own functions). */
+typedef struct {
+    const char *name; /* "PCA model" */
+    hyprof_status_t (*load)(hyprof_ctx_t *ctx, const char *path, void **model);
+    void (*free)(void *model);
+} hyprof_model_kind_t;
+
+/* The model at `path`, loaded on first use; held until hyprof_model_release.
+ * NULL after a CPLError naming `who`, the file and the library's reason.
+ * Each load says so in a CPLDebug message ("HYPROF"). */
+const void *hyprof_model_acquire(const char *who, const hyprof_model_kind_t *kind,
+                                 const char *path);
+void hyprof_model_release(const void *model);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

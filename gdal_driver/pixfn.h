@@ -1,0 +1,72 @@
+/* VRT pixel functions of the hyprof plugin (hyprof_*): the table entry each
+ * pixel_<name>.c file defines (as hyprof_pixfn_<name>), and what they share.
+ *
+ * GDAL 3.6 hands a pixel function the sources of one window at the buffer's
+ * resolution, but not the window itself: only per-pixel operations can be
+ * pixel functions (whole-image ones go through the HYPROF driver). Every
+ * function here computes each output pixel from the same pixel of its
+ * sources, so any window, any decimation and any buffer type give the values
+ * of the full-resolution result at those pixels. */
+#ifndef HYPROF_PIXFN_H
+#define HYPROF_PIXFN_H
+
+#include "hyprof/hyprof.h"
+
+#include <gdal.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *name;          /* "hyprof_pca" */
+    GDALDerivedPixelFuncWithArgs fn;
+    const char *arguments_xml; /* <PixelFunctionArgumentsList>: documents the arguments */
+} hyprof_pixfn_t;
+
+/* The sources of one call as a float32 BSQ cube (one band per source, as the
+ * CLI reads its input) with its mask: a pixel is invalid where any source is
+ * NaN, infinite or equal to `nodata` (when has_nodata). On failure, a
+ * CPLError names `fname`. Free with hyprof_cube_free. */
+hyprof_status_t hyprof_pixfn_sources(const char *fname, void **sources, int nsources,
+                                     int width, int height, GDALDataType type, int has_nodata,
+                                     double nodata, hyprof_cube_t *cube);
+
+/* Writes `values` (width*height float32, row-major) into GDAL's buffer of any
+ * type and spacing. */
+void hyprof_pixfn_write(const float *values, void *data, int width, int height,
+                        GDALDataType type, int pixel_space, int line_space);
+
+/* The same from double values (functions with no CLI counterpart keep full
+ * precision for Float64 buffers). */
+void hyprof_pixfn_write64(const double *values, void *data, int width, int height,
+                          GDALDataType type, int pixel_space, int line_space);
+
+/* Arguments: a number or integer in [min, max]; absent gives `def` unless
+ * `required`. Errors are CPLErrors naming the function, argument and value. */
+CPLErr hyprof_pixfn_double(const char *fname, CSLConstList args, const char *name, int required,
+                           double def, double min, double max, double *out);
+CPLErr hyprof_pixfn_int(const char *fname, CSLConstList args, const char *name, int required,
+                        long def, long min, long max, long *out);
+/* The optional `nodata` argument: the input's nodata value (pixels where any
+ * source equals it are nodata in the output, which then holds it). */
+CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, double *nodata);
+/* The nodata value written for invalid pixels, and the ulp nudge of valid
+ * values equal to it: the CLI's rules, so outputs compare bit for bit. */
+void hyprof_pixfn_finish(float *values, const uint8_t *mask, size_t n, int has_nodata,
+                         double nodata);
+
+/* A file argument, resolved: absolute paths as they are; relative ones against
+ * the current folder, then each folder of the HYPROF_MODEL_PATH configuration
+ * option (colon-separated). GDAL 3.6 does not tell a pixel function where its
+ * .vrt is. Returns a CPLMalloc'ed path or NULL after a CPLError. */
+char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name);
+
+/* A library context for pixel work: the CPU (a window is too small for the
+ * device to pay), all threads. */
+hyprof_ctx_t *hyprof_pixfn_ctx(const char *fname);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,207 @@
+/* What the pixel functions share: sources in, values out, arguments. */
+#include "pixfn.h"
+
+#include <cpl_conv.h>
+#include <cpl_error.h>
+#include <cpl_string.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+hyprof_status_t hyprof_pixfn_sources(const char *fname, void **sources, int nsources,
+                                     int width, int height, GDALDataType type, int has_nodata,
+                                     double nodata, hyprof_cube_t *cube)
+{
+    size_t npix = (size_t)width * (size_t)height;
+    int tsize = GDALGetDataTypeSizeBytes(type);
+    hyprof_status_t st = hyprof_cube_alloc(cube, HYPROF_FLOAT32, (size_t)width, (size_t)height,
+                                           (size_t)nsources);
+    if (st == HYPROF_OK)
+        st = hyprof_cube_alloc_mask(cube);
+    if (st != HYPROF_OK) {
+        hyprof_cube_free(cube);
+        CPLError(CE_Failure, CPLE_OutOfMemory, "%s: cannot hold %d sources of %dx%d pixels",
+                 fname, nsources, width, height);
+        return st;
+    }
+    if (GDALDataTypeIsComplex(type)) {
+        hyprof_cube_free(cube);
+        CPLError(CE_Failure, CPLE_NotSupported, "%s: complex sources (%s) are not supported",
+                 fname, GDALGetDataTypeName(type));
+        return HYPROF_ERR_ARGUMENT;
+    }
+    float *x = cube->data;
+    float ndf = (float)nodata;
+    /* Through float32 as the CLI reads its input, so both see the same values. */
+    for (int s = 0; s < nsources; s++) {
+        float *xs = x + (size_t)s * npix;
+        GDALCopyWords64(sources[s], type, tsize, xs, GDT_Float32, sizeof(float), (GPtrDiff_t)npix);
+        for (size_t i = 0; i < npix; i++)
+            if (!isfinite(xs[i]) || (has_nodata && (xs[i] == ndf || (isnan(nodata) && isnan(xs[i])))))
+                cube->mask[i] = 0;
+    }
+    cube->has_nodata = has_nodata;
+    cube->nodata = has_nodata ? nodata : NAN;
+    return HYPROF_OK;
+}
+
+void hyprof_pixfn_write(const float *values, void *data, int width, int height,
+                        GDALDataType type, int pixel_space, int line_space)
+{
+    for (int y = 0; y < height; y++)
+        GDALCopyWords(values + (size_t)y * (size_t)width, GDT_Float32, sizeof(float),
+                      (GByte *)data + (GPtrDiff_t)line_space * y, type, pixel_space, width);
+}
+
+void hyprof_pixfn_write64(const double *values, void *data, int width, int height,
+                          GDALDataType type, int pixel_space, int line_space)
+{
+    for (int y = 0; y < height; y++)
+        GDALCopyWords(values + (size_t)y * (size_t)width, GDT_Float64, sizeof(double),
+                      (GByte *)data + (GPtrDiff_t)line_space * y, type, pixel_space, width);
+}
+
+void hyprof_pixfn_finish(float *values, const uint8_t *mask, size_t n, int has_nodata,
+                         double nodata)
+{
+    float nd = has_nodata ? (float)nodata : NAN;
+    for (size_t i = 0; i < n; i++) {
+        if (mask && !mask[i])
+            values[i] = nd;
+        else if (has_nodata && values[i] == nd)
+            values[i] = nextafterf(values[i], INFINITY);
+    }
+}
+
+CPLErr hyprof_pixfn_double(const char *fname, CSLConstList args, const char *name, int required,
+                           double def, double min, double max, double *out)
+{
+    const char *v = CSLFetchNameValue(args, name);
+    if (!v) {
+        if (required) {
+            CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument '%s' is missing", fname, name);
+            return CE_Failure;
+        }
+        *out = def;
+        return CE_None;
+    }
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d)) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument %s='%s' is not a finite number",
+                 fname, name, v);
+        return CE_Failure;
+    }
+    if (d < min || d > max) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument %s=%s is out of range [%g, %g]",
+                 fname, name, v, min, max);
+        return CE_Failure;
+    }
+    *out = d;
+    return CE_None;
+}
+
+CPLErr hyprof_pixfn_int(const char *fname, CSLConstList args, const char *name, int required,
+                        long def, long min, long max, long *out)
+{
+    const char *v = CSLFetchNameValue(args, name);
+    if (!v) {
+        if (required) {
+            CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument '%s' is missing", fname, name);
+            return CE_Failure;
+        }
+        *out = def;
+        return CE_None;
+    }
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument %s='%s' is not an integer", fname,
+                 name, v);
+        return CE_Failure;
+    }
+    if (n < min || n > max) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument %s=%s is out of range [%ld, %ld]",
+                 fname, name, v, min, max);
+        return CE_Failure;
+    }
+    *out = n;
+    return CE_None;
+}
+
+CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, double *nodata)
+{
+    const char *v = CSLFetchNameValue(args, "nodata");
+    *has = v != NULL;
+    *nodata = NAN;
+    if (!v || EQUAL(v, "nan"))
+        return CE_None;
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0') {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument nodata='%s' is not a number", fname,
+                 v);
+        return CE_Failure;
+    }
+    *nodata = d;
+    return CE_None;
+}
+
+static int is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The canonical name: the model cache's key must not depend on the folder a
+ * relative name was found from. */
+static char *canonical(const char *path)
+{
+    char *real = realpath(path, NULL);
+    char *out = CPLStrdup(real ? real : path);
+    free(real);
+    return out;
+}
+
+char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
+{
+    const char *v = CSLFetchNameValue(args, name);
+    if (!v || !*v) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument '%s' is missing", fname, name);
+        return NULL;
+    }
+    if (!CPLIsFilenameRelative(v) || is_file(v)) {
+        if (is_file(v))
+            return canonical(v);
+        CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' does not exist", fname, name, v);
+        return NULL;
+    }
+    char **dirs = CSLTokenizeString2(CPLGetConfigOption("HYPROF_MODEL_PATH", ""), ":", 0);
+    char *found = NULL;
+    for (int i = 0; dirs && dirs[i] && !found; i++) {
+        const char *p = CPLFormFilename(dirs[i], v, NULL);
+        if (is_file(p))
+            found = canonical(p);
+    }
+    CSLDestroy(dirs);
+    if (!found)
+        CPLError(CE_Failure, CPLE_OpenFailed,
+                 "%s: %s '%s' does not exist (relative paths are searched in the current "
+                 "folder and the HYPROF_MODEL_PATH folders)", fname, name, v);
+    return found;
+}
+
+hyprof_ctx_t *hyprof_pixfn_ctx(const char *fname)
+{
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    if (!ctx)
+        CPLError(CE_Failure, CPLE_OutOfMemory, "%s: out of memory", fname);
+    else
+        hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
+    return ctx;
+}
