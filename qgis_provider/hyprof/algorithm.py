@@ -12,7 +12,7 @@ from qgis.core import (
 
 from . import runner
 from .engine import EngineError
-from .params import PROVIDER_OWNED, Param, RASTER_EXTENSIONS, layer_path, output_definition
+from .params import PROVIDER_OWNED, RASTER_EXTENSIONS, Param, layer_path, output_definition
 from .styling import OutputStyler
 
 

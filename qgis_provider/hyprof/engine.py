@@ -16,12 +16,12 @@ PLUGIN_DIR = os.path.dirname(os.path.abspath(__file__))
 SETTING = "HYPROF_EXECUTABLE"
 SETTING_KEY = "Processing/Configuration/" + SETTING
 ENV = "HYPROF_EXE"
-# Written by `cmake --install` (qgis_provider/CMakeLists.txt): where the
-# executable of the same install went, for prefixes that are not on PATH.
-INSTALLED_PATH_FILE = os.path.join(PLUGIN_DIR, "executable.txt")
-# The registry of the executable the plugin was installed with: lets the
-# toolbox list the algorithms (saying the executable is missing) without it.
-INSTALLED_DESCRIBE = os.path.join(PLUGIN_DIR, "describe.json")
+# Files `cmake --install` writes into the plugin (qgis_provider/CMakeLists.txt):
+# where the executable of the same install went, for prefixes not on PATH, and
+# the registry of that executable, so that the toolbox lists the algorithms
+# (saying the executable is missing) even without it.
+INSTALLED_PATH_FILE = "executable.txt"
+INSTALLED_DESCRIBE = "describe.json"
 DESCRIBE_TIMEOUT_S = 30
 
 
@@ -35,7 +35,7 @@ def _is_executable(path):
 
 def _installed_path():
     try:
-        with open(INSTALLED_PATH_FILE, encoding="utf-8") as f:
+        with open(os.path.join(PLUGIN_DIR, INSTALLED_PATH_FILE), encoding="utf-8") as f:
             return f.read().strip()
     except OSError:
         return ""
@@ -89,7 +89,7 @@ def describe(exe):
 def installed_describe():
     """The registry saved at install time, or None."""
     try:
-        with open(INSTALLED_DESCRIBE, encoding="utf-8") as f:
+        with open(os.path.join(PLUGIN_DIR, INSTALLED_DESCRIBE), encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError):
         return None

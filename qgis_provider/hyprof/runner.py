@@ -118,7 +118,10 @@ def run(argv, feedback):
     rc = proc.wait()
     for t in threads:
         t.join()
-    return RunResult(proc.pid, rc, cancelled or rc == EXIT_CANCELLED, rep.last_error)
+    if cancelled and rc == 0:  # it finished before the signal: the outputs are complete
+        feedback.pushInfo("hyprof finished before the cancel took effect")
+    return RunResult(proc.pid, rc, rc == EXIT_CANCELLED or (cancelled and rc != 0),
+                     rep.last_error)
 
 
 def remove_leftovers(paths, pid):
