@@ -469,12 +469,48 @@ def test_qgis_process_run_equals_the_cli(tmp_path):
     assert "hyprof:eadp" in listing
     ours = tmp_path / "qp.tif"
     r = qgis_process(env, "run", "hyprof:eadp", "--json", "--INPUT=%s" % sample("samson.tif"), "--count=2",
-                     "--components=3", "--wavelet=db2", "--OUTPUT=%s" % ours)
+                     "--components=3", "--diffusivity=g1", "--OUTPUT=%s" % ours)
     results = json.loads(r.stdout[r.stdout.index("{"):])["results"]
     assert results["OUTPUT"] == str(ours)
     theirs = tmp_path / "cli.tif"
-    run_ok("eadp", "--count", "2", "--components", "3", sample("samson.tif"), theirs)
+    run_ok("eadp", "--count", "2", "--components", "3", "--diffusivity", "g1",
+           sample("samson.tif"), theirs)
     assert_same_raster(ours, theirs)
+
+
+def test_cmake_install_gives_a_plugin_that_says_what_is_missing(registry, tmp_path):
+    """`cmake --install --component qgis` (under DESTDIR) installs the plugin
+    with the registry and the executable's install path; with no executable
+    there, the toolbox still lists every operation and running one fails with
+    the reason."""
+    build = Path(exe_path()).resolve().parents[1]
+    if not (build / "cmake_install.cmake").is_file():
+        pytest.skip("%s is not a CMake build folder" % build)
+    dest, prefix = tmp_path / "destdir", tmp_path / "prefix"
+    r = subprocess.run(["cmake", "--install", str(build), "--component", "qgis", "--prefix",
+                        str(prefix)], env=dict(os.environ, DESTDIR=str(dest)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plugin = next(dest.rglob("hyprof/metadata.txt")).parent
+    assert "hasProcessingProvider=yes" in (plugin / "metadata.txt").read_text()
+    assert json.loads((plugin / "describe.json").read_text()) == registry
+    assert (plugin / "executable.txt").read_text().strip() == str(prefix / "bin" / "hyprof")
+    env = qgis_process_env(tmp_path)
+    del env["HYPROF_EXE"]
+    env.update(QGIS_PLUGINPATH=str(plugin.parent), PATH="/usr/bin:/bin")
+    if shutil.which("hyprof", path=env["PATH"]):
+        pytest.skip("a hyprof executable is installed in /usr/bin")
+    qgis_process(env, "plugins", "enable", "hyprof")
+    listing = qgis_process(env, "list").stdout
+    for op in registry["operations"]:
+        assert "hyprof:%s" % op["name"] in listing
+    exe = shutil.which("qgis_process.bin")
+    r = subprocess.run([exe, "run", "hyprof:pca", "--INPUT=%s" % sample("samson.tif"),
+                        "--OUTPUT=%s" % (tmp_path / "x.tif")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0
+    assert "hyprof pca cannot run: no hyprof executable found" in r.stdout + r.stderr
+    assert not (tmp_path / "x.tif").exists()
 
 
 # ---- the sample graphical model ---------------------------------------------------------------

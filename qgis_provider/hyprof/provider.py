@@ -2,10 +2,7 @@
 executable lists. The registry is read once per provider load (QGIS start,
 or Processing's settings dialog being closed, which reloads providers)."""
 
-import os
-
 from qgis.core import QgsProcessingProvider
-from qgis.PyQt.QtGui import QIcon
 
 from .algorithm import HyprofAlgorithm
 from .engine import SETTING, Engine
@@ -14,8 +11,6 @@ try:  # the Processing plugin's settings page (absent in bare PyQGIS scripts)
     from processing.core.ProcessingConfig import ProcessingConfig, Setting
 except ImportError:
     ProcessingConfig = Setting = None
-
-ICON = os.path.join(os.path.dirname(__file__), "icon.svg")
 
 
 class HyprofProvider(QgsProcessingProvider):
@@ -33,9 +28,6 @@ class HyprofProvider(QgsProcessingProvider):
         if self.engine.exe:
             return "hyprof %s (%s)" % (self.engine.version, self.engine.exe)
         return "hyprof: executable not found (%s)" % self.engine.problem
-
-    def icon(self):
-        return QIcon(ICON) if os.path.exists(ICON) else super().icon()
 
     def versionInfo(self):  # noqa: N802
         return self.engine.version
