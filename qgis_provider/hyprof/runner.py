@@ -91,8 +91,8 @@ def run(argv, feedback):
     """Runs argv (a list: no shell) and reports through `feedback`."""
     feedback.pushCommandInfo(" ".join(argv))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1,
-                            start_new_session=True)  # a Ctrl+C in a terminal reaches us only
+                            stderr=subprocess.PIPE, text=True, bufsize=1)
+    # same process group: a Ctrl+C on qgis_process also cancels the executable
     feedback.pushDebugInfo("hyprof pid %d" % proc.pid)
     q = queue.Queue()
     threads = [threading.Thread(target=_reader, args=(s, t, q), daemon=True)
