@@ -5,18 +5,18 @@ per-operation code), so operations added to the registry appear in the toolbox
 as they are:
 
 registry type        Processing parameter                    CLI argument
-int, float           Number (Integer/Double; min, max, def)  --name N
-choice               Enum with static strings                --name VALUE
+int, float           Number (Integer/Double; min, max, def)  --name=N
+choice               Enum with static strings                --name=VALUE
 bool                 Boolean                                 --name=true|false
-string               String                                  --name TEXT
-int_list, float_list String, each element checked           --name A,B,...
-file_in              File (the registry's file filter)       --name PATH
-file_out             File destination (filter); an HTML      --name PATH
+string               String                                  --name=TEXT
+int_list, float_list String, each element checked           --name=A,B,...
+file_in              File (the registry's file filter)       --name=PATH
+file_out             File destination (filter); an HTML      --name=PATH
                      filter gives an HTML output, a raster
                      filter (*.tif) a raster destination
-raster_in            Raster layer (GDAL layers)              --name PATH
-raster_out           Raster destination (GeoTIFF)            --name PATH
-anything else        String, passed as it is                 --name TEXT
+raster_in            Raster layer (GDAL layers)              --name=PATH
+raster_out           Raster destination (GeoTIFF)            --name=PATH
+anything else        String, passed as it is                 --name=TEXT
 
 The positional INPUT is a raster layer. The positional OUTPUT follows the
 operation's "output" entry: its "type", refined by the first word of its
@@ -187,8 +187,8 @@ class Param:
         return _text(v)
 
     def cli(self, value):
-        return ["--%s=%s" % (self.reg["name"], value)] if self.type == "bool" else \
-            ["--" + self.reg["name"], value]
+        # one argument: a value starting with '-' can never be read as an option
+        return ["--%s=%s" % (self.reg["name"], value)]
 
 
 def _same(v, default):
