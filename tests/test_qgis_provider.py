@@ -190,7 +190,7 @@ def _check_param(alg, p, advanced):
          advanced or p["advanced"])
     if p["type"] not in ("file_out", "raster_out"):
         want("optional", bool(d.flags() & QgsProcessingParameterDefinition.FlagOptional),
-             not p["required"] or p.get("default") is None)
+             not p["required"])
     default = p.get("default")
     if p["type"] in ("int", "float"):
         want("data type", d.dataType(), QgsProcessingParameterNumber.Integer

@@ -99,11 +99,8 @@ class Param:
             d.setFlags(d.flags() | QgsProcessingParameterDefinition.FlagAdvanced)
         return d
 
-    def _optional(self):
-        return not self.required
-
     def _make(self):
-        t, n, lab, opt = self.type, self.name, label(self.reg["name"]), self._optional()
+        t, n, lab, opt = self.type, self.name, label(self.reg["name"]), not self.required
         if t in ("int", "float"):
             kind = (QgsProcessingParameterNumber.Integer if t == "int"
                     else QgsProcessingParameterNumber.Double)
@@ -112,12 +109,12 @@ class Param:
             lo = int(lo) if t == "int" and math.isfinite(lo) else lo
             hi = int(hi) if t == "int" and math.isfinite(hi) else hi
             return QgsProcessingParameterNumber(
-                n, lab, kind, self.default, opt or self.default is None,
+                n, lab, kind, self.default, opt,
                 lo if math.isfinite(lo) else -1.7976931348623157e308,
                 hi if math.isfinite(hi) else 1.7976931348623157e308)
         if t == "choice":
             return QgsProcessingParameterEnum(n, lab, list(self.reg.get("choices", [])), False,
-                                              self.default, opt or self.default is None, True)
+                                              self.default, opt, True)
         if t == "bool":
             return QgsProcessingParameterBoolean(n, lab, bool(self.default), opt)
         if t == "file_in":
@@ -135,7 +132,7 @@ class Param:
             return QgsProcessingParameterRasterLayer(n, lab, self.default, opt)
         # string, the lists, and types this provider does not know yet
         return QgsProcessingParameterString(n, lab, self.default, False,
-                                            opt or self.default is None)
+                                            opt)
 
     # ---- checking ----------------------------------------------------------------
     def check_list(self, text):
