@@ -354,6 +354,30 @@ def test_class_map_is_styled_with_its_classes(qgis, tmp_path):
     assert classes == [(1.0, "Corn", "#ff0000"), (2.0, "Woods", "#008000")]
 
 
+def test_outputs_loaded_into_a_project_get_the_styler(qgis, tmp_path):
+    """Raster outputs that Processing will load carry the post-processor that
+    styles class maps (it leaves a profile stack's renderer alone)."""
+    from qgis.core import QgsProcessingOutputLayerDefinition, QgsProject
+    from hyprof.styling import OutputStyler
+    out = str(tmp_path / "loaded.tif")
+    context = QgsProcessingContext()
+    context.setProject(QgsProject.instance())
+    qgis["processing"].run("hyprof:pca", {
+        "INPUT": str(sample("samson.tif")), "components": 3,
+        "OUTPUT": QgsProcessingOutputLayerDefinition(out, QgsProject.instance())},
+        context=context, feedback=Feedback())
+    assert context.willLoadLayerOnCompletion(out)
+    styler = context.layerToLoadOnCompletionDetails(out).postProcessor()
+    assert isinstance(styler, OutputStyler)
+    layer = QgsRasterLayer(out, "loaded", "gdal")
+    before = type(layer.renderer()).__name__
+    fb = Feedback()
+    styler.postProcessLayer(layer, context, fb)
+    after = type(layer.renderer()).__name__
+    del layer
+    assert after == before and not fb.infos
+
+
 def test_cancel_stops_the_executable_and_leaves_no_output(qgis, tmp_path):
     fb = Feedback(cancel_at_first_progress=True)
     out = tmp_path / "cancelled.tif"
