@@ -1,0 +1,251 @@
+"""The registry's parameter types, mapped onto Processing parameters.
+
+One mapping for every operation, driven by `hyprof describe --json` alone (no
+per-operation code), so operations added to the registry appear in the toolbox
+as they are:
+
+registry type        Processing parameter                    CLI argument
+int, float           Number (Integer/Double; min, max, def)  --name=N
+choice               Enum with static strings                --name=VALUE
+bool                 Boolean                                 --name=true|false
+string               String                                  --name=TEXT
+int_list, float_list String, each element checked           --name=A,B,...
+file_in              File (the registry's file filter)       --name=PATH
+file_out             File destination (filter); an HTML      --name=PATH
+                     filter gives an HTML output, a raster
+                     filter (*.tif) a raster destination
+raster_in            Raster layer (GDAL layers)              --name=PATH
+raster_out           Raster destination (GeoTIFF)            --name=PATH
+anything else        String, passed as it is                 --name=TEXT
+
+The positional INPUT is a raster layer. The positional OUTPUT follows the
+operation's "output" entry: its "type", refined by the first word of its
+description ("raster: ...", "model: ...", "html: ...", "json: ..."):
+raster -> GeoTIFF raster destination; html/report -> HTML file destination
+(shown in the results viewer); model/file/json/csv/text -> file destination
+with the entry's "file_filter" (or one made from "format"); "none" or no
+entry -> no OUTPUT.
+
+Values equal to the registry's default are not passed: the CLI then applies
+its own default rules (e.g. eap's --features is used unless --levels is
+given), exactly as on the command line without the option.
+"""
+
+import math
+
+from qgis.core import (
+    QgsProcessingException,
+    QgsProcessingParameterBoolean,
+    QgsProcessingParameterDefinition,
+    QgsProcessingParameterEnum,
+    QgsProcessingParameterFile,
+    QgsProcessingParameterFileDestination,
+    QgsProcessingParameterNumber,
+    QgsProcessingParameterRasterDestination,
+    QgsProcessingParameterRasterLayer,
+    QgsProcessingParameterString,
+)
+
+# Common options the provider sets itself: progress is always JSON lines, and
+# the user already agreed to replace a chosen output in the file dialog.
+PROVIDER_OWNED = {"progress", "overwrite"}
+RASTER_EXTENSIONS = ("tif", "tiff")
+HTML_FILTER = "HTML files (*.html *.htm)"
+
+
+def qgis_name(name):
+    """Registry names use dashes (save-model); Processing names are used as
+    model variables (@save_model), so dashes become underscores."""
+    return name.replace("-", "_")
+
+
+def label(name):
+    text = name.replace("-", " ").replace("_", " ")
+    return text[:1].upper() + text[1:]
+
+
+def _is_raster_filter(file_filter):
+    f = (file_filter or "").lower()
+    return any("*." + e in f for e in RASTER_EXTENSIONS)
+
+
+def _is_html_filter(file_filter):
+    return "*.htm" in (file_filter or "").lower()
+
+
+def _has_range(p):
+    return "min" in p and "max" in p
+
+
+class Param:
+    """One registry parameter: its Processing definition and its CLI text."""
+
+    def __init__(self, reg, advanced=False):
+        self.reg = reg
+        self.name = qgis_name(reg["name"])
+        self.type = reg["type"]
+        self.default = reg.get("default")
+        self.required = bool(reg.get("required"))
+        self.advanced = advanced or bool(reg.get("advanced"))
+        self.is_output = self.type in ("file_out", "raster_out")
+        self.is_raster_output = self.type == "raster_out" or (
+            self.is_output and _is_raster_filter(reg.get("file_filter")))
+
+    # ---- the definition ---------------------------------------------------------
+    def definition(self):
+        d = self._make()
+        d.setHelp(self.reg.get("help", ""))
+        if self.advanced:
+            d.setFlags(d.flags() | QgsProcessingParameterDefinition.FlagAdvanced)
+        return d
+
+    def _make(self):
+        t, n, lab, opt = self.type, self.name, label(self.reg["name"]), not self.required
+        if t in ("int", "float"):
+            kind = (QgsProcessingParameterNumber.Integer if t == "int"
+                    else QgsProcessingParameterNumber.Double)
+            lo, hi = ((self.reg["min"], self.reg["max"]) if _has_range(self.reg)
+                      else (-math.inf, math.inf))
+            lo = int(lo) if t == "int" and math.isfinite(lo) else lo
+            hi = int(hi) if t == "int" and math.isfinite(hi) else hi
+            return QgsProcessingParameterNumber(
+                n, lab, kind, self.default, opt,
+                lo if math.isfinite(lo) else -1.7976931348623157e308,
+                hi if math.isfinite(hi) else 1.7976931348623157e308)
+        if t == "choice":
+            return QgsProcessingParameterEnum(n, lab, list(self.reg.get("choices", [])), False,
+                                              self.default, opt, True)
+        if t == "bool":
+            return QgsProcessingParameterBoolean(n, lab, bool(self.default), opt)
+        if t == "file_in":
+            return QgsProcessingParameterFile(
+                n, lab, QgsProcessingParameterFile.File, "", self.default, opt,
+                self.reg.get("file_filter", ""))
+        if self.is_output:
+            flt = self.reg.get("file_filter", "")
+            if self.is_raster_output:
+                return QgsProcessingParameterRasterDestination(n, lab, self.default, opt,
+                                                               not opt)
+            return QgsProcessingParameterFileDestination(n, lab, flt, self.default, opt,
+                                                         not opt)
+        if t == "raster_in":
+            return QgsProcessingParameterRasterLayer(n, lab, self.default, opt)
+        # string, the lists, and types this provider does not know yet
+        return QgsProcessingParameterString(n, lab, self.default, False,
+                                            opt)
+
+    # ---- checking ----------------------------------------------------------------
+    def check_list(self, text):
+        """None if `text` is a valid list for this parameter, else a message."""
+        if self.type not in ("int_list", "float_list") or text in (None, ""):
+            return None
+        conv = int if self.type == "int_list" else float
+        for item in str(text).split(","):
+            item = item.strip()
+            try:
+                v = conv(item)
+            except ValueError:
+                return "%s: '%s' is not %s" % (self.name, item, "an integer" if conv is int
+                                               else "a number")
+            if _has_range(self.reg) and not self.reg["min"] <= v <= self.reg["max"]:
+                return "%s: %s is outside %g..%g" % (self.name, item, self.reg["min"],
+                                                     self.reg["max"])
+        return None
+
+    # ---- the command line ------------------------------------------------------------
+    def value(self, alg, parameters, context):
+        """The value as the CLI wants it (text), or None to leave it out."""
+        t, n = self.type, self.name
+        if n not in parameters or parameters[n] is None:
+            return None
+        if t == "int":
+            v = alg.parameterAsInt(parameters, n, context)
+        elif t == "float":
+            v = alg.parameterAsDouble(parameters, n, context)
+        elif t == "choice":
+            v = alg.parameterAsEnumString(parameters, n, context)
+        elif t == "bool":
+            v = alg.parameterAsBool(parameters, n, context)
+            return None if v == bool(self.default) else ("true" if v else "false")
+        elif t == "file_in":
+            v = alg.parameterAsFile(parameters, n, context)
+        elif self.is_raster_output:
+            v = alg.parameterAsOutputLayer(parameters, n, context)
+        elif self.is_output:
+            v = alg.parameterAsFileOutput(parameters, n, context)
+        elif t == "raster_in":
+            v = layer_path(alg.parameterAsRasterLayer(parameters, n, context), n)
+        else:
+            v = alg.parameterAsString(parameters, n, context)
+        if v is None or v == "":
+            return None
+        if self.default is not None and not self.is_output and _same(v, self.default):
+            return None
+        return _text(v)
+
+    def cli(self, value):
+        # one argument: a value starting with '-' can never be read as an option
+        return ["--%s=%s" % (self.reg["name"], value)]
+
+
+def _same(v, default):
+    if isinstance(v, float) or isinstance(default, float):
+        try:
+            return float(v) == float(default)
+        except (TypeError, ValueError):
+            return False
+    return str(v) == str(default)
+
+
+def _text(v):
+    if isinstance(v, float):
+        return repr(v)  # shortest text that parses back to the same double
+    return str(v)
+
+
+def layer_path(layer, name):
+    """The file GDAL opens for a raster layer; other providers cannot be read."""
+    if layer is None:
+        return None
+    if layer.providerType() != "gdal":
+        raise QgsProcessingException(
+            "%s: layer '%s' comes from the '%s' provider; hyprof reads files through "
+            "GDAL: save it as a GeoTIFF first" % (name, layer.name(), layer.providerType()))
+    return layer.source()
+
+
+# ---- the operation's positional OUTPUT ------------------------------------------------
+_OUTPUT_KINDS = {"raster": "raster", "html": "html", "report": "html", "model": "file",
+                 "file": "file", "json": "file", "csv": "file", "text": "file",
+                 "none": None}
+_FORMAT_FILTERS = {"json": "JSON files (*.json)", "csv": "CSV files (*.csv)",
+                   "html": HTML_FILTER, "gtiff": "GeoTIFF (*.tif *.tiff)"}
+
+
+def output_kind(out):
+    """'raster', 'html', 'file' or None, from describe's "output" entry."""
+    if not out:
+        return None
+    kind = _OUTPUT_KINDS.get(str(out.get("type", "raster")).lower(), "file")
+    head = str(out.get("description", "")).split(":", 1)
+    if len(head) == 2 and head[0].strip().lower() in _OUTPUT_KINDS:
+        kind = _OUTPUT_KINDS[head[0].strip().lower()]
+    return kind
+
+
+def output_definition(out):
+    """(definition, kind) for the positional OUTPUT, or (None, None)."""
+    kind = output_kind(out)
+    if kind is None:
+        return None, None
+    name = out.get("name", "OUTPUT")
+    desc = str(out.get("description", "")).split(":", 1)[-1].strip() or "Output"
+    lab = "Output"
+    if kind == "raster":
+        d = QgsProcessingParameterRasterDestination(name, lab)
+    else:
+        flt = out.get("file_filter") or _FORMAT_FILTERS.get(str(out.get("format", "")).lower())
+        d = QgsProcessingParameterFileDestination(
+            name, lab, HTML_FILTER if kind == "html" else (flt or ""))
+    d.setHelp(desc)
+    return d, kind

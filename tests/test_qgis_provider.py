@@ -1,0 +1,553 @@
+"""The QGIS Processing provider (qgis_provider/hyprof) against the executable.
+
+Driven by `hyprof describe --json`: every operation it lists is checked, so
+operations added to the registry are covered without editing this file.
+Oracles: the registry itself (parameter definitions) and the CLI run with the
+same arguments (outputs identical, array for array and band name for band
+name). Skipped where QGIS' Python bindings are missing (CI installs them).
+
+Run: /usr/bin/python3 -m pytest -q tests/test_qgis_provider.py
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from osgeo import gdal
+
+import conftest
+from conftest import ROOT, exe_path, run_ok
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+qgis_core = pytest.importorskip("qgis.core", reason="QGIS' Python bindings (python3-qgis)")
+from qgis.core import (  # noqa: E402
+    QgsApplication,
+    QgsPalettedRasterRenderer,
+    QgsProcessingContext,
+    QgsProcessingException,
+    QgsProcessingFeedback,
+    QgsProcessingOutputHtml,
+    QgsProcessingParameterDefinition,
+    QgsProcessingParameterNumber,
+    QgsRasterLayer,
+    QgsSettings,
+)
+from qgis.PyQt.QtCore import QCoreApplication, QSettings  # noqa: E402
+
+PLUGIN_ROOT = ROOT / "qgis_provider"
+GROUPS = {"Feature extraction", "Profiles", "Unmixing", "Classification"}
+PROVIDER_OWNED = {"progress", "overwrite"}
+QGIS_PLUGINS = "/usr/share/qgis/python/plugins"  # Processing's own Python
+
+
+# ---- fixtures ---------------------------------------------------------------------------
+
+# QGIS writes statistics (.aux.xml) beside the rasters it opens as layers, and
+# samples/ must stay untouched: the tests read copies.
+_COPIES = {}
+
+
+def sample(name):
+    return _COPIES[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sample_copies(tmp_path_factory):
+    d = tmp_path_factory.mktemp("samples")
+    for src in (conftest.SAMSON, conftest.INDIAN_PINES):
+        _COPIES[src.name] = d / src.name
+        shutil.copy(src, d / src.name)
+    yield
+    _COPIES.clear()
+
+
+@pytest.fixture(scope="module")
+def registry():
+    r = run_ok("describe", "--json")
+    return json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def qgis(tmp_path_factory):
+    """An offscreen QgsApplication with Processing and the plugin loaded the
+    way qgis_process loads it (classFactory(None) + initProcessing())."""
+    home = tmp_path_factory.mktemp("qgis-profile")
+    # QgsSettings of this process go to a private file, not the user's profile
+    QCoreApplication.setOrganizationName("hyprof-tests")
+    QCoreApplication.setApplicationName("QGIS3")
+    QSettings.setPath(QSettings.NativeFormat, QSettings.UserScope, str(home))
+    os.environ["HYPROF_EXE"] = exe_path()
+    app = QgsApplication([], False, str(home))
+    app.initQgis()
+    for p in (QGIS_PLUGINS, str(PLUGIN_ROOT)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    from processing.core.Processing import Processing
+    Processing.initialize()
+    import hyprof
+    plugin = hyprof.classFactory(None)
+    plugin.initProcessing()
+    import processing
+    yield {"app": app, "plugin": plugin, "provider": plugin.provider, "processing": processing}
+    plugin.unload()
+    app.exitQgis()  # every QgsRasterLayer of the tests is deleted by now
+
+
+class Feedback(QgsProcessingFeedback):
+    """Records what the algorithm reports; cancels at the first progress when asked."""
+
+    def __init__(self, cancel_at_first_progress=False):
+        super().__init__()
+        self.infos, self.warnings, self.commands, self.debug, self.progress = [], [], [], [], []
+        if cancel_at_first_progress:
+            self.progressChanged.connect(lambda v: self.cancel())
+        self.progressChanged.connect(self.progress.append)
+
+    def pushInfo(self, info):  # noqa: N802
+        self.infos.append(info)
+
+    def pushWarning(self, warning):  # noqa: N802
+        self.warnings.append(warning)
+
+    def pushCommandInfo(self, info):  # noqa: N802
+        self.commands.append(info)
+
+    def pushDebugInfo(self, info):  # noqa: N802
+        self.debug.append(info)
+
+
+def read_tif(path):
+    ds = gdal.Open(str(path))
+    arr = ds.ReadAsArray()
+    names = [ds.GetRasterBand(i + 1).GetDescription() for i in range(ds.RasterCount)]
+    geo = (ds.GetGeoTransform(), ds.GetProjection(), ds.GetRasterBand(1).GetNoDataValue())
+    ds = None
+    return arr, names, geo
+
+
+def assert_same_raster(a, b):
+    arr_a, names_a, geo_a = read_tif(a)
+    arr_b, names_b, geo_b = read_tif(b)
+    assert names_a == names_b
+    assert geo_a == geo_b
+    assert arr_a.shape == arr_b.shape
+    assert np.array_equal(arr_a, arr_b, equal_nan=True), \
+        "max abs difference %g" % np.nanmax(np.abs(arr_a - arr_b))
+
+
+def files_in(d):
+    return sorted(p.name for p in Path(d).iterdir())
+
+
+# ---- the toolbox ----------------------------------------------------------------------
+
+def test_every_operation_is_an_algorithm(qgis, registry):
+    provider = qgis["provider"]
+    assert provider.longName().startswith("hyprof %s" % registry["hyprof"])
+    ops = registry["operations"]
+    assert ops, "describe --json lists no operation"
+    assert sorted(a.name() for a in provider.algorithms()) == sorted(o["name"] for o in ops)
+    for op in ops:
+        alg = QgsApplication.processingRegistry().algorithmById("hyprof:" + op["name"])
+        assert alg is not None, op["name"]
+        assert op["group"] in GROUPS, "%s: unknown group %r" % (op["name"], op["group"])
+        assert alg.group() == op["group"]
+        assert op["summary"] in alg.displayName()
+        assert op["help"][:60] in alg.shortHelpString().replace("&#x27;", "'")
+
+
+def _expected_type(p):
+    t = p["type"]
+    f = p.get("file_filter", "").lower()
+    if t in ("int", "float"):
+        return "number"
+    if t == "file_out":
+        return "rasterDestination" if "*.tif" in f else "fileDestination"
+    return {"choice": "enum", "bool": "boolean", "file_in": "file",
+            "raster_in": "raster", "raster_out": "rasterDestination"}.get(t, "string")
+
+
+def _check_param(alg, p, advanced):
+    """Mismatches between one registry parameter and its Processing definition."""
+    name = p["name"].replace("-", "_")
+    d = alg.parameterDefinition(name)
+    if d is None:
+        return ["%s: no parameter %s" % (alg.name(), name)]
+    bad = []
+
+    def want(what, got, expected):
+        if got != expected:
+            bad.append("%s.%s %s: %r, registry %r" % (alg.name(), name, what, got, expected))
+
+    want("type", d.type(), _expected_type(p))
+    want("help", d.help(), p.get("help", ""))
+    want("advanced", bool(d.flags() & QgsProcessingParameterDefinition.FlagAdvanced),
+         advanced or p["advanced"])
+    if p["type"] not in ("file_out", "raster_out"):
+        want("optional", bool(d.flags() & QgsProcessingParameterDefinition.FlagOptional),
+             not p["required"])
+    default = p.get("default")
+    if p["type"] in ("int", "float"):
+        want("data type", d.dataType(), QgsProcessingParameterNumber.Integer
+             if p["type"] == "int" else QgsProcessingParameterNumber.Double)
+        if "min" in p:
+            want("minimum", d.minimum(), p["min"])
+            want("maximum", d.maximum(), p["max"])
+        want("default", d.defaultValue(), default)
+    elif p["type"] == "choice":
+        want("options", d.options(), p["choices"])
+        want("static strings", d.usesStaticStrings(), True)
+        want("default", d.defaultValue(), default)
+    elif p["type"] == "bool":
+        want("default", d.defaultValue(), bool(default))
+    elif p["type"] in ("file_in", "file_out") and "file_filter" in p \
+            and d.type() != "rasterDestination":
+        want("file filter", d.fileFilter(), p["file_filter"])
+    elif p["type"] in ("string", "int_list", "float_list"):
+        want("default", d.defaultValue(), default)
+    return bad
+
+
+def test_parameters_match_the_registry(qgis, registry):
+    bad = []
+    for op in registry["operations"]:
+        alg = QgsApplication.processingRegistry().algorithmById("hyprof:" + op["name"])
+        for p in op["params"]:
+            bad += _check_param(alg, p, False)
+        for p in registry["common"]:
+            if p["name"] in PROVIDER_OWNED:
+                assert alg.parameterDefinition(p["name"]) is None
+            else:
+                bad += _check_param(alg, p, True)
+        assert alg.parameterDefinition("INPUT").type() == "raster"
+        out = alg.parameterDefinition(op["output"]["name"])
+        assert out is not None and out.type() in ("rasterDestination", "fileDestination")
+        names = {p["name"].replace("-", "_") for p in op["params"] + registry["common"]}
+        extra = {d.name() for d in alg.parameterDefinitions()} - names - {"INPUT", "OUTPUT"}
+        assert extra == set(), "%s has parameters the registry lacks: %s" % (op["name"], extra)
+    assert not bad, "\n".join(bad)
+
+
+def test_mapping_of_outputs_other_than_a_raster(qgis, registry):
+    """Operations on other branches (train, assess...) write model files, HTML
+    reports and second rasters: a description with such entries maps onto
+    file destinations, an HTML output and raster destinations."""
+    from hyprof.algorithm import HyprofAlgorithm
+    from hyprof.engine import Engine
+    op = {
+        "name": "assessx", "group": "Classification", "summary": "s", "help": "h",
+        "input": {"name": "INPUT", "type": "raster"},
+        "output": {"name": "OUTPUT", "type": "raster", "format": "GTiff",
+                   "description": "html: the accuracy report"},
+        "params": [
+            {"name": "reference", "type": "raster_in", "default": None, "help": "r",
+             "required": True, "advanced": False},
+            {"name": "model", "type": "file_in", "default": None, "file_filter":
+             "SVM model (*.svm)", "help": "m", "required": True, "advanced": False},
+            {"name": "report", "type": "file_out", "default": None, "file_filter":
+             "HTML report (*.html)", "help": "h", "required": False, "advanced": False},
+            {"name": "confusion", "type": "file_out", "default": None, "file_filter":
+             "GeoTIFF (*.tif)", "help": "c", "required": False, "advanced": False},
+            {"name": "novel", "type": "vector_in", "default": None, "help": "n",
+             "required": False, "advanced": True}]}
+    engine = Engine(None, "not needed here", {"operations": [op], "common": []})
+    alg = HyprofAlgorithm(op, engine).create()
+    types = {d.name(): d.type() for d in alg.parameterDefinitions()}
+    assert types == {"INPUT": "raster", "reference": "raster", "model": "file",
+                     "report": "fileDestination", "confusion": "rasterDestination",
+                     "novel": "string", "OUTPUT": "fileDestination"}
+    outs = {o.name(): o for o in alg.outputDefinitions()}
+    assert isinstance(outs["OUTPUT"], QgsProcessingOutputHtml)
+    assert isinstance(outs["report"], QgsProcessingOutputHtml)
+    assert outs["confusion"].type() == "outputRaster"
+    assert alg.parameterDefinition("model").fileFilter() == "SVM model (*.svm)"
+    model = dict(op, output={"name": "OUTPUT", "type": "raster",
+                             "description": "model: the trained SVM"})
+    alg = HyprofAlgorithm(model, engine).create()
+    assert alg.outputDefinition("OUTPUT").type() == "outputFile"
+    nothing = dict(op, output=None, params=[])
+    alg = HyprofAlgorithm(nothing, engine).create()  # kept: it owns the definitions
+    assert [d.name() for d in alg.parameterDefinitions()] == ["INPUT"]
+
+
+# ---- running ---------------------------------------------------------------------------
+
+RUNS = [
+    # (op, Processing parameters, the same as CLI options)
+    ("eadp", {"count": 2, "components": 3, "step": 30.5, "diffusivity": "g1"},
+     ["--count", "2", "--components", "3", "--step", "30.5", "--diffusivity", "g1"]),
+    ("eadp", {"reduction": "dwt", "wavelet": "db2", "levels": 3, "times": "10,25.5",
+              "backend": "cpu"},
+     ["--reduction", "dwt", "--wavelet", "db2", "--levels", "3", "--times", "10,25.5",
+      "--backend", "cpu"]),
+    ("pca", {"components": 4}, ["--components", "4"]),
+    ("eap", {"area_thresholds": "10,50", "connectivity": "8"},
+     ["--area-thresholds", "10,50", "--connectivity", "8"]),
+]
+
+
+@pytest.mark.parametrize("op,params,cli", RUNS, ids=[r[0] + str(i) for i, r in enumerate(RUNS)])
+def test_processing_run_equals_the_cli(qgis, tmp_path, op, params, cli):
+    fb = Feedback()
+    ours = tmp_path / "processing.tif"
+    res = qgis["processing"].run("hyprof:" + op, dict(params, INPUT=str(sample("samson.tif")),
+                                                      OUTPUT=str(ours)), feedback=fb)
+    assert res["OUTPUT"] == str(ours)
+    theirs = tmp_path / "cli.tif"
+    run_ok(op, *cli, sample("samson.tif"), theirs)
+    assert_same_raster(ours, theirs)
+    assert fb.progress and max(fb.progress) == pytest.approx(100.0)
+    assert any("wrote" in i for i in fb.infos), fb.infos  # the CLI's stdout, as info
+
+
+def test_model_file_output_equals_the_cli(qgis, tmp_path):
+    res = qgis["processing"].run("hyprof:pca", {
+        "INPUT": str(sample("samson.tif")), "components": 3, "save_model": str(tmp_path / "q.pca"),
+        "OUTPUT": str(tmp_path / "q.tif")}, feedback=Feedback())
+    assert res["save_model"] == str(tmp_path / "q.pca")
+    run_ok("pca", "--components", "3", "--save-model", tmp_path / "c.pca", sample("samson.tif"),
+           tmp_path / "c.tif")
+    assert (tmp_path / "q.pca").read_bytes() == (tmp_path / "c.pca").read_bytes()
+    # and the model applies through the file_in parameter
+    qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "model": str(tmp_path / "q.pca"),
+                                          "OUTPUT": str(tmp_path / "applied.tif")})
+    assert_same_raster(tmp_path / "applied.tif", tmp_path / "c.tif")
+
+
+def test_profile_stack_keeps_band_names(qgis, tmp_path):
+    out = tmp_path / "p.tif"
+    qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "count": 1, "components": 2,
+                                           "OUTPUT": str(out)})
+    _, names, _ = read_tif(out)
+    layer = QgsRasterLayer(str(out), "p", "gdal")
+    shown = [layer.bandName(i + 1) for i in range(layer.bandCount())]
+    del layer
+    assert names == ["PC1", "PC1 T=65", "PC2", "PC2 T=65"]
+    assert [s.split(": ", 1)[1] for s in shown] == names
+
+
+def test_class_map_is_styled_with_its_classes(qgis, tmp_path):
+    from hyprof.styling import style_output
+    path = str(tmp_path / "classes.tif")
+    ds = gdal.GetDriverByName("GTiff").Create(path, 6, 5, 1, gdal.GDT_Byte)
+    ds.SetGeoTransform((0, 1, 0, 5, 0, -1))
+    band = ds.GetRasterBand(1)
+    band.WriteArray(np.arange(30, dtype=np.uint8).reshape(5, 6) % 3)
+    band.SetNoDataValue(0)
+    ct = gdal.ColorTable()
+    for v, rgba in enumerate([(0, 0, 0, 0), (255, 0, 0, 255), (0, 128, 0, 255)]):
+        ct.SetColorEntry(v, rgba)
+    band.SetColorTable(ct)
+    band.SetCategoryNames(["", "Corn", "Woods"])
+    ds = band = None
+    layer = QgsRasterLayer(path, "classes", "gdal")
+    assert style_output(layer)
+    r = layer.renderer()
+    assert isinstance(r, QgsPalettedRasterRenderer)
+    classes = [(c.value, c.label, c.color.name()) for c in r.classes()]
+    del layer, r
+    assert classes == [(1.0, "Corn", "#ff0000"), (2.0, "Woods", "#008000")]
+
+
+def test_outputs_loaded_into_a_project_get_the_styler(qgis, tmp_path):
+    """Raster outputs that Processing will load carry the post-processor that
+    styles class maps (it leaves a profile stack's renderer alone)."""
+    from qgis.core import QgsProcessingOutputLayerDefinition, QgsProject
+    from hyprof.styling import OutputStyler
+    out = str(tmp_path / "loaded.tif")
+    context = QgsProcessingContext()
+    context.setProject(QgsProject.instance())
+    qgis["processing"].run("hyprof:pca", {
+        "INPUT": str(sample("samson.tif")), "components": 3,
+        "OUTPUT": QgsProcessingOutputLayerDefinition(out, QgsProject.instance())},
+        context=context, feedback=Feedback())
+    assert context.willLoadLayerOnCompletion(out)
+    styler = context.layerToLoadOnCompletionDetails(out).postProcessor()
+    assert isinstance(styler, OutputStyler)
+    layer = QgsRasterLayer(out, "loaded", "gdal")
+    before = type(layer.renderer()).__name__
+    fb = Feedback()
+    styler.postProcessLayer(layer, context, fb)
+    after = type(layer.renderer()).__name__
+    del layer
+    assert after == before and not fb.infos
+
+
+def test_cancel_stops_the_executable_and_leaves_no_output(qgis, tmp_path):
+    fb = Feedback(cancel_at_first_progress=True)
+    out = tmp_path / "cancelled.tif"
+    with pytest.raises(QgsProcessingException) as e:
+        # a long run: many FED cycles on the larger sample, one thread
+        qgis["processing"].run("hyprof:eadp", {
+            "INPUT": str(sample("indian_pines.tif")), "cycles": 200, "count": 16, "threads": 1,
+            "OUTPUT": str(out)}, feedback=fb)
+    assert fb.isCanceled()
+    messages = " ".join(fb.warnings + fb.infos + [str(e.value)])
+    assert "cancelled (exit 3)" in messages, messages  # SIGTERM reached it: exit 3
+    assert files_in(tmp_path) == []
+    pid = int(next(d for d in fb.debug if d.startswith("hyprof pid")).split()[-1])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # stopped and reaped
+
+
+def test_a_bad_list_value_is_refused_before_running(qgis, tmp_path):
+    fb = Feedback()
+    with pytest.raises(QgsProcessingException):
+        qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "times": "10,abc",
+                                               "OUTPUT": str(tmp_path / "x.tif")}, feedback=fb)
+    assert not fb.commands, "the executable ran"
+    assert files_in(tmp_path) == []
+    alg = QgsApplication.processingRegistry().algorithmById("hyprof:eadp")
+    ok, msg = alg.checkParameterValues({"INPUT": str(sample("samson.tif")), "times": "10,abc",
+                                        "OUTPUT": str(tmp_path / "x.tif")},
+                                       QgsProcessingContext())
+    assert not ok and "times" in msg and "abc" in msg
+
+
+def test_cli_errors_reach_the_log(qgis, tmp_path):
+    fb = Feedback()
+    with pytest.raises(QgsProcessingException):
+        qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "components": 100000,
+                                              "OUTPUT": str(tmp_path / "x.tif")}, feedback=fb)
+    assert any("components" in w for w in fb.warnings), fb.warnings
+    assert files_in(tmp_path) == []
+
+
+# ---- finding the executable -------------------------------------------------------------
+
+@pytest.fixture
+def reload_provider(qgis, monkeypatch):
+    """Reloads the provider after the test changed where the executable is."""
+    yield qgis["provider"]
+    monkeypatch.undo()
+    QgsSettings().remove("Processing/Configuration/HYPROF_EXECUTABLE")
+    qgis["provider"].refreshAlgorithms()
+    assert qgis["provider"].engine.exe
+
+
+def test_missing_executable_is_said_and_raises(qgis, registry, tmp_path, reload_provider):
+    from hyprof.algorithm import HyprofAlgorithm
+    from hyprof.engine import Engine, find_executable
+    missing = str(tmp_path / "nowhere" / "hyprof")
+    QgsSettings().setValue("Processing/Configuration/HYPROF_EXECUTABLE", missing)
+    provider = reload_provider
+    provider.refreshAlgorithms()
+    assert "executable not found" in provider.longName() and missing in provider.longName()
+    exe, problem = find_executable()
+    assert exe is None and missing in problem
+    # algorithms known from an installed describe.json say so and refuse to run
+    engine = Engine(None, problem, registry)
+    alg = HyprofAlgorithm(registry["operations"][0], engine).create()
+    assert "executable was not found" in alg.shortHelpString()
+    with pytest.raises(QgsProcessingException, match="cannot run: the Processing setting"):
+        alg.processAlgorithm({"INPUT": str(sample("samson.tif")), "OUTPUT": str(tmp_path / "x.tif")},
+                             QgsProcessingContext(), Feedback())
+    assert not (tmp_path / "x.tif").exists()
+
+
+def test_executable_found_beside_the_plugin_or_on_path(qgis, tmp_path, monkeypatch,
+                                                       reload_provider):
+    from hyprof import engine
+    monkeypatch.delenv("HYPROF_EXE")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(engine, "PLUGIN_DIR", str(tmp_path))
+    exe, problem = engine.find_executable()
+    assert exe is None and "no hyprof executable found" in problem and "PATH" in problem
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "hyprof").symlink_to(exe_path())
+    assert engine.find_executable() == (str(tmp_path / "bin" / "hyprof"), None)
+    (tmp_path / "bin" / "hyprof").unlink()
+    (tmp_path / "executable.txt").write_text(exe_path() + "\n")  # cmake --install's record
+    assert engine.find_executable() == (exe_path(), None)
+    (tmp_path / "executable.txt").unlink()
+    monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % Path(exe_path()).parent)
+    assert engine.find_executable() == (str(Path(exe_path())), None)
+
+
+# ---- qgis_process -------------------------------------------------------------------------
+
+def qgis_process_env(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", QGIS_PLUGINPATH=str(PLUGIN_ROOT),
+               QGIS_CUSTOM_CONFIG_PATH=str(tmp_path / "profile"), HYPROF_EXE=exe_path())
+    return env
+
+
+def qgis_process(env, *args):
+    exe = shutil.which("qgis_process.bin") or pytest.skip("qgis_process.bin is not installed")
+    r = subprocess.run([exe] + [str(a) for a in args], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, "qgis_process %s -> %d\n%s\n%s" % (
+        " ".join(map(str, args)), r.returncode, r.stdout, r.stderr)
+    return r
+
+
+def test_qgis_process_run_equals_the_cli(tmp_path):
+    env = qgis_process_env(tmp_path)
+    qgis_process(env, "plugins", "enable", "hyprof")
+    listing = qgis_process(env, "list").stdout
+    assert "hyprof:eadp" in listing
+    ours = tmp_path / "qp.tif"
+    r = qgis_process(env, "run", "hyprof:eadp", "--json", "--INPUT=%s" % sample("samson.tif"), "--count=2",
+                     "--components=3", "--diffusivity=g1", "--OUTPUT=%s" % ours)
+    results = json.loads(r.stdout[r.stdout.index("{"):])["results"]
+    assert results["OUTPUT"] == str(ours)
+    theirs = tmp_path / "cli.tif"
+    run_ok("eadp", "--count", "2", "--components", "3", "--diffusivity", "g1",
+           sample("samson.tif"), theirs)
+    assert_same_raster(ours, theirs)
+
+
+def test_cmake_install_gives_a_plugin_that_says_what_is_missing(registry, tmp_path):
+    """`cmake --install --component qgis` (under DESTDIR) installs the plugin
+    with the registry and the executable's install path; with no executable
+    there, the toolbox still lists every operation and running one fails with
+    the reason."""
+    build = Path(exe_path()).resolve().parents[1]
+    if not (build / "cmake_install.cmake").is_file():
+        pytest.skip("%s is not a CMake build folder" % build)
+    dest, prefix = tmp_path / "destdir", tmp_path / "prefix"
+    r = subprocess.run(["cmake", "--install", str(build), "--component", "qgis", "--prefix",
+                        str(prefix)], env=dict(os.environ, DESTDIR=str(dest)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plugin = next(dest.rglob("hyprof/metadata.txt")).parent
+    assert "hasProcessingProvider=yes" in (plugin / "metadata.txt").read_text()
+    assert json.loads((plugin / "describe.json").read_text()) == registry
+    assert (plugin / "executable.txt").read_text().strip() == str(prefix / "bin" / "hyprof")
+    env = qgis_process_env(tmp_path)
+    del env["HYPROF_EXE"]
+    env.update(QGIS_PLUGINPATH=str(plugin.parent), PATH="/usr/bin:/bin")
+    if shutil.which("hyprof", path=env["PATH"]):
+        pytest.skip("a hyprof executable is installed in /usr/bin")
+    qgis_process(env, "plugins", "enable", "hyprof")
+    listing = qgis_process(env, "list").stdout
+    for op in registry["operations"]:
+        assert "hyprof:%s" % op["name"] in listing
+    exe = shutil.which("qgis_process.bin")
+    r = subprocess.run([exe, "run", "hyprof:pca", "--INPUT=%s" % sample("samson.tif"),
+                        "--OUTPUT=%s" % (tmp_path / "x.tif")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0
+    assert "hyprof pca cannot run: no hyprof executable found" in r.stdout + r.stderr
+    assert not (tmp_path / "x.tif").exists()
+
+
+# ---- the sample graphical model ---------------------------------------------------------------
+
+def test_sample_model_runs_in_qgis_process(registry, tmp_path):
+    ops = {o["name"] for o in registry["operations"]}
+    needed = {"train", "classify", "assess"}
+    if not needed <= ops:
+        pytest.skip("the sample model needs %s (not in describe --json yet)"
+                    % ", ".join(sorted(needed - ops)))
+    sys.path.insert(0, str(ROOT / "samples"))
+    import make_model
+    model = tmp_path / "workflow.model3"
+    subprocess.run([sys.executable, str(ROOT / "samples" / "make_model.py"), str(model)],
+                   env=qgis_process_env(tmp_path), check=True, timeout=300)
+    make_model.check_runs(model, tmp_path, qgis_process_env(tmp_path), exe_path())
