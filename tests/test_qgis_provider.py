@@ -96,6 +96,11 @@ def qgis(tmp_path_factory):
     yield {"app": app, "plugin": plugin, "provider": plugin.provider, "processing": processing}
     plugin.unload()
     app.exitQgis()  # every QgsRasterLayer of the tests is deleted by now
+    # exitQgis() destroys GDAL's driver manager: register the drivers again for
+    # the tests that run after these in the same process.
+    from osgeo import gdal, ogr
+    gdal.AllRegister()
+    ogr.RegisterAll()
 
 
 class Feedback(QgsProcessingFeedback):
