@@ -357,66 +357,6 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args, o
     return st;
 }
 
-/* DWT levels: --levels when given, else the level count whose approximation
- * has the band count closest to --features (ties: more bands). */
-static hyprof_status_t dwt_levels(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t bands,
-                                  int *levels)
-{
-    int given_l = hyprof_args_given(args, "levels"), given_f = hyprof_args_given(args, "features");
-    if (given_l && given_f)
-        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
-                             "--features %ld and --levels %ld both given: use one",
-                             hyprof_args_int(args, "features"), hyprof_args_int(args, "levels"));
-    if (given_l) {
-        *levels = (int)hyprof_args_int(args, "levels");
-        return HYPROF_OK;
-    }
-    long want = hyprof_args_int(args, "features");
-    int maxl = hyprof_dwt_max_levels(bands), best = 1;
-    long best_d = -1;
-    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
-        long d = labs((long)hyprof_dwt_bands(bands, l) - want);
-        if (best_d < 0 || d < best_d) {
-            best_d = d;
-            best = l;
-        }
-    }
-    *levels = best;
-    return HYPROF_OK;
-}
-
-/* The arguments of the spectral reduction, with the levels chosen here. */
-static hyprof_status_t reduce(hyprof_ctx_t *ctx, const hyprof_args_t *args,
-                              const hyprof_cube_t *in, hyprof_cube_t *feat, char ***names,
-                              int *levels)
-{
-    *levels = 0;
-    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
-        return hyprof__reduce(ctx, OP, args, in, feat, names);
-    hyprof_status_t st = dwt_levels(ctx, args, in->bands, levels);
-    if (st != HYPROF_OK)
-        return st;
-    const hyprof_op_t *op = hyprof_args_op(args);
-    hyprof_args_t *copy = hyprof_args_new(op);
-    if (!copy)
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    for (size_t i = 0; st == HYPROF_OK && i < op->nparams; i++) {
-        const char *t = hyprof_args_str(args, op->params[i].name);
-        if (t)
-            st = hyprof_args_set(copy, op->params[i].name, t);
-    }
-    char text[16];
-    snprintf(text, sizeof text, "%d", *levels);
-    if (st == HYPROF_OK)
-        st = hyprof_args_set(copy, "levels", text);
-    if (st != HYPROF_OK)
-        st = hyprof__error(ctx, st, OP, "%s", hyprof_args_error(copy));
-    else
-        st = hyprof__reduce(ctx, OP, copy, in, feat, names);
-    hyprof_args_free(&copy);
-    return st;
-}
-
 static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
                                     const op_params_t *o, const double *range, int levels)
 {
@@ -484,7 +424,7 @@ hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     int levels = 0;
     if (st == HYPROF_OK) {
         hyprof__progress_push(ctx, 0.0, 0.3, saved);
-        st = reduce(ctx, args, in, &feat, &names, &levels);
+        st = hyprof__reduce_features(ctx, OP, args, in, &feat, &names, &levels);
         hyprof__progress_pop(ctx, saved);
     }
     if (st == HYPROF_OK && !(range = calloc(2 * feat.bands, sizeof *range)))
