@@ -213,6 +213,10 @@ static int by_reconstruction(const uint8_t *band, const uint8_t *mask, size_t W,
         return -1;
     for (size_t p = 0; p < n; p++)
         out[p] = closing ? (uint8_t)(255 - s->J[p]) : s->J[p];
+    if (mask) /* level 0, as in the band plane: what the denoising sees there */
+        for (size_t p = 0; p < n; p++)
+            if (!mask[p])
+                out[p] = 0;
     return 0;
 }
 
