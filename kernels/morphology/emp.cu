@@ -2,9 +2,11 @@
  * algorithms/morphology/emp_impl.h). Everything stays on the device between
  * the stages; the host sees the 8-bit bands go in and the float planes come out.
  *
- *   erode       one launch for every (band, radius, polarity) plane (grid z):
- *               minimum over the structuring element's rows (half-width table),
- *               masked pixels ignored; closings work on 255 - f
+ *   erode       per band: running row minima of f and 255 - f for every
+ *               half-width up to the largest radius (one pass), then the
+ *               markers of all radii and both polarities (grid z): the minimum
+ *               over the structuring element's rows (half-width table) of those
+ *               row minima; masked pixels ignored (the CPU's algorithm)
  *   reconstruct block-asynchronous reconstruction (the seed's BAR): one warp per
  *               32 x 32 tile (+ 1-pixel halo) in shared memory runs row-parallel
  *               left/right and column-parallel down/up scans (8-connected) until
@@ -55,12 +57,42 @@ __device__ __forceinline__ void plane_of(int z, int nradii, int *band, int *ri, 
     *outk = k < nradii ? k : k + 1;
 }
 
-/* Marker: erosion of f (255 - f for closings) by the SE; masked pixels are
- * outside it and get 0 (inert in the reconstruction). */
-__global__ void erode_kernel(const uint8_t *__restrict__ q, const uint8_t *__restrict__ mask,
-                             int W, int H, size_t n, int nradii, const int *__restrict__ radii,
-                             const int *__restrict__ hw_off, const int *__restrict__ hw,
-                             uint8_t *__restrict__ emp)
+/* Running row minima of one band for both polarities (z: 0 = f, 1 = 255 - f):
+ * hm[(z * (rmax + 1) + k) * n + p] = min over [x - k, x + k] of the row
+ * (clipped; masked pixels count as 255, i.e. are ignored). */
+__global__ void hmin_kernel(const uint8_t *__restrict__ qb, const uint8_t *__restrict__ mask,
+                            int W, size_t n, int rmax, uint8_t *__restrict__ hm)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y, pol = blockIdx.z;
+    if (x >= W)
+        return;
+    const size_t r0 = (size_t)y * W;
+    auto val = [&](int xx) -> unsigned {
+        if (mask && !mask[r0 + xx])
+            return 255u;
+        const unsigned v = __ldg(qb + r0 + xx);
+        return pol ? 255u - v : v;
+    };
+    unsigned m = val(x);
+    uint8_t *out = hm + (size_t)pol * (rmax + 1) * n + r0 + x;
+    out[0] = (uint8_t)m;
+    for (int k = 1; k <= rmax; ++k) {
+        if (x - k >= 0)
+            m = min(m, val(x - k));
+        if (x + k < W)
+            m = min(m, val(x + k));
+        out[(size_t)k * n] = (uint8_t)m;
+    }
+}
+
+/* Markers of one band's 2 nradii reconstruction planes (grid z): the erosion
+ * of f (255 - f for closings) by the SE, the minimum over its rows of the
+ * running row minima of the row's half-width; masked pixels get 0 (inert in
+ * the reconstruction). `embp`: the band's first profile plane. */
+__global__ void marker_kernel(const uint8_t *__restrict__ hm, const uint8_t *__restrict__ mask,
+                              int W, int H, size_t n, int rmax, int nradii,
+                              const int *__restrict__ radii, const int *__restrict__ hw_off,
+                              const int *__restrict__ hw, uint8_t *__restrict__ embp)
 {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= W || y >= H)
@@ -69,41 +101,51 @@ __global__ void erode_kernel(const uint8_t *__restrict__ q, const uint8_t *__res
     bool closing;
     plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
     const size_t p = (size_t)y * W + x;
-    uint8_t *dst = emp + ((size_t)band * (2 * nradii + 1) + outk) * n;
+    uint8_t *dst = embp + (size_t)outk * n + p;
     if (mask && !mask[p]) {
-        dst[p] = 0;
+        *dst = 0;
         return;
     }
     const int r = radii[ri];
     const int *h = hw + hw_off[ri];
-    const uint8_t *qb = q + (size_t)band * n;
+    const uint8_t *base = hm + (size_t)(closing ? 1 : 0) * (rmax + 1) * n + x;
     unsigned m = 255;
     for (int dy = -r; dy <= r; ++dy) {
         const int yy = y + dy;
         if (yy < 0 || yy >= H)
             continue;
-        const int w = h[dy + r], x0 = x - w < 0 ? 0 : x - w, x1 = x + w >= W ? W - 1 : x + w;
-        const uint8_t *row = qb + (size_t)yy * W;
-        const uint8_t *mrow = mask ? mask + (size_t)yy * W : NULL;
-        for (int xx = x0; xx <= x1; ++xx) {
-            if (mrow && !mrow[xx])
-                continue;
-            unsigned v = __ldg(row + xx);
-            v = closing ? 255u - v : v;
-            m = v < m ? v : m;
-        }
+        m = min(m, (unsigned)__ldg(base + (size_t)h[dy + r] * n + (size_t)yy * W));
     }
-    dst[p] = (uint8_t)m;
+    *dst = (uint8_t)m;
 }
 
-/* One warp per 32 x 32 tile of one plane: scans until the tile is stable. */
+/* One warp per 32 x 32 tile of one plane: scans until the tile is stable.
+ * A tile is skipped when neither it nor a neighbour changed in the previous
+ * launch (`prev`, NULL: the first launch): then its pixels and its halo are
+ * what they were when it was last found stable. Changed tiles are marked in
+ * `cur` (cleared before the launch) and raise *changed. */
 __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
                                                    const uint8_t *__restrict__ mask, int W,
                                                    int H, size_t n, int nradii, uint8_t *emp,
-                                                   int *changed)
+                                                   const uint8_t *__restrict__ prev,
+                                                   uint8_t *cur, int *changed)
 {
     __shared__ uint8_t J[kTile + 2][kStride];
     __shared__ uint8_t I[kTile][kStride];
+    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
+    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
+    if (prev) {
+        bool active = false;
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx) {
+                const int yy = ty + dy, xx = tx + dx;
+                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
+                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
+                    active = true;
+            }
+        if (!active)
+            return;
+    }
     int band, ri, outk;
     bool closing;
     plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
@@ -189,8 +231,10 @@ __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q
         if (gx < W && gy < H)
             plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
     }
-    if (lane == 0)
+    if (lane == 0) {
+        cur[tile] = 1;
         *changed = 1;
+    }
 }
 
 /* Closings back to 255 - J, the band plane from q, masked pixels 0. */
@@ -452,22 +496,45 @@ hyprof_status_t EmpDevice::profiles()
     cudaStream_t st = s.get();
     const size_t nrec = nb * 2 * a->nradii;
     const uint8_t *m = a->mask ? mask.get() : NULL;
+    const int rmax = a->radii[a->nradii - 1];
+    DeviceBuffer<uint8_t> hm;
+    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
     const dim3 eb(32, 8);
-    erode_kernel<<<grid2(a->width, a->height, nrec, eb), eb, 0, st>>>(
-        q.get(), m, W, H, n, (int)a->nradii, radii.get(), hw_off.get(), hw.get(), emp.get());
-    HYPROF_CUDA_CHECK_LAUNCH("erode_kernel");
+    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
+        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
+                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
+        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
+        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
+            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
+            emp.get() + b * P * n);
+        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
+    }
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
-    int changed = 1;
+    /* tile activity, ping-pong; two launches per look at the flag (a launch
+     * after convergence skips every tile) */
+    const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z;
+    DeviceBuffer<uint8_t> act;
+    HYPROF_TRY(act.alloc(ctx, op, 2 * ntiles));
+    uint8_t *buf[2] = {act.get(), act.get() + ntiles};
+    const uint8_t *prev = NULL;
+    int changed = 1, which = 0;
     for (int it = 0; changed; ++it) {
-        HYPROF_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), st));
-        recon_kernel<<<tiles, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii, emp.get(),
-                                           flag.get());
-        HYPROF_CUDA_CHECK_LAUNCH("recon_kernel");
+        for (int k = 0; k < 2; ++k) {
+            uint8_t *cur = buf[which];
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(cur, 0, ntiles, st));
+            if (k == 1)
+                HYPROF_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), st));
+            recon_kernel<<<tiles, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii, emp.get(),
+                                               prev, cur, flag.get());
+            HYPROF_CUDA_CHECK_LAUNCH("recon_kernel");
+            prev = cur;
+            which ^= 1;
+        }
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(&changed, flag.get(), sizeof(int),
                                           cudaMemcpyDeviceToHost, st));
         HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-        if ((it & 15) == 15)
+        if ((it & 7) == 7)
             HYPROF_TRY(cancelled());
     }
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
@@ -650,11 +717,48 @@ hyprof_status_t EmpDevice::denoise()
     return HYPROF_OK;
 }
 
+/* Page-locks the output for every device (portable) while it is filled: the
+ * W-MCD output is 3 x 9 times the features, its download dominates the
+ * host-to-host time when pageable. Best effort. */
+class PortablePin {
+  public:
+    PortablePin() = default;
+    PortablePin(const PortablePin &) = delete;
+    PortablePin &operator=(const PortablePin &) = delete;
+    ~PortablePin()
+    {
+        if (p_) {
+            (void)cudaDeviceSynchronize();
+            (void)cudaHostUnregister(p_);
+        }
+        (void)cudaGetLastError();
+    }
+    void pin(void *p, size_t bytes)
+    {
+        if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
+            p_ = p;
+        else
+            (void)cudaGetLastError();
+    }
+
+  private:
+    void *p_ = NULL;
+};
+
+static size_t out_floats(const hyprof_emp_args_t *a)
+{
+    return a->bands * hyprof__emp_planes(a->nradii) * a->width * a->height *
+           (a->wavelet ? 3 : 1);
+}
+
 hyprof_status_t EmpDevice::run()
 {
     if (a->width > (size_t)INT_MAX / 2 || a->height > (size_t)INT_MAX / 2)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zux%zu pixels: too large for the GPU",
                              a->width, a->height);
+    PortablePin pin; /* only when this device does all the bands */
+    if (main == ctx && b0 == 0 && nb == a->bands)
+        pin.pin(a->out, out_floats(a) * sizeof(float));
     HYPROF_TRY(s.create(ctx, op));
     HYPROF_TRY(upload());
     HYPROF_TRY(profiles());
@@ -682,6 +786,12 @@ static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a)
 {
     const char *op = a->op;
     const size_t nd = a->ndevices;
+    int prev_dev = -1;
+    (void)cudaGetDevice(&prev_dev);
+    (void)cudaSetDevice(a->devices[0]);
+    (void)cudaGetLastError();
+    PortablePin pin;
+    pin.pin(a->out, out_floats(a) * sizeof(float));
     std::vector<hyprof_ctx_t *> sub(nd, (hyprof_ctx_t *)NULL);
     std::vector<hyprof_status_t> st(nd, HYPROF_OK);
     hyprof_status_t res = HYPROF_OK;
@@ -712,6 +822,9 @@ static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a)
         }
     for (size_t d = 0; d < nd; ++d)
         hyprof_ctx_free(&sub[d]);
+    if (prev_dev >= 0)
+        (void)cudaSetDevice(prev_dev);
+    (void)cudaGetLastError();
     if (res == HYPROF_OK)
         res = hyprof__progress(ctx, 1.0, op);
     return res;
