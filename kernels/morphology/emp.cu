@@ -17,16 +17,15 @@
  *   finish      closings back to 255 - J, the band plane, masked pixels 0
  *   denoise     (W-MCD) per group of planes in double: periodized separable
  *               2-D DWT (rows/columns kernels, filters in constant memory),
- *               |HH1| sorted per plane by cub's segmented radix sort for the
- *               median, universal threshold, thresholding, inverse per level
+ *               the median of |HH1| per plane by an exact radix select (8
+ *               passes of 8 bits over the bit patterns), universal threshold,
+ *               thresholding, inverse per level
  *
  * Several devices (--devices): the bands are split into contiguous ranges, one
  * host thread per device runs the whole chain on its range and writes its own
  * output planes (the seed's spectral partition for the EMP and denoising). */
 #include "../../algorithms/morphology/emp_impl.h"
 #include "../core/cuda_util.h"
-
-#include <cub/cub.cuh>
 
 #include <climits>
 #include <math.h>
@@ -361,23 +360,83 @@ __global__ void inv0_kernel(const double *__restrict__ a, const double *__restri
     out[blockIdx.z * os + (size_t)k * w + i] = s;
 }
 
-__global__ void abs_kernel(const double *__restrict__ d, size_t is, size_t m, double *keys)
+/* The median of |HH1| per plane by an exact radix select on the bit patterns
+ * of |d| (non-negative doubles order like their bits): 8 passes of 8 bits for
+ * the two middle order statistics (equal for an odd count). */
+struct SelQ {
+    unsigned long long prefix;
+    long long rank;
+};
+
+__global__ void sel_init_kernel(SelQ *q, int G, size_t m)
 {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < m)
-        keys[blockIdx.y * m + i] = fabs(d[blockIdx.y * is + i]);
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G)
+        return;
+    q[2 * g] = {0ull, (long long)(m / 2 - ((m & 1) ? 0 : 1))};
+    q[2 * g + 1] = {0ull, (long long)(m / 2)};
 }
 
-__global__ void lambda_kernel(const double *__restrict__ sorted, size_t m, int G, double npix,
+/* grid (blocks, G), 256 threads: histogram of the digit at `shift` of the keys
+ * that match each query's prefix above it. */
+__global__ void sel_hist_kernel(const double *__restrict__ d, size_t is, size_t m,
+                                const SelQ *__restrict__ q, int shift,
+                                unsigned long long *ghist)
+{
+    __shared__ unsigned h[2][256];
+    for (int i = threadIdx.x; i < 512; i += blockDim.x)
+        h[i / 256][i % 256] = 0;
+    __syncthreads();
+    const int g = blockIdx.y;
+    const unsigned long long hmask = shift + 8 >= 64 ? 0ull : ~0ull << (shift + 8);
+    const unsigned long long p0 = q[2 * g].prefix & hmask, p1 = q[2 * g + 1].prefix & hmask;
+    const double *dp = d + (size_t)g * is;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned long long key = (unsigned long long)__double_as_longlong(fabs(dp[i]));
+        const unsigned digit = (unsigned)(key >> shift) & 255u;
+        if ((key & hmask) == p0)
+            atomicAdd(&h[0][digit], 1u);
+        if ((key & hmask) == p1)
+            atomicAdd(&h[1][digit], 1u);
+    }
+    __syncthreads();
+    unsigned long long *gh = ghist + (size_t)g * 512;
+    for (int i = threadIdx.x; i < 512; i += blockDim.x)
+        if (h[i / 256][i % 256])
+            atomicAdd(gh + i, (unsigned long long)h[i / 256][i % 256]);
+}
+
+/* grid G, 2 threads (one per query): the bin holding the rank; clears the
+ * histograms for the next pass. */
+__global__ void sel_scan_kernel(SelQ *q, int shift, unsigned long long *ghist)
+{
+    const int g = blockIdx.x, t = threadIdx.x;
+    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)t * 256;
+    SelQ s = q[2 * g + t];
+    unsigned long long cum = 0;
+    for (int b = 0; b < 256; ++b) {
+        if ((unsigned long long)s.rank < cum + h[b]) {
+            s.prefix |= (unsigned long long)b << shift;
+            s.rank -= (long long)cum;
+            break;
+        }
+        cum += h[b];
+    }
+    q[2 * g + t] = s;
+    for (int b = 0; b < 256; ++b)
+        h[b] = 0;
+}
+
+__global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, double npix,
                               double *lambda)
 {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= G)
         return;
-    const double *s = sorted + (size_t)g * m;
-    double med = s[m / 2];
-    if (!(m & 1))
-        med = (s[m / 2 - 1] + med) / 2.0;
+    const double lo = __longlong_as_double((long long)q[2 * g].prefix);
+    const double hi = __longlong_as_double((long long)q[2 * g + 1].prefix);
+    const double med = (m & 1) ? hi : (lo + hi) / 2.0;
     lambda[g] = med / 0.6745 * sqrt(2.0 * log(npix));
 }
 
@@ -405,13 +464,6 @@ __global__ void out_kernel(const double *__restrict__ src, size_t n,
         return;
     dst[((size_t)3 * blockIdx.y + k) * n + p] =
         (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
-}
-
-__global__ void offsets_kernel(int *off, int G, int m)
-{
-    const int g = blockIdx.x * blockDim.x + threadIdx.x;
-    if (g <= G)
-        off[g] = g * m;
 }
 
 /* ---- one device's share ----------------------------------------------------------------- */
@@ -573,10 +625,10 @@ struct Pyramid {
         }
     }
     size_t m(int l) const { return hs[l] * ws[l]; }
-    /* doubles per plane: x, the pyramid, L/H, two inverse buffers, sort keys */
+    /* doubles per plane: x, the pyramid, L/H, two inverse buffers */
     size_t doubles(size_t n) const
     {
-        size_t t = n + 2 * hs[1] * ws[0] + 2 * n + 2 * m(1);
+        size_t t = n + 2 * hs[1] * ws[0] + 2 * n;
         for (int l = 1; l <= J; ++l)
             t += 4 * m(l);
         return t;
@@ -588,20 +640,20 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G)
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
     const int F = (int)a->wavelet->length;
-    DeviceBuffer<double> x, lh, t1, t2, keys, sorted, lambda;
+    DeviceBuffer<double> x, lh, t1, t2, lambda;
     std::vector<DeviceBuffer<double>> lev(py.J + 1);
     DeviceBuffer<float> out;
-    DeviceBuffer<int> off;
+    DeviceBuffer<SelQ> sel;
+    DeviceBuffer<unsigned long long> hist;
     const size_t m1 = py.m(1);
     HYPROF_TRY(x.alloc(ctx, op, G * n));
     HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
     HYPROF_TRY(t1.alloc(ctx, op, G * n));
     HYPROF_TRY(t2.alloc(ctx, op, G * n));
-    HYPROF_TRY(keys.alloc(ctx, op, G * m1));
-    HYPROF_TRY(sorted.alloc(ctx, op, G * m1));
+    HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
+    HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
     HYPROF_TRY(lambda.alloc(ctx, op, G));
     HYPROF_TRY(out.alloc(ctx, op, 3 * G * n));
-    HYPROF_TRY(off.alloc(ctx, op, G + 1));
     for (int l = 1; l <= py.J; ++l)
         HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
     const dim3 b2(32, 8), b1(256);
@@ -627,21 +679,18 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G)
         prev_stride = m;
     }
     /* the universal threshold of every plane from the median of |HH1| */
-    abs_kernel<<<dim3((unsigned)div_up(m1, 256), (unsigned)G), b1, 0, st>>>(
-        lev[1].get() + 3 * G * m1, m1, m1, keys.get());
-    HYPROF_CUDA_CHECK_LAUNCH("abs_kernel");
-    offsets_kernel<<<(unsigned)div_up(G + 1, 256), b1, 0, st>>>(off.get(), (int)G, (int)m1);
-    HYPROF_CUDA_CHECK_LAUNCH("offsets_kernel");
-    size_t temp_bytes = 0;
-    HYPROF_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeys(
-        NULL, temp_bytes, keys.get(), sorted.get(), (int)(G * m1), (int)G, off.get(),
-        off.get() + 1, 0, 64, st));
-    DeviceBuffer<unsigned char> temp;
-    HYPROF_TRY(temp.alloc(ctx, op, temp_bytes));
-    HYPROF_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeys(
-        temp.get(), temp_bytes, keys.get(), sorted.get(), (int)(G * m1), (int)G, off.get(),
-        off.get() + 1, 0, 64, st));
-    lambda_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sorted.get(), m1, (int)G, (double)n,
+    sel_init_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), (int)G, m1);
+    HYPROF_CUDA_CHECK_LAUNCH("sel_init_kernel");
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(hist.get(), 0, 512 * G * sizeof(unsigned long long), st));
+    const unsigned sel_blocks = (unsigned)(m1 / 8192 < 1 ? 1 : m1 / 8192 > 64 ? 64 : m1 / 8192);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        sel_hist_kernel<<<dim3(sel_blocks, (unsigned)G), 256, 0, st>>>(
+            lev[1].get() + 3 * G * m1, m1, m1, sel.get(), shift, hist.get());
+        HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
+        sel_scan_kernel<<<(unsigned)G, 2, 0, st>>>(sel.get(), shift, hist.get());
+        HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
+    }
+    lambda_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), m1, (int)G, (double)n,
                                                            lambda.get());
     HYPROF_CUDA_CHECK_LAUNCH("lambda_kernel");
     for (int l = 1; l <= py.J; ++l) {
@@ -699,17 +748,17 @@ hyprof_status_t EmpDevice::denoise()
                                               cudaMemcpyHostToDevice, s.get()));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     const Pyramid py(a->height, a->width, a->levels);
-    const size_t per_plane = py.doubles(n) * sizeof(double) + 3 * n * sizeof(float) + 64;
+    const size_t per_plane = py.doubles(n) * sizeof(double) + 3 * n * sizeof(float) + 4200;
     size_t budget = 0;
     HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
     const size_t planes = nb * P;
-    size_t G = budget / 2 / per_plane; /* half: room for cub's temporary storage */
+    size_t G = budget / 2 / per_plane; /* half: a margin for the EMP's buffers */
     if (G == 0)
         return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
                              "%zu bytes of device memory per plane are not available",
                              per_plane);
-    if ((size_t)G * py.m(1) > (size_t)INT_MAX)
-        G = (size_t)INT_MAX / py.m(1);
+    if (G > 65535) /* grid y/z */
+        G = 65535;
     for (size_t t0 = 0; t0 < planes; t0 += G) {
         HYPROF_TRY(cancelled());
         HYPROF_TRY(denoise_group(t0, planes - t0 < G ? planes - t0 : G));
