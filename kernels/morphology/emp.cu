@@ -507,7 +507,8 @@ class EmpDevice {
     hyprof_status_t profiles();
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
-    hyprof_status_t denoise_group(size_t t0, size_t G);
+    struct Bufs;
+    hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
 };
 
 hyprof_status_t EmpDevice::upload()
@@ -635,27 +636,42 @@ struct Pyramid {
     }
 };
 
-hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G)
+/* The work buffers of a group of at most G planes, allocated once (a
+ * cudaFree inside the loop would stall the overlapped downloads). */
+struct EmpDevice::Bufs {
+    DeviceBuffer<double> x, lh, t1, t2, lambda;
+    std::vector<DeviceBuffer<double>> lev;
+    DeviceBuffer<SelQ> sel;
+    DeviceBuffer<unsigned long long> hist;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
+                          size_t G)
+    {
+        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
+        HYPROF_TRY(x.alloc(ctx, op, G * n));
+        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
+        HYPROF_TRY(t1.alloc(ctx, op, G * n));
+        HYPROF_TRY(t2.alloc(ctx, op, G * n));
+        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
+        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
+        HYPROF_TRY(lambda.alloc(ctx, op, G));
+        for (int l = 1; l <= py.J; ++l)
+            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
+        return HYPROF_OK;
+    }
+};
+
+/* Enqueues the W-MCD of planes [t0, t0 + G) on the compute stream; the float
+ * planes go to `outd` (3 G planes, in output order). */
+hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *outd)
 {
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
     const int F = (int)a->wavelet->length;
-    DeviceBuffer<double> x, lh, t1, t2, lambda;
-    std::vector<DeviceBuffer<double>> lev(py.J + 1);
-    DeviceBuffer<float> out;
-    DeviceBuffer<SelQ> sel;
-    DeviceBuffer<unsigned long long> hist;
+    DeviceBuffer<double> &x = bf.x, &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
+    std::vector<DeviceBuffer<double>> &lev = bf.lev;
+    DeviceBuffer<SelQ> &sel = bf.sel;
+    DeviceBuffer<unsigned long long> &hist = bf.hist;
     const size_t m1 = py.m(1);
-    HYPROF_TRY(x.alloc(ctx, op, G * n));
-    HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
-    HYPROF_TRY(t1.alloc(ctx, op, G * n));
-    HYPROF_TRY(t2.alloc(ctx, op, G * n));
-    HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
-    HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
-    HYPROF_TRY(lambda.alloc(ctx, op, G));
-    HYPROF_TRY(out.alloc(ctx, op, 3 * G * n));
-    for (int l = 1; l <= py.J; ++l)
-        HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
     const dim3 b2(32, 8), b1(256);
     u8_to_double_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
         emp.get() + t0 * n, n, x.get());
@@ -726,12 +742,9 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G)
         }
         (void)astride;
         out_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
-            t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, out.get());
+            t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, outd);
         HYPROF_CUDA_CHECK_LAUNCH("out_kernel");
     }
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, out.get(),
-                                      3 * G * n * sizeof(float), cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
 }
 
@@ -748,7 +761,7 @@ hyprof_status_t EmpDevice::denoise()
                                               cudaMemcpyHostToDevice, s.get()));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     const Pyramid py(a->height, a->width, a->levels);
-    const size_t per_plane = py.doubles(n) * sizeof(double) + 3 * n * sizeof(float) + 4200;
+    const size_t per_plane = py.doubles(n) * sizeof(double) + 6 * n * sizeof(float) + 4200;
     size_t budget = 0;
     HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
     const size_t planes = nb * P;
@@ -759,10 +772,42 @@ hyprof_status_t EmpDevice::denoise()
                              per_plane);
     if (G > 65535) /* grid y/z */
         G = 65535;
-    for (size_t t0 = 0; t0 < planes; t0 += G) {
-        HYPROF_TRY(cancelled());
-        HYPROF_TRY(denoise_group(t0, planes - t0 < G ? planes - t0 : G));
+    /* groups of about a quarter of the planes: the download of one overlaps
+     * the computation of the next (two output buffers, a copy stream) */
+    const size_t quarter = (planes + 3) / 4;
+    if (G > quarter)
+        G = quarter;
+    Bufs bf;
+    HYPROF_TRY(bf.alloc(ctx, op, py, n, G));
+    DeviceBuffer<float> outb[2];
+    HYPROF_TRY(outb[0].alloc(ctx, op, 3 * G * n));
+    HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
+    Stream cs;
+    Event done[2], copied[2];
+    HYPROF_TRY(cs.create(ctx, op));
+    for (int k = 0; k < 2; ++k) {
+        HYPROF_TRY(done[k].create(ctx, op));
+        HYPROF_TRY(copied[k].create(ctx, op));
     }
+    bool issued[2] = {false, false};
+    size_t i = 0;
+    for (size_t t0 = 0; t0 < planes; t0 += G, ++i) {
+        const size_t g = planes - t0 < G ? planes - t0 : G, k = i & 1;
+        HYPROF_TRY(cancelled());
+        if (issued[k]) /* the buffer's previous download must be done */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(s.get(), copied[k].get(), 0));
+        /* u8_to_double reads the EMP planes: the group's first plane is t0 */
+        HYPROF_TRY(denoise_group(t0, g, bf, outb[k].get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(done[k].get(), s.get()));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[k].get(), 0));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, outb[k].get(),
+                                          3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
+                                          cs.get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(copied[k].get(), cs.get()));
+        issued[k] = true;
+    }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     return HYPROF_OK;
 }
 
