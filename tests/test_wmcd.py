@@ -147,3 +147,25 @@ def test_bad_input(tmp_path, case):
     msg = " ".join(message_lines(r.stderr))
     assert named in msg, "the message does not name %r: %s" % (named, msg)
     assert leftovers(tmp_path, "out.tif") == []
+
+
+def test_nodata_enters_at_level_0_and_stays_nodata(tmp_path):
+    """Masked pixels come out as nodata in every band; the other pixels are the
+    denoising of the EMP planes with the masked pixels at level 0."""
+    img = byte_image(np.random.default_rng(9), 40, 52).astype(np.float32)
+    img[10:16, 20:30] = -9999
+    src = write_cube(tmp_path / "img.tif", img, nodata=-9999)
+    out, e = tmp_path / "w.tif", tmp_path / "e.tif"
+    wmcd("--reduction", "none", "--radii", "1,2", src, out, cwd=tmp_path)
+    run_ok("emp", "--backend", "cpu", "--reduction", "none", "--radii", "1,2", src, e,
+           cwd=tmp_path)
+    w, p = read_cube(out, np.float64), read_cube(e, np.float64)
+    masked = img == -9999
+    assert (w[:, masked] == -9999).all()
+    levels = ref.auto_levels(40, 52)
+    for i in range(p.shape[0]):
+        want = ref.wmcd_plane(np.where(masked, 0.0, p[i]), levels)
+        for k in range(3):
+            got = w[3 * i + k]
+            e_ = np.abs(got - want[k])[~masked].max() / np.abs(want[k]).max()
+            assert e_ < TOL, "plane %d level %d: %.3g" % (i, levels[k], e_)
