@@ -124,8 +124,8 @@ static const hyprof_param_t eap_params[] = {
 #define P_EMP                                                                          \
     P_REDUCTION("dwt"), P_FEATURES("4"),                                               \
     {"radii", HYPROF_PARAM_INT_LIST, "1,3,5,7", 1, 10000, NULL,                        \
-     "Strictly increasing radii of the structuring elements (each at most half the "    \
-     "image's smaller side, rounded down).", 0},                                        \
+     "Strictly increasing radii of the structuring elements (2r+1 at most the "         \
+     "image's smaller side).", 0},                                                      \
     {"se", HYPROF_PARAM_CHOICE, "disk", NOLIMIT, "disk|square|diamond",                \
      "Structuring element of radius r: disk (x^2 + y^2 <= r^2, scikit-image's "         \
      "disk(r)), square (side 2r+1) or diamond (|x| + |y| <= r).", 0},                   \
