@@ -165,8 +165,8 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
-static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, unsigned levels,
-                                    uint16_t *out, double *range)
+static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
+                                    unsigned levels, uint16_t *out, double *range)
 {
     size_t n = x->width * x->height;
     const uint8_t *m = x->mask;
@@ -178,7 +178,7 @@ static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, u
             if (m && !m[p])
                 continue;
             if (!isfinite(v[p]))
-                return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                                      "band %zu: value %g at pixel (%zu, %zu) is not finite "
                                      "and not masked", b + 1, (double)v[p], p % x->width,
                                      p / x->width);
@@ -204,19 +204,25 @@ static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, u
     return HYPROF_OK;
 }
 
-hyprof_status_t hyprof_quantise(hyprof_ctx_t *ctx, const hyprof_cube_t *in, unsigned levels,
-                                uint16_t *out, double *range)
+hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                 unsigned levels, uint16_t *out, double *range)
 {
     if (levels != 256 && levels != 65536)
-        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                              "quantisation levels %u must be 256 or 65536", levels);
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
-    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
+    hyprof_status_t st = hyprof__input_f32(ctx, op, in, &tmp, &x);
     if (st == HYPROF_OK)
-        st = quantise_f32(ctx, x, levels, out, range);
+        st = quantise_f32(ctx, op, x, levels, out, range);
     hyprof_cube_free(&tmp);
     return st;
+}
+
+hyprof_status_t hyprof_quantise(hyprof_ctx_t *ctx, const hyprof_cube_t *in, unsigned levels,
+                                uint16_t *out, double *range)
+{
+    return hyprof__quantise(ctx, OP, in, levels, out, range);
 }
 
 hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
@@ -237,7 +243,7 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     if (!q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
     if (st == HYPROF_OK)
-        st = quantise_f32(ctx, x, p->levels, q, range);
+        st = quantise_f32(ctx, OP, x, p->levels, q, range);
     if (st == HYPROF_OK &&
         (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
                                 x->bands * planes)) != HYPROF_OK)

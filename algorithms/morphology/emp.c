@@ -3,7 +3,7 @@
  * the `emp` operation. The filters are in reconstruct.c (CPU) and
  * kernels/morphology/emp.cu (CUDA). */
 #include "emp_internal.h"
-#include "hyprof/attribute.h"
+#include "../attribute/eap_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +94,7 @@ hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_
     if (!q16 || !q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot allocate the quantised bands");
     if (st == HYPROF_OK)
-        st = hyprof_quantise(ctx, x, 256, q16, range);
+        st = hyprof__quantise(ctx, op, x, 256, q16, range);
     for (size_t i = 0; st == HYPROF_OK && i < n * x->bands; i++)
         q[i] = (uint8_t)q16[i];
     free(q16);
