@@ -186,3 +186,16 @@ def test_images_too_small(tmp_path, shape):
     msg = " ".join(message_lines(r.stderr))
     assert "%dx%d" % (shape[1], shape[0]) in msg, msg
     assert leftovers(tmp_path, "out.tif") == []
+
+
+def test_devices_do_not_change_the_cpu_result(tmp_path):
+    """--devices names GPUs; on the CPU backend it is accepted and changes nothing."""
+    img = random_image(np.random.default_rng(4), 25, 31, "plateaus").astype(np.uint8)
+    src = write_cube(tmp_path / "img.tif", img)
+    outs = []
+    for i, dev in enumerate([None, "all", "0,1"]):
+        out = tmp_path / ("e%d.tif" % i)
+        emp("--reduction", "none", "--radii", "1,2", *(["--devices", dev] if dev else []), src,
+            out, cwd=tmp_path)
+        outs.append(read_cube(out, np.float32))
+    assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
