@@ -15,7 +15,8 @@
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
- * after a warm-up, host to host, one device and (if present) two.
+ * after a warm-up, host to host, one device and (if present) two; the last
+ * repetition prints the library's per-device stage times ($HYPROF_EMP_TRACE).
  * $HYPROF_TEST_TIMING=0 skips it.
  *
  * Exit 0 when all pass, 1 on any failure (each printed), 77 without a CUDA
@@ -237,6 +238,14 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The library's $HYPROF_EMP_TRACE lines (stage times per device). */
+static void print_log(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    printf("  %s\n", message);
+}
+
 static void timing(hyprof_ctx_t *gpu, int ndev)
 {
     hyprof_cube_t in;
@@ -256,10 +265,18 @@ static void timing(hyprof_ctx_t *gpu, int ndev)
             double t[4];
             for (int i = 0; i < 4; i++) {
                 hyprof_cube_t out;
+                if (i == 3) { /* the last repetition traces its stages */
+                    setenv("HYPROF_EMP_TRACE", "1", 1);
+                    hyprof_ctx_set_log(gpu, print_log, NULL);
+                }
                 double t0 = now_ms();
                 hyprof_status_t st = which ? hyprof_wmcd(gpu, &in, &p, &out, NULL, NULL)
                                            : hyprof_emp(gpu, &in, &p.emp, &out, NULL);
                 t[i] = now_ms() - t0;
+                if (i == 3) {
+                    unsetenv("HYPROF_EMP_TRACE");
+                    hyprof_ctx_set_log(gpu, NULL, NULL);
+                }
                 if (st != HYPROF_OK) {
                     FAIL("timing: %s", hyprof_ctx_last_error(gpu));
                     hyprof_cube_free(&in);

@@ -165,43 +165,67 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
+/* One band: its valid min and max into lo_hi and its levels into q; returns
+ * the first valid pixel that is not finite, or SIZE_MAX. */
+static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned levels,
+                            uint16_t *q, double lo_hi[2])
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t p = 0; p < n; p++) {
+        if (m && !m[p])
+            continue;
+        if (!isfinite(v[p]))
+            return p;
+        lo = v[p] < lo ? v[p] : lo;
+        hi = v[p] > hi ? v[p] : hi;
+    }
+    lo_hi[0] = lo <= hi ? lo : NAN;
+    lo_hi[1] = lo <= hi ? hi : NAN;
+    double top = (double)(levels - 1), span = hi - lo;
+    for (size_t p = 0; p < n; p++) {
+        if ((m && !m[p]) || !(span > 0.0)) {
+            q[p] = 0;
+            continue;
+        }
+        /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
+         * rounding as NumPy's ((x - min) * top / span + 0.5) */
+        double s = floor(((double)v[p] - lo) * top / span + 0.5);
+        q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
+    }
+    return SIZE_MAX;
+}
+
 static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
                                     unsigned levels, uint16_t *out, double *range)
 {
-    size_t n = x->width * x->height;
-    const uint8_t *m = x->mask;
-    for (size_t b = 0; b < x->bands; b++) {
-        const float *v = (const float *)x->data + b * n;
-        uint16_t *q = out + b * n;
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t p = 0; p < n; p++) {
-            if (m && !m[p])
-                continue;
-            if (!isfinite(v[p]))
-                return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
-                                     "band %zu: value %g at pixel (%zu, %zu) is not finite "
-                                     "and not masked", b + 1, (double)v[p], p % x->width,
-                                     p / x->width);
-            lo = v[p] < lo ? v[p] : lo;
-            hi = v[p] > hi ? v[p] : hi;
-        }
-        if (range) {
-            range[2 * b] = lo <= hi ? lo : NAN;
-            range[2 * b + 1] = lo <= hi ? hi : NAN;
-        }
-        double top = (double)(levels - 1), span = hi - lo;
-        for (size_t p = 0; p < n; p++) {
-            if ((m && !m[p]) || !(span > 0.0)) {
-                q[p] = 0;
-                continue;
-            }
-            /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
-             * rounding as NumPy's ((x - min) * top / span + 0.5) */
-            double s = floor(((double)v[p] - lo) * top / span + 0.5);
-            q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
+    size_t n = x->width * x->height, nb = x->bands;
+    size_t *bad = malloc(nb * sizeof *bad);
+    double *lh = malloc(2 * nb * sizeof *lh);
+    if (!bad || !lh) {
+        free(bad);
+        free(lh);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    }
+    #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
+    for (size_t b = 0; b < nb; b++)
+        bad[b] = quantise_band((const float *)x->data + b * n, x->mask, n, levels, out + b * n,
+                               lh + 2 * b);
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
+        size_t p = bad[b];
+        if (p != SIZE_MAX)
+            st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                               "band %zu: value %g at pixel (%zu, %zu) is not finite and not "
+                               "masked", b + 1, (double)((const float *)x->data)[b * n + p],
+                               p % x->width, p / x->width);
+        else if (range) {
+            range[2 * b] = lh[2 * b];
+            range[2 * b + 1] = lh[2 * b + 1];
         }
     }
-    return HYPROF_OK;
+    free(bad);
+    free(lh);
+    return st;
 }
 
 hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,

@@ -328,6 +328,17 @@ static hyprof_status_t cpu_denoise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a
     return HYPROF_OK;
 }
 
+void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
+{
+    const size_t chunk = (size_t)4 << 20;
+    const size_t nchunks = (bytes + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
+        memset((char *)p + c * chunk, 0, len);
+    }
+}
+
 hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
 {
     const hyprof_emp_args_t *a = args;

@@ -31,6 +31,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -474,14 +476,84 @@ static inline dim3 grid2(size_t x, size_t y, size_t z, dim3 b)
     return dim3((unsigned)div_up(x, b.x), (unsigned)div_up(y, b.y), (unsigned)z);
 }
 
+static double ms_since(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+        .count();
+}
+
+/* The host side of the output, on a helper thread while the devices compute:
+ * touches its fresh pages (in parallel: faults no longer serialise inside the
+ * copies) and page-locks it for every device (portable), so the downloads run
+ * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking. Best effort: when
+ * it fails the output stays pageable. Every download waits for it. */
+class OutputPrep {
+  public:
+    OutputPrep() : fut_(pr_.get_future().share()) {}
+    OutputPrep(const OutputPrep &) = delete;
+    OutputPrep &operator=(const OutputPrep &) = delete;
+    ~OutputPrep()
+    {
+        if (t_.joinable())
+            t_.join();
+        if (p_)
+            (void)cudaHostUnregister(p_); /* every copy into it has completed */
+        (void)cudaGetLastError();
+    }
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    {
+        try {
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
+        } catch (...) {
+            work(ctx, p, bytes, device);
+        }
+    }
+    void wait() const { fut_.wait(); }
+    double ms() const { return ms_; }
+    bool pinned() const { return p_ != NULL; }
+
+  private:
+    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        hyprof__prefault(ctx, p, bytes);
+        const char *env = getenv("HYPROF_EMP_PIN");
+        if (!(env && strcmp(env, "0") == 0) && cudaSetDevice(device) == cudaSuccess &&
+            cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
+            p_ = p;
+        (void)cudaGetLastError();
+        ms_ = ms_since(t0);
+        pr_.set_value();
+    }
+    std::promise<void> pr_;
+    std::shared_future<void> fut_;
+    std::thread t_;
+    void *p_ = NULL;
+    double ms_ = 0.0;
+};
+
+/* $HYPROF_EMP_TRACE=1: each device logs (INFO, through the context's log
+ * callback) its stage times from CUDA events and its host wall time. */
+static bool tracing()
+{
+    const char *env = getenv("HYPROF_EMP_TRACE");
+    return env && strcmp(env, "0") != 0;
+}
+
 class EmpDevice {
   public:
     EmpDevice(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0, size_t b1,
-              const hyprof_ctx_t *main)
-        : ctx(ctx), a(a), op(a->op), b0(b0), nb(b1 - b0), main(main),
+              const hyprof_ctx_t *main, const OutputPrep *prep)
+        : ctx(ctx), a(a), op(a->op), b0(b0), nb(b1 - b0), main(main), prep(prep),
           n(a->width * a->height), W((int)a->width), H((int)a->height),
           P(hyprof__emp_planes(a->nradii))
     {
+    }
+    ~EmpDevice()
+    {
+        for (int i = 0; i < kEvents; ++i)
+            if (ev[i])
+                (void)cudaEventDestroy(ev[i]);
     }
     hyprof_status_t run();
 
@@ -491,9 +563,27 @@ class EmpDevice {
     const char *op;
     size_t b0, nb;
     const hyprof_ctx_t *main;
+    const OutputPrep *prep;
     size_t n;
     int W, H;
     size_t P;
+    /* trace: start, uploaded, markers, reconstructed, EMP done, computed, copied */
+    static constexpr int kEvents = 7;
+    cudaEvent_t ev[kEvents] = {};
+    int launches = 0;
+    double waited_ms = 0.0;
+    void mark(int i, cudaStream_t st)
+    {
+        if (ev[i])
+            (void)cudaEventRecord(ev[i], st);
+    }
+    void wait_output()
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        prep->wait();
+        waited_ms += ms_since(t0);
+    }
+    void report(double wall_ms);
     Stream s;
     DeviceBuffer<uint8_t> q, mask, emp;
     DeviceBuffer<int> radii, hw_off, hw, flag;
@@ -563,6 +653,7 @@ hyprof_status_t EmpDevice::profiles()
             emp.get() + b * P * n);
         HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
     }
+    mark(2, st);
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
     /* tile activity, ping-pong; two launches per look at the flag (a launch
@@ -582,6 +673,7 @@ hyprof_status_t EmpDevice::profiles()
             recon_kernel<<<tiles, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii, emp.get(),
                                                prev, cur, flag.get());
             HYPROF_CUDA_CHECK_LAUNCH("recon_kernel");
+            ++launches;
             prev = cur;
             which ^= 1;
         }
@@ -591,9 +683,11 @@ hyprof_status_t EmpDevice::profiles()
         if ((it & 7) == 7)
             HYPROF_TRY(cancelled());
     }
+    mark(3, st);
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         q.get(), m, n, (int)a->nradii, emp.get());
     HYPROF_CUDA_CHECK_LAUNCH("finish_kernel");
+    mark(4, st);
     return HYPROF_OK;
 }
 
@@ -605,8 +699,11 @@ hyprof_status_t EmpDevice::emp_out()
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+    mark(5, st);
+    wait_output();
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(), nb * P * n * sizeof(float),
                                       cudaMemcpyDeviceToHost, st));
+    mark(6, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
 }
@@ -800,6 +897,10 @@ hyprof_status_t EmpDevice::denoise()
         /* u8_to_double reads the EMP planes: the group's first plane is t0 */
         HYPROF_TRY(denoise_group(t0, g, bf, outb[k].get()));
         HYPROF_CUDA_CHECK(cudaEventRecord(done[k].get(), s.get()));
+        if (t0 + g >= planes)
+            mark(5, s.get());
+        if (i == 0)
+            wait_output();
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[k].get(), 0));
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, outb[k].get(),
                                           3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
@@ -807,42 +908,11 @@ hyprof_status_t EmpDevice::denoise()
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[k].get(), cs.get()));
         issued[k] = true;
     }
+    mark(6, cs.get());
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     return HYPROF_OK;
 }
-
-/* Page-locks the output for every device (portable) while it is filled: the
- * W-MCD output is 3 x 9 times the features, its download dominates the
- * host-to-host time when pageable. Best effort. */
-class PortablePin {
-  public:
-    PortablePin() = default;
-    PortablePin(const PortablePin &) = delete;
-    PortablePin &operator=(const PortablePin &) = delete;
-    ~PortablePin()
-    {
-        if (p_) {
-            (void)cudaDeviceSynchronize();
-            (void)cudaHostUnregister(p_);
-        }
-        (void)cudaGetLastError();
-    }
-    /* $HYPROF_EMP_PIN=0 leaves the output pageable (to measure both ways) */
-    void pin(void *p, size_t bytes)
-    {
-        const char *env = getenv("HYPROF_EMP_PIN");
-        if (env && strcmp(env, "0") == 0)
-            return;
-        if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
-            p_ = p;
-        else
-            (void)cudaGetLastError();
-    }
-
-  private:
-    void *p_ = NULL;
-};
 
 static size_t out_floats(const hyprof_emp_args_t *a)
 {
@@ -855,25 +925,53 @@ hyprof_status_t EmpDevice::run()
     if (a->width > (size_t)INT_MAX / 2 || a->height > (size_t)INT_MAX / 2)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zux%zu pixels: too large for the GPU",
                              a->width, a->height);
-    PortablePin pin; /* only when this device does all the bands */
-    if (main == ctx && b0 == 0 && nb == a->bands)
-        pin.pin(a->out, out_floats(a) * sizeof(float));
+    const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
+    if (tracing())
+        for (int i = 0; i < kEvents; ++i)
+            HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
+    mark(0, s.get());
     HYPROF_TRY(upload());
+    mark(1, s.get());
     HYPROF_TRY(profiles());
     HYPROF_TRY(cancelled());
-    return a->wavelet ? denoise() : emp_out();
+    HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    if (ev[0])
+        report(ms_since(t0));
+    return HYPROF_OK;
+}
+
+void EmpDevice::report(double wall_ms)
+{
+    float t[kEvents] = {0};
+    for (int i = 1; i < kEvents; ++i)
+        if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
+            t[i] = -1.0f;
+    float total = 0.0f;
+    if (cudaEventElapsedTime(&total, ev[0], ev[kEvents - 1]) != cudaSuccess)
+        total = -1.0f;
+    (void)cudaGetLastError();
+    int dev = -1;
+    (void)cudaGetDevice(&dev);
+    hyprof__log(ctx, HYPROF_LOG_INFO,
+                "%s trace: device %d, bands %zu-%zu: upload %.2f ms, markers %.2f ms, "
+                "reconstruction %.2f ms (%d launches), finish %.2f ms, %s %.2f ms, download "
+                "tail %.2f ms; device %.2f ms, host wall %.2f ms (waited %.2f ms for the "
+                "output: prefault%s %.2f ms)",
+                op, dev, b0 + 1, b0 + nb, t[1], t[2], t[3], launches, t[4],
+                a->wavelet ? "denoise" : "to float", t[5], t[6], total, wall_ms, waited_ms,
+                prep->pinned() ? " + page-lock" : "", prep->ms());
 }
 
 /* The share of the bands [b0, b1) on `device`, with its own context for the
  * error text (the caller's is not thread-safe). */
 static hyprof_status_t run_share(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0,
-                                 size_t b1, const hyprof_ctx_t *main)
+                                 size_t b1, const hyprof_ctx_t *main, const OutputPrep *prep)
 {
     hyprof__cuda_device_scope scope; /* first: restored last */
     HYPROF_TRY(scope.select(ctx, a->op));
     try {
-        EmpDevice d(ctx, a, b0, b1, main);
+        EmpDevice d(ctx, a, b0, b1, main, prep);
         return d.run();
     } catch (...) { /* std::vector growth */
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of host memory");
@@ -881,16 +979,11 @@ static hyprof_status_t run_share(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, 
 }
 
 /* One host thread per device, each on a contiguous range of bands. */
-static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a)
+static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                 const OutputPrep *prep)
 {
     const char *op = a->op;
     const size_t nd = a->ndevices;
-    int prev_dev = -1;
-    (void)cudaGetDevice(&prev_dev);
-    (void)cudaSetDevice(a->devices[0]);
-    (void)cudaGetLastError();
-    PortablePin pin;
-    pin.pin(a->out, out_floats(a) * sizeof(float));
     std::vector<hyprof_ctx_t *> sub(nd, (hyprof_ctx_t *)NULL);
     std::vector<hyprof_status_t> st(nd, HYPROF_OK);
     hyprof_status_t res = HYPROF_OK;
@@ -904,9 +997,12 @@ static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a)
                 break;
             }
             sub[d]->device = a->devices[d];
+            sub[d]->log = ctx->log; /* traces */
+            sub[d]->log_user = ctx->log_user;
             if (b1 > b0)
-                threads.emplace_back(
-                    [&st, &sub, a, ctx, d, b0, b1]() { st[d] = run_share(sub[d], a, b0, b1, ctx); });
+                threads.emplace_back([&st, &sub, a, ctx, d, b0, b1, prep]() {
+                    st[d] = run_share(sub[d], a, b0, b1, ctx, prep);
+                });
         }
     } catch (...) {
         res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot start the device threads");
@@ -921,11 +1017,6 @@ static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a)
         }
     for (size_t d = 0; d < nd; ++d)
         hyprof_ctx_free(&sub[d]);
-    if (prev_dev >= 0)
-        (void)cudaSetDevice(prev_dev);
-    (void)cudaGetLastError();
-    if (res == HYPROF_OK)
-        res = hyprof__progress(ctx, 1.0, op);
     return res;
 }
 
@@ -935,19 +1026,37 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
 {
     const hyprof_emp_args_t *a = (const hyprof_emp_args_t *)vargs;
     const char *op = a->op;
-    if (!a->devices || a->ndevices <= 1) {
-        const int saved = ctx->device;
-        if (a->devices && a->ndevices == 1)
-            ctx->device = a->devices[0];
-        hyprof_status_t st = run_share(ctx, a, 0, a->bands, ctx);
-        ctx->device = saved;
-        if (st == HYPROF_OK)
-            st = hyprof__progress(ctx, 1.0, op);
-        return st;
+    const bool multi = a->devices && a->ndevices > 1;
+    const int first = a->devices && a->ndevices ? a->devices[0] : ctx->device;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || first < 0 || first >= count) {
+        (void)cudaGetLastError();
+        return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                             "CUDA device %d does not exist (%d device(s))", first, count);
     }
-    try {
-        return run_multi(ctx, a);
-    } catch (...) {
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+    int prev_dev = -1;
+    (void)cudaGetDevice(&prev_dev);
+    hyprof_status_t st;
+    {
+        OutputPrep prep; /* joined and unlocked after every device is done */
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), first);
+        if (!multi) {
+            const int saved = ctx->device;
+            ctx->device = first;
+            st = run_share(ctx, a, 0, a->bands, ctx, &prep);
+            ctx->device = saved;
+        } else {
+            try {
+                st = run_multi(ctx, a, &prep);
+            } catch (...) {
+                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+            }
+        }
     }
+    if (prev_dev >= 0)
+        (void)cudaSetDevice(prev_dev);
+    (void)cudaGetLastError();
+    if (st == HYPROF_OK)
+        st = hyprof__progress(ctx, 1.0, op);
+    return st;
 }
