@@ -870,43 +870,58 @@ hyprof_status_t EmpDevice::denoise()
                              per_plane);
     if (G > 65535) /* grid y/z */
         G = 65535;
-    /* groups of about a quarter of the planes: the download of one overlaps
-     * the computation of the next (two output buffers, a copy stream) */
+    /* groups of about a quarter of the planes, each downloaded (copy stream)
+     * while the next is computed */
     const size_t quarter = (planes + 3) / 4;
     if (G > quarter)
         G = quarter;
+    const size_t ngroups = div_up(planes, G);
+    /* The whole float output on the device when it fits: the transforms then
+     * never wait for a download (nor for the host's page-locking), and the
+     * downloads follow as the host side gets ready. Otherwise two group
+     * buffers take turns. */
+    const bool whole = 3 * planes * n * sizeof(float) + G * per_plane < budget / 2;
     Bufs bf;
     HYPROF_TRY(bf.alloc(ctx, op, py, n, G));
     DeviceBuffer<float> outb[2];
-    HYPROF_TRY(outb[0].alloc(ctx, op, 3 * G * n));
-    HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
+    HYPROF_TRY(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
+    if (!whole)
+        HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
     Stream cs;
-    Event done[2], copied[2];
+    std::vector<Event> done(ngroups), copied(2);
     HYPROF_TRY(cs.create(ctx, op));
-    for (int k = 0; k < 2; ++k) {
-        HYPROF_TRY(done[k].create(ctx, op));
+    for (size_t i = 0; i < ngroups; ++i)
+        HYPROF_TRY(done[i].create(ctx, op));
+    for (int k = 0; k < 2; ++k)
         HYPROF_TRY(copied[k].create(ctx, op));
-    }
-    bool issued[2] = {false, false};
-    size_t i = 0;
-    for (size_t t0 = 0; t0 < planes; t0 += G, ++i) {
-        const size_t g = planes - t0 < G ? planes - t0 : G, k = i & 1;
-        HYPROF_TRY(cancelled());
-        if (issued[k]) /* the buffer's previous download must be done */
-            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(s.get(), copied[k].get(), 0));
-        /* u8_to_double reads the EMP planes: the group's first plane is t0 */
-        HYPROF_TRY(denoise_group(t0, g, bf, outb[k].get()));
-        HYPROF_CUDA_CHECK(cudaEventRecord(done[k].get(), s.get()));
-        if (t0 + g >= planes)
-            mark(5, s.get());
-        if (i == 0)
-            wait_output();
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[k].get(), 0));
-        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, outb[k].get(),
+    auto download = [&](size_t i, const float *src) -> hyprof_status_t {
+        const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[i].get(), 0));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, src,
                                           3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
                                           cs.get()));
-        HYPROF_CUDA_CHECK(cudaEventRecord(copied[k].get(), cs.get()));
-        issued[k] = true;
+        HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
+        return HYPROF_OK;
+    };
+    for (size_t i = 0; i < ngroups; ++i) {
+        const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
+        HYPROF_TRY(cancelled());
+        float *dst = whole ? outb[0].get() + 3 * t0 * n : outb[k].get();
+        if (!whole && i >= 2) /* the buffer's previous download must be done */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(s.get(), copied[k].get(), 0));
+        HYPROF_TRY(denoise_group(t0, g, bf, dst));
+        HYPROF_CUDA_CHECK(cudaEventRecord(done[i].get(), s.get()));
+        if (!whole) {
+            if (i == 0)
+                wait_output();
+            HYPROF_TRY(download(i, dst));
+        }
+    }
+    mark(5, s.get());
+    if (whole) {
+        wait_output();
+        for (size_t i = 0; i < ngroups; ++i)
+            HYPROF_TRY(download(i, outb[0].get() + 3 * i * G * n));
     }
     mark(6, cs.get());
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
