@@ -510,6 +510,7 @@ class OutputPrep {
     }
     void wait() const { fut_.wait(); }
     double ms() const { return ms_; }
+    double prefault_ms() const { return prefault_ms_; }
     bool pinned() const { return p_ != NULL; }
 
   private:
@@ -517,6 +518,7 @@ class OutputPrep {
     {
         const auto t0 = std::chrono::steady_clock::now();
         hyprof__prefault(ctx, p, bytes);
+        prefault_ms_ = ms_since(t0);
         const char *env = getenv("HYPROF_EMP_PIN");
         if (!(env && strcmp(env, "0") == 0) && cudaSetDevice(device) == cudaSuccess &&
             cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
@@ -529,7 +531,7 @@ class OutputPrep {
     std::shared_future<void> fut_;
     std::thread t_;
     void *p_ = NULL;
-    double ms_ = 0.0;
+    double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
 /* $HYPROF_EMP_TRACE=1: each device logs (INFO, through the context's log
@@ -972,10 +974,11 @@ void EmpDevice::report(double wall_ms)
                 "%s trace: device %d, bands %zu-%zu: upload %.2f ms, markers %.2f ms, "
                 "reconstruction %.2f ms (%d launches), finish %.2f ms, %s %.2f ms, download "
                 "tail %.2f ms; device %.2f ms, host wall %.2f ms (waited %.2f ms for the "
-                "output: prefault%s %.2f ms)",
+                "output: prefault %.2f ms, then %s %.2f ms)",
                 op, dev, b0 + 1, b0 + nb, t[1], t[2], t[3], launches, t[4],
                 a->wavelet ? "denoise" : "to float", t[5], t[6], total, wall_ms, waited_ms,
-                prep->pinned() ? " + page-lock" : "", prep->ms());
+                prep->prefault_ms(), prep->pinned() ? "page-lock" : "no page-lock",
+                prep->ms() - prep->prefault_ms());
 }
 
 /* The share of the bands [b0, b1) on `device`, with its own context for the
