@@ -11,6 +11,15 @@
  * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
  * alone is what the paper's Table III times.
  *
+ * --op emp and --op wmcd are the W-MCD paper's chain: the spectral DWT
+ * (haar unless --wavelet, the level count whose band count is closest to
+ * --features 4, or --levels), then hyprof_emp (disk, radii 1,3,5,7) and, for
+ * wmcd, hyprof_wmcd (haar, automatic levels, soft). Stages: reduction, emp
+ * and, for wmcd, denoise = the hyprof_wmcd call minus the hyprof_emp call
+ * (hyprof_wmcd recomputes the EMP on the device, so both are timed on their
+ * own); the total is reduction + the last call. --devices 0,1 spreads the
+ * EMP/W-MCD bands over GPUs.
+ *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -29,7 +38,7 @@
 #define EXIT_USAGE 2
 
 typedef struct {
-    const char *op;      /* "pca" | "dwt" | "eadp" */
+    const char *op;      /* "pca" | "dwt" | "eadp" | "emp" | "wmcd" */
     const char *backend; /* "cpu" | "cuda" | "auto" */
     const char *input;
     const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
@@ -38,21 +47,29 @@ typedef struct {
     long components, levels, repeat, threads, device;
     long count, cycles;  /* eadp */
     double step;         /* eadp */
+    long features;       /* emp, wmcd */
+    int wavelet_given, levels_given;
+    int devices[16];     /* emp, wmcd: --devices */
+    size_t ndevices;
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
- * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion). */
+ * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; emp/wmcd: fit =
+ * the reduction, apply = the EMP, denoise). */
 typedef struct {
-    double total, fit, apply;
+    double total, fit, apply, denoise;
 } timing_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp --backend cpu|cuda|auto --input CUBE.f32\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd --backend cpu|cuda|auto\n"
+          "                    --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
           "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
           "                    diffusion at T = step*1 .. step*count)\n"
+          "                    [--features 4] [--devices 0,1]   (emp, wmcd: haar DWT\n"
+          "                    features, EMP disk 1,3,5,7, W-MCD haar auto soft)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -102,12 +119,29 @@ static int parse_double(const char *name, const char *text, double lo, double hi
     return 0;
 }
 
+static int parse_devices(const char *text, options_t *o)
+{
+    const char *s = text;
+    o->ndevices = 0;
+    while (*s) {
+        char *end = NULL;
+        long d = strtol(s, &end, 10);
+        if (end == s || d < 0 || d > 1024 || (*end && *end != ',') || o->ndevices == 16) {
+            fprintf(stderr, "hyprof_bench: bad --devices '%s' (e.g. 0,1)\n", text);
+            return -1;
+        }
+        o->devices[o->ndevices++] = (int)d;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options_t *o)
 {
     long w = 0, h = 0, b = 0;
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
-                     .step = 65.0};
+                     .step = 65.0, .features = 4};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -124,12 +158,20 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "backend")) o->backend = v;
         else if (!strcmp(name, "input")) o->input = v;
         else if (!strcmp(name, "output")) o->output = v;
-        else if (!strcmp(name, "wavelet")) o->wavelet = v;
+        else if (!strcmp(name, "wavelet")) {
+            o->wavelet = v;
+            o->wavelet_given = 1;
+        }
+        else if (!strcmp(name, "features")) rc = parse_long(name, v, 1, 100000, &o->features);
+        else if (!strcmp(name, "devices")) rc = parse_devices(v, o);
         else if (!strcmp(name, "width")) rc = parse_long(name, v, 1, LONG_MAX, &w);
         else if (!strcmp(name, "height")) rc = parse_long(name, v, 1, LONG_MAX, &h);
         else if (!strcmp(name, "bands")) rc = parse_long(name, v, 1, 1000000, &b);
         else if (!strcmp(name, "components")) rc = parse_long(name, v, 1, 1000000, &o->components);
-        else if (!strcmp(name, "levels")) rc = parse_long(name, v, 1, 64, &o->levels);
+        else if (!strcmp(name, "levels")) {
+            rc = parse_long(name, v, 1, 64, &o->levels);
+            o->levels_given = 1;
+        }
         else if (!strcmp(name, "repeat")) rc = parse_long(name, v, 1, 100000, &o->repeat);
         else if (!strcmp(name, "threads")) rc = parse_long(name, v, 0, 65536, &o->threads);
         else if (!strcmp(name, "device")) rc = parse_long(name, v, 0, 1024, &o->device);
@@ -143,8 +185,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         if (rc)
             return -1;
     }
-    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt or eadp (got '%s')\n",
+    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
+                   strcmp(o->op, "emp") && strcmp(o->op, "wmcd"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp or wmcd (got '%s')\n",
                 o->op ? o->op : "nothing");
         return -1;
     }
@@ -264,6 +307,62 @@ static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyp
     return st;
 }
 
+static int is_profile_op(const options_t *o)
+{
+    return !strcmp(o->op, "emp") || !strcmp(o->op, "wmcd");
+}
+
+/* The level count whose band count is closest to --features (ties: more bands),
+ * as the emp operation chooses it; --levels when given. */
+static int feature_levels(const options_t *o)
+{
+    if (o->levels_given)
+        return (int)o->levels;
+    int best = 1, maxl = hyprof_dwt_max_levels(o->bands);
+    long best_d = -1;
+    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
+        long d = labs((long)hyprof_dwt_bands(o->bands, l) - o->features);
+        if (best_d < 0 || d < best_d) {
+            best_d = d;
+            best = l;
+        }
+    }
+    return best;
+}
+
+/* The W-MCD paper's chain: spectral DWT, EMP, (W-MCD). */
+static hyprof_status_t run_profile(hyprof_ctx_t *ctx, const options_t *o,
+                                   const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
+                                   hyprof_cube_t *out, timing_t *t)
+{
+    hyprof_wmcd_params_t p;
+    hyprof_wmcd_params_default(&p);
+    if (o->ndevices) {
+        p.emp.devices = o->devices;
+        p.emp.ndevices = o->ndevices;
+    }
+    hyprof_cube_t feat, emp;
+    memset(&feat, 0, sizeof feat);
+    memset(&emp, 0, sizeof emp);
+    double t0 = now_seconds();
+    hyprof_status_t st = hyprof_dwt_spectral(ctx, in, wav, feature_levels(o), &feat);
+    double t1 = now_seconds();
+    if (st == HYPROF_OK)
+        st = hyprof_emp(ctx, &feat, &p.emp, !strcmp(o->op, "emp") ? out : &emp, NULL);
+    double t2 = now_seconds(), t3 = t2;
+    if (st == HYPROF_OK && !strcmp(o->op, "wmcd")) {
+        st = hyprof_wmcd(ctx, &feat, &p, out, NULL, NULL);
+        t3 = now_seconds();
+    }
+    hyprof_cube_free(&feat);
+    hyprof_cube_free(&emp);
+    t->fit = t1 - t0;
+    t->apply = t2 - t1;
+    t->denoise = !strcmp(o->op, "wmcd") ? (t3 - t2) - (t2 - t1) : NAN;
+    t->total = (t1 - t0) + (!strcmp(o->op, "wmcd") ? t3 - t2 : t2 - t1);
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
@@ -271,8 +370,11 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
 {
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
+    t->denoise = NAN;
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
+    if (is_profile_op(o))
+        return run_profile(ctx, o, in, wav, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "pca")) {
         hyprof_pca_model_t *model = NULL;
@@ -330,6 +432,12 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     else if (!strcmp(o->op, "eadp"))
         printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld",
                o->components, o->count, o->step, o->cycles);
+    else if (is_profile_op(o)) {
+        printf(",\"wavelet\":");
+        json_string(stdout, o->wavelet);
+        printf(",\"levels\":%d,\"features\":%ld,\"radii\":\"1,3,5,7\",\"devices\":%zu",
+               feature_levels(o), o->features, o->ndevices ? o->ndevices : 1);
+    }
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -362,7 +470,9 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const hyprof_wavelet_t *wav = NULL;
-    if (!strcmp(o.op, "dwt") && !(wav = hyprof_wavelet_find(o.wavelet))) {
+    if (is_profile_op(&o) && !o.wavelet_given)
+        o.wavelet = "haar";
+    if ((!strcmp(o.op, "dwt") || is_profile_op(&o)) && !(wav = hyprof_wavelet_find(o.wavelet))) {
         fprintf(stderr, "hyprof_bench: unknown --wavelet '%s'\n", o.wavelet);
         return EXIT_USAGE;
     }
@@ -430,11 +540,12 @@ int main(int argc, char **argv)
 
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
-           *app = calloc(n, sizeof *app), *scratch = calloc(n, sizeof *scratch);
+           *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
+           *scratch = calloc(n, sizeof *scratch);
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !scratch) {
+    if (!tot || !fit || !app || !den || !scratch) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -455,6 +566,7 @@ int main(int argc, char **argv)
         tot[r] = t.total;
         fit[r] = t.fit;
         app[r] = t.apply;
+        den[r] = t.denoise;
         if (r + 1 < n)
             hyprof_cube_free(&out);
     }
@@ -495,7 +607,13 @@ int main(int argc, char **argv)
         printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
                "\"eadp_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
-    printf(",\"times_s\":[");
+    else if (!strcmp(o.op, "emp"))
+        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n));
+    else if (!strcmp(o.op, "wmcd"))
+        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g,"
+               "\"denoise_median_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n), median(den, scratch, n));    printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
     printf("],\"checksum\":%.17g,\"checksum_abs\":%.17g}\n", sum, abs_sum);
@@ -506,6 +624,7 @@ done:
     free(tot);
     free(fit);
     free(app);
+    free(den);
     free(scratch);
     hyprof_ctx_free(&ctx);
     free(data);

@@ -22,6 +22,17 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        same 7 PCs, its diffusion timed per core (NumPy's element-wise work runs
        on one thread); next to them the EADP paper's Table III figures
        (GTX 1060 and 6 CPU cores) and our ratio to them. Only on --eadp-scenes.
+  emp, wmcd
+       hyprof_bench --op emp / --op wmcd (haar spectral DWT to the level count
+       closest to 4 features, 8-bit quantisation, EMP by reconstruction with
+       disk radii 1,3,5,7, and for wmcd the 2-D haar denoising at the automatic
+       levels; stages reduction, emp, denoise), per backend and, with
+       --wmcd-devices 0,1, on several GPUs; the peer `skimage+pywt` runs the
+       same chain on the same data: PyWavelets wavedec (features),
+       tests/eap_reference.py's quantisation, scikit-image erosion/dilation +
+       reconstruction (tests/emp_reference.py) and PyWavelets wavedec2/waverec2
+       (periodization) per EMP band; its output is the reference. Next to them
+       the W-MCD paper's Pavia City figures (K80). Only on --wmcd-scenes.
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -82,6 +93,11 @@ PAPER_EADP = {
 PAPER_GPU = "NVIDIA GeForce GTX 1060 6 GB (EADP paper, Table III)"
 PAPER_CPU = "Intel Core i5-8400, 6 cores (EADP paper, Table III)"
 PAPER_CPU_THREADS = 6
+# W-MCD on these scenes only (the scikit-image peer takes seconds per call).
+DEFAULT_WMCD_SCENES = ["pavia_c", "salinas"]
+# The W-MCD paper (Quesada-Barriuso et al.), whole W-MCD on Pavia City, seconds.
+PAPER_WMCD = {"pavia_c": {"one K80 GPU": 0.957, "two K80 GPUs": 0.623,
+                          "4 CPU threads (Xeon E5-2680 v3)": 5.477}}
 
 np = None  # imported in load_numeric(), after the thread variables are set
 
@@ -308,6 +324,10 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
     elif op == "eadp":
         cmd += ["--components", str(params["components"]), "--count", str(params["count"]),
                 "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
+    elif op in ("emp", "wmcd"):
+        cmd += ["--features", str(params["features"])]
+        if params.get("devices"):
+            cmd += ["--devices", params["devices"]]
     else:
         cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
     if out_path:
@@ -513,6 +533,11 @@ def write_markdown(path, meta, rows, notes):
         size = f"{r['width']}x{r['height']}x{r['bands']}"
         if r["op"] == "dwt":
             size += f", L={r['levels']}"
+        elif r["op"] in ("emp", "wmcd"):
+            size += f", L={r['levels']}, 4 features, disk 1,3,5,7" + (
+                "; " + ", ".join(f"{k[:-9]} {v * 1e3:.1f} ms"
+                                 for k, v in (r.get("stages") or {}).items()) if r.get("stages")
+                else "")
         elif r["op"] == "eadp":
             size += f", {r['components']} PCs x {r['count'] + 1}"
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
@@ -618,7 +643,11 @@ def parse_args(argv):
     ap.add_argument("--huge", action="store_true",
                     help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
                          "needs ~30 GB of RAM with the peers)")
-    ap.add_argument("--ops", default="pca,dwt,eadp")
+    ap.add_argument("--ops", default="pca,dwt,eadp,emp,wmcd")
+    ap.add_argument("--wmcd-scenes", default=",".join(DEFAULT_WMCD_SCENES),
+                    help="the scenes that get emp and wmcd rows (default: %(default)s)")
+    ap.add_argument("--wmcd-devices", default="",
+                    help="also run hyprof-cuda emp/wmcd on these devices together (e.g. 0,1)")
     ap.add_argument("--eadp-scenes", default=",".join(DEFAULT_EADP_SCENES),
                     help="the scenes that get eadp rows (default: %(default)s)")
     ap.add_argument("--eadp-count", type=int, default=8, help="EADP: C process times")
@@ -661,8 +690,12 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt", "eadp"}:
-        ap.error("--ops takes pca, dwt and/or eadp")
+    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd"}:
+        ap.error("--ops takes pca, dwt, eadp, emp and/or wmcd")
+    args.wmcd_scene_list = [s.strip() for s in args.wmcd_scenes.split(",") if s.strip()]
+    bad = [s for s in args.wmcd_scene_list if s not in SCENES]
+    if bad:
+        ap.error(f"unknown --wmcd-scenes {bad}; known: {list(SCENES)}")
     args.eadp_scene_list = [s.strip() for s in args.eadp_scenes.split(",") if s.strip()]
     bad = [s for s in args.eadp_scene_list if s not in SCENES]
     if bad:
@@ -754,6 +787,10 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
         if op == "eadp":
             if name in args.eadp_scene_list:
                 bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
+            continue
+        if op in ("emp", "wmcd"):
+            if name in args.wmcd_scene_list:
+                bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes)
             continue
         levels = min(args.levels, max(1, int(math.floor(math.log2(b))) - 1))
         params = ({"components": args.components} if op == "pca"
@@ -885,6 +922,95 @@ def bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes):
                              device=dev, threads=thr, threads_used=thr, median_s=None,
                              stages={"eadp_median_s": paper[side]},
                              eadp_core_s=paper[side] * thr if thr else None))
+
+
+def load_test_module(name):
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.pop(0)
+
+
+def wmcd_peer(cube, levels, op):
+    """The chain with the peers: (stage times, output (planes, h*w) float32)."""
+    import pywt
+    eref, mref = load_test_module("eap_reference"), load_test_module("emp_reference")
+    b, h, w = cube.shape
+    t0 = time.perf_counter()
+    feat = pywt.wavedec(cube, "haar", mode="periodization", level=levels, axis=0)[0]
+    feat = feat.astype(np.float32)
+    t1 = time.perf_counter()
+    q = [eref.quantise(f)[0].astype(np.int64) for f in feat]
+    planes = [p for qi in q for p in mref.emp_profile(qi, [1, 3, 5, 7])]
+    t2 = time.perf_counter()
+    if op == "emp":
+        out = np.stack(planes).astype(np.float32)
+        return {"reduction_median_s": t1 - t0, "emp_median_s": t2 - t1}, out.reshape(len(planes), -1)
+    lv = mref.auto_levels(h, w)
+    out = np.stack([d for p in planes for d in mref.wmcd_plane(p.astype(np.float64), lv)])
+    t3 = time.perf_counter()
+    return ({"reduction_median_s": t1 - t0, "emp_median_s": t2 - t1,
+             "denoise_median_s": t3 - t2}, out.astype(np.float32).reshape(out.shape[0], -1))
+
+
+def bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes):
+    """hyprof emp/wmcd per backend (and on --wmcd-devices), then the
+    scikit-image + PyWavelets chain on the same cube, whose output is the
+    reference; then the paper's figures for the scene."""
+    name = base["scene"]
+    b, h, w = cube.shape
+    levels = min(range(1, max(1, int(math.floor(math.log2(b)))) + 1),
+                 key=lambda l: (abs(math.ceil(b / 2 ** l) - 4), -math.ceil(b / 2 ** l)))
+    runs = [(bk, "") for bk in args.backend_list]
+    if args.wmcd_devices and "cuda" in args.backend_list:
+        runs.append(("cuda", args.wmcd_devices))
+    hy = []
+    for backend, devices in runs:
+        params = {"features": 4, "levels": levels, "devices": devices}
+        time.sleep(args.settle_s)
+        out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.{op}.{backend}.out")
+        rec = run_hyprof(exe, op, backend, cube_path, cube.shape, args, params, out_path)
+        row = hyprof_row(base, op, params, backend, rec, args, notes)
+        if devices and row.get("median_s") is not None:
+            row["impl"] += f" (devices {devices})"
+        hy.append((row, out_path))
+        if row.get("median_s") is not None:
+            st = row.get("stages") or {}
+            print(f"  {op} {row['impl']}: median {row['median_s']:.4g} s ("
+                  + ", ".join(f"{k[:-9]} {v:.4g} s" for k, v in st.items()) + ")", flush=True)
+    ref = None
+    if not (args.no_peers and args.no_check):
+        try:
+            with thread_limit(args.threads):
+                runs_t, out = [], None
+                for i in range(max(1, min(args.repeat, 3)) if not args.no_peers else 1):
+                    st, out = wmcd_peer(cube, levels, op)
+                    runs_t.append(st)
+            ref = None if args.no_check else out
+            if not args.no_peers:
+                stages = {k: median([r[k] for r in runs_t]) for k in runs_t[0]}
+                tot = [sum(r.values()) for r in runs_t]
+                hy.append((dict(base, op=op, features=4, levels=levels, impl="skimage+pywt",
+                                kind="peer", threads=1, median_s=median(tot), min_s=min(tot),
+                                times_s=tot, repeat=len(tot), stages=stages,
+                                check_rel_diff=None if args.no_check else "ref"), None))
+                print(f"  {op} skimage+pywt: median {median(tot):.4g} s (" + ", ".join(
+                    f"{k[:-9]} {v:.4g} s" for k, v in stages.items()) + ")", flush=True)
+        except ImportError as e:
+            notes.append(f"{name} {op}: no scikit-image/PyWavelets peer ({e})")
+    for row, out_path in hy:
+        if out_path and os.path.exists(out_path):
+            if row.get("median_s") is not None and ref is not None:
+                got = np.fromfile(out_path, dtype=np.float32).reshape(row["out_bands"], h * w)
+                row["check_rel_diff"] = rel_diff(got, ref)
+                print(f"  {op} {row['impl']}: max rel diff {row['check_rel_diff']:.1e} against "
+                      "skimage+pywt", flush=True)
+            os.remove(out_path)
+        rows.append(row)
+    for dev, secs in (PAPER_WMCD.get(name, {}).items() if op == "wmcd" else ()):
+        rows.append(dict(base, op=op, features=4, levels=levels, impl=f"paper ({dev})",
+                         kind="paper", median_s=secs, min_s=None))
 
 
 def dwt_reference(cube, wavelet, levels):

@@ -15,11 +15,12 @@ $hyprof dwt --wavelet haar --levels 4 --overwrite \
 $hyprof eadp --components 7 --count 8 --step 65 --overwrite \
   samples/indian_pines.tif "$out/indian_pines_eadp.tif"
 $hyprof eap --overwrite samples/indian_pines.tif "$out/indian_pines_eap.tif"
+$hyprof wmcd --overwrite samples/indian_pines.tif "$out/indian_pines_wmcd.tif"
 GDAL_DRIVER_PATH=build/gdal_driver gdal_translate -q samples/eadp_profile.vrt "$out/samson_eadp_gdal.tif"
 echo
 echo "outputs in $(cd "$out" && pwd):"
 for f in indian_pines_pca.tif indian_pines_dwt.tif indian_pines_eadp.tif indian_pines_eap.tif \
-         indian_pines.pca samson_eadp_gdal.tif; do
+         indian_pines_wmcd.tif indian_pines.pca samson_eadp_gdal.tif; do
   echo "  $out/$f"
 done
 echo "inspect them with: $hyprof info $out/indian_pines_pca.tif  (or gdalinfo, or QGIS)"

@@ -165,58 +165,88 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
-static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, unsigned levels,
-                                    uint16_t *out, double *range)
+/* One band: its valid min and max into lo_hi and its levels into q; returns
+ * the first valid pixel that is not finite, or SIZE_MAX. */
+static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned levels,
+                            uint16_t *q, double lo_hi[2])
 {
-    size_t n = x->width * x->height;
-    const uint8_t *m = x->mask;
-    for (size_t b = 0; b < x->bands; b++) {
-        const float *v = (const float *)x->data + b * n;
-        uint16_t *q = out + b * n;
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t p = 0; p < n; p++) {
-            if (m && !m[p])
-                continue;
-            if (!isfinite(v[p]))
-                return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
-                                     "band %zu: value %g at pixel (%zu, %zu) is not finite "
-                                     "and not masked", b + 1, (double)v[p], p % x->width,
-                                     p / x->width);
-            lo = v[p] < lo ? v[p] : lo;
-            hi = v[p] > hi ? v[p] : hi;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t p = 0; p < n; p++) {
+        if (m && !m[p])
+            continue;
+        if (!isfinite(v[p]))
+            return p;
+        lo = v[p] < lo ? v[p] : lo;
+        hi = v[p] > hi ? v[p] : hi;
+    }
+    lo_hi[0] = lo <= hi ? lo : NAN;
+    lo_hi[1] = lo <= hi ? hi : NAN;
+    double top = (double)(levels - 1), span = hi - lo;
+    for (size_t p = 0; p < n; p++) {
+        if ((m && !m[p]) || !(span > 0.0)) {
+            q[p] = 0;
+            continue;
         }
-        if (range) {
-            range[2 * b] = lo <= hi ? lo : NAN;
-            range[2 * b + 1] = lo <= hi ? hi : NAN;
-        }
-        double top = (double)(levels - 1), span = hi - lo;
-        for (size_t p = 0; p < n; p++) {
-            if ((m && !m[p]) || !(span > 0.0)) {
-                q[p] = 0;
-                continue;
-            }
-            /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
-             * rounding as NumPy's ((x - min) * top / span + 0.5) */
-            double s = floor(((double)v[p] - lo) * top / span + 0.5);
-            q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
+        /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
+         * rounding as NumPy's ((x - min) * top / span + 0.5) */
+        double s = floor(((double)v[p] - lo) * top / span + 0.5);
+        q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
+    }
+    return SIZE_MAX;
+}
+
+static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
+                                    unsigned levels, uint16_t *out, double *range)
+{
+    size_t n = x->width * x->height, nb = x->bands;
+    size_t *bad = malloc(nb * sizeof *bad);
+    double *lh = malloc(2 * nb * sizeof *lh);
+    if (!bad || !lh) {
+        free(bad);
+        free(lh);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    }
+    #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
+    for (size_t b = 0; b < nb; b++)
+        bad[b] = quantise_band((const float *)x->data + b * n, x->mask, n, levels, out + b * n,
+                               lh + 2 * b);
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
+        size_t p = bad[b];
+        if (p != SIZE_MAX)
+            st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                               "band %zu: value %g at pixel (%zu, %zu) is not finite and not "
+                               "masked", b + 1, (double)((const float *)x->data)[b * n + p],
+                               p % x->width, p / x->width);
+        else if (range) {
+            range[2 * b] = lh[2 * b];
+            range[2 * b + 1] = lh[2 * b + 1];
         }
     }
-    return HYPROF_OK;
+    free(bad);
+    free(lh);
+    return st;
+}
+
+hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                 unsigned levels, uint16_t *out, double *range)
+{
+    if (levels != 256 && levels != 65536)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "quantisation levels %u must be 256 or 65536", levels);
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    hyprof_status_t st = hyprof__input_f32(ctx, op, in, &tmp, &x);
+    if (st == HYPROF_OK)
+        st = quantise_f32(ctx, op, x, levels, out, range);
+    hyprof_cube_free(&tmp);
+    return st;
 }
 
 hyprof_status_t hyprof_quantise(hyprof_ctx_t *ctx, const hyprof_cube_t *in, unsigned levels,
                                 uint16_t *out, double *range)
 {
-    if (levels != 256 && levels != 65536)
-        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
-                             "quantisation levels %u must be 256 or 65536", levels);
-    hyprof_cube_t tmp;
-    const hyprof_cube_t *x;
-    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
-    if (st == HYPROF_OK)
-        st = quantise_f32(ctx, x, levels, out, range);
-    hyprof_cube_free(&tmp);
-    return st;
+    return hyprof__quantise(ctx, OP, in, levels, out, range);
 }
 
 hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
@@ -237,7 +267,7 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     if (!q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
     if (st == HYPROF_OK)
-        st = quantise_f32(ctx, x, p->levels, q, range);
+        st = quantise_f32(ctx, OP, x, p->levels, q, range);
     if (st == HYPROF_OK &&
         (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
                                 x->bands * planes)) != HYPROF_OK)
@@ -357,66 +387,6 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args, o
     return st;
 }
 
-/* DWT levels: --levels when given, else the level count whose approximation
- * has the band count closest to --features (ties: more bands). */
-static hyprof_status_t dwt_levels(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t bands,
-                                  int *levels)
-{
-    int given_l = hyprof_args_given(args, "levels"), given_f = hyprof_args_given(args, "features");
-    if (given_l && given_f)
-        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
-                             "--features %ld and --levels %ld both given: use one",
-                             hyprof_args_int(args, "features"), hyprof_args_int(args, "levels"));
-    if (given_l) {
-        *levels = (int)hyprof_args_int(args, "levels");
-        return HYPROF_OK;
-    }
-    long want = hyprof_args_int(args, "features");
-    int maxl = hyprof_dwt_max_levels(bands), best = 1;
-    long best_d = -1;
-    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
-        long d = labs((long)hyprof_dwt_bands(bands, l) - want);
-        if (best_d < 0 || d < best_d) {
-            best_d = d;
-            best = l;
-        }
-    }
-    *levels = best;
-    return HYPROF_OK;
-}
-
-/* The arguments of the spectral reduction, with the levels chosen here. */
-static hyprof_status_t reduce(hyprof_ctx_t *ctx, const hyprof_args_t *args,
-                              const hyprof_cube_t *in, hyprof_cube_t *feat, char ***names,
-                              int *levels)
-{
-    *levels = 0;
-    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
-        return hyprof__reduce(ctx, OP, args, in, feat, names);
-    hyprof_status_t st = dwt_levels(ctx, args, in->bands, levels);
-    if (st != HYPROF_OK)
-        return st;
-    const hyprof_op_t *op = hyprof_args_op(args);
-    hyprof_args_t *copy = hyprof_args_new(op);
-    if (!copy)
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    for (size_t i = 0; st == HYPROF_OK && i < op->nparams; i++) {
-        const char *t = hyprof_args_str(args, op->params[i].name);
-        if (t)
-            st = hyprof_args_set(copy, op->params[i].name, t);
-    }
-    char text[16];
-    snprintf(text, sizeof text, "%d", *levels);
-    if (st == HYPROF_OK)
-        st = hyprof_args_set(copy, "levels", text);
-    if (st != HYPROF_OK)
-        st = hyprof__error(ctx, st, OP, "%s", hyprof_args_error(copy));
-    else
-        st = hyprof__reduce(ctx, OP, copy, in, feat, names);
-    hyprof_args_free(&copy);
-    return st;
-}
-
 static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
                                     const op_params_t *o, const double *range, int levels)
 {
@@ -484,7 +454,7 @@ hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     int levels = 0;
     if (st == HYPROF_OK) {
         hyprof__progress_push(ctx, 0.0, 0.3, saved);
-        st = reduce(ctx, args, in, &feat, &names, &levels);
+        st = hyprof__reduce_features(ctx, OP, args, in, &feat, &names, &levels);
         hyprof__progress_pop(ctx, saved);
     }
     if (st == HYPROF_OK && !(range = calloc(2 * feat.bands, sizeof *range)))
@@ -519,17 +489,7 @@ hyprof_status_t hyprof__bands_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args, 
     for (size_t f = 0; f < o.nfilters; f++)
         planes += 2 * o.filters[f].nthresholds;
     op_params_free(&o);
-    int levels = 0;
-    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
-        st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
-    else if ((st = dwt_levels(ctx, args, in_bands, &levels)) == HYPROF_OK) {
-        int maxl = hyprof_dwt_max_levels(in_bands);
-        if (in_bands < 2 || levels > maxl)
-            st = hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
-                               "levels %d is out of range: %zu bands allow 1 to %d", levels,
-                               in_bands, maxl);
-        nfeat = hyprof_dwt_bands(in_bands, levels);
-    }
+    st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
     if (st == HYPROF_OK)
         *out_bands = nfeat * planes;
     return st;

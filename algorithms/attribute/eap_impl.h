@@ -53,6 +53,9 @@ typedef struct {
 } hyprof_eap_args_t;
 
 hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args);
+/* hyprof_quantise with the messages tagged by `op` (emp and wmcd reuse it). */
+hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                 unsigned levels, uint16_t *out, double *range);
 /* Not written yet: the CUDA max-tree is the next step. Nothing refers to it
  * (the dispatch passes no CUDA implementation), so it need not exist. */
 hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *args);

@@ -23,6 +23,18 @@ hyprof_status_t hyprof__run_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args,
 hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names);
 void hyprof__free_names(char **names, size_t n);
+/* hyprof__reduce for operations with --features (P_FEATURES): with dwt, the
+ * level count is --levels when given, else the one whose band count is
+ * closest to --features (ties: more bands); *levels receives it (0 for pca
+ * and none). */
+hyprof_status_t hyprof__reduce_features(hyprof_ctx_t *ctx, const char *op,
+                                        const hyprof_args_t *args, const hyprof_cube_t *in,
+                                        hyprof_cube_t *feat, char ***names, int *levels);
+
+hyprof_status_t hyprof__run_emp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                const hyprof_cube_t *in, hyprof_result_t *out);
+hyprof_status_t hyprof__run_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                 const hyprof_cube_t *in, hyprof_result_t *out);
 
 /* Output band counts without running (hyprof_op_output_bands): one per
  * operation, beside its run function; the reduction's share in reduce.c. */
@@ -34,6 +46,10 @@ hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t in_bands, size_t *out_bands);
 hyprof_status_t hyprof__bands_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
                                   size_t *out_bands);
+hyprof_status_t hyprof__bands_emp(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                  size_t *out_bands);
+hyprof_status_t hyprof__bands_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                   size_t in_bands, size_t *out_bands);
 /* Features --reduction gives for `in_bands` bands (checked as hyprof__reduce does). */
 hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, size_t in_bands,

@@ -46,6 +46,14 @@ static const hyprof_param_t common_params[] = {
      "wavelet approximation bands (--levels, --wavelet) or the input bands.", 0},       \
         P_COMPONENTS, P_LEVELS, P_WAVELET
 
+/* The wavelet feature count of profile operations with --reduction dwt
+ * (hyprof__reduce_features). */
+#define P_FEATURES(def)                                                                \
+    {"features", HYPROF_PARAM_INT, def, 1, 100000, NULL,                               \
+     "With --reduction dwt: the number of wavelet features wanted. The level count L "  \
+     "whose approximation band count ceil(bands / 2^L) is closest to it is used (ties: " \
+     "more bands), so the whole spectrum is kept; --levels sets L instead.", 0}
+
 static const hyprof_param_t pca_params[] = {
     P_COMPONENTS,
     {"model", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT, "PCA model (*.pca)",
@@ -84,10 +92,7 @@ static const hyprof_param_t eadp_params[] = {
 
 static const hyprof_param_t eap_params[] = {
     P_REDUCTION("dwt"),
-    {"features", HYPROF_PARAM_INT, "8", 1, 100000, NULL,
-     "With --reduction dwt: the number of wavelet features wanted. The level count L "
-     "whose approximation band count ceil(bands / 2^L) is closest to it is used (ties: "
-     "more bands), so the whole spectrum is kept; --levels sets L instead.", 0},
+    P_FEATURES("8"),
     {"attribute", HYPROF_PARAM_STRING, "area", NOLIMIT, NULL,
      "area, std, diagonal or inertia; several, comma-separated (area,std), concatenate "
      "their profiles (an extended multi-attribute profile, the band appearing once).", 0},
@@ -111,6 +116,40 @@ static const hyprof_param_t eap_params[] = {
     {"quantisation", HYPROF_PARAM_CHOICE, "8", NOLIMIT, "8|16",
      "Bits of the levels each feature is linearly scaled to from its valid min and max "
      "(8: 0..255, as in the seeds; 16: 0..65535).", 0},
+};
+
+/* EMP and W-MCD (morphology/emp.c, morphology/wmcd.c). The spectral
+ * reduction already owns --levels and --wavelet, so the 2-D denoising has
+ * its own --denoise-levels and --denoise-wavelet. */
+#define P_EMP                                                                          \
+    P_REDUCTION("dwt"), P_FEATURES("4"),                                               \
+    {"radii", HYPROF_PARAM_INT_LIST, "1,3,5,7", 1, 10000, NULL,                        \
+     "Strictly increasing radii of the structuring elements (2r+1 at most the "         \
+     "image's smaller side).", 0},                                                      \
+    {"se", HYPROF_PARAM_CHOICE, "disk", NOLIMIT, "disk|square|diamond",                \
+     "Structuring element of radius r: disk (x^2 + y^2 <= r^2, scikit-image's "         \
+     "disk(r)), square (side 2r+1) or diamond (|x| + |y| <= r).", 0},                   \
+    {"devices", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,                              \
+     "CUDA devices sharing the profile bands: a list like 0,1, or all (default: "       \
+     "--device only). The output does not depend on it.", HYPROF_PARAM_ADVANCED}
+
+static const hyprof_param_t emp_params[] = {
+    P_EMP,
+};
+
+static const hyprof_param_t wmcd_params[] = {
+    P_EMP,
+    {"denoise-wavelet", HYPROF_PARAM_CHOICE, "haar", NOLIMIT,
+     "haar|db2|db3|db4|db6|db8|sym4|coif2",
+     "Orthogonal wavelet of the 2-D denoising (PyWavelets names).", 0},
+    {"denoise-levels", HYPROF_PARAM_STRING, "auto", NOLIMIT, NULL,
+     "Three 2-D decomposition levels j1,j2,j3, or auto: 1, floor(log2(w)/2) and "
+     "floor(log2(w))-1 with w the image's smaller side (the seed's). Each level j "
+     "gives one denoised band per EMP band.", 0},
+    {"threshold", HYPROF_PARAM_CHOICE, "soft", NOLIMIT, "soft|hard",
+     "Thresholding of the detail coefficients by the universal threshold "
+     "sigma sqrt(2 ln n), sigma = median(|HH1|) / 0.6745: soft shrinks them by it, "
+     "hard zeroes those below it.", 0},
 };
 
 static const hyprof_op_t ops[] = {
@@ -151,6 +190,27 @@ static const hyprof_op_t ops[] = {
      eap_params, N(eap_params), hyprof__run_eap,
      "raster: features x (1 + 2 x thresholds) float32 bands of levels (A1 area closing "
      "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap},
+    {"emp", "Profiles", "Extended morphological profile by reconstruction",
+     "For each feature band (wavelet approximation bands by default), quantised to "
+     "8 bits from its valid min and max, the closings by reconstruction (largest "
+     "radius first), the band and the openings by reconstruction (smallest radius "
+     "first). Opening: grey erosion by the structuring element, then reconstruction "
+     "by dilation (8-connected) under the band; closing: the dual. Equal to "
+     "scikit-image's reconstruction of its erosion/dilation. After Quesada-Barriuso "
+     "et al., W-MCD.",
+     emp_params, N(emp_params), hyprof__run_emp,
+     "raster: features x (1 + 2 x radii) float32 bands of levels (A1 closing r=7, ..., "
+     "A1, A1 opening r=1, ...)", hyprof__bands_emp},
+    {"wmcd", "Profiles", "Wavelet-based multi-component denoising of an EMP",
+     "The EMP, then every EMP band denoised at three 2-D wavelet decomposition "
+     "levels: forward 2-D DWT (Mallat, periodic extension as PyWavelets' "
+     "mode='periodization'), universal threshold sigma sqrt(2 ln n) with sigma = "
+     "median(|HH1|) / 0.6745 from the one-level diagonal details, soft (or hard) "
+     "thresholding of every detail coefficient, inverse transform. After "
+     "Quesada-Barriuso et al., W-MCD.",
+     wmcd_params, N(wmcd_params), hyprof__run_wmcd,
+     "raster: 3 x EMP bands float32 (A1 closing r=7 j=1, A1 closing r=7 j=4, ...)",
+     hyprof__bands_wmcd},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

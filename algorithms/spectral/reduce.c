@@ -70,6 +70,34 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
     return finish(ctx, op, in, features, "A", names, st);
 }
 
+/* DWT levels: --levels when given, else the level count whose approximation
+ * has the band count closest to --features (ties: more bands). */
+static hyprof_status_t dwt_levels(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
+                                  size_t bands, int *levels)
+{
+    int given_l = hyprof_args_given(args, "levels"), given_f = hyprof_args_given(args, "features");
+    if (given_l && given_f)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "--features %ld and --levels %ld both given: use one",
+                             hyprof_args_int(args, "features"), hyprof_args_int(args, "levels"));
+    if (given_l) {
+        *levels = (int)hyprof_args_int(args, "levels");
+        return HYPROF_OK;
+    }
+    long want = hyprof_args_int(args, "features");
+    int maxl = hyprof_dwt_max_levels(bands), best = 1;
+    long best_d = -1;
+    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
+        long d = labs((long)hyprof_dwt_bands(bands, l) - want);
+        if (best_d < 0 || d < best_d) {
+            best_d = d;
+            best = l;
+        }
+    }
+    *levels = best;
+    return HYPROF_OK;
+}
+
 hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, size_t in_bands,
                                      size_t *features)
@@ -82,6 +110,11 @@ hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
     }
     size_t k = (size_t)hyprof_args_int(args, "components");
     int levels = (int)hyprof_args_int(args, "levels"), maxl = hyprof_dwt_max_levels(in_bands);
+    /* Operations with --features choose the levels from it (as
+     * hyprof__reduce_features does). */
+    if (strcmp(how, "dwt") == 0 && hyprof_op_param(hyprof_args_op(args), "features") &&
+        (st = dwt_levels(ctx, op, args, in_bands, &levels)) != HYPROF_OK)
+        return st;
     if (in_bands < 2)
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, op, "the input has %zu band; --reduction %s "
                            "needs at least 2", in_bands, how);
@@ -97,5 +130,39 @@ hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
         st = HYPROF_OK;
     if (st == HYPROF_OK)
         *features = strcmp(how, "pca") == 0 ? k : hyprof_dwt_bands(in_bands, levels);
+    return st;
+}
+
+hyprof_status_t hyprof__reduce_features(hyprof_ctx_t *ctx, const char *op,
+                                        const hyprof_args_t *args, const hyprof_cube_t *in,
+                                        hyprof_cube_t *feat, char ***names, int *levels)
+{
+    *levels = 0;
+    memset(feat, 0, sizeof *feat);
+    *names = NULL;
+    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") != 0)
+        return hyprof__reduce(ctx, op, args, in, feat, names);
+    hyprof_status_t st = dwt_levels(ctx, op, args, in->bands, levels);
+    if (st != HYPROF_OK)
+        return st;
+    /* a copy of the arguments with the levels chosen here */
+    const hyprof_op_t *o = hyprof_args_op(args);
+    hyprof_args_t *copy = hyprof_args_new(o);
+    if (!copy)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i = 0; st == HYPROF_OK && i < o->nparams; i++) {
+        const char *t = hyprof_args_str(args, o->params[i].name);
+        if (t)
+            st = hyprof_args_set(copy, o->params[i].name, t);
+    }
+    char text[16];
+    snprintf(text, sizeof text, "%d", *levels);
+    if (st == HYPROF_OK)
+        st = hyprof_args_set(copy, "levels", text);
+    if (st != HYPROF_OK)
+        st = hyprof__error(ctx, st, op, "%s", hyprof_args_error(copy));
+    else
+        st = hyprof__reduce(ctx, op, copy, in, feat, names);
+    hyprof_args_free(&copy);
     return st;
 }

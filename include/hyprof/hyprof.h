@@ -6,6 +6,7 @@
 #include "hyprof/attribute.h"
 #include "hyprof/core.h"
 #include "hyprof/diffusion.h"
+#include "hyprof/morphology.h"
 #include "hyprof/registry.h"
 #include "hyprof/spectral.h"
 #include "hyprof/wavelet.h"

@@ -1,0 +1,62 @@
+/* The EMP / W-MCD step shared by the CPU backend (reconstruct.c, denoise in
+ * wavelet/dwt2.c) and the CUDA one (kernels/morphology/emp.cu): the profiles
+ * of a batch of 8-bit bands, and optionally their denoising, in one call so
+ * that the GPU keeps everything on the device. Semantics:
+ * include/hyprof/morphology.h. */
+#ifndef HYPROF_EMP_IMPL_H
+#define HYPROF_EMP_IMPL_H
+
+#include "../core/internal.h"
+#include "hyprof/morphology.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const uint8_t *q;      /* width*height*bands levels, BSQ (0 where masked) */
+    const uint8_t *mask;   /* width*height, 1 = valid, or NULL */
+    size_t width, height, bands;
+    const int *radii;      /* strictly increasing */
+    size_t nradii;
+    hyprof_se_t se;
+    const int *devices;    /* CUDA devices (NULL: the context's) */
+    size_t ndevices;
+    /* W-MCD (wavelet NULL: EMP only) */
+    const hyprof_wavelet_t *wavelet;
+    int levels[3];
+    int hard;
+    float nodata;          /* what masked pixels receive */
+    float *out;            /* bands * planes (* 3 with W-MCD) planes */
+    const char *op;        /* name in messages and progress */
+} hyprof_emp_args_t;
+
+/* Planes of one band's EMP: 2 nradii + 1. */
+static inline size_t hyprof__emp_planes(size_t nradii) { return 2 * nradii + 1; }
+
+/* Half-widths of the structuring element's rows dy = -r..r: hw[dy + r]
+ * (the row holds x = -hw..hw). */
+void hyprof__se_rows(hyprof_se_t se, int r, int *hw);
+
+hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args);
+/* Touches every page of a fresh, zeroed (calloc'd) buffer with a zero, on the
+ * context's threads, after asking for huge pages: the CUDA backend does it
+ * while the device computes, so that page faults do not serialise inside the
+ * page-locking or the copies. */
+void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes);
+hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *args);
+
+/* CPU W-MCD of one plane (row-major width x height, n = w*h, as double):
+ * out[k * n + p] for levels[k], k < 3. Returns 0, or -1 when out of memory.
+ * (algorithms/wavelet/dwt2.c) */
+int hyprof__wmcd_plane(const double *x, size_t width, size_t height,
+                       const hyprof_wavelet_t *w, const int levels[3], int hard, double *out);
+/* The universal threshold of a plane from |HH1| (n1 values, reordered):
+ * median / 0.6745 * sqrt(2 ln npix), the median as NumPy's (mean of the two
+ * middle values for an even count). */
+double hyprof__universal_threshold(double *abs_hh1, size_t n1, size_t npix);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/* What emp.c shares with wmcd.c: checks, the quantise-and-dispatch run, and
+ * the operation frame (arguments, reduction, band names). */
+#ifndef HYPROF_EMP_INTERNAL_H
+#define HYPROF_EMP_INTERNAL_H
+
+#include "emp_impl.h"
+#include "hyprof/registry.h"
+
+#define HYPROF__EMP_MAX_DEVICES 64
+
+/* Sizes, structuring element and radii (strictly increasing, 2r+1 within the
+ * smaller side; width and height at least 2). */
+hyprof_status_t hyprof__emp_check(hyprof_ctx_t *ctx, const char *op, size_t width,
+                                  size_t height, const hyprof_emp_params_t *p);
+
+/* Quantises `in` to 8 bits and runs the EMP (and the W-MCD when `wavelet` is
+ * set) on the backend the context chooses. */
+hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                const hyprof_emp_params_t *p, const hyprof_wavelet_t *wavelet,
+                                const int levels[3], int hard, hyprof_cube_t *out,
+                                double *range);
+
+/* The EMP parameters of an operation's arguments (--radii, --se, --devices). */
+typedef struct {
+    hyprof_emp_params_t p;
+    int radii[HYPROF_EMP_MAX_RADII];
+    int devices[HYPROF__EMP_MAX_DEVICES];
+} hyprof__emp_op_t;
+
+hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
+                                      const hyprof_args_t *args, hyprof__emp_op_t *o);
+
+typedef hyprof_status_t (*hyprof__emp_body_fn)(hyprof_ctx_t *ctx, const hyprof_cube_t *feat,
+                                               char **names, double *range, int dwt_levels,
+                                               void *user);
+
+hyprof_status_t hyprof__emp_op_frame(hyprof_ctx_t *ctx, const char *op,
+                                     const hyprof_args_t *args, const hyprof_cube_t *in,
+                                     hyprof__emp_body_fn body, void *user);
+
+/* Band names (EMP order; `per` bands per plane, named " j=levels[k]" when
+ * levels is set) and the quantisation metadata under `prefix`. */
+hyprof_status_t hyprof__emp_names(hyprof_result_t *out, const char *prefix, char **names,
+                                  size_t nfeat, const hyprof_emp_params_t *p,
+                                  const double *range, int dwt_levels, const int *levels,
+                                  size_t per);
+
+#endif

@@ -1,0 +1,374 @@
+/* CPU backend of the EMP step: grey erosion by a structuring element,
+ * reconstruction by dilation (Vincent's hybrid raster + FIFO algorithm,
+ * 8-connected), openings and closings by reconstruction, and the W-MCD of
+ * the planes. OpenMP over bands x radii. Semantics: include/hyprof/morphology.h. */
+#define _DEFAULT_SOURCE /* madvise */
+#include "emp_impl.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+void hyprof__se_rows(hyprof_se_t se, int r, int *hw)
+{
+    for (int dy = -r; dy <= r; dy++) {
+        int ady = dy < 0 ? -dy : dy, w = r;
+        if (se == HYPROF_SE_DIAMOND)
+            w = r - ady;
+        else if (se == HYPROF_SE_DISK)
+            while (w > 0 && w * w + ady * ady > r * r) /* exact: integers */
+                w--;
+        hw[dy + r] = w;
+    }
+}
+
+/* ---- erosion ------------------------------------------------------------------ */
+
+/* e = min of f over the structuring element, masked and outside pixels
+ * ignored. Rows of the SE are horizontal segments: hmin[k] holds every row's
+ * running minimum over [x-k, x+k] (clipped), built from hmin[k-1] in one
+ * pass; a pixel then takes the minimum over dy of one hmin value each.
+ * `hmin`: (r + 1) * width * height bytes. */
+static void erode(const uint8_t *f, const uint8_t *mask, size_t W, size_t H, const int *hw,
+                  int r, uint8_t *hmin, uint8_t *e)
+{
+    size_t n = W * H;
+    for (size_t p = 0; p < n; p++)
+        hmin[p] = (mask && !mask[p]) ? 255 : f[p];
+    for (int k = 1; k <= r; k++) {
+        const uint8_t *a = hmin + (size_t)(k - 1) * n;
+        uint8_t *b = hmin + (size_t)k * n;
+        for (size_t y = 0; y < H; y++) {
+            const uint8_t *ar = a + y * W;
+            uint8_t *br = b + y * W;
+            for (size_t x = 0; x < W; x++) {
+                uint8_t v = ar[x];
+                if (x > 0 && ar[x - 1] < v)
+                    v = ar[x - 1];
+                if (x + 1 < W && ar[x + 1] < v)
+                    v = ar[x + 1];
+                br[x] = v;
+            }
+        }
+    }
+    for (size_t y = 0; y < H; y++) {
+        uint8_t *er = e + y * W;
+        memset(er, 255, W);
+        for (int dy = -r; dy <= r; dy++) {
+            long yy = (long)y + dy;
+            if (yy < 0 || yy >= (long)H)
+                continue;
+            const uint8_t *src = hmin + (size_t)hw[dy + r] * n + (size_t)yy * W;
+            for (size_t x = 0; x < W; x++)
+                er[x] = src[x] < er[x] ? src[x] : er[x];
+        }
+    }
+}
+
+/* ---- reconstruction by dilation ------------------------------------------------- */
+
+typedef struct {
+    size_t *v;
+    size_t head, tail, cap;
+} fifo_t;
+
+static int fifo_push(fifo_t *q, size_t p)
+{
+    if (q->tail == q->cap) {
+        if (q->head > 0) { /* reuse the consumed front */
+            memmove(q->v, q->v + q->head, (q->tail - q->head) * sizeof *q->v);
+            q->tail -= q->head;
+            q->head = 0;
+        } else {
+            size_t cap = q->cap ? 2 * q->cap : 1024;
+            size_t *v = realloc(q->v, cap * sizeof *v);
+            if (!v)
+                return -1;
+            q->v = v;
+            q->cap = cap;
+        }
+    }
+    q->v[q->tail++] = p;
+    return 0;
+}
+
+static inline uint8_t max8(uint8_t a, uint8_t b) { return a > b ? a : b; }
+static inline uint8_t min8(uint8_t a, uint8_t b) { return a < b ? a : b; }
+
+/* J <- the reconstruction by dilation of J under I (J <= I), 8-connected
+ * (L. Vincent, IEEE TIP 2(2), 1993, the hybrid algorithm): one raster and one
+ * anti-raster scan, then a FIFO propagation from the pixels that can still
+ * push. Returns -1 when out of memory. */
+static int reconstruct(uint8_t *J, const uint8_t *I, size_t W, size_t H, fifo_t *q)
+{
+    long w = (long)W, h = (long)H;
+    for (long y = 0; y < h; y++)
+        for (long x = 0; x < w; x++) {
+            size_t p = (size_t)(y * w + x);
+            uint8_t v = J[p];
+            if (x > 0)
+                v = max8(v, J[p - 1]);
+            if (y > 0) {
+                v = max8(v, J[p - W]);
+                if (x > 0)
+                    v = max8(v, J[p - W - 1]);
+                if (x + 1 < w)
+                    v = max8(v, J[p - W + 1]);
+            }
+            J[p] = min8(v, I[p]);
+        }
+    q->head = q->tail = 0;
+    for (long y = h - 1; y >= 0; y--)
+        for (long x = w - 1; x >= 0; x--) {
+            size_t p = (size_t)(y * w + x);
+            size_t nb[4];
+            int k = 0;
+            if (x + 1 < w)
+                nb[k++] = p + 1;
+            if (y + 1 < h) {
+                nb[k++] = p + W;
+                if (x > 0)
+                    nb[k++] = p + W - 1;
+                if (x + 1 < w)
+                    nb[k++] = p + W + 1;
+            }
+            uint8_t v = J[p];
+            for (int i = 0; i < k; i++)
+                v = max8(v, J[nb[i]]);
+            v = min8(v, I[p]);
+            J[p] = v;
+            for (int i = 0; i < k; i++)
+                if (J[nb[i]] < v && J[nb[i]] < I[nb[i]]) {
+                    if (fifo_push(q, p))
+                        return -1;
+                    break;
+                }
+        }
+    while (q->head < q->tail) {
+        size_t p = q->v[q->head++];
+        long y = (long)(p / W), x = (long)(p % W);
+        uint8_t v = J[p];
+        for (long dy = -1; dy <= 1; dy++)
+            for (long dx = -1; dx <= 1; dx++) {
+                long yy = y + dy, xx = x + dx;
+                if ((dx == 0 && dy == 0) || yy < 0 || yy >= h || xx < 0 || xx >= w)
+                    continue;
+                size_t r = (size_t)(yy * w + xx);
+                if (J[r] < v && I[r] != J[r]) {
+                    J[r] = min8(v, I[r]);
+                    if (fifo_push(q, r))
+                        return -1;
+                }
+            }
+    }
+    return 0;
+}
+
+/* ---- openings and closings by reconstruction ---------------------------------------- */
+
+typedef struct {
+    uint8_t *hmin, *f, *J;
+    int *hw;
+    fifo_t q;
+} scratch_t;
+
+static void scratch_free(scratch_t *s)
+{
+    free(s->hmin);
+    free(s->f);
+    free(s->J);
+    free(s->hw);
+    free(s->q.v);
+    memset(s, 0, sizeof *s);
+}
+
+static int scratch_alloc(scratch_t *s, size_t n, int rmax)
+{
+    memset(s, 0, sizeof *s);
+    s->hmin = malloc((size_t)(rmax + 1) * n);
+    s->f = malloc(n);
+    s->J = malloc(n);
+    s->hw = malloc((size_t)(2 * rmax + 1) * sizeof *s->hw);
+    if (!s->hmin || !s->f || !s->J || !s->hw) {
+        scratch_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* out = opening (closing: dual) by reconstruction of band f. Masked pixels
+ * are inert (0 in marker and mask), and outside the erosion. */
+static int by_reconstruction(const uint8_t *band, const uint8_t *mask, size_t W, size_t H,
+                             hyprof_se_t se, int r, int closing, scratch_t *s, uint8_t *out)
+{
+    size_t n = W * H;
+    int *hw = s->hw;
+    hyprof__se_rows(se, r, hw);
+    for (size_t p = 0; p < n; p++)
+        s->f[p] = closing ? (uint8_t)(255 - band[p]) : band[p];
+    erode(s->f, mask, W, H, hw, r, s->hmin, s->J);
+    if (mask)
+        for (size_t p = 0; p < n; p++)
+            if (!mask[p])
+                s->f[p] = s->J[p] = 0;
+    if (reconstruct(s->J, s->f, W, H, &s->q))
+        return -1;
+    for (size_t p = 0; p < n; p++)
+        out[p] = closing ? (uint8_t)(255 - s->J[p]) : s->J[p];
+    if (mask) /* level 0, as in the band plane: what the denoising sees there */
+        for (size_t p = 0; p < n; p++)
+            if (!mask[p])
+                out[p] = 0;
+    return 0;
+}
+
+/* Plane k of a band's profile: closings by the radii from the largest down
+ * (k < nradii), the band (k == nradii), openings from the smallest up. */
+static void plane_op(size_t k, size_t nradii, int *closing, size_t *radius_index)
+{
+    *closing = k < nradii;
+    *radius_index = k < nradii ? nradii - 1 - k : k - nradii - 1;
+}
+
+/* The 8-bit EMP of every band into emp (bands * planes planes). */
+static hyprof_status_t cpu_profiles(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, uint8_t *emp,
+                                    double progress_share)
+{
+    size_t n = a->width * a->height, planes = hyprof__emp_planes(a->nradii);
+    size_t ntasks = a->bands * planes, done = 0;
+    int failed = 0, rmax = a->radii[a->nradii - 1];
+    #pragma omp parallel num_threads(hyprof__threads(ctx))
+    {
+        scratch_t s;
+        if (scratch_alloc(&s, n, rmax)) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(dynamic)
+        for (size_t t = 0; t < ntasks; t++) {
+            int stop;
+            #pragma omp atomic read
+            stop = failed;
+            if (stop)
+                continue;
+            size_t b = t / planes, k = t % planes, ri;
+            const uint8_t *band = a->q + b * n;
+            uint8_t *dst = emp + t * n;
+            int closing;
+            plane_op(k, a->nradii, &closing, &ri);
+            if (k == a->nradii)
+                memcpy(dst, band, n);
+            else if (by_reconstruction(band, a->mask, a->width, a->height, a->se, a->radii[ri],
+                                       closing, &s, dst)) {
+                #pragma omp atomic write
+                failed = 1;
+            }
+            size_t now;
+            #pragma omp atomic capture
+            now = ++done;
+            if (hyprof__progress_omp(ctx, progress_share * (double)now / (double)ntasks, "emp")) {
+                #pragma omp atomic write
+                failed = 2;
+            }
+        }
+        scratch_free(&s);
+    }
+    if (failed == 1)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of memory in the EMP");
+    if (failed == 2)
+        return hyprof__error(ctx, HYPROF_ERR_CANCELLED, a->op, "cancelled");
+    return HYPROF_OK;
+}
+
+/* Every EMP plane denoised at the three levels into a->out. */
+static hyprof_status_t cpu_denoise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                   const uint8_t *emp, size_t nplanes)
+{
+    size_t n = a->width * a->height, done = 0;
+    int failed = 0;
+    #pragma omp parallel num_threads(hyprof__threads(ctx))
+    {
+        double *x = malloc(n * sizeof *x), *y = malloc(3 * n * sizeof *y);
+        if (!x || !y) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(dynamic)
+        for (size_t t = 0; t < nplanes; t++) {
+            int stop;
+            #pragma omp atomic read
+            stop = failed;
+            if (stop)
+                continue;
+            for (size_t p = 0; p < n; p++)
+                x[p] = emp[t * n + p];
+            if (hyprof__wmcd_plane(x, a->width, a->height, a->wavelet, a->levels, a->hard, y)) {
+                #pragma omp atomic write
+                failed = 1;
+                continue;
+            }
+            for (size_t k = 0; k < 3; k++) {
+                float *o = a->out + (3 * t + k) * n;
+                for (size_t p = 0; p < n; p++)
+                    o[p] = (a->mask && !a->mask[p]) ? a->nodata : (float)y[k * n + p];
+            }
+            size_t now;
+            #pragma omp atomic capture
+            now = ++done;
+            if (hyprof__progress_omp(ctx, 0.5 + 0.5 * (double)now / (double)nplanes, "denoise")) {
+                #pragma omp atomic write
+                failed = 2;
+            }
+        }
+        free(x);
+        free(y);
+    }
+    if (failed == 1)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of memory in the denoising");
+    if (failed == 2)
+        return hyprof__error(ctx, HYPROF_ERR_CANCELLED, a->op, "cancelled");
+    return HYPROF_OK;
+}
+
+void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
+{
+    const size_t chunk = (size_t)4 << 20;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* 2 MiB pages where the kernel allows them: 512 times fewer faults here
+     * and fewer pages to lock for the DMA */
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#endif
+    const size_t nchunks = (bytes + chunk - 1) / chunk;
+    #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
+        volatile char *q = (char *)p + c * chunk;
+        for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
+            q[off] = 0;
+    }
+}
+
+hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
+{
+    const hyprof_emp_args_t *a = args;
+    size_t n = a->width * a->height, nplanes = a->bands * hyprof__emp_planes(a->nradii);
+    uint8_t *emp = malloc(nplanes * n);
+    if (!emp)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "cannot allocate the %zu EMP planes",
+                             nplanes);
+    hyprof_status_t st = cpu_profiles(ctx, a, emp, a->wavelet ? 0.5 : 1.0);
+    if (st == HYPROF_OK && a->wavelet)
+        st = cpu_denoise(ctx, a, emp, nplanes);
+    else if (st == HYPROF_OK)
+        for (size_t t = 0; t < nplanes; t++)
+            for (size_t p = 0; p < n; p++)
+                a->out[t * n + p] = (a->mask && !a->mask[p]) ? a->nodata : (float)emp[t * n + p];
+    free(emp);
+    return st;
+}

@@ -1,0 +1,1080 @@
+/* CUDA backend of the EMP / W-MCD step (semantics: include/hyprof/morphology.h,
+ * algorithms/morphology/emp_impl.h). Everything stays on the device between
+ * the stages; the host sees the 8-bit bands go in and the float planes come out.
+ *
+ *   erode       per band: running row minima of f and 255 - f for every
+ *               half-width up to the largest radius (one pass), then the
+ *               markers of all radii and both polarities (grid z): the minimum
+ *               over the structuring element's rows (half-width table) of those
+ *               row minima; masked pixels ignored (the CPU's algorithm)
+ *   reconstruct block-asynchronous reconstruction (the seed's BAR): one warp per
+ *               32 x 32 tile (+ 1-pixel halo) in shared memory runs row-parallel
+ *               left/right and column-parallel down/up scans (8-connected) until
+ *               the tile is stable, writes back, and raises a device flag; the
+ *               host relaunches until no tile changes. Chaotic relaxation of a
+ *               monotone operator reaches the same fixpoint as Vincent's
+ *               algorithm: the result is exact (integer), like the CPU's.
+ *   finish      closings back to 255 - J, the band plane, masked pixels 0
+ *   denoise     (W-MCD) per group of planes in double: periodized separable
+ *               2-D DWT (rows/columns kernels, filters in constant memory),
+ *               the median of |HH1| per plane by an exact radix select (8
+ *               passes of 8 bits over the bit patterns), universal threshold,
+ *               thresholding, inverse per level
+ *
+ * Several devices (--devices): the bands are split into contiguous ranges, one
+ * host thread per device runs the whole chain on its range and writes its own
+ * output planes (the seed's spectral partition for the EMP and denoising). */
+#include "../../algorithms/morphology/emp_impl.h"
+#include "../core/cuda_util.h"
+
+#include <climits>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace hyprof_cuda;
+
+constexpr int kTile = 32;            /* reconstruction tile side (one warp) */
+constexpr int kStride = kTile + 4;   /* shared row stride: 9 words, no bank conflicts */
+constexpr int kMaxFilter = 32;
+
+__constant__ double c_lo[kMaxFilter], c_hi[kMaxFilter];
+
+/* Reconstruction plane z of a band range -> band, radius index, polarity and
+ * position in the band's profile (closings by the largest radius first). */
+__device__ __forceinline__ void plane_of(int z, int nradii, int *band, int *ri, bool *closing,
+                                         int *outk)
+{
+    const int per = 2 * nradii, k = z % per;
+    *band = z / per;
+    *closing = k < nradii;
+    *ri = k < nradii ? nradii - 1 - k : k - nradii;
+    *outk = k < nradii ? k : k + 1;
+}
+
+/* Running row minima of one band for both polarities (z: 0 = f, 1 = 255 - f):
+ * hm[(z * (rmax + 1) + k) * n + p] = min over [x - k, x + k] of the row
+ * (clipped; masked pixels count as 255, i.e. are ignored). */
+__global__ void hmin_kernel(const uint8_t *__restrict__ qb, const uint8_t *__restrict__ mask,
+                            int W, size_t n, int rmax, uint8_t *__restrict__ hm)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y, pol = blockIdx.z;
+    if (x >= W)
+        return;
+    const size_t r0 = (size_t)y * W;
+    auto val = [&](int xx) -> unsigned {
+        if (mask && !mask[r0 + xx])
+            return 255u;
+        const unsigned v = __ldg(qb + r0 + xx);
+        return pol ? 255u - v : v;
+    };
+    unsigned m = val(x);
+    uint8_t *out = hm + (size_t)pol * (rmax + 1) * n + r0 + x;
+    out[0] = (uint8_t)m;
+    for (int k = 1; k <= rmax; ++k) {
+        if (x - k >= 0)
+            m = min(m, val(x - k));
+        if (x + k < W)
+            m = min(m, val(x + k));
+        out[(size_t)k * n] = (uint8_t)m;
+    }
+}
+
+/* Markers of one band's 2 nradii reconstruction planes (grid z): the erosion
+ * of f (255 - f for closings) by the SE, the minimum over its rows of the
+ * running row minima of the row's half-width; masked pixels get 0 (inert in
+ * the reconstruction). `embp`: the band's first profile plane. */
+__global__ void marker_kernel(const uint8_t *__restrict__ hm, const uint8_t *__restrict__ mask,
+                              int W, int H, size_t n, int rmax, int nradii,
+                              const int *__restrict__ radii, const int *__restrict__ hw_off,
+                              const int *__restrict__ hw, uint8_t *__restrict__ embp)
+{
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x >= W || y >= H)
+        return;
+    int band, ri, outk;
+    bool closing;
+    plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
+    const size_t p = (size_t)y * W + x;
+    uint8_t *dst = embp + (size_t)outk * n + p;
+    if (mask && !mask[p]) {
+        *dst = 0;
+        return;
+    }
+    const int r = radii[ri];
+    const int *h = hw + hw_off[ri];
+    const uint8_t *base = hm + (size_t)(closing ? 1 : 0) * (rmax + 1) * n + x;
+    unsigned m = 255;
+    for (int dy = -r; dy <= r; ++dy) {
+        const int yy = y + dy;
+        if (yy < 0 || yy >= H)
+            continue;
+        m = min(m, (unsigned)__ldg(base + (size_t)h[dy + r] * n + (size_t)yy * W));
+    }
+    *dst = (uint8_t)m;
+}
+
+/* One warp per 32 x 32 tile of one plane: scans until the tile is stable.
+ * A tile is skipped when neither it nor a neighbour changed in the previous
+ * launch (`prev`, NULL: the first launch): then its pixels and its halo are
+ * what they were when it was last found stable. Changed tiles are marked in
+ * `cur` (cleared before the launch) and raise *changed. */
+__global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
+                                                   const uint8_t *__restrict__ mask, int W,
+                                                   int H, size_t n, int nradii, uint8_t *emp,
+                                                   const uint8_t *__restrict__ prev,
+                                                   uint8_t *cur, int *changed)
+{
+    __shared__ uint8_t J[kTile + 2][kStride];
+    __shared__ uint8_t I[kTile][kStride];
+    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
+    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
+    if (prev) {
+        bool active = false;
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx) {
+                const int yy = ty + dy, xx = tx + dx;
+                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
+                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
+                    active = true;
+            }
+        if (!active)
+            return;
+    }
+    int band, ri, outk;
+    bool closing;
+    plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
+    uint8_t *plane = emp + ((size_t)band * (2 * nradii + 1) + outk) * n;
+    const uint8_t *qb = q + (size_t)band * n;
+    const int lane = threadIdx.x, x0 = blockIdx.x * kTile, y0 = blockIdx.y * kTile;
+    for (int i = lane; i < (kTile + 2) * (kTile + 2); i += 32) {
+        const int sy = i / (kTile + 2), sx = i % (kTile + 2);
+        const int gy = y0 + sy - 1, gx = x0 + sx - 1;
+        const bool in = gx >= 0 && gx < W && gy >= 0 && gy < H;
+        const size_t p = in ? (size_t)gy * W + gx : 0;
+        J[sy][sx] = in ? plane[p] : 0;
+        if (sy >= 1 && sy <= kTile && sx >= 1 && sx <= kTile) {
+            uint8_t v = 0;
+            if (in && (!mask || mask[p]))
+                v = closing ? (uint8_t)(255 - qb[p]) : qb[p];
+            I[sy - 1][sx - 1] = v;
+        }
+    }
+    __syncwarp();
+    bool any = false;
+    const int t = lane + 1;
+    for (;;) {
+        bool ch = false;
+        /* rows, left to right and back: pixel (t, x) from column x -/+ 1 */
+        for (int x = 1; x <= kTile; ++x) {
+            unsigned v = J[t][x];
+            v = max(v, (unsigned)J[t - 1][x - 1]);
+            v = max(v, (unsigned)J[t][x - 1]);
+            v = max(v, (unsigned)J[t + 1][x - 1]);
+            v = min(v, (unsigned)I[t - 1][x - 1]);
+            if (v != J[t][x]) {
+                J[t][x] = (uint8_t)v;
+                ch = true;
+            }
+            __syncwarp();
+        }
+        for (int x = kTile; x >= 1; --x) {
+            unsigned v = J[t][x];
+            v = max(v, (unsigned)J[t - 1][x + 1]);
+            v = max(v, (unsigned)J[t][x + 1]);
+            v = max(v, (unsigned)J[t + 1][x + 1]);
+            v = min(v, (unsigned)I[t - 1][x - 1]);
+            if (v != J[t][x]) {
+                J[t][x] = (uint8_t)v;
+                ch = true;
+            }
+            __syncwarp();
+        }
+        /* columns, top to bottom and back: pixel (y, t) from row y -/+ 1 */
+        for (int y = 1; y <= kTile; ++y) {
+            unsigned v = J[y][t];
+            v = max(v, (unsigned)J[y - 1][t - 1]);
+            v = max(v, (unsigned)J[y - 1][t]);
+            v = max(v, (unsigned)J[y - 1][t + 1]);
+            v = min(v, (unsigned)I[y - 1][t - 1]);
+            if (v != J[y][t]) {
+                J[y][t] = (uint8_t)v;
+                ch = true;
+            }
+            __syncwarp();
+        }
+        for (int y = kTile; y >= 1; --y) {
+            unsigned v = J[y][t];
+            v = max(v, (unsigned)J[y + 1][t - 1]);
+            v = max(v, (unsigned)J[y + 1][t]);
+            v = max(v, (unsigned)J[y + 1][t + 1]);
+            v = min(v, (unsigned)I[y - 1][t - 1]);
+            if (v != J[y][t]) {
+                J[y][t] = (uint8_t)v;
+                ch = true;
+            }
+            __syncwarp();
+        }
+        if (!__any_sync(0xffffffffu, ch))
+            break;
+        any = true;
+    }
+    if (!any)
+        return;
+    for (int i = lane; i < kTile * kTile; i += 32) {
+        const int sy = i / kTile, sx = i % kTile, gy = y0 + sy, gx = x0 + sx;
+        if (gx < W && gy < H)
+            plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
+    }
+    if (lane == 0) {
+        cur[tile] = 1;
+        *changed = 1;
+    }
+}
+
+/* Closings back to 255 - J, the band plane from q, masked pixels 0. */
+__global__ void finish_kernel(const uint8_t *__restrict__ q, const uint8_t *__restrict__ mask,
+                              size_t n, int nradii, uint8_t *emp)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    const int P = 2 * nradii + 1, k = blockIdx.y % P, band = blockIdx.y / P;
+    uint8_t *d = emp + (size_t)blockIdx.y * n + p;
+    if (mask && !mask[p])
+        *d = 0;
+    else if (k == nradii)
+        *d = q[(size_t)band * n + p];
+    else if (k < nradii)
+        *d = (uint8_t)(255 - *d);
+}
+
+__global__ void to_float_kernel(const uint8_t *__restrict__ src, const uint8_t *__restrict__ mask,
+                                size_t n, float nodata, float *__restrict__ dst)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    const size_t i = (size_t)blockIdx.y * n + p;
+    dst[i] = (mask && !mask[p]) ? nodata : (float)src[i];
+}
+
+/* ---- 2-D DWT (double), grid z = plane ------------------------------------------------ */
+
+__device__ __forceinline__ int pmod(int a, int m)
+{
+    const int r = a % m;
+    return r < 0 ? r + m : r;
+}
+
+__global__ void u8_to_double_kernel(const uint8_t *__restrict__ src, size_t n, double *dst)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n)
+        dst[(size_t)blockIdx.y * n + p] = (double)src[(size_t)blockIdx.y * n + p];
+}
+
+/* Analysis along columns: x h x w -> lo, hi half_up(h) x w. */
+__global__ void fwd0_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
+                            double *lo, double *hi, size_t os)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, o = blockIdx.y * blockDim.y + threadIdx.y;
+    const int np = h + (h & 1);
+    if (i >= w || o >= np / 2)
+        return;
+    const double *xp = x + blockIdx.z * xs;
+    double sl = 0.0, sh = 0.0;
+    for (int j = 0; j < F; ++j) {
+        int row = pmod(F / 2 + 2 * o - j, np);
+        row = row < h ? row : h - 1;
+        const double v = xp[(size_t)row * w + i];
+        sl += c_lo[j] * v;
+        sh += c_hi[j] * v;
+    }
+    lo[blockIdx.z * os + (size_t)o * w + i] = sl;
+    hi[blockIdx.z * os + (size_t)o * w + i] = sh;
+}
+
+/* Analysis along rows: x h x w -> lo, hi h x half_up(w). */
+__global__ void fwd1_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
+                            double *lo, double *hi, size_t os)
+{
+    const int o = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    const int np = w + (w & 1), w2 = np / 2;
+    if (o >= w2 || y >= h)
+        return;
+    const double *xr = x + blockIdx.z * xs + (size_t)y * w;
+    double sl = 0.0, sh = 0.0;
+    for (int j = 0; j < F; ++j) {
+        int c = pmod(F / 2 + 2 * o - j, np);
+        c = c < w ? c : w - 1;
+        const double v = xr[c];
+        sl += c_lo[j] * v;
+        sh += c_hi[j] * v;
+    }
+    lo[blockIdx.z * os + (size_t)y * w2 + o] = sl;
+    hi[blockIdx.z * os + (size_t)y * w2 + o] = sh;
+}
+
+/* Synthesis along rows: a, d h x w2 -> out h x wout (the transpose of the
+ * analysis, gathered: output c receives from o with 2o = c + j - F/2 mod 2 w2). */
+__global__ void inv1_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
+                            int h, int w2, int wout, int F, double *out, size_t os)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= wout || y >= h)
+        return;
+    const int np = 2 * w2;
+    const double *ar = a + blockIdx.z * is + (size_t)y * w2, *dr = d + blockIdx.z * is + (size_t)y * w2;
+    double s = 0.0;
+    for (int j = 0; j < F; ++j) {
+        const int t = pmod(c + j - F / 2, np);
+        if (t & 1)
+            continue;
+        s += c_lo[j] * ar[t / 2] + c_hi[j] * dr[t / 2];
+    }
+    out[blockIdx.z * os + (size_t)y * wout + c] = s;
+}
+
+/* Synthesis along columns: a, d h2 x w -> out hout x w. */
+__global__ void inv0_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
+                            int h2, int w, int hout, int F, double *out, size_t os)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y * blockDim.y + threadIdx.y;
+    if (i >= w || k >= hout)
+        return;
+    const int np = 2 * h2;
+    const double *ap = a + blockIdx.z * is, *dp = d + blockIdx.z * is;
+    double s = 0.0;
+    for (int j = 0; j < F; ++j) {
+        const int t = pmod(k + j - F / 2, np);
+        if (t & 1)
+            continue;
+        const size_t r = (size_t)(t / 2) * w + i;
+        s += c_lo[j] * ap[r] + c_hi[j] * dp[r];
+    }
+    out[blockIdx.z * os + (size_t)k * w + i] = s;
+}
+
+/* The median of |HH1| per plane by an exact radix select on the bit patterns
+ * of |d| (non-negative doubles order like their bits): 8 passes of 8 bits for
+ * the two middle order statistics (equal for an odd count). */
+struct SelQ {
+    unsigned long long prefix;
+    long long rank;
+};
+
+__global__ void sel_init_kernel(SelQ *q, int G, size_t m)
+{
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G)
+        return;
+    q[2 * g] = {0ull, (long long)(m / 2 - ((m & 1) ? 0 : 1))};
+    q[2 * g + 1] = {0ull, (long long)(m / 2)};
+}
+
+/* grid (blocks, G), 256 threads: histogram of the digit at `shift` of the keys
+ * that match each query's prefix above it. */
+__global__ void sel_hist_kernel(const double *__restrict__ d, size_t is, size_t m,
+                                const SelQ *__restrict__ q, int shift,
+                                unsigned long long *ghist)
+{
+    __shared__ unsigned h[2][256];
+    for (int i = threadIdx.x; i < 512; i += blockDim.x)
+        h[i / 256][i % 256] = 0;
+    __syncthreads();
+    const int g = blockIdx.y;
+    const unsigned long long hmask = shift + 8 >= 64 ? 0ull : ~0ull << (shift + 8);
+    const unsigned long long p0 = q[2 * g].prefix & hmask, p1 = q[2 * g + 1].prefix & hmask;
+    const double *dp = d + (size_t)g * is;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const unsigned long long key = (unsigned long long)__double_as_longlong(fabs(dp[i]));
+        const unsigned digit = (unsigned)(key >> shift) & 255u;
+        if ((key & hmask) == p0)
+            atomicAdd(&h[0][digit], 1u);
+        if ((key & hmask) == p1)
+            atomicAdd(&h[1][digit], 1u);
+    }
+    __syncthreads();
+    unsigned long long *gh = ghist + (size_t)g * 512;
+    for (int i = threadIdx.x; i < 512; i += blockDim.x)
+        if (h[i / 256][i % 256])
+            atomicAdd(gh + i, (unsigned long long)h[i / 256][i % 256]);
+}
+
+/* grid G, 2 threads (one per query): the bin holding the rank; clears the
+ * histograms for the next pass. */
+__global__ void sel_scan_kernel(SelQ *q, int shift, unsigned long long *ghist)
+{
+    const int g = blockIdx.x, t = threadIdx.x;
+    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)t * 256;
+    SelQ s = q[2 * g + t];
+    unsigned long long cum = 0;
+    for (int b = 0; b < 256; ++b) {
+        if ((unsigned long long)s.rank < cum + h[b]) {
+            s.prefix |= (unsigned long long)b << shift;
+            s.rank -= (long long)cum;
+            break;
+        }
+        cum += h[b];
+    }
+    q[2 * g + t] = s;
+    for (int b = 0; b < 256; ++b)
+        h[b] = 0;
+}
+
+__global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, double npix,
+                              double *lambda)
+{
+    const int g = blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= G)
+        return;
+    const double lo = __longlong_as_double((long long)q[2 * g].prefix);
+    const double hi = __longlong_as_double((long long)q[2 * g + 1].prefix);
+    const double med = (m & 1) ? hi : (lo + hi) / 2.0;
+    lambda[g] = med / 0.6745 * sqrt(2.0 * log(npix));
+}
+
+/* Soft or hard thresholding of `count` coefficients per plane. */
+__global__ void threshold_kernel(double *d, size_t is, size_t count,
+                                 const double *__restrict__ lambda, int hard)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count)
+        return;
+    double *v = d + blockIdx.y * is + i;
+    const double a = fabs(*v), l = lambda[blockIdx.y];
+    if (hard)
+        *v = a >= l ? *v : 0.0;
+    else
+        *v = a > l ? copysign(a - l, *v) : 0.0;
+}
+
+/* Denoised plane g at level index k -> float output plane 3 g + k. */
+__global__ void out_kernel(const double *__restrict__ src, size_t n,
+                           const uint8_t *__restrict__ mask, float nodata, int k, float *dst)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    dst[((size_t)3 * blockIdx.y + k) * n + p] =
+        (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
+}
+
+/* ---- one device's share ----------------------------------------------------------------- */
+
+static inline dim3 grid2(size_t x, size_t y, size_t z, dim3 b)
+{
+    return dim3((unsigned)div_up(x, b.x), (unsigned)div_up(y, b.y), (unsigned)z);
+}
+
+static double ms_since(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+        .count();
+}
+
+/* The host side of the output, on a helper thread while the devices compute:
+ * touches its fresh pages (in parallel: faults no longer serialise inside the
+ * copies) and page-locks it for every device (portable), so the downloads run
+ * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking. Best effort: when
+ * it fails the output stays pageable. Every download waits for it. */
+class OutputPrep {
+  public:
+    OutputPrep() : fut_(pr_.get_future().share()) {}
+    OutputPrep(const OutputPrep &) = delete;
+    OutputPrep &operator=(const OutputPrep &) = delete;
+    ~OutputPrep()
+    {
+        if (t_.joinable())
+            t_.join();
+        if (p_)
+            (void)cudaHostUnregister(p_); /* every copy into it has completed */
+        (void)cudaGetLastError();
+    }
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    {
+        try {
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
+        } catch (...) {
+            work(ctx, p, bytes, device);
+        }
+    }
+    void wait() const { fut_.wait(); }
+    double ms() const { return ms_; }
+    double prefault_ms() const { return prefault_ms_; }
+    bool pinned() const { return p_ != NULL; }
+
+  private:
+    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        hyprof__prefault(ctx, p, bytes);
+        prefault_ms_ = ms_since(t0);
+        const char *env = getenv("HYPROF_EMP_PIN");
+        if (!(env && strcmp(env, "0") == 0) && cudaSetDevice(device) == cudaSuccess &&
+            cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
+            p_ = p;
+        (void)cudaGetLastError();
+        ms_ = ms_since(t0);
+        pr_.set_value();
+    }
+    std::promise<void> pr_;
+    std::shared_future<void> fut_;
+    std::thread t_;
+    void *p_ = NULL;
+    double ms_ = 0.0, prefault_ms_ = 0.0;
+};
+
+/* $HYPROF_EMP_TRACE=1: each device logs (INFO, through the context's log
+ * callback) its stage times from CUDA events and its host wall time. */
+static bool tracing()
+{
+    const char *env = getenv("HYPROF_EMP_TRACE");
+    return env && strcmp(env, "0") != 0;
+}
+
+class EmpDevice {
+  public:
+    EmpDevice(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0, size_t b1,
+              const hyprof_ctx_t *main, const OutputPrep *prep)
+        : ctx(ctx), a(a), op(a->op), b0(b0), nb(b1 - b0), main(main), prep(prep),
+          n(a->width * a->height), W((int)a->width), H((int)a->height),
+          P(hyprof__emp_planes(a->nradii))
+    {
+    }
+    ~EmpDevice()
+    {
+        for (int i = 0; i < kEvents; ++i)
+            if (ev[i])
+                (void)cudaEventDestroy(ev[i]);
+    }
+    hyprof_status_t run();
+
+  private:
+    hyprof_ctx_t *ctx;
+    const hyprof_emp_args_t *a;
+    const char *op;
+    size_t b0, nb;
+    const hyprof_ctx_t *main;
+    const OutputPrep *prep;
+    size_t n;
+    int W, H;
+    size_t P;
+    /* trace: start, uploaded, markers, reconstructed, EMP done, computed, copied */
+    static constexpr int kEvents = 7;
+    cudaEvent_t ev[kEvents] = {};
+    int launches = 0;
+    double waited_ms = 0.0;
+    void mark(int i, cudaStream_t st)
+    {
+        if (ev[i])
+            (void)cudaEventRecord(ev[i], st);
+    }
+    void wait_output()
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        prep->wait();
+        waited_ms += ms_since(t0);
+    }
+    void report(double wall_ms);
+    Stream s;
+    DeviceBuffer<uint8_t> q, mask, emp;
+    DeviceBuffer<int> radii, hw_off, hw, flag;
+
+    hyprof_status_t cancelled()
+    {
+        if (hyprof_ctx_cancelled(main))
+            return hyprof__error(ctx, HYPROF_ERR_CANCELLED, op, "cancelled");
+        return HYPROF_OK;
+    }
+    hyprof_status_t upload();
+    hyprof_status_t profiles();
+    hyprof_status_t emp_out();
+    hyprof_status_t denoise();
+    struct Bufs;
+    hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
+};
+
+hyprof_status_t EmpDevice::upload()
+{
+    cudaStream_t st = s.get();
+    HYPROF_TRY(q.alloc(ctx, op, nb * n));
+    HYPROF_TRY(emp.alloc(ctx, op, nb * P * n));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(q.get(), a->q + b0 * n, nb * n, cudaMemcpyHostToDevice, st));
+    if (a->mask) {
+        HYPROF_TRY(mask.alloc(ctx, op, n));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(mask.get(), a->mask, n, cudaMemcpyHostToDevice, st));
+    }
+    /* the structuring elements' row half-widths, one table per radius */
+    std::vector<int> off(a->nradii), rows;
+    for (size_t i = 0; i < a->nradii; ++i) {
+        const int r = a->radii[i];
+        off[i] = (int)rows.size();
+        rows.resize(rows.size() + 2 * (size_t)r + 1);
+        hyprof__se_rows(a->se, r, rows.data() + off[i]);
+    }
+    HYPROF_TRY(radii.alloc(ctx, op, a->nradii));
+    HYPROF_TRY(hw_off.alloc(ctx, op, a->nradii));
+    HYPROF_TRY(hw.alloc(ctx, op, rows.size()));
+    HYPROF_TRY(flag.alloc(ctx, op, 1));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(radii.get(), a->radii, a->nradii * sizeof(int),
+                                      cudaMemcpyHostToDevice, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(hw_off.get(), off.data(), off.size() * sizeof(int),
+                                      cudaMemcpyHostToDevice, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(hw.get(), rows.data(), rows.size() * sizeof(int),
+                                      cudaMemcpyHostToDevice, st));
+    /* the pageable sources above must not change before the copies run */
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::profiles()
+{
+    cudaStream_t st = s.get();
+    const size_t nrec = nb * 2 * a->nradii;
+    const uint8_t *m = a->mask ? mask.get() : NULL;
+    const int rmax = a->radii[a->nradii - 1];
+    DeviceBuffer<uint8_t> hm;
+    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
+    const dim3 eb(32, 8);
+    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
+        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
+                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
+        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
+        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
+            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
+            emp.get() + b * P * n);
+        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
+    }
+    mark(2, st);
+    const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
+                     (unsigned)nrec);
+    /* tile activity, ping-pong; two launches per look at the flag (a launch
+     * after convergence skips every tile) */
+    const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z;
+    DeviceBuffer<uint8_t> act;
+    HYPROF_TRY(act.alloc(ctx, op, 2 * ntiles));
+    uint8_t *buf[2] = {act.get(), act.get() + ntiles};
+    const uint8_t *prev = NULL;
+    int changed = 1, which = 0;
+    for (int it = 0; changed; ++it) {
+        for (int k = 0; k < 2; ++k) {
+            uint8_t *cur = buf[which];
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(cur, 0, ntiles, st));
+            if (k == 1)
+                HYPROF_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), st));
+            recon_kernel<<<tiles, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii, emp.get(),
+                                               prev, cur, flag.get());
+            HYPROF_CUDA_CHECK_LAUNCH("recon_kernel");
+            ++launches;
+            prev = cur;
+            which ^= 1;
+        }
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(&changed, flag.get(), sizeof(int),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+        if ((it & 7) == 7)
+            HYPROF_TRY(cancelled());
+    }
+    mark(3, st);
+    finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
+        q.get(), m, n, (int)a->nradii, emp.get());
+    HYPROF_CUDA_CHECK_LAUNCH("finish_kernel");
+    mark(4, st);
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::emp_out()
+{
+    cudaStream_t st = s.get();
+    DeviceBuffer<float> out;
+    HYPROF_TRY(out.alloc(ctx, op, nb * P * n));
+    to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
+        emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
+    HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+    mark(5, st);
+    wait_output();
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(), nb * P * n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, st));
+    mark(6, st);
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return HYPROF_OK;
+}
+
+/* Level sizes of the 2-D pyramid. */
+struct Pyramid {
+    int J;
+    size_t hs[64], ws[64];
+    Pyramid(size_t h, size_t w, const int levels[3])
+    {
+        J = levels[0] > levels[1] ? levels[0] : levels[1];
+        J = levels[2] > J ? levels[2] : J;
+        hs[0] = h;
+        ws[0] = w;
+        for (int l = 1; l <= J; ++l) {
+            hs[l] = (hs[l - 1] + 1) / 2;
+            ws[l] = (ws[l - 1] + 1) / 2;
+        }
+    }
+    size_t m(int l) const { return hs[l] * ws[l]; }
+    /* doubles per plane: x, the pyramid, L/H, two inverse buffers */
+    size_t doubles(size_t n) const
+    {
+        size_t t = n + 2 * hs[1] * ws[0] + 2 * n;
+        for (int l = 1; l <= J; ++l)
+            t += 4 * m(l);
+        return t;
+    }
+};
+
+/* The work buffers of a group of at most G planes, allocated once (a
+ * cudaFree inside the loop would stall the overlapped downloads). */
+struct EmpDevice::Bufs {
+    DeviceBuffer<double> x, lh, t1, t2, lambda;
+    std::vector<DeviceBuffer<double>> lev;
+    DeviceBuffer<SelQ> sel;
+    DeviceBuffer<unsigned long long> hist;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
+                          size_t G)
+    {
+        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
+        HYPROF_TRY(x.alloc(ctx, op, G * n));
+        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
+        HYPROF_TRY(t1.alloc(ctx, op, G * n));
+        HYPROF_TRY(t2.alloc(ctx, op, G * n));
+        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
+        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
+        HYPROF_TRY(lambda.alloc(ctx, op, G));
+        for (int l = 1; l <= py.J; ++l)
+            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
+        return HYPROF_OK;
+    }
+};
+
+/* Enqueues the W-MCD of planes [t0, t0 + G) on the compute stream; the float
+ * planes go to `outd` (3 G planes, in output order). */
+hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *outd)
+{
+    cudaStream_t st = s.get();
+    const Pyramid py(a->height, a->width, a->levels);
+    const int F = (int)a->wavelet->length;
+    DeviceBuffer<double> &x = bf.x, &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
+    std::vector<DeviceBuffer<double>> &lev = bf.lev;
+    DeviceBuffer<SelQ> &sel = bf.sel;
+    DeviceBuffer<unsigned long long> &hist = bf.hist;
+    const size_t m1 = py.m(1);
+    const dim3 b2(32, 8), b1(256);
+    u8_to_double_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
+        emp.get() + t0 * n, n, x.get());
+    HYPROF_CUDA_CHECK_LAUNCH("u8_to_double_kernel");
+    /* forward to the deepest level: [A | AD | DA | DD] per level, plane stride m */
+    const double *prev = x.get();
+    size_t prev_stride = n;
+    for (int l = 1; l <= py.J; ++l) {
+        const size_t h = py.hs[l - 1], w = py.ws[l - 1], m = py.m(l), hw2 = py.hs[l] * w;
+        double *L = lh.get(), *Hh = lh.get() + G * hw2, *A = lev[l].get();
+        fwd0_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(prev, prev_stride, (int)h, (int)w,
+                                                              F, L, Hh, hw2);
+        HYPROF_CUDA_CHECK_LAUNCH("fwd0_kernel");
+        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
+            L, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, m);
+        HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
+        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
+            Hh, hw2, (int)py.hs[l], (int)w, F, A + 2 * G * m, A + 3 * G * m, m);
+        HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
+        prev = A;
+        prev_stride = m;
+    }
+    /* the universal threshold of every plane from the median of |HH1| */
+    sel_init_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), (int)G, m1);
+    HYPROF_CUDA_CHECK_LAUNCH("sel_init_kernel");
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(hist.get(), 0, 512 * G * sizeof(unsigned long long), st));
+    const unsigned sel_blocks = (unsigned)(m1 / 8192 < 1 ? 1 : m1 / 8192 > 64 ? 64 : m1 / 8192);
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        sel_hist_kernel<<<dim3(sel_blocks, (unsigned)G), 256, 0, st>>>(
+            lev[1].get() + 3 * G * m1, m1, m1, sel.get(), shift, hist.get());
+        HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
+        sel_scan_kernel<<<(unsigned)G, 2, 0, st>>>(sel.get(), shift, hist.get());
+        HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
+    }
+    lambda_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), m1, (int)G, (double)n,
+                                                           lambda.get());
+    HYPROF_CUDA_CHECK_LAUNCH("lambda_kernel");
+    for (int l = 1; l <= py.J; ++l) {
+        const size_t m = py.m(l);
+        for (int sb = 1; sb < 4; ++sb) {
+            threshold_kernel<<<dim3((unsigned)div_up(m, 256), (unsigned)G), b1, 0, st>>>(
+                lev[l].get() + sb * G * m, m, m, lambda.get(), a->hard);
+            HYPROF_CUDA_CHECK_LAUNCH("threshold_kernel");
+        }
+    }
+    /* the inverse from each level j */
+    for (int k = 0; k < 3; ++k) {
+        const int j = a->levels[k];
+        const double *A = lev[j].get();
+        size_t astride = py.m(j);
+        for (int l = j; l >= 1; --l) {
+            const size_t h = py.hs[l - 1], w = py.ws[l - 1], m = py.m(l), hw2 = py.hs[l] * w;
+            const double *D = lev[l].get();
+            double *L = lh.get(), *Hh = lh.get() + G * hw2;
+            double *dst = (l & 1) ? t1.get() : t2.get();
+            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                A, D + G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, L, hw2);
+            HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
+            /* A's plane stride is astride; D's subbands have stride m (== astride at l == j) */
+            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, Hh, hw2);
+            HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
+            inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(L, Hh, hw2, (int)py.hs[l], (int)w,
+                                                           (int)h, F, dst, h * w);
+            HYPROF_CUDA_CHECK_LAUNCH("inv0_kernel");
+            A = dst;
+            astride = h * w;
+        }
+        (void)astride;
+        out_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
+            t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, outd);
+        HYPROF_CUDA_CHECK_LAUNCH("out_kernel");
+    }
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::denoise()
+{
+    if (a->wavelet->length > (size_t)kMaxFilter)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "filter of %zu taps: at most %d",
+                             a->wavelet->length, kMaxFilter);
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_lo, a->wavelet->dec_lo,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_hi, a->wavelet->dec_hi,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    const Pyramid py(a->height, a->width, a->levels);
+    const size_t per_plane = py.doubles(n) * sizeof(double) + 6 * n * sizeof(float) + 4200;
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t planes = nb * P;
+    size_t G = budget / 2 / per_plane; /* half: a margin for the EMP's buffers */
+    if (G == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "%zu bytes of device memory per plane are not available",
+                             per_plane);
+    if (G > 65535) /* grid y/z */
+        G = 65535;
+    /* groups of about a quarter of the planes, each downloaded (copy stream)
+     * while the next is computed */
+    const size_t quarter = (planes + 3) / 4;
+    if (G > quarter)
+        G = quarter;
+    const size_t ngroups = div_up(planes, G);
+    /* The whole float output on the device when it fits: the transforms then
+     * never wait for a download (nor for the host's page-locking), and the
+     * downloads follow as the host side gets ready. Otherwise two group
+     * buffers take turns. */
+    const bool whole = 3 * planes * n * sizeof(float) + G * per_plane < budget / 2;
+    Bufs bf;
+    HYPROF_TRY(bf.alloc(ctx, op, py, n, G));
+    DeviceBuffer<float> outb[2];
+    HYPROF_TRY(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
+    if (!whole)
+        HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
+    Stream cs;
+    std::vector<Event> done(ngroups), copied(2);
+    HYPROF_TRY(cs.create(ctx, op));
+    for (size_t i = 0; i < ngroups; ++i)
+        HYPROF_TRY(done[i].create(ctx, op));
+    for (int k = 0; k < 2; ++k)
+        HYPROF_TRY(copied[k].create(ctx, op));
+    auto download = [&](size_t i, const float *src) -> hyprof_status_t {
+        const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[i].get(), 0));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, src,
+                                          3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
+                                          cs.get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
+        return HYPROF_OK;
+    };
+    for (size_t i = 0; i < ngroups; ++i) {
+        const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
+        HYPROF_TRY(cancelled());
+        float *dst = whole ? outb[0].get() + 3 * t0 * n : outb[k].get();
+        if (!whole && i >= 2) /* the buffer's previous download must be done */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(s.get(), copied[k].get(), 0));
+        HYPROF_TRY(denoise_group(t0, g, bf, dst));
+        HYPROF_CUDA_CHECK(cudaEventRecord(done[i].get(), s.get()));
+        if (!whole) {
+            if (i == 0)
+                wait_output();
+            HYPROF_TRY(download(i, dst));
+        }
+    }
+    mark(5, s.get());
+    if (whole) {
+        wait_output();
+        for (size_t i = 0; i < ngroups; ++i)
+            HYPROF_TRY(download(i, outb[0].get() + 3 * i * G * n));
+    }
+    mark(6, cs.get());
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    return HYPROF_OK;
+}
+
+static size_t out_floats(const hyprof_emp_args_t *a)
+{
+    return a->bands * hyprof__emp_planes(a->nradii) * a->width * a->height *
+           (a->wavelet ? 3 : 1);
+}
+
+hyprof_status_t EmpDevice::run()
+{
+    if (a->width > (size_t)INT_MAX / 2 || a->height > (size_t)INT_MAX / 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zux%zu pixels: too large for the GPU",
+                             a->width, a->height);
+    const auto t0 = std::chrono::steady_clock::now();
+    HYPROF_TRY(s.create(ctx, op));
+    if (tracing())
+        for (int i = 0; i < kEvents; ++i)
+            HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
+    mark(0, s.get());
+    HYPROF_TRY(upload());
+    mark(1, s.get());
+    HYPROF_TRY(profiles());
+    HYPROF_TRY(cancelled());
+    HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    if (ev[0])
+        report(ms_since(t0));
+    return HYPROF_OK;
+}
+
+void EmpDevice::report(double wall_ms)
+{
+    float t[kEvents] = {0};
+    for (int i = 1; i < kEvents; ++i)
+        if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
+            t[i] = -1.0f;
+    float total = 0.0f;
+    if (cudaEventElapsedTime(&total, ev[0], ev[kEvents - 1]) != cudaSuccess)
+        total = -1.0f;
+    (void)cudaGetLastError();
+    int dev = -1;
+    (void)cudaGetDevice(&dev);
+    hyprof__log(ctx, HYPROF_LOG_INFO,
+                "%s trace: device %d, bands %zu-%zu: upload %.2f ms, markers %.2f ms, "
+                "reconstruction %.2f ms (%d launches), finish %.2f ms, %s %.2f ms, download "
+                "tail %.2f ms; device %.2f ms, host wall %.2f ms (waited %.2f ms for the "
+                "output: prefault %.2f ms, then %s %.2f ms)",
+                op, dev, b0 + 1, b0 + nb, t[1], t[2], t[3], launches, t[4],
+                a->wavelet ? "denoise" : "to float", t[5], t[6], total, wall_ms, waited_ms,
+                prep->prefault_ms(), prep->pinned() ? "page-lock" : "no page-lock",
+                prep->ms() - prep->prefault_ms());
+}
+
+/* The share of the bands [b0, b1) on `device`, with its own context for the
+ * error text (the caller's is not thread-safe). */
+static hyprof_status_t run_share(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0,
+                                 size_t b1, const hyprof_ctx_t *main, const OutputPrep *prep)
+{
+    hyprof__cuda_device_scope scope; /* first: restored last */
+    HYPROF_TRY(scope.select(ctx, a->op));
+    try {
+        EmpDevice d(ctx, a, b0, b1, main, prep);
+        return d.run();
+    } catch (...) { /* std::vector growth */
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of host memory");
+    }
+}
+
+/* One host thread per device, each on a contiguous range of bands. */
+static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                 const OutputPrep *prep)
+{
+    const char *op = a->op;
+    const size_t nd = a->ndevices;
+    std::vector<hyprof_ctx_t *> sub(nd, (hyprof_ctx_t *)NULL);
+    std::vector<hyprof_status_t> st(nd, HYPROF_OK);
+    hyprof_status_t res = HYPROF_OK;
+    std::vector<std::thread> threads;
+    try {
+        threads.reserve(nd);
+        for (size_t d = 0; d < nd; ++d) {
+            const size_t b0 = a->bands * d / nd, b1 = a->bands * (d + 1) / nd;
+            if (!(sub[d] = hyprof_ctx_new())) {
+                res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+                break;
+            }
+            sub[d]->device = a->devices[d];
+            sub[d]->log = ctx->log; /* traces */
+            sub[d]->log_user = ctx->log_user;
+            if (b1 > b0)
+                threads.emplace_back([&st, &sub, a, ctx, d, b0, b1, prep]() {
+                    st[d] = run_share(sub[d], a, b0, b1, ctx, prep);
+                });
+        }
+    } catch (...) {
+        res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot start the device threads");
+    }
+    for (auto &t : threads) /* also after a failed start: never leave one running */
+        t.join();
+    for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
+        if (st[d] != HYPROF_OK) {
+            res = st[d];
+            snprintf(ctx->error, sizeof ctx->error, "%s (device %d)", sub[d]->error,
+                     a->devices[d]);
+        }
+    for (size_t d = 0; d < nd; ++d)
+        hyprof_ctx_free(&sub[d]);
+    return res;
+}
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
+{
+    const hyprof_emp_args_t *a = (const hyprof_emp_args_t *)vargs;
+    const char *op = a->op;
+    const bool multi = a->devices && a->ndevices > 1;
+    const int first = a->devices && a->ndevices ? a->devices[0] : ctx->device;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || first < 0 || first >= count) {
+        (void)cudaGetLastError();
+        return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                             "CUDA device %d does not exist (%d device(s))", first, count);
+    }
+    int prev_dev = -1;
+    (void)cudaGetDevice(&prev_dev);
+    hyprof_status_t st;
+    {
+        OutputPrep prep; /* joined and unlocked after every device is done */
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), first);
+        if (!multi) {
+            const int saved = ctx->device;
+            ctx->device = first;
+            st = run_share(ctx, a, 0, a->bands, ctx, &prep);
+            ctx->device = saved;
+        } else {
+            try {
+                st = run_multi(ctx, a, &prep);
+            } catch (...) {
+                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+            }
+        }
+    }
+    if (prev_dev >= 0)
+        (void)cudaSetDevice(prev_dev);
+    (void)cudaGetLastError();
+    if (st == HYPROF_OK)
+        st = hyprof__progress(ctx, 1.0, op);
+    return st;
+}

@@ -1,0 +1,317 @@
+/* CPU / CUDA parity of EMP and W-MCD (hyprof_emp, hyprof_wmcd), through the
+ * public API only, and one GPU against two.
+ *
+ *   test_gpu_emp
+ *
+ * Seeded synthetic feature cubes: smooth fields with plateaus and noise (odd
+ * sizes, sizes that are not multiples of the 32-pixel tiles), a spiral
+ * corridor whose reconstruction has to cross many tiles back and forth, 3 %
+ * masked pixels, disk/square/diamond, soft and hard thresholds, Haar and db2.
+ *
+ * Checks (CPU result as reference): EMP bit-identical (8-bit levels as float,
+ * nodata included); W-MCD max |cuda - cpu| / max |cpu| over valid pixels below
+ * 1e-5 and masked pixels identical; the CUDA path really ran. With two or more
+ * devices: --devices 0,1 gives bit-identical EMP and W-MCD to one device.
+ *
+ * Timing (information only, never asserted): ms per CUDA run of a
+ * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
+ * after a warm-up, host to host, one device and (if present) two; the last
+ * repetition prints the library's per-device stage times ($HYPROF_EMP_TRACE).
+ * $HYPROF_TEST_TIMING=0 skips it.
+ *
+ * Exit 0 when all pass, 1 on any failure (each printed), 77 without a CUDA
+ * device (ctest: skipped). */
+#define _POSIX_C_SOURCE 200809L
+#include "hyprof/hyprof.h"
+#include "hyprof/morphology.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu_test_util.h"
+
+#define REL_TOL 1e-5
+
+/* Smooth field + plateaus + noise per band; `masked` fraction of nodata. */
+static int make_features(hyprof_cube_t *c, size_t w, size_t h, size_t bands, uint64_t seed,
+                         double masked)
+{
+    g_rng = seed;
+    if (hyprof_cube_alloc(c, HYPROF_FLOAT32, w, h, bands) != HYPROF_OK)
+        return -1;
+    float *d = c->data;
+    for (size_t b = 0; b < bands; b++)
+        for (size_t y = 0; y < h; y++)
+            for (size_t x = 0; x < w; x++) {
+                double v = 50.0 * sin((double)x / (7.0 + b)) * cos((double)y / 5.0) +
+                           ((x / 9 + y / 13 + b) % 4) * 30.0 + 12.0 * rng_normal();
+                d[(b * h + y) * w + x] = (float)v;
+            }
+    if (masked > 0.0) {
+        c->has_nodata = 1;
+        c->nodata = -9999.0;
+        for (size_t p = 0; p < w * h; p++)
+            if (rng_uniform() < masked)
+                for (size_t b = 0; b < bands; b++)
+                    d[b * w * h + p] = -9999.0f;
+        hyprof_cube_mask_invalid(c);
+    }
+    return 0;
+}
+
+/* A square spiral corridor, 2 pixels wide, of bright pixels on a dark noisy
+ * background, starting at a bright blob: erosions remove the corridor but not
+ * the blob, and the opening's reconstruction runs from the blob along the
+ * whole corridor (across many tiles, back and forth). */
+static int make_spiral(hyprof_cube_t *c, size_t s, uint64_t seed)
+{
+    g_rng = seed;
+    if (hyprof_cube_alloc(c, HYPROF_FLOAT32, s, s, 1) != HYPROF_OK)
+        return -1;
+    float *d = c->data;
+    for (size_t p = 0; p < s * s; p++)
+        d[p] = (float)(20.0 * rng_uniform());
+    for (size_t y = 2; y < 11; y++) /* a blob the SEs fit in, at the start */
+        for (size_t x = 2; x < 11; x++)
+            d[y * s + x] = 245.0f;
+    long x = 2, y = 2, len = (long)s - 5, dir = 0;
+    const long dx[4] = {1, 0, -1, 0}, dy[4] = {0, 1, 0, -1};
+    while (len > 2) {
+        for (long i = 0; i < len; i++) {
+            for (long t = 0; t < 2; t++) /* 2 pixels wide */
+                d[(size_t)(y + t * (dir % 2 == 0)) * s + (size_t)(x + t * (dir % 2 == 1))] =
+                    (float)(200.0 + 40.0 * rng_uniform());
+            x += dx[dir];
+            y += dy[dir];
+        }
+        dir = (dir + 1) % 4;
+        if (dir % 2 == 0)
+            len -= 4;
+    }
+    return 0;
+}
+
+static void compare(const char *what, const hyprof_cube_t *ref, const hyprof_cube_t *got,
+                    int exact)
+{
+    g_checks++;
+    if (ref->bands != got->bands || ref->width != got->width || ref->height != got->height) {
+        FAIL("%s: shapes differ (%zux%zux%zu vs %zux%zux%zu)", what, ref->width, ref->height,
+             ref->bands, got->width, got->height, got->bands);
+        return;
+    }
+    size_t n = ref->width * ref->height, ndiff = 0, worst_b = 0;
+    double worst = 0.0;
+    const float *r = ref->data, *g = got->data;
+    for (size_t b = 0; b < ref->bands; b++) {
+        double amax = 0.0, dmax = 0.0;
+        for (size_t p = 0; p < n; p++) {
+            float u = r[b * n + p], v = g[b * n + p];
+            if (!pixel_valid(ref, p)) {
+                if (!same_float(u, v))
+                    ndiff++;
+                continue;
+            }
+            if (exact && !same_float(u, v))
+                ndiff++;
+            amax = fabs(u) > amax ? fabs(u) : amax;
+            double e = fabs((double)u - (double)v);
+            dmax = e > dmax ? e : dmax;
+        }
+        double rel = amax > 0 ? dmax / amax : dmax;
+        if (rel > worst) {
+            worst = rel;
+            worst_b = b;
+        }
+    }
+    if (ndiff || (!exact && worst > REL_TOL))
+        FAIL("%s: %zu values differ; max relative difference %.3g (band %zu)%s", what, ndiff,
+             worst, worst_b + 1, exact ? " (must be identical)" : "");
+    else
+        printf("ok   %s: max relative difference %.3g over %zu bands\n", what, worst,
+               ref->bands);
+}
+
+typedef struct {
+    const char *name;
+    size_t w, h, bands;
+    double masked;
+    int spiral;
+    hyprof_se_t se;
+    int radii[4];
+    size_t nradii;
+    const char *wavelet;
+    int hard;
+    int levels[3]; /* 0: auto */
+} case_t;
+
+static const case_t cases[] = {
+    {"97x61x3 disk 1,3,5,7 haar soft", 97, 61, 3, 0.0, 0, HYPROF_SE_DISK, {1, 3, 5, 7}, 4,
+     "haar", 0, {0, 0, 0}},
+    {"200x150x2 masked square 2,4 haar hard", 200, 150, 2, 0.03, 0, HYPROF_SE_SQUARE,
+     {2, 4, 0, 0}, 2, "haar", 1, {0, 0, 0}},
+    {"131x131 spiral diamond 1,3 db2", 131, 131, 1, 0.0, 1, HYPROF_SE_DIAMOND, {1, 3, 0, 0},
+     2, "db2", 0, {1, 2, 4}},
+    {"33x64x2 disk 1,2 sym4", 33, 64, 2, 0.0, 0, HYPROF_SE_DISK, {1, 2, 0, 0}, 2, "sym4", 0,
+     {1, 1, 2}},
+};
+
+static int run_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const case_t *k, int ndev)
+{
+    hyprof_cube_t in;
+    memset(&in, 0, sizeof in);
+    int rc = k->spiral ? make_spiral(&in, k->w, 11) : make_features(&in, k->w, k->h, k->bands,
+                                                                     (uint64_t)k->w * 131 + k->h,
+                                                                     k->masked);
+    if (rc) {
+        FAIL("%s: cannot build the input", k->name);
+        return -1;
+    }
+    hyprof_wmcd_params_t p;
+    hyprof_wmcd_params_default(&p);
+    p.emp.se = k->se;
+    p.emp.radii = k->radii;
+    p.emp.nradii = k->nradii;
+    p.wavelet = hyprof_wavelet_find(k->wavelet);
+    p.hard = k->hard;
+    memcpy(p.levels, k->levels, sizeof p.levels);
+    hyprof_cube_t ec, eg, wc, wg;
+    char what[256];
+    hyprof_status_t s1 = hyprof_emp(cpu, &in, &p.emp, &ec, NULL);
+    hyprof_status_t s2 = hyprof_emp(gpu, &in, &p.emp, &eg, NULL);
+    if (s1 != HYPROF_OK || s2 != HYPROF_OK) {
+        FAIL("%s: emp failed (cpu: %s, cuda: %s)", k->name,
+             s1 ? hyprof_ctx_last_error(cpu) : "ok", s2 ? hyprof_ctx_last_error(gpu) : "ok");
+    } else if (expect_cuda(gpu, k->name)) {
+        snprintf(what, sizeof what, "EMP %s", k->name);
+        compare(what, &ec, &eg, 1);
+    }
+    s1 = hyprof_wmcd(cpu, &in, &p, &wc, NULL, NULL);
+    s2 = hyprof_wmcd(gpu, &in, &p, &wg, NULL, NULL);
+    if (s1 != HYPROF_OK || s2 != HYPROF_OK) {
+        FAIL("%s: wmcd failed (cpu: %s, cuda: %s)", k->name,
+             s1 ? hyprof_ctx_last_error(cpu) : "ok", s2 ? hyprof_ctx_last_error(gpu) : "ok");
+    } else {
+        snprintf(what, sizeof what, "W-MCD %s", k->name);
+        compare(what, &wc, &wg, 0);
+    }
+    if (ndev >= 2 && s2 == HYPROF_OK) {
+        static const int two[2] = {0, 1};
+        hyprof_wmcd_params_t p2 = p;
+        p2.emp.devices = two;
+        p2.emp.ndevices = 2;
+        hyprof_cube_t e2, w2;
+        if (hyprof_emp(gpu, &in, &p2.emp, &e2, NULL) != HYPROF_OK ||
+            hyprof_wmcd(gpu, &in, &p2, &w2, NULL, NULL) != HYPROF_OK) {
+            FAIL("%s: two devices failed: %s", k->name, hyprof_ctx_last_error(gpu));
+        } else {
+            snprintf(what, sizeof what, "EMP 2 GPUs vs 1 %s", k->name);
+            compare(what, &eg, &e2, 1);
+            snprintf(what, sizeof what, "W-MCD 2 GPUs vs 1 %s", k->name);
+            compare(what, &wg, &w2, 1);
+            hyprof_cube_free(&e2);
+            hyprof_cube_free(&w2);
+        }
+    }
+    hyprof_cube_free(&ec);
+    hyprof_cube_free(&eg);
+    hyprof_cube_free(&wc);
+    hyprof_cube_free(&wg);
+    hyprof_cube_free(&in);
+    return 0;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The library's $HYPROF_EMP_TRACE lines (stage times per device). */
+static void print_log(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    printf("  %s\n", message);
+}
+
+static void timing(hyprof_ctx_t *gpu, int ndev)
+{
+    hyprof_cube_t in;
+    if (make_features(&in, 1096, 715, 4, 5, 0.0)) {
+        FAIL("timing: cannot build the input");
+        return;
+    }
+    static const int two[2] = {0, 1};
+    for (int nd = 1; nd <= (ndev >= 2 ? 2 : 1); nd++) {
+        hyprof_wmcd_params_t p;
+        hyprof_wmcd_params_default(&p);
+        if (nd == 2) {
+            p.emp.devices = two;
+            p.emp.ndevices = 2;
+        }
+        for (int which = 0; which < 2; which++) {
+            double t[4];
+            for (int i = 0; i < 4; i++) {
+                hyprof_cube_t out;
+                if (i == 3) { /* the last repetition traces its stages */
+                    setenv("HYPROF_EMP_TRACE", "1", 1);
+                    hyprof_ctx_set_log(gpu, print_log, NULL);
+                }
+                double t0 = now_ms();
+                hyprof_status_t st = which ? hyprof_wmcd(gpu, &in, &p, &out, NULL, NULL)
+                                           : hyprof_emp(gpu, &in, &p.emp, &out, NULL);
+                t[i] = now_ms() - t0;
+                if (i == 3) {
+                    unsetenv("HYPROF_EMP_TRACE");
+                    hyprof_ctx_set_log(gpu, NULL, NULL);
+                }
+                if (st != HYPROF_OK) {
+                    FAIL("timing: %s", hyprof_ctx_last_error(gpu));
+                    hyprof_cube_free(&in);
+                    return;
+                }
+                hyprof_cube_free(&out);
+            }
+            qsort(t + 1, 3, sizeof *t, cmp_d);
+            printf("time %s 1096x715x4 (Pavia Centre size, 4 features, disk 1,3,5,7%s), %d "
+                   "GPU%s: %.1f ms host to host (median of 3)\n",
+                   which ? "W-MCD" : "EMP", which ? ", haar, auto levels" : "", nd,
+                   nd > 1 ? "s" : "", t[2]);
+        }
+    }
+    hyprof_cube_free(&in);
+}
+
+int main(void)
+{
+    int ndev = hyprof_cuda_device_count();
+    if (ndev <= 0) {
+        printf("no CUDA device: skipped\n");
+        return SKIP_CODE;
+    }
+    hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
+    hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
+    hyprof_ctx_set_backend(gpu, HYPROF_BACKEND_CUDA);
+    printf("%d CUDA device(s)%s\n", ndev, ndev < 2 ? ": the two-GPU checks are skipped" : "");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(cpu, gpu, &cases[i], ndev);
+    const char *tm = getenv("HYPROF_TEST_TIMING");
+    if (!tm || strcmp(tm, "0") != 0)
+        timing(gpu, ndev);
+    printf("%d checks, %d failed\n", g_checks, g_failures);
+    hyprof_ctx_free(&cpu);
+    hyprof_ctx_free(&gpu);
+    return g_failures ? 1 : 0;
+}
