@@ -9,6 +9,7 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev
   libgdal-dev gdal-bin python3-gdal
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
+  libsvm-dev python3-libsvm
 )
 
 missing=()
