@@ -273,8 +273,10 @@ hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *s
     uint16_t maxv = 0;
     for (size_t i = 0; i < W * H; i++)
         maxv = values[i] > maxv ? values[i] : maxv;
+    /* Named classes absent from this map keep their entry (a training map
+     * without some class still says what that class is). */
     for (size_t v = legend->n; v-- > 0;)
-        if (legend->names[v] || legend->rgba[4 * v + 3]) {
+        if (legend->names[v] && *legend->names[v]) {
             maxv = v > maxv ? (uint16_t)v : maxv;
             break;
         }

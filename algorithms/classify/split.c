@@ -137,7 +137,7 @@ static size_t train_count(double per_class, const size_t *counts, size_t ncounts
         return (size_t)v < ncounts ? counts[v] : 0;
     if (per_class >= 1.0)
         return (size_t)per_class;
-    size_t k = (size_t)llround(per_class * (double)n);
+    size_t k = (size_t)nearbyint(per_class * (double)n); /* ties to even, as numpy.rint */
     return k < 1 ? 1 : k;
 }
 

@@ -114,7 +114,7 @@ void hyprof_assessment_free(hyprof_assessment_t *a);
 
 /* Per class value v (> 0) of `reference`: counts[v] training pixels when
  * counts is given (ncounts values, 0 = none), else `per_class` pixels (>= 1)
- * or that fraction of the class (< 1, rounded, at least 1). The pixels with
+ * or that fraction of the class (< 1, rounded half to even, at least 1). The pixels with
  * the smallest uniform draws of numpy.random.default_rng(seed).random(n_v)
  * over the class's pixels in row-major order are taken (classes in
  * increasing order, one generator): exactly samples/make_samples.py's
