@@ -11,7 +11,8 @@
  *   class VALUE R G B A NAME          (K lines, increasing values)
  *   train_pixels N
  *   cv_accuracy A                     (-1: no cross-validation)
- * then for an SVM, LIBSVM's own model file, verbatim after the line
+ * then for an SVM, its C (`svm_c C`: LIBSVM's model file has no place for it)
+ * and LIBSVM's own model file, verbatim after the line
  *   libsvm_model
  * (svm_type c_svc, kernel_type rbf, gamma, nr_class, total_sv, rho, label,
  * nr_sv, SV, one line per support vector: coefficients then index:value),
@@ -143,8 +144,8 @@ static void write_libsvm(FILE *f, const hyprof_classifier_t *m)
 {
     const hyprof__svm_t *s = &m->svm;
     size_t npairs = s->nr_class * (s->nr_class - 1) / 2;
-    fprintf(f, "libsvm_model\nsvm_type c_svc\nkernel_type rbf\ngamma %.17g\nnr_class %zu\n"
-               "total_sv %zu\n", s->gamma, s->nr_class, s->nsv);
+    fprintf(f, "svm_c %.17g\nlibsvm_model\nsvm_type c_svc\nkernel_type rbf\ngamma %.17g\n"
+               "nr_class %zu\ntotal_sv %zu\n", s->c, s->gamma, s->nr_class, s->nsv);
     hyprof__write_doubles(f, "rho", s->rho, npairs);
     write_ints(f, "label", s->label, s->nr_class);
     write_ints(f, "nr_sv", s->nsv_class, s->nr_class);
@@ -367,7 +368,8 @@ static hyprof_status_t read_libsvm(hyprof__reader_t *r, hyprof_classifier_t *m)
 {
     hyprof__svm_t *s = &m->svm;
     hyprof_status_t st;
-    if ((st = expect_line(r, "libsvm_model", "")) || (st = expect_line(r, "svm_type", "c_svc")) ||
+    if ((st = hyprof__read_doubles(r, "svm_c", &s->c, 1)) ||
+        (st = expect_line(r, "libsvm_model", "")) || (st = expect_line(r, "svm_type", "c_svc")) ||
         (st = expect_line(r, "kernel_type", "rbf")) ||
         (st = hyprof__read_doubles(r, "gamma", &s->gamma, 1)) ||
         (st = hyprof__read_size(r, "nr_class", m->nclasses, m->nclasses, &s->nr_class)) ||
