@@ -170,6 +170,47 @@ hyprof_status_t hyprof__cpu_classify(hyprof_ctx_t *ctx, void *args)
     return stop ? hyprof__progress(ctx, 1.0, OP) : HYPROF_OK;
 }
 
+/* After the CUDA path: the flagged pixels again, by the exact formula; and
+ * nodata pixels back to 0 (the device classified every pixel). */
+static hyprof_status_t recheck_pixels(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
+{
+    const hyprof_cube_t *in = a->in;
+    size_t W = in->width, npix = W * in->height, n = 0;
+    int failed = 0;
+#pragma omp parallel num_threads(hyprof__threads(ctx)) reduction(+ : n)
+    {
+        const hyprof_classifier_t *m = a->model;
+        double *x = malloc(m->bands * sizeof *x), *kvalue = malloc(m->svm.nsv * sizeof *kvalue);
+        int *votes = malloc(m->svm.nr_class * sizeof *votes);
+        if (!x || !kvalue || !votes) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 4096)
+        for (size_t p = 0; p < npix; p++) {
+            if (failed)
+                continue;
+            if (!hyprof_cube_valid(in, p % W, p / W)) {
+                a->map[p] = 0;
+                for (size_t k = 0; a->scores && k < m->nclasses; k++)
+                    a->scores[k * npix + p] = hyprof__nodata_f32(in);
+                continue;
+            }
+            if (a->recheck[p]) {
+                hyprof__svm_pixel_exact(a, p, x, kvalue, votes);
+                n++;
+            }
+        }
+        free(x), free(kvalue), free(votes);
+    }
+    if (failed)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    a->rechecked = n;
+    hyprof__log(ctx, HYPROF_LOG_INFO, "classify: %zu of %zu pixel(s) (decision value near 0 or "
+                "tied votes) recomputed on the host with LIBSVM's exact formula", n, npix);
+    return hyprof__progress(ctx, 1.0, OP);
+}
+
 static hyprof_status_t check_model_input(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
                                          const hyprof_cube_t *in)
 {
@@ -223,13 +264,17 @@ hyprof_status_t hyprof_classify(hyprof_ctx_t *ctx, const hyprof_classifier_t *mo
         return hyprof__error(ctx, st, OP, "out of memory for a %zux%zu class map", in->width,
                              in->height);
     }
-    hyprof__classify_args_t a = {model, in, map->data, scores ? scores->data : NULL, 0};
     hyprof__impl_fn cuda =
         model->kind == HYPROF_CLASSIFIER_SVM ? HYPROF_CUDA_IMPL(hyprof__cuda_classify) : NULL;
-    st = hyprof__dispatch(ctx, OP, hyprof__cpu_classify, cuda, &a);
-    if (st == HYPROF_OK && a.rechecked)
-        hyprof__log(ctx, HYPROF_LOG_INFO, "classify: %zu borderline pixel(s) recomputed on the "
-                    "host with LIBSVM's exact formula", a.rechecked);
+    uint8_t *recheck = cuda ? calloc(in->width * in->height, 1) : NULL;
+    hyprof__classify_args_t a = {model, in, map->data, scores ? scores->data : NULL, recheck, 0};
+    if (cuda && !recheck)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    else
+        st = hyprof__dispatch(ctx, OP, hyprof__cpu_classify, cuda, &a);
+    if (st == HYPROF_OK && hyprof_ctx_used_backend(ctx) == HYPROF_BACKEND_CUDA)
+        st = recheck_pixels(ctx, &a);
+    free(recheck);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK) {
         hyprof_cube_free(map);

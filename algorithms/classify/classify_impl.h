@@ -14,7 +14,11 @@ typedef struct {
     const hyprof_cube_t *in;  /* float32 BSQ, the model's band count */
     uint16_t *map;            /* width*height class values, 0 = nodata */
     float *scores;            /* nclasses x width*height (BSQ) or NULL */
-    size_t rechecked;         /* CUDA: pixels recomputed on the host */
+    /* CUDA: width*height flags, 1 where the device's rounding could change the
+     * label (a decision value near 0, a tie of votes): hyprof_classify then
+     * recomputes those pixels on the host with the exact formula. */
+    uint8_t *recheck;
+    size_t rechecked;
 } hyprof__classify_args_t;
 
 hyprof_status_t hyprof__cpu_classify(hyprof_ctx_t *ctx, void *args);

@@ -12,7 +12,7 @@
  *             pixel whose labels the GPU's rounding could change: a decision
  *             value within a bound of 0 or a tie of votes.
  * The host then recomputes the flagged pixels with LIBSVM's exact formula
- * (hyprof__svm_pixel_exact), so the labels are LIBSVM's.
+ * (hyprof_classify, in parallel), so the labels are LIBSVM's.
  *
  * The bound: |x|^2 + |sv|^2 - 2 x.sv loses at most about (bands + 2) u (|x|^2 +
  * |sv|^2) to cancellation (u = 2^-52), which moves each kernel value by at
@@ -183,33 +183,18 @@ struct Work {
     DeviceBuffer<double> X, xn, G, D;
 };
 
-/* Labels, flags and scores of the pipeline's output -> the map; flagged
- * valid pixels recomputed on the host. */
-hyprof_status_t finish_on_host(hyprof_ctx_t *ctx, hyprof__classify_args_t *a,
-                               const float *out, size_t cols)
+/* Labels, flags and scores of the pipeline's output -> the map and the
+ * recheck flags (hyprof_classify recomputes the flagged pixels on the host,
+ * in parallel). */
+void unpack(hyprof__classify_args_t *a, const float *out, size_t cols)
 {
-    const hyprof_classifier_t *m = a->model;
-    const hyprof_cube_t *in = a->in;
-    const size_t W = in->width, npix = W * in->height, K = m->nclasses;
-    size_t rechecked = 0;
-    std::vector<double> x(m->bands), kvalue(m->svm.nsv);
-    std::vector<int> votes(m->svm.nr_class);
-    /* Serial: the flagged pixels are few (none to a few per thousand). */
+    const size_t npix = a->in->width * a->in->height, K = a->model->nclasses;
     for (size_t p = 0; p < npix; ++p) {
-        if (!hyprof_cube_valid(in, p % W, p / W))
-            continue;
-        if (out[npix + p] != 0.0f) {
-            hyprof__svm_pixel_exact(a, p, x.data(), kvalue.data(), votes.data());
-            ++rechecked;
-            continue;
-        }
         a->map[p] = (uint16_t)out[p];
-        if (a->scores && cols > 2)
-            for (size_t k = 0; k < K; ++k)
-                a->scores[k * npix + p] = out[(2 + k) * npix + p];
+        a->recheck[p] = out[npix + p] != 0.0f;
     }
-    a->rechecked = rechecked;
-    return hyprof__progress(ctx, 1.0, "classify");
+    if (a->scores && cols > 2)
+        memcpy(a->scores, out + 2 * npix, K * npix * sizeof(float));
 }
 
 } /* namespace */
@@ -222,6 +207,8 @@ extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
     const hyprof__svm_t *s = &m->svm;
     const size_t N = a->in->width * a->in->height, B = m->bands, nsv = s->nsv;
     const size_t nc = s->nr_class, npairs = nc * (nc - 1) / 2;
+    if (!a->recheck)
+        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op, "no recheck flags");
     if (m->kind != HYPROF_CLASSIFIER_SVM || nc > 256)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                              "the CUDA backend classifies with SVMs of at most 256 classes");
@@ -303,5 +290,6 @@ extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(hyprof__progress(ctx, 0.9 * (double)(i + 1) / (double)nch, op));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
-    return finish_on_host(ctx, a, out.data(), cols);
+    unpack(a, out.data(), cols);
+    return HYPROF_OK;
 }
