@@ -569,7 +569,9 @@ hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t
                                     unsigned char **png, size_t *len, char *err, size_t n)
 {
     size_t side = width > height ? width : height;
-    double f = side > max_side ? (double)max_side / (double)side : 1.0;
+    /* Large maps shrink to max_side; small ones grow by a whole factor. */
+    double f = side > max_side ? (double)max_side / (double)side
+                               : floor((double)max_side / (double)side);
     size_t w = (size_t)fmax(1.0, floor(width * f)), h = (size_t)fmax(1.0, floor(height * f));
     uint8_t *rgb = malloc(3 * w * h);
     if (!rgb)

@@ -48,7 +48,8 @@ hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer,
                                          size_t n);
 
 /* A PNG picture of a class map scaled to at most max_side pixels (nearest
- * neighbour), in the legend's colours; *png is freed with free(). */
+ * neighbour; small maps enlarged by a whole factor), in the legend's colours;
+ * *png is freed with free(). */
 hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t height,
                                     const hyprof_legend_t *legend, size_t max_side,
                                     unsigned char **png, size_t *len, char *err, size_t n);
