@@ -32,7 +32,10 @@ using namespace hyprof_cuda;
 namespace {
 
 const int kThreads = 256;
-const size_t kKernelMatrixBytes = (size_t)1 << 30; /* G per chunk */
+/* G per chunk at most: a Pavia Centre-size stack (784k pixels, a few hundred
+ * support vectors) is then one chunk, copied without page-locked staging
+ * (freshly pinning chunk buffers cost more than it saves, as for PCA). */
+const size_t kKernelMatrixBytes = (size_t)8 << 30;
 const double kUlp = 2.220446049250313e-16;
 
 inline unsigned grid_y(size_t n) { return (unsigned)(n < 65535 ? (n ? n : 1) : 65535); }
@@ -227,7 +230,7 @@ extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(blas[1].create(ctx, op));
     HYPROF_TRY(upload_model(ctx, op, m, dm));
 
-    /* Chunk: G (m x nsv doubles) about 1 GiB at most, both slots within the budget. */
+    /* Chunk: G (m x nsv doubles) 8 GiB at most, both slots within the budget. */
     const size_t per_pixel = 2 * (B * sizeof(float) + (B + 1 + nsv + npairs) * sizeof(double) +
                                   cols * sizeof(float));
     size_t budget = 0, chunk = 0;
