@@ -11,7 +11,9 @@
  *     chunk and in chunks of 1000 pixels, with nodata pixels;
  *   - random LIBSVM-format models (5 and 12 classes) on random pixels, and a
  *     model whose decision values are all exactly 0 (every pixel a tie,
- *     decided on the host by LIBSVM's rule), CUDA against CPU.
+ *     decided on the host by LIBSVM's rule), CUDA against CPU;
+ *   - ELMs (300 and 800 neurons) trained on the fixture: CUDA labels equal to
+ *     the CPU's, softmax scores within 1e-5.
  * Without a device, the CPU checks run and the test exits 77 (skipped). */
 #include "gpu_test_util.h"
 
@@ -174,6 +176,75 @@ static void fixture_gpu(const hyprof_classifier_t *m, hyprof_cube_t *in, const u
     gpu_vs(m, in, want, "fixture with nodata");
 }
 
+/* ---- ELM ----------------------------------------------------------------------------- */
+
+/* Scores within a tolerance (the ELM's softmax is computed in another order
+ * on the device); labels exact. */
+static void compare_scores_close(const hyprof_cube_t *a, const hyprof_cube_t *b, double tol,
+                                 const char *what)
+{
+    size_t n = a->width * a->height * a->bands, bad = 0;
+    double maxd = 0.0;
+    const float *x = a->data, *y = b->data;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(x[i]) && isnan(y[i]))
+            continue;
+        double d = fabs((double)x[i] - (double)y[i]);
+        maxd = d > maxd || isnan(d) ? d : maxd;
+        bad += !(d <= tol);
+    }
+    g_checks++;
+    if (bad)
+        FAIL("%s: %zu of %zu scores differ by more than %g (max abs difference %g)", what, bad,
+             n, tol, maxd);
+    else
+        printf("ok   %s: %zu scores within %g (max abs difference %g)\n", what, n, tol, maxd);
+}
+
+/* An ELM trained (on the host: no LIBSVM needed) on every 13th pixel of the
+ * fixture with the fixture's labels, then CPU and CUDA predictions. */
+static void elm_case(const hyprof_cube_t *in, const uint16_t *want, size_t neurons)
+{
+    hyprof_ctx_t *cpu = context(HYPROF_BACKEND_CPU), *gpu = context(HYPROF_BACKEND_CUDA);
+    size_t npix = in->width * in->height;
+    float *lab = calloc(npix, sizeof *lab);
+    for (size_t p = 0; lab && p < npix; p += 13)
+        lab[p] = pixel_valid(in, p) ? want[p] : 0;
+    hyprof_cube_t labels = hyprof_cube_bsq(lab, HYPROF_FLOAT32, in->width, in->height, 1);
+    hyprof_train_params_t tp;
+    hyprof_train_params_default(&tp);
+    tp.kind = HYPROF_CLASSIFIER_ELM;
+    tp.neurons = neurons;
+    tp.seed = 42;
+    hyprof_classifier_t *m = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "ELM %zu neurons", neurons);
+    g_checks++;
+    if (!lab || hyprof_train(cpu, in, &labels, &tp, &m) != HYPROF_OK) {
+        FAIL("%s: training failed: %s", what, hyprof_ctx_last_error(cpu));
+    } else {
+        hyprof_cube_t cmap, cs, gmap, gs;
+        if (classify(cpu, m, in, &cmap, &cs, what) == 0) {
+            if (classify(gpu, m, in, &gmap, &gs, what) == 0) {
+                expect_cuda(gpu, what);
+                char label[128];
+                snprintf(label, sizeof label, "%s: cuda vs cpu", what);
+                compare_labels(gmap.data, cmap.data, in, npix, label);
+                snprintf(label, sizeof label, "%s: softmax scores", what);
+                compare_scores_close(&gs, &cs, 1e-5, label);
+                hyprof_cube_free(&gmap);
+                hyprof_cube_free(&gs);
+            }
+            hyprof_cube_free(&cmap);
+            hyprof_cube_free(&cs);
+        }
+    }
+    hyprof_classifier_free(&m);
+    free(lab);
+    hyprof_ctx_free(&cpu);
+    hyprof_ctx_free(&gpu);
+}
+
 /* ---- random models ----------------------------------------------------------------- */
 
 /* A LIBSVM-format model with random support vectors and coefficients
@@ -266,7 +337,9 @@ int main(int argc, char **argv)
     char name[256];
     hyprof_cuda_device_info(0, name, sizeof name, NULL, NULL);
     printf("device: %s\n", name);
-    fixture_gpu(m, &in, want);
+    elm_case(&in, want, 300);
+    fixture_gpu(m, &in, want); /* writes nodata into the cube: the cases below see it */
+    elm_case(&in, want, 800);  /* with nodata pixels */
     random_case(5, 30, 9, 0.7, 0, "random model, 5 classes");
     random_case(12, 25, 40, 0.05, 0, "random model, 12 classes");
     random_case(4, 10, 3, 1.0, 1, "all decision values 0 (ties)");

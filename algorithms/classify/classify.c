@@ -1,7 +1,8 @@
 /* `classify`: a class map from a trained model. The CPU backend is LIBSVM's
  * own svm_predict_values (the exact reimplementation in builds without
- * LIBSVM) or the ELM, parallel over pixels; the CUDA backend (SVM) batches
- * the RBF kernel as a gemm and rechecks borderline pixels on the host. */
+ * LIBSVM) or the ELM, parallel over pixels; the CUDA backend batches the RBF
+ * kernel (or the ELM's layers) as gemms, and the pixels it flags as within
+ * rounding of a tie are recomputed here with the exact host formula. */
 #include "classify_impl.h"
 
 #include <math.h>
@@ -170,19 +171,27 @@ hyprof_status_t hyprof__cpu_classify(hyprof_ctx_t *ctx, void *args)
     return stop ? hyprof__progress(ctx, 1.0, OP) : HYPROF_OK;
 }
 
+/* One pixel by the exact host formula: LIBSVM's (reimplemented) or the ELM's. */
+static void exact_pixel(const hyprof__classify_args_t *a, size_t p, scratch_t *s)
+{
+    if (a->model->kind == HYPROF_CLASSIFIER_ELM)
+        elm_pixel(a, p, s->x, s->work, s->out);
+    else
+        hyprof__svm_pixel_exact(a, p, s->x, s->work, s->votes);
+}
+
 /* After the CUDA path: the flagged pixels again, by the exact formula; and
  * nodata pixels back to 0 (the device classified every pixel). */
 static hyprof_status_t recheck_pixels(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
 {
     const hyprof_cube_t *in = a->in;
-    size_t W = in->width, npix = W * in->height, n = 0;
+    const size_t W = in->width, npix = W * in->height, K = a->model->nclasses;
+    size_t n = 0;
     int failed = 0;
 #pragma omp parallel num_threads(hyprof__threads(ctx)) reduction(+ : n)
     {
-        const hyprof_classifier_t *m = a->model;
-        double *x = malloc(m->bands * sizeof *x), *kvalue = malloc(m->svm.nsv * sizeof *kvalue);
-        int *votes = malloc(m->svm.nr_class * sizeof *votes);
-        if (!x || !kvalue || !votes) {
+        scratch_t s;
+        if (!scratch_alloc(&s, a->model)) {
 #pragma omp atomic write
             failed = 1;
         }
@@ -192,22 +201,20 @@ static hyprof_status_t recheck_pixels(hyprof_ctx_t *ctx, hyprof__classify_args_t
                 continue;
             if (!hyprof_cube_valid(in, p % W, p / W)) {
                 a->map[p] = 0;
-                for (size_t k = 0; a->scores && k < m->nclasses; k++)
+                for (size_t k = 0; a->scores && k < K; k++)
                     a->scores[k * npix + p] = hyprof__nodata_f32(in);
-                continue;
-            }
-            if (a->recheck[p]) {
-                hyprof__svm_pixel_exact(a, p, x, kvalue, votes);
+            } else if (a->recheck[p]) {
+                exact_pixel(a, p, &s);
                 n++;
             }
         }
-        free(x), free(kvalue), free(votes);
+        scratch_free(&s);
     }
     if (failed)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     a->rechecked = n;
-    hyprof__log(ctx, HYPROF_LOG_INFO, "classify: %zu of %zu pixel(s) (decision value near 0 or "
-                "tied votes) recomputed on the host with LIBSVM's exact formula", n, npix);
+    hyprof__log(ctx, HYPROF_LOG_INFO, "classify: %zu of %zu pixel(s) (a result within rounding "
+                "of a tie) recomputed on the host with the exact formula", n, npix);
     return hyprof__progress(ctx, 1.0, OP);
 }
 
@@ -264,8 +271,7 @@ hyprof_status_t hyprof_classify(hyprof_ctx_t *ctx, const hyprof_classifier_t *mo
         return hyprof__error(ctx, st, OP, "out of memory for a %zux%zu class map", in->width,
                              in->height);
     }
-    hyprof__impl_fn cuda =
-        model->kind == HYPROF_CLASSIFIER_SVM ? HYPROF_CUDA_IMPL(hyprof__cuda_classify) : NULL;
+    hyprof__impl_fn cuda = HYPROF_CUDA_IMPL(hyprof__cuda_classify);
     uint8_t *recheck = cuda ? calloc(in->width * in->height, 1) : NULL;
     hyprof__classify_args_t a = {model, in, map->data, scores ? scores->data : NULL, recheck, 0};
     if (cuda && !recheck)

@@ -1,4 +1,5 @@
-/* CUDA backend of `classify` for RBF SVMs (semantics: algorithms/classify/classify_impl.h).
+/* CUDA backend of `classify` (semantics: algorithms/classify/classify_impl.h):
+ * RBF SVMs, and ELMs at the end of the file.
  *
  * Per chunk of pixels (float32 BSQ = column-major m x bands), on one of the
  * pipeline's two streams:
@@ -202,17 +203,14 @@ void unpack(hyprof__classify_args_t *a, const float *out, size_t cols)
 
 } /* namespace */
 
-extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
+static hyprof_status_t classify_svm(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
 {
     static const char op[] = "classify";
-    hyprof__classify_args_t *a = (hyprof__classify_args_t *)vargs;
     const hyprof_classifier_t *m = a->model;
     const hyprof__svm_t *s = &m->svm;
     const size_t N = a->in->width * a->in->height, B = m->bands, nsv = s->nsv;
     const size_t nc = s->nr_class, npairs = nc * (nc - 1) / 2;
-    if (!a->recheck)
-        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op, "no recheck flags");
-    if (m->kind != HYPROF_CLASSIFIER_SVM || nc > 256)
+    if (nc > 256)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                              "the CUDA backend classifies with SVMs of at most 256 classes");
     if (B > (size_t)INT_MAX || nsv > (size_t)INT_MAX || npairs > (size_t)INT_MAX)
@@ -295,4 +293,171 @@ extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(pipe.drain(ctx, op));
     unpack(a, out.data(), cols);
     return HYPROF_OK;
+}
+
+/* ---- ELM ------------------------------------------------------------------------------
+ * Per chunk: the same scaling; Z = X W' (cublasDgemm), H = sigmoid(Z + bias),
+ * O = H beta (cublasDgemm); the largest output's class, and a recheck flag
+ * when the two largest outputs are closer than a rounding bound (the host's
+ * sum runs in another order). */
+
+namespace {
+
+__global__ void sigmoid_kernel(double *__restrict__ Z, size_t m, size_t neurons,
+                               const double *__restrict__ bias)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= m)
+        return;
+    for (size_t h = blockIdx.y; h < neurons; h += gridDim.y)
+        Z[p + h * m] = 1.0 / (1.0 + exp(-(Z[p + h * m] + bias[h])));
+}
+
+__global__ void elm_argmax_kernel(const double *__restrict__ O, size_t m, int K,
+                                  const int *__restrict__ values, double tol, int scores,
+                                  float *__restrict__ out)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= m)
+        return;
+    int best = 0;
+    for (int k = 1; k < K; ++k)
+        if (O[p + k * m] > O[p + best * m])
+            best = k;
+    double top = O[p + best * m], second = -INFINITY;
+    for (int k = 0; k < K; ++k)
+        if (k != best && O[p + k * m] > second)
+            second = O[p + k * m];
+    out[p] = (float)values[best];
+    out[m + p] = !(top - second > tol) ? 1.0f : 0.0f;
+    if (!scores)
+        return;
+    double sum = 0.0;
+    for (int k = 0; k < K; ++k)
+        sum += exp(O[p + k * m] - top);
+    for (int k = 0; k < K; ++k)
+        out[(size_t)(2 + k) * m + p] = (float)(exp(O[p + k * m] - top) / sum);
+}
+
+struct ElmWork {
+    DeviceBuffer<double> X, xn, Z, O;
+};
+
+} /* namespace */
+
+static hyprof_status_t classify_elm(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
+{
+    static const char op[] = "classify";
+    const hyprof_classifier_t *m = a->model;
+    const hyprof__elm_t *e = &m->elm;
+    const size_t N = a->in->width * a->in->height, B = m->bands, L = e->neurons, K = m->nclasses;
+    if (B > (size_t)INT_MAX || L > (size_t)INT_MAX || K > (size_t)INT_MAX)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "model too large for cuBLAS");
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+
+    const size_t cols = 2 + (a->scores ? K : 0);
+    std::vector<float> out(N * cols);
+    std::vector<double> range(B);
+    for (size_t b = 0; b < B; ++b)
+        range[b] = m->max[b] - m->min[b];
+    /* Rounding bound of an output: hidden values (in (0, 1)) off by at most
+     * (bands + 2) u (|bias| + sum |w x|) / 4 with |x| <= max |x|, then the
+     * sum over neurons; 8 times that, as for the SVM. */
+    double wmax = 0.0, bmax = 0.0, betasum = 0.0;
+    for (size_t i = 0; i < L * B; ++i)
+        wmax = fabs(e->w[i]) > wmax ? fabs(e->w[i]) : wmax;
+    for (size_t h = 0; h < L; ++h) {
+        bmax = fabs(e->bias[h]) > bmax ? fabs(e->bias[h]) : bmax;
+        double row = 0.0;
+        for (size_t k = 0; k < K; ++k)
+            row += fabs(e->beta[h * K + k]);
+        betasum += row;
+    }
+    double xmax = 1.0;
+    if (!m->scale)
+        for (size_t b = 0; b < B; ++b)
+            xmax = fmax(xmax, fmax(fabs(m->min[b]), fabs(m->max[b])));
+    const double tol = 16.0 * kUlp * betasum *
+                       ((double)(B + 2) * (bmax + (double)B * wmax * xmax) / 4.0 + (double)L + 4.0);
+
+    DeviceBuffer<double> d_w, d_bias, d_beta, d_lo, d_range;
+    DeviceBuffer<int> d_values;
+    ElmWork w[2];
+    Pipeline pipe;
+    Blas blas[2];
+    HYPROF_TRY(blas[0].create(ctx, op));
+    HYPROF_TRY(blas[1].create(ctx, op));
+    HYPROF_TRY(upload(ctx, op, d_w, e->w, L * B));
+    HYPROF_TRY(upload(ctx, op, d_bias, e->bias, L));
+    HYPROF_TRY(upload(ctx, op, d_beta, e->beta, L * K));
+    HYPROF_TRY(upload(ctx, op, d_lo, m->min, B));
+    HYPROF_TRY(upload(ctx, op, d_range, range.data(), B));
+    HYPROF_TRY(upload(ctx, op, d_values, m->values, K));
+
+    const size_t per_pixel =
+        2 * (B * sizeof(float) + (B + 1 + L + K) * sizeof(double) + cols * sizeof(float));
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t env = hyprof__cuda_chunk_override();
+    size_t target = env ? env : kKernelMatrixBytes / (L * sizeof(double));
+    size_t widest = B > L ? B : L;
+    widest = widest > cols ? widest : cols;
+    const size_t chunk = plan_chunk(budget, 0, per_pixel, target < 1024 ? 1024 : target, N, widest);
+    if (chunk == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "not enough device memory for %zu neurons", L);
+    HYPROF_TRY(pipe.init(ctx, op, (const float *)a->in->data, NULL, N, B, cols, out.data(), chunk,
+                         true));
+    const size_t nch = pipe.nchunks();
+    for (int k = 0; k < (nch > 1 ? 2 : 1); ++k) {
+        HYPROF_TRY(w[k].X.alloc(ctx, op, chunk * B));
+        HYPROF_TRY(w[k].xn.alloc(ctx, op, chunk));
+        HYPROF_TRY(w[k].Z.alloc(ctx, op, chunk * L));
+        HYPROF_TRY(w[k].O.alloc(ctx, op, chunk * K));
+    }
+    for (int k = 0; k < 2; ++k)
+        HYPROF_CUBLAS_CHECK(cublasSetStream(blas[k].get(), pipe.stream(k)));
+    const double one = 1.0, zero = 0.0;
+    for (size_t i = 0; i < nch; ++i) {
+        const int k = (int)(i & 1);
+        const size_t p0 = i * chunk, mi = (N - p0 < chunk) ? N - p0 : chunk;
+        HYPROF_TRY(pipe.acquire(ctx, op, k));
+        cudaStream_t st = pipe.stream(k);
+        Slot &sl = pipe.slot[k];
+        HYPROF_TRY(pipe.upload(ctx, op, k, p0, mi));
+        const unsigned blocks = (unsigned)div_up(mi, kThreads);
+        scale_kernel<<<blocks, kThreads, 0, st>>>(sl.in.get(), mi, B, m->scale, d_lo.get(),
+                                                  d_range.get(), w[k].X.get(), w[k].xn.get());
+        HYPROF_CUDA_CHECK_LAUNCH("scale_kernel");
+        /* W is neurons x bands row-major: bands x neurons column-major. */
+        HYPROF_CUBLAS_CHECK(cublasDgemm(blas[k].get(), CUBLAS_OP_N, CUBLAS_OP_N, (int)mi, (int)L,
+                                        (int)B, &one, w[k].X.get(), (int)mi, d_w.get(), (int)B,
+                                        &zero, w[k].Z.get(), (int)mi));
+        sigmoid_kernel<<<dim3(blocks, grid_y(L)), kThreads, 0, st>>>(w[k].Z.get(), mi, L,
+                                                                     d_bias.get());
+        HYPROF_CUDA_CHECK_LAUNCH("sigmoid_kernel");
+        /* beta is neurons x classes row-major: its transpose column-major. */
+        HYPROF_CUBLAS_CHECK(cublasDgemm(blas[k].get(), CUBLAS_OP_N, CUBLAS_OP_T, (int)mi, (int)K,
+                                        (int)L, &one, w[k].Z.get(), (int)mi, d_beta.get(), (int)K,
+                                        &zero, w[k].O.get(), (int)mi));
+        elm_argmax_kernel<<<blocks, kThreads, 0, st>>>(w[k].O.get(), mi, (int)K,
+                                                       d_values.get(), tol, a->scores != NULL,
+                                                       sl.out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("elm_argmax_kernel");
+        HYPROF_TRY(pipe.download(ctx, op, k, p0, mi));
+        HYPROF_TRY(pipe.release(ctx, op, k));
+        HYPROF_TRY(hyprof__progress(ctx, 0.9 * (double)(i + 1) / (double)nch, op));
+    }
+    HYPROF_TRY(pipe.drain(ctx, op));
+    unpack(a, out.data(), cols);
+    return HYPROF_OK;
+}
+
+extern "C" hyprof_status_t hyprof__cuda_classify(hyprof_ctx_t *ctx, void *vargs)
+{
+    hyprof__classify_args_t *a = (hyprof__classify_args_t *)vargs;
+    if (!a->recheck)
+        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, "classify", "no recheck flags");
+    return a->model->kind == HYPROF_CLASSIFIER_ELM ? classify_elm(ctx, a) : classify_svm(ctx, a);
 }
