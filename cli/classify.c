@@ -34,7 +34,8 @@ static int check_positionals(const cli_command_t *cmd, int overwrite)
             cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", name, f);
             return EXIT_USAGE;
         }
-        if (strstr(kind, "_out") && hyprof_output_check(f, overwrite, err, sizeof err) != HYPROF_OK) {
+        if (strstr(kind, "_out") &&
+            hyprof_output_check(f, overwrite, err, sizeof err) != HYPROF_OK) {
             cli_error(cmd->op->name, "%s: %s", name, err);
             return EXIT_USAGE;
         }
@@ -279,9 +280,9 @@ static hyprof_status_t model_legend(const hyprof_classifier_t *m, hyprof_legend_
 {
     memset(l, 0, sizeof *l);
     for (size_t k = 0; k < hyprof_classifier_classes(m); k++) {
-        hyprof_status_t st =
-            hyprof_legend_set(l, (size_t)hyprof_classifier_class_value(m, k),
-                              hyprof_classifier_class_name(m, k), hyprof_classifier_class_rgba(m, k));
+        hyprof_status_t st = hyprof_legend_set(l, (size_t)hyprof_classifier_class_value(m, k),
+                                               hyprof_classifier_class_name(m, k),
+                                               hyprof_classifier_class_rgba(m, k));
         if (st != HYPROF_OK)
             return st;
     }
@@ -392,6 +393,19 @@ static uint16_t *class_values(const hyprof_cube_t *c)
     return v;
 }
 
+/* dst's names where it has them, else src's; src's colours where it has them. */
+static hyprof_status_t merge_legend(hyprof_legend_t *dst, const hyprof_legend_t *src)
+{
+    for (size_t v = 0; v < src->n; v++) {
+        int named = v < dst->n && dst->names[v];
+        const char *name = named ? NULL : src->names[v];
+        const uint8_t *rgba = src->rgba[4 * v + 3] ? src->rgba + 4 * v : NULL;
+        if ((name || rgba) && hyprof_legend_set(dst, v, name, rgba) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
 static int run_assess(job_t *j)
 {
     const char *ref_path = hyprof_args_str(j->cmd->args, "reference");
@@ -425,10 +439,11 @@ static int run_assess(job_t *j)
         rc = io_fail(j, st, 1);
         goto done;
     }
-    for (size_t v = 0; v < map_legend.n && st == HYPROF_OK; v++)
-        if (map_legend.rgba[4 * v + 3] || (map_legend.names[v] && (v >= legend.n || !legend.names[v])))
-            st = hyprof_legend_set(&legend, v, v < legend.n && legend.names[v] ? NULL : map_legend.names[v],
-                                   map_legend.rgba[4 * v + 3] ? map_legend.rgba + 4 * v : NULL);
+    if ((st = merge_legend(&legend, &map_legend)) != HYPROF_OK) {
+        cli_error(j->name, "out of memory");
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
     cli_progress_done(&j->pg);
     if (hyprof_args_bool(j->cmd->args, "json"))
         cli_assess_json(stdout, &a, &legend, j->cmd->files[0], ref_path);
@@ -457,7 +472,7 @@ done:
     return rc;
 }
 
-/* ---- split ------------------------------------------------------------------------------------ */
+/* ---- split ------------------------------------------------------------------------ */
 
 static void count_classes(const uint16_t *v, size_t npix, char *out, size_t n)
 {

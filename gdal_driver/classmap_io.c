@@ -520,7 +520,7 @@ hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer_n
     return st;
 }
 
-/* ---- PNG pictures ------------------------------------------------------------------------------ */
+/* ---- PNG pictures ------------------------------------------------------------------ */
 
 hyprof_status_t hyprof_rgb_png(const uint8_t *rgb, size_t width, size_t height,
                                unsigned char **png, size_t *len, char *err, size_t n)

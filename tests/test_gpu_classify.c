@@ -267,8 +267,9 @@ static int write_random_model(const char *path, int nc, int per_class, int bands
     fprintf(f, "\nclasses %d\n", nc);
     for (int k = 0; k < nc; k++)
         fprintf(f, "class %d 10 20 30 255 c%d\n", 3 * k + 2, k);
-    fprintf(f, "train_pixels 0\ncv_accuracy -1\nsvm_c 1\nlibsvm_model\nsvm_type c_svc\nkernel_type rbf\n"
-               "gamma %.17g\nnr_class %d\ntotal_sv %d\nrho", gamma, nc, nc * per_class);
+    fprintf(f, "train_pixels 0\ncv_accuracy -1\nsvm_c 1\nlibsvm_model\nsvm_type c_svc\n"
+               "kernel_type rbf\ngamma %.17g\nnr_class %d\ntotal_sv %d\nrho",
+            gamma, nc, nc * per_class);
     for (int p = 0; p < nc * (nc - 1) / 2; p++)
         fprintf(f, " %.17g", zero ? 0.0 : rng_normal() * 0.3);
     fprintf(f, "\nlabel");

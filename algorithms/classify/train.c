@@ -131,7 +131,8 @@ static size_t class_values(const samples_t *s, int **values)
 static void default_rgba(size_t k, size_t n, uint8_t *c)
 {
     double h = 6.0 * (double)k / (double)n, f = h - floor(h);
-    double rgb[6][3] = {{1, f, 0}, {1 - f, 1, 0}, {0, 1, f}, {0, 1 - f, 1}, {f, 0, 1}, {1, 0, 1 - f}};
+    double rgb[6][3] = {{1, f, 0}, {1 - f, 1, 0}, {0, 1, f},
+                        {0, 1 - f, 1}, {f, 0, 1}, {1, 0, 1 - f}};
     const double *v = rgb[(int)h % 6];
     for (int i = 0; i < 3; i++)
         c[i] = (uint8_t)lround(40 + 200 * v[i]);
