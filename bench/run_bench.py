@@ -522,7 +522,7 @@ def write_markdown(path, meta, rows, notes):
             size += f", {r['components']} PCs x {r['count'] + 1}"
         elif r["op"] == "classify" and r.get("model_size"):
             size += f", {r['model_size']} SVs, {r.get('classes')} classes"
-        elif r["op"] == "train":
+        elif r["op"].startswith("train"):
             size += f", {r.get('classifier')}" + (", grid 11x10, 5 folds"
                                                   if r.get("classifier") == "svm" else "")
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
