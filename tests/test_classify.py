@@ -208,9 +208,13 @@ def test_elm_is_reproducible_and_learns(tmp_path, pca):
         run_ok("train", "--labels", TRAIN, "--classifier", "elm", "--neurons", "300",
                "--seed", "3", pca, tmp_path / (name + ".model"))
     assert (tmp_path / "a.model").read_text() == (tmp_path / "b.model").read_text()
-    run_ok("classify", "--model", tmp_path / "a.model", pca, tmp_path / "map.tif")
+    run_ok("classify", "--model", tmp_path / "a.model", "--probabilities", tmp_path / "p.tif",
+           pca, tmp_path / "map.tif")
     r = json.loads(run_ok("assess", "--json", "--reference", TEST, tmp_path / "map.tif").stdout)
     assert r["oa"] > 0.5  # measured 0.62 (raw PCA, 300 neurons)
+    p = read_cube(tmp_path / "p.tif", np.float64)  # softmax of the outputs
+    assert np.allclose(p.sum(axis=0), 1.0, atol=1e-5)
+    assert np.array_equal(np.argmax(p, axis=0) + 1, band1(tmp_path / "map.tif"))
 
 
 def test_model_roundtrip_and_report(tmp_path, pca):
@@ -269,9 +273,9 @@ def test_split_refuses_a_class_without_test_pixels(tmp_path):
 
 # ---- vector samples ------------------------------------------------------------------
 
-def write_samples(path, epsg, grid, points, polygons):
+def write_samples(path, epsg, grid, points, polygons, names=None):
     """Points at pixel centres and squares around pixel blocks of `grid`, in another
-    CRS; class as a name."""
+    CRS; the class as a name, or as its number in `names` (1-based) when given."""
     src = osr.SpatialReference(wkt=gdal.Open(str(grid)).GetProjection())
     dst = osr.SpatialReference()
     dst.ImportFromEPSG(epsg)
@@ -282,10 +286,11 @@ def write_samples(path, epsg, grid, points, polygons):
     geo = lambda col, row: ct.TransformPoint(gt[0] + col * gt[1], gt[3] + row * gt[5])[:2]
     ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(path))
     layer = ds.CreateLayer("samples", dst, ogr.wkbUnknown)
-    layer.CreateField(ogr.FieldDefn("landcover", ogr.OFTString))
+    layer.CreateField(ogr.FieldDefn("landcover", ogr.OFTInteger if names else ogr.OFTString))
+    value = (lambda n: names.index(n) + 1) if names else (lambda n: n)
     for (col, row), name in points:
         f = ogr.Feature(layer.GetLayerDefn())
-        f.SetField("landcover", name)
+        f.SetField("landcover", value(name))
         f.SetGeometry(ogr.CreateGeometryFromWkt("POINT (%.10f %.10f)" % geo(col + 0.5, row + 0.5)))
         layer.CreateFeature(f)
     for (c0, r0, c1, r1), name in polygons:
@@ -295,19 +300,19 @@ def write_samples(path, epsg, grid, points, polygons):
                    geo(c0 + .25, r1 + .75)]
         ring = ", ".join("%.10f %.10f" % c for c in corners + corners[:1])
         f = ogr.Feature(layer.GetLayerDefn())
-        f.SetField("landcover", name)
+        f.SetField("landcover", value(name))
         f.SetGeometry(ogr.CreateGeometryFromWkt("POLYGON ((%s))" % ring))
         layer.CreateFeature(f)
     ds = None
 
 
-@pytest.mark.parametrize("epsg", [4326, 3857])
-def test_vector_samples_reprojected_and_rasterised(tmp_path, pca, epsg):
+@pytest.mark.parametrize("epsg,integer", [(4326, False), (3857, False), (4326, True)])
+def test_vector_samples_reprojected_and_rasterised(tmp_path, pca, epsg, integer):
     points = [((5 + 7 * k, 3 + 11 * k), "water" if k % 2 else "forest") for k in range(12)]
     polygons = [((20, 30, 25, 34), "field"), ((100, 60, 103, 70), "forest"),
                 ((60, 110, 64, 112), "water")]
-    write_samples(tmp_path / "s.gpkg", epsg, pca, points, polygons)
     names = sorted({n for _, n in points + polygons})
+    write_samples(tmp_path / "s.gpkg", epsg, pca, points, polygons, names if integer else None)
     labels = np.zeros((145, 145), np.uint8)
     for (col, row), n in points:
         labels[row, col] = names.index(n) + 1
@@ -324,7 +329,9 @@ def test_vector_samples_reprojected_and_rasterised(tmp_path, pca, epsg):
     assert [l for l in v if l.startswith(("min", "max", "train_pixels"))] == \
         [l for l in r if l.startswith(("min", "max", "train_pixels"))]
     assert ["class 1", "class 2", "class 3"] == [l[:7] for l in v if l.startswith("class ")]
-    assert [l.split()[-1] for l in v if l.startswith("class ")] == names
+    # Names from a text field; an integer field has none ("class N").
+    want = names if not integer else ["1", "2", "3"]
+    assert [l.split()[-1] for l in v if l.startswith("class ")] == want
 
 
 # ---- bad input ---------------------------------------------------------------------
