@@ -13,15 +13,17 @@ Run: /usr/bin/python3 -m pytest tests/test_classify.py
 import json
 import re
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix, recall_score
 
-from conftest import (EXIT_USAGE, INDIAN_PINES, SAMPLES, gdal, leftovers, message_lines,
-                      read_cube, run, run_ok, write_cube)
+from conftest import (EXIT_CANCELLED, EXIT_USAGE, INDIAN_PINES, SAMPLES, exe_path, gdal,
+                      leftovers, message_lines, read_cube, run, run_ok, write_cube)
 
 from osgeo import ogr, osr
 
@@ -410,3 +412,17 @@ def test_describe_lists_file_arguments():
     assert [f["name"] for f in ops["train"]["files"]] == ["FEATURES", "MODEL"]
     assert [f["type"] for f in ops["split"]["files"]] == ["raster_out", "raster_out"]
     assert ops["pca"]["input"]["name"] == "INPUT"
+
+
+def test_cancelled_training_leaves_no_model(tmp_path):
+    p = subprocess.Popen([exe_path(), "train", "--labels", TRAIN, "--progress", "json",
+                          INDIAN_PINES, tmp_path / "m.model"], stderr=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    for line in p.stderr:  # wait until the cross-validation runs
+        if "cross-validation" in line:
+            break
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=120)
+    assert p.returncode == EXIT_CANCELLED
+    assert leftovers(tmp_path, "m.model") == []
