@@ -311,7 +311,7 @@ static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
                                  j->err, sizeof j->err);
     else
         snprintf(j->err, sizeof j->err, "out of memory");
-    memset(&res.cube, 0, sizeof res.cube); /* the caller frees the cube */
+    res.cube.owns = 0; /* the names and items go, the caller frees the cube */
     hyprof_result_free(&res);
     return st;
 }
