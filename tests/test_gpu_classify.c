@@ -326,14 +326,20 @@ int main(int argc, char **argv)
     hyprof_classifier_t *m = NULL;
     hyprof_cube_t in;
     uint16_t *want = malloc((size_t)FW * FH * sizeof *want);
-    int ok = want && fixture_cpu(&m, &in, want) == 0;
+    memset(&in, 0, sizeof in);
+    int ok = want && fixture_cpu(&m, &in, want) == 0, rc = -1;
     if (!ok || g_failures) {
         printf("%d of %d checks failed\n", g_failures, g_checks);
-        return 1;
-    }
-    if (hyprof_cuda_device_count() == 0) {
+        rc = 1;
+    } else if (hyprof_cuda_device_count() == 0) {
         printf("no CUDA device: CPU checks passed, GPU checks skipped\n");
-        return SKIP_CODE;
+        rc = SKIP_CODE;
+    }
+    if (rc >= 0) {
+        hyprof_cube_free(&in);
+        hyprof_classifier_free(&m);
+        free(want);
+        return rc;
     }
     char name[256];
     hyprof_cuda_device_info(0, name, sizeof name, NULL, NULL);
