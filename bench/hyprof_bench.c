@@ -19,6 +19,11 @@
  * (hyprof_wmcd recomputes the EMP on the device, so both are timed on their
  * own); the total is reduction + the last call. --devices 0,1 spreads the
  * EMP/W-MCD bands over GPUs.
+ * --op classify applies a saved model (--model, from `hyprof train`) to the
+ * cube: the class map's labels; --output writes them as raw uint16.
+ * --op train trains on the cube's pixels labelled by --labels (raw float32,
+ * width x height, 0 = unlabelled) with --classifier svm|elm and --grid
+ * (default: the DESIGN.md grid, 5-fold cross-validation).
  *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
@@ -38,7 +43,7 @@
 #define EXIT_USAGE 2
 
 typedef struct {
-    const char *op;      /* "pca" | "dwt" | "eadp" | "emp" | "wmcd" */
+    const char *op;      /* "pca" | "dwt" | "eadp" | "emp" | "wmcd" | "classify" | "train" */
     const char *backend; /* "cpu" | "cuda" | "auto" */
     const char *input;
     const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
@@ -51,6 +56,9 @@ typedef struct {
     int wavelet_given, levels_given;
     int devices[16];     /* emp, wmcd: --devices */
     size_t ndevices;
+    const char *model;   /* classify */
+    const char *labels, *classifier, *grid; /* train */
+    long neurons;
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
@@ -62,7 +70,7 @@ typedef struct {
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd --backend cpu|cuda|auto\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd|classify|train --backend cpu|cuda|auto\n"
           "                    --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
@@ -70,6 +78,10 @@ static void usage(FILE *f)
           "                    diffusion at T = step*1 .. step*count)\n"
           "                    [--features 4] [--devices 0,1]   (emp, wmcd: haar DWT\n"
           "                    features, EMP disk 1,3,5,7, W-MCD haar auto soft)\n"
+          "                    [--model M.model]   (classify)\n"
+          "                    [--labels L.f32] [--classifier svm|elm]\n"
+          "                    [--grid default|C=..,gamma=..]\n"
+          "                    [--neurons 500]   (train)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -141,7 +153,8 @@ static int parse_args(int argc, char **argv, options_t *o)
     long w = 0, h = 0, b = 0;
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
-                     .step = 65.0, .features = 4};
+                     .step = 65.0, .features = 4, .classifier = "svm", .grid = "default",
+                     .neurons = 500};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -178,6 +191,11 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "count")) rc = parse_long(name, v, 1, 10000, &o->count);
         else if (!strcmp(name, "cycles")) rc = parse_long(name, v, 1, 1000, &o->cycles);
         else if (!strcmp(name, "step")) rc = parse_double(name, v, 1e-6, 1e9, &o->step);
+        else if (!strcmp(name, "model")) o->model = v;
+        else if (!strcmp(name, "labels")) o->labels = v;
+        else if (!strcmp(name, "classifier")) o->classifier = v;
+        else if (!strcmp(name, "grid")) o->grid = v;
+        else if (!strcmp(name, "neurons")) rc = parse_long(name, v, 1, 100000, &o->neurons);
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -186,9 +204,20 @@ static int parse_args(int argc, char **argv, options_t *o)
             return -1;
     }
     if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
-                   strcmp(o->op, "emp") && strcmp(o->op, "wmcd"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp or wmcd (got '%s')\n",
+                   strcmp(o->op, "emp") && strcmp(o->op, "wmcd") && strcmp(o->op, "classify") &&
+                   strcmp(o->op, "train"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp, wmcd, classify or train "
+                        "(got '%s')\n",
                 o->op ? o->op : "nothing");
+        return -1;
+    }
+    if (!strcmp(o->op, "classify") && !o->model) {
+        fprintf(stderr, "hyprof_bench: --op classify needs --model\n");
+        return -1;
+    }
+    if (!strcmp(o->op, "train") && (!o->labels || (strcmp(o->classifier, "svm") &&
+                                                   strcmp(o->classifier, "elm")))) {
+        fprintf(stderr, "hyprof_bench: --op train needs --labels and --classifier svm|elm\n");
         return -1;
     }
     if (!o->input || !w || !h || !b) {
@@ -252,7 +281,7 @@ static int write_cube(const char *path, const hyprof_cube_t *cube)
 {
     size_t n = cube->width * cube->height * cube->bands;
     FILE *f = fopen(path, "wb");
-    if (!f || fwrite(cube->data, sizeof(float), n, f) != n) {
+    if (!f || fwrite(cube->data, hyprof_dtype_size(cube->dtype), n, f) != n) {
         fprintf(stderr, "hyprof_bench: cannot write '%s'\n", path);
         if (f)
             fclose(f);
@@ -363,6 +392,80 @@ static hyprof_status_t run_profile(hyprof_ctx_t *ctx, const options_t *o,
     return st;
 }
 
+/* ---- classification ------------------------------------------------------------------- */
+
+/* The model (classify) or the labels and parameters (train), loaded once. */
+static struct {
+    hyprof_classifier_t *model;
+    float *labels;
+    hyprof_train_params_t tp;
+    double c[64], gamma[64];
+    /* what the last training produced */
+    double cv_accuracy, best_c, best_gamma;
+    size_t size;
+} g_cls;
+
+/* "C=1,10,gamma=0.5": a key starts a list, bare numbers continue it. */
+static int parse_grid(const char *text, hyprof_train_params_t *tp)
+{
+    if (!strcmp(text, "default"))
+        return 0;
+    double *list = NULL;
+    size_t *count = NULL, nc = 0, ng = 0;
+    for (const char *s = text; *s;) {
+        size_t tl = strcspn(s, ",");
+        const char *v = s;
+        if (!strncmp(s, "C=", 2))
+            list = g_cls.c, count = &nc, v = s + 2;
+        else if (!strncmp(s, "gamma=", 6))
+            list = g_cls.gamma, count = &ng, v = s + 6;
+        char *end;
+        double x = strtod(v, &end);
+        if (!list || end != s + tl || !(x > 0) || *count >= 64) {
+            fprintf(stderr, "hyprof_bench: bad --grid '%s'\n", text);
+            return -1;
+        }
+        list[(*count)++] = x;
+        s += tl + (s[tl] == ',');
+    }
+    if (!nc || !ng) {
+        fprintf(stderr, "hyprof_bench: --grid '%s' needs C= and gamma=\n", text);
+        return -1;
+    }
+    tp->c = g_cls.c, tp->n_c = nc, tp->gamma = g_cls.gamma, tp->n_gamma = ng;
+    return 0;
+}
+
+static hyprof_status_t load_classification(hyprof_ctx_t *ctx, const options_t *o)
+{
+    if (!strcmp(o->op, "classify"))
+        return hyprof_classifier_load(ctx, o->model, &g_cls.model);
+    hyprof_train_params_default(&g_cls.tp);
+    g_cls.tp.kind = strcmp(o->classifier, "elm") ? HYPROF_CLASSIFIER_SVM : HYPROF_CLASSIFIER_ELM;
+    g_cls.tp.neurons = (size_t)o->neurons;
+    if (parse_grid(o->grid, &g_cls.tp))
+        return HYPROF_ERR_ARGUMENT;
+    g_cls.labels = read_cube(o->labels, o->width * o->height);
+    return g_cls.labels ? HYPROF_OK : HYPROF_ERR_IO;
+}
+
+static hyprof_status_t run_train(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
+                                 hyprof_cube_t *out)
+{
+    hyprof_cube_t labels = hyprof_cube_bsq(g_cls.labels, HYPROF_FLOAT32, o->width, o->height, 1);
+    hyprof_classifier_t *m = NULL;
+    hyprof_status_t st = hyprof_train(ctx, in, &labels, &g_cls.tp, &m);
+    if (st != HYPROF_OK)
+        return st;
+    g_cls.cv_accuracy = hyprof_classifier_cv_accuracy(m);
+    g_cls.best_c = hyprof_classifier_c(m);
+    g_cls.best_gamma = hyprof_classifier_gamma(m);
+    g_cls.size = hyprof_classifier_size(m);
+    hyprof_classifier_free(&m);
+    /* No cube comes out of training: an empty 1x1 one keeps the rest uniform. */
+    return hyprof_cube_alloc(out, HYPROF_FLOAT32, 1, 1, 1);
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
@@ -376,7 +479,12 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
     if (is_profile_op(o))
         return run_profile(ctx, o, in, wav, out, t);
     double t0 = now_seconds();
-    if (!strcmp(o->op, "pca")) {
+    if (!strcmp(o->op, "classify") || !strcmp(o->op, "train")) {
+        st = !strcmp(o->op, "train") ? run_train(ctx, o, in, out)
+                                     : hyprof_classify(ctx, g_cls.model, in, out, NULL);
+        t->total = now_seconds() - t0;
+        t->fit = t->apply = NAN;
+    } else if (!strcmp(o->op, "pca")) {
         hyprof_pca_model_t *model = NULL;
         st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
         double t1 = now_seconds();
@@ -408,6 +516,13 @@ static void checksum(const hyprof_cube_t *out, double *sum, double *abs_sum)
     const float *p = out->data;
     size_t n = out->width * out->height * out->bands;
     double s = 0.0, a = 0.0;
+    if (out->dtype == HYPROF_UINT16) { /* a class map */
+        const uint16_t *q = out->data;
+        for (size_t i = 0; i < n; i++)
+            s += q[i];
+        *sum = *abs_sum = s;
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (isnan(p[i]))
             continue;
@@ -416,6 +531,25 @@ static void checksum(const hyprof_cube_t *out, double *sum, double *abs_sum)
     }
     *sum = s;
     *abs_sum = a;
+}
+
+static void print_classification(const options_t *o)
+{
+    if (!strcmp(o->op, "classify")) {
+        const hyprof_classifier_t *m = g_cls.model;
+        printf(",\"classifier\":\"%s\",\"classes\":%zu,\"model_size\":%zu",
+               m && hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_ELM ? "elm" : "svm",
+               m ? hyprof_classifier_classes(m) : 0, m ? hyprof_classifier_size(m) : 0);
+        return;
+    }
+    printf(",\"classifier\":");
+    json_string(stdout, o->classifier);
+    printf(",\"grid\":");
+    json_string(stdout, o->grid);
+    if (g_cls.size)
+        printf(",\"model_size\":%zu,\"best_c\":%.17g,\"best_gamma\":%.17g,\"cv_accuracy\":%.17g",
+               g_cls.size, g_cls.best_c, isnan(g_cls.best_gamma) ? -1.0 : g_cls.best_gamma,
+               isnan(g_cls.cv_accuracy) ? -1.0 : g_cls.cv_accuracy);
 }
 
 static void print_head(const options_t *o, const char *backend, const char *device)
@@ -438,6 +572,8 @@ static void print_head(const options_t *o, const char *backend, const char *devi
         printf(",\"levels\":%d,\"features\":%ld,\"radii\":\"1,3,5,7\",\"devices\":%zu",
                feature_levels(o), o->features, o->ndevices ? o->ndevices : 1);
     }
+    else if (!strcmp(o->op, "classify") || !strcmp(o->op, "train"))
+        print_classification(o);
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -550,13 +686,19 @@ int main(int argc, char **argv)
         rc = EXIT_RUNTIME;
         goto done;
     }
-    /* Warm-up, untimed. */
-    st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
+    if ((!strcmp(o.op, "classify") || !strcmp(o.op, "train")) &&
+        (st = load_classification(ctx, &o)) != HYPROF_OK) {
+        rc = fail(ctx, o.op, st);
+        goto done;
+    }
+    /* Warm-up, untimed (training has nothing to warm up and is long). */
+    st = strcmp(o.op, "train") ? run_once(ctx, &o, &in, wav, &ep, &out, &t) : HYPROF_OK;
     if (st != HYPROF_OK) {
         rc = fail(ctx, o.op, st);
         goto done;
     }
-    hyprof_cube_free(&out);
+    if (strcmp(o.op, "train"))
+        hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
         st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
         if (st != HYPROF_OK) {
@@ -620,6 +762,8 @@ int main(int argc, char **argv)
     hyprof_cube_free(&out);
 
 done:
+    hyprof_classifier_free(&g_cls.model);
+    free(g_cls.labels);
     free(times);
     free(tot);
     free(fit);

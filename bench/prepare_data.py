@@ -13,9 +13,20 @@ Sources, first found wins:
                 tensorly/datasets/data/Indian_pines_corrected.npy read with zipfile
                 out of the tensorly wheel (/tmp/tl/tensorly-0.9.0-py3-none-any.whl)
 
+For the classification rows (run_bench.py --ops classify,train), when a built
+`hyprof` executable is found (--hyprof, else build*/cli/hyprof): the EADP
+features of Indian Pines (`hyprof eadp`, defaults: 63 bands) as
+indian_pines_eadp.npy, the Table I training labels as indian_pines_train.npy
+(uint16, samples/indian_pines_train.tif) and the SVM trained on them with the
+default grid (`hyprof train`, needs LIBSVM) as indian_pines_eadp.model: the GPU
+machine has neither GDAL nor LIBSVM.
+
 Run with /usr/bin/python3 (numpy, GDAL) from anywhere:
-  /usr/bin/python3 bench/prepare_data.py [--force] [--out-dir DIR]
+  /usr/bin/python3 bench/prepare_data.py [--force] [--out-dir DIR] [--hyprof EXE]
 """
+import glob
+import subprocess
+import tempfile
 import argparse
 import io
 import os
@@ -91,10 +102,45 @@ def load_indian_pines():
         f"{TENSORLY_WHEEL}:{TENSORLY_MEMBER}")
 
 
+def find_hyprof(given):
+    if given:
+        return given
+    cands = [c for c in glob.glob(os.path.join(ROOT, "build*", "cli", "hyprof"))
+             if os.access(c, os.X_OK)]
+    return max(cands, key=os.path.getmtime) if cands else None
+
+
+def prepare_classification(out_dir, hyprof, force):
+    """EADP features, training labels and the SVM model for the classify rows."""
+    feats = os.path.join(out_dir, "indian_pines_eadp.npy")
+    labels = os.path.join(out_dir, "indian_pines_train.npy")
+    model = os.path.join(out_dir, "indian_pines_eadp.model")
+    if all(os.path.exists(p) for p in (feats, labels, model)) and not force:
+        print(f"classification: {feats}, {labels}, {model} exist (use --force to rewrite)")
+        return
+    if not hyprof:
+        print("classification: no hyprof executable (build the CLI or pass --hyprof): "
+              "skipped", file=sys.stderr)
+        return
+    samples = os.path.join(ROOT, "samples")
+    train_tif = os.path.join(samples, "indian_pines_train.tif")
+    with tempfile.TemporaryDirectory() as tmp:
+        tif = os.path.join(tmp, "eadp.tif")
+        subprocess.run([hyprof, "eadp", "--progress", "none",
+                        os.path.join(samples, "indian_pines.tif"), tif], check=True)
+        subprocess.run([hyprof, "train", "--progress", "none", "--labels", train_tif, tif,
+                        model + ".tmp"], check=True)
+        os.replace(model + ".tmp", model)
+        np.save(feats, read_gdal(tif))
+    np.save(labels, read_gdal(train_tif)[0].astype(np.uint16))
+    print(f"classification: {feats}, {labels}, {model}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", default=os.path.join(HERE, "data"))
     ap.add_argument("--force", action="store_true", help="rewrite existing files")
+    ap.add_argument("--hyprof", help="the hyprof executable (default: newest build*/cli/hyprof)")
     args = ap.parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
     for name, loader in (("samson", load_samson), ("indian_pines", load_indian_pines)):
@@ -112,6 +158,7 @@ def main(argv=None):
         os.replace(tmp, out)
         print(f"{name}: {src} -> {out} {arr.shape} float32 "
               f"range {arr.min():g}..{arr.max():g}")
+    prepare_classification(args.out_dir, find_hyprof(args.hyprof), args.force)
     return 0
 
 

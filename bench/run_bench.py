@@ -33,6 +33,11 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        reconstruction (tests/emp_reference.py) and PyWavelets wavedec2/waverec2
        (periodization) per EMP band; its output is the reference. Next to them
        the W-MCD paper's Pavia City figures (K80). Only on --wmcd-scenes.
+  classify, train
+       see bench/classify_bench.py: prediction with a saved SVM over a Pavia
+       Centre-size stack (1096 x 715 x 63 EADP features) per backend, next to
+       scikit-learn's SVC.predict; training (grid search, ELM) next to
+       GridSearchCV(SVC). Not in the default --ops.
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -540,6 +545,11 @@ def write_markdown(path, meta, rows, notes):
                 else "")
         elif r["op"] == "eadp":
             size += f", {r['components']} PCs x {r['count'] + 1}"
+        elif r["op"] == "classify" and r.get("model_size"):
+            size += f", {r['model_size']} SVs, {r.get('classes')} classes"
+        elif r["op"].startswith("train"):
+            size += f", {r.get('classifier')}" + (", grid 11x10, 5 folds"
+                                                  if r.get("classifier") == "svm" else "")
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
                      f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
                      f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
@@ -690,8 +700,8 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd"}:
-        ap.error("--ops takes pca, dwt, eadp, emp and/or wmcd")
+    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd", "classify", "train"}:
+        ap.error("--ops takes pca, dwt, eadp, emp, wmcd, classify and/or train")
     args.wmcd_scene_list = [s.strip() for s in args.wmcd_scenes.split(",") if s.strip()]
     bad = [s for s in args.wmcd_scene_list if s not in SCENES]
     if bad:
@@ -784,6 +794,8 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     base = {"scene": name, "width": w, "height": h, "bands": b, "source": src_name}
 
     for op in args.op_list:
+        if op in ("classify", "train"):
+            continue  # bench_classification(), once per run
         if op == "eadp":
             if name in args.eadp_scene_list:
                 bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
@@ -1013,6 +1025,18 @@ def bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes):
                          kind="paper", median_s=secs, min_s=None))
 
 
+def bench_classification(args, exe, tmpdir, rows, notes):
+    if not set(args.op_list) & {"classify", "train"}:
+        return
+    sys.path.insert(0, HERE)
+    import classify_bench as cb
+    if "classify" in args.op_list:
+        cb.bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube, time_call,
+                          median)
+    if "train" in args.op_list:
+        cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median)
+
+
 def dwt_reference(cube, wavelet, levels):
     try:
         import pywt
@@ -1049,9 +1073,11 @@ def main(argv=None):
     tmpdir = args.tmp_dir or tempfile.mkdtemp(prefix="hyprof_bench_")
     os.makedirs(tmpdir, exist_ok=True)
     try:
-        for name in args.scene_list:
-            bench_scene(name, args, exe, sources, tmpdir, rows, notes)
-            meta["sources"][name] = args.source or SCENES[name][3]
+        if set(args.op_list) & {"pca", "dwt", "eadp"}:
+            for name in args.scene_list:
+                bench_scene(name, args, exe, sources, tmpdir, rows, notes)
+                meta["sources"][name] = args.source or SCENES[name][3]
+        bench_classification(args, exe, tmpdir, rows, notes)
     finally:
         if not args.tmp_dir:
             shutil.rmtree(tmpdir, ignore_errors=True)

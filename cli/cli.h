@@ -10,12 +10,18 @@
 /* Exit codes of the CLI contract. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_CANCELLED = 3 };
 
+#define CLI_MAX_FILES 4
+
 /* A parsed command line for one operation. */
 typedef struct {
     const hyprof_op_t *op;
     hyprof_args_t *args;    /* the operation's parameters */
     hyprof_args_t *common;  /* backend, device, threads, progress, overwrite */
     const char *input, *output;
+    /* Every file argument in order (the registry's positionals; INPUT OUTPUT
+     * by default). */
+    const char *files[CLI_MAX_FILES];
+    int nfiles;
     int help;
 } cli_command_t;
 
@@ -30,6 +36,8 @@ void cli_print_op_help(FILE *f, const hyprof_op_t *op);
 int cli_describe(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_run(cli_command_t *cmd);
+/* Operations without a raster -> raster `run` (train, classify, assess, split). */
+int cli_run_classification(cli_command_t *cmd);
 
 /* Progress and log output on stderr, and SIGINT/SIGTERM -> cancel. */
 typedef enum { PROGRESS_NONE, PROGRESS_BAR, PROGRESS_JSON } cli_progress_mode_t;
@@ -53,5 +61,14 @@ int cli_interrupted(void);
 void cli_json_string(FILE *f, const char *s);
 /* One-line error: "hyprof OP: message". */
 void cli_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Shared by the runners (run.c). */
+int cli_exit_code(hyprof_status_t st, int reading);
+/* Checks the files named by parameters (inputs readable, outputs creatable). */
+int cli_check_param_files(const cli_command_t *cmd, int overwrite);
+hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg);
+/* The registry's positionals of an operation: count, and the KIND and NAME
+ * of file i (into kind/name buffers). */
+int cli_positionals(const hyprof_op_t *op, int i, char *kind, size_t kn, char *name, size_t nn);
 
 #endif

@@ -53,6 +53,26 @@ static void print_params(FILE *f, const hyprof_param_t *p, size_t n)
     fputc(']', f);
 }
 
+/* Operations with other file arguments than INPUT OUTPUT list them in order
+ * ("files": [{"name":"FEATURES","type":"raster_in"}, ...]) with what they
+ * produce. */
+static void print_files(FILE *f, const hyprof_op_t *op)
+{
+    int n = cli_positionals(op, -1, NULL, 0, NULL, 0);
+    fputs(",\"files\":[", f);
+    for (int i = 0; i < n; i++) {
+        char kind[32], name[64];
+        cli_positionals(op, i, kind, sizeof kind, name, sizeof name);
+        fprintf(f, "%s{\"name\":", i ? "," : "");
+        cli_json_string(f, name);
+        fputs(",\"type\":", f);
+        cli_json_string(f, kind);
+        fputc('}', f);
+    }
+    fputs("],\"result\":", f);
+    cli_json_string(f, op->output);
+}
+
 static void print_op(FILE *f, const hyprof_op_t *op)
 {
     fputs("{\"name\":", f);
@@ -63,11 +83,16 @@ static void print_op(FILE *f, const hyprof_op_t *op)
     cli_json_string(f, op->summary);
     fputs(",\"help\":", f);
     cli_json_string(f, op->help);
-    fputs(",\"input\":{\"name\":\"INPUT\",\"type\":\"raster\"}", f);
-    fputs(",\"output\":{\"name\":\"OUTPUT\",\"type\":\"raster\",\"format\":\"GTiff\","
-          "\"description\":", f);
-    cli_json_string(f, op->output);
-    fputs("},\"params\":", f);
+    if (op->positionals) {
+        print_files(f, op);
+    } else {
+        fputs(",\"input\":{\"name\":\"INPUT\",\"type\":\"raster\"}", f);
+        fputs(",\"output\":{\"name\":\"OUTPUT\",\"type\":\"raster\",\"format\":\"GTiff\","
+              "\"description\":", f);
+        cli_json_string(f, op->output);
+        fputc('}', f);
+    }
+    fputs(",\"params\":", f);
     print_params(f, op->params, op->nparams);
     fputc('}', f);
 }

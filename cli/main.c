@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     if (rc == EXIT_OK && c.help)
         cli_print_op_help(stdout, op);
     else if (rc == EXIT_OK)
-        rc = cli_run(&c);
+        rc = op->run ? cli_run(&c) : cli_run_classification(&c);
     cli_command_free(&c);
     return rc;
 }

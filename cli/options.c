@@ -63,6 +63,41 @@ static int parse_option(cli_command_t *cmd, const char *arg, const char *next)
     return used;
 }
 
+int cli_positionals(const hyprof_op_t *op, int i, char *kind, size_t kn, char *name, size_t nn)
+{
+    const char *s = op->positionals ? op->positionals : "raster_in:INPUT raster_out:OUTPUT";
+    int n = 0;
+    while (*s) {
+        size_t len = strcspn(s, " ");
+        if (n == i) {
+            const char *colon = memchr(s, ':', len);
+            size_t k = colon ? (size_t)(colon - s) : 0;
+            if (kind && kn)
+                snprintf(kind, kn, "%.*s", (int)k, s);
+            if (name && nn)
+                snprintf(name, nn, "%.*s", (int)(len - (colon ? k + 1 : 0)), colon ? colon + 1 : s);
+        }
+        n++;
+        s += len;
+        while (*s == ' ')
+            s++;
+    }
+    return n;
+}
+
+/* "FEATURES MODEL" */
+static void file_usage(const hyprof_op_t *op, char *out, size_t n)
+{
+    out[0] = '\0';
+    int count = cli_positionals(op, -1, NULL, 0, NULL, 0);
+    for (int i = 0; i < count; i++) {
+        char name[64];
+        cli_positionals(op, i, NULL, 0, name, sizeof name);
+        size_t used = strlen(out);
+        snprintf(out + used, n - used, "%s%s", i ? " " : "", name);
+    }
+}
+
 int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd)
 {
     memset(cmd, 0, sizeof *cmd);
@@ -73,8 +108,8 @@ int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd)
         cli_error(op->name, "out of memory");
         return EXIT_RUNTIME;
     }
-    const char *pos[3];
-    int npos = 0, only_pos = 0;
+    const char *pos[CLI_MAX_FILES + 1];
+    int npos = 0, only_pos = 0, want = cli_positionals(op, -1, NULL, 0, NULL, 0);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!only_pos && strcmp(a, "--") == 0) {
@@ -90,23 +125,28 @@ int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd)
         } else if (!only_pos && a[0] == '-' && a[1] != '\0') {
             cli_error(op->name, "unknown option '%s' (options start with --)", a);
             return EXIT_USAGE;
-        } else if (npos < 3) {
+        } else if (npos < CLI_MAX_FILES + 1) {
             pos[npos++] = a;
         } else {
             npos++;
         }
     }
-    if (npos != 2) {
-        cli_error(op->name, "expected INPUT and OUTPUT, got %d file argument(s) "
-                  "(usage: hyprof %s [options] INPUT OUTPUT)", npos, op->name);
+    if (npos != want) {
+        char usage[128];
+        file_usage(op, usage, sizeof usage);
+        cli_error(op->name, "expected %s, got %d file argument(s) (usage: hyprof %s [options] %s)",
+                  usage, npos, op->name, usage);
         return EXIT_USAGE;
     }
     if (hyprof_args_check(cmd->args) != HYPROF_OK) {
         cli_error(op->name, "--%s", hyprof_args_error(cmd->args));
         return EXIT_USAGE;
     }
+    for (int i = 0; i < npos; i++)
+        cmd->files[i] = pos[i];
+    cmd->nfiles = npos;
     cmd->input = pos[0];
-    cmd->output = pos[1];
+    cmd->output = npos > 1 ? pos[1] : NULL;
     return EXIT_OK;
 }
 
@@ -138,8 +178,14 @@ void cli_print_op_help(FILE *f, const hyprof_op_t *op)
 {
     size_t nc;
     const hyprof_param_t *common = hyprof_common_params(&nc);
-    fprintf(f, "usage: hyprof %s [options] INPUT OUTPUT\n\n%s.\n\n%s\n\nOUTPUT: %s "
-               "(GeoTIFF)\n\noptions:\n", op->name, op->summary, op->help, op->output);
+    char usage[128];
+    file_usage(op, usage, sizeof usage);
+    fprintf(f, "usage: hyprof %s [options] %s\n\n%s.\n\n%s\n\n", op->name, usage, op->summary,
+            op->help);
+    if (op->positionals)
+        fprintf(f, "Result: %s\n\noptions:\n", op->output);
+    else
+        fprintf(f, "OUTPUT: %s (GeoTIFF)\n\noptions:\n", op->output);
     for (size_t i = 0; i < op->nparams; i++)
         print_param(f, &op->params[i]);
     fputs("\ncommon options:\n", f);

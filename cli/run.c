@@ -12,7 +12,7 @@
 #define READ_END 0.1
 #define COMPUTE_END 0.9
 
-static int exit_code(hyprof_status_t st, int reading)
+int cli_exit_code(hyprof_status_t st, int reading)
 {
     switch (st) {
     case HYPROF_OK: return EXIT_OK;
@@ -26,7 +26,7 @@ static int exit_code(hyprof_status_t st, int reading)
 }
 
 /* Model and report files named by parameters, checked before any work. */
-static int check_files(const cli_command_t *cmd, int overwrite)
+int cli_check_param_files(const cli_command_t *cmd, int overwrite)
 {
     char err[512];
     struct stat sb;
@@ -46,6 +46,15 @@ static int check_files(const cli_command_t *cmd, int overwrite)
             return EXIT_USAGE;
         }
     }
+    return EXIT_OK;
+}
+
+static int check_files(const cli_command_t *cmd, int overwrite)
+{
+    char err[512];
+    int rc = cli_check_param_files(cmd, overwrite);
+    if (rc != EXIT_OK)
+        return rc;
     if (hyprof_output_check(cmd->output, overwrite, err, sizeof err) != HYPROF_OK) {
         cli_error(cmd->op->name, "%s", err);
         return EXIT_USAGE;
@@ -102,7 +111,7 @@ static hyprof_status_t finish_side_files(side_file_t *f, size_t n, int ok, char 
     return st;
 }
 
-static hyprof_ctx_t *make_context(const cli_command_t *cmd, cli_progress_t *pg)
+hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
 {
     hyprof_ctx_t *ctx = hyprof_ctx_new();
     if (!ctx)
@@ -127,7 +136,7 @@ int cli_run(cli_command_t *cmd)
         return rc;
     cli_progress_t pg;
     cli_progress_init(&pg, hyprof_args_str(cmd->common, "progress"));
-    hyprof_ctx_t *ctx = make_context(cmd, &pg);
+    hyprof_ctx_t *ctx = cli_make_context(cmd, &pg);
     if (!ctx) {
         cli_error(name, "out of memory");
         return EXIT_RUNTIME;
@@ -145,7 +154,7 @@ int cli_run(cli_command_t *cmd)
         cli_progress_done(&pg);
         cli_error(name, "%s", err);
         hyprof_ctx_free(&ctx);
-        return exit_code(st, 1);
+        return cli_exit_code(st, 1);
     }
     cli_progress_stage(&pg, READ_END, COMPUTE_END);
     side_file_t side[8];
@@ -156,7 +165,7 @@ int cli_run(cli_command_t *cmd)
     if (st != HYPROF_OK) {
         cli_progress_done(&pg);
         cli_error(NULL, "%s", hyprof_ctx_last_error(ctx)); /* "op: ..." */
-        rc = exit_code(st, 0);
+        rc = cli_exit_code(st, 0);
         finish_side_files(side, nside, 0, err, sizeof err);
         goto done;
     }
@@ -170,7 +179,7 @@ int cli_run(cli_command_t *cmd)
         st = st2;
     if (st != HYPROF_OK) {
         cli_error(name, "%s", err);
-        rc = st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : exit_code(st, 0);
+        rc = st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
         goto done;
     }
     printf("%s: wrote %s (%zux%zu, %zu bands, backend %s)\n", name, cmd->output,

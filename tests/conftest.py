@@ -163,3 +163,7 @@ def leftovers(folder, output_name):
 
 def is_root():
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes minutes (deselect with -m 'not slow')")

@@ -7,6 +7,10 @@
 #include <string.h>
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* An operation that leaves out the last fields of hyprof_op_t (positionals)
+ * takes them as NULL: the usual INPUT OUTPUT. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #define NOLIMIT 0.0, 0.0
 
 static const hyprof_param_t common_params[] = {
@@ -152,6 +156,75 @@ static const hyprof_param_t wmcd_params[] = {
      "hard zeroes those below it.", 0},
 };
 
+/* Classification (train, classify, assess, split). */
+static const hyprof_param_t train_params[] = {
+    {"labels", HYPROF_PARAM_RASTER_IN, NULL, NOLIMIT, "Label raster (*.tif)",
+     "Training labels on the features' grid: class values 1..65535, 0 or nodata = "
+     "unlabelled. Its colour table and category names become the classes' colours and "
+     "names. Give --labels or --samples.", 0},
+    {"samples", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT,
+     "Vector layer (*.gpkg *.shp *.geojson *.kml)",
+     "Training samples as points or polygons in any CRS: reprojected and rasterised on the "
+     "features' grid (a polygon takes the pixels whose centre it contains; a point, its "
+     "pixel).", 0},
+    {"class-field", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "With --samples: the attribute holding the class, integers 1..65535 or names "
+     "(numbered 1, 2, ... in sorted order and kept as the class names).", 0},
+    {"layer", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "With --samples: the layer to read (default: the first).", HYPROF_PARAM_ADVANCED},
+    {"classifier", HYPROF_PARAM_CHOICE, "svm", NOLIMIT, "svm|elm",
+     "svm: RBF C-SVC by LIBSVM with C and gamma chosen by cross-validation; elm: extreme "
+     "learning machine (sigmoid hidden layer, ridge output weights).", 0},
+    {"grid", HYPROF_PARAM_STRING, "default", NOLIMIT, NULL,
+     "SVM C and gamma: 'default' (log2 C = -5..15, log2 gamma = -15..3, step 2, chosen by "
+     "cross-validated accuracy) or lists 'C=1,10,100,gamma=0.5,2' (one of each: no "
+     "cross-validation).", 0},
+    {"folds", HYPROF_PARAM_INT, "5", 2, 100, NULL,
+     "Cross-validation folds (stratified by class).", 0},
+    {"scale", HYPROF_PARAM_CHOICE, "minmax", NOLIMIT, "minmax|none",
+     "Feature scaling: every band to [-1, 1] from the training pixels' min and max, or none.",
+     0},
+    {"seed", HYPROF_PARAM_INT, "1", 0, 4294967295.0, NULL,
+     "Seed of the cross-validation folds and the ELM's input weights.", 0},
+    {"neurons", HYPROF_PARAM_INT, "500", 1, 100000, NULL,
+     "ELM hidden neurons (the W-MCD paper uses 300 to 800).", 0},
+    {"elm-c", HYPROF_PARAM_FLOAT, "1024", 1e-12, 1e15, NULL,
+     "ELM regularisation C: output weights (H'H + I/C)^-1 H'T.", HYPROF_PARAM_ADVANCED},
+};
+
+static const hyprof_param_t classify_params[] = {
+    {"model", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT, "Classifier model (*.model)",
+     "The model written by 'hyprof train' (the input must have its band count).",
+     HYPROF_PARAM_REQUIRED},
+    {"probabilities", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "GeoTIFF (*.tif)",
+     "Also write one float32 band per class: the fraction of the one-vs-one votes the class "
+     "won (SVM) or the softmax of the output layer (ELM).", 0},
+};
+
+static const hyprof_param_t assess_params[] = {
+    {"reference", HYPROF_PARAM_RASTER_IN, NULL, NOLIMIT, "Reference raster (*.tif)",
+     "Reference class map on the same grid (class values > 0; 0 or nodata are not scored).",
+     HYPROF_PARAM_REQUIRED},
+    {"json", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
+     "Print the report as JSON on stdout instead of text.", 0},
+    {"html", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "HTML report (*.html)",
+     "Write an HTML report: accuracies, the confusion matrix as a picture and a thumbnail "
+     "of the class map.", 0},
+};
+
+static const hyprof_param_t split_params[] = {
+    {"reference", HYPROF_PARAM_RASTER_IN, NULL, NOLIMIT, "Reference raster (*.tif)",
+     "Reference class map to split (class values > 0).", HYPROF_PARAM_REQUIRED},
+    {"per-class", HYPROF_PARAM_FLOAT, NULL, 1e-9, 1e9, NULL,
+     "Training pixels per class: a count (>= 1) or a fraction of the class (< 1).", 0},
+    {"preset", HYPROF_PARAM_CHOICE, "none", NOLIMIT, "none|eadp-table1",
+     "eadp-table1: the EADP paper's Indian Pines training counts (Table I: 15 for classes "
+     "1, 7 and 9, 50 for the others); with --seed 1992 it gives "
+     "samples/indian_pines_train.tif.", 0},
+    {"seed", HYPROF_PARAM_INT, "1", 0, 4294967295.0, NULL,
+     "Seed of numpy.random.default_rng: the same seed gives the same split as NumPy.", 0},
+};
+
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
@@ -211,6 +284,36 @@ static const hyprof_op_t ops[] = {
      wmcd_params, N(wmcd_params), hyprof__run_wmcd,
      "raster: 3 x EMP bands float32 (A1 closing r=7 j=1, A1 closing r=7 j=4, ...)",
      hyprof__bands_wmcd},
+    {"train", "Classification", "Train a classifier on labelled pixels",
+     "Trains an RBF support vector machine (LIBSVM C-SVC) or an extreme learning machine "
+     "on the pixels of FEATURES labelled by --labels or --samples. Features are scaled to "
+     "[-1, 1] from the training pixels' min and max. For the SVM, C and gamma are chosen by "
+     "stratified k-fold cross-validation over a grid (grid points and folds in parallel). "
+     "MODEL keeps the scaling, the classes' names and colours, the band count and names, "
+     "and the LIBSVM model (or the ELM weights).",
+     train_params, N(train_params), NULL, "model file (text)", NULL,
+     "raster_in:FEATURES file_out:MODEL"},
+    {"classify", "Classification", "Apply a trained classifier",
+     "Classifies every valid pixel of FEATURES with --model: a one-band class map "
+     "(uint8, or uint16 beyond 255) with the model's colour table and class names, 0 = "
+     "nodata where the input is nodata. SVM labels are LIBSVM's (CPU: svm_predict_values; "
+     "CUDA: batched kernel evaluation by gemm, borderline pixels recomputed exactly).",
+     classify_params, N(classify_params), NULL,
+     "raster: 1 band of class values with a colour table", NULL,
+     "raster_in:FEATURES raster_out:OUTPUT"},
+    {"assess", "Classification", "Accuracy of a class map",
+     "Scores CLASSMAP against --reference over the reference's labelled pixels: overall "
+     "accuracy, average accuracy (mean producer's accuracy), Cohen's kappa, per-class "
+     "producer's and user's accuracy and the confusion matrix (rows: reference, columns: "
+     "class map). Text or --json on stdout, optionally an HTML report.",
+     assess_params, N(assess_params), NULL, "report on stdout (text or JSON)", NULL,
+     "raster_in:CLASSMAP"},
+    {"split", "Classification", "Split a reference map into training and test pixels",
+     "Draws, per class, --per-class training pixels (or the --preset counts) at random "
+     "with --seed; the rest of the class's pixels are the test set. Reproducible: "
+     "NumPy's default_rng(seed) stream, as samples/make_samples.py.",
+     split_params, N(split_params), NULL, "two rasters: training and test class maps", NULL,
+     "raster_out:TRAIN raster_out:TEST"},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

@@ -87,6 +87,16 @@ static const char *next_value(hyprof__reader_t *r, const char *key)
     return r->line + k;
 }
 
+hyprof_status_t hyprof__read_line(hyprof__reader_t *r, const char *key, const char **value)
+{
+    const char *v = next_value(r, key);
+    if (!v)
+        return HYPROF_ERR_FORMAT;
+    r->line[strcspn(r->line, "\r\n")] = '\0';
+    *value = *v == ' ' ? v + 1 : v;
+    return HYPROF_OK;
+}
+
 hyprof_status_t hyprof__read_magic(hyprof__reader_t *r, const char *magic, int version)
 {
     const char *v = next_value(r, magic);

@@ -30,6 +30,9 @@ hyprof_status_t hyprof__reader_open(hyprof_ctx_t *ctx, const char *op, const cha
 void hyprof__reader_close(hyprof__reader_t *r);
 /* First line: "magic version". */
 hyprof_status_t hyprof__read_magic(hyprof__reader_t *r, const char *magic, int version);
+/* Next line: "key rest": *value points to the rest (without the newline),
+ * valid until the next read. */
+hyprof_status_t hyprof__read_line(hyprof__reader_t *r, const char *key, const char **value);
 /* Next line: "key N" with min <= N <= max. */
 hyprof_status_t hyprof__read_size(hyprof__reader_t *r, const char *key, size_t min,
                                   size_t max, size_t *out);

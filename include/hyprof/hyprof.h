@@ -4,6 +4,7 @@
 #define HYPROF_H
 
 #include "hyprof/attribute.h"
+#include "hyprof/classify.h"
 #include "hyprof/core.h"
 #include "hyprof/diffusion.h"
 #include "hyprof/morphology.h"

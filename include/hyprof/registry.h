@@ -55,9 +55,13 @@ typedef struct {
     const char *help;   /* a paragraph: what it does, outputs, references */
     const hyprof_param_t *params;
     size_t nparams;
-    hyprof_op_run_fn run;
+    hyprof_op_run_fn run; /* NULL: not a raster -> raster map; the front end runs it */
     const char *output; /* what OUTPUT receives, e.g. "raster: N bands (float32)" */
     hyprof_op_bands_fn bands; /* NULL: the count is known only after running */
+    /* The file arguments, in order, as space-separated KIND:NAME with KIND
+     * raster_in, raster_out or file_out ("raster_in:FEATURES file_out:MODEL").
+     * NULL: "raster_in:INPUT raster_out:OUTPUT". */
+    const char *positionals;
 } hyprof_op_t;
 
 size_t hyprof_op_count(void);

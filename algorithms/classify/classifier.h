@@ -1,0 +1,110 @@
+/* The classifier's insides, shared by training, the model file, the CPU and
+ * CUDA prediction and the ELM. */
+#ifndef HYPROF_CLASSIFIER_H
+#define HYPROF_CLASSIFIER_H
+
+#include "hyprof/classify.h"
+#include "../core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An RBF C-SVC exactly as LIBSVM holds it: support vectors grouped by class in
+ * LIBSVM's class order (`label`), nr_class - 1 coefficient rows, one rho per
+ * pair (i < j, row-major over i). Support vectors are dense (bands values). */
+typedef struct {
+    size_t nr_class, nsv;
+    int *label;      /* class values in LIBSVM's order */
+    int *nsv_class;  /* support vectors per class, same order */
+    double *sv;      /* nsv x bands */
+    double *coef;    /* (nr_class - 1) x nsv */
+    double *rho;     /* nr_class (nr_class - 1) / 2 */
+    double gamma, c;
+} hyprof__svm_t;
+
+/* Sigmoid hidden layer with fixed random input weights, linear output. */
+typedef struct {
+    size_t neurons;
+    double *w;       /* neurons x bands */
+    double *bias;    /* neurons */
+    double *beta;    /* neurons x nclasses */
+    double c;
+    uint64_t seed;
+} hyprof__elm_t;
+
+struct hyprof_classifier {
+    hyprof_classifier_kind_t kind;
+    size_t bands;
+    char **band_names;
+    int scale;
+    double *min, *max;       /* per band (training set) */
+    size_t nclasses;
+    int *values;             /* increasing */
+    char **names;
+    uint8_t *rgba;           /* 4 per class */
+    size_t ntrain;
+    double cv_accuracy;      /* NaN without a grid search */
+    hyprof__svm_t svm;
+    hyprof__elm_t elm;
+};
+
+hyprof_classifier_t *hyprof__classifier_new(hyprof_classifier_kind_t kind, size_t bands,
+                                            size_t nclasses);
+/* Index of class value v in m->values, or -1. */
+int hyprof__class_index(const hyprof_classifier_t *m, int v);
+
+/* The one feature scaling of every path: -1 + 2 (x - min) / (max - min) in
+ * double, 0 for a constant band; x unchanged without scaling. */
+static inline double hyprof__scale(const hyprof_classifier_t *m, size_t b, double x)
+{
+    if (!m->scale)
+        return x;
+    double range = m->max[b] - m->min[b];
+    return range > 0.0 ? -1.0 + 2.0 * (x - m->min[b]) / range : 0.0;
+}
+
+/* LIBSVM's prediction, reimplemented bit for bit: dense RBF k_function
+ * (sum of squared differences in band order, exp(-gamma sum)), one-vs-one
+ * decision values summed in LIBSVM's order, votes (> 0 votes for i, else j)
+ * and the first class with the most votes. `x` is the scaled pixel; `kvalue`
+ * has room for nsv values, `votes` for nr_class. Returns the class value. */
+int hyprof__svm_predict_exact(const hyprof__svm_t *s, size_t bands, const double *x,
+                              double *kvalue, int *votes);
+
+/* ELM outputs (nclasses values) of a scaled pixel; `hidden` has room for
+ * neurons values. Returns the index of the largest output (first on ties). */
+size_t hyprof__elm_outputs(const hyprof__elm_t *e, size_t bands, size_t nclasses,
+                           const double *x, double *hidden, double *out);
+
+/* ELM training on n scaled samples (n x bands, row-major), class indices y. */
+hyprof_status_t hyprof__elm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
+                                  const int *y, size_t n);
+
+/* SVM training through LIBSVM (grid search included); HYPROF_ERR_ARGUMENT
+ * when this build has no LIBSVM. y holds class values. */
+hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
+                                  const int *y, size_t n, const hyprof_train_params_t *p);
+void hyprof__svm_free(hyprof__svm_t *s);
+
+/* A splitmix64 stream: folds and ELM weights. */
+static inline uint64_t hyprof__splitmix(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+#ifdef HYPROF_HAVE_LIBSVM
+struct svm_model;
+/* A LIBSVM model viewing `s` (dense support vectors), for svm_predict;
+ * free with hyprof__libsvm_view_free. NULL when out of memory. */
+struct svm_model *hyprof__libsvm_view(const hyprof__svm_t *s, size_t bands);
+void hyprof__libsvm_view_free(struct svm_model *m);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,104 @@
+/* Extreme learning machine (Huang et al.): a sigmoid hidden layer with
+ * random input weights fixed by the seed, and output weights by regularised
+ * least squares, beta = (H'H + I/C)^-1 H'T with T = +1 for the pixel's class
+ * and -1 elsewhere (CBLAS and LAPACKE's Cholesky solver). */
+#include "classifier.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OP "train"
+
+static double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* Uniform in [-1, 1) from the stream. */
+static double uniform(uint64_t *state)
+{
+    return (double)(hyprof__splitmix(state) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static void hidden_layer(const hyprof__elm_t *e, size_t bands, const double *x, double *h)
+{
+    for (size_t k = 0; k < e->neurons; k++) {
+        const double *w = e->w + k * bands;
+        double v = e->bias[k];
+        for (size_t b = 0; b < bands; b++)
+            v += w[b] * x[b];
+        h[k] = sigmoid(v);
+    }
+}
+
+size_t hyprof__elm_outputs(const hyprof__elm_t *e, size_t bands, size_t nclasses,
+                           const double *x, double *hidden, double *out)
+{
+    hidden_layer(e, bands, x, hidden);
+    size_t best = 0;
+    for (size_t c = 0; c < nclasses; c++) {
+        double v = 0.0;
+        for (size_t k = 0; k < e->neurons; k++)
+            v += hidden[k] * e->beta[k * nclasses + c];
+        out[c] = v;
+        if (v > out[best])
+            best = c;
+    }
+    return best;
+}
+
+static hyprof_status_t solve_beta(hyprof_ctx_t *ctx, hyprof__elm_t *e, const double *H,
+                                  const int *y, size_t n, size_t K)
+{
+    size_t L = e->neurons;
+    double *A = malloc(L * L * sizeof *A), *T = malloc(n * K * sizeof *T);
+    if (!A || !T) {
+        free(A), free(T);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu neurons)", L);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < K; c++)
+            T[i * K + c] = (size_t)y[i] == c ? 1.0 : -1.0;
+    /* A = H'H + I/C, beta = H'T, then A beta = H'T. */
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)L, (int)n, 1.0, H, (int)L, 0.0, A,
+                (int)L);
+    for (size_t k = 0; k < L; k++)
+        A[k * L + k] += 1.0 / e->c;
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)L, (int)K, (int)n, 1.0, H, (int)L,
+                T, (int)K, 0.0, e->beta, (int)K);
+    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'U', (lapack_int)L, (lapack_int)K, A,
+                                    (lapack_int)L, e->beta, (lapack_int)K);
+    free(A);
+    free(T);
+    if (info != 0)
+        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
+                             "ELM output weights: the regularised system is not positive "
+                             "definite (LAPACKE_dposv info %d); lower --elm-c", (int)info);
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof__elm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
+                                  const int *y, size_t n)
+{
+    hyprof__elm_t *e = &m->elm;
+    size_t B = m->bands, L = e->neurons, K = m->nclasses;
+    e->w = malloc(L * B * sizeof *e->w);
+    e->bias = malloc(L * sizeof *e->bias);
+    e->beta = malloc(L * K * sizeof *e->beta);
+    double *H = malloc(n * L * sizeof *H);
+    if (!e->w || !e->bias || !e->beta || !H) {
+        free(H);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu neurons)", L);
+    }
+    uint64_t rng = e->seed;
+    for (size_t i = 0; i < L * B; i++)
+        e->w[i] = uniform(&rng);
+    for (size_t k = 0; k < L; k++)
+        e->bias[k] = uniform(&rng);
+#pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
+    for (size_t i = 0; i < n; i++)
+        hidden_layer(e, B, x + i * B, H + i * L);
+    hyprof_status_t st = solve_beta(ctx, e, H, y, n, K);
+    free(H);
+    return st;
+}

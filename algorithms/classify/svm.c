@@ -1,0 +1,356 @@
+/* RBF C-SVC: LIBSVM's prediction formula reimplemented exactly (for builds
+ * without LIBSVM and for the CUDA path's recheck of borderline pixels), and,
+ * when LIBSVM is linked, training with a cross-validated grid over C and
+ * gamma run in parallel (OpenMP over grid points x folds). */
+#include "classifier.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HYPROF_HAVE_LIBSVM
+#include <svm.h>
+#endif
+
+#define OP "train"
+
+int hyprof__svm_predict_exact(const hyprof__svm_t *s, size_t bands, const double *x,
+                              double *kvalue, int *votes)
+{
+    /* Kernel::k_function, RBF, on dense vectors: the squared differences are
+     * added in index order, as LIBSVM's sparse merge does (an index missing
+     * from one side adds value*value, the same number as (value - 0)^2). */
+    for (size_t i = 0; i < s->nsv; i++) {
+        const double *v = s->sv + i * bands;
+        double sum = 0.0;
+        for (size_t b = 0; b < bands; b++) {
+            double d = x[b] - v[b];
+            sum += d * d;
+        }
+        kvalue[i] = exp(-s->gamma * sum);
+    }
+    /* svm_predict_values for C_SVC. */
+    size_t nc = s->nr_class, p = 0;
+    size_t start[nc];
+    start[0] = 0;
+    for (size_t i = 1; i < nc; i++)
+        start[i] = start[i - 1] + (size_t)s->nsv_class[i - 1];
+    for (size_t i = 0; i < nc; i++)
+        votes[i] = 0;
+    for (size_t i = 0; i < nc; i++)
+        for (size_t j = i + 1; j < nc; j++) {
+            double sum = 0.0;
+            const double *coef1 = s->coef + (j - 1) * s->nsv;
+            const double *coef2 = s->coef + i * s->nsv;
+            for (size_t k = 0; k < (size_t)s->nsv_class[i]; k++)
+                sum += coef1[start[i] + k] * kvalue[start[i] + k];
+            for (size_t k = 0; k < (size_t)s->nsv_class[j]; k++)
+                sum += coef2[start[j] + k] * kvalue[start[j] + k];
+            sum -= s->rho[p++];
+            if (sum > 0)
+                ++votes[i];
+            else
+                ++votes[j];
+        }
+    size_t best = 0;
+    for (size_t i = 1; i < nc; i++)
+        if (votes[i] > votes[best])
+            best = i;
+    return s->label[best];
+}
+
+#ifndef HYPROF_HAVE_LIBSVM
+
+int hyprof_have_libsvm(void) { return 0; }
+
+hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
+                                  const int *y, size_t n, const hyprof_train_params_t *p)
+{
+    (void)m, (void)x, (void)y, (void)n, (void)p;
+    return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                         "--classifier svm: this build of hyprof has no LIBSVM (install "
+                         "libsvm-dev and rebuild), use --classifier elm");
+}
+
+#else
+
+int hyprof_have_libsvm(void) { return 1; }
+
+static void quiet(const char *s) { (void)s; }
+
+struct svm_model *hyprof__libsvm_view(const hyprof__svm_t *s, size_t bands)
+{
+    struct svm_model *m = calloc(1, sizeof *m);
+    struct svm_node *nodes = malloc(s->nsv * (bands + 1) * sizeof *nodes);
+    struct svm_node **sv = malloc(s->nsv * sizeof *sv);
+    double **coef = malloc((s->nr_class - 1) * sizeof *coef);
+    if (!m || !nodes || !sv || !coef) {
+        free(m), free(nodes), free(sv), free(coef);
+        return NULL;
+    }
+    for (size_t i = 0; i < s->nsv; i++) {
+        struct svm_node *row = nodes + i * (bands + 1);
+        for (size_t b = 0; b < bands; b++) {
+            row[b].index = (int)b + 1;
+            row[b].value = s->sv[i * bands + b];
+        }
+        row[bands].index = -1;
+        sv[i] = row;
+    }
+    for (size_t r = 0; r + 1 < s->nr_class; r++)
+        coef[r] = s->coef + r * s->nsv;
+    m->param.svm_type = C_SVC;
+    m->param.kernel_type = RBF;
+    m->param.gamma = s->gamma;
+    m->param.C = s->c;
+    m->nr_class = (int)s->nr_class;
+    m->l = (int)s->nsv;
+    m->SV = sv;
+    m->sv_coef = coef;
+    m->rho = s->rho;
+    m->label = s->label;
+    m->nSV = s->nsv_class;
+    m->free_sv = 0;
+    return m;
+}
+
+void hyprof__libsvm_view_free(struct svm_model *m)
+{
+    if (!m)
+        return;
+    free(m->SV ? m->SV[0] : NULL);
+    free(m->SV);
+    free(m->sv_coef);
+    free(m);
+}
+
+/* Copies a trained LIBSVM model into the dense form (an index LIBSVM left
+ * out stays 0). */
+static hyprof_status_t from_libsvm(const struct svm_model *lm, size_t bands, hyprof__svm_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->nr_class = (size_t)lm->nr_class;
+    s->nsv = (size_t)lm->l;
+    s->gamma = lm->param.gamma;
+    s->c = lm->param.C;
+    size_t npairs = s->nr_class * (s->nr_class - 1) / 2;
+    s->label = malloc(s->nr_class * sizeof *s->label);
+    s->nsv_class = malloc(s->nr_class * sizeof *s->nsv_class);
+    s->rho = malloc(npairs * sizeof *s->rho);
+    s->coef = malloc((s->nr_class - 1) * s->nsv * sizeof *s->coef);
+    s->sv = calloc(s->nsv * bands, sizeof *s->sv);
+    if (!s->label || !s->nsv_class || !s->rho || !s->coef || !s->sv) {
+        hyprof__svm_free(s);
+        return HYPROF_ERR_NOMEM;
+    }
+    memcpy(s->label, lm->label, s->nr_class * sizeof *s->label);
+    memcpy(s->nsv_class, lm->nSV, s->nr_class * sizeof *s->nsv_class);
+    memcpy(s->rho, lm->rho, npairs * sizeof *s->rho);
+    for (size_t r = 0; r + 1 < s->nr_class; r++)
+        memcpy(s->coef + r * s->nsv, lm->sv_coef[r], s->nsv * sizeof *s->coef);
+    for (size_t i = 0; i < s->nsv; i++)
+        for (const struct svm_node *nd = lm->SV[i]; nd->index != -1; nd++)
+            s->sv[i * bands + (size_t)nd->index - 1] = nd->value;
+    return HYPROF_OK;
+}
+
+static struct svm_parameter rbf_param(double c, double gamma)
+{
+    struct svm_parameter p;
+    memset(&p, 0, sizeof p);
+    p.svm_type = C_SVC;
+    p.kernel_type = RBF;
+    p.gamma = gamma;
+    p.C = c;
+    p.cache_size = 100;
+    p.eps = 1e-3;
+    p.shrinking = 1;
+    return p;
+}
+
+/* Stratified folds: each class's samples shuffled with the seed, then dealt
+ * to folds in turn. */
+static void assign_folds(const int *y, size_t n, int folds, uint64_t seed, int *fold)
+{
+    uint64_t rng = seed;
+    size_t *idx = malloc(n * sizeof *idx);
+    char *done = calloc(n, 1);
+    if (!idx || !done) {
+        for (size_t i = 0; i < n; i++)
+            fold[i] = (int)(i % (size_t)folds);
+        free(idx), free(done);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (done[i])
+            continue;
+        size_t m = 0;
+        for (size_t j = i; j < n; j++)
+            if (y[j] == y[i]) {
+                idx[m++] = j;
+                done[j] = 1;
+            }
+        for (size_t k = m; k > 1; k--) {
+            size_t r = (size_t)(hyprof__splitmix(&rng) % k), t = idx[k - 1];
+            idx[k - 1] = idx[r];
+            idx[r] = t;
+        }
+        for (size_t k = 0; k < m; k++)
+            fold[idx[k]] = (int)(k % (size_t)folds);
+    }
+    free(idx);
+    free(done);
+}
+
+typedef struct {
+    struct svm_node **x;  /* n rows */
+    const int *y;
+    size_t n;
+    const int *fold;
+} samples_t;
+
+/* Trains on every fold but `f` and returns how many of fold f's samples are
+ * predicted right (-1 when out of memory). */
+static long fold_correct(const samples_t *s, int f, double c, double gamma)
+{
+    struct svm_problem prob;
+    size_t m = 0;
+    for (size_t i = 0; i < s->n; i++)
+        m += s->fold[i] != f;
+    prob.l = (int)m;
+    prob.x = malloc(m * sizeof *prob.x);
+    prob.y = malloc(m * sizeof *prob.y);
+    if (!prob.x || !prob.y) {
+        free(prob.x), free(prob.y);
+        return -1;
+    }
+    for (size_t i = 0, k = 0; i < s->n; i++)
+        if (s->fold[i] != f) {
+            prob.x[k] = s->x[i];
+            prob.y[k++] = s->y[i];
+        }
+    struct svm_parameter par = rbf_param(c, gamma);
+    struct svm_model *model = svm_train(&prob, &par);
+    long ok = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->fold[i] == f && (int)svm_predict(model, s->x[i]) == s->y[i])
+            ok++;
+    svm_free_and_destroy_model(&model);
+    free(prob.x);
+    free(prob.y);
+    return ok;
+}
+
+static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
+                                   const int *y, size_t n, int folds)
+{
+    for (size_t k = 0; k < m->nclasses; k++) {
+        size_t count = 0;
+        for (size_t i = 0; i < n; i++)
+            count += y[i] == m->values[k];
+        if (count < (size_t)folds)
+            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                 "class %d has %zu training pixel(s), fewer than the %d "
+                                 "cross-validation folds (--folds)", m->values[k], count, folds);
+    }
+    return HYPROF_OK;
+}
+
+/* Cross-validated accuracy of every grid point; returns the best index. */
+static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
+                                   const hyprof_train_params_t *p, size_t *best, double *best_acc)
+{
+    size_t npoints = p->n_c * p->n_gamma, ntasks = npoints * (size_t)p->folds;
+    long *correct = calloc(npoints, sizeof *correct);
+    if (!correct)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    int failed = 0, stop = 0;
+    size_t finished = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
+    for (size_t t = 0; t < ntasks; t++) {
+        if (stop || failed)
+            continue;
+        size_t g = t / (size_t)p->folds;
+        int f = (int)(t % (size_t)p->folds);
+        double c = p->c[g / p->n_gamma], gamma = p->gamma[g % p->n_gamma];
+        long ok = fold_correct(s, f, c, gamma);
+        size_t done;
+#pragma omp atomic capture
+        done = ++finished;
+        if (ok < 0) {
+#pragma omp atomic write
+            failed = 1;
+            continue;
+        }
+#pragma omp atomic
+        correct[g] += ok;
+        if (hyprof__progress_omp(ctx, 0.9 * (double)done / (double)ntasks, "cross-validation")) {
+#pragma omp atomic write
+            stop = 1;
+        }
+    }
+    hyprof_status_t st = HYPROF_OK;
+    if (stop)
+        st = hyprof__progress(ctx, 0.9, "cross-validation");
+    else if (failed)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in cross-validation");
+    *best = 0;
+    for (size_t g = 1; g < npoints; g++)
+        if (correct[g] > correct[*best])
+            *best = g;
+    *best_acc = (double)correct[*best] / (double)s->n;
+    free(correct);
+    return st;
+}
+
+hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
+                                  const int *y, size_t n, const hyprof_train_params_t *p)
+{
+    size_t B = m->bands, npoints = p->n_c * p->n_gamma;
+    svm_set_print_string_function(quiet);
+    struct svm_node *nodes = malloc(n * (B + 1) * sizeof *nodes);
+    struct svm_node **rows = malloc(n * sizeof *rows);
+    int *fold = malloc(n * sizeof *fold);
+    if (!nodes || !rows || !fold) {
+        free(nodes), free(rows), free(fold);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu samples)", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        rows[i] = nodes + i * (B + 1);
+        for (size_t b = 0; b < B; b++) {
+            rows[i][b].index = (int)b + 1;
+            rows[i][b].value = x[i * B + b];
+        }
+        rows[i][B].index = -1;
+    }
+    samples_t s = {rows, y, n, fold};
+    size_t best = 0;
+    hyprof_status_t st = HYPROF_OK;
+    if (npoints > 1 && (st = check_folds(ctx, m, y, n, p->folds)) == HYPROF_OK) {
+        assign_folds(y, n, p->folds, p->seed, fold);
+        st = grid_search(ctx, &s, p, &best, &m->cv_accuracy);
+    }
+    if (st == HYPROF_OK) {
+        struct svm_problem prob = {(int)n, NULL, rows};
+        prob.y = malloc(n * sizeof *prob.y);
+        if (!prob.y) {
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+        } else {
+            for (size_t i = 0; i < n; i++)
+                prob.y[i] = y[i];
+            struct svm_parameter par =
+                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma]);
+            struct svm_model *lm = svm_train(&prob, &par);
+            if (!lm || from_libsvm(lm, B, &m->svm) != HYPROF_OK)
+                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in LIBSVM");
+            svm_free_and_destroy_model(&lm);
+            free(prob.y);
+        }
+    }
+    free(nodes);
+    free(rows);
+    free(fold);
+    return st;
+}
+
+#endif

@@ -1,0 +1,597 @@
+/* The classification operations: train, classify, assess, split. Their file
+ * arguments are the registry's positionals; the library computes, this file
+ * reads, checks grids, writes and reports. */
+#include "cli.h"
+#include "classmap_io.h"
+#include "report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    cli_command_t *cmd;
+    const char *name;
+    int overwrite;
+    cli_progress_t pg;
+    hyprof_ctx_t *ctx;
+    hyprof_io_progress_t io;
+    char err[1024];
+} job_t;
+
+/* Positional inputs readable, outputs creatable, parameters' files too. */
+static int check_positionals(const cli_command_t *cmd, int overwrite)
+{
+    char kind[32], name[64], err[512];
+    struct stat sb;
+    for (int i = 0; i < cmd->nfiles; i++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, name, sizeof name);
+        const char *f = cmd->files[i];
+        if (strstr(kind, "_in") && (stat(f, &sb) != 0 || access(f, R_OK) != 0)) {
+            cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", name, f);
+            return EXIT_USAGE;
+        }
+        if (strstr(kind, "_out") &&
+            hyprof_output_check(f, overwrite, err, sizeof err) != HYPROF_OK) {
+            cli_error(cmd->op->name, "%s: %s", name, err);
+            return EXIT_USAGE;
+        }
+        for (int j = 0; j < i; j++)
+            if (strcmp(cmd->files[j], f) == 0) {
+                cli_error(cmd->op->name, "'%s' is given twice", f);
+                return EXIT_USAGE;
+            }
+    }
+    return EXIT_OK;
+}
+
+static int job_start(job_t *j, cli_command_t *cmd)
+{
+    memset(j, 0, sizeof *j);
+    j->cmd = cmd;
+    j->name = cmd->op->name;
+    j->overwrite = hyprof_args_bool(cmd->common, "overwrite");
+    int rc = cli_check_param_files(cmd, j->overwrite);
+    if (rc == EXIT_OK)
+        rc = check_positionals(cmd, j->overwrite);
+    if (rc != EXIT_OK)
+        return rc;
+    cli_progress_init(&j->pg, hyprof_args_str(cmd->common, "progress"));
+    j->ctx = cli_make_context(cmd, &j->pg);
+    if (!j->ctx) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    cli_install_signals(j->ctx);
+    j->io.fn = cli_progress_fn;
+    j->io.user = &j->pg;
+    return EXIT_OK;
+}
+
+static int job_end(job_t *j, int rc)
+{
+    cli_progress_done(&j->pg);
+    if (cli_interrupted() && rc != EXIT_OK)
+        rc = EXIT_CANCELLED;
+    hyprof_ctx_free(&j->ctx);
+    return rc;
+}
+
+/* A failed library call: its message, its exit code. */
+static int lib_fail(job_t *j, hyprof_status_t st)
+{
+    cli_progress_done(&j->pg);
+    cli_error(NULL, "%s", hyprof_ctx_last_error(j->ctx));
+    return cli_exit_code(st, 0);
+}
+
+/* A failed read or write: the message in j->err. */
+static int io_fail(job_t *j, hyprof_status_t st, int reading)
+{
+    cli_progress_done(&j->pg);
+    cli_error(j->name, "%s", j->err);
+    return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, reading);
+}
+
+static hyprof_status_t read_raster(job_t *j, const char *path, hyprof_raster_t *r, double lo,
+                                   double hi)
+{
+    cli_progress_stage(&j->pg, lo, hi);
+    return hyprof_raster_read(j->ctx, path, &j->io, r, j->err, sizeof j->err);
+}
+
+static int grid_mismatch(job_t *j, const hyprof_raster_t *a, const hyprof_raster_t *b)
+{
+    char why[768];
+    if (hyprof_same_grid(a, b, why, sizeof why))
+        return 0;
+    cli_progress_done(&j->pg);
+    cli_error(j->name, "not on the same grid: %s", why);
+    return 1;
+}
+
+/* ---- train ------------------------------------------------------------------------------ */
+
+typedef struct {
+    double *c, *gamma;
+    size_t nc, ng;
+} grid_t;
+
+/* "C=1,10,gamma=0.5,2": a key starts a list, bare numbers continue it. */
+static int parse_grid(const char *text, grid_t *g, char *err, size_t n)
+{
+    memset(g, 0, sizeof *g);
+    if (strcmp(text, "default") == 0)
+        return 0;
+    size_t len = strlen(text);
+    g->c = malloc((len + 1) * sizeof *g->c);
+    g->gamma = malloc((len + 1) * sizeof *g->gamma);
+    if (!g->c || !g->gamma)
+        return snprintf(err, n, "out of memory"), -1;
+    double *list = NULL;
+    size_t *count = NULL;
+    const char *s = text;
+    while (*s) {
+        size_t tl = strcspn(s, ",");
+        const char *v = s;
+        if (strncasecmp(s, "C=", 2) == 0)
+            list = g->c, count = &g->nc, v = s + 2;
+        else if (strncasecmp(s, "gamma=", 6) == 0)
+            list = g->gamma, count = &g->ng, v = s + 6;
+        char *end;
+        double x = strtod(v, &end);
+        if (!list || end == v || end != s + tl || !(x > 0) || !isfinite(x))
+            return snprintf(err, n, "--grid: bad item '%.*s' in '%s' (expected 'default' or "
+                            "'C=1,10,gamma=0.5,2': positive numbers)", (int)tl, s, text), -1;
+        list[(*count)++] = x;
+        s += tl;
+        if (*s == ',')
+            s++;
+    }
+    if (!g->nc || !g->ng)
+        return snprintf(err, n, "--grid '%s': give at least one C and one gamma", text), -1;
+    return 0;
+}
+
+/* Labels on the features' grid: --labels (checked) or --samples (rasterised). */
+static int train_labels(job_t *j, const hyprof_raster_t *feat, hyprof_raster_t *labels,
+                        float **burnt, hyprof_legend_t *legend)
+{
+    const char *lpath = hyprof_args_str(j->cmd->args, "labels");
+    const char *spath = hyprof_args_str(j->cmd->args, "samples");
+    const char *field = hyprof_args_str(j->cmd->args, "class-field");
+    if (!!lpath == !!spath) {
+        cli_error(j->name, "give either --labels RASTER or --samples VECTOR --class-field NAME");
+        return EXIT_USAGE;
+    }
+    hyprof_status_t st;
+    if (lpath) {
+        if ((st = read_raster(j, lpath, labels, 0.1, 0.15)) != HYPROF_OK)
+            return io_fail(j, st, 1);
+        if (grid_mismatch(j, feat, labels))
+            return EXIT_USAGE;
+        if ((st = hyprof_legend_read(lpath, legend, j->err, sizeof j->err)) != HYPROF_OK)
+            return io_fail(j, st, 1);
+        return EXIT_OK;
+    }
+    if (!field) {
+        cli_error(j->name, "--samples needs --class-field (the attribute holding the class)");
+        return EXIT_USAGE;
+    }
+    size_t npix = feat->cube.width * feat->cube.height;
+    if (!(*burnt = calloc(npix, sizeof **burnt))) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    st = hyprof_rasterize_samples(spath, hyprof_args_str(j->cmd->args, "layer"), field, feat,
+                                  *burnt, legend, j->err, sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    labels->cube = hyprof_cube_bsq(*burnt, HYPROF_FLOAT32, feat->cube.width, feat->cube.height, 1);
+    return EXIT_OK;
+}
+
+static void report_model(job_t *j, const hyprof_classifier_t *m, const char *path)
+{
+    int svm = hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM;
+    printf("%s: wrote %s (%s, %zu classes, %zu bands, %zu training pixels", j->name, path,
+           svm ? "svm" : "elm", hyprof_classifier_classes(m), hyprof_classifier_bands(m),
+           hyprof_classifier_train_pixels(m));
+    if (svm)
+        printf(", C=%g, gamma=%g, %zu support vectors", hyprof_classifier_c(m),
+               hyprof_classifier_gamma(m), hyprof_classifier_size(m));
+    else
+        printf(", %zu neurons", hyprof_classifier_size(m));
+    if (!isnan(hyprof_classifier_cv_accuracy(m)))
+        printf(", cross-validation accuracy %.4f", hyprof_classifier_cv_accuracy(m));
+    printf(")\n");
+}
+
+static int run_train(job_t *j)
+{
+    const hyprof_args_t *args = j->cmd->args;
+    hyprof_raster_t feat, labels;
+    memset(&feat, 0, sizeof feat);
+    memset(&labels, 0, sizeof labels);
+    hyprof_legend_t legend = {0, NULL, NULL};
+    float *burnt = NULL;
+    hyprof_classifier_t *model = NULL;
+    grid_t grid;
+    int rc = EXIT_OK;
+    hyprof_status_t st;
+    if (parse_grid(hyprof_args_str(args, "grid"), &grid, j->err, sizeof j->err) != 0) {
+        cli_error(j->name, "%s", j->err);
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    if ((st = read_raster(j, j->cmd->files[0], &feat, 0.0, 0.1)) != HYPROF_OK) {
+        rc = io_fail(j, st, 1);
+        goto done;
+    }
+    if ((rc = train_labels(j, &feat, &labels, &burnt, &legend)) != EXIT_OK)
+        goto done;
+    hyprof_train_params_t p;
+    hyprof_train_params_default(&p);
+    p.kind = strcmp(hyprof_args_str(args, "classifier"), "elm") == 0 ? HYPROF_CLASSIFIER_ELM
+                                                                       : HYPROF_CLASSIFIER_SVM;
+    p.scale = strcmp(hyprof_args_str(args, "scale"), "none") != 0;
+    if (grid.nc) {
+        p.c = grid.c, p.n_c = grid.nc;
+        p.gamma = grid.gamma, p.n_gamma = grid.ng;
+    }
+    p.folds = (int)hyprof_args_int(args, "folds");
+    p.seed = (uint64_t)hyprof_args_int(args, "seed");
+    p.neurons = (size_t)hyprof_args_int(args, "neurons");
+    p.elm_c = hyprof_args_float(args, "elm-c");
+    p.band_names = (const char *const *)feat.band_names;
+    p.legend.n = legend.n;
+    p.legend.names = (const char *const *)legend.names;
+    p.legend.rgba = legend.rgba;
+    cli_progress_stage(&j->pg, 0.15, 0.98);
+    if ((st = hyprof_train(j->ctx, &feat.cube, &labels.cube, &p, &model)) != HYPROF_OK) {
+        rc = lib_fail(j, st);
+        goto done;
+    }
+    if ((st = hyprof_classifier_save(j->ctx, model, j->cmd->files[1])) != HYPROF_OK) {
+        rc = lib_fail(j, st);
+        goto done;
+    }
+    cli_progress_done(&j->pg);
+    report_model(j, model, j->cmd->files[1]);
+done:
+    hyprof_classifier_free(&model);
+    if (burnt)
+        labels.cube.data = NULL;
+    free(burnt);
+    hyprof_raster_free(&labels);
+    hyprof_raster_free(&feat);
+    hyprof_legend_free(&legend);
+    free(grid.c);
+    free(grid.gamma);
+    return rc;
+}
+
+/* ---- classify ------------------------------------------------------------------------------ */
+
+static hyprof_status_t model_legend(const hyprof_classifier_t *m, hyprof_legend_t *l)
+{
+    memset(l, 0, sizeof *l);
+    for (size_t k = 0; k < hyprof_classifier_classes(m); k++) {
+        hyprof_status_t st = hyprof_legend_set(l, (size_t)hyprof_classifier_class_value(m, k),
+                                               hyprof_classifier_class_name(m, k),
+                                               hyprof_classifier_class_rgba(m, k));
+        if (st != HYPROF_OK)
+            return st;
+    }
+    return HYPROF_OK;
+}
+
+/* --probabilities: one float32 band per class, named after it. */
+static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
+                                    const hyprof_classifier_t *m, hyprof_cube_t *scores,
+                                    const char *path, const char *backend)
+{
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    res.cube = *scores;
+    res.band_names = calloc(scores->bands, sizeof *res.band_names);
+    hyprof_status_t st = res.band_names ? HYPROF_OK : HYPROF_ERR_NOMEM;
+    for (size_t k = 0; st == HYPROF_OK && k < scores->bands; k++)
+        st = hyprof_result_set_band_name(&res, k, "%s", hyprof_classifier_class_name(m, k));
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(&res, "scores",
+                                    hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM
+                                        ? "fraction of one-vs-one votes won by the class"
+                                        : "softmax of the ELM output layer");
+    if (st == HYPROF_OK)
+        st = hyprof_raster_write(path, in, &res, j->cmd->args, backend, j->overwrite, &j->io,
+                                 j->err, sizeof j->err);
+    else
+        snprintf(j->err, sizeof j->err, "out of memory");
+    res.cube.owns = 0; /* the names and items go, the caller frees the cube */
+    hyprof_result_free(&res);
+    return st;
+}
+
+static int run_classify(job_t *j)
+{
+    const char *model_path = hyprof_args_str(j->cmd->args, "model");
+    const char *prob = hyprof_args_str(j->cmd->args, "probabilities");
+    const char *out = j->cmd->files[1];
+    hyprof_classifier_t *m = NULL;
+    hyprof_raster_t in;
+    memset(&in, 0, sizeof in);
+    hyprof_cube_t map, scores;
+    memset(&map, 0, sizeof map);
+    memset(&scores, 0, sizeof scores);
+    hyprof_legend_t legend = {0, NULL, NULL};
+    int rc = EXIT_OK;
+    hyprof_status_t st = hyprof_classifier_load(j->ctx, model_path, &m);
+    if (st != HYPROF_OK) {
+        rc = lib_fail(j, st);
+        goto done;
+    }
+    if ((st = read_raster(j, j->cmd->files[0], &in, 0.0, 0.1)) != HYPROF_OK) {
+        rc = io_fail(j, st, 1);
+        goto done;
+    }
+    cli_progress_stage(&j->pg, 0.1, 0.9);
+    if ((st = hyprof_classify(j->ctx, m, &in.cube, &map, prob ? &scores : NULL)) != HYPROF_OK) {
+        rc = lib_fail(j, st);
+        goto done;
+    }
+    cli_progress_stage(&j->pg, 0.9, 1.0);
+    const char *backend = hyprof_backend_name(hyprof_ctx_used_backend(j->ctx));
+    if (prob && (st = write_scores(j, &in, m, &scores, prob, backend)) != HYPROF_OK) {
+        rc = io_fail(j, st, 0);
+        goto done;
+    }
+    char model_item[1100], backend_item[64], kind_item[64];
+    snprintf(model_item, sizeof model_item, "HYPROF_MODEL=%s", model_path);
+    snprintf(backend_item, sizeof backend_item, "HYPROF_BACKEND=%s", backend);
+    snprintf(kind_item, sizeof kind_item, "HYPROF_CLASSIFIER=%s",
+             hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM ? "svm" : "elm");
+    char *meta[] = {"HYPROF_OPERATION=classify", model_item, backend_item, kind_item, NULL};
+    if ((st = model_legend(m, &legend)) == HYPROF_OK)
+        st = hyprof_classmap_write(out, &in, map.data, &legend, meta, j->overwrite, j->err,
+                                   sizeof j->err);
+    if (st != HYPROF_OK) {
+        if (prob)
+            unlink(prob);
+        rc = io_fail(j, st, 0);
+        goto done;
+    }
+    cli_progress_done(&j->pg);
+    printf("%s: wrote %s (%zux%zu, %zu classes, backend %s)\n", j->name, out, in.cube.width,
+           in.cube.height, hyprof_classifier_classes(m), backend);
+    if (prob)
+        printf("%s: wrote %s\n", j->name, prob);
+done:
+    hyprof_classifier_free(&m);
+    hyprof_cube_free(&map);
+    hyprof_cube_free(&scores);
+    hyprof_raster_free(&in);
+    hyprof_legend_free(&legend);
+    return rc;
+}
+
+/* ---- assess --------------------------------------------------------------------------------- */
+
+static uint16_t *class_values(const hyprof_cube_t *c)
+{
+    size_t npix = c->width * c->height;
+    uint16_t *v = calloc(npix, sizeof *v);
+    for (size_t p = 0; v && p < npix; p++) {
+        double x = hyprof_cube_valid(c, p % c->width, p / c->width)
+                       ? hyprof_cube_get(c, p % c->width, p / c->width, 0)
+                       : 0.0;
+        v[p] = x >= 1 && x <= 65535 && x == floor(x) ? (uint16_t)x : 0;
+    }
+    return v;
+}
+
+/* dst's names where it has them, else src's; src's colours where it has them. */
+static hyprof_status_t merge_legend(hyprof_legend_t *dst, const hyprof_legend_t *src)
+{
+    for (size_t v = 0; v < src->n; v++) {
+        int named = v < dst->n && dst->names[v];
+        const char *name = named ? NULL : src->names[v];
+        const uint8_t *rgba = src->rgba[4 * v + 3] ? src->rgba + 4 * v : NULL;
+        if ((name || rgba) && hyprof_legend_set(dst, v, name, rgba) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
+static int run_assess(job_t *j)
+{
+    const char *ref_path = hyprof_args_str(j->cmd->args, "reference");
+    const char *html = hyprof_args_str(j->cmd->args, "html");
+    hyprof_raster_t map, ref;
+    memset(&map, 0, sizeof map);
+    memset(&ref, 0, sizeof ref);
+    hyprof_assessment_t a;
+    memset(&a, 0, sizeof a);
+    hyprof_legend_t legend = {0, NULL, NULL}, map_legend = {0, NULL, NULL};
+    uint16_t *values = NULL;
+    int rc = EXIT_OK;
+    hyprof_status_t st;
+    if ((st = read_raster(j, j->cmd->files[0], &map, 0.0, 0.45)) != HYPROF_OK ||
+        (st = read_raster(j, ref_path, &ref, 0.45, 0.9)) != HYPROF_OK) {
+        rc = io_fail(j, st, 1);
+        goto done;
+    }
+    if (grid_mismatch(j, &map, &ref)) {
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    if ((st = hyprof_assess(j->ctx, &map.cube, &ref.cube, &a)) != HYPROF_OK) {
+        rc = lib_fail(j, st);
+        goto done;
+    }
+    /* Names from the reference, colours from the class map where it has them. */
+    if ((st = hyprof_legend_read(ref_path, &legend, j->err, sizeof j->err)) != HYPROF_OK ||
+        (st = hyprof_legend_read(j->cmd->files[0], &map_legend, j->err, sizeof j->err)) !=
+            HYPROF_OK) {
+        rc = io_fail(j, st, 1);
+        goto done;
+    }
+    if ((st = merge_legend(&legend, &map_legend)) != HYPROF_OK) {
+        cli_error(j->name, "out of memory");
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    cli_progress_done(&j->pg);
+    if (hyprof_args_bool(j->cmd->args, "json"))
+        cli_assess_json(stdout, &a, &legend, j->cmd->files[0], ref_path);
+    else
+        cli_assess_text(stdout, &a, &legend);
+    if (html) {
+        values = class_values(&map.cube);
+        st = values ? cli_assess_html(html, &a, &legend, values, map.cube.width,
+                                      map.cube.height, j->cmd->files[0], ref_path, j->overwrite,
+                                      j->err, sizeof j->err)
+                    : HYPROF_ERR_NOMEM;
+        if (st != HYPROF_OK) {
+            rc = io_fail(j, st, 0);
+            goto done;
+        }
+        if (!hyprof_args_bool(j->cmd->args, "json"))
+            printf("%s: wrote %s\n", j->name, html);
+    }
+done:
+    free(values);
+    hyprof_assessment_free(&a);
+    hyprof_raster_free(&map);
+    hyprof_raster_free(&ref);
+    hyprof_legend_free(&legend);
+    hyprof_legend_free(&map_legend);
+    return rc;
+}
+
+/* ---- split ------------------------------------------------------------------------ */
+
+static void count_classes(const uint16_t *v, size_t npix, char *out, size_t n)
+{
+    size_t *count = calloc(65536, sizeof *count);
+    out[0] = '\0';
+    if (!count)
+        return;
+    for (size_t p = 0; p < npix; p++)
+        count[v[p]]++;
+    size_t used = 0;
+    for (size_t c = 1; c < 65536 && used + 16 < n; c++)
+        if (count[c])
+            used += (size_t)snprintf(out + used, n - used, "%s%zu:%zu", used ? "," : "", c,
+                                     count[c]);
+    free(count);
+}
+
+static int split_counts(job_t *j, double *per_class, const size_t **counts, size_t *ncounts)
+{
+    int preset = strcmp(hyprof_args_str(j->cmd->args, "preset"), "none") != 0;
+    int given = hyprof_args_given(j->cmd->args, "per-class");
+    if (preset == given) {
+        cli_error(j->name, "give either --per-class N|FRACTION or --preset eadp-table1");
+        return EXIT_USAGE;
+    }
+    *per_class = given ? hyprof_args_float(j->cmd->args, "per-class") : 0.0;
+    *counts = preset ? hyprof_split_preset_eadp_table1(ncounts) : NULL;
+    return EXIT_OK;
+}
+
+static int write_split(job_t *j, const hyprof_raster_t *ref, const hyprof_legend_t *legend,
+                       uint16_t *train, uint16_t *test)
+{
+    size_t npix = ref->cube.width * ref->cube.height;
+    char seed[64], counts_tr[4096], counts_te[4096], tr_item[4200], te_item[4200], src[1100];
+    snprintf(seed, sizeof seed, "SPLIT_SEED=%ld", hyprof_args_int(j->cmd->args, "seed"));
+    count_classes(train, npix, counts_tr, sizeof counts_tr);
+    count_classes(test, npix, counts_te, sizeof counts_te);
+    snprintf(tr_item, sizeof tr_item, "TRAIN_COUNTS=%s", counts_tr);
+    snprintf(te_item, sizeof te_item, "TEST_COUNTS=%s", counts_te);
+    snprintf(src, sizeof src, "HYPROF_REFERENCE=%s", ref->path);
+    char *meta[] = {"HYPROF_OPERATION=split",
+                    "SPLIT_METHOD=per class in increasing order: u=numpy.random.default_rng("
+                    "SPLIT_SEED).random(n_c) over the class's pixels in row-major order; the "
+                    "pixels with the smallest u train",
+                    seed, tr_item, te_item, src, NULL};
+    hyprof_status_t st = hyprof_classmap_write(j->cmd->files[0], ref, train, legend, meta,
+                                               j->overwrite, j->err, sizeof j->err);
+    if (st == HYPROF_OK &&
+        (st = hyprof_classmap_write(j->cmd->files[1], ref, test, legend, meta, j->overwrite,
+                                    j->err, sizeof j->err)) != HYPROF_OK)
+        unlink(j->cmd->files[0]);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 0);
+    cli_progress_done(&j->pg);
+    printf("%s: wrote %s (training pixels per class %s)\n%s: wrote %s (test pixels per class "
+           "%s)\n", j->name, j->cmd->files[0], counts_tr, j->name, j->cmd->files[1], counts_te);
+    return EXIT_OK;
+}
+
+static int run_split(job_t *j)
+{
+    const char *ref_path = hyprof_args_str(j->cmd->args, "reference");
+    double per_class;
+    const size_t *counts;
+    size_t ncounts = 0;
+    int rc = split_counts(j, &per_class, &counts, &ncounts);
+    if (rc != EXIT_OK)
+        return rc;
+    hyprof_raster_t ref;
+    memset(&ref, 0, sizeof ref);
+    hyprof_legend_t legend = {0, NULL, NULL};
+    uint16_t *train = NULL, *test = NULL;
+    hyprof_status_t st = read_raster(j, ref_path, &ref, 0.0, 0.5);
+    if (st == HYPROF_OK)
+        st = hyprof_legend_read(ref_path, &legend, j->err, sizeof j->err);
+    if (st != HYPROF_OK) {
+        rc = io_fail(j, st, 1);
+        goto done;
+    }
+    size_t npix = ref.cube.width * ref.cube.height;
+    train = malloc(npix * sizeof *train);
+    test = malloc(npix * sizeof *test);
+    if (!train || !test) {
+        cli_error(j->name, "out of memory");
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    st = hyprof_split(j->ctx, &ref.cube, per_class, counts, ncounts,
+                      (uint64_t)hyprof_args_int(j->cmd->args, "seed"), train, test);
+    rc = st != HYPROF_OK ? lib_fail(j, st) : write_split(j, &ref, &legend, train, test);
+done:
+    free(train);
+    free(test);
+    hyprof_raster_free(&ref);
+    hyprof_legend_free(&legend);
+    return rc;
+}
+
+int cli_run_classification(cli_command_t *cmd)
+{
+    static const struct {
+        const char *name;
+        int (*run)(job_t *);
+    } runners[] = {
+        {"train", run_train},
+        {"classify", run_classify},
+        {"assess", run_assess},
+        {"split", run_split},
+    };
+    for (size_t i = 0; i < sizeof runners / sizeof *runners; i++) {
+        if (strcmp(cmd->op->name, runners[i].name) != 0)
+            continue;
+        job_t j;
+        int rc = job_start(&j, cmd);
+        if (rc != EXIT_OK)
+            return rc;
+        return job_end(&j, runners[i].run(&j));
+    }
+    cli_error(cmd->op->name, "this operation has no command-line runner");
+    return EXIT_RUNTIME;
+}

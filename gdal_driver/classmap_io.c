@@ -1,0 +1,596 @@
+/* Class maps through GDAL: legends, writing, vector samples, PNG pictures. */
+#include "classmap_io.h"
+
+#include <gdal.h>
+#include <gdal_alg.h>
+#include <cpl_conv.h>
+#include <cpl_error.h>
+#include <cpl_string.h>
+#include <cpl_vsi.h>
+#include <ogr_api.h>
+#include <ogr_srs_api.h>
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static const char *gdal_reason(void)
+{
+    const char *m = CPLGetLastErrorMsg();
+    return m && *m ? m : "GDAL gave no reason";
+}
+
+/* ---- legends ------------------------------------------------------------------------- */
+
+void hyprof_legend_free(hyprof_legend_t *l)
+{
+    for (size_t v = 0; l->names && v < l->n; v++)
+        free(l->names[v]);
+    free(l->names);
+    free(l->rgba);
+    memset(l, 0, sizeof *l);
+}
+
+static hyprof_status_t legend_grow(hyprof_legend_t *l, size_t n)
+{
+    if (n <= l->n)
+        return HYPROF_OK;
+    char **names = realloc(l->names, n * sizeof *names);
+    if (!names)
+        return HYPROF_ERR_NOMEM;
+    l->names = names;
+    uint8_t *rgba = realloc(l->rgba, n * 4);
+    if (!rgba)
+        return HYPROF_ERR_NOMEM;
+    l->rgba = rgba;
+    memset(l->names + l->n, 0, (n - l->n) * sizeof *names);
+    memset(l->rgba + 4 * l->n, 0, (n - l->n) * 4);
+    l->n = n;
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_legend_set(hyprof_legend_t *l, size_t v, const char *name,
+                                  const uint8_t *rgba)
+{
+    if (legend_grow(l, v + 1) != HYPROF_OK)
+        return HYPROF_ERR_NOMEM;
+    if (name) {
+        free(l->names[v]);
+        if (!(l->names[v] = strdup(name)))
+            return HYPROF_ERR_NOMEM;
+    }
+    if (rgba)
+        memcpy(l->rgba + 4 * v, rgba, 4);
+    return HYPROF_OK;
+}
+
+static hyprof_status_t read_colours(GDALRasterBandH band, hyprof_legend_t *l)
+{
+    GDALColorTableH ct = GDALGetRasterColorTable(band);
+    int count = ct ? GDALGetColorEntryCount(ct) : 0;
+    for (int v = 0; v < count && v < 65536; v++) {
+        const GDALColorEntry *e = GDALGetColorEntry(ct, v);
+        uint8_t c[4] = {(uint8_t)e->c1, (uint8_t)e->c2, (uint8_t)e->c3, (uint8_t)e->c4};
+        if (hyprof_legend_set(l, (size_t)v, NULL, c) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
+static hyprof_status_t read_names(GDALDatasetH ds, GDALRasterBandH band, hyprof_legend_t *l)
+{
+    char **cat = GDALGetRasterCategoryNames(band);
+    for (int v = 0; cat && cat[v] && v < 65536; v++)
+        if (*cat[v] && hyprof_legend_set(l, (size_t)v, cat[v], NULL) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    if (cat && cat[0])
+        return HYPROF_OK;
+    /* GeoTIFF keeps category names in the .aux.xml sidecar only: the samples
+     * repeat them as CLASS_<v> items, which survive a lost sidecar. */
+    char **md = GDALGetMetadata(ds, NULL);
+    for (int i = 0; md && md[i]; i++) {
+        unsigned v;
+        int used = 0;
+        if (sscanf(md[i], "CLASS_%u=%n", &v, &used) == 1 && used > 0 && v < 65536 &&
+            hyprof_legend_set(l, v, md[i] + used, NULL) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *err, size_t n)
+{
+    memset(l, 0, sizeof *l);
+    CPLErrorReset();
+    GDALDatasetH ds = GDALOpen(path, GA_ReadOnly);
+    if (!ds)
+        return say(HYPROF_ERR_IO, err, n, "cannot open '%s': %s", path, gdal_reason());
+    GDALRasterBandH band = GDALGetRasterBand(ds, 1);
+    hyprof_status_t st = band ? read_colours(band, l) : HYPROF_OK;
+    if (st == HYPROF_OK && band)
+        st = read_names(ds, band, l);
+    GDALClose(ds);
+    if (st != HYPROF_OK)
+        return say(st, err, n, "out of memory reading the legend of '%s'", path);
+    return HYPROF_OK;
+}
+
+/* ---- grids ----------------------------------------------------------------------------- */
+
+static int same_crs(const char *a, const char *b)
+{
+    if (!a || !b)
+        return 1; /* one has no CRS: nothing to compare */
+    OGRSpatialReferenceH sa = OSRNewSpatialReference(a), sb = OSRNewSpatialReference(b);
+    int same = sa && sb && OSRIsSame(sa, sb);
+    OSRDestroySpatialReference(sa);
+    OSRDestroySpatialReference(sb);
+    return same;
+}
+
+int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n)
+{
+    if (a->cube.width != b->cube.width || a->cube.height != b->cube.height) {
+        snprintf(why, n, "'%s' is %zux%zu pixels, '%s' %zux%zu", a->path, a->cube.width,
+                 a->cube.height, b->path, b->cube.width, b->cube.height);
+        return 0;
+    }
+    if (a->has_geotransform && b->has_geotransform) {
+        double pix = fabs(a->geotransform[1]) + fabs(a->geotransform[5]);
+        for (int i = 0; i < 6; i++)
+            if (fabs(a->geotransform[i] - b->geotransform[i]) > 1e-6 * pix) {
+                snprintf(why, n,
+                         "'%s' and '%s' have different geotransforms (origin %.10g, %.10g "
+                         "against %.10g, %.10g; pixel %.10g against %.10g)",
+                         a->path, b->path, a->geotransform[0], a->geotransform[3],
+                         b->geotransform[0], b->geotransform[3], a->geotransform[1],
+                         b->geotransform[1]);
+                return 0;
+            }
+    }
+    if (!same_crs(a->wkt, b->wkt)) {
+        snprintf(why, n, "'%s' and '%s' have different CRSs", a->path, b->path);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- writing a class map ------------------------------------------------------------------ */
+
+static char *temp_name(const char *path)
+{
+    char *d = strdup(path), *b = strdup(path);
+    size_t len = strlen(path) + 64;
+    char *tmp = malloc(len);
+    if (d && b && tmp)
+        snprintf(tmp, len, "%s/.%s.hyprof-%ld.tmp.tif", dirname(d), basename(b), (long)getpid());
+    else {
+        free(tmp);
+        tmp = NULL;
+    }
+    free(d);
+    free(b);
+    return tmp;
+}
+
+static void set_legend(GDALDatasetH ds, GDALRasterBandH band, const hyprof_legend_t *l,
+                       uint16_t maxv)
+{
+    size_t n = (size_t)maxv + 1;
+    GDALColorTableH ct = GDALCreateColorTable(GPI_RGB);
+    char **cat = NULL;
+    for (size_t v = 0; v < n; v++) {
+        GDALColorEntry e = {0, 0, 0, v == 0 ? 0 : 255};
+        if (v < l->n && l->rgba[4 * v + 3]) {
+            e.c1 = l->rgba[4 * v];
+            e.c2 = l->rgba[4 * v + 1];
+            e.c3 = l->rgba[4 * v + 2];
+            e.c4 = l->rgba[4 * v + 3];
+        }
+        GDALSetColorEntry(ct, (int)v, &e);
+        const char *name = v < l->n && l->names[v] ? l->names[v] : (v == 0 ? "Unlabelled" : "");
+        cat = CSLAddString(cat, name);
+        if (*name) {
+            char key[32];
+            snprintf(key, sizeof key, "CLASS_%zu", v);
+            GDALSetMetadataItem(ds, key, name, NULL);
+        }
+    }
+    GDALSetRasterColorTable(band, ct);
+    GDALSetRasterCategoryNames(band, cat);
+    GDALSetRasterColorInterpretation(band, GCI_PaletteIndex);
+    GDALDestroyColorTable(ct);
+    CSLDestroy(cat);
+}
+
+static GDALDatasetH create_classmap(const char *tmp, const hyprof_raster_t *src, GDALDataType t)
+{
+    GDALDriverH drv = GDALGetDriverByName("GTiff");
+    if (!drv)
+        return NULL;
+    char **opt = NULL;
+    opt = CSLSetNameValue(opt, "TILED", "YES");
+    opt = CSLSetNameValue(opt, "COMPRESS", "DEFLATE");
+    opt = CSLSetNameValue(opt, "PREDICTOR", "2");
+    GDALDatasetH ds = GDALCreate(drv, tmp, (int)src->cube.width, (int)src->cube.height, 1, t, opt);
+    CSLDestroy(opt);
+    if (!ds)
+        return NULL;
+    if (src->wkt)
+        GDALSetProjection(ds, src->wkt);
+    if (src->has_geotransform)
+        GDALSetGeoTransform(ds, (double *)src->geotransform);
+    return ds;
+}
+
+/* Renames tmp (and its .aux.xml) to path (and path.aux.xml). */
+static hyprof_status_t publish(const char *tmp, const char *path, char *err, size_t n)
+{
+    size_t lt = strlen(tmp) + 16, lp = strlen(path) + 16;
+    char *aux_tmp = malloc(lt), *aux = malloc(lp);
+    hyprof_status_t st = HYPROF_OK;
+    if (!aux_tmp || !aux) {
+        st = say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    } else {
+        snprintf(aux_tmp, lt, "%s.aux.xml", tmp);
+        snprintf(aux, lp, "%s.aux.xml", path);
+        if (access(aux_tmp, F_OK) != 0)
+            unlink(aux); /* a stale sidecar would relabel the new map */
+        else if (rename(aux_tmp, aux) != 0)
+            st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s': %s", aux_tmp, strerror(errno));
+        if (st == HYPROF_OK && rename(tmp, path) != 0)
+            st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s' to '%s': %s", tmp, path,
+                     strerror(errno));
+        unlink(aux_tmp);
+    }
+    free(aux_tmp);
+    free(aux);
+    return st;
+}
+
+hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *src,
+                                      const uint16_t *values, const hyprof_legend_t *legend,
+                                      char **meta, int overwrite, char *err, size_t n)
+{
+    hyprof_status_t st = hyprof_output_check(path, overwrite, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    size_t W = src->cube.width, H = src->cube.height;
+    uint16_t maxv = 0;
+    for (size_t i = 0; i < W * H; i++)
+        maxv = values[i] > maxv ? values[i] : maxv;
+    /* Named classes absent from this map keep their entry (a training map
+     * without some class still says what that class is). */
+    for (size_t v = legend->n; v-- > 0;)
+        if (legend->names[v] && *legend->names[v]) {
+            maxv = v > maxv ? (uint16_t)v : maxv;
+            break;
+        }
+    char *tmp = temp_name(path);
+    if (!tmp)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    CPLErrorReset();
+    GDALDataType t = maxv <= 255 ? GDT_Byte : GDT_UInt16;
+    GDALDatasetH ds = create_classmap(tmp, src, t);
+    if (!ds) {
+        st = say(HYPROF_ERR_IO, err, n, "cannot create '%s': %s", tmp, gdal_reason());
+        free(tmp);
+        return st;
+    }
+    GDALRasterBandH band = GDALGetRasterBand(ds, 1);
+    GDALSetRasterNoDataValue(band, 0.0);
+    GDALSetDescription(band, "class");
+    set_legend(ds, band, legend, maxv);
+    for (size_t i = 0; meta && meta[i]; i++) {
+        char *key = NULL;
+        const char *v = CPLParseNameValue(meta[i], &key);
+        if (key && v)
+            GDALSetMetadataItem(ds, key, v, NULL);
+        CPLFree(key);
+    }
+    if (GDALRasterIO(band, GF_Write, 0, 0, (int)W, (int)H, (void *)values, (int)W, (int)H,
+                     GDT_UInt16, 0, 0) != CE_None)
+        st = say(HYPROF_ERR_IO, err, n, "cannot write '%s': %s", path, gdal_reason());
+    CPLErrorReset();
+    GDALClose(ds);
+    if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
+        st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, gdal_reason());
+    if (st == HYPROF_OK)
+        st = hyprof_output_check(path, overwrite, err, n);
+    if (st == HYPROF_OK)
+        st = publish(tmp, path, err, n);
+    if (st != HYPROF_OK) {
+        char aux[4096];
+        snprintf(aux, sizeof aux, "%s.aux.xml", tmp);
+        unlink(aux);
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
+/* ---- vector samples -------------------------------------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Distinct names of a string field, sorted (class k+1 = names[k]). */
+static char **field_names(OGRLayerH layer, int field, size_t *count)
+{
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    OGR_L_ResetReading(layer);
+    OGRFeatureH f;
+    while ((f = OGR_L_GetNextFeature(layer))) {
+        if (OGR_F_IsFieldSetAndNotNull(f, field)) {
+            const char *s = OGR_F_GetFieldAsString(f, field);
+            int seen = 0;
+            for (size_t i = 0; i < n && !seen; i++)
+                seen = strcmp(names[i], s) == 0;
+            if (!seen) {
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    names = realloc(names, cap * sizeof *names);
+                }
+                names[n++] = strdup(s);
+            }
+        }
+        OGR_F_Destroy(f);
+    }
+    if (n)
+        qsort(names, n, sizeof *names, cmp_str);
+    *count = n;
+    return names;
+}
+
+typedef struct {
+    OGRGeometryH *geoms;
+    double *burn;
+    size_t n, cap;
+} burn_list_t;
+
+static int add_geom(burn_list_t *b, OGRGeometryH g, double v)
+{
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 256;
+        OGRGeometryH *gg = realloc(b->geoms, b->cap * sizeof *gg);
+        double *bb = realloc(b->burn, b->cap * sizeof *bb);
+        if (gg)
+            b->geoms = gg;
+        if (bb)
+            b->burn = bb;
+        if (!gg || !bb)
+            return -1;
+    }
+    b->geoms[b->n] = g;
+    b->burn[b->n++] = v;
+    return 0;
+}
+
+static OGRCoordinateTransformationH to_grid(OGRLayerH layer, const hyprof_raster_t *grid)
+{
+    OGRSpatialReferenceH src = OGR_L_GetSpatialRef(layer);
+    if (!src || !grid->wkt)
+        return NULL;
+    OGRSpatialReferenceH s = OSRClone(src), d = OSRNewSpatialReference(grid->wkt);
+    OSRSetAxisMappingStrategy(s, OAMS_TRADITIONAL_GIS_ORDER);
+    OSRSetAxisMappingStrategy(d, OAMS_TRADITIONAL_GIS_ORDER);
+    OGRCoordinateTransformationH ct = OSRIsSame(s, d) ? NULL : OCTNewCoordinateTransformation(s, d);
+    OSRDestroySpatialReference(s);
+    OSRDestroySpatialReference(d);
+    return ct;
+}
+
+/* The class of a feature: names -> 1-based rank; integers as they are. */
+static long feature_class(OGRFeatureH f, int field, char **names, size_t nnames)
+{
+    if (!OGR_F_IsFieldSetAndNotNull(f, field))
+        return 0;
+    if (names) {
+        const char *s = OGR_F_GetFieldAsString(f, field);
+        char **hit = bsearch(&s, names, nnames, sizeof *names, cmp_str);
+        return hit ? (long)(hit - names) + 1 : 0;
+    }
+    double v = OGR_F_GetFieldAsDouble(f, field);
+    if (!(v >= 1 && v <= 65535) || v != floor(v))
+        return -1;
+    return (long)v;
+}
+
+static hyprof_status_t collect_geoms(OGRLayerH layer, int field, char **names, size_t nnames,
+                                     const hyprof_raster_t *grid, burn_list_t *b, char *err,
+                                     size_t n)
+{
+    OGRCoordinateTransformationH ct = to_grid(layer, grid);
+    hyprof_status_t st = HYPROF_OK;
+    OGR_L_ResetReading(layer);
+    OGRFeatureH f;
+    while (st == HYPROF_OK && (f = OGR_L_GetNextFeature(layer))) {
+        long v = feature_class(f, field, names, nnames);
+        OGRGeometryH g = OGR_F_GetGeometryRef(f);
+        if (v < 0)
+            st = say(HYPROF_ERR_INPUT, err, n,
+                     "feature %lld: class '%s' is not an integer 1..65535",
+                     (long long)OGR_F_GetFID(f), OGR_F_GetFieldAsString(f, field));
+        else if (v > 0 && g) {
+            OGRGeometryH c = OGR_G_Clone(g);
+            if (ct && OGR_G_Transform(c, ct) != OGRERR_NONE) {
+                st = say(HYPROF_ERR_INPUT, err, n, "feature %lld cannot be reprojected: %s",
+                         (long long)OGR_F_GetFID(f), gdal_reason());
+                OGR_G_DestroyGeometry(c);
+            } else if (add_geom(b, c, (double)v) != 0) {
+                st = say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+                OGR_G_DestroyGeometry(c);
+            }
+        }
+        OGR_F_Destroy(f);
+    }
+    if (ct)
+        OCTDestroyCoordinateTransformation(ct);
+    return st;
+}
+
+static hyprof_status_t burn(const hyprof_raster_t *grid, const burn_list_t *b, float *labels,
+                            char *err, size_t n)
+{
+    size_t W = grid->cube.width, H = grid->cube.height;
+    GDALDatasetH mem = GDALCreate(GDALGetDriverByName("MEM"), "", (int)W, (int)H, 1, GDT_Float32,
+                                  NULL);
+    if (!mem)
+        return say(HYPROF_ERR_NOMEM, err, n, "cannot create the label grid: %s", gdal_reason());
+    double gt[6] = {0, 1, 0, 0, 0, 1};
+    GDALSetGeoTransform(mem, grid->has_geotransform ? (double *)grid->geotransform : gt);
+    if (grid->wkt)
+        GDALSetProjection(mem, grid->wkt);
+    int band = 1;
+    hyprof_status_t st = HYPROF_OK;
+    if (b->n && GDALRasterizeGeometries(mem, 1, &band, (int)b->n, b->geoms, NULL, NULL, b->burn,
+                                        NULL, NULL, NULL) != CE_None)
+        st = say(HYPROF_ERR_IO, err, n, "cannot rasterise the samples: %s", gdal_reason());
+    if (st == HYPROF_OK &&
+        GDALRasterIO(GDALGetRasterBand(mem, 1), GF_Read, 0, 0, (int)W, (int)H, labels, (int)W,
+                     (int)H, GDT_Float32, 0, 0) != CE_None)
+        st = say(HYPROF_ERR_IO, err, n, "cannot read the rasterised samples: %s", gdal_reason());
+    GDALClose(mem);
+    return st;
+}
+
+static OGRLayerH find_layer(GDALDatasetH ds, const char *layer)
+{
+    return layer ? GDALDatasetGetLayerByName(ds, layer) : GDALDatasetGetLayer(ds, 0);
+}
+
+hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer_name,
+                                         const char *field, const hyprof_raster_t *grid,
+                                         float *labels, hyprof_legend_t *legend, char *err,
+                                         size_t n)
+{
+    CPLErrorReset();
+    GDALDatasetH ds = GDALOpenEx(vector, GDAL_OF_VECTOR | GDAL_OF_READONLY, NULL, NULL, NULL);
+    if (!ds)
+        return say(HYPROF_ERR_IO, err, n, "cannot open the vector '%s': %s", vector,
+                   gdal_reason());
+    OGRLayerH layer = find_layer(ds, layer_name);
+    int fi = layer ? OGR_FD_GetFieldIndex(OGR_L_GetLayerDefn(layer), field) : -1;
+    hyprof_status_t st = HYPROF_OK;
+    if (!layer)
+        st = say(HYPROF_ERR_INPUT, err, n, "'%s' has no layer%s%s", vector,
+                 layer_name ? " named " : "", layer_name ? layer_name : "");
+    else if (fi < 0)
+        st = say(HYPROF_ERR_INPUT, err, n, "layer '%s' of '%s' has no field '%s'",
+                 OGR_L_GetName(layer), vector, field);
+    char **names = NULL;
+    size_t nnames = 0;
+    if (st == HYPROF_OK) {
+        OGRFieldType t = OGR_Fld_GetType(OGR_FD_GetFieldDefn(OGR_L_GetLayerDefn(layer), fi));
+        if (t == OFTString)
+            names = field_names(layer, fi, &nnames);
+        for (size_t k = 0; k < nnames && st == HYPROF_OK; k++)
+            st = hyprof_legend_set(legend, k + 1, names[k], NULL);
+    }
+    burn_list_t b = {NULL, NULL, 0, 0};
+    if (st == HYPROF_OK)
+        st = collect_geoms(layer, fi, names, nnames, grid, &b, err, n);
+    if (st == HYPROF_OK)
+        st = burn(grid, &b, labels, err, n);
+    for (size_t i = 0; i < b.n; i++)
+        OGR_G_DestroyGeometry(b.geoms[i]);
+    free(b.geoms);
+    free(b.burn);
+    for (size_t k = 0; k < nnames; k++)
+        free(names[k]);
+    free(names);
+    GDALClose(ds);
+    return st;
+}
+
+/* ---- PNG pictures ------------------------------------------------------------------ */
+
+hyprof_status_t hyprof_rgb_png(const uint8_t *rgb, size_t width, size_t height,
+                               unsigned char **png, size_t *len, char *err, size_t n)
+{
+    *png = NULL;
+    *len = 0;
+    GDALDatasetH mem = GDALCreate(GDALGetDriverByName("MEM"), "", (int)width, (int)height, 3,
+                                  GDT_Byte, NULL);
+    GDALDriverH pngdrv = GDALGetDriverByName("PNG");
+    if (!mem || !pngdrv) {
+        if (mem)
+            GDALClose(mem);
+        return say(HYPROF_ERR_IO, err, n, "GDAL's MEM or PNG driver is missing");
+    }
+    if (GDALDatasetRasterIO(mem, GF_Write, 0, 0, (int)width, (int)height, (void *)rgb,
+                            (int)width, (int)height, GDT_Byte, 3, NULL, 0, 0, 0) != CE_None) {
+        GDALClose(mem);
+        return say(HYPROF_ERR_IO, err, n, "cannot fill a PNG: %s", gdal_reason());
+    }
+    char name[64];
+    snprintf(name, sizeof name, "/vsimem/hyprof-%ld-%p.png", (long)getpid(), (void *)rgb);
+    GDALDatasetH out = GDALCreateCopy(pngdrv, name, mem, FALSE, NULL, NULL, NULL);
+    GDALClose(mem);
+    if (!out)
+        return say(HYPROF_ERR_IO, err, n, "cannot encode a PNG: %s", gdal_reason());
+    GDALClose(out);
+    vsi_l_offset size = 0;
+    GByte *data = VSIGetMemFileBuffer(name, &size, TRUE);
+    if (!data)
+        return say(HYPROF_ERR_IO, err, n, "cannot encode a PNG");
+    *png = malloc((size_t)size);
+    if (*png) {
+        memcpy(*png, data, (size_t)size);
+        *len = (size_t)size;
+    }
+    CPLFree(data);
+    VSIUnlink(name);
+    char aux[80];
+    snprintf(aux, sizeof aux, "%s.aux.xml", name);
+    VSIUnlink(aux);
+    return *png ? HYPROF_OK : say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+}
+
+hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t height,
+                                    const hyprof_legend_t *legend, size_t max_side,
+                                    unsigned char **png, size_t *len, char *err, size_t n)
+{
+    size_t side = width > height ? width : height;
+    /* Large maps shrink to max_side; small ones grow by a whole factor. */
+    double f = side > max_side ? (double)max_side / (double)side
+                               : floor((double)max_side / (double)side);
+    size_t w = (size_t)fmax(1.0, floor(width * f)), h = (size_t)fmax(1.0, floor(height * f));
+    uint8_t *rgb = malloc(3 * w * h);
+    if (!rgb)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x++) {
+            size_t sx = (size_t)((x + 0.5) / f), sy = (size_t)((y + 0.5) / f);
+            sx = sx < width ? sx : width - 1;
+            sy = sy < height ? sy : height - 1;
+            uint16_t v = values[sy * width + sx];
+            uint8_t c[3] = {255, 255, 255};
+            if (v && v < legend->n && legend->rgba[4 * v + 3])
+                memcpy(c, legend->rgba + 4 * v, 3);
+            else if (v)
+                c[0] = c[1] = c[2] = 128;
+            for (int k = 0; k < 3; k++)
+                rgb[k * w * h + y * w + x] = c[k];
+        }
+    hyprof_status_t st = hyprof_rgb_png(rgb, w, h, png, len, err, n);
+    free(rgb);
+    return st;
+}

@@ -1,0 +1,63 @@
+/* Class maps through GDAL: legends (colour table and category names) of
+ * label rasters, class maps written with their legend, vector training
+ * samples rasterised on a raster's grid, and PNG pictures of class maps. */
+#ifndef HYPROF_CLASSMAP_IO_H
+#define HYPROF_CLASSMAP_IO_H
+
+#include "raster_io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Names and colours by class value (index = value, 0..n-1). */
+typedef struct {
+    size_t n;
+    char **names;     /* NULL entries: no name */
+    uint8_t *rgba;    /* 4 per value; alpha 0 = no colour */
+} hyprof_legend_t;
+
+void hyprof_legend_free(hyprof_legend_t *l);
+/* Sets value v's name and colour (rgba may be NULL), growing the legend. */
+hyprof_status_t hyprof_legend_set(hyprof_legend_t *l, size_t v, const char *name,
+                                  const uint8_t *rgba);
+/* The legend of band 1 of a raster: its colour table, its category names, or
+ * CLASS_<v> metadata items where it has no category names. */
+hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *err, size_t n);
+
+/* True when the two rasters share size, geotransform and CRS; else the reason. */
+int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
+
+/* Writes a one-band class map (Byte when every value is <= 255, else
+ * UInt16; 0 = nodata) on src's grid, with the legend as colour table,
+ * category names and CLASS_<v> metadata, plus `meta` (NULL-terminated
+ * KEY=VALUE list). Written under a temporary name (with its .aux.xml) and
+ * renamed at the end. */
+hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *src,
+                                      const uint16_t *values, const hyprof_legend_t *legend,
+                                      char **meta, int overwrite, char *err, size_t n);
+
+/* Rasterises the features of a vector layer on `grid` (reprojected to its
+ * CRS): labels (width*height, 0 = none) receive the class of `field`
+ * (integers, or names numbered 1.. in sorted order; the names then go into
+ * the legend). Polygons take the pixels whose centre they contain, points
+ * and lines the pixels they touch. */
+hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer,
+                                         const char *field, const hyprof_raster_t *grid,
+                                         float *labels, hyprof_legend_t *legend, char *err,
+                                         size_t n);
+
+/* A PNG picture of a class map scaled to at most max_side pixels (nearest
+ * neighbour; small maps enlarged by a whole factor), in the legend's colours;
+ * *png is freed with free(). */
+hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t height,
+                                    const hyprof_legend_t *legend, size_t max_side,
+                                    unsigned char **png, size_t *len, char *err, size_t n);
+/* A PNG of an RGB image (3 x width x height bytes, band-sequential). */
+hyprof_status_t hyprof_rgb_png(const uint8_t *rgb, size_t width, size_t height,
+                               unsigned char **png, size_t *len, char *err, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
