@@ -23,5 +23,9 @@ hyprof_status_t hyprof__run_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args,
 hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names);
 void hyprof__free_names(char **names, size_t n);
+hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                 const hyprof_cube_t *in, hyprof_result_t *out);
+hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                  const hyprof_cube_t *in, hyprof_result_t *out);
 
 #endif

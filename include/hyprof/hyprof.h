@@ -8,6 +8,7 @@
 #include "hyprof/diffusion.h"
 #include "hyprof/registry.h"
 #include "hyprof/spectral.h"
+#include "hyprof/unmixing.h"
 #include "hyprof/wavelet.h"
 
 #endif

@@ -1,0 +1,345 @@
+#define _GNU_SOURCE /* qsort_r */
+/* SSPP, spatial-spectral preprocessing (Martin and Plaza; the seed paper
+ * 004): spatial homogeneity (RMSE between each pixel and its Gaussian-smoothed
+ * version), PCA spectral purity, K-means clusters and their fusion into the
+ * candidate pixels of endmember extraction. The `sspp` operation. */
+#include "unmixing_impl.h"
+#include "../core/ops.h"
+#include "hyprof/spectral.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OP "sspp"
+
+/* ---- homogeneity, CPU backend ------------------------------------------------- */
+
+static size_t reflect(long i, size_t n)
+{
+    while (i < 0 || i >= (long)n)
+        i = i < 0 ? -i - 1 : 2 * (long)n - i - 1;
+    return (size_t)i;
+}
+
+/* One separable pass over rows (along_x) or columns of num and den. */
+static void pass(const double *num, const double *den, double *onum, double *oden, size_t w,
+                 size_t h, const double *k, long r, int along_x)
+{
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < w; x++) {
+            double sn = 0.0, sd = 0.0;
+            for (long j = -r; j <= r; j++) {
+                size_t q = along_x ? y * w + reflect((long)x + j, w)
+                                   : reflect((long)y + j, h) * w + x;
+                sn += k[j + r] * num[q];
+                sd += k[j + r] * den[q];
+            }
+            onum[y * w + x] = sn;
+            oden[y * w + x] = sd;
+        }
+}
+
+hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof_homog_args_t *a = args;
+    size_t w = a->width, h = a->height, n = w * h, done = 0;
+    long r = (long)(3.0 * a->sigma + 0.5);
+    double *k = malloc((2 * r + 1) * sizeof *k), ksum = 0.0;
+    double *acc = calloc(n, sizeof *acc);
+    int stop = 0, nomem = !k || !acc;
+    for (long j = -r; !nomem && j <= r; j++)
+        ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
+    for (long j = -r; !nomem && j <= r; j++)
+        k[j + r] /= ksum;
+    #pragma omp parallel num_threads(hyprof__threads(ctx)) if (!nomem)
+    {
+        double *t = malloc(4 * n * sizeof *t), *local = calloc(n, sizeof *local);
+        if (!t || !local) {
+            #pragma omp atomic write
+            nomem = 1;
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (size_t b = 0; b < a->bands; b++) {
+            if (!t || !local || stop)
+                continue;
+            const float *xb = a->x + b * n;
+            for (size_t p = 0; p < n; p++) {
+                int m = !a->mask || a->mask[p];
+                t[p] = m ? xb[p] : 0.0; /* not m * x: a NaN under the mask would spread */
+                t[n + p] = m ? 1.0 : 0.0;
+            }
+            pass(t, t + n, t + 2 * n, t + 3 * n, w, h, k, r, 1);
+            pass(t + 2 * n, t + 3 * n, t, t + n, w, h, k, r, 0);
+            for (size_t p = 0; p < n; p++) {
+                double s = t[n + p] > 0.0 ? t[p] / t[n + p] : 0.0, d = (double)xb[p] - s;
+                local[p] += d * d;
+            }
+            size_t now;
+            #pragma omp atomic capture
+            now = ++done;
+            if (hyprof__progress_omp(ctx, (double)now / (double)a->bands, "homogeneity")) {
+                #pragma omp atomic write
+                stop = 1;
+            }
+        }
+        #pragma omp critical
+        for (size_t p = 0; local && p < n; p++)
+            acc[p] += local[p];
+        free(t);
+        free(local);
+    }
+    for (size_t p = 0; !nomem && p < n; p++)
+        a->rmse[p] = (a->mask && !a->mask[p]) ? a->nodata
+                                              : (float)sqrt(acc[p] / (double)a->bands);
+    free(k);
+    free(acc);
+    if (nomem)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate filter buffers");
+    if (stop)
+        return hyprof__error(ctx, HYPROF_ERR_CANCELLED, OP, "cancelled");
+    return HYPROF_OK;
+}
+
+/* ---- purity ------------------------------------------------------------------- */
+
+/* Sum over the first p principal components of the pixel's weight: 1 at the
+ * component's extreme projections, 0 at their midpoint, linear in between,
+ * and 0 when below theta. */
+static hyprof_status_t purity(hyprof_ctx_t *ctx, const hyprof_cube_t *x, size_t p,
+                              double theta, float *out)
+{
+    hyprof_pca_model_t *m = NULL;
+    hyprof_cube_t pcs;
+    memset(&pcs, 0, sizeof pcs);
+    hyprof_status_t st = hyprof_pca_fit(ctx, x, p, &m);
+    if (st == HYPROF_OK && !(hyprof_pca_model_total_variance(m) > 0.0))
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                           "every valid pixel has the same spectrum: nothing to unmix");
+    if (st == HYPROF_OK)
+        st = hyprof_pca_apply(ctx, m, x, &pcs);
+    hyprof_pca_model_free(&m);
+    if (st != HYPROF_OK)
+        return st;
+    size_t n = x->width * x->height;
+    for (size_t i = 0; i < n; i++)
+        out[i] = 0.0f;
+    const float *v = pcs.data;
+    for (size_t k = 0; k < p; k++, v += n) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t i = 0; i < n; i++)
+            if (!x->mask || x->mask[i]) {
+                lo = v[i] < lo ? v[i] : lo;
+                hi = v[i] > hi ? v[i] : hi;
+            }
+        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
+        for (size_t i = 0; half > 0.0 && i < n; i++) {
+            double wgt = fabs((double)v[i] - mid) / half;
+            if ((!x->mask || x->mask[i]) && wgt >= theta)
+                out[i] += (float)wgt;
+        }
+    }
+    hyprof_cube_free(&pcs);
+    return HYPROF_OK;
+}
+
+/* ---- fusion ------------------------------------------------------------------- */
+
+typedef struct {
+    const float *rmse, *purity;
+} fusion_keys_t;
+
+static int by_rmse(const void *pa, const void *pb, void *user)
+{
+    const fusion_keys_t *g_keys = user;
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    float ra = g_keys->rmse[a], rb = g_keys->rmse[b];
+    return ra < rb ? -1 : ra > rb ? 1 : (a > b) - (a < b);
+}
+
+static int by_purity(const void *pa, const void *pb, void *user)
+{
+    const fusion_keys_t *g_keys = user;
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    float ra = g_keys->purity[a], rb = g_keys->purity[b];
+    return ra > rb ? -1 : ra < rb ? 1 : (a > b) - (a < b);
+}
+
+typedef struct {
+    size_t px, score;
+} scored_t;
+
+static int by_score(const void *pa, const void *pb)
+{
+    const scored_t *a = pa, *b = pb;
+    if (a->score != b->score)
+        return a->score < b->score ? -1 : 1;
+    return (a->px > b->px) - (a->px < b->px);
+}
+
+/* In each cluster: rank by increasing RMSE and by decreasing purity; keep the
+ * per_cluster pixels with the smallest sum of the two ranks (ties: lower
+ * pixel index). Deterministic, so both backends select the same pixels. */
+static hyprof_status_t fuse(hyprof_ctx_t *ctx, size_t npix, const hyprof_sspp_params_t *prm,
+                            hyprof_sspp_out_t *o)
+{
+    size_t *order = malloc(npix * sizeof *order), *byp = malloc(npix * sizeof *byp);
+    size_t *rank = malloc(npix * sizeof *rank);
+    scored_t *sc = malloc(npix * sizeof *sc);
+    if (!order || !byp || !rank || !sc) {
+        free(order); free(byp); free(rank); free(sc);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    }
+    fusion_keys_t keys = {o->rmse, o->purity};
+    memset(o->candidate, 0, npix);
+    o->ncandidates = 0;
+    for (size_t c = 0; c < prm->p; c++) {
+        size_t n = 0;
+        for (size_t px = 0; px < npix; px++)
+            if (o->labels[px] == (int32_t)c)
+                order[n++] = px;
+        if (n == 0)
+            continue;
+        memcpy(byp, order, n * sizeof *byp);
+        qsort_r(order, n, sizeof *order, by_rmse, &keys);
+        qsort_r(byp, n, sizeof *byp, by_purity, &keys);
+        for (size_t i = 0; i < n; i++)
+            rank[order[i]] = i;
+        for (size_t i = 0; i < n; i++)
+            sc[i] = (scored_t){byp[i], i + rank[byp[i]]};
+        qsort(sc, n, sizeof *sc, by_score);
+        size_t keep = prm->per_cluster < n ? prm->per_cluster : n;
+        for (size_t i = 0; i < keep; i++)
+            o->candidate[sc[i].px] = 1;
+        o->ncandidates += keep;
+    }
+    free(order); free(byp); free(rank); free(sc);
+    return HYPROF_OK;
+}
+
+/* ---- the whole preprocessing -------------------------------------------------- */
+
+void hyprof__sspp_out_free(hyprof_sspp_out_t *o)
+{
+    free(o->rmse);
+    free(o->purity);
+    free(o->labels);
+    free(o->candidate);
+    free(o->init);
+    memset(o, 0, sizeof *o);
+}
+
+static hyprof_status_t stage(hyprof_ctx_t *ctx, double a, double b, double saved[2])
+{
+    hyprof__progress_push(ctx, a, b, saved);
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof__sspp(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
+                             const hyprof_sspp_params_t *prm, hyprof_sspp_out_t *o)
+{
+    size_t n = x->width * x->height, nvalid = hyprof_cube_count_valid(x);
+    memset(o, 0, sizeof *o);
+    if (prm->p < 2 || prm->p > x->bands || prm->p > nvalid)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "endmembers %zu is out of range: need 2 <= p <= bands (%zu) and "
+                             "p <= valid pixels (%zu)", prm->p, x->bands, nvalid);
+    o->rmse = malloc(n * sizeof *o->rmse);
+    o->purity = malloc(n * sizeof *o->purity);
+    o->labels = malloc(n * sizeof *o->labels);
+    o->candidate = malloc(n ? n : 1);
+    o->init = malloc(prm->p * sizeof *o->init);
+    if (!o->rmse || !o->purity || !o->labels || !o->candidate || !o->init) {
+        hyprof__sspp_out_free(o);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    }
+    double saved[2], t0 = hyprof__now();
+    hyprof_homog_args_t h = {x->data, x->mask, x->width, x->height, x->bands, prm->sigma,
+                             hyprof__nodata_f32(x), o->rmse};
+    stage(ctx, 0.0, 0.3, saved);
+    hyprof_status_t st = hyprof__dispatch(ctx, op, hyprof__cpu_homogeneity,
+                                          HYPROF_CUDA_IMPL(hyprof__cuda_homogeneity), &h);
+    hyprof__progress_pop(ctx, saved);
+    double t1 = hyprof__now();
+    if (st == HYPROF_OK) {
+        stage(ctx, 0.3, 0.5, saved);
+        st = purity(ctx, x, prm->p, prm->theta, o->purity);
+        hyprof__progress_pop(ctx, saved);
+    }
+    double t2 = hyprof__now();
+    if (st == HYPROF_OK) {
+        stage(ctx, 0.5, 0.95, saved);
+        st = hyprof__kmeans(ctx, op, x->data, x->mask, n, x->bands, prm->p, prm->kmeans_iter,
+                            o->labels, o->init, &o->inertia, &o->iterations);
+        hyprof__progress_pop(ctx, saved);
+    }
+    double t3 = hyprof__now();
+    if (st == HYPROF_OK)
+        st = fuse(ctx, n, prm, o);
+    double t4 = hyprof__now();
+    o->seconds[0] = t1 - t0;
+    o->seconds[1] = t2 - t1;
+    o->seconds[2] = t3 - t2;
+    o->seconds[3] = t4 - t3;
+    if (st != HYPROF_OK)
+        hyprof__sspp_out_free(o);
+    return st;
+}
+
+/* ---- the `sspp` operation ----------------------------------------------------- */
+
+hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                 const hyprof_cube_t *in, hyprof_result_t *out)
+{
+    hyprof_cube_t tmp;
+    const hyprof_cube_t *x;
+    hyprof_sspp_params_t prm;
+    hyprof_sspp_out_t o;
+    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
+    if (st != HYPROF_OK)
+        return st;
+    if ((st = hyprof__sspp_params(ctx, OP, args, x, &prm)) == HYPROF_OK)
+        st = hyprof__sspp(ctx, OP, x, &prm, &o);
+    if (st != HYPROF_OK) {
+        hyprof_cube_free(&tmp);
+        return st;
+    }
+    size_t n = x->width * x->height;
+    st = hyprof_result_alloc(out, x->width, x->height, 4, in);
+    float nd = hyprof__nodata_f32(x), *d = out->cube.data;
+    for (size_t px = 0; st == HYPROF_OK && px < n; px++) {
+        int valid = !x->mask || x->mask[px];
+        d[px] = valid ? (float)o.candidate[px] : nd;
+        d[n + px] = valid ? o.rmse[px] : nd;
+        d[2 * n + px] = valid ? o.purity[px] : nd;
+        d[3 * n + px] = valid ? (float)(o.labels[px] + 1) : nd;
+    }
+    static const char *names[] = {"candidate", "homogeneity RMSE", "purity", "cluster"};
+    for (size_t b = 0; st == HYPROF_OK && b < 4; b++)
+        st = hyprof_result_set_band_name(out, b, "%s", names[b]);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "SSPP_ENDMEMBERS", "%zu", prm.p);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "SSPP_CANDIDATES", "%zu", o.ncandidates);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "KMEANS_INERTIA", "%.17g", o.inertia);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "KMEANS_ITERATIONS", "%d", o.iterations);
+    char buf[4096];
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t j = 0; j < prm.p && len + 24 < sizeof buf; j++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%zu", j ? "," : "", o.init[j]);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "KMEANS_INIT_PIXELS", "%s", buf);
+    if (st == HYPROF_OK)
+        st = hyprof_result_add_meta(out, "SSPP_SECONDS", "homogeneity=%.4f purity=%.4f "
+                                    "kmeans=%.4f fusion=%.4f", o.seconds[0], o.seconds[1],
+                                    o.seconds[2], o.seconds[3]);
+    hyprof__sspp_out_free(&o);
+    hyprof_cube_free(&tmp);
+    if (st != HYPROF_OK && !ctx->error[0])
+        hyprof__error(ctx, st, OP, "cannot describe the output");
+    return st;
+}

@@ -1,0 +1,141 @@
+/* Unmixing steps shared by the CPU (algorithms/unmixing/) and CUDA
+ * (kernels/unmixing/) backends, and the pieces the sspp and unmix
+ * operations share. Data is float32 BSQ: pixel p of band b is x[b*npix + p]. */
+#ifndef HYPROF_UNMIXING_IMPL_H
+#define HYPROF_UNMIXING_IMPL_H
+
+#include "../core/internal.h"
+#include "hyprof/registry.h"
+#include "hyprof/unmixing.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most endmembers any step accepts (registry range of --endmembers). */
+#define HYPROF_MAX_ENDMEMBERS 256
+/* The most the CUDA abundance kernel holds per thread. */
+#define HYPROF_CUDA_MAX_ENDMEMBERS 64
+
+/* Abundances: for every valid pixel, a = lsq_solve(G, M'y) (lsq.h), then
+ * out band k = a_k (k < count), out band count = sqrt(mean_b (y_b - (M a)_b)^2);
+ * M'y and the residual accumulate in double over bands in increasing order.
+ * Masked pixels get nodata in every band. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands, count;
+    const double *M;   /* count x bands (endmember-major) */
+    const double *G;   /* count x count: M M' */
+    int method;        /* HYPROF__LSQ_* */
+    float nodata;
+    float *out;        /* npix * (count + 1), BSQ */
+} hyprof_abund_args_t;
+
+/* Spatial homogeneity: every band smoothed by the normalised Gaussian
+ *   s = Gy*(Gx*(m x)) / Gy*(Gx*m)
+ * (weights exp(-j^2/(2 sigma^2)), j = -r..r, r = floor(3 sigma + 0.5) as
+ * scipy.ndimage's truncate=3, half-sample reflection at the borders), then
+ * rmse(p) = sqrt(mean_b (x_b(p) - s_b(p))^2), accumulated in double.
+ * Masked pixels: nodata. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t width, height, bands;
+    double sigma;
+    float nodata;
+    float *rmse;       /* width*height */
+} hyprof_homog_args_t;
+
+/* Lloyd's K-means from given centres: assignment to the nearest centre by
+ * squared Euclidean distance in double (first centre on ties), centres as the
+ * double mean of their pixels (an empty cluster keeps its centre), until no
+ * label changes or `max_iter` iterations. Masked pixels get label -1. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands, k;
+    int max_iter;
+    double *centres;   /* in: initial, out: final; k x bands */
+    int32_t *labels;   /* out: npix */
+    double *dist;      /* out: npix, squared distance to the own centre (0 if masked) */
+    int iterations;    /* out */
+} hyprof_kmeans_args_t;
+
+/* Squared distance of every valid pixel to one spectrum c (double), the
+ * step of the farthest-point initialisation; masked pixels get -1. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands;
+    const double *c;
+    double *dist;
+} hyprof_dist_args_t;
+
+hyprof_status_t hyprof__cpu_abundances(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cpu_distance(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_distance(hyprof_ctx_t *ctx, void *args);
+
+/* ---- host-side pieces shared by sspp.c and unmix.c ---------------------------- */
+
+/* K-means with the farthest-point initialisation: the first centre is the
+ * valid pixel farthest from the mean spectrum, each next one the pixel
+ * farthest from its nearest chosen centre (lowest index on ties). init gets
+ * the k pixel indices, inertia the sum of squared distances. */
+hyprof_status_t hyprof__kmeans(hyprof_ctx_t *ctx, const char *op, const float *x,
+                               const uint8_t *mask, size_t npix, size_t bands, size_t k,
+                               int max_iter, int32_t *labels, size_t *init, double *inertia,
+                               int *iterations);
+
+/* SSPP parameters and results (sspp.c). */
+typedef struct {
+    size_t p;                 /* endmembers: clusters and PCA components */
+    double sigma, theta;
+    size_t per_cluster;       /* candidates kept in each cluster */
+    int kmeans_iter;
+} hyprof_sspp_params_t;
+
+typedef struct {
+    float *rmse, *purity;     /* npix each */
+    int32_t *labels;          /* npix, -1 masked */
+    uint8_t *candidate;       /* npix */
+    size_t ncandidates;
+    size_t *init;             /* p: K-means initial pixels */
+    double inertia;
+    int iterations;
+    double seconds[4];        /* homogeneity, purity, kmeans, fusion */
+} hyprof_sspp_out_t;
+
+/* Reads the SSPP arguments (--endmembers, --sigma, --theta, ...) of sspp or
+ * unmix; --endmembers auto runs HySime on x. */
+hyprof_status_t hyprof__sspp_params(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
+                                    const hyprof_cube_t *x, hyprof_sspp_params_t *prm);
+hyprof_status_t hyprof__sspp(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *bsq,
+                             const hyprof_sspp_params_t *prm, hyprof_sspp_out_t *out);
+void hyprof__sspp_out_free(hyprof_sspp_out_t *out);
+
+/* Endmember extraction (extract.c) among the pixels idx[0..n) of a float32
+ * BSQ cube: the p chosen pixel indices, in the order found. */
+typedef enum { HYPROF__EXTRACT_NFINDR = 0, HYPROF__EXTRACT_VCA, HYPROF__EXTRACT_ATGP } hyprof__extract_t;
+hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
+                                size_t bands, const size_t *idx, size_t n, size_t p,
+                                hyprof__extract_t method, size_t *chosen);
+
+/* HySime (hysime.c): the signal subspace dimension of the valid pixels,
+ * between 2 and pmax. */
+hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x,
+                               const uint8_t *mask, size_t npix, size_t bands, size_t pmax,
+                               size_t *p);
+
+/* Seconds since an arbitrary origin (stage timings in the result metadata). */
+double hyprof__now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
