@@ -151,7 +151,8 @@ static hyprof_status_t farthest_first(hyprof_ctx_t *ctx, const char *op,
         for (size_t px = 0; px < npix; px++) {
             if (dist[px] < 0.0)
                 continue;
-            if (j == 0 || dist[px] < mind[px])
+            /* j = 0: distance to the mean, not to a centre; j = 1: the first centre. */
+            if (j <= 1 || dist[px] < mind[px])
                 mind[px] = dist[px];
             if (best == npix || mind[px] > mind[best])
                 best = px;
