@@ -17,15 +17,6 @@ static double sqdist(const float *x, size_t npix, size_t px, size_t B, const dou
     return d;
 }
 
-hyprof_status_t hyprof__cpu_distance(hyprof_ctx_t *ctx, void *args)
-{
-    hyprof_dist_args_t *a = args;
-    #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
-    for (size_t px = 0; px < a->npix; px++)
-        a->dist[px] = (a->mask && !a->mask[px]) ? -1.0 : sqdist(a->x, a->npix, px, a->bands, a->c);
-    return HYPROF_OK;
-}
-
 /* Nearest centre of every pixel; returns how many labels changed. */
 static size_t assign(const hyprof_kmeans_args_t *a, int threads)
 {
@@ -53,43 +44,110 @@ static size_t assign(const hyprof_kmeans_args_t *a, int threads)
     return changed;
 }
 
-/* Centres as the mean of their pixels, in double, pixels in raster order. */
-static void update(const hyprof_kmeans_args_t *a, double *sum, size_t *cnt, int threads)
+/* Centres as the mean of their pixels, in double. The sum order is fixed
+ * (HYPROF_KMEANS_BLOCK consecutive pixels summed in order, then the blocks in
+ * order) and is the CUDA backend's, so both give the same centres bit for bit. */
+static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads)
 {
-    size_t B = a->bands, k = a->k;
+    size_t B = a->bands, k = a->k, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
     memset(cnt, 0, k * sizeof *cnt);
     for (size_t px = 0; px < a->npix; px++)
         if (a->labels[px] >= 0)
             cnt[a->labels[px]]++;
+    #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
+    for (size_t blk = 0; blk < nblk; blk++)
+        for (size_t b = 0; b < B; b++) {
+            double *s = part + (blk * B + b) * k;
+            size_t p0 = blk * HYPROF_KMEANS_BLOCK, p1 = p0 + HYPROF_KMEANS_BLOCK;
+            p1 = p1 < a->npix ? p1 : a->npix;
+            for (size_t c = 0; c < k; c++)
+                s[c] = 0.0;
+            const float *xb = a->x + b * a->npix;
+            for (size_t px = p0; px < p1; px++)
+                if (a->labels[px] >= 0)
+                    s[a->labels[px]] += (double)xb[px];
+        }
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t b = 0; b < B; b++) {
-        double *s = sum + b * k;
-        for (size_t c = 0; c < k; c++)
-            s[c] = 0.0;
-        const float *xb = a->x + b * a->npix;
-        for (size_t px = 0; px < a->npix; px++)
-            if (a->labels[px] >= 0)
-                s[a->labels[px]] += (double)xb[px];
-        for (size_t c = 0; c < k; c++)
+    for (size_t b = 0; b < B; b++)
+        for (size_t c = 0; c < k; c++) {
+            double s = 0.0;
+            for (size_t blk = 0; blk < nblk; blk++)
+                s += part[(blk * B + b) * k + c];
             if (cnt[c])
-                a->centres[c * B + b] = s[c] / (double)cnt[c];
+                a->centres[c * B + b] = s / (double)cnt[c];
+        }
+}
+
+/* The farthest-point initialisation, written once for both backends over
+ * their distance step: `dist_to(c)` fills a->dist with every pixel's squared
+ * distance to c (-1 for masked pixels). The first reference is the mean
+ * spectrum (the update step with one cluster, so its sum order is fixed). */
+hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
+                                    hyprof_status_t (*dist_to)(hyprof_ctx_t *, void *,
+                                                               const double *),
+                                    void *impl, const double *mean)
+{
+    size_t B = a->bands, npix = a->npix;
+    double *mind = malloc(npix * sizeof *mind), *ref = malloc(B * sizeof *ref);
+    hyprof_status_t st = HYPROF_OK;
+    if (!mind || !ref)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    if (st == HYPROF_OK)
+        memcpy(ref, mean, B * sizeof *ref);
+    for (size_t j = 0; st == HYPROF_OK && j < a->k; j++) {
+        if ((st = dist_to(ctx, impl, ref)) != HYPROF_OK)
+            break;
+        size_t best = npix;
+        for (size_t px = 0; px < npix; px++) {
+            if (a->dist[px] < 0.0)
+                continue;
+            /* j = 0: distance to the mean, not to a centre; j = 1: the first centre. */
+            if (j <= 1 || a->dist[px] < mind[px])
+                mind[px] = a->dist[px];
+            if (best == npix || mind[px] > mind[best])
+                best = px;
+        }
+        a->init[j] = best;
+        for (size_t b = 0; b < B; b++)
+            ref[b] = a->centres[j * B + b] = a->x[b * npix + best];
     }
+    free(mind);
+    free(ref);
+    return st;
+}
+
+static hyprof_status_t cpu_dist_to(hyprof_ctx_t *ctx, void *impl, const double *c)
+{
+    hyprof_kmeans_args_t *a = impl;
+    #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
+    for (size_t px = 0; px < a->npix; px++)
+        a->dist[px] = (a->mask && !a->mask[px]) ? -1.0 : sqdist(a->x, a->npix, px, a->bands, c);
+    return HYPROF_OK;
 }
 
 hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_kmeans_args_t *a = args;
     int threads = hyprof__threads(ctx);
-    double *sum = malloc(a->k * a->bands * sizeof *sum);
+    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    double *sum = malloc(nblk * a->k * a->bands * sizeof *sum), *mean = malloc(a->bands * sizeof *mean);
     size_t *cnt = malloc(a->k * sizeof *cnt);
-    if (!sum || !cnt) {
-        free(sum);
-        free(cnt);
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    hyprof_status_t st = HYPROF_OK;
+    if (!sum || !cnt || !mean) {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+        goto done;
     }
+    /* The mean spectrum: the update step with every valid pixel in cluster 0. */
+    for (size_t px = 0; px < a->npix; px++)
+        a->labels[px] = (a->mask && !a->mask[px]) ? -1 : 0;
+    hyprof_kmeans_args_t one = *a;
+    one.k = 1;
+    one.centres = mean;
+    update(&one, sum, cnt, threads);
+    if ((st = hyprof__kmeans_init(ctx, a, cpu_dist_to, a, mean)) != HYPROF_OK)
+        goto done;
     for (size_t px = 0; px < a->npix; px++)
         a->labels[px] = -2; /* every label "changes" in the first assignment */
-    hyprof_status_t st = HYPROF_OK;
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
         size_t changed = assign(a, threads);
@@ -103,68 +161,10 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     /* Distances to the final centres (the last update may have moved them). */
     if (st == HYPROF_OK && a->iterations > 0)
         assign(a, threads);
+done:
     free(sum);
     free(cnt);
-    return st;
-}
-
-/* ---- the host side: initialisation, then Lloyd ------------------------------- */
-
-static hyprof_status_t farthest_first(hyprof_ctx_t *ctx, const char *op,
-                                      hyprof_kmeans_args_t *a, size_t *init)
-{
-    size_t B = a->bands, npix = a->npix, nvalid = 0;
-    double *mind = malloc(npix * sizeof *mind), *dist = a->dist;
-    if (!mind)
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
-    /* Mean spectrum of the valid pixels: the first centre is farthest from it. */
-    double *c = a->centres;
-    memset(c, 0, B * sizeof *c);
-    for (size_t b = 0; b < B; b++) {
-        double s = 0.0;
-        nvalid = 0;
-        for (size_t px = 0; px < npix; px++)
-            if (!a->mask || a->mask[px]) {
-                s += a->x[b * npix + px];
-                nvalid++;
-            }
-        c[b] = s / (double)nvalid;
-    }
-    hyprof_status_t st = HYPROF_OK;
-    for (size_t px = 0; px < npix; px++)
-        mind[px] = 0.0;
-    const double *ref = c;
-    double *tmp = malloc(B * sizeof *tmp);
-    if (!tmp) {
-        free(mind);
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
-    }
-    memcpy(tmp, c, B * sizeof *tmp);
-    ref = tmp;
-    for (size_t j = 0; j < a->k && st == HYPROF_OK; j++) {
-        hyprof_dist_args_t d = {a->x, a->mask, npix, B, ref, dist};
-        st = hyprof__dispatch(ctx, op, hyprof__cpu_distance, HYPROF_CUDA_IMPL(hyprof__cuda_distance),
-                              &d);
-        if (st != HYPROF_OK)
-            break;
-        size_t best = npix;
-        for (size_t px = 0; px < npix; px++) {
-            if (dist[px] < 0.0)
-                continue;
-            /* j = 0: distance to the mean, not to a centre; j = 1: the first centre. */
-            if (j <= 1 || dist[px] < mind[px])
-                mind[px] = dist[px];
-            if (best == npix || mind[px] > mind[best])
-                best = px;
-        }
-        init[j] = best;
-        for (size_t b = 0; b < B; b++)
-            a->centres[j * B + b] = a->x[b * npix + best];
-        ref = a->centres + j * B;
-    }
-    (void)nvalid;
-    free(tmp);
-    free(mind);
+    free(mean);
     return st;
 }
 
@@ -179,16 +179,8 @@ hyprof_status_t hyprof__kmeans(hyprof_ctx_t *ctx, const char *op, const float *x
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
         goto done;
     }
-    hyprof_kmeans_args_t a = {x, mask, npix, bands, k, max_iter, centres, labels, dist, 0};
-    double saved[2];
-    hyprof__progress_push(ctx, 0.0, 0.2, saved);
-    st = farthest_first(ctx, op, &a, init);
-    hyprof__progress_pop(ctx, saved);
-    if (st != HYPROF_OK)
-        goto done;
-    hyprof__progress_push(ctx, 0.2, 1.0, saved);
+    hyprof_kmeans_args_t a = {x, mask, npix, bands, k, max_iter, centres, labels, dist, init, 0};
     st = hyprof__dispatch(ctx, op, hyprof__cpu_kmeans, HYPROF_CUDA_IMPL(hyprof__cuda_kmeans), &a);
-    hyprof__progress_pop(ctx, saved);
     if (st != HYPROF_OK)
         goto done;
     double s = 0.0;

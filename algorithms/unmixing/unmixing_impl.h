@@ -15,7 +15,7 @@ extern "C" {
 /* The most endmembers any step accepts (registry range of --endmembers). */
 #define HYPROF_MAX_ENDMEMBERS 256
 /* The most the CUDA abundance kernel holds per thread. */
-#define HYPROF_CUDA_MAX_ENDMEMBERS 64
+#define HYPROF_CUDA_MAX_ENDMEMBERS 32
 
 /* Abundances: for every valid pixel, a = lsq_solve(G, M'y) (lsq.h), then
  * out band k = a_k (k < count), out band count = sqrt(mean_b (y_b - (M a)_b)^2);
@@ -36,7 +36,9 @@ typedef struct {
  *   s = Gy*(Gx*(m x)) / Gy*(Gx*m)
  * (weights exp(-j^2/(2 sigma^2)), j = -r..r, r = floor(3 sigma + 0.5) as
  * scipy.ndimage's truncate=3, half-sample reflection at the borders), then
- * rmse(p) = sqrt(mean_b (x_b(p) - s_b(p))^2), accumulated in double.
+ * rmse(p) = sqrt(mean_b (x_b(p) - s_b(p))^2), accumulated in double over b in
+ * increasing order; every sum in a fixed order without fused multiply-adds,
+ * so both backends agree bit for bit.
  * Masked pixels: nodata. */
 typedef struct {
     const float *x;
@@ -47,30 +49,35 @@ typedef struct {
     float *rmse;       /* width*height */
 } hyprof_homog_args_t;
 
-/* Lloyd's K-means from given centres: assignment to the nearest centre by
- * squared Euclidean distance in double (first centre on ties), centres as the
- * double mean of their pixels (an empty cluster keeps its centre), until no
- * label changes or `max_iter` iterations. Masked pixels get label -1. */
+/* K-means: the farthest-point initialisation (hyprof__kmeans_init), then
+ * Lloyd's iterations: assignment to the nearest centre by squared Euclidean
+ * distance in double (first centre on ties), centres as the double mean of
+ * their pixels (an empty cluster keeps its centre), until no label changes or
+ * `max_iter` iterations. Masked pixels get label -1. Distances accumulate
+ * (x_b - c_b)^2 over b in increasing order without fused multiply-adds;
+ * centre sums follow the fixed order of kmeans.c's update(). Both backends
+ * therefore give identical labels. */
+#define HYPROF_KMEANS_BLOCK 4096 /* pixels per partial sum of the centre update */
+
 typedef struct {
     const float *x;
     const uint8_t *mask;
     size_t npix, bands, k;
     int max_iter;
-    double *centres;   /* in: initial, out: final; k x bands */
+    double *centres;   /* out: k x bands */
     int32_t *labels;   /* out: npix */
     double *dist;      /* out: npix, squared distance to the own centre (0 if masked) */
+    size_t *init;      /* out: k initial pixels */
     int iterations;    /* out */
 } hyprof_kmeans_args_t;
 
-/* Squared distance of every valid pixel to one spectrum c (double), the
- * step of the farthest-point initialisation; masked pixels get -1. */
-typedef struct {
-    const float *x;
-    const uint8_t *mask;
-    size_t npix, bands;
-    const double *c;
-    double *dist;
-} hyprof_dist_args_t;
+/* The initialisation over a backend's distance step (kmeans.c): the first
+ * centre is the valid pixel farthest from `mean`, each next one the pixel
+ * farthest from its nearest chosen centre (lowest index on ties). */
+hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
+                                    hyprof_status_t (*dist_to)(hyprof_ctx_t *, void *,
+                                                               const double *),
+                                    void *impl, const double *mean);
 
 hyprof_status_t hyprof__cpu_abundances(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *args);
@@ -78,8 +85,6 @@ hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *args);
-hyprof_status_t hyprof__cpu_distance(hyprof_ctx_t *ctx, void *args);
-hyprof_status_t hyprof__cuda_distance(hyprof_ctx_t *ctx, void *args);
 
 /* ---- host-side pieces shared by sspp.c and unmix.c ---------------------------- */
 

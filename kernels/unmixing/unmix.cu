@@ -1,0 +1,454 @@
+/* CUDA backend of the unmixing steps (semantics: algorithms/unmixing/unmixing_impl.h).
+ *
+ * - abundances: one thread per pixel runs the active-set solver of lsq.h (the
+ *   CPU's own code) with its work arrays in local memory, templated on the
+ *   endmember bound (8, 16 or 32); the cube streams through the two-slot
+ *   pipeline of cuda_util.h, M and G stay on the device.
+ * - homogeneity: the cube is uploaded once; per band a row pass and a column
+ *   pass of the normalised Gaussian, the second one adding the squared
+ *   difference to a per-pixel double accumulator. Every product and sum uses
+ *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
+ *   result is the CPU's bit for bit.
+ * - kmeans: the cube is uploaded once; the distance step of the farthest-point
+ *   initialisation, the assignment (one thread per pixel, same arithmetic as
+ *   the CPU) and the centre update in the CPU's fixed order (partial sums of
+ *   HYPROF_KMEANS_BLOCK pixels, then the blocks in order) run on the device. */
+#include "../core/cuda_util.h"
+
+#include "unmixing/lsq.h"
+#include "unmixing/unmixing_impl.h"
+
+#include <vector>
+
+using namespace hyprof_cuda;
+
+namespace {
+
+const int kThreads = 128;
+const size_t kChunkTargetBytes = (size_t)64 << 20;
+
+/* ---- abundances ---------------------------------------------------------------- */
+
+template <int MAXP>
+__global__ void abundance_kernel(const float *__restrict__ x, size_t m,
+                                 const uint8_t *__restrict__ mask, int B, int p,
+                                 const double *__restrict__ M, const double *__restrict__ G,
+                                 int method, float nodata, float *__restrict__ out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m)
+        return;
+    if (mask && !mask[i]) {
+        for (int j = 0; j <= p; j++)
+            out[(size_t)j * m + i] = nodata;
+        return;
+    }
+    double bv[MAXP], a[MAXP], work[MAXP * MAXP + 2 * MAXP];
+    int idx[MAXP];
+    for (int j = 0; j < p; j++)
+        bv[j] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double yb = (double)x[(size_t)b * m + i];
+        for (int j = 0; j < p; j++)
+            bv[j] += M[j * B + b] * yb;
+    }
+    hyprof__lsq_solve(p, G, bv, method, a, work, idx);
+    double r = 0.0;
+    for (int b = 0; b < B; b++) {
+        double s = 0.0;
+        for (int j = 0; j < p; j++)
+            s += M[j * B + b] * a[j];
+        double d = (double)x[(size_t)b * m + i] - s;
+        r += d * d;
+    }
+    for (int j = 0; j < p; j++)
+        out[(size_t)j * m + i] = (float)a[j];
+    out[(size_t)p * m + i] = (float)sqrt(r / (double)B);
+}
+
+template <int MAXP>
+void launch_abundance(size_t m, cudaStream_t st, const float *x, const uint8_t *mask, int B, int p,
+                      const double *M, const double *G, int method, float nodata, float *out)
+{
+    abundance_kernel<MAXP><<<(unsigned)div_up(m, kThreads), kThreads, 0, st>>>(
+        x, m, mask, B, p, M, G, method, nodata, out);
+}
+
+/* ---- homogeneity ------------------------------------------------------------------- */
+
+__device__ inline size_t reflect_idx(long i, size_t n)
+{
+    while (i < 0 || i >= (long)n)
+        i = i < 0 ? -i - 1 : 2 * (long)n - i - 1;
+    return (size_t)i;
+}
+
+/* Row pass of (m x, m) for one band. */
+__global__ void rows_kernel(const float *__restrict__ xb, const uint8_t *__restrict__ mask,
+                            size_t w, size_t h, const double *__restrict__ k, long r,
+                            double *__restrict__ num, double *__restrict__ den)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sn = 0.0, sd = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = y * w + reflect_idx((long)x + j, w);
+        int valid = !mask || mask[q];
+        double v = valid ? (double)xb[q] : 0.0, one = valid ? 1.0 : 0.0;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], v));
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], one));
+    }
+    num[p] = sn;
+    den[p] = sd;
+}
+
+/* Column pass, then acc += (x - num/den)^2. */
+__global__ void cols_acc_kernel(const float *__restrict__ xb, size_t w, size_t h,
+                                const double *__restrict__ k, long r,
+                                const double *__restrict__ num, const double *__restrict__ den,
+                                double *__restrict__ acc)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sn = 0.0, sd = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = reflect_idx((long)y + j, h) * w + x;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], num[q]));
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], den[q]));
+    }
+    double s = sd > 0.0 ? __ddiv_rn(sn, sd) : 0.0;
+    double d = __dsub_rn((double)xb[p], s);
+    acc[p] = __dadd_rn(acc[p], __dmul_rn(d, d));
+}
+
+__global__ void rmse_kernel(const double *__restrict__ acc, const uint8_t *__restrict__ mask,
+                            size_t n, size_t B, float nodata, float *__restrict__ out)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n)
+        out[p] = (mask && !mask[p]) ? nodata : (float)__dsqrt_rn(__ddiv_rn(acc[p], (double)B));
+}
+
+/* ---- K-means ---------------------------------------------------------------------------- */
+
+__device__ inline double sqdist_dev(const float *__restrict__ x, size_t npix, size_t i, int B,
+                                    const double *__restrict__ c)
+{
+    double d = 0.0;
+    for (int b = 0; b < B; b++) {
+        double t = __dsub_rn((double)x[(size_t)b * npix + i], c[b]);
+        d = __dadd_rn(d, __dmul_rn(t, t));
+    }
+    return d;
+}
+
+__global__ void dist_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                            size_t npix, int B, const double *__restrict__ c,
+                            double *__restrict__ dist)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npix)
+        dist[i] = (mask && !mask[i]) ? -1.0 : sqdist_dev(x, npix, i, B, c);
+}
+
+__global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix, int32_t valid,
+                                   int32_t *__restrict__ labels)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npix)
+        labels[i] = (mask && !mask[i]) ? -1 : valid;
+}
+
+__global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                              size_t npix, int B, int k, const double *__restrict__ C,
+                              int32_t *__restrict__ labels, double *__restrict__ dist,
+                              unsigned long long *__restrict__ changed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    if (mask && !mask[i]) {
+        labels[i] = -1;
+        dist[i] = 0.0;
+        return;
+    }
+    double best = sqdist_dev(x, npix, i, B, C);
+    int32_t lab = 0;
+    for (int c = 1; c < k; c++) {
+        double d = sqdist_dev(x, npix, i, B, C + (size_t)c * B);
+        if (d < best) {
+            best = d;
+            lab = c;
+        }
+    }
+    if (labels[i] != lab)
+        atomicAdd(changed, 1ull);
+    labels[i] = lab;
+    dist[i] = best;
+}
+
+__global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix,
+                             unsigned long long *__restrict__ cnt)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npix && labels[i] >= 0)
+        atomicAdd(&cnt[labels[i]], 1ull);
+}
+
+/* part[(blk*B + b)*k + c]: sum of band b over the pixels of cluster c in block
+ * blk, pixels in order (one thread per block and band). */
+__global__ void partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels,
+                               size_t npix, int B, int k, size_t nblk, double *__restrict__ part)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= nblk * (size_t)B)
+        return;
+    size_t blk = t / B, b = t % B;
+    double *s = part + t * k;
+    for (int c = 0; c < k; c++)
+        s[c] = 0.0;
+    size_t p0 = blk * HYPROF_KMEANS_BLOCK, p1 = p0 + HYPROF_KMEANS_BLOCK;
+    p1 = p1 < npix ? p1 : npix;
+    const float *xb = x + b * npix;
+    for (size_t px = p0; px < p1; px++) {
+        int32_t l = labels[px];
+        if (l >= 0)
+            s[l] = __dadd_rn(s[l], (double)xb[px]);
+    }
+}
+
+__global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
+                              int B, int k, size_t nblk, double *__restrict__ C)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)B * k)
+        return;
+    size_t b = t / k, c = t % k;
+    double s = 0.0;
+    for (size_t blk = 0; blk < nblk; blk++)
+        s = __dadd_rn(s, part[(blk * B + b) * k + c]);
+    if (cnt[c])
+        C[c * B + b] = __ddiv_rn(s, (double)cnt[c]);
+}
+
+/* Device state of one K-means run. */
+struct KMeansDev {
+    DeviceBuffer<float> x;
+    DeviceBuffer<uint8_t> mask;
+    DeviceBuffer<double> C, dist, part, ref;
+    DeviceBuffer<int32_t> labels;
+    DeviceBuffer<unsigned long long> cnt, changed;
+    const hyprof_kmeans_args_t *a;
+    size_t nblk;
+};
+
+hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int k, double *C)
+{
+    const hyprof_kmeans_args_t *a = d.a;
+    const int B = (int)a->bands;
+    HYPROF_CUDA_CHECK(cudaMemset(d.cnt.get(), 0, k * sizeof(unsigned long long)));
+    count_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix, d.cnt.get());
+    HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
+    partial_kernel<<<(unsigned)div_up(d.nblk * B, 64), 64>>>(d.x.get(), d.labels.get(), a->npix,
+                                                              B, k, d.nblk, d.part.get());
+    HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
+    centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
+                                                                  d.nblk, C);
+    HYPROF_CUDA_CHECK_LAUNCH("centre_kernel");
+    return HYPROF_OK;
+}
+
+hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
+                           unsigned long long *changed)
+{
+    const hyprof_kmeans_args_t *a = d.a;
+    HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
+    assign_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+        d.x.get(), a->mask ? d.mask.get() : NULL, a->npix, (int)a->bands, (int)a->k, d.C.get(),
+        d.labels.get(), d.dist.get(), d.changed.get());
+    HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+/* The distance step of the initialisation (kmeans.c's hyprof__kmeans_init). */
+hyprof_status_t dist_to_dev(hyprof_ctx_t *ctx, void *impl, const double *c)
+{
+    static const char op[] = "kmeans";
+    KMeansDev &d = *(KMeansDev *)impl;
+    const hyprof_kmeans_args_t *a = d.a;
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), c, a->bands * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    dist_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+        d.x.get(), a->mask ? d.mask.get() : NULL, a->npix, (int)a->bands, d.ref.get(),
+        d.dist.get());
+    HYPROF_CUDA_CHECK_LAUNCH("dist_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), a->npix * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "abundances";
+    const hyprof_abund_args_t *a = (const hyprof_abund_args_t *)vargs;
+    const size_t N = a->npix, B = a->bands, p = a->count;
+    if (p > HYPROF_CUDA_MAX_ENDMEMBERS)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "%zu endmembers: the CUDA solver holds at most %d per thread", p,
+                             HYPROF_CUDA_MAX_ENDMEMBERS);
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    DeviceBuffer<double> d_M, d_G;
+    Pipeline pipe;
+    HYPROF_TRY(d_M.alloc(ctx, op, p * B));
+    HYPROF_TRY(d_G.alloc(ctx, op, p * p));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_M.get(), a->M, p * B * sizeof(double), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_G.get(), a->G, p * p * sizeof(double), cudaMemcpyHostToDevice));
+    const size_t per_pixel = 2 * (B * sizeof(float) + 1 + (p + 1) * sizeof(float));
+    size_t m = 0;
+    HYPROF_TRY(plan_streamed_chunk(ctx, op, N, B, per_pixel, B > p + 1 ? B : p + 1,
+                                   kChunkTargetBytes, &m));
+    HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, p + 1, a->out, m, true));
+    const size_t nch = pipe.nchunks();
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        Slot &sl = pipe.slot[s];
+        HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+        const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
+        if (p <= 8)
+            launch_abundance<8>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                a->method, a->nodata, sl.out.get());
+        else if (p <= 16)
+            launch_abundance<16>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, sl.out.get());
+        else
+            launch_abundance<32>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, sl.out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
+        HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, op));
+    }
+    return pipe.drain(ctx, op);
+}
+
+extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "sspp";
+    const hyprof_homog_args_t *a = (const hyprof_homog_args_t *)vargs;
+    const size_t w = a->width, h = a->height, n = w * h, B = a->bands;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    long r = (long)(3.0 * a->sigma + 0.5);
+    std::vector<double> k(2 * r + 1);
+    double ksum = 0.0;
+    for (long j = -r; j <= r; j++)
+        ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
+    for (long j = -r; j <= r; j++)
+        k[j + r] /= ksum;
+    DeviceBuffer<float> d_x, d_out;
+    DeviceBuffer<uint8_t> d_mask;
+    DeviceBuffer<double> d_k, d_num, d_den, d_acc;
+    HYPROF_TRY(d_x.alloc(ctx, op, n * B));
+    HYPROF_TRY(d_out.alloc(ctx, op, n));
+    HYPROF_TRY(d_k.alloc(ctx, op, k.size()));
+    HYPROF_TRY(d_num.alloc(ctx, op, n));
+    HYPROF_TRY(d_den.alloc(ctx, op, n));
+    HYPROF_TRY(d_acc.alloc(ctx, op, n));
+    if (a->mask) {
+        HYPROF_TRY(d_mask.alloc(ctx, op, n));
+        HYPROF_CUDA_CHECK(cudaMemcpy(d_mask.get(), a->mask, n, cudaMemcpyHostToDevice));
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_x.get(), a->x, n * B * sizeof(float), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_k.get(), k.data(), k.size() * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemset(d_acc.get(), 0, n * sizeof(double)));
+    const unsigned grid = (unsigned)div_up(n, 256);
+    const uint8_t *msk = a->mask ? d_mask.get() : NULL;
+    for (size_t b = 0; b < B; b++) {
+        const float *xb = d_x.get() + b * n;
+        rows_kernel<<<grid, 256>>>(xb, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
+        HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
+        cols_acc_kernel<<<grid, 256>>>(xb, w, h, d_k.get(), r, d_num.get(), d_den.get(),
+                                       d_acc.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cols_acc_kernel");
+        if ((b & 31) == 31)
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b + 1) / (double)B, "homogeneity"));
+    }
+    rmse_kernel<<<grid, 256>>>(d_acc.get(), msk, n, B, a->nodata, d_out.get());
+    HYPROF_CUDA_CHECK_LAUNCH("rmse_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->rmse, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "kmeans";
+    hyprof_kmeans_args_t *a = (hyprof_kmeans_args_t *)vargs;
+    const size_t n = a->npix, B = a->bands, k = a->k;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    KMeansDev d;
+    d.a = a;
+    d.nblk = div_up(n, HYPROF_KMEANS_BLOCK);
+    HYPROF_TRY(d.x.alloc(ctx, op, n * B));
+    HYPROF_TRY(d.C.alloc(ctx, op, k * B));
+    HYPROF_TRY(d.dist.alloc(ctx, op, n));
+    HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
+    HYPROF_TRY(d.ref.alloc(ctx, op, B));
+    HYPROF_TRY(d.labels.alloc(ctx, op, n));
+    HYPROF_TRY(d.cnt.alloc(ctx, op, k));
+    HYPROF_TRY(d.changed.alloc(ctx, op, 1));
+    if (a->mask) {
+        HYPROF_TRY(d.mask.alloc(ctx, op, n));
+        HYPROF_CUDA_CHECK(cudaMemcpy(d.mask.get(), a->mask, n, cudaMemcpyHostToDevice));
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.x.get(), a->x, n * B * sizeof(float), cudaMemcpyHostToDevice));
+    const uint8_t *msk = a->mask ? d.mask.get() : NULL;
+    const unsigned grid = (unsigned)div_up(n, 256);
+
+    /* The mean spectrum: the update with every valid pixel in cluster 0. */
+    fill_labels_kernel<<<grid, 256>>>(msk, n, 0, d.labels.get());
+    HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
+    HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get()));
+    std::vector<double> mean(B);
+    HYPROF_CUDA_CHECK(cudaMemcpy(mean.data(), d.ref.get(), B * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_TRY(hyprof__kmeans_init(ctx, a, dist_to_dev, &d, mean.data()));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.C.get(), a->centres, k * B * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+
+    fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
+    HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
+    a->iterations = 0;
+    for (int it = 0; it < a->max_iter; it++) {
+        unsigned long long changed = 0;
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+        if (changed == 0)
+            break;
+        HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get()));
+        a->iterations = it + 1;
+        HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
+    }
+    if (a->iterations > 0) {
+        unsigned long long changed = 0;
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->labels, d.labels.get(), n * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), n * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->centres, d.C.get(), k * B * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
