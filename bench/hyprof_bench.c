@@ -11,6 +11,11 @@
  * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
  * alone is what the paper's Table III times.
  *
+ * --op sspp and --op unmix run the registry operations (hyprof_op_run) with
+ * --endmembers p (unmix: --sspp 1|0, --extract nfindr|vca|atgp, FCLS
+ * abundances); their stages (homogeneity, purity, kmeans, fusion, extraction,
+ * abundances) come from the result's SSPP_SECONDS / UNMIX_SECONDS metadata.
+ *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -38,21 +43,29 @@ typedef struct {
     long components, levels, repeat, threads, device;
     long count, cycles;  /* eadp */
     double step;         /* eadp */
+    long endmembers, sspp; /* sspp, unmix */
+    const char *extract;   /* unmix */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
  * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion). */
+#define MAX_STAGES 8
+
 typedef struct {
     double total, fit, apply;
+    size_t nstages;                 /* sspp, unmix: named stages */
+    char stage_name[MAX_STAGES][24];
+    double stage[MAX_STAGES];
 } timing_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp --backend cpu|cuda|auto --input CUBE.f32\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|sspp|unmix --backend cpu|cuda|auto --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
           "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
           "                    diffusion at T = step*1 .. step*count)\n"
+          "                    [--endmembers 31] [--sspp 1] [--extract nfindr]  (sspp, unmix)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -107,7 +120,7 @@ static int parse_args(int argc, char **argv, options_t *o)
     long w = 0, h = 0, b = 0;
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
-                     .step = 65.0};
+                     .step = 65.0, .endmembers = 31, .sspp = 1, .extract = "nfindr"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -136,6 +149,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "count")) rc = parse_long(name, v, 1, 10000, &o->count);
         else if (!strcmp(name, "cycles")) rc = parse_long(name, v, 1, 1000, &o->cycles);
         else if (!strcmp(name, "step")) rc = parse_double(name, v, 1e-6, 1e9, &o->step);
+        else if (!strcmp(name, "endmembers")) rc = parse_long(name, v, 2, 256, &o->endmembers);
+        else if (!strcmp(name, "sspp")) rc = parse_long(name, v, 0, 1, &o->sspp);
+        else if (!strcmp(name, "extract")) o->extract = v;
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -143,8 +159,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         if (rc)
             return -1;
     }
-    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt or eadp (got '%s')\n",
+    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
+                   strcmp(o->op, "sspp") && strcmp(o->op, "unmix"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, sspp or unmix (got '%s')\n",
                 o->op ? o->op : "nothing");
         return -1;
     }
@@ -265,6 +282,68 @@ static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyp
     return st;
 }
 
+/* "name=seconds name=seconds ..." of a result's metadata item into t. */
+static void parse_stages(const char *text, timing_t *t)
+{
+    t->nstages = 0;
+    while (text && *text && t->nstages < MAX_STAGES) {
+        const char *eq = strchr(text, '=');
+        if (!eq)
+            break;
+        size_t len = (size_t)(eq - text);
+        if (len >= sizeof t->stage_name[0])
+            len = sizeof t->stage_name[0] - 1;
+        memcpy(t->stage_name[t->nstages], text, len);
+        t->stage_name[t->nstages][len] = '\0';
+        char *end;
+        t->stage[t->nstages++] = strtod(eq + 1, &end);
+        text = end;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+/* sspp / unmix through the registry, as the CLI runs them. */
+static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
+                                    const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t)
+{
+    const hyprof_op_t *op = hyprof_op_find(o->op);
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    char p[32];
+    snprintf(p, sizeof p, "%ld", o->endmembers);
+    hyprof_status_t st = hyprof_args_set(args, "endmembers", p);
+    if (st == HYPROF_OK && !strcmp(o->op, "unmix")) {
+        st = hyprof_args_set(args, "extract", o->extract);
+        if (st == HYPROF_OK)
+            st = hyprof_args_set(args, "sspp", o->sspp ? "true" : "false");
+    }
+    if (st != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
+        hyprof_args_free(&args);
+        return st;
+    }
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    double t0 = now_seconds();
+    st = hyprof_op_run(ctx, op, args, in, &res);
+    t->total = now_seconds() - t0;
+    t->fit = t->apply = NAN;
+    const char *key = !strcmp(o->op, "sspp") ? "SSPP_SECONDS" : "UNMIX_SECONDS";
+    for (size_t i = 0; st == HYPROF_OK && i < res.nmeta; i++)
+        if (!strcmp(res.meta_keys[i], key))
+            parse_stages(res.meta_values[i], t);
+    if (st == HYPROF_OK) {
+        *out = res.cube; /* the cube moves to the caller */
+        memset(&res.cube, 0, sizeof res.cube);
+        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
+    }
+    hyprof_result_free(&res);
+    hyprof_args_free(&args);
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
@@ -274,6 +353,8 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
     memset(out, 0, sizeof *out);
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
+    if (!strcmp(o->op, "sspp") || !strcmp(o->op, "unmix"))
+        return run_registry(ctx, o, in, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "pca")) {
         hyprof_pca_model_t *model = NULL;
@@ -331,6 +412,11 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     else if (!strcmp(o->op, "eadp"))
         printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld",
                o->components, o->count, o->step, o->cycles);
+    else if (!strcmp(o->op, "sspp"))
+        printf(",\"endmembers\":%ld", o->endmembers);
+    else if (!strcmp(o->op, "unmix"))
+        printf(",\"endmembers\":%ld,\"sspp\":%s,\"extract\":\"%s\",\"abundances\":\"fcls\"",
+               o->endmembers, o->sspp ? "true" : "false", o->extract);
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -431,11 +517,12 @@ int main(int argc, char **argv)
 
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
-           *app = calloc(n, sizeof *app), *scratch = calloc(n, sizeof *scratch);
+           *app = calloc(n, sizeof *app), *scratch = calloc(n, sizeof *scratch),
+           *stg = calloc(n * MAX_STAGES, sizeof *stg);
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !scratch) {
+    if (!tot || !fit || !app || !scratch || !stg) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -456,6 +543,8 @@ int main(int argc, char **argv)
         tot[r] = t.total;
         fit[r] = t.fit;
         app[r] = t.apply;
+        for (size_t k = 0; k < t.nstages; k++)
+            stg[k * n + r] = t.stage[k];
         if (r + 1 < n)
             hyprof_cube_free(&out);
     }
@@ -496,6 +585,13 @@ int main(int argc, char **argv)
         printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
                "\"eadp_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+    else if (t.nstages) {
+        printf(",\"stages\":{");
+        for (size_t k = 0; k < t.nstages; k++)
+            printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.stage_name[k],
+                   median(stg + k * n, scratch, n));
+        printf("}");
+    }
     printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
@@ -508,6 +604,7 @@ done:
     free(fit);
     free(app);
     free(scratch);
+    free(stg);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

@@ -25,9 +25,8 @@ static size_t reflect(long i, size_t n)
 
 /* One separable pass over rows (along_x) or columns of num and den. */
 static void pass(const double *num, const double *den, double *onum, double *oden, size_t w,
-                 size_t h, const double *k, long r, int along_x, int threads)
+                 size_t h, const double *k, long r, int along_x)
 {
-    #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t y = 0; y < h; y++)
         for (size_t x = 0; x < w; x++) {
             double sn = 0.0, sd = 0.0;
@@ -42,50 +41,79 @@ static void pass(const double *num, const double *den, double *onum, double *ode
         }
 }
 
-/* Bands one after the other (the pixels of each in parallel), so the squared
- * differences add up in band order whatever the thread count. */
+/* Squared differences between band b and its smoothed version into d2. */
+static void band_d2(const hyprof_homog_args_t *a, size_t b, const double *k, long r, double *t,
+                    double *d2)
+{
+    size_t w = a->width, h = a->height, n = w * h;
+    const float *xb = a->x + b * n;
+    for (size_t p = 0; p < n; p++) {
+        int m = !a->mask || a->mask[p];
+        t[p] = m ? xb[p] : 0.0; /* not m * x: a NaN under the mask would spread */
+        t[n + p] = m ? 1.0 : 0.0;
+    }
+    pass(t, t + n, t + 2 * n, t + 3 * n, w, h, k, r, 1);
+    pass(t + 2 * n, t + 3 * n, t, t + n, w, h, k, r, 0);
+    for (size_t p = 0; p < n; p++) {
+        double s = t[n + p] > 0.0 ? t[p] / t[n + p] : 0.0, d = (double)xb[p] - s;
+        d2[p] = d * d;
+    }
+}
+
+/* Groups of HOMOG_GROUP bands are filtered in parallel (one band a thread),
+ * then their squared differences are added in band order, so the sums are
+ * the same whatever the thread count (and the CUDA backend's). */
+#define HOMOG_GROUP 16
+
 hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_homog_args_t *a = args;
-    size_t w = a->width, h = a->height, n = w * h;
-    int threads = hyprof__threads(ctx);
+    size_t n = a->width * a->height, G = a->bands < HOMOG_GROUP ? a->bands : HOMOG_GROUP;
+    int threads = hyprof__threads(ctx), nomem = 0;
     long r = (long)(3.0 * a->sigma + 0.5);
     double *k = malloc((2 * r + 1) * sizeof *k), ksum = 0.0;
-    double *acc = calloc(n, sizeof *acc), *t = malloc(4 * n * sizeof *t);
+    double *acc = calloc(n, sizeof *acc), *d2 = malloc(G * n * sizeof *d2);
     hyprof_status_t st = HYPROF_OK;
-    if (!k || !acc || !t) {
+    if (!k || !acc || !d2) {
         free(k);
         free(acc);
-        free(t);
+        free(d2);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate filter buffers");
     }
     for (long j = -r; j <= r; j++)
         ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
     for (long j = -r; j <= r; j++)
         k[j + r] /= ksum;
-    for (size_t b = 0; b < a->bands && st == HYPROF_OK; b++) {
-        const float *xb = a->x + b * n;
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (size_t p = 0; p < n; p++) {
-            int m = !a->mask || a->mask[p];
-            t[p] = m ? xb[p] : 0.0; /* not m * x: a NaN under the mask would spread */
-            t[n + p] = m ? 1.0 : 0.0;
+    for (size_t b0 = 0; b0 < a->bands && st == HYPROF_OK; b0 += G) {
+        size_t g = a->bands - b0 < G ? a->bands - b0 : G;
+        #pragma omp parallel num_threads(threads)
+        {
+            double *t = malloc(4 * n * sizeof *t);
+            if (!t) {
+                #pragma omp atomic write
+                nomem = 1;
+            }
+            #pragma omp for schedule(dynamic, 1)
+            for (size_t i = 0; i < g; i++)
+                if (t)
+                    band_d2(a, b0 + i, k, r, t, d2 + i * n);
+            free(t);
+            #pragma omp for schedule(static)
+            for (size_t p = 0; p < n; p++)
+                for (size_t i = 0; i < g; i++)
+                    acc[p] += d2[i * n + p];
         }
-        pass(t, t + n, t + 2 * n, t + 3 * n, w, h, k, r, 1, threads);
-        pass(t + 2 * n, t + 3 * n, t, t + n, w, h, k, r, 0, threads);
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (size_t p = 0; p < n; p++) {
-            double s = t[n + p] > 0.0 ? t[p] / t[n + p] : 0.0, d = (double)xb[p] - s;
-            acc[p] += d * d;
-        }
-        st = hyprof__progress(ctx, (double)(b + 1) / (double)a->bands, "homogeneity");
+        if (nomem)
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate filter buffers");
+        else
+            st = hyprof__progress(ctx, (double)(b0 + g) / (double)a->bands, "homogeneity");
     }
     for (size_t p = 0; st == HYPROF_OK && p < n; p++)
         a->rmse[p] = (a->mask && !a->mask[p]) ? a->nodata
                                               : (float)sqrt(acc[p] / (double)a->bands);
     free(k);
     free(acc);
-    free(t);
+    free(d2);
     return st;
 }
 
