@@ -17,29 +17,64 @@ static double sqdist(const float *x, size_t npix, size_t px, size_t B, const dou
     return d;
 }
 
+#define TILE 64
+
+/* d[c*TILE + i] = squared distance of pixel p0+i to centre c, for a tile of n
+ * pixels: bands in the outer loop so the cube is read contiguously, each sum
+ * still over b in increasing order (the per-pixel order of sqdist). */
+static void tile_dist(const float *x, size_t npix, size_t B, const double *C, size_t k,
+                      size_t p0, size_t n, double *d)
+{
+    for (size_t c = 0; c < k; c++)
+        for (size_t i = 0; i < n; i++)
+            d[c * TILE + i] = 0.0;
+    for (size_t b = 0; b < B; b++) {
+        const float *xb = x + b * npix + p0;
+        for (size_t c = 0; c < k; c++) {
+            double cb = C[c * B + b], *dc = d + c * TILE;
+            for (size_t i = 0; i < n; i++) {
+                double t = (double)xb[i] - cb;
+                dc[i] += t * t;
+            }
+        }
+    }
+}
+
 /* Nearest centre of every pixel; returns how many labels changed. */
 static size_t assign(const hyprof_kmeans_args_t *a, int threads)
 {
-    size_t changed = 0;
-    #pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : changed)
-    for (size_t px = 0; px < a->npix; px++) {
-        if (a->mask && !a->mask[px]) {
-            a->labels[px] = -1;
-            a->dist[px] = 0.0;
-            continue;
-        }
-        double best = sqdist(a->x, a->npix, px, a->bands, a->centres);
-        int32_t lab = 0;
-        for (size_t c = 1; c < a->k; c++) {
-            double d = sqdist(a->x, a->npix, px, a->bands, a->centres + c * a->bands);
-            if (d < best) {
-                best = d;
-                lab = (int32_t)c;
+    size_t changed = 0, ntiles = (a->npix + TILE - 1) / TILE;
+    #pragma omp parallel num_threads(threads) reduction(+ : changed)
+    {
+        double *d = malloc(a->k * TILE * sizeof *d);
+        #pragma omp for schedule(static)
+        for (size_t t = 0; t < ntiles; t++) {
+            size_t p0 = t * TILE, n = a->npix - p0 < TILE ? a->npix - p0 : TILE;
+            if (d)
+                tile_dist(a->x, a->npix, a->bands, a->centres, a->k, p0, n, d);
+            for (size_t i = 0; i < n; i++) {
+                size_t px = p0 + i;
+                if (a->mask && !a->mask[px]) {
+                    a->labels[px] = -1;
+                    a->dist[px] = 0.0;
+                    continue;
+                }
+                double best = d ? d[i] : sqdist(a->x, a->npix, px, a->bands, a->centres);
+                int32_t lab = 0;
+                for (size_t c = 1; c < a->k; c++) {
+                    double dc = d ? d[c * TILE + i]
+                                  : sqdist(a->x, a->npix, px, a->bands, a->centres + c * a->bands);
+                    if (dc < best) {
+                        best = dc;
+                        lab = (int32_t)c;
+                    }
+                }
+                changed += a->labels[px] != lab;
+                a->labels[px] = lab;
+                a->dist[px] = best;
             }
         }
-        changed += a->labels[px] != lab;
-        a->labels[px] = lab;
-        a->dist[px] = best;
+        free(d);
     }
     return changed;
 }
@@ -119,9 +154,15 @@ hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
 static hyprof_status_t cpu_dist_to(hyprof_ctx_t *ctx, void *impl, const double *c)
 {
     hyprof_kmeans_args_t *a = impl;
+    size_t ntiles = (a->npix + TILE - 1) / TILE;
     #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
-    for (size_t px = 0; px < a->npix; px++)
-        a->dist[px] = (a->mask && !a->mask[px]) ? -1.0 : sqdist(a->x, a->npix, px, a->bands, c);
+    for (size_t t = 0; t < ntiles; t++) {
+        double d[TILE];
+        size_t p0 = t * TILE, n = a->npix - p0 < TILE ? a->npix - p0 : TILE;
+        tile_dist(a->x, a->npix, a->bands, c, 1, p0, n, d);
+        for (size_t i = 0; i < n; i++)
+            a->dist[p0 + i] = (a->mask && !a->mask[p0 + i]) ? -1.0 : d[i];
+    }
     return HYPROF_OK;
 }
 
