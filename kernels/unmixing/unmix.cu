@@ -10,8 +10,8 @@
  *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
  *   result is the CPU's bit for bit.
  * - kmeans: the cube is uploaded once; the distance step of the farthest-point
- *   initialisation, the assignment (one thread per pixel, same arithmetic as
- *   the CPU) and the centre update in the CPU's fixed order (partial sums of
+ *   initialisation, the assignment (one thread per pixel reading its spectrum
+ *   once, the k sums in registers for k <= 32, same arithmetic as the CPU) and the centre update in the CPU's fixed order (partial sums of
  *   HYPROF_KMEANS_BLOCK pixels, then the blocks in order) run on the device. */
 #include "../core/cuda_util.h"
 
@@ -163,6 +163,10 @@ __global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix
         labels[i] = (mask && !mask[i]) ? -1 : valid;
 }
 
+/* Nearest centre: the cube is read once (bands outer), the k running sums
+ * stay in registers (MAXK <= 32) or local memory; each sum still runs over b
+ * in increasing order, as the CPU's. */
+template <int MAXK>
 __global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
                               size_t npix, int B, int k, const double *__restrict__ C,
                               int32_t *__restrict__ labels, double *__restrict__ dist,
@@ -176,15 +180,27 @@ __global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__rest
         dist[i] = 0.0;
         return;
     }
-    double best = sqdist_dev(x, npix, i, B, C);
+    double d[MAXK];
+#pragma unroll
+    for (int c = 0; c < MAXK; c++)
+        d[c] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i];
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (c < k) {
+                double t = __dsub_rn(xb, C[(size_t)c * B + b]);
+                d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+            }
+    }
+    double best = d[0];
     int32_t lab = 0;
-    for (int c = 1; c < k; c++) {
-        double d = sqdist_dev(x, npix, i, B, C + (size_t)c * B);
-        if (d < best) {
-            best = d;
+#pragma unroll
+    for (int c = 1; c < MAXK; c++)
+        if (c < k && d[c] < best) {
+            best = d[c];
             lab = c;
         }
-    }
     if (labels[i] != lab)
         atomicAdd(changed, 1ull);
     labels[i] = lab;
@@ -267,9 +283,22 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
 {
     const hyprof_kmeans_args_t *a = d.a;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
-    assign_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
-        d.x.get(), a->mask ? d.mask.get() : NULL, a->npix, (int)a->bands, (int)a->k, d.C.get(),
-        d.labels.get(), d.dist.get(), d.changed.get());
+    const unsigned grid = (unsigned)div_up(a->npix, kThreads);
+    const uint8_t *msk = a->mask ? d.mask.get() : NULL;
+    const int B = (int)a->bands, k = (int)a->k;
+    if (k <= 8)
+        assign_kernel<8><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+                                             d.labels.get(), d.dist.get(), d.changed.get());
+    else if (k <= 16)
+        assign_kernel<16><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+                                              d.labels.get(), d.dist.get(), d.changed.get());
+    else if (k <= 32)
+        assign_kernel<32><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+                                              d.labels.get(), d.dist.get(), d.changed.get());
+    else
+        assign_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(
+            d.x.get(), msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(),
+            d.changed.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
                                  cudaMemcpyDeviceToHost));
