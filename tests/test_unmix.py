@@ -222,15 +222,28 @@ def test_named_side_files_and_overwrite(tmp_path):
     assert (tmp_path / "v.csv").read_text() == "keep" and not (tmp_path / "v.tif").exists()
 
 
-def test_nodata_pixels(tmp_path):
+def test_describe_says_beside_output():
+    d = json.loads(run_ok("describe", "--json").stdout)
+    op = next(o for o in d["operations"] if o["name"] == "unmix")
+    beside = sorted(p["name"] for p in op["params"] if p.get("beside_output"))
+    assert beside == ["endmembers-csv", "endmembers-json"]
+
+
+@pytest.mark.parametrize("args", [["--endmembers", "3"], ["--sspp"]])
+def test_nodata_pixels(tmp_path, args):
     cube = read_cube(SAMSON).astype(np.float32)
     cube[:, :10, :] = -9999
+    cube[:, 50, 20:30] = np.nan
     write_cube(tmp_path / "nd.tif", cube, nodata=-9999)
-    unmix(tmp_path / "nd.tif", tmp_path / "o.tif", "--endmembers", "3")
+    unmix(tmp_path / "nd.tif", tmp_path / "o.tif", *args)
     out = read_cube(tmp_path / "o.tif")
-    assert (out[:, :10, :] == -9999).all() and (out[:, 10:, :] != -9999).all()
+    assert (out[:, :10, :] == -9999).all() and (out[:, 50, 20:30] == -9999).all()
+    valid = np.ones(cube.shape[1:], bool)
+    valid[:10] = False
+    valid[50, 20:30] = False
+    assert np.isfinite(out[:, valid]).all() and (out[:, valid] != -9999).all()
     js = json.loads((tmp_path / "o.json").read_text())
-    assert all(e["y"] >= 10 for e in js["endmembers"])
+    assert all(valid[e["y"], e["x"]] for e in js["endmembers"])
 
 
 # ---- bad input -------------------------------------------------------------------------------
