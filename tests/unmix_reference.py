@@ -55,6 +55,32 @@ def ref_ucls(M, y):
     return np.linalg.lstsq(M, y, rcond=None)[0]
 
 
+# ---- HySime ------------------------------------------------------------------------
+
+def hysime(cube):
+    """The endmember count of HySime as hysime.m/estNoise.m compute it: every
+    band regressed explicitly on the others (the additive-noise model, small =
+    1e-6), diagonal noise correlation, eigenvectors of the signal correlation."""
+    y = cube.reshape(cube.shape[0], -1).astype(np.float64)
+    L, N = y.shape
+    RR = y @ y.T
+    RRi = np.linalg.inv(RR + 1e-6 * np.eye(L))
+    w = np.empty_like(y)
+    for i in range(L):
+        XX = RRi - np.outer(RRi[:, i], RRi[i, :]) / RRi[i, i]
+        RRa = RR[:, i].copy()
+        RRa[i] = 0
+        beta = XX @ RRa
+        beta[i] = 0
+        w[i] = y[i] - beta @ y
+    Rn = np.diag(np.diag(w @ w.T / N))
+    x = y - w
+    E = np.linalg.svd(x @ x.T / N)[0]
+    Py = np.einsum("ji,jk,ki->i", E, y @ y.T / N, E)
+    Pn = np.einsum("ji,jk,ki->i", E, Rn, E)
+    return int((-Py + 2 * Pn < 0).sum())
+
+
 # ---- SSPP pieces ------------------------------------------------------------------
 
 def homogeneity(cube, sigma):
