@@ -216,15 +216,17 @@ __global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix,
 }
 
 /* part[(blk*B + b)*k + c]: sum of band b over the pixels of cluster c in block
- * blk, pixels in order (one thread per block and band). */
+ * blk, pixels in order (one thread per block and band, its k sums in shared
+ * memory). */
 __global__ void partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels,
                                size_t npix, int B, int k, size_t nblk, double *__restrict__ part)
 {
+    extern __shared__ double sums[];
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= nblk * (size_t)B)
         return;
     size_t blk = t / B, b = t % B;
-    double *s = part + t * k;
+    double *s = sums + (size_t)threadIdx.x * k;
     for (int c = 0; c < k; c++)
         s[c] = 0.0;
     size_t p0 = blk * HYPROF_KMEANS_BLOCK, p1 = p0 + HYPROF_KMEANS_BLOCK;
@@ -235,6 +237,8 @@ __global__ void partial_kernel(const float *__restrict__ x, const int32_t *__res
         if (l >= 0)
             s[l] = __dadd_rn(s[l], (double)xb[px]);
     }
+    for (int c = 0; c < k; c++)
+        part[t * k + c] = s[c];
 }
 
 __global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
@@ -269,8 +273,12 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
     HYPROF_CUDA_CHECK(cudaMemset(d.cnt.get(), 0, k * sizeof(unsigned long long)));
     count_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix, d.cnt.get());
     HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
-    partial_kernel<<<(unsigned)div_up(d.nblk * B, 64), 64>>>(d.x.get(), d.labels.get(), a->npix,
-                                                              B, k, d.nblk, d.part.get());
+    /* Threads per block so that their sums fit 48 KiB of shared memory. */
+    int tpb = 6144 / k;
+    tpb = tpb > 64 ? 64 : tpb < 1 ? 1 : tpb;
+    partial_kernel<<<(unsigned)div_up(d.nblk * B, (size_t)tpb), tpb,
+                     (size_t)tpb * k * sizeof(double)>>>(d.x.get(), d.labels.get(), a->npix, B, k,
+                                                         d.nblk, d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
     centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
                                                                   d.nblk, C);
