@@ -42,6 +42,8 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     }
     double first = 0.0;
     hyprof_status_t st = HYPROF_OK;
+    int threads = hyprof__threads(ctx);
+    #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < n; i++) {
         double s = 0.0;
         for (size_t b = 0; b < B; b++)
@@ -81,6 +83,7 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
         nq = sqrt(nq);
         for (size_t b = 0; b < B; b++)
             q[b] /= nq;
+        #pragma omp parallel for num_threads(threads) schedule(static)
         for (size_t i = 0; i < n; i++) {
             double d = 0.0;
             for (size_t b = 0; b < B; b++)
@@ -151,14 +154,19 @@ static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, si
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK)
         st = top_subspace(ctx, op, D, n, B, p, U);
-    for (size_t i = 0; st == HYPROF_OK && i < n; i++)
-        for (size_t k = 0; k < p; k++) {
-            double s = 0.0;
-            for (size_t b = 0; b < B; b++)
-                s += U[k * B + b] * D[i * B + b];
-            X[i * p + k] = s;
-            u[k] += s / (double)n;
-        }
+    if (st == HYPROF_OK) {
+        #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < p; k++) {
+                double s = 0.0;
+                for (size_t b = 0; b < B; b++)
+                    s += U[k * B + b] * D[i * B + b];
+                X[i * p + k] = s;
+            }
+        for (size_t i = 0; i < n; i++) /* the mean in pixel order: deterministic */
+            for (size_t k = 0; k < p; k++)
+                u[k] += X[i * p + k] / (double)n;
+    }
     for (size_t i = 0; st == HYPROF_OK && i < n; i++) {
         double s = 0.0;
         for (size_t k = 0; k < p; k++)
