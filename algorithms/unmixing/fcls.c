@@ -18,6 +18,15 @@ double hyprof__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+#ifndef HYPROF_HAVE_CUDA
+void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t bands)
+{
+    (void)x, (void)mask, (void)npix, (void)bands;
+}
+
+void hyprof__unmix_release(void) {}
+#endif
+
 hyprof_status_t hyprof_abundance_method_parse(const char *text, hyprof_abundance_method_t *m)
 {
     static const char *names[] = {"fcls", "nnls", "ucls"};

@@ -318,8 +318,10 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
+    hyprof__unmix_hold(x->data, x->mask, x->width * x->height, x->bands);
     if ((st = hyprof__sspp_params(ctx, OP, args, x, &prm)) == HYPROF_OK)
         st = hyprof__sspp(ctx, OP, x, &prm, &o);
+    hyprof__unmix_release();
     if (st != HYPROF_OK) {
         hyprof_cube_free(&tmp);
         return st;

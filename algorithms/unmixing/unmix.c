@@ -214,6 +214,7 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
+    hyprof__unmix_hold(x->data, x->mask, x->width * x->height, x->bands);
     hyprof_abundance_method_parse(hyprof_args_str(args, "abundances"), &method);
     const char *model = hyprof_args_str(args, "model");
     st = model ? load_set(ctx, model, x, &em) : extract_set(ctx, args, x, &em, &ncand, sec);
@@ -230,6 +231,7 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st == HYPROF_OK)
         st = save_set(ctx, args, em);
     hyprof_endmembers_free(&em);
+    hyprof__unmix_release();
     hyprof_cube_free(&tmp);
     return st;
 }

@@ -3,8 +3,10 @@
  * - abundances: one thread per pixel runs the active-set solver of lsq.h (the
  *   CPU's own code) with its work arrays in local memory, templated on the
  *   endmember bound (8, 16 or 32); the cube streams through the two-slot
- *   pipeline of cuda_util.h, M and G stay on the device.
- * - homogeneity: the cube is uploaded once; per band a row pass and a column
+ *   pipeline of cuda_util.h (or, inside an unmix chain whose cube is already
+ *   on the device, runs over that copy in one launch); M and G stay on the device.
+ * - homogeneity: the cube is uploaded once (kept for the next steps of the
+ *   chain between hyprof__unmix_hold and hyprof__unmix_release); per band a row pass and a column
  *   pass of the normalised Gaussian, the second one adding the squared
  *   difference to a per-pixel double accumulator. Every product and sum uses
  *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
@@ -72,6 +74,93 @@ void launch_abundance(size_t m, cudaStream_t st, const float *x, const uint8_t *
 {
     abundance_kernel<MAXP><<<(unsigned)div_up(m, kThreads), kThreads, 0, st>>>(
         x, m, mask, B, p, M, G, method, nodata, out);
+}
+
+/* ---- the held cube -------------------------------------------------------------- */
+
+/* The cube of the running chain (hyprof__unmix_hold), uploaded by the first step
+ * that needs it. Per thread, so concurrent chains in other threads keep theirs. */
+struct Held {
+    bool active = false;
+    const float *x = NULL;
+    const uint8_t *mask = NULL;
+    size_t npix = 0, bands = 0;
+    int device = -1;
+    float *dx = NULL;
+    uint8_t *dmask = NULL;
+};
+thread_local Held g_held;
+
+void held_free()
+{
+    if (!g_held.dx && !g_held.dmask)
+        return;
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && g_held.device >= 0 && prev != g_held.device)
+        (void)cudaSetDevice(g_held.device);
+    if (g_held.dx)
+        (void)cudaFree(g_held.dx);
+    if (g_held.dmask)
+        (void)cudaFree(g_held.dmask);
+    if (prev >= 0 && prev != g_held.device)
+        (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+    g_held.dx = NULL;
+    g_held.dmask = NULL;
+}
+
+/* The device copy of (x, mask) on the current device: the held one (uploaded
+ * now if this is the first step to ask), or a fresh upload into own_x/own_mask. */
+hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
+                            const uint8_t *mask, size_t npix, size_t bands,
+                            DeviceBuffer<float> &own_x, DeviceBuffer<uint8_t> &own_mask,
+                            const float **dx, const uint8_t **dmask)
+{
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    Held &h = g_held;
+    bool held = h.active && h.x == x && h.mask == mask && h.npix == npix && h.bands == bands &&
+                hyprof__cuda_resident_allowed();
+    if (held && h.dx && h.device == dev) {
+        *dx = h.dx;
+        *dmask = mask ? h.dmask : NULL;
+        return HYPROF_OK;
+    }
+    if (held && !h.dx) {
+        /* First step of the chain: upload into buffers that live until release. */
+        held_free();
+        void *px = NULL, *pm = NULL;
+        bool ok = cudaMalloc(&px, npix * bands * sizeof(float)) == cudaSuccess &&
+                  (!mask || cudaMalloc(&pm, npix) == cudaSuccess);
+        ok = ok && cudaMemcpy(px, x, npix * bands * sizeof(float), cudaMemcpyHostToDevice) ==
+                       cudaSuccess;
+        ok = ok && (!mask || cudaMemcpy(pm, mask, npix, cudaMemcpyHostToDevice) == cudaSuccess);
+        if (ok) {
+            h.device = dev;
+            h.dx = (float *)px;
+            h.dmask = (uint8_t *)pm;
+            *dx = h.dx;
+            *dmask = mask ? h.dmask : NULL;
+            return HYPROF_OK;
+        }
+        /* No room to keep it: this step uploads its own copy, as without a hold. */
+        if (px)
+            (void)cudaFree(px);
+        if (pm)
+            (void)cudaFree(pm);
+        (void)cudaGetLastError();
+        h.active = false;
+    }
+    HYPROF_TRY(own_x.alloc(ctx, op, npix * bands));
+    HYPROF_CUDA_CHECK(cudaMemcpy(own_x.get(), x, npix * bands * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+    if (mask) {
+        HYPROF_TRY(own_mask.alloc(ctx, op, npix));
+        HYPROF_CUDA_CHECK(cudaMemcpy(own_mask.get(), mask, npix, cudaMemcpyHostToDevice));
+    }
+    *dx = own_x.get();
+    *dmask = mask ? own_mask.get() : NULL;
+    return HYPROF_OK;
 }
 
 /* ---- homogeneity ------------------------------------------------------------------- */
@@ -257,8 +346,10 @@ __global__ void centre_kernel(const double *__restrict__ part, const unsigned lo
 
 /* Device state of one K-means run. */
 struct KMeansDev {
-    DeviceBuffer<float> x;
-    DeviceBuffer<uint8_t> mask;
+    DeviceBuffer<float> own_x;
+    DeviceBuffer<uint8_t> own_mask;
+    const float *x = NULL;
+    const uint8_t *mask = NULL; /* NULL without a mask */
     DeviceBuffer<double> C, dist, part, ref;
     DeviceBuffer<int32_t> labels;
     DeviceBuffer<unsigned long long> cnt, changed;
@@ -277,7 +368,7 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
     int tpb = 6144 / k;
     tpb = tpb > 64 ? 64 : tpb < 1 ? 1 : tpb;
     partial_kernel<<<(unsigned)div_up(d.nblk * B, (size_t)tpb), tpb,
-                     (size_t)tpb * k * sizeof(double)>>>(d.x.get(), d.labels.get(), a->npix, B, k,
+                     (size_t)tpb * k * sizeof(double)>>>(d.x, d.labels.get(), a->npix, B, k,
                                                          d.nblk, d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
     centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
@@ -292,20 +383,20 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
     const hyprof_kmeans_args_t *a = d.a;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
     const unsigned grid = (unsigned)div_up(a->npix, kThreads);
-    const uint8_t *msk = a->mask ? d.mask.get() : NULL;
+    const uint8_t *msk = d.mask;
     const int B = (int)a->bands, k = (int)a->k;
     if (k <= 8)
-        assign_kernel<8><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+        assign_kernel<8><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
                                              d.labels.get(), d.dist.get(), d.changed.get());
     else if (k <= 16)
-        assign_kernel<16><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+        assign_kernel<16><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
                                               d.labels.get(), d.dist.get(), d.changed.get());
     else if (k <= 32)
-        assign_kernel<32><<<grid, kThreads>>>(d.x.get(), msk, a->npix, B, k, d.C.get(),
+        assign_kernel<32><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
                                               d.labels.get(), d.dist.get(), d.changed.get());
     else
         assign_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(
-            d.x.get(), msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(),
+            d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(),
             d.changed.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
@@ -322,8 +413,7 @@ hyprof_status_t dist_to_dev(hyprof_ctx_t *ctx, void *impl, const double *c)
     HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), c, a->bands * sizeof(double),
                                  cudaMemcpyHostToDevice));
     dist_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
-        d.x.get(), a->mask ? d.mask.get() : NULL, a->npix, (int)a->bands, d.ref.get(),
-        d.dist.get());
+        d.x, d.mask, a->npix, (int)a->bands, d.ref.get(), d.dist.get());
     HYPROF_CUDA_CHECK_LAUNCH("dist_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), a->npix * sizeof(double),
                                  cudaMemcpyDeviceToHost));
@@ -331,6 +421,24 @@ hyprof_status_t dist_to_dev(hyprof_ctx_t *ctx, void *impl, const double *c)
 }
 
 } /* namespace */
+
+extern "C" void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix,
+                                   size_t bands)
+{
+    held_free();
+    g_held = Held();
+    g_held.active = true;
+    g_held.x = x;
+    g_held.mask = mask;
+    g_held.npix = npix;
+    g_held.bands = bands;
+}
+
+extern "C" void hyprof__unmix_release(void)
+{
+    held_free();
+    g_held = Held();
+}
 
 extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *vargs)
 {
@@ -349,6 +457,29 @@ extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *varg
     HYPROF_TRY(d_G.alloc(ctx, op, p * p));
     HYPROF_CUDA_CHECK(cudaMemcpy(d_M.get(), a->M, p * B * sizeof(double), cudaMemcpyHostToDevice));
     HYPROF_CUDA_CHECK(cudaMemcpy(d_G.get(), a->G, p * p * sizeof(double), cudaMemcpyHostToDevice));
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    const Held &h = g_held;
+    if (h.active && h.dx && h.device == dev && h.x == a->x && h.mask == a->mask && h.npix == N &&
+        h.bands == B && hyprof__cuda_resident_allowed()) {
+        /* The chain's cube is on the device already: one launch over all of it. */
+        DeviceBuffer<float> d_out;
+        HYPROF_TRY(d_out.alloc(ctx, op, N * (p + 1)));
+        const uint8_t *msk = a->mask ? h.dmask : NULL;
+        if (p <= 8)
+            launch_abundance<8>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(), a->method,
+                                a->nodata, d_out.get());
+        else if (p <= 16)
+            launch_abundance<16>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, d_out.get());
+        else
+            launch_abundance<32>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
+        HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), N * (p + 1) * sizeof(float),
+                                     cudaMemcpyDeviceToHost));
+        return hyprof__progress(ctx, 1.0, op);
+    }
     const size_t per_pixel = 2 * (B * sizeof(float) + 1 + (p + 1) * sizeof(float));
     size_t m = 0;
     HYPROF_TRY(plan_streamed_chunk(ctx, op, N, B, per_pixel, B > p + 1 ? B : p + 1,
@@ -394,27 +525,23 @@ extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *var
         ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
     for (long j = -r; j <= r; j++)
         k[j + r] /= ksum;
-    DeviceBuffer<float> d_x, d_out;
-    DeviceBuffer<uint8_t> d_mask;
+    DeviceBuffer<float> own_x, d_out;
+    DeviceBuffer<uint8_t> own_mask;
     DeviceBuffer<double> d_k, d_num, d_den, d_acc;
-    HYPROF_TRY(d_x.alloc(ctx, op, n * B));
+    const float *dx = NULL;
+    const uint8_t *msk = NULL;
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
     HYPROF_TRY(d_out.alloc(ctx, op, n));
     HYPROF_TRY(d_k.alloc(ctx, op, k.size()));
     HYPROF_TRY(d_num.alloc(ctx, op, n));
     HYPROF_TRY(d_den.alloc(ctx, op, n));
     HYPROF_TRY(d_acc.alloc(ctx, op, n));
-    if (a->mask) {
-        HYPROF_TRY(d_mask.alloc(ctx, op, n));
-        HYPROF_CUDA_CHECK(cudaMemcpy(d_mask.get(), a->mask, n, cudaMemcpyHostToDevice));
-    }
-    HYPROF_CUDA_CHECK(cudaMemcpy(d_x.get(), a->x, n * B * sizeof(float), cudaMemcpyHostToDevice));
     HYPROF_CUDA_CHECK(cudaMemcpy(d_k.get(), k.data(), k.size() * sizeof(double),
                                  cudaMemcpyHostToDevice));
     HYPROF_CUDA_CHECK(cudaMemset(d_acc.get(), 0, n * sizeof(double)));
     const unsigned grid = (unsigned)div_up(n, 256);
-    const uint8_t *msk = a->mask ? d_mask.get() : NULL;
     for (size_t b = 0; b < B; b++) {
-        const float *xb = d_x.get() + b * n;
+        const float *xb = dx + b * n;
         rows_kernel<<<grid, 256>>>(xb, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
         HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
         cols_acc_kernel<<<grid, 256>>>(xb, w, h, d_k.get(), r, d_num.get(), d_den.get(),
@@ -439,7 +566,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     KMeansDev d;
     d.a = a;
     d.nblk = div_up(n, HYPROF_KMEANS_BLOCK);
-    HYPROF_TRY(d.x.alloc(ctx, op, n * B));
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, d.own_x, d.own_mask, &d.x, &d.mask));
     HYPROF_TRY(d.C.alloc(ctx, op, k * B));
     HYPROF_TRY(d.dist.alloc(ctx, op, n));
     HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
@@ -447,12 +574,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(d.labels.alloc(ctx, op, n));
     HYPROF_TRY(d.cnt.alloc(ctx, op, k));
     HYPROF_TRY(d.changed.alloc(ctx, op, 1));
-    if (a->mask) {
-        HYPROF_TRY(d.mask.alloc(ctx, op, n));
-        HYPROF_CUDA_CHECK(cudaMemcpy(d.mask.get(), a->mask, n, cudaMemcpyHostToDevice));
-    }
-    HYPROF_CUDA_CHECK(cudaMemcpy(d.x.get(), a->x, n * B * sizeof(float), cudaMemcpyHostToDevice));
-    const uint8_t *msk = a->mask ? d.mask.get() : NULL;
+    const uint8_t *msk = d.mask;
     const unsigned grid = (unsigned)div_up(n, 256);
 
     /* The mean spectrum: the update with every valid pixel in cluster 0. */
