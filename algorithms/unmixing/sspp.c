@@ -23,16 +23,17 @@ static size_t reflect(long i, size_t n)
     return (size_t)i;
 }
 
-/* One separable pass over rows (along_x) or columns of num and den. */
+/* One separable pass over rows (along_x) or columns of num and den; ix / iy
+ * map -r..n+r-1 (offset by r) to the reflected indices. */
 static void pass(const double *num, const double *den, double *onum, double *oden, size_t w,
-                 size_t h, const double *k, long r, int along_x)
+                 size_t h, const double *k, long r, int along_x, const size_t *ix,
+                 const size_t *iy)
 {
     for (size_t y = 0; y < h; y++)
         for (size_t x = 0; x < w; x++) {
             double sn = 0.0, sd = 0.0;
             for (long j = -r; j <= r; j++) {
-                size_t q = along_x ? y * w + reflect((long)x + j, w)
-                                   : reflect((long)y + j, h) * w + x;
+                size_t q = along_x ? y * w + ix[(long)x + j + r] : iy[(long)y + j + r] * w + x;
                 sn += k[j + r] * num[q];
                 sd += k[j + r] * den[q];
             }
@@ -42,8 +43,8 @@ static void pass(const double *num, const double *den, double *onum, double *ode
 }
 
 /* Squared differences between band b and its smoothed version into d2. */
-static void band_d2(const hyprof_homog_args_t *a, size_t b, const double *k, long r, double *t,
-                    double *d2)
+static void band_d2(const hyprof_homog_args_t *a, size_t b, const double *k, long r,
+                    const size_t *ix, const size_t *iy, double *t, double *d2)
 {
     size_t w = a->width, h = a->height, n = w * h;
     const float *xb = a->x + b * n;
@@ -52,8 +53,8 @@ static void band_d2(const hyprof_homog_args_t *a, size_t b, const double *k, lon
         t[p] = m ? xb[p] : 0.0; /* not m * x: a NaN under the mask would spread */
         t[n + p] = m ? 1.0 : 0.0;
     }
-    pass(t, t + n, t + 2 * n, t + 3 * n, w, h, k, r, 1);
-    pass(t + 2 * n, t + 3 * n, t, t + n, w, h, k, r, 0);
+    pass(t, t + n, t + 2 * n, t + 3 * n, w, h, k, r, 1, ix, iy);
+    pass(t + 2 * n, t + 3 * n, t, t + n, w, h, k, r, 0, ix, iy);
     for (size_t p = 0; p < n; p++) {
         double s = t[n + p] > 0.0 ? t[p] / t[n + p] : 0.0, d = (double)xb[p] - s;
         d2[p] = d * d;
@@ -73,13 +74,20 @@ hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
     long r = (long)(3.0 * a->sigma + 0.5);
     double *k = malloc((2 * r + 1) * sizeof *k), ksum = 0.0;
     double *acc = calloc(n, sizeof *acc), *d2 = malloc(G * n * sizeof *d2);
+    size_t *ix = malloc((a->width + 2 * r) * sizeof *ix), *iy = malloc((a->height + 2 * r) * sizeof *iy);
     hyprof_status_t st = HYPROF_OK;
-    if (!k || !acc || !d2) {
+    if (!k || !acc || !d2 || !ix || !iy) {
         free(k);
         free(acc);
         free(d2);
+        free(ix);
+        free(iy);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate filter buffers");
     }
+    for (long i = -r; i < (long)a->width + r; i++)
+        ix[i + r] = reflect(i, a->width);
+    for (long i = -r; i < (long)a->height + r; i++)
+        iy[i + r] = reflect(i, a->height);
     for (long j = -r; j <= r; j++)
         ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
     for (long j = -r; j <= r; j++)
@@ -96,7 +104,7 @@ hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
             #pragma omp for schedule(dynamic, 1)
             for (size_t i = 0; i < g; i++)
                 if (t)
-                    band_d2(a, b0 + i, k, r, t, d2 + i * n);
+                    band_d2(a, b0 + i, k, r, ix, iy, t, d2 + i * n);
             free(t);
             #pragma omp for schedule(static)
             for (size_t p = 0; p < n; p++)
@@ -114,6 +122,8 @@ hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
     free(k);
     free(acc);
     free(d2);
+    free(ix);
+    free(iy);
     return st;
 }
 
