@@ -175,23 +175,25 @@ static hyprof_status_t purity(hyprof_ctx_t *ctx, const hyprof_cube_t *x, size_t 
 
 /* ---- fusion ------------------------------------------------------------------- */
 
+/* Sort keys of one cluster: its pixels (ascending) and their RMSE and purity. */
 typedef struct {
+    const size_t *px;
     const float *rmse, *purity;
 } fusion_keys_t;
 
 static int by_rmse(const void *pa, const void *pb, void *user)
 {
-    const fusion_keys_t *g_keys = user;
+    const fusion_keys_t *k = user;
     size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    float ra = g_keys->rmse[a], rb = g_keys->rmse[b];
+    float ra = k->rmse[k->px[a]], rb = k->rmse[k->px[b]];
     return ra < rb ? -1 : ra > rb ? 1 : (a > b) - (a < b);
 }
 
 static int by_purity(const void *pa, const void *pb, void *user)
 {
-    const fusion_keys_t *g_keys = user;
+    const fusion_keys_t *k = user;
     size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    float ra = g_keys->purity[a], rb = g_keys->purity[b];
+    float ra = k->purity[k->px[a]], rb = k->purity[k->px[b]];
     return ra > rb ? -1 : ra < rb ? 1 : (a > b) - (a < b);
 }
 
@@ -207,44 +209,73 @@ static int by_score(const void *pa, const void *pb)
     return (a->px > b->px) - (a->px < b->px);
 }
 
-/* In each cluster: rank by increasing RMSE and by decreasing purity; keep the
- * per_cluster pixels with the smallest sum of the two ranks (ties: lower
- * pixel index). Deterministic, so both backends select the same pixels. */
-static hyprof_status_t fuse(hyprof_ctx_t *ctx, size_t npix, const hyprof_sspp_params_t *prm,
-                            hyprof_sspp_out_t *o)
+/* The candidates of one cluster, whose pixels are px[0..n) in increasing order. */
+static int fuse_cluster(const size_t *px, size_t n, const hyprof_sspp_params_t *prm,
+                        hyprof_sspp_out_t *o)
 {
-    size_t *order = malloc(npix * sizeof *order), *byp = malloc(npix * sizeof *byp);
-    size_t *rank = malloc(npix * sizeof *rank);
-    scored_t *sc = malloc(npix * sizeof *sc);
-    if (!order || !byp || !rank || !sc) {
-        free(order); free(byp); free(rank); free(sc);
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    }
-    fusion_keys_t keys = {o->rmse, o->purity};
-    memset(o->candidate, 0, npix);
-    o->ncandidates = 0;
-    for (size_t c = 0; c < prm->p; c++) {
-        size_t n = 0;
-        for (size_t px = 0; px < npix; px++)
-            if (o->labels[px] == (int32_t)c)
-                order[n++] = px;
-        if (n == 0)
-            continue;
-        memcpy(byp, order, n * sizeof *byp);
-        qsort_r(order, n, sizeof *order, by_rmse, &keys);
+    size_t *byr = malloc(n * sizeof *byr), *byp = malloc(n * sizeof *byp),
+           *rank = malloc(n * sizeof *rank);
+    scored_t *sc = malloc(n * sizeof *sc);
+    int ok = byr && byp && rank && sc;
+    if (ok) {
+        fusion_keys_t keys = {px, o->rmse, o->purity};
+        for (size_t i = 0; i < n; i++)
+            byr[i] = byp[i] = i; /* local indices: their order is the pixel order */
+        qsort_r(byr, n, sizeof *byr, by_rmse, &keys);
         qsort_r(byp, n, sizeof *byp, by_purity, &keys);
         for (size_t i = 0; i < n; i++)
-            rank[order[i]] = i;
+            rank[byr[i]] = i;
         for (size_t i = 0; i < n; i++)
-            sc[i] = (scored_t){byp[i], i + rank[byp[i]]};
+            sc[i] = (scored_t){px[byp[i]], i + rank[byp[i]]};
         qsort(sc, n, sizeof *sc, by_score);
         size_t keep = prm->per_cluster < n ? prm->per_cluster : n;
         for (size_t i = 0; i < keep; i++)
             o->candidate[sc[i].px] = 1;
-        o->ncandidates += keep;
     }
-    free(order); free(byp); free(rank); free(sc);
-    return HYPROF_OK;
+    free(byr);
+    free(byp);
+    free(rank);
+    free(sc);
+    return ok;
+}
+
+/* In each cluster: rank by increasing RMSE and by decreasing purity; keep the
+ * per_cluster pixels with the smallest sum of the two ranks (ties: lower
+ * pixel index). Deterministic, so both backends select the same pixels;
+ * clusters in parallel. */
+static hyprof_status_t fuse(hyprof_ctx_t *ctx, size_t npix, const hyprof_sspp_params_t *prm,
+                            hyprof_sspp_out_t *o)
+{
+    size_t k = prm->p, *start = calloc(k + 1, sizeof *start), *fill = malloc(k * sizeof *fill);
+    size_t *order = malloc((npix ? npix : 1) * sizeof *order);
+    int failed = !start || !fill || !order;
+    memset(o->candidate, 0, npix);
+    o->ncandidates = 0;
+    for (size_t px = 0; !failed && px < npix; px++)
+        if (o->labels[px] >= 0)
+            start[o->labels[px] + 1]++;
+    for (size_t c = 0; !failed && c < k; c++)
+        start[c + 1] += start[c];
+    for (size_t c = 0; !failed && c < k; c++)
+        fill[c] = start[c];
+    for (size_t px = 0; !failed && px < npix; px++) /* pixels grouped by cluster, in order */
+        if (o->labels[px] >= 0)
+            order[fill[o->labels[px]]++] = px;
+    if (!failed) {
+        #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(dynamic, 1) \
+            reduction(| : failed)
+        for (size_t c = 0; c < k; c++)
+            if (start[c + 1] > start[c])
+                failed |= !fuse_cluster(order + start[c], start[c + 1] - start[c], prm, o);
+    }
+    for (size_t c = 0; !failed && c < k; c++) {
+        size_t n = start[c + 1] - start[c];
+        o->ncandidates += prm->per_cluster < n ? prm->per_cluster : n;
+    }
+    free(start);
+    free(fill);
+    free(order);
+    return failed ? hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory") : HYPROF_OK;
 }
 
 /* ---- the whole preprocessing -------------------------------------------------- */
