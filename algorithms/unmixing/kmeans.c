@@ -114,55 +114,56 @@ static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int
 }
 
 /* The farthest-point initialisation, written once for both backends over
- * their distance step: `dist_to(c)` fills a->dist with every pixel's squared
- * distance to c (-1 for masked pixels). The first reference is the mean
- * spectrum (the update step with one cluster, so its sum order is fixed). */
+ * their step (unmixing_impl.h). The first reference is the mean spectrum
+ * (the update step with one cluster, so its sum order is fixed). */
 hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
-                                    hyprof_status_t (*dist_to)(hyprof_ctx_t *, void *,
-                                                               const double *),
-                                    void *impl, const double *mean)
+                                    hyprof__kmeans_step_fn step, void *impl, const double *mean)
 {
     size_t B = a->bands, npix = a->npix;
-    double *mind = malloc(npix * sizeof *mind), *ref = malloc(B * sizeof *ref);
-    hyprof_status_t st = HYPROF_OK;
-    if (!mind || !ref)
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    if (st == HYPROF_OK)
-        memcpy(ref, mean, B * sizeof *ref);
-    for (size_t j = 0; st == HYPROF_OK && j < a->k; j++) {
-        if ((st = dist_to(ctx, impl, ref)) != HYPROF_OK)
-            break;
+    const double *ref = mean;
+    for (size_t j = 0; j < a->k; j++) {
         size_t best = npix;
-        for (size_t px = 0; px < npix; px++) {
-            if (a->dist[px] < 0.0)
-                continue;
-            /* j = 0: distance to the mean, not to a centre; j = 1: the first centre. */
-            if (j <= 1 || a->dist[px] < mind[px])
-                mind[px] = a->dist[px];
-            if (best == npix || mind[px] > mind[best])
-                best = px;
-        }
+        hyprof_status_t st = step(ctx, impl, ref, j, &best);
+        if (st != HYPROF_OK)
+            return st;
+        if (best >= npix)
+            return hyprof__error(ctx, HYPROF_ERR_INTERNAL, OP, "no valid pixel to start from");
         a->init[j] = best;
         for (size_t b = 0; b < B; b++)
-            ref[b] = a->centres[j * B + b] = a->x[b * npix + best];
+            a->centres[j * B + b] = a->x[b * npix + best];
+        ref = a->centres + j * B;
     }
-    free(mind);
-    free(ref);
-    return st;
+    return HYPROF_OK;
 }
 
-static hyprof_status_t cpu_dist_to(hyprof_ctx_t *ctx, void *impl, const double *c)
+typedef struct {
+    hyprof_kmeans_args_t *a;
+    double *mind;
+} cpu_init_t;
+
+static hyprof_status_t cpu_step(hyprof_ctx_t *ctx, void *impl, const double *ref, size_t j,
+                                size_t *best)
 {
-    hyprof_kmeans_args_t *a = impl;
+    cpu_init_t *c = impl;
+    hyprof_kmeans_args_t *a = c->a;
     size_t ntiles = (a->npix + TILE - 1) / TILE;
     #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
     for (size_t t = 0; t < ntiles; t++) {
         double d[TILE];
         size_t p0 = t * TILE, n = a->npix - p0 < TILE ? a->npix - p0 : TILE;
-        tile_dist(a->x, a->npix, a->bands, c, 1, p0, n, d);
-        for (size_t i = 0; i < n; i++)
-            a->dist[p0 + i] = (a->mask && !a->mask[p0 + i]) ? -1.0 : d[i];
+        tile_dist(a->x, a->npix, a->bands, ref, 1, p0, n, d);
+        for (size_t i = 0; i < n; i++) {
+            size_t px = p0 + i;
+            if (a->mask && !a->mask[px])
+                c->mind[px] = -1.0;
+            else if (j <= 1 || d[i] < c->mind[px])
+                c->mind[px] = d[i];
+        }
     }
+    *best = a->npix;
+    for (size_t px = 0; px < a->npix; px++)
+        if (c->mind[px] >= 0.0 && (*best == a->npix || c->mind[px] > c->mind[*best]))
+            *best = px;
     return HYPROF_OK;
 }
 
@@ -185,7 +186,8 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     one.k = 1;
     one.centres = mean;
     update(&one, sum, cnt, threads);
-    if ((st = hyprof__kmeans_init(ctx, a, cpu_dist_to, a, mean)) != HYPROF_OK)
+    cpu_init_t init = {a, a->dist}; /* dist is free until the first assignment */
+    if ((st = hyprof__kmeans_init(ctx, a, cpu_step, &init, mean)) != HYPROF_OK)
         goto done;
     for (size_t px = 0; px < a->npix; px++)
         a->labels[px] = -2; /* every label "changes" in the first assignment */

@@ -71,13 +71,16 @@ typedef struct {
     int iterations;    /* out */
 } hyprof_kmeans_args_t;
 
-/* The initialisation over a backend's distance step (kmeans.c): the first
- * centre is the valid pixel farthest from `mean`, each next one the pixel
- * farthest from its nearest chosen centre (lowest index on ties). */
+/* The initialisation over a backend's step (kmeans.c): the first centre is
+ * the valid pixel farthest from `mean`, each next one the pixel farthest from
+ * its nearest chosen centre (lowest index on ties). step(ctx, impl, ref, j,
+ * &best) computes every valid pixel's squared distance d to ref, sets
+ * mind = d when j <= 1 (j = 0: ref is the mean, j = 1: the first centre),
+ * else mind = min(mind, d), and returns the first pixel of largest mind. */
+typedef hyprof_status_t (*hyprof__kmeans_step_fn)(hyprof_ctx_t *ctx, void *impl,
+                                                  const double *ref, size_t j, size_t *best);
 hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
-                                    hyprof_status_t (*dist_to)(hyprof_ctx_t *, void *,
-                                                               const double *),
-                                    void *impl, const double *mean);
+                                    hyprof__kmeans_step_fn step, void *impl, const double *mean);
 
 hyprof_status_t hyprof__cpu_abundances(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *args);

@@ -11,8 +11,8 @@
  *   difference to a per-pixel double accumulator. Every product and sum uses
  *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
  *   result is the CPU's bit for bit.
- * - kmeans: the cube is uploaded once; the distance step of the farthest-point
- *   initialisation, the assignment (one thread per pixel reading its spectrum
+ * - kmeans: the cube is uploaded once; the step of the farthest-point
+ *   initialisation (distances, running minimum and a first-index argmax), the assignment (one thread per pixel reading its spectrum
  *   once, the k sums in registers for k <= 32, same arithmetic as the CPU) and the centre update in the CPU's fixed order (partial sums of
  *   HYPROF_KMEANS_BLOCK pixels, then the blocks in order) run on the device. */
 #include "../core/cuda_util.h"
@@ -235,13 +235,61 @@ __device__ inline double sqdist_dev(const float *__restrict__ x, size_t npix, si
     return d;
 }
 
-__global__ void dist_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
-                            size_t npix, int B, const double *__restrict__ c,
-                            double *__restrict__ dist)
+/* One step of the farthest-point initialisation: mind = d (j <= 1) or
+ * min(mind, d) with d the squared distance to ref; -1 for masked pixels. */
+__global__ void mind_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                            size_t npix, int B, const double *__restrict__ ref, size_t j,
+                            double *__restrict__ mind)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < npix)
-        dist[i] = (mask && !mask[i]) ? -1.0 : sqdist_dev(x, npix, i, B, c);
+    if (i >= npix)
+        return;
+    if (mask && !mask[i]) {
+        mind[i] = -1.0;
+        return;
+    }
+    double d = sqdist_dev(x, npix, i, B, ref);
+    if (j <= 1 || d < mind[i])
+        mind[i] = d;
+}
+
+/* The first index of the largest value: per block, then over blocks on the host. */
+__device__ inline void better(double &v, unsigned long long &i, double v2, unsigned long long i2)
+{
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+const int kArgmaxThreads = 256, kArgmaxBlocks = 512;
+
+__global__ void argmax_kernel(const double *__restrict__ v, size_t n, double *__restrict__ bv,
+                              unsigned long long *__restrict__ bi)
+{
+    __shared__ double sv[kArgmaxThreads / 32];
+    __shared__ unsigned long long si[kArgmaxThreads / 32];
+    double best = -2.0;
+    unsigned long long idx = ~0ull;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        better(best, idx, v[i], i);
+    for (int off = 16; off > 0; off >>= 1) {
+        double ov = __shfl_down_sync(0xffffffffu, best, off);
+        unsigned long long oi = __shfl_down_sync(0xffffffffu, idx, off);
+        better(best, idx, ov, oi);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        sv[threadIdx.x >> 5] = best;
+        si[threadIdx.x >> 5] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kArgmaxThreads / 32; w++)
+            better(best, idx, sv[w], si[w]);
+        bv[blockIdx.x] = best;
+        bi[blockIdx.x] = idx;
+    }
 }
 
 __global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix, int32_t valid,
@@ -350,7 +398,8 @@ struct KMeansDev {
     DeviceBuffer<uint8_t> own_mask;
     const float *x = NULL;
     const uint8_t *mask = NULL; /* NULL without a mask */
-    DeviceBuffer<double> C, dist, part, ref;
+    DeviceBuffer<double> C, dist, part, ref, bv;
+    DeviceBuffer<unsigned long long> bi;
     DeviceBuffer<int32_t> labels;
     DeviceBuffer<unsigned long long> cnt, changed;
     const hyprof_kmeans_args_t *a;
@@ -404,19 +453,35 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
     return HYPROF_OK;
 }
 
-/* The distance step of the initialisation (kmeans.c's hyprof__kmeans_init). */
-hyprof_status_t dist_to_dev(hyprof_ctx_t *ctx, void *impl, const double *c)
+/* The step of the initialisation (kmeans.c's hyprof__kmeans_init), d.dist
+ * holding mind; one index comes back to the host. */
+hyprof_status_t step_dev(hyprof_ctx_t *ctx, void *impl, const double *ref, size_t j, size_t *best)
 {
     static const char op[] = "kmeans";
     KMeansDev &d = *(KMeansDev *)impl;
     const hyprof_kmeans_args_t *a = d.a;
-    HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), c, a->bands * sizeof(double),
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), ref, a->bands * sizeof(double),
                                  cudaMemcpyHostToDevice));
-    dist_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
-        d.x, d.mask, a->npix, (int)a->bands, d.ref.get(), d.dist.get());
-    HYPROF_CUDA_CHECK_LAUNCH("dist_kernel");
-    HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), a->npix * sizeof(double),
+    mind_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+        d.x, d.mask, a->npix, (int)a->bands, d.ref.get(), j, d.dist.get());
+    HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
+    unsigned nb = (unsigned)div_up(a->npix, kArgmaxThreads);
+    nb = nb > (unsigned)kArgmaxBlocks ? (unsigned)kArgmaxBlocks : nb;
+    argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), a->npix, d.bv.get(), d.bi.get());
+    HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
+    std::vector<double> v(nb);
+    std::vector<unsigned long long> i(nb);
+    HYPROF_CUDA_CHECK(cudaMemcpy(v.data(), d.bv.get(), nb * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(i.data(), d.bi.get(), nb * sizeof(unsigned long long),
                                  cudaMemcpyDeviceToHost));
+    double bestv = -2.0;
+    unsigned long long besti = ~0ull;
+    for (unsigned b = 0; b < nb; b++)
+        if (v[b] > bestv || (v[b] == bestv && i[b] < besti)) {
+            bestv = v[b];
+            besti = i[b];
+        }
+    *best = (bestv >= 0.0 && besti < a->npix) ? (size_t)besti : a->npix;
     return HYPROF_OK;
 }
 
@@ -571,6 +636,8 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(d.dist.alloc(ctx, op, n));
     HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
     HYPROF_TRY(d.ref.alloc(ctx, op, B));
+    HYPROF_TRY(d.bv.alloc(ctx, op, kArgmaxBlocks));
+    HYPROF_TRY(d.bi.alloc(ctx, op, kArgmaxBlocks));
     HYPROF_TRY(d.labels.alloc(ctx, op, n));
     HYPROF_TRY(d.cnt.alloc(ctx, op, k));
     HYPROF_TRY(d.changed.alloc(ctx, op, 1));
@@ -584,7 +651,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     std::vector<double> mean(B);
     HYPROF_CUDA_CHECK(cudaMemcpy(mean.data(), d.ref.get(), B * sizeof(double),
                                  cudaMemcpyDeviceToHost));
-    HYPROF_TRY(hyprof__kmeans_init(ctx, a, dist_to_dev, &d, mean.data()));
+    HYPROF_TRY(hyprof__kmeans_init(ctx, a, step_dev, &d, mean.data()));
     HYPROF_CUDA_CHECK(cudaMemcpy(d.C.get(), a->centres, k * B * sizeof(double),
                                  cudaMemcpyHostToDevice));
 
