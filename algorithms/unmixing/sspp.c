@@ -129,48 +129,103 @@ hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args)
 
 /* ---- purity ------------------------------------------------------------------- */
 
-/* Sum over the first p principal components of the pixel's weight: 1 at the
- * component's extreme projections, 0 at their midpoint, linear in between,
- * and 0 when below theta. */
+#define PTILE 256
+
+/* Projections of pixels [p0, p0+n) on the p skewers into v (p x npix). */
+static void project_tile(const hyprof_purity_args_t *a, size_t p0, size_t n, double *acc,
+                         float *v)
+{
+    size_t P = a->p;
+    for (size_t i = 0; i < P * PTILE; i++)
+        acc[i] = 0.0;
+    for (size_t b = 0; b < a->bands; b++) {
+        const float *xb = a->x + b * a->npix + p0;
+        for (size_t k = 0; k < P; k++) {
+            double w = a->vectors[k * a->bands + b], m = a->mean[b], *ak = acc + k * PTILE;
+            for (size_t i = 0; i < n; i++)
+                ak[i] += w * ((double)xb[i] - m);
+        }
+    }
+    for (size_t k = 0; k < P; k++)
+        for (size_t i = 0; i < n; i++)
+            v[k * a->npix + p0 + i] = (float)acc[k * PTILE + i];
+}
+
+hyprof_status_t hyprof__cpu_purity(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof_purity_args_t *a = args;
+    size_t n = a->npix, P = a->p, ntiles = (n + PTILE - 1) / PTILE;
+    int threads = hyprof__threads(ctx), nomem = 0;
+    float *v = malloc(P * n * sizeof *v);
+    double *lo = malloc(P * sizeof *lo), *hi = malloc(P * sizeof *hi);
+    if (!v || !lo || !hi) {
+        free(v);
+        free(lo);
+        free(hi);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the projections");
+    }
+    #pragma omp parallel num_threads(threads)
+    {
+        double *acc = malloc(P * PTILE * sizeof *acc);
+        if (!acc) {
+            #pragma omp atomic write
+            nomem = 1;
+        }
+        #pragma omp for schedule(static)
+        for (size_t t = 0; t < ntiles; t++)
+            if (acc)
+                project_tile(a, t * PTILE, n - t * PTILE < PTILE ? n - t * PTILE : PTILE, acc, v);
+        free(acc);
+        #pragma omp for schedule(static)
+        for (size_t k = 0; k < P; k++) {
+            double l = INFINITY, h = -INFINITY;
+            for (size_t i = 0; i < n; i++)
+                if (!a->mask || a->mask[i]) {
+                    l = v[k * n + i] < l ? v[k * n + i] : l;
+                    h = v[k * n + i] > h ? v[k * n + i] : h;
+                }
+            lo[k] = l;
+            hi[k] = h;
+        }
+        #pragma omp for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float s = 0.0f;
+            for (size_t k = 0; k < P && (!a->mask || a->mask[i]); k++) {
+                double mid = 0.5 * (lo[k] + hi[k]), half = 0.5 * (hi[k] - lo[k]);
+                double w = half > 0.0 ? fabs((double)v[k * n + i] - mid) / half : 0.0;
+                if (half > 0.0 && w >= a->theta)
+                    s += (float)w;
+            }
+            a->out[i] = (float)(nearbyint((double)s * 1e5) * 1e-5);
+        }
+    }
+    free(v);
+    free(lo);
+    free(hi);
+    if (nomem)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate projection tiles");
+    return HYPROF_OK;
+}
+
+/* The PCA (the library's) gives the skewers; the purity step projects on
+ * them. Constant input has no direction to project on. */
 static hyprof_status_t purity(hyprof_ctx_t *ctx, const hyprof_cube_t *x, size_t p,
                               double theta, float *out)
 {
     hyprof_pca_model_t *m = NULL;
-    hyprof_cube_t pcs;
-    memset(&pcs, 0, sizeof pcs);
     hyprof_status_t st = hyprof_pca_fit(ctx, x, p, &m);
     if (st == HYPROF_OK && !(hyprof_pca_model_total_variance(m) > 0.0))
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
                            "every valid pixel has the same spectrum: nothing to unmix");
-    if (st == HYPROF_OK)
-        st = hyprof_pca_apply(ctx, m, x, &pcs);
-    hyprof_pca_model_free(&m);
-    if (st != HYPROF_OK)
-        return st;
-    size_t n = x->width * x->height;
-    for (size_t i = 0; i < n; i++)
-        out[i] = 0.0f;
-    const float *v = pcs.data;
-    for (size_t k = 0; k < p; k++, v += n) {
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t i = 0; i < n; i++)
-            if (!x->mask || x->mask[i]) {
-                lo = v[i] < lo ? v[i] : lo;
-                hi = v[i] > hi ? v[i] : hi;
-            }
-        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
-        for (size_t i = 0; half > 0.0 && i < n; i++) {
-            double wgt = fabs((double)v[i] - mid) / half;
-            if ((!x->mask || x->mask[i]) && wgt >= theta)
-                out[i] += (float)wgt;
-        }
+    if (st == HYPROF_OK) {
+        hyprof_purity_args_t a = {x->data, x->mask, x->width * x->height, x->bands, p,
+                                  hyprof_pca_model_mean(m), hyprof_pca_model_vectors(m), theta,
+                                  out};
+        st = hyprof__dispatch(ctx, OP, hyprof__cpu_purity, HYPROF_CUDA_IMPL(hyprof__cuda_purity),
+                              &a);
     }
-    /* The projections differ between backends in their last bits; on a 1e-5
-     * grid the purity ranks of the fusion come out the same on both. */
-    for (size_t i = 0; i < n; i++)
-        out[i] = (float)(nearbyint((double)out[i] * 1e5) * 1e-5);
-    hyprof_cube_free(&pcs);
-    return HYPROF_OK;
+    hyprof_pca_model_free(&m);
+    return st;
 }
 
 /* ---- fusion ------------------------------------------------------------------- */

@@ -49,6 +49,24 @@ typedef struct {
     float *rmse;       /* width*height */
 } hyprof_homog_args_t;
 
+/* Spectral purity from a fitted PCA (its first p components as skewers):
+ * v_k(q) = (float) sum_b vectors[k][b] (x_b(q) - mean_b), in double over b in
+ * increasing order; over the valid pixels lo_k = min v_k, hi_k = max v_k;
+ * w = |v_k - mid_k| / half_k (mid = (lo+hi)/2, half = (hi-lo)/2, in double;
+ * no weight when half = 0); purity = float sum over k in order of (float) w
+ * for w >= theta, then rounded to a multiple of 1e-5 (the projections differ
+ * between backends in their last bits; on that grid the fusion's purity ranks
+ * come out the same). Masked pixels: 0. */
+typedef struct {
+    const float *x;
+    const uint8_t *mask;
+    size_t npix, bands, p;
+    const double *mean;    /* bands */
+    const double *vectors; /* p x bands, component-major */
+    double theta;
+    float *out;            /* npix */
+} hyprof_purity_args_t;
+
 /* K-means: the farthest-point initialisation (hyprof__kmeans_init), then
  * Lloyd's iterations: assignment to the nearest centre by squared Euclidean
  * distance in double (first centre on ties), centres as the double mean of
@@ -87,6 +105,8 @@ hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cpu_homogeneity(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cpu_purity(hyprof_ctx_t *ctx, void *args);
+hyprof_status_t hyprof__cuda_purity(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *args);
 
 /* ---- host-side pieces shared by sspp.c and unmix.c ---------------------------- */

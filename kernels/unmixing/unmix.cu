@@ -11,6 +11,9 @@
  *   difference to a per-pixel double accumulator. Every product and sum uses
  *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
  *   result is the CPU's bit for bit.
+ * - purity: projections on the fitted PCA's skewers (one thread per pixel,
+ *   sums in registers), per-component min/max reductions, weights; the PCA
+ *   fit itself is the library's.
  * - kmeans: the cube is uploaded once; the step of the farthest-point
  *   initialisation (distances, running minimum and a first-index argmax), the assignment (one thread per pixel reading its spectrum
  *   once, the k sums in registers for k <= 32, same arithmetic as the CPU) and the centre update in the CPU's fixed order (partial sums of
@@ -220,6 +223,81 @@ __global__ void rmse_kernel(const double *__restrict__ acc, const uint8_t *__res
     size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (p < n)
         out[p] = (mask && !mask[p]) ? nodata : (float)__dsqrt_rn(__ddiv_rn(acc[p], (double)B));
+}
+
+/* ---- purity ----------------------------------------------------------------------------- */
+
+/* v[k*npix + i] = (float) sum_b V[k][b] (x_b(i) - mean_b), the sums in registers. */
+template <int MAXK>
+__global__ void project_kernel(const float *__restrict__ x, size_t npix, int B, int P,
+                               const double *__restrict__ mean, const double *__restrict__ V,
+                               float *__restrict__ v)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    double acc[MAXK];
+#pragma unroll
+    for (int k = 0; k < MAXK; k++)
+        acc[k] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i] - mean[b];
+#pragma unroll
+        for (int k = 0; k < MAXK; k++)
+            if (k < P)
+                acc[k] += V[(size_t)k * B + b] * xb;
+    }
+#pragma unroll
+    for (int k = 0; k < MAXK; k++)
+        if (k < P)
+            v[(size_t)k * npix + i] = (float)acc[k];
+}
+
+/* Per component (blockIdx.y) and block: min and max of the valid projections. */
+__global__ void minmax_kernel(const float *__restrict__ v, const uint8_t *__restrict__ mask,
+                              size_t npix, float *__restrict__ lo, float *__restrict__ hi)
+{
+    __shared__ float slo[256], shi[256];
+    const float *vk = v + (size_t)blockIdx.y * npix;
+    float l = INFINITY, h = -INFINITY;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npix;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!mask || mask[i]) {
+            l = fminf(l, vk[i]);
+            h = fmaxf(h, vk[i]);
+        }
+    slo[threadIdx.x] = l;
+    shi[threadIdx.x] = h;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            slo[threadIdx.x] = fminf(slo[threadIdx.x], slo[threadIdx.x + s]);
+            shi[threadIdx.x] = fmaxf(shi[threadIdx.x], shi[threadIdx.x + s]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        lo[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = slo[0];
+        hi[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = shi[0];
+    }
+}
+
+__global__ void weights_kernel(const float *__restrict__ v, const uint8_t *__restrict__ mask,
+                               size_t npix, int P, const double *__restrict__ lohi, double theta,
+                               float *__restrict__ out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    float s = 0.0f;
+    for (int k = 0; k < P && (!mask || mask[i]); k++) {
+        double lo = lohi[2 * k], hi = lohi[2 * k + 1];
+        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
+        double w = half > 0.0 ? fabs((double)v[(size_t)k * npix + i] - mid) / half : 0.0;
+        if (half > 0.0 && w >= theta)
+            s += (float)w;
+    }
+    out[i] = (float)(rint((double)s * 1e5) * 1e-5);
 }
 
 /* ---- K-means ---------------------------------------------------------------------------- */
@@ -574,6 +652,71 @@ extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *varg
         HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, op));
     }
     return pipe.drain(ctx, op);
+}
+
+extern "C" hyprof_status_t hyprof__cuda_purity(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "sspp";
+    const hyprof_purity_args_t *a = (const hyprof_purity_args_t *)vargs;
+    const size_t n = a->npix, B = a->bands, P = a->p;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    DeviceBuffer<float> own_x, d_v, d_out, d_lo, d_hi;
+    DeviceBuffer<uint8_t> own_mask;
+    DeviceBuffer<double> d_mean, d_V, d_lohi;
+    const float *dx = NULL;
+    const uint8_t *msk = NULL;
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
+    const unsigned nb = 64;
+    HYPROF_TRY(d_v.alloc(ctx, op, P * n));
+    HYPROF_TRY(d_out.alloc(ctx, op, n));
+    HYPROF_TRY(d_lo.alloc(ctx, op, P * nb));
+    HYPROF_TRY(d_hi.alloc(ctx, op, P * nb));
+    HYPROF_TRY(d_mean.alloc(ctx, op, B));
+    HYPROF_TRY(d_V.alloc(ctx, op, P * B));
+    HYPROF_TRY(d_lohi.alloc(ctx, op, 2 * P));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_mean.get(), a->mean, B * sizeof(double), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), a->vectors, P * B * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    const unsigned grid = (unsigned)div_up(n, kThreads);
+    if (P <= 8)
+        project_kernel<8><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                              d_v.get());
+    else if (P <= 16)
+        project_kernel<16><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                               d_v.get());
+    else if (P <= 32)
+        project_kernel<32><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                               d_v.get());
+    else
+        project_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(dx, n, (int)B, (int)P,
+                                                                  d_mean.get(), d_V.get(),
+                                                                  d_v.get());
+    HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
+    minmax_kernel<<<dim3(nb, (unsigned)P), 256>>>(d_v.get(), msk, n, d_lo.get(), d_hi.get());
+    HYPROF_CUDA_CHECK_LAUNCH("minmax_kernel");
+    std::vector<float> lo(P * nb), hi(P * nb);
+    std::vector<double> lohi(2 * P);
+    HYPROF_CUDA_CHECK(cudaMemcpy(lo.data(), d_lo.get(), P * nb * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(hi.data(), d_hi.get(), P * nb * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < P; k++) {
+        float l = INFINITY, h = -INFINITY;
+        for (unsigned b = 0; b < nb; b++) {
+            l = lo[k * nb + b] < l ? lo[k * nb + b] : l;
+            h = hi[k * nb + b] > h ? hi[k * nb + b] : h;
+        }
+        lohi[2 * k] = l;
+        lohi[2 * k + 1] = h;
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_lohi.get(), lohi.data(), 2 * P * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    weights_kernel<<<grid, kThreads>>>(d_v.get(), msk, n, (int)P, d_lohi.get(), a->theta,
+                                       d_out.get());
+    HYPROF_CUDA_CHECK_LAUNCH("weights_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
 }
 
 extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *vargs)
