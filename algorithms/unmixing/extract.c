@@ -253,6 +253,9 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
     return LAPACKE_dgetri(LAPACK_COL_MAJOR, (lapack_int)p, inv, (lapack_int)p, ipiv) ? -1 : 0;
 }
 
+/* Candidate sets up to this size get their PCA on the CPU. */
+#define SMALL_PCA 65536
+
 /* Z (n x p): [1, first p-1 principal components] of every candidate, by the
  * library's PCA on a view of D. */
 static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
@@ -264,10 +267,21 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     v.stride_b = 1;
     hyprof_pca_model_t *m = NULL;
     memset(&pcs, 0, sizeof pcs);
-    hyprof_status_t st = hyprof_pca_fit(ctx, &v, p - 1, &m);
+    /* A few thousand candidates (SSPP's) are done on the CPU before a GPU has
+     * set up its handles; the whole image goes where the context says. */
+    hyprof_ctx_t *cpu = NULL, *use = ctx;
+    if (n <= SMALL_PCA && (cpu = hyprof_ctx_new()) != NULL) {
+        hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
+        hyprof_ctx_set_threads(cpu, hyprof_ctx_threads(ctx));
+        use = cpu;
+    }
+    hyprof_status_t st = hyprof_pca_fit(use, &v, p - 1, &m);
     if (st == HYPROF_OK)
-        st = hyprof_pca_apply(ctx, m, &v, &pcs);
+        st = hyprof_pca_apply(use, m, &v, &pcs);
     hyprof_pca_model_free(&m);
+    if (st != HYPROF_OK && use != ctx)
+        hyprof__error(ctx, st, op, "%s", hyprof_ctx_last_error(use));
+    hyprof_ctx_free(&cpu);
     if (st != HYPROF_OK)
         return st;
     const float *pc = pcs.data;
@@ -277,7 +291,6 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
             Z[i * p + k + 1] = pc[k * n + i];
     }
     hyprof_cube_free(&pcs);
-    (void)op;
     return HYPROF_OK;
 }
 
