@@ -294,11 +294,41 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     return HYPROF_OK;
 }
 
+/* Row-major copy of the column-major inverse: row j contiguous. */
+static void transpose(const double *Ai, size_t p, double *AiR)
+{
+    for (size_t j = 0; j < p; j++)
+        for (size_t t = 0; t < p; t++)
+            AiR[j * p + t] = Ai[j + t * p];
+}
+
+/* The largest |(A^-1 [1; z])_j| and its j. */
+static double best_swap(const double *AiR, const double *z, size_t p, size_t *jbest)
+{
+    double gain = 0.0;
+    *jbest = 0;
+    for (size_t j = 0; j < p; j++) {
+        double s = 0.0;
+        for (size_t t = 0; t < p; t++)
+            s += AiR[j * p + t] * z[t];
+        if (fabs(s) > gain) {
+            gain = fabs(s);
+            *jbest = j;
+        }
+    }
+    return gain;
+}
+
+#define NFINDR_CHUNK 256
+
 /* N-FINDR (Winter), started from ATGP's pixels: the simplex volume is
  * |det A| with A's columns [1; z_e]. Replacing column j by pixel i scales it
  * by (A^-1 [1; z_i])_j, so one matrix-vector product per pixel tries every
- * replacement; a pixel replaces the column that grows the volume most while
- * that factor exceeds 1 + 1e-9. Sweeps until nothing changes. */
+ * replacement; pixels are visited in order and a pixel replaces the column
+ * that grows the volume most while that factor exceeds 1 + 1e-9. Sweeps
+ * until nothing changes. The factors of a chunk of pixels are computed in
+ * parallel and the first one above the bar is taken, which is exactly the
+ * sequential visit. */
 static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, size_t *chosen)
 {
@@ -306,9 +336,12 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     if (st != HYPROF_OK)
         return st;
     double *Z = malloc(n * p * sizeof *Z), *A = malloc(p * p * sizeof *A),
-           *Ai = malloc(p * p * sizeof *Ai), *u = malloc(p * sizeof *u);
+           *Ai = malloc(p * p * sizeof *Ai), *AiR = malloc(p * p * sizeof *AiR),
+           *gain = malloc(NFINDR_CHUNK * sizeof *gain);
+    size_t *jb = malloc(NFINDR_CHUNK * sizeof *jb);
     lapack_int *ipiv = malloc(p * sizeof *ipiv);
-    if (!Z || !A || !Ai || !u || !ipiv)
+    int threads = hyprof__threads(ctx);
+    if (!Z || !A || !Ai || !AiR || !gain || !jb || !ipiv)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK)
         st = reduce(ctx, op, D, n, B, p, Z);
@@ -318,31 +351,32 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                            "the candidates do not span a %zu-vertex simplex (constant or "
                            "duplicated spectra?)", p);
+    if (st == HYPROF_OK)
+        transpose(Ai, p, AiR);
     int changed = 1;
     for (int sweep = 0; st == HYPROF_OK && changed && sweep < 50; sweep++) {
         changed = 0;
-        for (size_t i = 0; i < n; i++) {
-            const double *z = Z + i * p;
-            size_t jbest = 0;
-            double gain = 0.0;
-            for (size_t j = 0; j < p; j++) {
-                double s = 0.0; /* row j of A^-1 (column-major) times z */
-                for (size_t t = 0; t < p; t++)
-                    s += Ai[j + t * p] * z[t];
-                if (fabs(s) > gain) {
-                    gain = fabs(s);
-                    jbest = j;
-                }
-            }
-            if (gain <= 1.0 + 1e-9)
+        for (size_t i = 0; st == HYPROF_OK && i < n;) {
+            size_t m = n - i < NFINDR_CHUNK ? n - i : NFINDR_CHUNK, hit = m;
+            #pragma omp parallel for num_threads(threads) schedule(static) if (m * p * p > 65536)
+            for (size_t q = 0; q < m; q++)
+                gain[q] = best_swap(AiR, Z + (i + q) * p, p, &jb[q]);
+            for (size_t q = 0; q < m && hit == m; q++)
+                if (gain[q] > 1.0 + 1e-9)
+                    hit = q;
+            if (hit == m) {
+                i += m;
                 continue;
-            memcpy(A + jbest * p, z, p * sizeof *A);
+            }
+            memcpy(A + jb[hit] * p, Z + (i + hit) * p, p * sizeof *A);
             if (invert(A, p, Ai, ipiv)) { /* cannot happen for a larger volume */
                 st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op, "N-FINDR: singular simplex");
                 break;
             }
-            chosen[jbest] = i;
+            transpose(Ai, p, AiR);
+            chosen[jb[hit]] = i + hit;
             changed = 1;
+            i += hit + 1;
         }
         if (st == HYPROF_OK)
             st = hyprof__progress(ctx, (sweep + 1) / 50.0, op);
@@ -350,7 +384,9 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     free(Z);
     free(A);
     free(Ai);
-    free(u);
+    free(AiR);
+    free(gain);
+    free(jb);
     free(ipiv);
     return st;
 }

@@ -115,13 +115,14 @@ HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const doub
     for (; it < 3 * p + 3; it++) {
         /* Gradient g = G a - b; KKT: g_i + mu >= 0 off the passive set. */
         double mu = 0.0, asum = 0.0;
-        for (int i = 0; i < p; i++)
-            asum += fabs(a[i]);
+        for (int t = 0; t < k; t++)
+            asum += fabs(a[idx[t]]);
+        /* Only the passive set carries non-zero a: the sums run over it. */
         if (eq) {
             for (int t = 0; t < k; t++) {
                 double g = -b[idx[t]];
-                for (int j = 0; j < p; j++)
-                    g += G[idx[t] * p + j] * a[j];
+                for (int u2 = 0; u2 < k; u2++)
+                    g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
                 mu -= g;
             }
             mu /= (double)k;
@@ -137,8 +138,8 @@ HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const doub
             if (in)
                 continue;
             double g = -b[i];
-            for (int j = 0; j < p; j++)
-                g += G[i * p + j] * a[j];
+            for (int t = 0; t < k; t++)
+                g += G[i * p + idx[t]] * a[idx[t]];
             double w = -(g + mu);
             if (w > wmax) {
                 wmax = w;

@@ -75,7 +75,7 @@ typedef struct {
  * (x_b - c_b)^2 over b in increasing order without fused multiply-adds;
  * centre sums follow the fixed order of kmeans.c's update(). Both backends
  * therefore give identical labels. */
-#define HYPROF_KMEANS_BLOCK 4096 /* pixels per partial sum of the centre update */
+#define HYPROF_KMEANS_BLOCK 1024 /* pixels per partial sum of the centre update */
 
 typedef struct {
     const float *x;
