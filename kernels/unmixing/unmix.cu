@@ -6,7 +6,10 @@
  *   pipeline of cuda_util.h (or, inside an unmix chain whose cube is already
  *   on the device, runs over that copy in one launch); M and G stay on the device.
  * - homogeneity: the cube is uploaded once (kept for the next steps of the
- *   chain between hyprof__unmix_hold and hyprof__unmix_release); per band a row pass and a column
+ *   chain between hyprof__unmix_hold and hyprof__unmix_release); the row pass
+ *   of a group of bands in one launch, then one thread per pixel adding the
+ *   group's squared differences in band order (band by band when memory is
+ *   short). per band a row pass and a column
  *   pass of the normalised Gaussian, the second one adding the squared
  *   difference to a per-pixel double accumulator. Every product and sum uses
  *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
@@ -215,6 +218,64 @@ __global__ void cols_acc_kernel(const float *__restrict__ xb, size_t w, size_t h
     double s = sd > 0.0 ? __ddiv_rn(sn, sd) : 0.0;
     double d = __dsub_rn((double)xb[p], s);
     acc[p] = __dadd_rn(acc[p], __dmul_rn(d, d));
+}
+
+/* Batched form of the two passes for G bands at once (blockIdx.y = band of
+ * the group): the row pass of m x only, since the normaliser Gy*(Gx*m) is the
+ * same for every band and is computed once (den2); then one thread per pixel
+ * adds the group's squared differences in band order. Same operations in the
+ * same order as rows_kernel + cols_acc_kernel, so the same bits. */
+__global__ void rows_group_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                                  size_t w, size_t h, const double *__restrict__ k, long r,
+                                  double *__restrict__ num)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = w * h;
+    if (p >= n)
+        return;
+    const float *xb = x + (size_t)blockIdx.y * n;
+    size_t y = p / w, xx = p % w;
+    double sn = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = y * w + reflect_idx((long)xx + j, w);
+        double v = (!mask || mask[q]) ? (double)xb[q] : 0.0;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], v));
+    }
+    num[(size_t)blockIdx.y * n + p] = sn;
+}
+
+__global__ void cols_den_kernel(size_t w, size_t h, const double *__restrict__ k, long r,
+                                const double *__restrict__ den, double *__restrict__ den2)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sd = 0.0;
+    for (long j = -r; j <= r; j++)
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], den[reflect_idx((long)y + j, h) * w + x]));
+    den2[p] = sd;
+}
+
+__global__ void cols_group_acc_kernel(const float *__restrict__ x, size_t w, size_t h,
+                                      const double *__restrict__ k, long r, int G,
+                                      const double *__restrict__ num,
+                                      const double *__restrict__ den2, double *__restrict__ acc)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = w * h;
+    if (p >= n)
+        return;
+    size_t y = p / w, xx = p % w;
+    double a = acc[p], sd = den2[p];
+    for (int g = 0; g < G; g++) {
+        const double *ng = num + (size_t)g * n;
+        double sn = 0.0;
+        for (long j = -r; j <= r; j++)
+            sn = __dadd_rn(sn, __dmul_rn(k[j + r], ng[reflect_idx((long)y + j, h) * w + xx]));
+        double s = sd > 0.0 ? __ddiv_rn(sn, sd) : 0.0;
+        double d = __dsub_rn((double)x[(size_t)g * n + p], s);
+        a = __dadd_rn(a, __dmul_rn(d, d));
+    }
+    acc[p] = a;
 }
 
 __global__ void rmse_kernel(const double *__restrict__ acc, const uint8_t *__restrict__ mask,
@@ -748,7 +809,33 @@ extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *var
                                  cudaMemcpyHostToDevice));
     HYPROF_CUDA_CHECK(cudaMemset(d_acc.get(), 0, n * sizeof(double)));
     const unsigned grid = (unsigned)div_up(n, 256);
-    for (size_t b = 0; b < B; b++) {
+    /* Groups of bands as large as a quarter of the free memory allows: a few
+     * launches instead of two per band. */
+    size_t budget = 0, G = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    G = budget / 4 / (n * sizeof(double));
+    G = G > B ? B : G > 65535 ? 65535 : G;
+    if (!hyprof__cuda_resident_allowed())
+        G = 0; /* $HYPROF_CUDA_RESIDENT=0 also keeps the band-by-band form (tests run both) */
+    if (G >= 2) {
+        DeviceBuffer<double> d_nums;
+        HYPROF_TRY(d_nums.alloc(ctx, op, G * n));
+        rows_kernel<<<grid, 256>>>(dx, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
+        HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
+        cols_den_kernel<<<grid, 256>>>(w, h, d_k.get(), r, d_den.get(), d_num.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cols_den_kernel");
+        for (size_t b0 = 0; b0 < B; b0 += G) {
+            size_t g = B - b0 < G ? B - b0 : G;
+            rows_group_kernel<<<dim3(grid, (unsigned)g), 256>>>(dx + b0 * n, msk, w, h,
+                                                                d_k.get(), r, d_nums.get());
+            HYPROF_CUDA_CHECK_LAUNCH("rows_group_kernel");
+            cols_group_acc_kernel<<<grid, 256>>>(dx + b0 * n, w, h, d_k.get(), r, (int)g,
+                                                 d_nums.get(), d_num.get(), d_acc.get());
+            HYPROF_CUDA_CHECK_LAUNCH("cols_group_acc_kernel");
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + g) / (double)B, "homogeneity"));
+        }
+    }
+    for (size_t b = 0; G < 2 && b < B; b++) {
         const float *xb = dx + b * n;
         rows_kernel<<<grid, 256>>>(xb, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
         HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
