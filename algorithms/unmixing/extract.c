@@ -42,7 +42,8 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     }
     double first = 0.0;
     hyprof_status_t st = HYPROF_OK;
-    int threads = hyprof__threads(ctx);
+    /* Threads only for whole images: a few thousand candidates are faster alone. */
+    int threads = n > 65536 ? hyprof__threads(ctx) : 1;
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < n; i++) {
         double s = 0.0;
@@ -155,7 +156,7 @@ static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, si
     if (st == HYPROF_OK)
         st = top_subspace(ctx, op, D, n, B, p, U);
     if (st == HYPROF_OK) {
-        #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
+        #pragma omp parallel for num_threads(n > 65536 ? hyprof__threads(ctx) : 1) schedule(static)
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < p; k++) {
                 double s = 0.0;
@@ -272,7 +273,8 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     hyprof_ctx_t *cpu = NULL, *use = ctx;
     if (n <= SMALL_PCA && (cpu = hyprof_ctx_new()) != NULL) {
         hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
-        hyprof_ctx_set_threads(cpu, hyprof_ctx_threads(ctx));
+        hyprof_ctx_set_threads(cpu, 1); /* BLAS threads would outlast the call and
+                                          * slow the OpenMP regions that follow */
         use = cpu;
     }
     hyprof_status_t st = hyprof_pca_fit(use, &v, p - 1, &m);
@@ -326,9 +328,9 @@ static double best_swap(const double *AiR, const double *z, size_t p, size_t *jb
  * by (A^-1 [1; z_i])_j, so one matrix-vector product per pixel tries every
  * replacement; pixels are visited in order and a pixel replaces the column
  * that grows the volume most while that factor exceeds 1 + 1e-9. Sweeps
- * until nothing changes. The factors of a chunk of pixels are computed in
- * parallel and the first one above the bar is taken, which is exactly the
- * sequential visit. */
+ * until nothing changes. Serial on purpose: one OpenMP region per chunk of
+ * pixels was measured 30x slower on a loaded machine (thousands of regions),
+ * and a few thousand SSPP candidates take milliseconds. */
 static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, size_t *chosen)
 {
@@ -340,7 +342,6 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
            *gain = malloc(NFINDR_CHUNK * sizeof *gain);
     size_t *jb = malloc(NFINDR_CHUNK * sizeof *jb);
     lapack_int *ipiv = malloc(p * sizeof *ipiv);
-    int threads = hyprof__threads(ctx);
     if (!Z || !A || !Ai || !AiR || !gain || !jb || !ipiv)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK)
@@ -358,7 +359,6 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
         changed = 0;
         for (size_t i = 0; st == HYPROF_OK && i < n;) {
             size_t m = n - i < NFINDR_CHUNK ? n - i : NFINDR_CHUNK, hit = m;
-            #pragma omp parallel for num_threads(threads) schedule(static) if (m * p * p > 65536)
             for (size_t q = 0; q < m; q++)
                 gain[q] = best_swap(AiR, Z + (i + q) * p, p, &jb[q]);
             for (size_t q = 0; q < m && hit == m; q++)
