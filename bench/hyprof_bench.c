@@ -24,6 +24,10 @@
  * --op train trains on the cube's pixels labelled by --labels (raw float32,
  * width x height, 0 = unlabelled) with --classifier svm|elm and --grid
  * (default: the DESIGN.md grid, 5-fold cross-validation).
+ * --op sspp and --op unmix run the registry operations (hyprof_op_run) with
+ * --endmembers p (unmix: --sspp 1|0, --extract nfindr|vca|atgp, FCLS
+ * abundances); their stages (homogeneity, purity, kmeans, fusion, extraction,
+ * abundances) come from the result's SSPP_SECONDS / UNMIX_SECONDS metadata.
  *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
@@ -59,19 +63,26 @@ typedef struct {
     const char *model;   /* classify */
     const char *labels, *classifier, *grid; /* train */
     long neurons;
+    long endmembers, sspp; /* sspp, unmix */
+    const char *extract;   /* unmix */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
  * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; emp/wmcd: fit =
- * the reduction, apply = the EMP, denoise). */
+ * the reduction, apply = the EMP, denoise; sspp/unmix: named stages). */
+#define MAX_STAGES 8
+
 typedef struct {
     double total, fit, apply, denoise;
+    size_t nstages;                 /* sspp, unmix: named stages */
+    char stage_name[MAX_STAGES][24];
+    double stage[MAX_STAGES];
 } timing_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd|classify|train --backend cpu|cuda|auto\n"
-          "                    --input CUBE.f32\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd|classify|train|sspp|unmix\n"
+          "                    --backend cpu|cuda|auto --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
           "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
@@ -82,6 +93,7 @@ static void usage(FILE *f)
           "                    [--labels L.f32] [--classifier svm|elm]\n"
           "                    [--grid default|C=..,gamma=..]\n"
           "                    [--neurons 500]   (train)\n"
+          "                    [--endmembers 31] [--sspp 1] [--extract nfindr]  (sspp, unmix)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -154,7 +166,7 @@ static int parse_args(int argc, char **argv, options_t *o)
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
                      .step = 65.0, .features = 4, .classifier = "svm", .grid = "default",
-                     .neurons = 500};
+                     .neurons = 500, .endmembers = 31, .sspp = 1, .extract = "nfindr"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -196,6 +208,9 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "classifier")) o->classifier = v;
         else if (!strcmp(name, "grid")) o->grid = v;
         else if (!strcmp(name, "neurons")) rc = parse_long(name, v, 1, 100000, &o->neurons);
+        else if (!strcmp(name, "endmembers")) rc = parse_long(name, v, 2, 256, &o->endmembers);
+        else if (!strcmp(name, "sspp")) rc = parse_long(name, v, 0, 1, &o->sspp);
+        else if (!strcmp(name, "extract")) o->extract = v;
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -205,9 +220,9 @@ static int parse_args(int argc, char **argv, options_t *o)
     }
     if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
                    strcmp(o->op, "emp") && strcmp(o->op, "wmcd") && strcmp(o->op, "classify") &&
-                   strcmp(o->op, "train"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp, wmcd, classify or train "
-                        "(got '%s')\n",
+                   strcmp(o->op, "train") && strcmp(o->op, "sspp") && strcmp(o->op, "unmix"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp, wmcd, classify, train, "
+                        "sspp or unmix (got '%s')\n",
                 o->op ? o->op : "nothing");
         return -1;
     }
@@ -466,6 +481,68 @@ static hyprof_status_t run_train(hyprof_ctx_t *ctx, const options_t *o, const hy
     return hyprof_cube_alloc(out, HYPROF_FLOAT32, 1, 1, 1);
 }
 
+/* "name=seconds name=seconds ..." of a result's metadata item into t. */
+static void parse_stages(const char *text, timing_t *t)
+{
+    t->nstages = 0;
+    while (text && *text && t->nstages < MAX_STAGES) {
+        const char *eq = strchr(text, '=');
+        if (!eq)
+            break;
+        size_t len = (size_t)(eq - text);
+        if (len >= sizeof t->stage_name[0])
+            len = sizeof t->stage_name[0] - 1;
+        memcpy(t->stage_name[t->nstages], text, len);
+        t->stage_name[t->nstages][len] = '\0';
+        char *end;
+        t->stage[t->nstages++] = strtod(eq + 1, &end);
+        text = end;
+        while (*text == ' ')
+            text++;
+    }
+}
+
+/* sspp / unmix through the registry, as the CLI runs them. */
+static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
+                                    const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t)
+{
+    const hyprof_op_t *op = hyprof_op_find(o->op);
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    char p[32];
+    snprintf(p, sizeof p, "%ld", o->endmembers);
+    hyprof_status_t st = hyprof_args_set(args, "endmembers", p);
+    if (st == HYPROF_OK && !strcmp(o->op, "unmix")) {
+        st = hyprof_args_set(args, "extract", o->extract);
+        if (st == HYPROF_OK)
+            st = hyprof_args_set(args, "sspp", o->sspp ? "true" : "false");
+    }
+    if (st != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
+        hyprof_args_free(&args);
+        return st;
+    }
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    double t0 = now_seconds();
+    st = hyprof_op_run(ctx, op, args, in, &res);
+    t->total = now_seconds() - t0;
+    t->fit = t->apply = NAN;
+    const char *key = !strcmp(o->op, "sspp") ? "SSPP_SECONDS" : "UNMIX_SECONDS";
+    for (size_t i = 0; st == HYPROF_OK && i < res.nmeta; i++)
+        if (!strcmp(res.meta_keys[i], key))
+            parse_stages(res.meta_values[i], t);
+    if (st == HYPROF_OK) {
+        *out = res.cube; /* the cube moves to the caller */
+        memset(&res.cube, 0, sizeof res.cube);
+        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
+    }
+    hyprof_result_free(&res);
+    hyprof_args_free(&args);
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
@@ -478,6 +555,8 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
         return run_eadp(ctx, o, in, ep, out, t);
     if (is_profile_op(o))
         return run_profile(ctx, o, in, wav, out, t);
+    if (!strcmp(o->op, "sspp") || !strcmp(o->op, "unmix"))
+        return run_registry(ctx, o, in, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "classify") || !strcmp(o->op, "train")) {
         st = !strcmp(o->op, "train") ? run_train(ctx, o, in, out)
@@ -574,6 +653,11 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     }
     else if (!strcmp(o->op, "classify") || !strcmp(o->op, "train"))
         print_classification(o);
+    else if (!strcmp(o->op, "sspp"))
+        printf(",\"endmembers\":%ld", o->endmembers);
+    else if (!strcmp(o->op, "unmix"))
+        printf(",\"endmembers\":%ld,\"sspp\":%s,\"extract\":\"%s\",\"abundances\":\"fcls\"",
+               o->endmembers, o->sspp ? "true" : "false", o->extract);
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -677,11 +761,11 @@ int main(int argc, char **argv)
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
            *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
-           *scratch = calloc(n, sizeof *scratch);
+           *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg);
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !den || !scratch) {
+    if (!tot || !fit || !app || !den || !scratch || !stg) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -709,6 +793,8 @@ int main(int argc, char **argv)
         fit[r] = t.fit;
         app[r] = t.apply;
         den[r] = t.denoise;
+        for (size_t k = 0; k < t.nstages; k++)
+            stg[k * n + r] = t.stage[k];
         if (r + 1 < n)
             hyprof_cube_free(&out);
     }
@@ -755,7 +841,15 @@ int main(int argc, char **argv)
     else if (!strcmp(o.op, "wmcd"))
         printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g,"
                "\"denoise_median_s\":%.9g}",
-               median(fit, scratch, n), median(app, scratch, n), median(den, scratch, n));    printf(",\"times_s\":[");
+               median(fit, scratch, n), median(app, scratch, n), median(den, scratch, n));
+    else if (t.nstages) {
+        printf(",\"stages\":{");
+        for (size_t k = 0; k < t.nstages; k++)
+            printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.stage_name[k],
+                   median(stg + k * n, scratch, n));
+        printf("}");
+    }
+    printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
     printf("],\"checksum\":%.17g,\"checksum_abs\":%.17g}\n", sum, abs_sum);
@@ -770,6 +864,7 @@ done:
     free(app);
     free(den);
     free(scratch);
+    free(stg);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

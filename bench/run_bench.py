@@ -38,6 +38,16 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        Centre-size stack (1096 x 715 x 63 EADP features) per backend, next to
        scikit-learn's SVC.predict; training (grid search, ELM) next to
        GridSearchCV(SVC). Not in the default --ops.
+  sspp hyprof_bench --op sspp (per backend; stages homogeneity, purity, kmeans,
+       fusion) with p endmembers (the seed paper's: 31 for WTC, 25 for the Cuprite
+       subset); peers per stage: scipy.ndimage.gaussian_filter of every band + RMSE,
+       scikit-learn PCA(p).fit_transform, scikit-learn KMeans(p, k-means++, n_init=1,
+       max_iter=50, lloyd). Only on --unmix-scenes.
+  unmix the whole chain, hyprof_bench --op unmix (SSPP + N-FINDR + FCLS; stages as
+       sspp plus extraction and abundances), the same peers plus SciPy's nnls per
+       pixel for FCLS (the augmented-row form, delta 1e3), timed on --nnls-pixels
+       pixels and scaled to the scene's pixel count (the row says so). Only on
+       --unmix-scenes.
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -83,9 +93,14 @@ SCENES = {
     "houston": (1905, 349, 144, "samson"),
     "wtc": (614, 512, 224, "indian_pines"),
     "multispectral": (10748, 12288, 8, "indian_pines"),  # 4.2 GB float32: --huge
+    "cuprite": (350, 350, 188, "indian_pines"),  # the SSPP paper's AVIRIS Cuprite subset
 }
 HUGE = {"multispectral"}
-DEFAULT_SCENES = [s for s in SCENES if s not in HUGE]
+UNMIX_ONLY = {"cuprite"}  # gets only sspp/unmix rows unless named in --scenes
+DEFAULT_SCENES = [s for s in SCENES if s not in HUGE and s not in UNMIX_ONLY]
+DEFAULT_UNMIX_SCENES = ["wtc", "cuprite"]
+# The SSPP paper's endmember counts (Section IV-B); other scenes: --endmembers.
+UNMIX_P = {"wtc": 31, "cuprite": 25}
 # EADP on these scenes only (the NumPy peer takes ~5 s per call on Houston).
 DEFAULT_EADP_SCENES = ["indian_pines", "samson", "pavia_u", "salinas", "houston"]
 # The EADP paper's Table III, "Total" (the diffusion stages, PCA not included; 7 PCs,
@@ -326,6 +341,10 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
            "--threads", str(args.threads), "--device", str(args.device)]
     if op == "pca":
         cmd += ["--components", str(params["components"])]
+    elif op in ("sspp", "unmix"):
+        cmd += ["--endmembers", str(params["endmembers"])]
+        if op == "unmix":
+            cmd += ["--sspp", "1", "--extract", params["extract"]]
     elif op == "eadp":
         cmd += ["--components", str(params["components"]), "--count", str(params["count"]),
                 "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
@@ -554,6 +573,7 @@ def write_markdown(path, meta, rows, notes):
                      f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
                      f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
     lines += eadp_markdown(rows)
+    lines += unmix_markdown(rows)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     lines.append("")
@@ -653,11 +673,18 @@ def parse_args(argv):
     ap.add_argument("--huge", action="store_true",
                     help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
                          "needs ~30 GB of RAM with the peers)")
-    ap.add_argument("--ops", default="pca,dwt,eadp,emp,wmcd")
+    ap.add_argument("--ops", default="pca,dwt,eadp,emp,wmcd,sspp,unmix")
     ap.add_argument("--wmcd-scenes", default=",".join(DEFAULT_WMCD_SCENES),
                     help="the scenes that get emp and wmcd rows (default: %(default)s)")
     ap.add_argument("--wmcd-devices", default="",
                     help="also run hyprof-cuda emp/wmcd on these devices together (e.g. 0,1)")
+    ap.add_argument("--unmix-scenes", default=",".join(DEFAULT_UNMIX_SCENES),
+                    help="the scenes that get sspp/unmix rows (default: %(default)s)")
+    ap.add_argument("--endmembers", type=int, default=0,
+                    help="sspp/unmix: p (default: 31 on wtc, 25 on cuprite, else 10)")
+    ap.add_argument("--extract", default="nfindr", choices=["nfindr", "vca", "atgp"])
+    ap.add_argument("--nnls-pixels", type=int, default=5000,
+                    help="unmix: pixels the SciPy nnls peer is timed on (then scaled)")
     ap.add_argument("--eadp-scenes", default=",".join(DEFAULT_EADP_SCENES),
                     help="the scenes that get eadp rows (default: %(default)s)")
     ap.add_argument("--eadp-count", type=int, default=8, help="EADP: C process times")
@@ -700,12 +727,17 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd", "classify", "train"}:
-        ap.error("--ops takes pca, dwt, eadp, emp, wmcd, classify and/or train")
+    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd", "classify", "train", "sspp",
+                            "unmix"}:
+        ap.error("--ops takes pca, dwt, eadp, emp, wmcd, classify, train, sspp and/or unmix")
     args.wmcd_scene_list = [s.strip() for s in args.wmcd_scenes.split(",") if s.strip()]
     bad = [s for s in args.wmcd_scene_list if s not in SCENES]
     if bad:
         ap.error(f"unknown --wmcd-scenes {bad}; known: {list(SCENES)}")
+    args.unmix_scene_list = [s.strip() for s in args.unmix_scenes.split(",") if s.strip()]
+    bad = [s for s in args.unmix_scene_list if s not in SCENES]
+    if bad:
+        ap.error(f"unknown --unmix-scenes {bad}; known: {list(SCENES)}")
     args.eadp_scene_list = [s.strip() for s in args.eadp_scenes.split(",") if s.strip()]
     bad = [s for s in args.eadp_scene_list if s not in SCENES]
     if bad:
@@ -796,6 +828,12 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     for op in args.op_list:
         if op in ("classify", "train"):
             continue  # bench_classification(), once per run
+        if op in ("sspp", "unmix"):
+            if name in args.unmix_scene_list:
+                bench_unmix(op, base, cube, X, cube_path, args, exe, rows, notes)
+            continue
+        if name not in args.scene_list:
+            continue
         if op == "eadp":
             if name in args.eadp_scene_list:
                 bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
@@ -1035,6 +1073,107 @@ def bench_classification(args, exe, tmpdir, rows, notes):
                           median)
     if "train" in args.op_list:
         cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median)
+UNMIX_STAGES = ["homogeneity", "purity", "kmeans", "fusion", "extraction", "abundances"]
+
+
+def unmix_peers(op, cube, X, p, args):
+    """(stage, impl, fn, scale) of the SciPy / scikit-learn peers of each stage."""
+    peers = []
+    try:
+        from scipy.ndimage import gaussian_filter
+
+        def homogeneity():
+            d = np.empty(cube.shape[1:], np.float64)
+            d[:] = 0
+            for band in cube:
+                s = gaussian_filter(band.astype(np.float64), 1.2, mode="reflect", truncate=3.0)
+                d += (band - s) ** 2
+            return np.sqrt(d / cube.shape[0])
+        peers.append(("homogeneity", "scipy gaussian_filter + RMSE", homogeneity, 1.0))
+    except ImportError:
+        pass
+    try:
+        from sklearn.cluster import KMeans
+        from sklearn.decomposition import PCA
+        peers.append(("purity", f"sklearn PCA({p}).fit_transform",
+                      lambda: PCA(n_components=p, svd_solver="full").fit_transform(X), 1.0))
+        peers.append(("kmeans", f"sklearn KMeans({p}, k-means++, n_init=1, max_iter=50)",
+                      lambda: KMeans(n_clusters=p, n_init=1, max_iter=50, random_state=0,
+                                     algorithm="lloyd").fit(X).inertia_, 1.0))
+    except ImportError:
+        pass
+    if op == "unmix":
+        try:
+            from scipy.optimize import nnls
+            rng = np.random.default_rng(0)
+            M = X[rng.choice(X.shape[0], p, replace=False)].T.astype(np.float64)
+            d = 1e3
+            Ma = np.vstack([M / np.abs(M).max(), d * np.ones(p)])
+            npx = min(args.nnls_pixels, X.shape[0])
+            sub = X[:npx].astype(np.float64) / np.abs(M).max()
+
+            def fcls():
+                return [nnls(Ma, np.concatenate([y, [d]]))[0] for y in sub]
+            peers.append(("abundances", f"scipy nnls FCLS per pixel (x{X.shape[0] / npx:.0f} "
+                          f"from {npx} pixels)", fcls, X.shape[0] / npx))
+        except ImportError:
+            pass
+    return peers
+
+
+def bench_unmix(op, base, cube, X, cube_path, args, exe, rows, notes):
+    """hyprof's sspp or whole unmixing chain per backend, with per-stage times,
+    then the peers of each stage on the same cube."""
+    name = base["scene"]
+    b, h, w = cube.shape
+    p = args.endmembers or UNMIX_P.get(name, 10)
+    params = {"endmembers": p, "extract": args.extract}
+    for backend in args.backend_list:
+        time.sleep(args.settle_s)
+        rec = run_hyprof(exe, op, backend, cube_path, cube.shape, args, params, None)
+        row = hyprof_row(base, op, params, backend, rec, args, notes)
+        rows.append(row)
+        if row.get("median_s") is not None:
+            st = row.get("stages") or {}
+            print(f"  {op} {row['impl']}: median {row['median_s']:.4g} s ("
+                  + ", ".join(f"{k[:-len('_median_s')]} {v:.4g}" for k, v in st.items()) + ")",
+                  flush=True)
+    if args.no_peers:
+        return
+    if X is None:
+        X = np.ascontiguousarray(cube.reshape(b, h * w).T)
+    for stage, impl, fn, scale in unmix_peers(op, cube, X, p, args):
+        with thread_limit(args.threads):
+            try:
+                times, out = time_call(fn, args.repeat, args.peer_budget_s)
+            except Exception as e:
+                notes.append(f"{name} {op} {impl} failed: {type(e).__name__}: {e}")
+                continue
+        del out
+        times = [t * scale for t in times]
+        rows.append(dict(base, op=op, **params, impl=impl, kind="peer-stage", stage=stage,
+                         threads=args.threads, median_s=median(times), min_s=min(times),
+                         times_s=times, repeat=len(times),
+                         stages={f"{stage}_median_s": median(times)},
+                         extrapolated=scale if scale != 1.0 else None))
+        print(f"  {op} {stage} {impl}: median {median(times):.4g} s", flush=True)
+
+
+def unmix_markdown(rows):
+    ur = [r for r in rows if r["op"] in ("sspp", "unmix") and r.get("median_s") is not None]
+    if not ur:
+        return []
+    lines = ["", "Unmixing (SSPP paper chain: p endmembers; stage times in ms, medians; "
+             "peers time one stage each, on the same cube):", "",
+             "| scene | op | p | implementation | total ms | "
+             + " | ".join(UNMIX_STAGES) + " |",
+             "|---|---|---:|---|---:|" + "---:|" * len(UNMIX_STAGES)]
+    for r in ur:
+        st = r.get("stages") or {}
+        total = fmt_ms(r["median_s"]) if r["kind"] == "hyprof" else "—"
+        lines.append(f"| {r['scene']} | {r['op']} | {r['endmembers']} | {r['impl']} | {total} | "
+                     + " | ".join(fmt_ms(st.get(f"{s}_median_s")) for s in UNMIX_STAGES) + " |")
+    return lines
 
 
 def dwt_reference(cube, wavelet, levels):
@@ -1073,10 +1212,14 @@ def main(argv=None):
     tmpdir = args.tmp_dir or tempfile.mkdtemp(prefix="hyprof_bench_")
     os.makedirs(tmpdir, exist_ok=True)
     try:
-        if set(args.op_list) & {"pca", "dwt", "eadp"}:
-            for name in args.scene_list:
-                bench_scene(name, args, exe, sources, tmpdir, rows, notes)
-                meta["sources"][name] = args.source or SCENES[name][3]
+        todo = []
+        if set(args.op_list) - {"classify", "train"}:
+            todo = list(args.scene_list)
+            if {"sspp", "unmix"} & set(args.op_list):
+                todo += [s for s in args.unmix_scene_list if s not in todo]
+        for name in todo:
+            bench_scene(name, args, exe, sources, tmpdir, rows, notes)
+            meta["sources"][name] = args.source or SCENES[name][3]
         bench_classification(args, exe, tmpdir, rows, notes)
     finally:
         if not args.tmp_dir:

@@ -38,9 +38,13 @@ static void print_param(FILE *f, const hyprof_param_t *p)
     }
     fputs(",\"help\":", f);
     cli_json_string(f, p->help);
-    fprintf(f, ",\"required\":%s,\"advanced\":%s}",
+    fprintf(f, ",\"required\":%s,\"advanced\":%s",
             p->flags & HYPROF_PARAM_REQUIRED ? "true" : "false",
             p->flags & HYPROF_PARAM_ADVANCED ? "true" : "false");
+    /* A side file the CLI names after OUTPUT when it is not given. */
+    if (p->flags & HYPROF_PARAM_BESIDE_OUTPUT)
+        fputs(",\"beside_output\":true", f);
+    fputc('}', f);
 }
 
 static void print_params(FILE *f, const hyprof_param_t *p, size_t n)

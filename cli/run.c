@@ -111,6 +111,59 @@ static hyprof_status_t finish_side_files(side_file_t *f, size_t n, int ok, char 
     return st;
 }
 
+/* Side files named after OUTPUT (HYPROF_PARAM_BESIDE_OUTPUT): OUTPUT with its
+ * extension replaced by the one in the parameter's file filter. */
+static int name_beside_output(cli_command_t *cmd)
+{
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *ext = p->choices ? strstr(p->choices, "(*.") : NULL;
+        if (!(p->flags & HYPROF_PARAM_BESIDE_OUTPUT) || !ext ||
+            hyprof_args_given(cmd->args, p->name))
+            continue;
+        ext += 2;
+        size_t elen = strcspn(ext, ")"), olen = strlen(cmd->output);
+        const char *slash = strrchr(cmd->output, '/'), *dot = strrchr(cmd->output, '.');
+        size_t stem = dot && (!slash || dot > slash) ? (size_t)(dot - cmd->output) : olen;
+        char *path = malloc(stem + elen + 1);
+        if (!path)
+            return EXIT_RUNTIME;
+        memcpy(path, cmd->output, stem);
+        memcpy(path + stem, ext, elen);
+        path[stem + elen] = '\0';
+        hyprof_status_t st = hyprof_args_set(cmd->args, p->name, path);
+        free(path);
+        if (st != HYPROF_OK) {
+            cli_error(cmd->op->name, "%s", hyprof_args_error(cmd->args));
+            return EXIT_USAGE;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* The input's band wavelengths, for operations that record them (unmix). */
+static void pass_wavelengths(cli_command_t *cmd, const hyprof_raster_t *in)
+{
+    if (!hyprof_op_param(cmd->op, "wavelengths") || hyprof_args_given(cmd->args, "wavelengths") ||
+        !in->wavelengths)
+        return;
+    size_t n = in->cube.bands, len = 0;
+    char *list = malloc(n * 26 + 1);
+    for (size_t b = 0; list && b < n; b++) {
+        if (!(in->wavelengths[b] >= 0.0)) { /* NaN: not known for every band */
+            free(list);
+            return;
+        }
+        len += (size_t)snprintf(list + len, 26, "%s%.17g", b ? "," : "", in->wavelengths[b]);
+    }
+    if (list)
+        hyprof_args_set(cmd->args, "wavelengths", list);
+    free(list);
+    if (in->wavelength_units && hyprof_op_param(cmd->op, "wavelength-units") &&
+        !hyprof_args_given(cmd->args, "wavelength-units"))
+        hyprof_args_set(cmd->args, "wavelength-units", in->wavelength_units);
+}
+
 hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
 {
     hyprof_ctx_t *ctx = hyprof_ctx_new();
@@ -131,7 +184,9 @@ int cli_run(cli_command_t *cmd)
 {
     const char *name = cmd->op->name;
     int overwrite = hyprof_args_bool(cmd->common, "overwrite");
-    int rc = check_files(cmd, overwrite);
+    int rc = name_beside_output(cmd);
+    if (rc == EXIT_OK)
+        rc = check_files(cmd, overwrite);
     if (rc != EXIT_OK)
         return rc;
     cli_progress_t pg;
@@ -156,6 +211,7 @@ int cli_run(cli_command_t *cmd)
         hyprof_ctx_free(&ctx);
         return cli_exit_code(st, 1);
     }
+    pass_wavelengths(cmd, &in);
     cli_progress_stage(&pg, READ_END, COMPUTE_END);
     side_file_t side[8];
     size_t nside = side_files(cmd, side, 8);

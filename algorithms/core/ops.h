@@ -54,5 +54,9 @@ hyprof_status_t hyprof__bands_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
 hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, size_t in_bands,
                                      size_t *features);
+hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                 const hyprof_cube_t *in, hyprof_result_t *out);
+hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                  const hyprof_cube_t *in, hyprof_result_t *out);
 
 #endif

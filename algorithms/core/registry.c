@@ -225,6 +225,59 @@ static const hyprof_param_t split_params[] = {
      "Seed of numpy.random.default_rng: the same seed gives the same split as NumPy.", 0},
 };
 
+/* SSPP (sspp, unmix): the endmember count and the preprocessing. */
+#define P_ENDMEMBERS                                                                   \
+    {"endmembers", HYPROF_PARAM_STRING, "auto", NOLIMIT, NULL,                         \
+     "Number of endmembers p (2 up to the band count), or auto: estimated by HySime "   \
+     "(the signal subspace dimension, noise from band-on-band regression).", 0}
+#define P_SSPP                                                                         \
+    {"sigma", HYPROF_PARAM_FLOAT, "1.2", 1e-3, 100, NULL,                              \
+     "Standard deviation (pixels) of the Gaussian filter of the spatial homogeneity "   \
+     "(truncated at 3 sigma, reflecting borders).", 0},                                 \
+    {"theta", HYPROF_PARAM_FLOAT, "0.7", 0, 1, NULL,                                   \
+     "Purity weights below this are set to 0 (a weight is 1 at a principal "            \
+     "component's extreme projections and 0 at their midpoint).", 0},                   \
+    {"candidates-per-cluster", HYPROF_PARAM_INT, "100", 1, 100000000, NULL,            \
+     "Candidate pixels kept in each K-means cluster: those with the best sum of their " \
+     "homogeneity rank (lowest RMSE first) and purity rank (highest first).", 0},       \
+    {"kmeans-iterations", HYPROF_PARAM_INT, "50", 1, 100000, NULL,                     \
+     "Most Lloyd iterations of the K-means clustering (it stops earlier when no "       \
+     "label changes).", HYPROF_PARAM_ADVANCED}
+
+static const hyprof_param_t sspp_params[] = {
+    P_ENDMEMBERS,
+    P_SSPP,
+};
+
+static const hyprof_param_t unmix_params[] = {
+    P_ENDMEMBERS,
+    {"sspp", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
+     "Extract the endmembers among SSPP's candidate pixels only (--sigma, --theta, "
+     "--candidates-per-cluster) instead of among all pixels.", 0},
+    P_SSPP,
+    {"extract", HYPROF_PARAM_CHOICE, "nfindr", NOLIMIT, "nfindr|vca|atgp",
+     "Endmember extraction: N-FINDR (largest simplex volume, started from ATGP), VCA "
+     "(vertex component analysis, fixed seed) or ATGP (orthogonal projections).", 0},
+    {"abundances", HYPROF_PARAM_CHOICE, "fcls", NOLIMIT, "fcls|nnls|ucls",
+     "Abundance estimation per pixel: fully constrained (non-negative, sum to one), "
+     "non-negative or unconstrained least squares.", 0},
+    {"model", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT, "Endmember spectra (*.csv)",
+     "Apply this saved endmember set (the CSV an earlier unmix wrote) instead of "
+     "extracting one; the input must have its bands.", 0},
+    {"endmembers-csv", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "Endmember spectra (*.csv)",
+     "Where to save the endmember spectra as CSV (band, wavelength, E1..Ep); the CLI "
+     "writes OUTPUT with the .csv extension when not given.", HYPROF_PARAM_BESIDE_OUTPUT},
+    {"endmembers-json", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "Endmember spectra (*.json)",
+     "Where to save the endmember spectra as JSON, with wavelengths and pixel "
+     "positions; the CLI writes OUTPUT with the .json extension when not given.",
+     HYPROF_PARAM_BESIDE_OUTPUT},
+    {"wavelengths", HYPROF_PARAM_FLOAT_LIST, NULL, 0, 1e12, NULL,
+     "Band wavelengths recorded in the endmember files (the CLI passes the input's "
+     "band metadata when it has one per band).", HYPROF_PARAM_ADVANCED},
+    {"wavelength-units", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "Units of --wavelengths (the CLI passes the input's).", HYPROF_PARAM_ADVANCED},
+};
+
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
@@ -314,6 +367,27 @@ static const hyprof_op_t ops[] = {
      "NumPy's default_rng(seed) stream, as samples/make_samples.py.",
      split_params, N(split_params), NULL, "two rasters: training and test class maps", NULL,
      "raster_out:TRAIN raster_out:TEST"},
+    {"sspp", "Unmixing", "Spatial-spectral preprocessing: endmember candidates",
+     "SSPP (Martin and Plaza; Bernabe et al. on GPU): the spatial homogeneity of every "
+     "pixel (RMSE between its spectrum and the Gaussian-filtered one, lower is more "
+     "homogeneous), its spectral purity (sum over the first p principal components of "
+     "a weight that is 1 at the extreme projections, 0 at their midpoint and cut below "
+     "theta), K-means into p clusters (farthest-point initialisation) and, in each "
+     "cluster, the candidates: the pixels with the best sum of homogeneity and purity "
+     "ranks. Deterministic.",
+     sspp_params, N(sspp_params), hyprof__run_sspp,
+     "raster: 4 float32 bands: candidate (1/0), homogeneity RMSE, purity, cluster (1..p)"},
+    {"unmix", "Unmixing", "Endmembers and abundance maps",
+     "Linear spectral unmixing: the number of endmembers (given or by HySime), "
+     "optionally SSPP candidates, endmember extraction (N-FINDR, VCA or ATGP) or a "
+     "saved endmember set, then the abundances of every pixel by fully constrained "
+     "(default), non-negative or unconstrained least squares (exact active-set "
+     "solvers), and the reconstruction RMSE. The endmember spectra are saved beside "
+     "OUTPUT as CSV and JSON, with the band wavelengths.",
+     unmix_params, N(unmix_params), hyprof__run_unmix,
+     "raster: p float32 abundance bands (E1 abundance, ...) and RMSE; plus the endmember "
+     "spectra in OUTPUT.csv and OUTPUT.json (OUTPUT's extension replaced; "
+     "--endmembers-csv/--endmembers-json name them)"},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

@@ -10,6 +10,7 @@
 #include "hyprof/morphology.h"
 #include "hyprof/registry.h"
 #include "hyprof/spectral.h"
+#include "hyprof/unmixing.h"
 #include "hyprof/wavelet.h"
 
 #endif

@@ -25,6 +25,10 @@ typedef enum {
 
 #define HYPROF_PARAM_REQUIRED 1u /* no default: must be given */
 #define HYPROF_PARAM_ADVANCED 2u /* shown as advanced in QGIS */
+/* A FILE_OUT written beside OUTPUT: when not given, the CLI names it OUTPUT
+ * with its extension replaced by the one of the file filter in `choices`
+ * ("Endmember spectra (*.csv)": out.tif -> out.csv). */
+#define HYPROF_PARAM_BESIDE_OUTPUT 4u
 
 typedef struct {
     const char *name;          /* option name without dashes: "components" */

@@ -1,0 +1,416 @@
+/* Endmember extraction among candidate pixels: ATGP, VCA and N-FINDR. All
+ * deterministic (VCA's random directions come from a fixed-seed generator),
+ * so every run and both backends pick the same pixels. The candidates are
+ * gathered into a pixel-major float matrix D (n x bands). */
+#include "unmixing_impl.h"
+#include "hyprof/spectral.h"
+
+#include <cblas.h>
+#include <lapacke.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Candidate pixel i of D is D + i*B. */
+static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, size_t n)
+{
+    float *D = malloc(n * B * sizeof *D);
+    if (!D)
+        return NULL;
+    for (size_t b = 0; b < B; b++) {
+        const float *xb = x + b * npix;
+        for (size_t i = 0; i < n; i++)
+            D[i * B + b] = xb[idx[i]];
+    }
+    return D;
+}
+
+/* ---- ATGP -------------------------------------------------------------------- */
+
+/* Automatic target generation: the largest-norm pixel, then repeatedly the
+ * pixel with the largest residual norm after projection onto the orthogonal
+ * complement of those chosen. Fails when fewer than p independent
+ * directions exist (the residual vanishes). */
+static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
+                            size_t B, size_t p, size_t *chosen)
+{
+    double *r2 = malloc(n * sizeof *r2), *Q = malloc(p * B * sizeof *Q);
+    if (!r2 || !Q) {
+        free(r2);
+        free(Q);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    }
+    double first = 0.0;
+    hyprof_status_t st = HYPROF_OK;
+    /* Threads only for whole images: a few thousand candidates are faster alone. */
+    int threads = n > 65536 ? hyprof__threads(ctx) : 1;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double s = 0.0;
+        for (size_t b = 0; b < B; b++)
+            s += (double)D[i * B + b] * D[i * B + b];
+        r2[i] = s;
+    }
+    for (size_t k = 0; k < p; k++) {
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (r2[i] > r2[best])
+                best = i;
+        if (k == 0)
+            first = r2[best];
+        if (!(r2[best] > 1e-10 * first)) {
+            st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                               "the candidate spectra span only %zu independent directions; "
+                               "%zu endmembers need %zu (constant or duplicated spectra?)",
+                               k, p, p);
+            break;
+        }
+        chosen[k] = best;
+        /* New orthonormal direction: Gram-Schmidt, twice for accuracy. */
+        double *q = Q + k * B;
+        for (size_t b = 0; b < B; b++)
+            q[b] = D[best * B + b];
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t j = 0; j < k; j++) {
+                double d = 0.0;
+                for (size_t b = 0; b < B; b++)
+                    d += Q[j * B + b] * q[b];
+                for (size_t b = 0; b < B; b++)
+                    q[b] -= d * Q[j * B + b];
+            }
+        double nq = 0.0;
+        for (size_t b = 0; b < B; b++)
+            nq += q[b] * q[b];
+        nq = sqrt(nq);
+        for (size_t b = 0; b < B; b++)
+            q[b] /= nq;
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            double d = 0.0;
+            for (size_t b = 0; b < B; b++)
+                d += q[b] * D[i * B + b];
+            r2[i] -= d * d;
+        }
+        r2[best] = -1.0; /* never again */
+    }
+    free(r2);
+    free(Q);
+    return st;
+}
+
+/* ---- VCA --------------------------------------------------------------------- */
+
+/* splitmix64: a fixed-seed generator, the same on every platform. */
+static double uniform(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The top-p eigenvectors (p x B, component-major) of D'D / n. */
+static hyprof_status_t top_subspace(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
+                                    size_t B, size_t p, double *U)
+{
+    size_t chunk = n < 4096 ? n : 4096;
+    double *R = calloc(B * B, sizeof *R), *buf = malloc(chunk * B * sizeof *buf),
+           *ev = malloc(B * sizeof *ev);
+    hyprof_status_t st = HYPROF_OK;
+    if (!R || !buf || !ev)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i0 = 0; st == HYPROF_OK && i0 < n; i0 += chunk) {
+        size_t m = n - i0 < chunk ? n - i0 : chunk;
+        for (size_t i = 0; i < m * B; i++)
+            buf[i] = D[i0 * B + i];
+        /* buf is B x m column-major: R += buf buf'. */
+        cblas_dsyrk(CblasColMajor, CblasUpper, CblasNoTrans, (int)B, (int)m, 1.0, buf, (int)B,
+                    1.0, R, (int)B);
+    }
+    if (st == HYPROF_OK &&
+        LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, R, (lapack_int)B, ev) != 0)
+        st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op, "the eigensolver (dsyevd) failed");
+    for (size_t k = 0; st == HYPROF_OK && k < p; k++)
+        memcpy(U + k * B, R + (B - 1 - k) * B, B * sizeof *U);
+    free(R);
+    free(buf);
+    free(ev);
+    return st;
+}
+
+/* Vertex component analysis (Nascimento and Bioucas-Dias, 2005), the
+ * projective branch (high SNR, the usual case for radiance or reflectance):
+ * project on the top-p subspace, scale each pixel so its projection on the
+ * mean direction is 1, then p times take a direction orthogonal to the
+ * vertices found (the first time: to the last coordinate axis) and keep the
+ * pixel with the largest |projection|. */
+static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n, size_t B,
+                           size_t p, size_t *chosen)
+{
+    double *U = malloc(p * B * sizeof *U), *X = malloc(n * p * sizeof *X),
+           *u = calloc(p, sizeof *u), *Q = malloc(p * p * sizeof *Q), *f = malloc(p * sizeof *f);
+    hyprof_status_t st = HYPROF_OK;
+    if (!U || !X || !u || !Q || !f)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    if (st == HYPROF_OK)
+        st = top_subspace(ctx, op, D, n, B, p, U);
+    if (st == HYPROF_OK) {
+        #pragma omp parallel for num_threads(n > 65536 ? hyprof__threads(ctx) : 1) schedule(static)
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < p; k++) {
+                double s = 0.0;
+                for (size_t b = 0; b < B; b++)
+                    s += U[k * B + b] * D[i * B + b];
+                X[i * p + k] = s;
+            }
+        for (size_t i = 0; i < n; i++) /* the mean in pixel order: deterministic */
+            for (size_t k = 0; k < p; k++)
+                u[k] += X[i * p + k] / (double)n;
+    }
+    for (size_t i = 0; st == HYPROF_OK && i < n; i++) {
+        double s = 0.0;
+        for (size_t k = 0; k < p; k++)
+            s += u[k] * X[i * p + k];
+        s = fabs(s) > 1e-300 ? s : 1e-300;
+        for (size_t k = 0; k < p; k++)
+            X[i * p + k] /= s;
+    }
+    uint64_t seed = 20150101u;
+    size_t nq = 1;
+    if (st == HYPROF_OK) {
+        memset(Q, 0, p * sizeof *Q);
+        Q[p - 1] = 1.0;
+    }
+    for (size_t k = 0; st == HYPROF_OK && k < p; k++) {
+        double nf = 0.0;
+        for (size_t j = 0; j < p; j++)
+            f[j] = uniform(&seed);
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t q = 0; q < nq; q++) {
+                double d = 0.0;
+                for (size_t j = 0; j < p; j++)
+                    d += Q[q * p + j] * f[j];
+                for (size_t j = 0; j < p; j++)
+                    f[j] -= d * Q[q * p + j];
+            }
+        for (size_t j = 0; j < p; j++)
+            nf += f[j] * f[j];
+        nf = sqrt(nf);
+        size_t best = 0;
+        double vbest = -1.0;
+        for (size_t i = 0; i < n; i++) {
+            double v = 0.0;
+            for (size_t j = 0; j < p; j++)
+                v += f[j] * X[i * p + j];
+            v = fabs(v) / nf;
+            if (v > vbest) {
+                vbest = v;
+                best = i;
+            }
+        }
+        chosen[k] = best;
+        /* The basis becomes the vertices found so far, orthonormalised. */
+        if (k == 0)
+            nq = 0;
+        double *q = Q + nq * p, nrm = 0.0;
+        memcpy(q, X + best * p, p * sizeof *q);
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t j = 0; j < nq; j++) {
+                double d = 0.0;
+                for (size_t t = 0; t < p; t++)
+                    d += Q[j * p + t] * q[t];
+                for (size_t t = 0; t < p; t++)
+                    q[t] -= d * Q[j * p + t];
+            }
+        for (size_t t = 0; t < p; t++)
+            nrm += q[t] * q[t];
+        if (!(sqrt(nrm) > 1e-9 * (1.0 + vbest))) {
+            st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                               "the candidate spectra span only %zu independent directions; "
+                               "%zu endmembers need %zu (constant or duplicated spectra?)",
+                               k, p, p);
+            break;
+        }
+        for (size_t t = 0; t < p; t++)
+            q[t] /= sqrt(nrm);
+        nq++;
+    }
+    free(U);
+    free(X);
+    free(u);
+    free(Q);
+    free(f);
+    return st;
+}
+
+/* ---- N-FINDR ------------------------------------------------------------------ */
+
+static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
+{
+    memcpy(inv, A, p * p * sizeof *inv);
+    if (LAPACKE_dgetrf(LAPACK_COL_MAJOR, (lapack_int)p, (lapack_int)p, inv, (lapack_int)p, ipiv))
+        return -1;
+    return LAPACKE_dgetri(LAPACK_COL_MAJOR, (lapack_int)p, inv, (lapack_int)p, ipiv) ? -1 : 0;
+}
+
+/* Candidate sets up to this size get their PCA on the CPU. */
+#define SMALL_PCA 65536
+
+/* Z (n x p): [1, first p-1 principal components] of every candidate, by the
+ * library's PCA on a view of D. */
+static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
+                              size_t p, double *Z)
+{
+    hyprof_cube_t v = hyprof_cube_bsq(D, HYPROF_FLOAT32, n, 1, B), pcs;
+    v.stride_x = (ptrdiff_t)B; /* pixel-major: a BIP view */
+    v.stride_y = (ptrdiff_t)(n * B);
+    v.stride_b = 1;
+    hyprof_pca_model_t *m = NULL;
+    memset(&pcs, 0, sizeof pcs);
+    /* A few thousand candidates (SSPP's) are done on the CPU before a GPU has
+     * set up its handles; the whole image goes where the context says. */
+    hyprof_ctx_t *cpu = NULL, *use = ctx;
+    if (n <= SMALL_PCA && (cpu = hyprof_ctx_new()) != NULL) {
+        hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
+        hyprof_ctx_set_threads(cpu, 1); /* BLAS threads would outlast the call and
+                                          * slow the OpenMP regions that follow */
+        use = cpu;
+    }
+    hyprof_status_t st = hyprof_pca_fit(use, &v, p - 1, &m);
+    if (st == HYPROF_OK)
+        st = hyprof_pca_apply(use, m, &v, &pcs);
+    hyprof_pca_model_free(&m);
+    if (st != HYPROF_OK && use != ctx)
+        hyprof__error(ctx, st, op, "%s", hyprof_ctx_last_error(use));
+    hyprof_ctx_free(&cpu);
+    if (st != HYPROF_OK)
+        return st;
+    const float *pc = pcs.data;
+    for (size_t i = 0; i < n; i++) {
+        Z[i * p] = 1.0;
+        for (size_t k = 0; k + 1 < p; k++)
+            Z[i * p + k + 1] = pc[k * n + i];
+    }
+    hyprof_cube_free(&pcs);
+    return HYPROF_OK;
+}
+
+/* Row-major copy of the column-major inverse: row j contiguous. */
+static void transpose(const double *Ai, size_t p, double *AiR)
+{
+    for (size_t j = 0; j < p; j++)
+        for (size_t t = 0; t < p; t++)
+            AiR[j * p + t] = Ai[j + t * p];
+}
+
+/* The largest |(A^-1 [1; z])_j| and its j. */
+static double best_swap(const double *AiR, const double *z, size_t p, size_t *jbest)
+{
+    double gain = 0.0;
+    *jbest = 0;
+    for (size_t j = 0; j < p; j++) {
+        double s = 0.0;
+        for (size_t t = 0; t < p; t++)
+            s += AiR[j * p + t] * z[t];
+        if (fabs(s) > gain) {
+            gain = fabs(s);
+            *jbest = j;
+        }
+    }
+    return gain;
+}
+
+#define NFINDR_CHUNK 256
+
+/* N-FINDR (Winter), started from ATGP's pixels: the simplex volume is
+ * |det A| with A's columns [1; z_e]. Replacing column j by pixel i scales it
+ * by (A^-1 [1; z_i])_j, so one matrix-vector product per pixel tries every
+ * replacement; pixels are visited in order and a pixel replaces the column
+ * that grows the volume most while that factor exceeds 1 + 1e-9. Sweeps
+ * until nothing changes. Serial on purpose: one OpenMP region per chunk of
+ * pixels was measured 30x slower on a loaded machine (thousands of regions),
+ * and a few thousand SSPP candidates take milliseconds. */
+static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
+                              size_t p, size_t *chosen)
+{
+    hyprof_status_t st = atgp(ctx, op, D, n, B, p, chosen);
+    if (st != HYPROF_OK)
+        return st;
+    double *Z = malloc(n * p * sizeof *Z), *A = malloc(p * p * sizeof *A),
+           *Ai = malloc(p * p * sizeof *Ai), *AiR = malloc(p * p * sizeof *AiR),
+           *gain = malloc(NFINDR_CHUNK * sizeof *gain);
+    size_t *jb = malloc(NFINDR_CHUNK * sizeof *jb);
+    lapack_int *ipiv = malloc(p * sizeof *ipiv);
+    if (!Z || !A || !Ai || !AiR || !gain || !jb || !ipiv)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    if (st == HYPROF_OK)
+        st = reduce(ctx, op, D, n, B, p, Z);
+    for (size_t j = 0; st == HYPROF_OK && j < p; j++)
+        memcpy(A + j * p, Z + chosen[j] * p, p * sizeof *A);
+    if (st == HYPROF_OK && invert(A, p, Ai, ipiv))
+        st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                           "the candidates do not span a %zu-vertex simplex (constant or "
+                           "duplicated spectra?)", p);
+    if (st == HYPROF_OK)
+        transpose(Ai, p, AiR);
+    int changed = 1;
+    for (int sweep = 0; st == HYPROF_OK && changed && sweep < 50; sweep++) {
+        changed = 0;
+        for (size_t i = 0; st == HYPROF_OK && i < n;) {
+            size_t m = n - i < NFINDR_CHUNK ? n - i : NFINDR_CHUNK, hit = m;
+            for (size_t q = 0; q < m; q++)
+                gain[q] = best_swap(AiR, Z + (i + q) * p, p, &jb[q]);
+            for (size_t q = 0; q < m && hit == m; q++)
+                if (gain[q] > 1.0 + 1e-9)
+                    hit = q;
+            if (hit == m) {
+                i += m;
+                continue;
+            }
+            memcpy(A + jb[hit] * p, Z + (i + hit) * p, p * sizeof *A);
+            if (invert(A, p, Ai, ipiv)) { /* cannot happen for a larger volume */
+                st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op, "N-FINDR: singular simplex");
+                break;
+            }
+            transpose(Ai, p, AiR);
+            chosen[jb[hit]] = i + hit;
+            changed = 1;
+            i += hit + 1;
+        }
+        if (st == HYPROF_OK)
+            st = hyprof__progress(ctx, (sweep + 1) / 50.0, op);
+    }
+    free(Z);
+    free(A);
+    free(Ai);
+    free(AiR);
+    free(gain);
+    free(jb);
+    free(ipiv);
+    return st;
+}
+
+hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
+                                size_t bands, const size_t *idx, size_t n, size_t p,
+                                hyprof__extract_t method, size_t *chosen)
+{
+    if (p < 2 || p > bands || p > n)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "endmembers %zu is out of range: need 2 <= p <= bands (%zu) and "
+                             "p <= candidate pixels (%zu)", p, bands, n);
+    float *D = gather(x, npix, bands, idx, n);
+    if (!D)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot gather %zu candidates", n);
+    hyprof_status_t st;
+    if (method == HYPROF__EXTRACT_ATGP)
+        st = atgp(ctx, op, D, n, bands, p, chosen);
+    else if (method == HYPROF__EXTRACT_VCA)
+        st = vca(ctx, op, D, n, bands, p, chosen);
+    else
+        st = nfindr(ctx, op, D, n, bands, p, chosen);
+    for (size_t k = 0; st == HYPROF_OK && k < p; k++)
+        chosen[k] = idx[chosen[k]];
+    free(D);
+    return st;
+}

@@ -1,0 +1,188 @@
+/* The per-pixel least-squares solvers of the abundance step, written once for
+ * both backends (plain C, compiled as host code by pca-free C files and as
+ * device code by kernels/unmixing/unmix.cu).
+ *
+ * Problem, for one pixel y with endmember matrix M (bands x p):
+ *   min_a 1/2 a'Ga - b'a,  G = M'M,  b = M'y
+ *   ucls: no constraint; nnls: a >= 0; fcls: a >= 0 and sum a = 1.
+ * nnls and fcls use one primal active-set method (Lawson-Hanson; for fcls the
+ * sum-to-one equality is kept exactly in every subproblem, with its Lagrange
+ * multiplier mu, as in Heinz-Chang's FCLS but without the large-delta
+ * approximation). Passive-set subproblems are solved by Cholesky of G_PP;
+ * pivots below 1e-13 max(diag G) are clamped there, which regularises
+ * duplicated or collinear endmembers instead of failing. */
+#ifndef HYPROF_UNMIXING_LSQ_H
+#define HYPROF_UNMIXING_LSQ_H
+
+#include <math.h>
+
+#ifdef __CUDACC__
+#define HYPROF_HD __host__ __device__
+#else
+#define HYPROF_HD
+#endif
+
+enum { HYPROF__LSQ_FCLS = 0, HYPROF__LSQ_NNLS = 1, HYPROF__LSQ_UCLS = 2 };
+
+/* Cholesky of G restricted to rows/columns idx[0..k) into L (k x k, lower,
+ * row stride k). */
+HYPROF_HD static inline void hyprof__lsq_chol(const double *G, int p, const int *idx, int k,
+                                              double *L, double floor_)
+{
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j <= i; j++) {
+            double s = G[idx[i] * p + idx[j]];
+            for (int t = 0; t < j; t++)
+                s -= L[i * k + t] * L[j * k + t];
+            if (i == j)
+                L[i * k + i] = sqrt(s > floor_ ? s : floor_);
+            else
+                L[i * k + j] = s / L[j * k + j];
+        }
+}
+
+/* x <- (L L')^-1 x. */
+HYPROF_HD static inline void hyprof__lsq_chol_solve(const double *L, int k, double *x)
+{
+    for (int i = 0; i < k; i++) {
+        double s = x[i];
+        for (int t = 0; t < i; t++)
+            s -= L[i * k + t] * x[t];
+        x[i] = s / L[i * k + i];
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double s = x[i];
+        for (int t = i + 1; t < k; t++)
+            s -= L[t * k + i] * x[t];
+        x[i] = s / L[i * k + i];
+    }
+}
+
+/* z (in u, ordered as idx) minimising 1/2 z'G_PP z - b_P'z, with sum z = 1
+ * when eq: z = G^-1 b - mu G^-1 1, mu = (1'G^-1 b - 1) / 1'G^-1 1. */
+HYPROF_HD static inline void hyprof__lsq_sub(const double *G, const double *b, int p,
+                                             const int *idx, int k, int eq, double *L,
+                                             double *u, double *v, double floor_)
+{
+    hyprof__lsq_chol(G, p, idx, k, L, floor_);
+    for (int i = 0; i < k; i++)
+        u[i] = b[idx[i]];
+    hyprof__lsq_chol_solve(L, k, u);
+    if (!eq)
+        return;
+    double su = 0.0, sv = 0.0;
+    for (int i = 0; i < k; i++)
+        v[i] = 1.0;
+    hyprof__lsq_chol_solve(L, k, v);
+    for (int i = 0; i < k; i++) {
+        su += u[i];
+        sv += v[i];
+    }
+    double mu = (su - 1.0) / sv;
+    for (int i = 0; i < k; i++)
+        u[i] -= mu * v[i];
+}
+
+/* Solves one pixel: a (p) from G (p x p, row-major) and b (p). work holds
+ * p*p + 2p doubles, idx p ints. Returns the number of outer iterations. */
+HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const double *b,
+                                              int method, double *a, double *work, int *idx)
+{
+    double *L = work, *u = work + p * p, *v = u + p;
+    double gmax = 0.0;
+    for (int i = 0; i < p; i++)
+        gmax = G[i * p + i] > gmax ? G[i * p + i] : gmax;
+    double floor_ = 1e-13 * gmax + 1e-300;
+    if (method == HYPROF__LSQ_UCLS) {
+        for (int i = 0; i < p; i++)
+            idx[i] = i;
+        hyprof__lsq_sub(G, b, p, idx, p, 0, L, u, v, floor_);
+        for (int i = 0; i < p; i++)
+            a[i] = u[i];
+        return 1;
+    }
+    int eq = method == HYPROF__LSQ_FCLS, k = 0, it = 0;
+    for (int i = 0; i < p; i++)
+        a[i] = 0.0;
+    if (eq) { /* start from the closest single endmember: a feasible vertex */
+        int j0 = 0;
+        for (int j = 1; j < p; j++)
+            if (G[j * p + j] - 2.0 * b[j] < G[j0 * p + j0] - 2.0 * b[j0])
+                j0 = j;
+        idx[k++] = j0;
+        a[j0] = 1.0;
+    }
+    for (; it < 3 * p + 3; it++) {
+        /* Gradient g = G a - b; KKT: g_i + mu >= 0 off the passive set. */
+        double mu = 0.0, asum = 0.0;
+        for (int t = 0; t < k; t++)
+            asum += fabs(a[idx[t]]);
+        /* Only the passive set carries non-zero a: the sums run over it. */
+        if (eq) {
+            for (int t = 0; t < k; t++) {
+                double g = -b[idx[t]];
+                for (int u2 = 0; u2 < k; u2++)
+                    g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
+                mu -= g;
+            }
+            mu /= (double)k;
+        }
+        double wmax = 1e-11 * gmax * (1.0 + asum);
+        int best = -1;
+        for (int i = 0; i < p; i++) {
+            if (a[i] > 0.0)
+                continue;
+            int in = 0;
+            for (int t = 0; t < k; t++)
+                in |= idx[t] == i;
+            if (in)
+                continue;
+            double g = -b[i];
+            for (int t = 0; t < k; t++)
+                g += G[i * p + idx[t]] * a[idx[t]];
+            double w = -(g + mu);
+            if (w > wmax) {
+                wmax = w;
+                best = i;
+            }
+        }
+        if (best < 0)
+            break;
+        idx[k++] = best;
+        for (int inner = 0; inner <= p; inner++) {
+            hyprof__lsq_sub(G, b, p, idx, k, eq, L, u, v, floor_);
+            double alpha = 2.0;
+            int jmin = -1;
+            for (int t = 0; t < k; t++)
+                if (u[t] <= 0.0) {
+                    double at = a[idx[t]], r = at / (at - u[t]);
+                    if (r < alpha) {
+                        alpha = r;
+                        jmin = t;
+                    }
+                }
+            if (jmin < 0) {
+                for (int t = 0; t < k; t++)
+                    a[idx[t]] = u[t];
+                break;
+            }
+            /* Step back to the boundary and drop what reached zero. */
+            for (int t = 0; t < k; t++)
+                a[idx[t]] += alpha * (u[t] - a[idx[t]]);
+            a[idx[jmin]] = 0.0;
+            int kk = 0;
+            for (int t = 0; t < k; t++) {
+                if (a[idx[t]] > 0.0)
+                    idx[kk++] = idx[t];
+                else
+                    a[idx[t]] = 0.0;
+            }
+            k = kk;
+            if (k == 0)
+                break;
+        }
+    }
+    return it;
+}
+
+#endif

@@ -1,0 +1,910 @@
+/* CUDA backend of the unmixing steps (semantics: algorithms/unmixing/unmixing_impl.h).
+ *
+ * - abundances: one thread per pixel runs the active-set solver of lsq.h (the
+ *   CPU's own code) with its work arrays in local memory, templated on the
+ *   endmember bound (8, 16 or 32); the cube streams through the two-slot
+ *   pipeline of cuda_util.h (or, inside an unmix chain whose cube is already
+ *   on the device, runs over that copy in one launch); M and G stay on the device.
+ * - homogeneity: the cube is uploaded once (kept for the next steps of the
+ *   chain between hyprof__unmix_hold and hyprof__unmix_release); the row pass
+ *   of a group of bands in one launch, then one thread per pixel adding the
+ *   group's squared differences in band order (band by band when memory is
+ *   short). per band a row pass and a column
+ *   pass of the normalised Gaussian, the second one adding the squared
+ *   difference to a per-pixel double accumulator. Every product and sum uses
+ *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
+ *   result is the CPU's bit for bit.
+ * - purity: projections on the fitted PCA's skewers (one thread per pixel,
+ *   sums in registers), per-component min/max reductions, weights; the PCA
+ *   fit itself is the library's.
+ * - kmeans: the cube is uploaded once; the step of the farthest-point
+ *   initialisation (distances, running minimum and a first-index argmax), the assignment (one thread per pixel reading its spectrum
+ *   once, the k sums in registers for k <= 32, same arithmetic as the CPU) and the centre update in the CPU's fixed order (partial sums of
+ *   HYPROF_KMEANS_BLOCK pixels, then the blocks in order) run on the device. */
+#include "../core/cuda_util.h"
+
+#include "unmixing/lsq.h"
+#include "unmixing/unmixing_impl.h"
+
+#include <vector>
+
+using namespace hyprof_cuda;
+
+namespace {
+
+const int kThreads = 128;
+const size_t kChunkTargetBytes = (size_t)64 << 20;
+
+/* ---- abundances ---------------------------------------------------------------- */
+
+template <int MAXP>
+__global__ void abundance_kernel(const float *__restrict__ x, size_t m,
+                                 const uint8_t *__restrict__ mask, int B, int p,
+                                 const double *__restrict__ M, const double *__restrict__ G,
+                                 int method, float nodata, float *__restrict__ out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= m)
+        return;
+    if (mask && !mask[i]) {
+        for (int j = 0; j <= p; j++)
+            out[(size_t)j * m + i] = nodata;
+        return;
+    }
+    double bv[MAXP], a[MAXP], work[MAXP * MAXP + 2 * MAXP];
+    int idx[MAXP];
+    for (int j = 0; j < p; j++)
+        bv[j] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double yb = (double)x[(size_t)b * m + i];
+        for (int j = 0; j < p; j++)
+            bv[j] += M[j * B + b] * yb;
+    }
+    hyprof__lsq_solve(p, G, bv, method, a, work, idx);
+    double r = 0.0;
+    for (int b = 0; b < B; b++) {
+        double s = 0.0;
+        for (int j = 0; j < p; j++)
+            s += M[j * B + b] * a[j];
+        double d = (double)x[(size_t)b * m + i] - s;
+        r += d * d;
+    }
+    for (int j = 0; j < p; j++)
+        out[(size_t)j * m + i] = (float)a[j];
+    out[(size_t)p * m + i] = (float)sqrt(r / (double)B);
+}
+
+template <int MAXP>
+void launch_abundance(size_t m, cudaStream_t st, const float *x, const uint8_t *mask, int B, int p,
+                      const double *M, const double *G, int method, float nodata, float *out)
+{
+    abundance_kernel<MAXP><<<(unsigned)div_up(m, kThreads), kThreads, 0, st>>>(
+        x, m, mask, B, p, M, G, method, nodata, out);
+}
+
+/* ---- the held cube -------------------------------------------------------------- */
+
+/* The cube of the running chain (hyprof__unmix_hold), uploaded by the first step
+ * that needs it. Per thread, so concurrent chains in other threads keep theirs. */
+struct Held {
+    bool active = false;
+    const float *x = NULL;
+    const uint8_t *mask = NULL;
+    size_t npix = 0, bands = 0;
+    int device = -1;
+    float *dx = NULL;
+    uint8_t *dmask = NULL;
+};
+thread_local Held g_held;
+
+void held_free()
+{
+    if (!g_held.dx && !g_held.dmask)
+        return;
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && g_held.device >= 0 && prev != g_held.device)
+        (void)cudaSetDevice(g_held.device);
+    if (g_held.dx)
+        (void)cudaFree(g_held.dx);
+    if (g_held.dmask)
+        (void)cudaFree(g_held.dmask);
+    if (prev >= 0 && prev != g_held.device)
+        (void)cudaSetDevice(prev);
+    (void)cudaGetLastError();
+    g_held.dx = NULL;
+    g_held.dmask = NULL;
+}
+
+/* The device copy of (x, mask) on the current device: the held one (uploaded
+ * now if this is the first step to ask), or a fresh upload into own_x/own_mask. */
+hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
+                            const uint8_t *mask, size_t npix, size_t bands,
+                            DeviceBuffer<float> &own_x, DeviceBuffer<uint8_t> &own_mask,
+                            const float **dx, const uint8_t **dmask)
+{
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    Held &h = g_held;
+    bool held = h.active && h.x == x && h.mask == mask && h.npix == npix && h.bands == bands &&
+                hyprof__cuda_resident_allowed();
+    if (held && h.dx && h.device == dev) {
+        *dx = h.dx;
+        *dmask = mask ? h.dmask : NULL;
+        return HYPROF_OK;
+    }
+    if (held && !h.dx) {
+        /* First step of the chain: upload into buffers that live until release. */
+        held_free();
+        void *px = NULL, *pm = NULL;
+        bool ok = cudaMalloc(&px, npix * bands * sizeof(float)) == cudaSuccess &&
+                  (!mask || cudaMalloc(&pm, npix) == cudaSuccess);
+        ok = ok && cudaMemcpy(px, x, npix * bands * sizeof(float), cudaMemcpyHostToDevice) ==
+                       cudaSuccess;
+        ok = ok && (!mask || cudaMemcpy(pm, mask, npix, cudaMemcpyHostToDevice) == cudaSuccess);
+        if (ok) {
+            h.device = dev;
+            h.dx = (float *)px;
+            h.dmask = (uint8_t *)pm;
+            *dx = h.dx;
+            *dmask = mask ? h.dmask : NULL;
+            return HYPROF_OK;
+        }
+        /* No room to keep it: this step uploads its own copy, as without a hold. */
+        if (px)
+            (void)cudaFree(px);
+        if (pm)
+            (void)cudaFree(pm);
+        (void)cudaGetLastError();
+        h.active = false;
+    }
+    HYPROF_TRY(own_x.alloc(ctx, op, npix * bands));
+    HYPROF_CUDA_CHECK(cudaMemcpy(own_x.get(), x, npix * bands * sizeof(float),
+                                 cudaMemcpyHostToDevice));
+    if (mask) {
+        HYPROF_TRY(own_mask.alloc(ctx, op, npix));
+        HYPROF_CUDA_CHECK(cudaMemcpy(own_mask.get(), mask, npix, cudaMemcpyHostToDevice));
+    }
+    *dx = own_x.get();
+    *dmask = mask ? own_mask.get() : NULL;
+    return HYPROF_OK;
+}
+
+/* ---- homogeneity ------------------------------------------------------------------- */
+
+__device__ inline size_t reflect_idx(long i, size_t n)
+{
+    while (i < 0 || i >= (long)n)
+        i = i < 0 ? -i - 1 : 2 * (long)n - i - 1;
+    return (size_t)i;
+}
+
+/* Row pass of (m x, m) for one band. */
+__global__ void rows_kernel(const float *__restrict__ xb, const uint8_t *__restrict__ mask,
+                            size_t w, size_t h, const double *__restrict__ k, long r,
+                            double *__restrict__ num, double *__restrict__ den)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sn = 0.0, sd = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = y * w + reflect_idx((long)x + j, w);
+        int valid = !mask || mask[q];
+        double v = valid ? (double)xb[q] : 0.0, one = valid ? 1.0 : 0.0;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], v));
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], one));
+    }
+    num[p] = sn;
+    den[p] = sd;
+}
+
+/* Column pass, then acc += (x - num/den)^2. */
+__global__ void cols_acc_kernel(const float *__restrict__ xb, size_t w, size_t h,
+                                const double *__restrict__ k, long r,
+                                const double *__restrict__ num, const double *__restrict__ den,
+                                double *__restrict__ acc)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sn = 0.0, sd = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = reflect_idx((long)y + j, h) * w + x;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], num[q]));
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], den[q]));
+    }
+    double s = sd > 0.0 ? __ddiv_rn(sn, sd) : 0.0;
+    double d = __dsub_rn((double)xb[p], s);
+    acc[p] = __dadd_rn(acc[p], __dmul_rn(d, d));
+}
+
+/* Batched form of the two passes for G bands at once (blockIdx.y = band of
+ * the group): the row pass of m x only, since the normaliser Gy*(Gx*m) is the
+ * same for every band and is computed once (den2); then one thread per pixel
+ * adds the group's squared differences in band order. Same operations in the
+ * same order as rows_kernel + cols_acc_kernel, so the same bits. */
+__global__ void rows_group_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                                  size_t w, size_t h, const double *__restrict__ k, long r,
+                                  double *__restrict__ num)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = w * h;
+    if (p >= n)
+        return;
+    const float *xb = x + (size_t)blockIdx.y * n;
+    size_t y = p / w, xx = p % w;
+    double sn = 0.0;
+    for (long j = -r; j <= r; j++) {
+        size_t q = y * w + reflect_idx((long)xx + j, w);
+        double v = (!mask || mask[q]) ? (double)xb[q] : 0.0;
+        sn = __dadd_rn(sn, __dmul_rn(k[j + r], v));
+    }
+    num[(size_t)blockIdx.y * n + p] = sn;
+}
+
+__global__ void cols_den_kernel(size_t w, size_t h, const double *__restrict__ k, long r,
+                                const double *__restrict__ den, double *__restrict__ den2)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= w * h)
+        return;
+    size_t y = p / w, x = p % w;
+    double sd = 0.0;
+    for (long j = -r; j <= r; j++)
+        sd = __dadd_rn(sd, __dmul_rn(k[j + r], den[reflect_idx((long)y + j, h) * w + x]));
+    den2[p] = sd;
+}
+
+__global__ void cols_group_acc_kernel(const float *__restrict__ x, size_t w, size_t h,
+                                      const double *__restrict__ k, long r, int G,
+                                      const double *__restrict__ num,
+                                      const double *__restrict__ den2, double *__restrict__ acc)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = w * h;
+    if (p >= n)
+        return;
+    size_t y = p / w, xx = p % w;
+    double a = acc[p], sd = den2[p];
+    for (int g = 0; g < G; g++) {
+        const double *ng = num + (size_t)g * n;
+        double sn = 0.0;
+        for (long j = -r; j <= r; j++)
+            sn = __dadd_rn(sn, __dmul_rn(k[j + r], ng[reflect_idx((long)y + j, h) * w + xx]));
+        double s = sd > 0.0 ? __ddiv_rn(sn, sd) : 0.0;
+        double d = __dsub_rn((double)x[(size_t)g * n + p], s);
+        a = __dadd_rn(a, __dmul_rn(d, d));
+    }
+    acc[p] = a;
+}
+
+__global__ void rmse_kernel(const double *__restrict__ acc, const uint8_t *__restrict__ mask,
+                            size_t n, size_t B, float nodata, float *__restrict__ out)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n)
+        out[p] = (mask && !mask[p]) ? nodata : (float)__dsqrt_rn(__ddiv_rn(acc[p], (double)B));
+}
+
+/* ---- purity ----------------------------------------------------------------------------- */
+
+/* v[k*npix + i] = (float) sum_b V[k][b] (x_b(i) - mean_b), the sums in registers. */
+template <int MAXK>
+__global__ void project_kernel(const float *__restrict__ x, size_t npix, int B, int P,
+                               const double *__restrict__ mean, const double *__restrict__ V,
+                               float *__restrict__ v)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    double acc[MAXK];
+#pragma unroll
+    for (int k = 0; k < MAXK; k++)
+        acc[k] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i] - mean[b];
+#pragma unroll
+        for (int k = 0; k < MAXK; k++)
+            if (k < P)
+                acc[k] += V[(size_t)k * B + b] * xb;
+    }
+#pragma unroll
+    for (int k = 0; k < MAXK; k++)
+        if (k < P)
+            v[(size_t)k * npix + i] = (float)acc[k];
+}
+
+/* Per component (blockIdx.y) and block: min and max of the valid projections. */
+__global__ void minmax_kernel(const float *__restrict__ v, const uint8_t *__restrict__ mask,
+                              size_t npix, float *__restrict__ lo, float *__restrict__ hi)
+{
+    __shared__ float slo[256], shi[256];
+    const float *vk = v + (size_t)blockIdx.y * npix;
+    float l = INFINITY, h = -INFINITY;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npix;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (!mask || mask[i]) {
+            l = fminf(l, vk[i]);
+            h = fmaxf(h, vk[i]);
+        }
+    slo[threadIdx.x] = l;
+    shi[threadIdx.x] = h;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            slo[threadIdx.x] = fminf(slo[threadIdx.x], slo[threadIdx.x + s]);
+            shi[threadIdx.x] = fmaxf(shi[threadIdx.x], shi[threadIdx.x + s]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        lo[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = slo[0];
+        hi[(size_t)blockIdx.y * gridDim.x + blockIdx.x] = shi[0];
+    }
+}
+
+__global__ void weights_kernel(const float *__restrict__ v, const uint8_t *__restrict__ mask,
+                               size_t npix, int P, const double *__restrict__ lohi, double theta,
+                               float *__restrict__ out)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    float s = 0.0f;
+    for (int k = 0; k < P && (!mask || mask[i]); k++) {
+        double lo = lohi[2 * k], hi = lohi[2 * k + 1];
+        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo);
+        double w = half > 0.0 ? fabs((double)v[(size_t)k * npix + i] - mid) / half : 0.0;
+        if (half > 0.0 && w >= theta)
+            s += (float)w;
+    }
+    out[i] = (float)(rint((double)s * 1e5) * 1e-5);
+}
+
+/* ---- K-means ---------------------------------------------------------------------------- */
+
+__device__ inline double sqdist_dev(const float *__restrict__ x, size_t npix, size_t i, int B,
+                                    const double *__restrict__ c)
+{
+    double d = 0.0;
+    for (int b = 0; b < B; b++) {
+        double t = __dsub_rn((double)x[(size_t)b * npix + i], c[b]);
+        d = __dadd_rn(d, __dmul_rn(t, t));
+    }
+    return d;
+}
+
+/* One step of the farthest-point initialisation: mind = d (j <= 1) or
+ * min(mind, d) with d the squared distance to ref; -1 for masked pixels. */
+__global__ void mind_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                            size_t npix, int B, const double *__restrict__ ref, size_t j,
+                            double *__restrict__ mind)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    if (mask && !mask[i]) {
+        mind[i] = -1.0;
+        return;
+    }
+    double d = sqdist_dev(x, npix, i, B, ref);
+    if (j <= 1 || d < mind[i])
+        mind[i] = d;
+}
+
+/* The first index of the largest value: per block, then over blocks on the host. */
+__device__ inline void better(double &v, unsigned long long &i, double v2, unsigned long long i2)
+{
+    if (v2 > v || (v2 == v && i2 < i)) {
+        v = v2;
+        i = i2;
+    }
+}
+
+const int kArgmaxThreads = 256, kArgmaxBlocks = 512;
+
+__global__ void argmax_kernel(const double *__restrict__ v, size_t n, double *__restrict__ bv,
+                              unsigned long long *__restrict__ bi)
+{
+    __shared__ double sv[kArgmaxThreads / 32];
+    __shared__ unsigned long long si[kArgmaxThreads / 32];
+    double best = -2.0;
+    unsigned long long idx = ~0ull;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        better(best, idx, v[i], i);
+    for (int off = 16; off > 0; off >>= 1) {
+        double ov = __shfl_down_sync(0xffffffffu, best, off);
+        unsigned long long oi = __shfl_down_sync(0xffffffffu, idx, off);
+        better(best, idx, ov, oi);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        sv[threadIdx.x >> 5] = best;
+        si[threadIdx.x >> 5] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kArgmaxThreads / 32; w++)
+            better(best, idx, sv[w], si[w]);
+        bv[blockIdx.x] = best;
+        bi[blockIdx.x] = idx;
+    }
+}
+
+__global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix, int32_t valid,
+                                   int32_t *__restrict__ labels)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npix)
+        labels[i] = (mask && !mask[i]) ? -1 : valid;
+}
+
+/* Nearest centre: the cube is read once (bands outer), the k running sums
+ * stay in registers (MAXK <= 32) or local memory; each sum still runs over b
+ * in increasing order, as the CPU's. */
+template <int MAXK>
+__global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                              size_t npix, int B, int k, const double *__restrict__ C,
+                              int32_t *__restrict__ labels, double *__restrict__ dist,
+                              unsigned long long *__restrict__ changed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    if (mask && !mask[i]) {
+        labels[i] = -1;
+        dist[i] = 0.0;
+        return;
+    }
+    double d[MAXK];
+#pragma unroll
+    for (int c = 0; c < MAXK; c++)
+        d[c] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i];
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (c < k) {
+                double t = __dsub_rn(xb, C[(size_t)c * B + b]);
+                d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+            }
+    }
+    double best = d[0];
+    int32_t lab = 0;
+#pragma unroll
+    for (int c = 1; c < MAXK; c++)
+        if (c < k && d[c] < best) {
+            best = d[c];
+            lab = c;
+        }
+    if (labels[i] != lab)
+        atomicAdd(changed, 1ull);
+    labels[i] = lab;
+    dist[i] = best;
+}
+
+__global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix,
+                             unsigned long long *__restrict__ cnt)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < npix && labels[i] >= 0)
+        atomicAdd(&cnt[labels[i]], 1ull);
+}
+
+/* part[(blk*B + b)*k + c]: sum of band b over the pixels of cluster c in block
+ * blk, pixels in order (one thread per block and band, its k sums in shared
+ * memory). */
+__global__ void partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels,
+                               size_t npix, int B, int k, size_t nblk, double *__restrict__ part)
+{
+    extern __shared__ double sums[];
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= nblk * (size_t)B)
+        return;
+    size_t blk = t / B, b = t % B;
+    double *s = sums + (size_t)threadIdx.x * k;
+    for (int c = 0; c < k; c++)
+        s[c] = 0.0;
+    size_t p0 = blk * HYPROF_KMEANS_BLOCK, p1 = p0 + HYPROF_KMEANS_BLOCK;
+    p1 = p1 < npix ? p1 : npix;
+    const float *xb = x + b * npix;
+    for (size_t px = p0; px < p1; px++) {
+        int32_t l = labels[px];
+        if (l >= 0)
+            s[l] = __dadd_rn(s[l], (double)xb[px]);
+    }
+    for (int c = 0; c < k; c++)
+        part[t * k + c] = s[c];
+}
+
+__global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
+                              int B, int k, size_t nblk, double *__restrict__ C)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (size_t)B * k)
+        return;
+    size_t b = t / k, c = t % k;
+    double s = 0.0;
+    for (size_t blk = 0; blk < nblk; blk++)
+        s = __dadd_rn(s, part[(blk * B + b) * k + c]);
+    if (cnt[c])
+        C[c * B + b] = __ddiv_rn(s, (double)cnt[c]);
+}
+
+/* Device state of one K-means run. */
+struct KMeansDev {
+    DeviceBuffer<float> own_x;
+    DeviceBuffer<uint8_t> own_mask;
+    const float *x = NULL;
+    const uint8_t *mask = NULL; /* NULL without a mask */
+    DeviceBuffer<double> C, dist, part, ref, bv;
+    DeviceBuffer<unsigned long long> bi;
+    DeviceBuffer<int32_t> labels;
+    DeviceBuffer<unsigned long long> cnt, changed;
+    const hyprof_kmeans_args_t *a;
+    size_t nblk;
+};
+
+hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int k, double *C)
+{
+    const hyprof_kmeans_args_t *a = d.a;
+    const int B = (int)a->bands;
+    HYPROF_CUDA_CHECK(cudaMemset(d.cnt.get(), 0, k * sizeof(unsigned long long)));
+    count_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix, d.cnt.get());
+    HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
+    /* Threads per block so that their sums fit 48 KiB of shared memory. */
+    int tpb = 6144 / k;
+    tpb = tpb > 64 ? 64 : tpb < 1 ? 1 : tpb;
+    partial_kernel<<<(unsigned)div_up(d.nblk * B, (size_t)tpb), tpb,
+                     (size_t)tpb * k * sizeof(double)>>>(d.x, d.labels.get(), a->npix, B, k,
+                                                         d.nblk, d.part.get());
+    HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
+    centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
+                                                                  d.nblk, C);
+    HYPROF_CUDA_CHECK_LAUNCH("centre_kernel");
+    return HYPROF_OK;
+}
+
+hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
+                           unsigned long long *changed)
+{
+    const hyprof_kmeans_args_t *a = d.a;
+    HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
+    const unsigned grid = (unsigned)div_up(a->npix, kThreads);
+    const uint8_t *msk = d.mask;
+    const int B = (int)a->bands, k = (int)a->k;
+    if (k <= 8)
+        assign_kernel<8><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                             d.labels.get(), d.dist.get(), d.changed.get());
+    else if (k <= 16)
+        assign_kernel<16><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                              d.labels.get(), d.dist.get(), d.changed.get());
+    else if (k <= 32)
+        assign_kernel<32><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                              d.labels.get(), d.dist.get(), d.changed.get());
+    else
+        assign_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(
+            d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(),
+            d.changed.get());
+    HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+/* The step of the initialisation (kmeans.c's hyprof__kmeans_init), d.dist
+ * holding mind; one index comes back to the host. */
+hyprof_status_t step_dev(hyprof_ctx_t *ctx, void *impl, const double *ref, size_t j, size_t *best)
+{
+    static const char op[] = "kmeans";
+    KMeansDev &d = *(KMeansDev *)impl;
+    const hyprof_kmeans_args_t *a = d.a;
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), ref, a->bands * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    mind_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+        d.x, d.mask, a->npix, (int)a->bands, d.ref.get(), j, d.dist.get());
+    HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
+    unsigned nb = (unsigned)div_up(a->npix, kArgmaxThreads);
+    nb = nb > (unsigned)kArgmaxBlocks ? (unsigned)kArgmaxBlocks : nb;
+    argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), a->npix, d.bv.get(), d.bi.get());
+    HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
+    std::vector<double> v(nb);
+    std::vector<unsigned long long> i(nb);
+    HYPROF_CUDA_CHECK(cudaMemcpy(v.data(), d.bv.get(), nb * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(i.data(), d.bi.get(), nb * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost));
+    double bestv = -2.0;
+    unsigned long long besti = ~0ull;
+    for (unsigned b = 0; b < nb; b++)
+        if (v[b] > bestv || (v[b] == bestv && i[b] < besti)) {
+            bestv = v[b];
+            besti = i[b];
+        }
+    *best = (bestv >= 0.0 && besti < a->npix) ? (size_t)besti : a->npix;
+    return HYPROF_OK;
+}
+
+} /* namespace */
+
+extern "C" void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix,
+                                   size_t bands)
+{
+    held_free();
+    g_held = Held();
+    g_held.active = true;
+    g_held.x = x;
+    g_held.mask = mask;
+    g_held.npix = npix;
+    g_held.bands = bands;
+}
+
+extern "C" void hyprof__unmix_release(void)
+{
+    held_free();
+    g_held = Held();
+}
+
+extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "abundances";
+    const hyprof_abund_args_t *a = (const hyprof_abund_args_t *)vargs;
+    const size_t N = a->npix, B = a->bands, p = a->count;
+    if (p > HYPROF_CUDA_MAX_ENDMEMBERS)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "%zu endmembers: the CUDA solver holds at most %d per thread", p,
+                             HYPROF_CUDA_MAX_ENDMEMBERS);
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    DeviceBuffer<double> d_M, d_G;
+    Pipeline pipe;
+    HYPROF_TRY(d_M.alloc(ctx, op, p * B));
+    HYPROF_TRY(d_G.alloc(ctx, op, p * p));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_M.get(), a->M, p * B * sizeof(double), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_G.get(), a->G, p * p * sizeof(double), cudaMemcpyHostToDevice));
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    const Held &h = g_held;
+    if (h.active && h.dx && h.device == dev && h.x == a->x && h.mask == a->mask && h.npix == N &&
+        h.bands == B && hyprof__cuda_resident_allowed()) {
+        /* The chain's cube is on the device already: one launch over all of it. */
+        DeviceBuffer<float> d_out;
+        HYPROF_TRY(d_out.alloc(ctx, op, N * (p + 1)));
+        const uint8_t *msk = a->mask ? h.dmask : NULL;
+        if (p <= 8)
+            launch_abundance<8>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(), a->method,
+                                a->nodata, d_out.get());
+        else if (p <= 16)
+            launch_abundance<16>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, d_out.get());
+        else
+            launch_abundance<32>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
+        HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), N * (p + 1) * sizeof(float),
+                                     cudaMemcpyDeviceToHost));
+        return hyprof__progress(ctx, 1.0, op);
+    }
+    const size_t per_pixel = 2 * (B * sizeof(float) + 1 + (p + 1) * sizeof(float));
+    size_t m = 0;
+    HYPROF_TRY(plan_streamed_chunk(ctx, op, N, B, per_pixel, B > p + 1 ? B : p + 1,
+                                   kChunkTargetBytes, &m));
+    HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, p + 1, a->out, m, true));
+    const size_t nch = pipe.nchunks();
+    for (size_t i = 0; i < nch; ++i) {
+        const int s = (int)(i & 1);
+        const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
+        HYPROF_TRY(pipe.acquire(ctx, op, s));
+        cudaStream_t st = pipe.stream(s);
+        Slot &sl = pipe.slot[s];
+        HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
+        const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
+        if (p <= 8)
+            launch_abundance<8>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                a->method, a->nodata, sl.out.get());
+        else if (p <= 16)
+            launch_abundance<16>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, sl.out.get());
+        else
+            launch_abundance<32>(mi, st, sl.in.get(), msk, (int)B, (int)p, d_M.get(), d_G.get(),
+                                 a->method, a->nodata, sl.out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
+        HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
+        HYPROF_TRY(pipe.release(ctx, op, s));
+        HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, op));
+    }
+    return pipe.drain(ctx, op);
+}
+
+extern "C" hyprof_status_t hyprof__cuda_purity(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "sspp";
+    const hyprof_purity_args_t *a = (const hyprof_purity_args_t *)vargs;
+    const size_t n = a->npix, B = a->bands, P = a->p;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    DeviceBuffer<float> own_x, d_v, d_out, d_lo, d_hi;
+    DeviceBuffer<uint8_t> own_mask;
+    DeviceBuffer<double> d_mean, d_V, d_lohi;
+    const float *dx = NULL;
+    const uint8_t *msk = NULL;
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
+    const unsigned nb = 64;
+    HYPROF_TRY(d_v.alloc(ctx, op, P * n));
+    HYPROF_TRY(d_out.alloc(ctx, op, n));
+    HYPROF_TRY(d_lo.alloc(ctx, op, P * nb));
+    HYPROF_TRY(d_hi.alloc(ctx, op, P * nb));
+    HYPROF_TRY(d_mean.alloc(ctx, op, B));
+    HYPROF_TRY(d_V.alloc(ctx, op, P * B));
+    HYPROF_TRY(d_lohi.alloc(ctx, op, 2 * P));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_mean.get(), a->mean, B * sizeof(double), cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), a->vectors, P * B * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    const unsigned grid = (unsigned)div_up(n, kThreads);
+    if (P <= 8)
+        project_kernel<8><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                              d_v.get());
+    else if (P <= 16)
+        project_kernel<16><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                               d_v.get());
+    else if (P <= 32)
+        project_kernel<32><<<grid, kThreads>>>(dx, n, (int)B, (int)P, d_mean.get(), d_V.get(),
+                                               d_v.get());
+    else
+        project_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(dx, n, (int)B, (int)P,
+                                                                  d_mean.get(), d_V.get(),
+                                                                  d_v.get());
+    HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
+    minmax_kernel<<<dim3(nb, (unsigned)P), 256>>>(d_v.get(), msk, n, d_lo.get(), d_hi.get());
+    HYPROF_CUDA_CHECK_LAUNCH("minmax_kernel");
+    std::vector<float> lo(P * nb), hi(P * nb);
+    std::vector<double> lohi(2 * P);
+    HYPROF_CUDA_CHECK(cudaMemcpy(lo.data(), d_lo.get(), P * nb * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(hi.data(), d_hi.get(), P * nb * sizeof(float),
+                                 cudaMemcpyDeviceToHost));
+    for (size_t k = 0; k < P; k++) {
+        float l = INFINITY, h = -INFINITY;
+        for (unsigned b = 0; b < nb; b++) {
+            l = lo[k * nb + b] < l ? lo[k * nb + b] : l;
+            h = hi[k * nb + b] > h ? hi[k * nb + b] : h;
+        }
+        lohi[2 * k] = l;
+        lohi[2 * k + 1] = h;
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_lohi.get(), lohi.data(), 2 * P * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    weights_kernel<<<grid, kThreads>>>(d_v.get(), msk, n, (int)P, d_lohi.get(), a->theta,
+                                       d_out.get());
+    HYPROF_CUDA_CHECK_LAUNCH("weights_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "sspp";
+    const hyprof_homog_args_t *a = (const hyprof_homog_args_t *)vargs;
+    const size_t w = a->width, h = a->height, n = w * h, B = a->bands;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    long r = (long)(3.0 * a->sigma + 0.5);
+    std::vector<double> k(2 * r + 1);
+    double ksum = 0.0;
+    for (long j = -r; j <= r; j++)
+        ksum += k[j + r] = exp(-(double)(j * j) / (2.0 * a->sigma * a->sigma));
+    for (long j = -r; j <= r; j++)
+        k[j + r] /= ksum;
+    DeviceBuffer<float> own_x, d_out;
+    DeviceBuffer<uint8_t> own_mask;
+    DeviceBuffer<double> d_k, d_num, d_den, d_acc;
+    const float *dx = NULL;
+    const uint8_t *msk = NULL;
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
+    HYPROF_TRY(d_out.alloc(ctx, op, n));
+    HYPROF_TRY(d_k.alloc(ctx, op, k.size()));
+    HYPROF_TRY(d_num.alloc(ctx, op, n));
+    HYPROF_TRY(d_den.alloc(ctx, op, n));
+    HYPROF_TRY(d_acc.alloc(ctx, op, n));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d_k.get(), k.data(), k.size() * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+    HYPROF_CUDA_CHECK(cudaMemset(d_acc.get(), 0, n * sizeof(double)));
+    const unsigned grid = (unsigned)div_up(n, 256);
+    /* Groups of bands as large as a quarter of the free memory allows: a few
+     * launches instead of two per band. */
+    size_t budget = 0, G = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    G = budget / 4 / (n * sizeof(double));
+    G = G > B ? B : G > 65535 ? 65535 : G;
+    if (!hyprof__cuda_resident_allowed())
+        G = 0; /* $HYPROF_CUDA_RESIDENT=0 also keeps the band-by-band form (tests run both) */
+    if (G >= 2) {
+        DeviceBuffer<double> d_nums;
+        HYPROF_TRY(d_nums.alloc(ctx, op, G * n));
+        rows_kernel<<<grid, 256>>>(dx, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
+        HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
+        cols_den_kernel<<<grid, 256>>>(w, h, d_k.get(), r, d_den.get(), d_num.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cols_den_kernel");
+        for (size_t b0 = 0; b0 < B; b0 += G) {
+            size_t g = B - b0 < G ? B - b0 : G;
+            rows_group_kernel<<<dim3(grid, (unsigned)g), 256>>>(dx + b0 * n, msk, w, h,
+                                                                d_k.get(), r, d_nums.get());
+            HYPROF_CUDA_CHECK_LAUNCH("rows_group_kernel");
+            cols_group_acc_kernel<<<grid, 256>>>(dx + b0 * n, w, h, d_k.get(), r, (int)g,
+                                                 d_nums.get(), d_num.get(), d_acc.get());
+            HYPROF_CUDA_CHECK_LAUNCH("cols_group_acc_kernel");
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + g) / (double)B, "homogeneity"));
+        }
+    }
+    for (size_t b = 0; G < 2 && b < B; b++) {
+        const float *xb = dx + b * n;
+        rows_kernel<<<grid, 256>>>(xb, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
+        HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
+        cols_acc_kernel<<<grid, 256>>>(xb, w, h, d_k.get(), r, d_num.get(), d_den.get(),
+                                       d_acc.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cols_acc_kernel");
+        if ((b & 31) == 31)
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b + 1) / (double)B, "homogeneity"));
+    }
+    rmse_kernel<<<grid, 256>>>(d_acc.get(), msk, n, B, a->nodata, d_out.get());
+    HYPROF_CUDA_CHECK_LAUNCH("rmse_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->rmse, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
+{
+    static const char op[] = "kmeans";
+    hyprof_kmeans_args_t *a = (hyprof_kmeans_args_t *)vargs;
+    const size_t n = a->npix, B = a->bands, k = a->k;
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    KMeansDev d;
+    d.a = a;
+    d.nblk = div_up(n, HYPROF_KMEANS_BLOCK);
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, d.own_x, d.own_mask, &d.x, &d.mask));
+    HYPROF_TRY(d.C.alloc(ctx, op, k * B));
+    HYPROF_TRY(d.dist.alloc(ctx, op, n));
+    HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
+    HYPROF_TRY(d.ref.alloc(ctx, op, B));
+    HYPROF_TRY(d.bv.alloc(ctx, op, kArgmaxBlocks));
+    HYPROF_TRY(d.bi.alloc(ctx, op, kArgmaxBlocks));
+    HYPROF_TRY(d.labels.alloc(ctx, op, n));
+    HYPROF_TRY(d.cnt.alloc(ctx, op, k));
+    HYPROF_TRY(d.changed.alloc(ctx, op, 1));
+    const uint8_t *msk = d.mask;
+    const unsigned grid = (unsigned)div_up(n, 256);
+
+    /* The mean spectrum: the update with every valid pixel in cluster 0. */
+    fill_labels_kernel<<<grid, 256>>>(msk, n, 0, d.labels.get());
+    HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
+    HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get()));
+    std::vector<double> mean(B);
+    HYPROF_CUDA_CHECK(cudaMemcpy(mean.data(), d.ref.get(), B * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_TRY(hyprof__kmeans_init(ctx, a, step_dev, &d, mean.data()));
+    HYPROF_CUDA_CHECK(cudaMemcpy(d.C.get(), a->centres, k * B * sizeof(double),
+                                 cudaMemcpyHostToDevice));
+
+    fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
+    HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
+    a->iterations = 0;
+    for (int it = 0; it < a->max_iter; it++) {
+        unsigned long long changed = 0;
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+        if (changed == 0)
+            break;
+        HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get()));
+        a->iterations = it + 1;
+        HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
+    }
+    if (a->iterations > 0) {
+        unsigned long long changed = 0;
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+    }
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->labels, d.labels.get(), n * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), n * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(a->centres, d.C.get(), k * B * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
