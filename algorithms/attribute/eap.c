@@ -117,12 +117,10 @@ static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height
     return HYPROF_OK;
 }
 
-/* The CUDA max-tree is the next step: there is no CUDA implementation yet,
- * so the dispatch gets none (auto runs on the CPU, --backend cuda is refused
- * by the dispatcher with a message saying so). */
+/* Both backends give identical planes (kernels/attribute/eap.cu). */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
-    return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, (hyprof__impl_fn)0, a);
+    return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, HYPROF_CUDA_IMPL(hyprof__cuda_eap), a);
 }
 
 /* ---- one band ------------------------------------------------------------------ */

@@ -1,0 +1,860 @@
+/* CUDA backend of the attribute profiles (semantics: algorithms/attribute/eap_impl.h).
+ *
+ * One max-tree per band and polarity, all images of a batch of bands in the
+ * same launches (grid y = image: band 2i is the opening image f, 2i+1 the
+ * closing image L-1-f). Every threshold of every attribute is derived from
+ * that one tree.
+ *
+ * Tree (the idea of Blin et al., "Max-tree computation on GPUs", TPDS 2022:
+ * merging branches with compare-and-swap, here on every edge at once):
+ *   Pixels are ordered by the strict key (level, index). The component tree
+ *   of that total order is unique, and collapsing the links between pixels
+ *   of equal level gives the max-tree (the node of p is the component of
+ *   {f >= f(p)} containing p; its canonical element is its least-index
+ *   pixel). par[] starts as the forest of single pixels; one thread per edge
+ *   (p, q) merges the two ancestor chains: climb the higher chain until the
+ *   other endpoint fits, insert it with atomicCAS, then go on merging the
+ *   rest of both chains. Links always go to a strictly smaller key, so no
+ *   cycle can form; within a level, chains are compressed (a non-level-root
+ *   pixel stays one forever, so plain stores may compress it). The tree that
+ *   results does not depend on the order of the merges.
+ *   canon       rep = the level root of each pixel; then par[] of a
+ *               canonical element = the canonical element of its parent
+ *               node, par[] of any other pixel = its canonical element (the
+ *               CPU's canonical form).
+ * Attributes (exact integers): every pixel adds its contribution to its
+ *   node with atomics; then the node tree is reduced from the leaves: each
+ *   leaf's thread adds its node into the parent and decrements the parent's
+ *   count of pending children; the thread that brings it to zero carries on
+ *   with the parent (all its children are in).
+ * Filter, per attribute: pass(C) = number of thresholds <= attribute(C),
+ *   computed with the CPU's double expressions (correctly rounded, no
+ *   contraction: the results are bit-identical); kept(C) = min of pass over
+ *   C and its ancestors, by pointer jumping (log2(levels) rounds: a path
+ *   of the node tree has at most `levels` nodes); then up(C) = the first
+ *   proper ancestor with a larger kept (pointer jumping again). The output
+ *   of threshold j at a pixel is the level of the first node on the chain
+ *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
+ *   nthresholds + 1 steps.
+ * Memory: per band about 2 x (20 + accumulators) + planes x 2 or 4 bytes a
+ *   pixel; bands are processed in batches that fit the free device memory
+ *   (one band at a time at worst), each batch's profile planes going to the
+ *   host in one copy. $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch.
+ *
+ * The kernel bodies are written against the EAP_* macros so that a host
+ * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
+ * CPU. */
+#ifndef EAP_BODIES_ONLY
+#include "../core/cuda_util.h"
+#include "attribute/eap_impl.h"
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifndef EAP_FN
+#define EAP_FN __device__ __forceinline__
+#define EAP_CAS32(p, o, n) atomicCAS((p), (o), (n))
+#define EAP_ADD32(p, v) atomicAdd((p), (v))
+#define EAP_SUB32(p, v) atomicSub((p), (v))
+#define EAP_ADD64(p, v) atomicAdd((p), (v))
+#define EAP_MIN32(p, v) atomicMin((p), (v))
+#define EAP_MAX32(p, v) atomicMax((p), (v))
+#define EAP_FENCE() __threadfence()
+#define EAP_LOAD32(p) (*(volatile const uint32_t *)(p))
+#define EAP_STORE32(p, v) (*(volatile uint32_t *)(p) = (v))
+#define EAP_LDCG32(p) __ldcg(p)
+#define EAP_LDCG64(p) __ldcg(p)
+#endif
+
+namespace eap {
+
+typedef unsigned long long u64;
+typedef unsigned __int128 u128;
+
+/* Everything a kernel may need; passed by value. Arrays with an image
+ * dimension hold nimg * n elements (image i at i * n). */
+struct Args {
+    size_t n;               /* pixels of a band */
+    uint32_t width, height;
+    int eight;              /* 8-connectivity */
+    unsigned top;           /* levels - 1 */
+    int nimg;               /* images in this batch (2 per band) */
+    const uint8_t *mask;    /* n, or null */
+    uint16_t *lev;          /* levels */
+    uint32_t *par;          /* tree */
+    uint32_t *aux, *aux2;   /* level roots, jump pointers (ping-pong) */
+    uint32_t *pend;         /* pending children */
+    uint8_t *k0, *k1;       /* leaf flags; kept counts (ping-pong) */
+    uint32_t *cnt;          /* area (std, inertia need it too) */
+    u64 *s1, *s2;           /* std: sums of levels and squares */
+    u64 *sx, *sy, *sxx, *syy; /* inertia */
+    uint32_t *x0, *x1, *y0, *y1; /* diagonal: bounding box */
+    int *error;             /* set when a merge does not finish */
+};
+
+/* Parameters of one filter's launches. */
+struct Filter {
+    int attribute;
+    const double *thr;      /* device, nt values */
+    int nt;
+    size_t planes;          /* per band */
+    size_t off;             /* first plane of this filter's closing planes */
+    int first;              /* filter 0: the band plane sits between */
+    uint16_t nodata16;
+    float nodata32;
+};
+
+EAP_FN int valid(const Args &a, size_t p) { return !a.mask || a.mask[p]; }
+
+/* key(u) > key(v) in the strict order (level, index) */
+EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
+{
+    uint16_t lu = lev[u], lv = lev[v];
+    return lu > lv || (lu == lv && u > v);
+}
+
+/* The level root of x (the last ancestor of its level), compressing the
+ * path. Within a level, links go to smaller indices and a level root only
+ * ever gets a same-level parent of smaller index, so every pixel of the set
+ * with an index above r is no level root and never will be again: its parent
+ * stays of its level, and it may point to any pixel of its set with a
+ * smaller index (here r). Pixels at or below r are left alone, also when a
+ * concurrent compression made the path skip r. */
+EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
+{
+    uint16_t l = lev[x];
+    uint32_t r = x;
+    for (;;) {
+        uint32_t p = EAP_LOAD32(&par[r]);
+        if (p == r || lev[p] != l)
+            break;
+        r = p;
+    }
+    while (x > r) {
+        uint32_t p = EAP_LOAD32(&par[x]);
+        if (p <= r)
+            break;
+        EAP_STORE32(&par[x], r);
+        x = p;
+    }
+    return r;
+}
+
+/* Merges the ancestor chains of the neighbours x and y. Returns 0, or 1 if
+ * it gave up (never expected: a bound against endless loops). */
+EAP_FN int merge(uint32_t *par, const uint16_t *lev, uint32_t x, uint32_t y)
+{
+    for (long it = 0; it < (1L << 26); it++) {
+        x = levelroot(par, lev, x);
+        y = levelroot(par, lev, y);
+        if (x == y)
+            return 0;
+        if (higher(lev, y, x)) {
+            uint32_t t = x;
+            x = y;
+            y = t;
+        }
+        /* key(x) > key(y): y goes somewhere above x */
+        uint32_t z = EAP_LOAD32(&par[x]);
+        if (z == x) { /* x is a root: y becomes its parent */
+            if (EAP_CAS32(&par[x], x, y) == x)
+                return 0;
+            continue;
+        }
+        uint32_t zr = levelroot(par, lev, z);
+        if (zr == y)
+            return 0;
+        if (higher(lev, zr, y)) { /* still above y: climb */
+            x = zr;
+            continue;
+        }
+        /* key(zr) < key(y) < key(x): insert y, then merge y with z's chain */
+        if (EAP_CAS32(&par[x], z, y) == z) {
+            x = y;
+            y = zr;
+        }
+    }
+    return 1;
+}
+
+EAP_FN void body_prepare(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (img & 1)
+        a.lev[o + p] = valid(a, p) ? (uint16_t)(a.top - a.lev[o - a.n + p]) : 0;
+    a.par[o + p] = (uint32_t)p;
+}
+
+EAP_FN void body_merge(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t *par = a.par + o;
+    const uint16_t *lev = a.lev + o;
+    uint32_t w = a.width, x = (uint32_t)(p % w), y = (uint32_t)(p / w);
+    uint32_t q = (uint32_t)p;
+    int r = x + 1 < w, d = y + 1 < a.height, bad = 0;
+    if (r && valid(a, p + 1))
+        bad |= merge(par, lev, q, q + 1);
+    if (d && valid(a, p + w))
+        bad |= merge(par, lev, q, q + w);
+    if (a.eight && d) {
+        if (r && valid(a, p + w + 1))
+            bad |= merge(par, lev, q, q + w + 1);
+        if (x > 0 && valid(a, p + w - 1))
+            bad |= merge(par, lev, q, q + w - 1);
+    }
+    if (bad)
+        *a.error = 1;
+}
+
+/* After every merge: aux = the level root of each pixel (no more writes to par). */
+EAP_FN void body_canon1(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    const uint32_t *par = a.par + o;
+    const uint16_t *lev = a.lev + o;
+    uint32_t r = (uint32_t)p;
+    uint16_t l = lev[r];
+    for (;;) {
+        uint32_t q = par[r];
+        if (q == r || lev[q] != l)
+            break;
+        r = q;
+    }
+    a.aux[o + p] = r;
+}
+
+EAP_FN void body_canon2(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t r = a.aux[o + p];
+    if (r == (uint32_t)p) {
+        uint32_t q = a.par[o + p];
+        a.par[o + p] = q == r ? r : a.aux[o + q];
+    } else {
+        a.par[o + p] = r;
+    }
+}
+
+/* The canonical element of p's node (after canon2). */
+EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
+{
+    uint32_t q = par[p];
+    return (q != p && lev[q] == lev[p]) ? q : p;
+}
+
+EAP_FN int is_node(const Args &a, size_t o, size_t p)
+{
+    if (!valid(a, p))
+        return 0;
+    uint32_t q = a.par[o + p];
+    return q == (uint32_t)p || a.lev[o + q] != a.lev[o + p];
+}
+
+/* Each valid pixel's contribution to its node. */
+EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    size_t c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
+    u64 x = p % a.width, y = p / a.width, l = a.lev[o + p];
+    if (a.cnt)
+        EAP_ADD32(&a.cnt[c], 1u);
+    if (a.s1) {
+        EAP_ADD64(&a.s1[c], l);
+        EAP_ADD64(&a.s2[c], l * l);
+    }
+    if (a.sx) {
+        EAP_ADD64(&a.sx[c], x);
+        EAP_ADD64(&a.sy[c], y);
+        EAP_ADD64(&a.sxx[c], x * x);
+        EAP_ADD64(&a.syy[c], y * y);
+    }
+    if (a.x0) {
+        EAP_MIN32(&a.x0[c], (uint32_t)x);
+        EAP_MAX32(&a.x1[c], (uint32_t)x);
+        EAP_MIN32(&a.y0[c], (uint32_t)y);
+        EAP_MAX32(&a.y1[c], (uint32_t)y);
+    }
+}
+
+EAP_FN void body_pend(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t q = a.par[o + p];
+    if (q != (uint32_t)p)
+        EAP_ADD32(&a.pend[o + q], 1u);
+}
+
+EAP_FN void body_leaf(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    a.k0[o + p] = is_node(a, o, p) && a.pend[o + p] == 0;
+}
+
+/* From each leaf up: add the node into its parent; the thread that
+ * completes the parent (its last pending child) carries on with it. */
+EAP_FN void body_up(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!a.k0[o + p])
+        return;
+    size_t r = o + p;
+    for (;;) {
+        size_t q = o + a.par[r];
+        if (q == r)
+            return;
+        if (a.cnt)
+            EAP_ADD32(&a.cnt[q], EAP_LDCG32(&a.cnt[r]));
+        if (a.s1) {
+            EAP_ADD64(&a.s1[q], EAP_LDCG64(&a.s1[r]));
+            EAP_ADD64(&a.s2[q], EAP_LDCG64(&a.s2[r]));
+        }
+        if (a.sx) {
+            EAP_ADD64(&a.sx[q], EAP_LDCG64(&a.sx[r]));
+            EAP_ADD64(&a.sy[q], EAP_LDCG64(&a.sy[r]));
+            EAP_ADD64(&a.sxx[q], EAP_LDCG64(&a.sxx[r]));
+            EAP_ADD64(&a.syy[q], EAP_LDCG64(&a.syy[r]));
+        }
+        if (a.x0) {
+            EAP_MIN32(&a.x0[q], EAP_LDCG32(&a.x0[r]));
+            EAP_MAX32(&a.x1[q], EAP_LDCG32(&a.x1[r]));
+            EAP_MIN32(&a.y0[q], EAP_LDCG32(&a.y0[r]));
+            EAP_MAX32(&a.y1[q], EAP_LDCG32(&a.y1[r]));
+        }
+        EAP_FENCE();
+        if (EAP_SUB32(&a.pend[q], 1u) != 1u)
+            return;
+        EAP_FENCE();
+        r = q;
+    }
+}
+
+/* u128 -> double rounded to nearest even, like the host's conversion: the
+ * top 64 bits with a sticky bit for the rest, converted once, then scaled
+ * exactly. */
+EAP_FN double u128_to_double(u128 v)
+{
+    u64 hi = (u64)(v >> 64), lo = (u64)v;
+    if (hi == 0)
+        return (double)lo;
+    int lz = 0;
+    while (!(hi >> 63)) {
+        hi <<= 1;
+        lz++;
+    }
+    u64 m = lz ? hi | (lo >> (64 - lz)) : hi;
+    u64 rest = lz ? lo << lz : lo;
+    if (rest)
+        m |= 1; /* sticky: below the rounding position of a 53-bit mantissa */
+    return ldexp((double)m, 64 - lz);
+}
+
+/* The CPU's attribute_of (maxtree.c), term for term. */
+EAP_FN double attribute_of(const Args &a, int attr, size_t c)
+{
+    switch (attr) {
+    case 1: { /* std */
+        u64 n = a.cnt[c], s1 = a.s1[c], s2 = a.s2[c];
+        u128 num = (u128)n * s2 - (u128)s1 * s1;
+        return sqrt(u128_to_double(num)) / (double)n;
+    }
+    case 2: { /* diagonal */
+        u64 dx = (u64)(a.x1[c] - a.x0[c]) + 1, dy = (u64)(a.y1[c] - a.y0[c]) + 1;
+        return sqrt((double)(dx * dx + dy * dy));
+    }
+    case 3: { /* inertia */
+        u64 n = a.cnt[c], sx = a.sx[c], sy = a.sy[c], sxx = a.sxx[c], syy = a.syy[c];
+        u128 num = 6 * ((u128)n * sxx - (u128)sx * sx + (u128)n * syy - (u128)sy * sy) +
+                   (u128)n * n;
+        return u128_to_double(num) / (6.0 * (double)n * (double)n * (double)n);
+    }
+    default:
+        return (double)a.cnt[c];
+    }
+}
+
+/* kept starts as pass (thresholds <= attribute); jump pointers at the parent. */
+EAP_FN void body_pass(const Args &a, const Filter &f, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    double v = attribute_of(a, f.attribute, o + p);
+    int lo = 0, hi = f.nt; /* first threshold > v */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (f.thr[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    a.k0[o + p] = (uint8_t)lo;
+    a.aux[o + p] = a.par[o + p];
+}
+
+/* One round of kept = min over the path: K, J -> K', J'. */
+EAP_FN void body_jump_min(const Args &a, const uint8_t *kin, const uint32_t *jin,
+                          uint8_t *kout, uint32_t *jout, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t j = jin[o + p];
+    uint8_t k = kin[o + p], kj = kin[o + j];
+    kout[o + p] = kj < k ? kj : k;
+    jout[o + p] = jin[o + j];
+}
+
+EAP_FN void body_up_init(const Args &a, uint32_t *u, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (is_node(a, o, p))
+        u[o + p] = a.par[o + p];
+}
+
+/* One round towards up(C) = the first proper ancestor with a larger kept
+ * (C itself when there is none). Between C and U(C) every node has C's kept. */
+EAP_FN void body_jump_up(const Args &a, const uint8_t *k, const uint32_t *uin, uint32_t *uout,
+                         int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t u = uin[o + p];
+    if (u == (uint32_t)p || k[o + u] > k[o + p]) {
+        uout[o + p] = u;
+        return;
+    }
+    uint32_t uu = uin[o + u];
+    uout[o + p] = uu == u ? (uint32_t)p : uu;
+}
+
+/* Plane of threshold j (maxtree.c's plane_of). */
+EAP_FN size_t plane_of(const Filter &f, int j, int closing)
+{
+    return closing ? f.off + (size_t)(f.nt - 1 - j) : f.off + (size_t)f.nt + f.first + j;
+}
+
+template <typename T> EAP_FN T out_value(unsigned v, const Filter &f, int masked);
+template <> EAP_FN uint16_t out_value<uint16_t>(unsigned v, const Filter &f, int masked)
+{
+    return masked ? f.nodata16 : (uint16_t)v;
+}
+template <> EAP_FN float out_value<float>(unsigned v, const Filter &f, int masked)
+{
+    return masked ? f.nodata32 : (float)v;
+}
+
+/* Every threshold's output at pixel p (batch output: band img/2, its planes). */
+template <typename T>
+EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uint32_t *u,
+                     T *out, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    int closing = img & 1;
+    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    if (!valid(a, p)) {
+        for (int j = 0; j < f.nt; j++)
+            band[plane_of(f, j, closing) * a.n + p] = out_value<T>(0, f, 1);
+        return;
+    }
+    uint32_t c = node_of(a.par + o, a.lev + o, (uint32_t)p);
+    for (int j = 0; j < f.nt; j++) {
+        while (k[o + c] <= j) {
+            uint32_t up = u[o + c];
+            if (up == c)
+                break;
+            c = up;
+        }
+        unsigned v = k[o + c] > j ? a.lev[o + c] : 0;
+        if (closing)
+            v = a.top - v;
+        band[plane_of(f, j, closing) * a.n + p] = out_value<T>(v, f, 0);
+    }
+}
+
+/* The band itself (filter 0's middle plane). */
+template <typename T>
+EAP_FN void body_band(const Args &a, const Filter &f, T *out, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    band[(f.off + f.nt) * a.n + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
+}
+
+} /* namespace eap */
+
+#ifndef EAP_BODIES_ONLY
+/* ================================================================================ */
+
+using namespace hyprof_cuda;
+using namespace eap;
+
+namespace {
+
+const int kThreads = 256;
+
+#define EAP_IDX                                                                           \
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
+    if (p >= a.n)                                                                         \
+        return;                                                                           \
+    int img = (int)blockIdx.y
+
+__global__ void k_prepare(Args a) { EAP_IDX; body_prepare(a, img, p); }
+__global__ void k_merge(Args a) { EAP_IDX; body_merge(a, img, p); }
+__global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
+__global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
+__global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
+__global__ void k_pend(Args a) { EAP_IDX; body_pend(a, img, p); }
+__global__ void k_leaf(Args a) { EAP_IDX; body_leaf(a, img, p); }
+__global__ void k_up(Args a) { EAP_IDX; body_up(a, img, p); }
+__global__ void k_pass(Args a, Filter f) { EAP_IDX; body_pass(a, f, img, p); }
+__global__ void k_jump_min(Args a, const uint8_t *kin, const uint32_t *jin, uint8_t *kout,
+                           uint32_t *jout)
+{
+    EAP_IDX;
+    body_jump_min(a, kin, jin, kout, jout, img, p);
+}
+__global__ void k_up_init(Args a, uint32_t *u) { EAP_IDX; body_up_init(a, u, img, p); }
+__global__ void k_jump_up(Args a, const uint8_t *k, const uint32_t *uin, uint32_t *uout)
+{
+    EAP_IDX;
+    body_jump_up(a, k, uin, uout, img, p);
+}
+template <typename T>
+__global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *out)
+{
+    EAP_IDX;
+    body_out<T>(a, f, k, u, out, img, p);
+}
+template <typename T> __global__ void k_band(Args a, Filter f, T *out)
+{
+    EAP_IDX;
+    if (!(img & 1))
+        body_band<T>(a, f, out, img, p);
+}
+
+size_t env_size(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    return end == s ? 0 : (size_t)v;
+}
+
+class EapCuda {
+  public:
+    EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a) {}
+
+    hyprof_status_t run()
+    {
+        const hyprof_eap_args_t *a = a_;
+        n_ = a->width * a->height;
+        for (size_t f = 0; f < a->nfilters; f++) {
+            switch (a->filters[f].attribute) {
+            case HYPROF_ATTRIBUTE_STD: need_cnt_ = need_std_ = true; break;
+            case HYPROF_ATTRIBUTE_INERTIA: need_cnt_ = need_inertia_ = true; break;
+            case HYPROF_ATTRIBUTE_DIAGONAL: need_box_ = true; break;
+            default: need_cnt_ = true; break;
+            }
+            nthr_ += a->filters[f].nthresholds;
+        }
+        esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
+        rounds_ = a->levels > 256 ? 16 : 8;
+        HYPROF_TRY(plan());
+        HYPROF_TRY(alloc());
+        for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
+            size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
+            HYPROF_TRY(batch(b0, nb));
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
+        }
+        return HYPROF_OK;
+    }
+
+  private:
+    hyprof_ctx_t *ctx;
+    const hyprof_eap_args_t *a_;
+    size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
+    int rounds_ = 8;
+    bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
+
+    DeviceBuffer<uint8_t> mask_, k0_, k1_;
+    DeviceBuffer<uint16_t> lev_;
+    DeviceBuffer<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
+    DeviceBuffer<u64> s64_;
+    DeviceBuffer<double> thr_;
+    DeviceBuffer<int> error_;
+    DeviceBuffer<unsigned char> out_;
+    Args args_{};
+
+    /* device bytes per pixel of one image (not counting the output planes) */
+    size_t image_bytes() const
+    {
+        return 2 + 4 * 4 + 2 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+               (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
+    }
+
+    hyprof_status_t plan()
+    {
+        const char *op = a_->op;
+        size_t budget = 0;
+        HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+        size_t per_band = n_ * (2 * image_bytes() + a_->planes * esize_);
+        size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
+        nb_ = budget > fixed ? (budget - fixed) / per_band : 0;
+        if (nb_ == 0)
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                 "one band of %zux%zu pixels needs %zu bytes of device memory, "
+                                 "%zu usable",
+                                 a_->width, a_->height, per_band + fixed, budget);
+        size_t forced = env_size("HYPROF_EAP_BAND_GROUP");
+        if (forced && forced < nb_)
+            nb_ = forced;
+        if (nb_ > a_->bands)
+            nb_ = a_->bands;
+        if (nb_ > 32767) /* grid y: 2 images a band */
+            nb_ = 32767;
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t alloc()
+    {
+        const char *op = a_->op;
+        size_t m = 2 * nb_ * n_;
+        HYPROF_TRY(lev_.alloc(ctx, op, m));
+        HYPROF_TRY(par_.alloc(ctx, op, m));
+        HYPROF_TRY(aux_.alloc(ctx, op, m));
+        HYPROF_TRY(aux2_.alloc(ctx, op, m));
+        HYPROF_TRY(pend_.alloc(ctx, op, m));
+        HYPROF_TRY(k0_.alloc(ctx, op, m));
+        HYPROF_TRY(k1_.alloc(ctx, op, m));
+        if (need_cnt_)
+            HYPROF_TRY(cnt_.alloc(ctx, op, m));
+        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
+        if (n64)
+            HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
+        if (need_box_)
+            HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
+        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * n_ * esize_));
+        HYPROF_TRY(error_.alloc(ctx, op, 1));
+        HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
+        size_t t = 0;
+        for (size_t f = 0; f < a_->nfilters; f++) {
+            const hyprof_attribute_filter_t *fl = &a_->filters[f];
+            HYPROF_CUDA_CHECK(cudaMemcpy(thr_.get() + t, fl->thresholds,
+                                         fl->nthresholds * sizeof(double),
+                                         cudaMemcpyHostToDevice));
+            t += fl->nthresholds;
+        }
+        if (a_->mask) {
+            HYPROF_TRY(mask_.alloc(ctx, op, n_));
+            HYPROF_CUDA_CHECK(cudaMemcpy(mask_.get(), a_->mask, n_, cudaMemcpyHostToDevice));
+        }
+        HYPROF_CUDA_CHECK(cudaMemset(error_.get(), 0, sizeof(int)));
+
+        Args &g = args_;
+        g.n = n_;
+        g.width = (uint32_t)a_->width;
+        g.height = (uint32_t)a_->height;
+        g.eight = a_->connectivity == 8;
+        g.top = a_->levels - 1;
+        g.mask = a_->mask ? mask_.get() : nullptr;
+        g.lev = lev_.get();
+        g.par = par_.get();
+        g.aux = aux_.get();
+        g.aux2 = aux2_.get();
+        g.pend = pend_.get();
+        g.k0 = k0_.get();
+        g.k1 = k1_.get();
+        g.cnt = need_cnt_ ? cnt_.get() : nullptr;
+        u64 *s = s64_.get();
+        if (need_std_) {
+            g.s1 = s;
+            g.s2 = s + m;
+            s += 2 * m;
+        }
+        if (need_inertia_) {
+            g.sx = s;
+            g.sy = s + m;
+            g.sxx = s + 2 * m;
+            g.syy = s + 3 * m;
+        }
+        if (need_box_) {
+            g.x0 = box_.get();
+            g.x1 = g.x0 + m;
+            g.y0 = g.x0 + 2 * m;
+            g.y1 = g.x0 + 3 * m;
+        }
+        g.error = error_.get();
+        return HYPROF_OK;
+    }
+
+    dim3 grid(int nimg) const { return dim3((unsigned)((n_ + kThreads - 1) / kThreads), nimg); }
+
+    hyprof_status_t build(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_prepare<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_prepare");
+        k_merge<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_merge");
+        k_canon1<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
+        k_canon2<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t accumulate(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        size_t m = (size_t)nimg * n_;
+        dim3 gr = grid(nimg);
+        if (g.cnt)
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.cnt, 0, m * sizeof(uint32_t)));
+        if (g.s1) {
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.s1, 0, m * sizeof(u64)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.s2, 0, m * sizeof(u64)));
+        }
+        if (g.sx)
+            for (u64 *s : {g.sx, g.sy, g.sxx, g.syy})
+                HYPROF_CUDA_CHECK(cudaMemsetAsync(s, 0, m * sizeof(u64)));
+        if (g.x0) {
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.x0, 0xff, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.y0, 0xff, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.x1, 0, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.y1, 0, m * sizeof(uint32_t)));
+        }
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(g.pend, 0, m * sizeof(uint32_t)));
+        k_acc_pixel<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_acc_pixel");
+        k_pend<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_pend");
+        k_leaf<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_leaf");
+        k_up<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_up");
+        return HYPROF_OK;
+    }
+
+    template <typename T> hyprof_status_t filter(int nimg, const Filter &f, T *out)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_pass<<<gr, kThreads>>>(g, f);
+        HYPROF_CUDA_CHECK_LAUNCH("k_pass");
+        uint8_t *kin = g.k0, *kout = g.k1;
+        uint32_t *jin = g.aux, *jout = g.aux2;
+        for (int r = 0; r < rounds_; r++) {
+            k_jump_min<<<gr, kThreads>>>(g, kin, jin, kout, jout);
+            HYPROF_CUDA_CHECK_LAUNCH("k_jump_min");
+            uint8_t *tk = kin;
+            kin = kout;
+            kout = tk;
+            uint32_t *tj = jin;
+            jin = jout;
+            jout = tj;
+        }
+        k_up_init<<<gr, kThreads>>>(g, jin);
+        HYPROF_CUDA_CHECK_LAUNCH("k_up_init");
+        for (int r = 0; r < rounds_; r++) {
+            k_jump_up<<<gr, kThreads>>>(g, kin, jin, jout);
+            HYPROF_CUDA_CHECK_LAUNCH("k_jump_up");
+            uint32_t *tj = jin;
+            jin = jout;
+            jout = tj;
+        }
+        k_out<T><<<gr, kThreads>>>(g, f, kin, jin, out);
+        HYPROF_CUDA_CHECK_LAUNCH("k_out");
+        if (f.first) {
+            k_band<T><<<gr, kThreads>>>(g, f, out);
+            HYPROF_CUDA_CHECK_LAUNCH("k_band");
+        }
+        return HYPROF_OK;
+    }
+
+    template <typename T> hyprof_status_t filters(int nimg, T *out)
+    {
+        size_t off = 0, t = 0;
+        for (size_t fi = 0; fi < a_->nfilters; fi++) {
+            const hyprof_attribute_filter_t *fl = &a_->filters[fi];
+            Filter f;
+            f.attribute = (int)fl->attribute;
+            f.thr = thr_.get() + t;
+            f.nt = (int)fl->nthresholds;
+            f.planes = a_->planes;
+            f.off = off;
+            f.first = fi == 0;
+            f.nodata16 = a_->nodata16;
+            f.nodata32 = a_->nodata32;
+            HYPROF_TRY(filter<T>(nimg, f, out));
+            off += 2 * fl->nthresholds + (fi == 0);
+            t += fl->nthresholds;
+        }
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t batch(size_t b0, size_t nb)
+    {
+        const char *op = a_->op;
+        int nimg = (int)(2 * nb);
+        args_.nimg = nimg;
+        for (size_t i = 0; i < nb; i++)
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_, a_->q + (b0 + i) * n_,
+                                              n_ * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        HYPROF_TRY(build(nimg));
+        HYPROF_TRY(accumulate(nimg));
+        size_t count = nb * a_->planes * n_;
+        if (a_->out16) {
+            uint16_t *out = (uint16_t *)out_.get();
+            HYPROF_TRY(filters<uint16_t>(nimg, out));
+            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out16 + b0 * a_->planes * n_, out,
+                                         count * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        } else {
+            float *out = (float *)out_.get();
+            HYPROF_TRY(filters<float>(nimg, out));
+            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out32 + b0 * a_->planes * n_, out,
+                                         count * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        if (err)
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
+                                 "internal error: a max-tree merge did not finish "
+                                 "(bands %zu..%zu)", b0 + 1, b0 + nb);
+        return HYPROF_OK;
+    }
+};
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *vargs)
+{
+    const hyprof_eap_args_t *a = (const hyprof_eap_args_t *)vargs;
+    const char *op = a && a->op ? a->op : "eap";
+    if (!ctx || !a)
+        return HYPROF_ERR_ARGUMENT;
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+    EapCuda run(ctx, a);
+    return run.run();
+}
+#endif
