@@ -11,10 +11,11 @@
  *   of that total order is unique, and collapsing the links between pixels
  *   of equal level gives the max-tree (the node of p is the component of
  *   {f >= f(p)} containing p; its canonical element is its least-index
- *   pixel). par[] starts as the forest of single pixels; one thread per edge
- *   (p, q) merges the two ancestor chains: climb the higher chain until the
- *   other endpoint fits, insert it with atomicCAS, then go on merging the
- *   rest of both chains. Links always go to a strictly smaller key, so no
+ *   pixel). Merging the ancestor chains of the two ends of an edge: climb
+ *   the higher chain until the other end fits, insert it with atomicCAS,
+ *   then go on merging the rest of both chains. First, per 32 x 32 tile in
+ *   shared memory, every edge inside the tile (a thread per pixel); then, on
+ *   the global forest, every edge between tiles. Links always go to a strictly smaller key, so no
  *   cycle can form; within a level, chains are compressed (a non-level-root
  *   pixel stays one forever, so plain stores may compress it). The tree that
  *   results does not depend on the order of the merges.
@@ -187,24 +188,90 @@ EAP_FN void body_prepare(const Args &a, int img, size_t p)
     a.par[o + p] = (uint32_t)p;
 }
 
+/* ---- tile-local trees, in shared memory ----
+ * A tile is kTile x kTile pixels, local index ly * kTile + lx: for two pixels
+ * of a tile it orders like the global index, so the local trees are the
+ * global tree's restrictions and the border merges complete them. */
+const int kTile = 32;
+
+struct Tile {
+    uint32_t x0, y0, w, h; /* origin and size (partial at the right and bottom) */
+};
+
+EAP_FN Tile tile_of(const Args &a, unsigned block)
+{
+    uint32_t tiles_x = (a.width + kTile - 1) / kTile;
+    Tile t;
+    t.x0 = (block % tiles_x) * kTile;
+    t.y0 = (block / tiles_x) * kTile;
+    t.w = a.width - t.x0 < (uint32_t)kTile ? a.width - t.x0 : kTile;
+    t.h = a.height - t.y0 < (uint32_t)kTile ? a.height - t.y0 : kTile;
+    return t;
+}
+
+EAP_FN void body_tile_load(const Args &a, int img, const Tile &t, uint16_t *sl, uint32_t *sp,
+                           int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    sp[i] = (uint32_t)i;
+    if (lx < t.w && ly < t.h)
+        sl[i] = a.lev[(size_t)img * a.n + (size_t)(t.y0 + ly) * a.width + t.x0 + lx];
+}
+
+EAP_FN void body_tile_merge(const Args &a, const Tile &t, uint16_t *sl, uint32_t *sp, int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    if (lx >= t.w || ly >= t.h)
+        return;
+    size_t p = (size_t)(t.y0 + ly) * a.width + t.x0 + lx, w = a.width;
+    if (!valid(a, p))
+        return;
+    int r = lx + 1 < t.w, d = ly + 1 < t.h, bad = 0;
+    uint32_t q = (uint32_t)i;
+    if (r && valid(a, p + 1))
+        bad |= merge(sp, sl, q, q + 1);
+    if (d && valid(a, p + w))
+        bad |= merge(sp, sl, q, q + kTile);
+    if (a.eight && d) {
+        if (r && valid(a, p + w + 1))
+            bad |= merge(sp, sl, q, q + kTile + 1);
+        if (lx > 0 && valid(a, p + w - 1))
+            bad |= merge(sp, sl, q, q + kTile - 1);
+    }
+    if (bad)
+        *a.error = 1;
+}
+
+EAP_FN void body_tile_store(const Args &a, int img, const Tile &t, const uint32_t *sp, int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    if (lx >= t.w || ly >= t.h)
+        return;
+    uint32_t r = sp[i], rx = r % kTile, ry = r / kTile;
+    a.par[(size_t)img * a.n + (size_t)(t.y0 + ly) * a.width + t.x0 + lx] =
+        (t.y0 + ry) * a.width + t.x0 + rx;
+}
+
+/* The edges between tiles, on the global forest. */
 EAP_FN void body_merge(const Args &a, int img, size_t p)
 {
-    if (!valid(a, p))
+    uint32_t w = a.width, x = (uint32_t)(p % w), y = (uint32_t)(p / w);
+    int cx = (x + 1) % kTile == 0, cy = (y + 1) % kTile == 0, cl = x % kTile == 0;
+    if (!(cx || cy || (a.eight && cl)) || !valid(a, p))
         return;
     size_t o = (size_t)img * a.n;
     uint32_t *par = a.par + o;
     const uint16_t *lev = a.lev + o;
-    uint32_t w = a.width, x = (uint32_t)(p % w), y = (uint32_t)(p / w);
     uint32_t q = (uint32_t)p;
     int r = x + 1 < w, d = y + 1 < a.height, bad = 0;
-    if (r && valid(a, p + 1))
+    if (cx && r && valid(a, p + 1))
         bad |= merge(par, lev, q, q + 1);
-    if (d && valid(a, p + w))
+    if (cy && d && valid(a, p + w))
         bad |= merge(par, lev, q, q + w);
     if (a.eight && d) {
-        if (r && valid(a, p + w + 1))
+        if ((cx || cy) && r && valid(a, p + w + 1))
             bad |= merge(par, lev, q, q + w + 1);
-        if (x > 0 && valid(a, p + w - 1))
+        if ((cl || cy) && x > 0 && valid(a, p + w - 1))
             bad |= merge(par, lev, q, q + w - 1);
     }
     if (bad)
@@ -513,6 +580,21 @@ const int kThreads = 256;
     int img = (int)blockIdx.y
 
 __global__ void k_prepare(Args a) { EAP_IDX; body_prepare(a, img, p); }
+__global__ void __launch_bounds__(kThreads) k_tile(Args a)
+{
+    __shared__ uint16_t sl[kTile * kTile];
+    __shared__ uint32_t sp[kTile * kTile];
+    int img = (int)blockIdx.y;
+    Tile t = tile_of(a, blockIdx.x);
+    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
+        body_tile_load(a, img, t, sl, sp, i);
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
+        body_tile_merge(a, t, sl, sp, i);
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
+        body_tile_store(a, img, t, sp, i);
+}
 __global__ void k_merge(Args a) { EAP_IDX; body_merge(a, img, p); }
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
@@ -712,6 +794,10 @@ class EapCuda {
         dim3 gr = grid(nimg);
         k_prepare<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_prepare");
+        unsigned tiles = (unsigned)(((a_->width + kTile - 1) / kTile) *
+                                    ((a_->height + kTile - 1) / kTile));
+        k_tile<<<dim3(tiles, nimg), kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_tile");
         k_merge<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_merge");
         k_canon1<<<gr, kThreads>>>(g);
