@@ -359,8 +359,17 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Keeps the CUDA path's stage message (debug level). */
+static void keep_stages(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)level;
+    if (strstr(message, "device ms"))
+        snprintf((char *)user, 512, "%s", message);
+}
+
 static void timing(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
 {
+    static char stages[512];
     const char *s = getenv("HYPROF_TEST_TIMING");
     if (s && strcmp(s, "0") == 0)
         return;
@@ -369,6 +378,7 @@ static void timing(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
         return;
     hyprof_eap_params_t p;
     hyprof_eap_params_default(&p);
+    hyprof_ctx_set_log(gpu, keep_stages, stages);
     for (int levels = 256; levels <= 65536; levels *= 256) {
         p.levels = (unsigned)levels;
         double t0 = now_ms();
@@ -390,7 +400,9 @@ static void timing(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
         printf("timing: eap 1096x715x8, area x 7, %d levels, host to host: cuda median %.2f ms "
                "(min %.2f, max %.2f, first %.2f), cpu %.1f ms\n",
                levels, t[3], t[1], t[5], t[0], tcpu);
+        printf("timing:   last cuda run: %s\n", stages);
     }
+    hyprof_ctx_set_log(gpu, NULL, NULL);
     hyprof_cube_free(&c);
 }
 

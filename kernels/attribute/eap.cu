@@ -638,6 +638,46 @@ size_t env_size(const char *name)
     return end == s ? 0 : (size_t)v;
 }
 
+/* Timing events of one batch's stages (upload, tree, attributes, filters,
+ * download), summed over the batches and logged at debug level. */
+class StageTimer {
+  public:
+    static const int kStages = 5;
+    ~StageTimer()
+    {
+        for (cudaEvent_t &e : ev_)
+            if (e)
+                (void)cudaEventDestroy(e);
+    }
+    hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
+    {
+        for (cudaEvent_t &e : ev_)
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+        return HYPROF_OK;
+    }
+    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int i)
+    {
+        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[i], 0));
+        return HYPROF_OK;
+    }
+    /* After the batch's last mark: adds its stage times. */
+    hyprof_status_t add(hyprof_ctx_t *ctx, const char *op)
+    {
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[kStages]));
+        for (int i = 0; i < kStages; i++) {
+            float t = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, ev_[i], ev_[i + 1]));
+            ms_[i] += t;
+        }
+        return HYPROF_OK;
+    }
+    const double *ms() const { return ms_; }
+
+  private:
+    cudaEvent_t ev_[kStages + 1] = {};
+    double ms_[kStages] = {};
+};
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a) {}
@@ -659,11 +699,17 @@ class EapCuda {
         rounds_ = a->levels > 256 ? 16 : 8;
         HYPROF_TRY(plan());
         HYPROF_TRY(alloc());
+        HYPROF_TRY(timer_.create(ctx, a->op));
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
             HYPROF_TRY(batch(b0, nb));
             HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
         }
+        const double *t = timer_.ms();
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
+                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f",
+                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4]);
         return HYPROF_OK;
     }
 
@@ -682,6 +728,7 @@ class EapCuda {
     DeviceBuffer<int> error_;
     DeviceBuffer<unsigned char> out_;
     Args args_{};
+    StageTimer timer_;
 
     /* device bytes per pixel of one image (not counting the output planes) */
     size_t image_bytes() const
@@ -903,23 +950,29 @@ class EapCuda {
         const char *op = a_->op;
         int nimg = (int)(2 * nb);
         args_.nimg = nimg;
+        HYPROF_TRY(timer_.mark(ctx, op, 0));
         for (size_t i = 0; i < nb; i++)
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_, a_->q + (b0 + i) * n_,
                                               n_ * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        HYPROF_TRY(timer_.mark(ctx, op, 1));
         HYPROF_TRY(build(nimg));
+        HYPROF_TRY(timer_.mark(ctx, op, 2));
         HYPROF_TRY(accumulate(nimg));
+        HYPROF_TRY(timer_.mark(ctx, op, 3));
         size_t count = nb * a_->planes * n_;
-        if (a_->out16) {
-            uint16_t *out = (uint16_t *)out_.get();
-            HYPROF_TRY(filters<uint16_t>(nimg, out));
-            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out16 + b0 * a_->planes * n_, out,
+        if (a_->out16)
+            HYPROF_TRY(filters<uint16_t>(nimg, (uint16_t *)out_.get()));
+        else
+            HYPROF_TRY(filters<float>(nimg, (float *)out_.get()));
+        HYPROF_TRY(timer_.mark(ctx, op, 4));
+        if (a_->out16)
+            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out16 + b0 * a_->planes * n_, out_.get(),
                                          count * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        } else {
-            float *out = (float *)out_.get();
-            HYPROF_TRY(filters<float>(nimg, out));
-            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out32 + b0 * a_->planes * n_, out,
+        else
+            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out32 + b0 * a_->planes * n_, out_.get(),
                                          count * sizeof(float), cudaMemcpyDeviceToHost));
-        }
+        HYPROF_TRY(timer_.mark(ctx, op, 5));
+        HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;
         HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
         if (err)
