@@ -11,6 +11,13 @@
  * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
  * alone is what the paper's Table III times.
  *
+ * --op eap is the EAP paper's pipeline: the spectral reduction (--reduction
+ * dwt with --levels, pca with --components, or none), then hyprof_eap with
+ * one attribute (--attribute, its default thresholds or --thresholds) at
+ * --connectivity and --quantisation; stages reduction and profile. With
+ * CUDA the profile's device stages (tree, attributes, filters, transfers)
+ * come from the library's debug log and go into the JSON as they are.
+ *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -29,7 +36,7 @@
 #define EXIT_USAGE 2
 
 typedef struct {
-    const char *op;      /* "pca" | "dwt" | "eadp" */
+    const char *op;      /* "pca" | "dwt" | "eadp" | "eap" */
     const char *backend; /* "cpu" | "cuda" | "auto" */
     const char *input;
     const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
@@ -38,21 +45,27 @@ typedef struct {
     long components, levels, repeat, threads, device;
     long count, cycles;  /* eadp */
     double step;         /* eadp */
+    const char *reduction, *attribute, *thresholds; /* eap */
+    long connectivity, quantisation;                /* eap */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
- * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion). */
+ * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; eap: fit = the
+ * reduction, apply = the profile). */
 typedef struct {
     double total, fit, apply;
 } timing_t;
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp --backend cpu|cuda|auto --input CUBE.f32\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|eap --backend cpu|cuda|auto --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
           "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
           "                    diffusion at T = step*1 .. step*count)\n"
+          "                    [--reduction dwt|pca|none] [--attribute area]\n"
+          "                    [--thresholds 36,144,...] [--connectivity 4]\n"
+          "                    [--quantisation 8|16]   (eap: reduction, then the profile)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -107,7 +120,8 @@ static int parse_args(int argc, char **argv, options_t *o)
     long w = 0, h = 0, b = 0;
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
-                     .step = 65.0};
+                     .step = 65.0, .reduction = "dwt", .attribute = "area",
+                     .connectivity = 4, .quantisation = 8};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -136,6 +150,11 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "count")) rc = parse_long(name, v, 1, 10000, &o->count);
         else if (!strcmp(name, "cycles")) rc = parse_long(name, v, 1, 1000, &o->cycles);
         else if (!strcmp(name, "step")) rc = parse_double(name, v, 1e-6, 1e9, &o->step);
+        else if (!strcmp(name, "reduction")) o->reduction = v;
+        else if (!strcmp(name, "attribute")) o->attribute = v;
+        else if (!strcmp(name, "thresholds")) o->thresholds = v;
+        else if (!strcmp(name, "connectivity")) rc = parse_long(name, v, 4, 8, &o->connectivity);
+        else if (!strcmp(name, "quantisation")) rc = parse_long(name, v, 8, 16, &o->quantisation);
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -143,9 +162,21 @@ static int parse_args(int argc, char **argv, options_t *o)
         if (rc)
             return -1;
     }
-    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt or eadp (got '%s')\n",
+    if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
+                   strcmp(o->op, "eap"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp or eap (got '%s')\n",
                 o->op ? o->op : "nothing");
+        return -1;
+    }
+    if (strcmp(o->reduction, "dwt") && strcmp(o->reduction, "pca") &&
+        strcmp(o->reduction, "none")) {
+        fprintf(stderr, "hyprof_bench: --reduction must be dwt, pca or none (got '%s')\n",
+                o->reduction);
+        return -1;
+    }
+    if ((o->connectivity != 4 && o->connectivity != 8) ||
+        (o->quantisation != 8 && o->quantisation != 16)) {
+        fprintf(stderr, "hyprof_bench: --connectivity takes 4 or 8, --quantisation 8 or 16\n");
         return -1;
     }
     if (!o->input || !w || !h || !b) {
@@ -265,15 +296,103 @@ static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyp
     return st;
 }
 
+/* The `eap` operation's default thresholds per attribute (README), std in
+ * 8-bit units (scaled by 257 at 16 bits, as the operation does). */
+static const double eap_area[] = {36, 144, 324, 576, 900, 1296, 1764};
+static const double eap_std[] = {2, 4, 6, 8, 10, 12, 14};
+static const double eap_diagonal[] = {10, 25, 50, 100};
+static const double eap_inertia[] = {0.2, 0.3, 0.4, 0.5};
+
+/* The EAP parameters from the options: `thr` receives the thresholds (at most
+ * 255). -1 on a bad attribute or threshold list. */
+static int eap_params(const options_t *o, hyprof_eap_params_t *p, hyprof_attribute_filter_t *f,
+                      double *thr)
+{
+    hyprof_eap_params_default(p);
+    if (hyprof_attribute_parse(o->attribute, &f->attribute) != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: unknown --attribute '%s'\n", o->attribute);
+        return -1;
+    }
+    size_t n = 0;
+    if (o->thresholds) {
+        const char *s = o->thresholds;
+        while (*s && n < HYPROF_ATTRIBUTE_MAX_THRESHOLDS) {
+            char *end = NULL;
+            thr[n++] = strtod(s, &end);
+            if (end == s || (*end && *end != ',')) {
+                fprintf(stderr, "hyprof_bench: bad --thresholds '%s'\n", o->thresholds);
+                return -1;
+            }
+            s = *end ? end + 1 : end;
+        }
+    } else {
+        static const double *const lists[] = {eap_area, eap_std, eap_diagonal, eap_inertia};
+        static const size_t counts[] = {7, 7, 4, 4};
+        n = counts[f->attribute];
+        for (size_t i = 0; i < n; i++)
+            thr[i] = lists[f->attribute][i] *
+                     (f->attribute == HYPROF_ATTRIBUTE_STD && o->quantisation == 16 ? 257.0 : 1.0);
+    }
+    f->thresholds = thr;
+    f->nthresholds = n;
+    p->filters = f;
+    p->nfilters = 1;
+    p->connectivity = (int)o->connectivity;
+    p->levels = o->quantisation == 16 ? 65536u : 256u;
+    return 0;
+}
+
+/* Captures the CUDA path's stage message (debug log) for the JSON line. */
+static char g_eap_device_stages[512];
+static void keep_device_stages(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strstr(message, "device ms"))
+        snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
+}
+
+/* The EAP paper's pipeline: the spectral reduction, then the profile. */
+static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
+                               const hyprof_eap_params_t *p, hyprof_cube_t *out, timing_t *t)
+{
+    hyprof_cube_t feat;
+    memset(&feat, 0, sizeof feat);
+    hyprof_status_t st = HYPROF_OK;
+    double t0 = now_seconds();
+    if (!strcmp(o->reduction, "pca")) {
+        hyprof_pca_model_t *model = NULL;
+        st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
+        if (st == HYPROF_OK)
+            st = hyprof_pca_apply(ctx, model, in, &feat);
+        hyprof_pca_model_free(&model);
+    } else if (!strcmp(o->reduction, "dwt")) {
+        st = hyprof_dwt_spectral(ctx, in, hyprof_wavelet_find(o->wavelet), (int)o->levels,
+                                 &feat);
+    }
+    double t1 = now_seconds();
+    if (st == HYPROF_OK)
+        st = hyprof_eap(ctx, strcmp(o->reduction, "none") ? &feat : in, p, out, NULL);
+    double t2 = now_seconds();
+    hyprof_cube_free(&feat);
+    t->fit = t1 - t0;   /* the reduction */
+    t->apply = t2 - t1; /* the profile */
+    t->total = t2 - t0;
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
-                                const hyprof_eadp_params_t *ep, hyprof_cube_t *out, timing_t *t)
+                                const hyprof_eadp_params_t *ep, const hyprof_eap_params_t *pp,
+                                hyprof_cube_t *out, timing_t *t)
 {
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
+    if (!strcmp(o->op, "eap"))
+        return run_eap(ctx, o, in, pp, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "pca")) {
         hyprof_pca_model_t *model = NULL;
@@ -331,6 +450,21 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     else if (!strcmp(o->op, "eadp"))
         printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld",
                o->components, o->count, o->step, o->cycles);
+    else if (!strcmp(o->op, "eap")) {
+        printf(",\"reduction\":");
+        json_string(stdout, o->reduction);
+        if (!strcmp(o->reduction, "pca"))
+            printf(",\"components\":%ld", o->components);
+        else if (!strcmp(o->reduction, "dwt")) {
+            printf(",\"wavelet\":");
+            json_string(stdout, o->wavelet);
+            printf(",\"levels\":%ld", o->levels);
+        }
+        printf(",\"attribute\":");
+        json_string(stdout, o->attribute);
+        printf(",\"connectivity\":%ld,\"quantisation\":%ld", o->connectivity,
+               o->quantisation);
+    }
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -363,7 +497,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const hyprof_wavelet_t *wav = NULL;
-    if (!strcmp(o.op, "dwt") && !(wav = hyprof_wavelet_find(o.wavelet))) {
+    if ((!strcmp(o.op, "dwt") || (!strcmp(o.op, "eap") && !strcmp(o.reduction, "dwt"))) &&
+        !(wav = hyprof_wavelet_find(o.wavelet))) {
         fprintf(stderr, "hyprof_bench: unknown --wavelet '%s'\n", o.wavelet);
         return EXIT_USAGE;
     }
@@ -415,6 +550,17 @@ int main(int argc, char **argv)
     hyprof_eadp_params_t ep;
     double *times = NULL;
     hyprof_eadp_params_default(&ep);
+    hyprof_eap_params_t pp;
+    hyprof_attribute_filter_t pf;
+    double pthr[HYPROF_ATTRIBUTE_MAX_THRESHOLDS];
+    if (!strcmp(o.op, "eap")) {
+        if (eap_params(&o, &pp, &pf, pthr)) {
+            hyprof_ctx_free(&ctx);
+            free(data);
+            return EXIT_USAGE;
+        }
+        hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
+    }
     if (!strcmp(o.op, "eadp")) {
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
@@ -441,14 +587,14 @@ int main(int argc, char **argv)
         goto done;
     }
     /* Warm-up, untimed. */
-    st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
+    st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
     if (st != HYPROF_OK) {
         rc = fail(ctx, o.op, st);
         goto done;
     }
     hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
-        st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
+        st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
             goto done;
@@ -496,6 +642,15 @@ int main(int argc, char **argv)
         printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
                "\"eadp_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+    else if (!strcmp(o.op, "eap")) {
+        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"profile_median_s\":%.9g,"
+               "\"profile_min_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+        if (used == HYPROF_BACKEND_CUDA && g_eap_device_stages[0]) {
+            printf(",\"device_stages\":");
+            json_string(stdout, g_eap_device_stages);
+        }
+    }
     printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
