@@ -22,6 +22,17 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        same 7 PCs, its diffusion timed per core (NumPy's element-wise work runs
        on one thread); next to them the EADP paper's Table III figures
        (GTX 1060 and 6 CPU cores) and our ratio to them. Only on --eadp-scenes.
+  eap  hyprof_bench --op eap (PCA to --eap-features components, or the bands as
+       they are when there are no more than that; then the area profile with the
+       paper's 7 thresholds, 4-connectivity, 8 bits: stages reduction and profile,
+       and the CUDA device stages), next to scikit-image's area_closing /
+       area_opening (one call per threshold, as its API goes) and higra's max-tree
+       + area + reconstruct_leaf_data (one tree per band and polarity, like ours)
+       on the same quantised features (the band planes of hyprof's output), and the
+       EAP paper's figures (GTX 1070). Every output is compared with hyprof-cpu's
+       (max rel diff 0 = identical). Only on --eap-scenes (pavia_c, and the
+       multispectral scene with --huge, where the peers run only with
+       --eap-huge-peers and the backends are compared by checksum).
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -72,6 +83,15 @@ HUGE = {"multispectral"}
 DEFAULT_SCENES = [s for s in SCENES if s not in HUGE]
 # EADP on these scenes only (the NumPy peer takes ~5 s per call on Houston).
 DEFAULT_EADP_SCENES = ["indian_pines", "samson", "pavia_u", "salinas", "houston"]
+# EAP (area profile) on these scenes; the multispectral one joins with --huge.
+DEFAULT_EAP_SCENES = ["pavia_c"]
+EAP_AREA = [36, 144, 324, 576, 900, 1296, 1764]
+# The EAP paper's GPU figures (GTX 1070), seconds: the profile and the reduction.
+PAPER_EAP = {
+    "pavia_c": {"profile_s": 1.41, "reduction_s": 0.92},
+    "multispectral": {"profile_s": 185.0, "reduction_s": None},
+}
+PAPER_EAP_GPU = "NVIDIA GeForce GTX 1070 (EAP paper)"
 # The EADP paper's Table III, "Total" (the diffusion stages, PCA not included; 7 PCs,
 # 63 components), seconds: GTX 1060 (CUDA) and Intel Core i5-8400 (OpenMP, 6 cores).
 PAPER_EADP = {
@@ -308,6 +328,13 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
     elif op == "eadp":
         cmd += ["--components", str(params["components"]), "--count", str(params["count"]),
                 "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
+    elif op == "eap":
+        cmd += ["--reduction", params["reduction"], "--attribute", params["attribute"],
+                "--thresholds", ",".join("%g" % t for t in params["thresholds"]),
+                "--connectivity", str(params["connectivity"]),
+                "--quantisation", str(params["quantisation"])]
+        if params["reduction"] == "pca":
+            cmd += ["--components", str(params["components"])]
     else:
         cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
     if out_path:
@@ -452,17 +479,26 @@ def fmt_err(v):
     return f"{v:.1e}"
 
 
+def compared_s(r):
+    """What the speed-up compares: the whole call, but for EAP the profile stage
+    (the peers get hyprof's quantised features and do the profile only)."""
+    if r["op"] == "eap":
+        return (r.get("stages") or {}).get("profile_median_s")
+    return r["median_s"]
+
+
 def add_speedups(rows):
     groups = {}
     for r in rows:
         if r.get("median_s") is not None:
             groups.setdefault((r["scene"], r["op"]), []).append(r)
     for grp in groups.values():
-        peers = [r["median_s"] for r in grp if r["kind"] == "peer"]
+        peers = [compared_s(r) for r in grp if r["kind"] == "peer" and compared_s(r)]
         best = min(peers) if peers else None
         for r in grp:
+            t = compared_s(r)
             r["fastest_peer_s"] = best
-            r["speedup_vs_fastest_peer"] = best / r["median_s"] if best and r["median_s"] else None
+            r["speedup_vs_fastest_peer"] = best / t if best and t else None
 
 
 def write_markdown(path, meta, rows, notes):
@@ -505,7 +541,7 @@ def write_markdown(path, meta, rows, notes):
                   f"{s} from {src}" for s, src in meta["sources"].items()),
               "",
               "| scene | size (WxHxB) | op | implementation | median s | min s | "
-              "speed-up vs fastest peer | max rel diff |",
+              "speed-up vs fastest peer (EAP: profile stage) | max rel diff |",
               "|---|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("median_s") is None:
@@ -515,10 +551,13 @@ def write_markdown(path, meta, rows, notes):
             size += f", L={r['levels']}"
         elif r["op"] == "eadp":
             size += f", {r['components']} PCs x {r['count'] + 1}"
+        elif r["op"] == "eap":
+            size += (f", {r.get('features')} features x {2 * len(r['thresholds']) + 1}")
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
                      f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
                      f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
     lines += eadp_markdown(rows)
+    lines += eap_markdown(rows)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     lines.append("")
@@ -595,6 +634,31 @@ def eadp_markdown(rows):
     return lines
 
 
+def eap_markdown(rows):
+    er = [r for r in rows if r["op"] == "eap" and (r.get("stages") or {}).get("profile_median_s")]
+    if not er:
+        return []
+    r0 = er[0]
+    lines = ["", f"EAP by stage (area, thresholds {', '.join('%g' % t for t in r0['thresholds'])}, "
+             f"{r0['connectivity']}-connectivity, {r0['quantisation']}-bit levels; profile = "
+             "`hyprof_eap` on the features, host memory in and out; the peers' profile is the "
+             "same 2 x 7 filters per feature on hyprof's quantised features; device = the CUDA "
+             "path's own event times, summed over its band batches):", "",
+             "| scene | implementation | device | reduction ms | profile ms | total ms | "
+             "CUDA device stages | max rel diff |",
+             "|---|---|---|---:|---:|---:|---|---:|"]
+    for r in er:
+        st = r["stages"]
+        dev = r.get("device_stages") or ""
+        if "device ms:" in dev:
+            dev = dev.split("device ms:", 1)[1].strip()
+        lines.append(
+            f"| {r['scene']} | {r['impl']} | {r.get('device') or '—'} | "
+            f"{fmt_ms(st.get('reduction_median_s'))} | {fmt_ms(st.get('profile_median_s'))} | "
+            f"{fmt_ms(r.get('median_s'))} | {dev} | {fmt_err(r.get('check_rel_diff'))} |")
+    return lines
+
+
 def write_json(path, meta, rows, notes):
     runs = []
     if os.path.exists(path):
@@ -618,13 +682,24 @@ def parse_args(argv):
     ap.add_argument("--huge", action="store_true",
                     help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
                          "needs ~30 GB of RAM with the peers)")
-    ap.add_argument("--ops", default="pca,dwt,eadp")
+    ap.add_argument("--ops", default="pca,dwt,eadp,eap")
     ap.add_argument("--eadp-scenes", default=",".join(DEFAULT_EADP_SCENES),
                     help="the scenes that get eadp rows (default: %(default)s)")
     ap.add_argument("--eadp-count", type=int, default=8, help="EADP: C process times")
     ap.add_argument("--eadp-step", type=float, default=65.0, help="EADP: T_i = step * i")
     ap.add_argument("--eadp-cycles", type=int, default=1,
                     help="EADP: FED cycles per increment")
+    ap.add_argument("--eap-scenes", default=",".join(DEFAULT_EAP_SCENES),
+                    help="the scenes that get eap rows (default: %(default)s; --huge adds "
+                         "multispectral)")
+    ap.add_argument("--eap-features", type=int, default=8,
+                    help="EAP: PCA components (bands as they are when there are no more)")
+    ap.add_argument("--eap-connectivity", type=int, choices=(4, 8), default=4)
+    ap.add_argument("--eap-peers", default="skimage,higra",
+                    help="EAP peers to run (scikit-image, higra), when importable")
+    ap.add_argument("--eap-huge-peers", action="store_true",
+                    help="also run the EAP peers on the multispectral scene (hours for "
+                         "scikit-image)")
     ap.add_argument("--backends", default="cpu,cuda",
                     help="hyprof backends; cuda rows are skipped when there is no device")
     ap.add_argument("--repeat", type=int, default=5)
@@ -661,8 +736,14 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt", "eadp"}:
-        ap.error("--ops takes pca, dwt and/or eadp")
+    if set(args.op_list) - {"pca", "dwt", "eadp", "eap"}:
+        ap.error("--ops takes pca, dwt, eadp and/or eap")
+    args.eap_scene_list = [s.strip() for s in args.eap_scenes.split(",") if s.strip()]
+    if args.huge and "multispectral" not in args.eap_scene_list:
+        args.eap_scene_list.append("multispectral")
+    bad = [s for s in args.eap_scene_list if s not in SCENES]
+    if bad:
+        ap.error(f"unknown --eap-scenes {bad}; known: {list(SCENES)}")
     args.eadp_scene_list = [s.strip() for s in args.eadp_scenes.split(",") if s.strip()]
     bad = [s for s in args.eadp_scene_list if s not in SCENES]
     if bad:
@@ -697,6 +778,7 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
         row.update(impl=f"hyprof-{rec['backend']}", device=rec.get("device"),
                    median_s=rec["median_s"], min_s=rec["min_s"], times_s=rec.get("times_s"),
                    repeat=rec.get("repeat"), stages=rec.get("stages"),
+                   device_stages=rec.get("device_stages"),
                    out_bands=rec.get("out_bands"), checksum=rec.get("checksum"),
                    checksum_abs=rec.get("checksum_abs"),
                    hyprof_version=rec.get("hyprof_version"),
@@ -747,13 +829,18 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     cube.tofile(cube_path)
     print(f"[{name}] {w}x{h}x{b} from {src_name} {src.shape[::-1]} "
           f"({cube.nbytes / 2**20:.0f} MiB, made in {time.perf_counter() - t0:.1f} s)", flush=True)
-    X = None if args.no_peers else np.ascontiguousarray(cube.reshape(b, h * w).T)
+    spectral = [o for o in args.op_list if o in ("pca", "dwt", "eadp")]
+    X = None if args.no_peers or not spectral else np.ascontiguousarray(cube.reshape(b, h * w).T)
     base = {"scene": name, "width": w, "height": h, "bands": b, "source": src_name}
 
     for op in args.op_list:
         if op == "eadp":
             if name in args.eadp_scene_list:
                 bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
+            continue
+        if op == "eap":
+            if name in args.eap_scene_list:
+                bench_eap(base, cube.shape, cube_path, args, exe, tmpdir, rows, notes)
             continue
         levels = min(args.levels, max(1, int(math.floor(math.log2(b))) - 1))
         params = ({"components": args.components} if op == "pca"
@@ -885,6 +972,155 @@ def bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes):
                              device=dev, threads=thr, threads_used=thr, median_s=None,
                              stages={"eadp_median_s": paper[side]},
                              eadp_core_s=paper[side] * thr if thr else None))
+
+
+def eap_params(b, args):
+    k = args.eap_features
+    p = {"attribute": "area", "thresholds": EAP_AREA, "connectivity": args.eap_connectivity,
+         "quantisation": 8, "reduction": "pca" if b > k else "none", "features": min(b, k)}
+    if b > k:
+        p["components"] = k
+    return p
+
+
+def skimage_eap(feats, thresholds, connectivity):
+    """scikit-image: one area_closing / area_opening call per threshold and band."""
+    from skimage.morphology import area_closing, area_opening
+
+    c = 1 if connectivity == 4 else 2
+    out = []
+    for q in feats:
+        out += [area_closing(q, t, connectivity=c) for t in reversed(thresholds)]
+        out.append(q)
+        out += [area_opening(q, t, connectivity=c) for t in thresholds]
+    return np.stack(out)
+
+
+def higra_eap(feats, thresholds, connectivity):
+    """higra: a max-tree and a min-tree per band, the area once, then every
+    threshold from them (reconstruct_leaf_data: each pixel takes the level of its
+    deepest ancestor that is kept)."""
+    import higra as hg
+
+    h, w = feats.shape[1:]
+    graph = (hg.get_4_adjacency_graph((h, w)) if connectivity == 4
+             else hg.get_8_adjacency_graph((h, w)))
+    out = []
+    for q in feats:
+        tree, alt = hg.component_tree_max_tree(graph, q)
+        area = hg.attribute_area(tree)
+        opened = [hg.reconstruct_leaf_data(tree, alt, area < t) for t in thresholds]
+        tree, alt = hg.component_tree_min_tree(graph, q)
+        area = hg.attribute_area(tree)
+        closed = [hg.reconstruct_leaf_data(tree, alt, area < t) for t in reversed(thresholds)]
+        out += [c.reshape(h, w) for c in closed] + [q] + [o.reshape(h, w) for o in opened]
+    return np.stack(out)
+
+
+def eap_peers(args, notes):
+    peers = []
+    for name in [p.strip() for p in args.eap_peers.split(",") if p.strip()]:
+        mod, fn = {"skimage": ("skimage", skimage_eap), "higra": ("higra", higra_eap)}.get(
+            name, (None, None))
+        if not mod:
+            notes.append(f"unknown EAP peer '{name}'")
+            continue
+        try:
+            v = getattr(__import__(mod), "__version__", None)
+            if v is None:
+                from importlib.metadata import version
+                v = version(mod)
+        except Exception as e:
+            msg = f"no EAP peer {name}: {type(e).__name__}: {e}"
+            if msg not in notes:
+                notes.append(msg)
+            continue
+        label = {"skimage": "skimage area_opening/closing", "higra": "higra max-tree"}[name]
+        peers.append((f"{label} {v}", fn))
+    return peers
+
+
+def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
+    """hyprof (reduction + profile, per backend), then the peers on the band planes
+    of hyprof-cpu's output (the quantised features), then the paper's figures."""
+    name = base["scene"]
+    b, h, w = shape
+    params = eap_params(b, args)
+    nt = len(params["thresholds"])
+    planes = 2 * nt + 1
+    huge = name in HUGE
+    outs = {}
+    hy = []
+    for backend in args.backend_list:
+        time.sleep(args.settle_s)
+        out_path = (None if args.no_check or huge
+                    else os.path.join(tmpdir, f"{name}.eap.{backend}.out"))
+        rec = run_hyprof(exe, "eap", backend, cube_path, shape, args, params, out_path)
+        row = hyprof_row(base, "eap", params, backend, rec, args, notes)
+        hy.append(row)
+        if row.get("median_s") is not None:
+            st = row.get("stages") or {}
+            print(f"  eap {row['impl']}: median {row['median_s']:.4g} s (reduction "
+                  f"{st.get('reduction_median_s', float('nan')):.4g} s, profile "
+                  f"{st.get('profile_median_s', float('nan')):.4g} s) "
+                  f"{row.get('device_stages') or ''}", flush=True)
+            if out_path and os.path.exists(out_path):
+                outs[row["impl"]] = np.fromfile(out_path, dtype=np.float32).reshape(
+                    -1, planes, h, w)
+        if out_path and os.path.exists(out_path):
+            os.remove(out_path)
+    ref = outs.get("hyprof-cpu")
+    for row in hy:
+        if ref is not None and row["impl"] in outs:
+            row["check_rel_diff"] = ("ref" if row["impl"] == "hyprof-cpu"
+                                     else rel_diff(outs[row["impl"]], ref))
+        rows.append(row)
+    done = [r for r in hy if r.get("median_s") is not None]
+    if huge and len(done) == 2:
+        same = (done[0].get("checksum"), done[0].get("checksum_abs")) == \
+               (done[1].get("checksum"), done[1].get("checksum_abs"))
+        notes.append(f"{name} eap: hyprof-cpu and hyprof-cuda checksums "
+                     f"{'identical' if same else 'DIFFER'} (outputs not compared value by "
+                     "value at this size)")
+    if ref is None and not outs:
+        if not args.no_peers and not (huge and not args.eap_huge_peers):
+            notes.append(f"{name} eap: no hyprof output to take the features from: no peers")
+    elif not args.no_peers and not (huge and not args.eap_huge_peers):
+        base_out = ref if ref is not None else next(iter(outs.values()))
+        feats = np.ascontiguousarray(base_out[:, nt]).astype(np.uint8)
+        for impl, fn in eap_peers(args, notes):
+            with thread_limit(args.threads):
+                try:
+                    times, out = time_call(lambda: fn(feats, params["thresholds"],
+                                                      params["connectivity"]),
+                                           args.repeat, args.peer_budget_s)
+                except Exception as e:
+                    notes.append(f"{name} eap {impl} failed: {type(e).__name__}: {e}")
+                    continue
+            diff = rel_diff(out.reshape(base_out.shape), base_out) if ref is not None else None
+            row = dict(base, op="eap", **params, impl=impl, kind="peer", threads=args.threads,
+                       device=cpu_facts()["model"], median_s=median(times), min_s=min(times),
+                       times_s=times, repeat=len(times),
+                       stages={"reduction_median_s": None, "profile_median_s": median(times)},
+                       check_rel_diff=diff)
+            if len(times) < args.repeat:
+                notes.append(f"{name} eap {impl}: {len(times)} repetition(s) only "
+                             f"(--peer-budget-s {args.peer_budget_s:g})")
+            del out
+            rows.append(row)
+            print(f"  eap {impl}: median {row['median_s']:.4g} s"
+                  + (f", max rel diff {diff:.1e} against hyprof-cpu" if diff is not None else ""),
+                  flush=True)
+    elif huge:
+        notes.append(f"{name} eap: peers not run at this size (--eap-huge-peers runs them)")
+    paper = PAPER_EAP.get(name)
+    if paper:
+        tot = paper["profile_s"] + (paper["reduction_s"] or 0.0)
+        rows.append(dict(base, op="eap", **params, impl="paper-gpu", kind="paper",
+                         device=PAPER_EAP_GPU, median_s=None,
+                         stages={"reduction_median_s": paper["reduction_s"],
+                                 "profile_median_s": paper["profile_s"]},
+                         paper_total_s=tot))
 
 
 def dwt_reference(cube, wavelet, levels):
