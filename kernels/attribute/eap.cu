@@ -122,7 +122,10 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
  * with an index above r is no level root and never will be again: its parent
  * stays of its level, and it may point to any pixel of its set with a
  * smaller index (here r). Pixels at or below r are left alone, also when a
- * concurrent compression made the path skip r. */
+ * concurrent compression made the path skip r. The walk up halves the path
+ * as it goes (a pixel skips its parent for its same-level grandparent), so
+ * that long chains of tile roots (large plateaus) shrink for the threads
+ * that come later. */
 EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
 {
     uint16_t l = lev[x];
@@ -131,7 +134,13 @@ EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
         uint32_t p = EAP_LOAD32(&par[r]);
         if (p == r || lev[p] != l)
             break;
-        r = p;
+        uint32_t g = EAP_LOAD32(&par[p]);
+        if (g == p || lev[g] != l) {
+            r = p;
+            break;
+        }
+        EAP_STORE32(&par[r], g);
+        r = g;
     }
     while (x > r) {
         uint32_t p = EAP_LOAD32(&par[x]);
@@ -278,23 +287,14 @@ EAP_FN void body_merge(const Args &a, int img, size_t p)
         *a.error = 1;
 }
 
-/* After every merge: aux = the level root of each pixel (no more writes to par). */
+/* After every merge: aux = the level root of each pixel (compressing: a
+ * plateau may hang on a long chain of tile roots). */
 EAP_FN void body_canon1(const Args &a, int img, size_t p)
 {
     if (!valid(a, p))
         return;
     size_t o = (size_t)img * a.n;
-    const uint32_t *par = a.par + o;
-    const uint16_t *lev = a.lev + o;
-    uint32_t r = (uint32_t)p;
-    uint16_t l = lev[r];
-    for (;;) {
-        uint32_t q = par[r];
-        if (q == r || lev[q] != l)
-            break;
-        r = q;
-    }
-    a.aux[o + p] = r;
+    a.aux[o + p] = levelroot(a.par + o, a.lev + o, (uint32_t)p);
 }
 
 EAP_FN void body_canon2(const Args &a, int img, size_t p)
