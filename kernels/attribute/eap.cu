@@ -88,6 +88,7 @@ struct Args {
     uint32_t *aux, *aux2;   /* level roots, jump pointers (ping-pong) */
     uint32_t *pend;         /* pending children */
     uint8_t *k0, *k1;       /* leaf flags; kept counts (ping-pong) */
+    uint8_t *node;          /* 1 at the canonical element of each node */
     uint32_t *cnt;          /* area (std, inertia need it too) */
     u64 *s1, *s2;           /* std: sums of levels and squares */
     u64 *sx, *sy, *sxx, *syy; /* inertia */
@@ -299,10 +300,13 @@ EAP_FN void body_canon1(const Args &a, int img, size_t p)
 
 EAP_FN void body_canon2(const Args &a, int img, size_t p)
 {
-    if (!valid(a, p))
-        return;
     size_t o = (size_t)img * a.n;
+    if (!valid(a, p)) {
+        a.node[o + p] = 0;
+        return;
+    }
     uint32_t r = a.aux[o + p];
+    a.node[o + p] = r == (uint32_t)p;
     if (r == (uint32_t)p) {
         uint32_t q = a.par[o + p];
         a.par[o + p] = q == r ? r : a.aux[o + q];
@@ -318,13 +322,7 @@ EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
     return (q != p && lev[q] == lev[p]) ? q : p;
 }
 
-EAP_FN int is_node(const Args &a, size_t o, size_t p)
-{
-    if (!valid(a, p))
-        return 0;
-    uint32_t q = a.par[o + p];
-    return q == (uint32_t)p || a.lev[o + q] != a.lev[o + p];
-}
+EAP_FN int is_node(const Args &a, size_t o, size_t p) { return a.node[o + p]; }
 
 /* Each valid pixel's contribution to its node. */
 EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
@@ -720,7 +718,7 @@ class EapCuda {
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
 
-    DeviceBuffer<uint8_t> mask_, k0_, k1_;
+    DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
     DeviceBuffer<uint16_t> lev_;
     DeviceBuffer<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
     DeviceBuffer<u64> s64_;
@@ -733,7 +731,7 @@ class EapCuda {
     /* device bytes per pixel of one image (not counting the output planes) */
     size_t image_bytes() const
     {
-        return 2 + 4 * 4 + 2 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+        return 2 + 4 * 4 + 3 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
                (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
     }
 
@@ -765,6 +763,7 @@ class EapCuda {
         const char *op = a_->op;
         size_t m = 2 * nb_ * n_;
         HYPROF_TRY(lev_.alloc(ctx, op, m));
+        HYPROF_TRY(node_.alloc(ctx, op, m));
         HYPROF_TRY(par_.alloc(ctx, op, m));
         HYPROF_TRY(aux_.alloc(ctx, op, m));
         HYPROF_TRY(aux2_.alloc(ctx, op, m));
@@ -809,6 +808,7 @@ class EapCuda {
         g.pend = pend_.get();
         g.k0 = k0_.get();
         g.k1 = k1_.get();
+        g.node = node_.get();
         g.cnt = need_cnt_ ? cnt_.get() : nullptr;
         u64 *s = s64_.get();
         if (need_std_) {
