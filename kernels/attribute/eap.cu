@@ -895,19 +895,23 @@ class EapCuda {
         k_pass<<<gr, kThreads>>>(g, f);
         HYPROF_CUDA_CHECK_LAUNCH("k_pass");
         uint8_t *kin = g.k0, *kout = g.k1;
-        uint32_t *jin = g.aux, *jout = g.aux2;
-        for (int r = 0; r < rounds_; r++) {
-            k_jump_min<<<gr, kThreads>>>(g, kin, jin, kout, jout);
-            HYPROF_CUDA_CHECK_LAUNCH("k_jump_min");
-            uint8_t *tk = kin;
-            kin = kout;
-            kout = tk;
-            uint32_t *tj = jin;
-            jin = jout;
-            jout = tj;
+        uint32_t *jin = g.aux, *jout = g.aux2; /* k_pass: aux = the parent */
+        /* An increasing attribute never grows towards the leaves: pass is its
+         * own path minimum, kept = pass. */
+        if (!hyprof_attribute_is_increasing((hyprof_attribute_t)f.attribute)) {
+            for (int r = 0; r < rounds_; r++) {
+                k_jump_min<<<gr, kThreads>>>(g, kin, jin, kout, jout);
+                HYPROF_CUDA_CHECK_LAUNCH("k_jump_min");
+                uint8_t *tk = kin;
+                kin = kout;
+                kout = tk;
+                uint32_t *tj = jin;
+                jin = jout;
+                jout = tj;
+            }
+            k_up_init<<<gr, kThreads>>>(g, jin);
+            HYPROF_CUDA_CHECK_LAUNCH("k_up_init");
         }
-        k_up_init<<<gr, kThreads>>>(g, jin);
-        HYPROF_CUDA_CHECK_LAUNCH("k_up_init");
         for (int r = 0; r < rounds_; r++) {
             k_jump_up<<<gr, kThreads>>>(g, kin, jin, jout);
             HYPROF_CUDA_CHECK_LAUNCH("k_jump_up");
