@@ -163,31 +163,53 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
+/* Min and max of a band's valid values (OpenMP: an exact reduction); 1 if
+ * a valid value is not finite. */
+static int band_range(const float *v, const uint8_t *m, size_t n, int threads, double *lo_out,
+                      double *hi_out)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    int bad = 0;
+    #pragma omp parallel for num_threads(threads) schedule(static) \
+        reduction(min : lo) reduction(max : hi) reduction(| : bad)
+    for (size_t p = 0; p < n; p++) {
+        if (m && !m[p])
+            continue;
+        if (!isfinite(v[p])) {
+            bad = 1;
+            continue;
+        }
+        lo = v[p] < lo ? v[p] : lo;
+        hi = v[p] > hi ? v[p] : hi;
+    }
+    *lo_out = lo + 0.0; /* -0 and +0 tie in the reduction: always +0 */
+    *hi_out = hi + 0.0;
+    return bad;
+}
+
 static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const hyprof_cube_t *x, unsigned levels,
                                     uint16_t *out, double *range)
 {
     size_t n = x->width * x->height;
     const uint8_t *m = x->mask;
+    int threads = hyprof__threads(ctx);
     for (size_t b = 0; b < x->bands; b++) {
         const float *v = (const float *)x->data + b * n;
         uint16_t *q = out + b * n;
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t p = 0; p < n; p++) {
-            if (m && !m[p])
-                continue;
-            if (!isfinite(v[p]))
-                return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
-                                     "band %zu: value %g at pixel (%zu, %zu) is not finite "
-                                     "and not masked", b + 1, (double)v[p], p % x->width,
-                                     p / x->width);
-            lo = v[p] < lo ? v[p] : lo;
-            hi = v[p] > hi ? v[p] : hi;
-        }
+        double lo, hi;
+        if (band_range(v, m, n, threads, &lo, &hi))
+            for (size_t p = 0; p < n; p++) /* the first one, for the message */
+                if ((!m || m[p]) && !isfinite(v[p]))
+                    return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                         "band %zu: value %g at pixel (%zu, %zu) is not "
+                                         "finite and not masked", b + 1, (double)v[p],
+                                         p % x->width, p / x->width);
         if (range) {
             range[2 * b] = lo <= hi ? lo : NAN;
             range[2 * b + 1] = lo <= hi ? hi : NAN;
         }
         double top = (double)(levels - 1), span = hi - lo;
+        #pragma omp parallel for num_threads(threads) schedule(static)
         for (size_t p = 0; p < n; p++) {
             if ((m && !m[p]) || !(span > 0.0)) {
                 q[p] = 0;

@@ -324,6 +324,19 @@ EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
 
 EAP_FN int is_node(const Args &a, size_t o, size_t p) { return a.node[o + p]; }
 
+/* cnt[c] += 1 for every calling thread: on the device one atomic per node
+ * and warp (plateaus send many neighbouring pixels to the same node). */
+EAP_FN void add_one(uint32_t *cnt, size_t c)
+{
+#ifdef __CUDA_ARCH__
+    unsigned same = __match_any_sync(__activemask(), (unsigned long long)c);
+    if ((threadIdx.x & 31) == (unsigned)(__ffs(same) - 1))
+        atomicAdd(&cnt[c], (unsigned)__popc(same));
+#else
+    EAP_ADD32(&cnt[c], 1u);
+#endif
+}
+
 /* Each valid pixel's contribution to its node. */
 EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
 {
@@ -333,7 +346,7 @@ EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
     size_t c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
     u64 x = p % a.width, y = p / a.width, l = a.lev[o + p];
     if (a.cnt)
-        EAP_ADD32(&a.cnt[c], 1u);
+        add_one(a.cnt, c);
     if (a.s1) {
         EAP_ADD64(&a.s1[c], l);
         EAP_ADD64(&a.s2[c], l * l);
