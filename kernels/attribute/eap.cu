@@ -5,24 +5,25 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
- * Tree (the idea of Blin et al., "Max-tree computation on GPUs", TPDS 2022:
- * merging branches with compare-and-swap, here on every edge at once):
+ * Tree (after Blin et al., "Max-tree computation on GPUs", TPDS 2022:
+ * tile-local trees, then branches merged with compare-and-swap):
  *   Pixels are ordered by the strict key (level, index). The component tree
  *   of that total order is unique, and collapsing the links between pixels
  *   of equal level gives the max-tree (the node of p is the component of
- *   {f >= f(p)} containing p; its canonical element is its least-index
- *   pixel). Merging the ancestor chains of the two ends of an edge: climb
- *   the higher chain until the other end fits, insert it with atomicCAS,
- *   then go on merging the rest of both chains. First, per 32 x 32 tile in
- *   shared memory, every edge inside the tile (a thread per pixel); then, on
- *   the global forest, every edge between tiles. Links always go to a strictly smaller key, so no
- *   cycle can form; within a level, chains are compressed (a non-level-root
- *   pixel stays one forever, so plain stores may compress it). The tree that
- *   results does not depend on the order of the merges.
- *   canon       rep = the level root of each pixel; then par[] of a
- *               canonical element = the canonical element of its parent
- *               node, par[] of any other pixel = its canonical element (the
- *               CPU's canonical form).
+ *   {f >= f(p)} containing p). Merging the ancestor chains of the two ends
+ *   of an edge: climb the higher chain until the other end fits, insert it
+ *   with atomicCAS, then go on merging the rest of both chains. Links always
+ *   go to a strictly smaller key, so no cycle can form, and the tree that
+ *   results does not depend on the order of the merges. Within a level the
+ *   chains are compressed (a pixel that is no level root never becomes one
+ *   again, so plain stores may shorten its path).
+ *   tile        per 32 x 32 tile in shared memory, every edge inside the
+ *               tile (local indices order like the global ones);
+ *   merge       on the global forest, every edge between tiles;
+ *   canon       aux = the level root of each pixel; then par[] of a level
+ *               root = the level root of its parent, par[] of any other
+ *               pixel = its level root (the CPU's canonical form), and a
+ *               node flag at each level root.
  * Attributes (exact integers): every pixel adds its contribution to its
  *   node with atomics; then the node tree is reduced from the leaves: each
  *   leaf's thread adds its node into the parent and decrements the parent's
@@ -32,13 +33,14 @@
  *   computed with the CPU's double expressions (correctly rounded, no
  *   contraction: the results are bit-identical); kept(C) = min of pass over
  *   C and its ancestors, by pointer jumping (log2(levels) rounds: a path
- *   of the node tree has at most `levels` nodes); then up(C) = the first
+ *   of the node tree has at most `levels` nodes; none for area and
+ *   diagonal, which never grow towards the leaves); then up(C) = the first
  *   proper ancestor with a larger kept (pointer jumping again). The output
  *   of threshold j at a pixel is the level of the first node on the chain
  *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
  *   nthresholds + 1 steps.
- * Memory: per band about 2 x (20 + accumulators) + planes x 2 or 4 bytes a
- *   pixel; bands are processed in batches that fit the free device memory
+ * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
+ *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16 diagonal); bands are processed in batches that fit the free device memory
  *   (one band at a time at worst), each batch's profile planes going to the
  *   host in one copy. $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch.
  *
