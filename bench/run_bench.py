@@ -531,12 +531,16 @@ def write_markdown(path, meta, rows, notes):
               f"commit {meta['git']}; Python {libs['python']}, NumPy {libs['numpy']} "
               f"(BLAS: {libs.get('blas')}), scikit-learn {libs.get('sklearn') or '—'}, "
               f"PyWavelets {libs.get('pywt') or '—'}, CuPy {libs.get('cupy') or '—'}",
-              f"- {meta['repeat']} timed repetitions after one warm-up; PCA: "
-              f"{meta['components']} components (hyprof: fit + apply); DWT: "
-              f"{meta['wavelet']}, periodization, levels in the size column"
-              + (f"; EADP: T = {', '.join('%g' % t for t in meta['eadp']['times'])}, "
-                 f"{meta['eadp']['cycles']} FED cycle(s) per increment, on "
-                 f"{', '.join(meta['eadp']['scenes'])}" if meta.get("eadp") else ""),
+              f"- {meta['repeat']} timed repetitions after one warm-up"
+              + "".join(part for op, part in (
+                  ("pca", f"; PCA: {meta['components']} components (hyprof: fit + apply)"),
+                  ("dwt", f"; DWT: {meta['wavelet']}, periodization, levels in the size column"),
+                  ("eadp", (f"; EADP: T = {', '.join('%g' % t for t in meta['eadp']['times'])}, "
+                            f"{meta['eadp']['cycles']} FED cycle(s) per increment, on "
+                            f"{', '.join(meta['eadp']['scenes'])}" if meta.get("eadp") else "")),
+                  ("eap", (f"; EAP: area, on {', '.join(meta['eap_scenes'])}"
+                           if meta.get("eap_scenes") else "")))
+                  if op in meta.get("ops", ("pca", "dwt", "eadp"))),
               "- cubes mirrored from real data: " + ", ".join(
                   f"{s} from {src}" for s, src in meta["sources"].items()),
               "",
@@ -634,6 +638,12 @@ def eadp_markdown(rows):
     return lines
 
 
+def fmt_ms_wide(v):
+    if v is None:
+        return "—"
+    return f"{1e3 * v:.0f}" if v >= 1.0 else f"{1e3 * v:.4g}"
+
+
 def eap_markdown(rows):
     er = [r for r in rows if r["op"] == "eap" and (r.get("stages") or {}).get("profile_median_s")]
     if not er:
@@ -654,8 +664,9 @@ def eap_markdown(rows):
             dev = dev.split("device ms:", 1)[1].strip()
         lines.append(
             f"| {r['scene']} | {r['impl']} | {r.get('device') or '—'} | "
-            f"{fmt_ms(st.get('reduction_median_s'))} | {fmt_ms(st.get('profile_median_s'))} | "
-            f"{fmt_ms(r.get('median_s'))} | {dev} | {fmt_err(r.get('check_rel_diff'))} |")
+            f"{fmt_ms_wide(st.get('reduction_median_s'))} | "
+            f"{fmt_ms_wide(st.get('profile_median_s'))} | "
+            f"{fmt_ms_wide(r.get('median_s'))} | {dev} | {fmt_err(r.get('check_rel_diff'))} |")
     return lines
 
 
@@ -1145,7 +1156,8 @@ def main(argv=None):
     meta = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "host": host, "cpu": cpu_facts(),
             "gpus": gpu_facts(), "threads": args.threads, "repeat": args.repeat,
             "loadavg_before": loadavg(),
-            "components": args.components, "wavelet": args.wavelet,
+            "components": args.components, "wavelet": args.wavelet, "ops": args.op_list,
+            "eap_scenes": [s for s in args.eap_scene_list if s in args.scene_list],
             "eadp": {"scenes": args.eadp_scene_list, "times": eadp_times(args),
                      "cycles": args.eadp_cycles},
             "git": git_facts(), "bench_exe": os.path.abspath(exe), "libraries": None,
