@@ -13,7 +13,7 @@
  * (area, diagonal: merge rule; std, inertia: min rule), so every plane of
  * each is compared. Then whole cubes through hyprof_eap (float planes,
  * nodata under a mask), also with $HYPROF_EAP_BAND_GROUP=1 and 2 (batches of
- * bands), and, optionally, the first 4 bands of a real cube given as raw
+ * bands; with 2 also $HYPROF_EAP_PIN_ALL=0, the large outputs' download), and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
  *
  * Checks: the CUDA planes equal the CPU planes bit for bit (the CPU backend
@@ -279,12 +279,16 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             char v[8];
             snprintf(v, sizeof v, "%d", g);
             setenv("HYPROF_EAP_BAND_GROUP", v, 1);
-            snprintf(label, sizeof label, "%s, batches of %d band%s", name, g, g > 1 ? "s" : "");
+            if (g == 2)
+                setenv("HYPROF_EAP_PIN_ALL", "0", 1);
+            snprintf(label, sizeof label, "%s, batches of %d band%s%s", name, g, g > 1 ? "s" : "",
+                     g == 2 ? ", output pinned piece by piece" : "");
         } else {
             snprintf(label, sizeof label, "%s", name);
         }
         hyprof_status_t st = hyprof_eap(gpu, c, p, &got, NULL);
         unsetenv("HYPROF_EAP_BAND_GROUP");
+        unsetenv("HYPROF_EAP_PIN_ALL");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));

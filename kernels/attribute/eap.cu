@@ -42,7 +42,10 @@
  * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16 diagonal); bands are processed in batches that fit the free device memory
  *   (one band at a time at worst), each batch's profile planes going to the
- *   host in one copy. $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch.
+ *   host in one copy, into the output page-locked for the call (up to 8 GB;
+ *   larger outputs are pinned 1 GB at a time for their copies).
+ *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
+ *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning.
  *
  * The kernel bodies are written against the EAP_* macros so that a host
  * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
@@ -719,7 +722,9 @@ class EapCuda {
          * of the host memory at once. */
         HostPin out_pin;
         size_t out_bytes = a->bands * a->planes * n_ * esize_;
-        if (out_bytes <= ((size_t)8 << 30))
+        const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
+        pinned_ = out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
+        if (pinned_)
             out_pin.pin(a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes);
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
@@ -735,8 +740,10 @@ class EapCuda {
     }
 
   private:
+    static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
+    bool pinned_ = false;
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
@@ -972,6 +979,24 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* Device to host; without the whole output pinned, each 1 GB piece is
+     * pinned for its copy (a pageable copy runs at a fraction of the bus). */
+    hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
+    {
+        const char *op = a_->op;
+        if (pinned_) {
+            HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+            return HYPROF_OK;
+        }
+        for (size_t off = 0; off < bytes; off += kPinChunk) {
+            size_t b = bytes - off < kPinChunk ? bytes - off : kPinChunk;
+            HostPin pin;
+            pin.pin(dst + off, b);
+            HYPROF_CUDA_CHECK(cudaMemcpy(dst + off, src + off, b, cudaMemcpyDeviceToHost));
+        }
+        return HYPROF_OK;
+    }
+
     hyprof_status_t batch(size_t b0, size_t nb)
     {
         const char *op = a_->op;
@@ -992,12 +1017,9 @@ class EapCuda {
         else
             HYPROF_TRY(filters<float>(nimg, (float *)out_.get()));
         HYPROF_TRY(timer_.mark(ctx, op, 4));
-        if (a_->out16)
-            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out16 + b0 * a_->planes * n_, out_.get(),
-                                         count * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        else
-            HYPROF_CUDA_CHECK(cudaMemcpy(a_->out32 + b0 * a_->planes * n_, out_.get(),
-                                         count * sizeof(float), cudaMemcpyDeviceToHost));
+        unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
+                                       : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
+        HYPROF_TRY(download(dst, out_.get(), count * esize_));
         HYPROF_TRY(timer_.mark(ctx, op, 5));
         HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;
