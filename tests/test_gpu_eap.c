@@ -13,8 +13,9 @@
  * (area, diagonal: merge rule; std, inertia: min rule), so every plane of
  * each is compared. Then whole cubes through hyprof_eap (float planes,
  * nodata under a mask), also with $HYPROF_EAP_BAND_GROUP=1 and 2 (batches of
- * bands; with 2 also $HYPROF_EAP_PIN_ALL=0, the large outputs' download), and, optionally, the first 4 bands of a real cube given as raw
- * float32 BSQ (RAW, width W, height H, bands B).
+ * bands; with 2 also $HYPROF_EAP_PIN_ALL=0, the large outputs' download),
+ * and, optionally, the first 4 bands of a real cube given as raw float32 BSQ
+ * (RAW, width W, height H, bands B).
  *
  * Checks: the CUDA planes equal the CPU planes bit for bit (the CPU backend
  * is exact against scikit-image, tests/test_eap.py); on a failure the count
