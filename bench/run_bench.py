@@ -31,8 +31,8 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        on the same quantised features (the band planes of hyprof's output), and the
        EAP paper's figures (GTX 1070). Every output is compared with hyprof-cpu's
        (max rel diff 0 = identical). Only on --eap-scenes (pavia_c, and the
-       multispectral scene with --huge, where the peers run only with
-       --eap-huge-peers and the backends are compared by checksum).
+       multispectral scene with --huge, where no peer runs and the backends are
+       compared by checksum).
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -708,9 +708,6 @@ def parse_args(argv):
     ap.add_argument("--eap-connectivity", type=int, choices=(4, 8), default=4)
     ap.add_argument("--eap-peers", default="skimage,higra",
                     help="EAP peers to run (scikit-image, higra), when importable")
-    ap.add_argument("--eap-huge-peers", action="store_true",
-                    help="also run the EAP peers on the multispectral scene (hours for "
-                         "scikit-image)")
     ap.add_argument("--backends", default="cpu,cuda",
                     help="hyprof backends; cuda rows are skipped when there is no device")
     ap.add_argument("--repeat", type=int, default=5)
@@ -1090,13 +1087,16 @@ def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
     if huge and len(done) == 2:
         same = (done[0].get("checksum"), done[0].get("checksum_abs")) == \
                (done[1].get("checksum"), done[1].get("checksum_abs"))
-        notes.append(f"{name} eap: hyprof-cpu and hyprof-cuda checksums "
+        notes.append(f"{name} eap: {done[0]['impl']} and {done[1]['impl']} checksums "
                      f"{'identical' if same else 'DIFFER'} (outputs not compared value by "
                      "value at this size)")
-    if ref is None and not outs:
-        if not args.no_peers and not (huge and not args.eap_huge_peers):
+    if huge:
+        notes.append(f"{name} eap: no peers at this size (its 63 GB of planes are not written "
+                     "out; scikit-image would take hours)")
+    elif ref is None and not outs:
+        if not args.no_peers:
             notes.append(f"{name} eap: no hyprof output to take the features from: no peers")
-    elif not args.no_peers and not (huge and not args.eap_huge_peers):
+    elif not args.no_peers:
         base_out = ref if ref is not None else next(iter(outs.values()))
         feats = np.ascontiguousarray(base_out[:, nt]).astype(np.uint8)
         for impl, fn in eap_peers(args, notes):
@@ -1122,8 +1122,6 @@ def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
             print(f"  eap {impl}: median {row['median_s']:.4g} s"
                   + (f", max rel diff {diff:.1e} against hyprof-cpu" if diff is not None else ""),
                   flush=True)
-    elif huge:
-        notes.append(f"{name} eap: peers not run at this size (--eap-huge-peers runs them)")
     paper = PAPER_EAP.get(name)
     if paper:
         tot = paper["profile_s"] + (paper["reduction_s"] or 0.0)
