@@ -68,8 +68,22 @@
 #define EAP_MIN32(p, v) atomicMin((p), (v))
 #define EAP_MAX32(p, v) atomicMax((p), (v))
 #define EAP_FENCE() __threadfence()
-#define EAP_LOAD32(p) (*(volatile const uint32_t *)(p))
-#define EAP_STORE32(p, v) (*(volatile uint32_t *)(p) = (v))
+#define EAP_LOAD32(p) eap_ld_relaxed(p)
+#define EAP_STORE32(p, v) eap_st_relaxed((p), (v))
+#define EAP_OR32(p, v) atomicOr((p), (v))
+/* Relaxed loads and stores at GPU scope with generic addresses (the tree is
+ * in shared memory for the tiles, in global memory for the merges between
+ * tiles): never served from a stale L1 line. */
+__device__ __forceinline__ uint32_t eap_ld_relaxed(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void eap_st_relaxed(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.relaxed.gpu.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
+}
 #define EAP_LDCG32(p) __ldcg(p)
 #define EAP_LDCG64(p) __ldcg(p)
 #endif
@@ -115,6 +129,13 @@ struct Filter {
 
 EAP_FN int valid(const Args &a, size_t p) { return !a.mask || a.mask[p]; }
 
+/* Bounds on every loop (never reached by a correct tree: a walk is at most
+ * a plateau's chain, a merge at most two chains of level roots plus retries,
+ * a path of the node tree at most `levels` nodes); reaching one sets a bit
+ * of *error, so that a bug shows as an error, not as a hang. */
+const long kWalkCap = 1L << 24, kMergeCap = 1L << 20, kPathCap = 1L << 17;
+enum { kErrMerge = 1, kErrWalk = 2, kErrUp = 4, kErrOut = 8 };
+
 /* key(u) > key(v) in the strict order (level, index) */
 EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
 {
@@ -132,11 +153,15 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
  * as it goes (a pixel skips its parent for its same-level grandparent), so
  * that long chains of tile roots (large plateaus) shrink for the threads
  * that come later. */
-EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
+EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x, int &bad)
 {
     uint16_t l = lev[x];
     uint32_t r = x;
-    for (;;) {
+    for (long it = 0;; it++) {
+        if (it >= kWalkCap) {
+            bad |= kErrWalk;
+            return r;
+        }
         uint32_t p = EAP_LOAD32(&par[r]);
         if (p == r || lev[p] != l)
             break;
@@ -148,7 +173,7 @@ EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
         EAP_STORE32(&par[r], g);
         r = g;
     }
-    while (x > r) {
+    for (long it = 0; x > r && it < kWalkCap; it++) {
         uint32_t p = EAP_LOAD32(&par[x]);
         if (p <= r)
             break;
@@ -158,13 +183,16 @@ EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x)
     return r;
 }
 
-/* Merges the ancestor chains of the neighbours x and y. Returns 0, or 1 if
- * it gave up (never expected: a bound against endless loops). */
+/* Merges the ancestor chains of the neighbours x and y. Returns 0, or error
+ * bits if it gave up (never expected: a bound against endless loops). */
 EAP_FN int merge(uint32_t *par, const uint16_t *lev, uint32_t x, uint32_t y)
 {
-    for (long it = 0; it < (1L << 26); it++) {
-        x = levelroot(par, lev, x);
-        y = levelroot(par, lev, y);
+    int bad = 0;
+    for (long it = 0; it < kMergeCap; it++) {
+        x = levelroot(par, lev, x, bad);
+        y = levelroot(par, lev, y, bad);
+        if (bad)
+            return bad;
         if (x == y)
             return 0;
         if (higher(lev, y, x)) {
@@ -179,7 +207,9 @@ EAP_FN int merge(uint32_t *par, const uint16_t *lev, uint32_t x, uint32_t y)
                 return 0;
             continue;
         }
-        uint32_t zr = levelroot(par, lev, z);
+        uint32_t zr = levelroot(par, lev, z, bad);
+        if (bad)
+            return bad;
         if (zr == y)
             return 0;
         if (higher(lev, zr, y)) { /* still above y: climb */
@@ -192,7 +222,7 @@ EAP_FN int merge(uint32_t *par, const uint16_t *lev, uint32_t x, uint32_t y)
             y = zr;
         }
     }
-    return 1;
+    return kErrMerge;
 }
 
 EAP_FN void body_prepare(const Args &a, int img, size_t p)
@@ -254,7 +284,7 @@ EAP_FN void body_tile_merge(const Args &a, const Tile &t, uint16_t *sl, uint32_t
             bad |= merge(sp, sl, q, q + kTile - 1);
     }
     if (bad)
-        *a.error = 1;
+        EAP_OR32(a.error, bad);
 }
 
 EAP_FN void body_tile_store(const Args &a, int img, const Tile &t, const uint32_t *sp, int i)
@@ -267,30 +297,59 @@ EAP_FN void body_tile_store(const Args &a, int img, const Tile &t, const uint32_
         (t.y0 + ry) * a.width + t.x0 + rx;
 }
 
-/* The edges between tiles, on the global forest. */
-EAP_FN void body_merge(const Args &a, int img, size_t p)
+/* One edge, when both ends are valid. */
+EAP_FN int edge(const Args &a, uint32_t *par, const uint16_t *lev, uint32_t x0, uint32_t y0,
+                uint32_t x1, uint32_t y1)
 {
-    uint32_t w = a.width, x = (uint32_t)(p % w), y = (uint32_t)(p / w);
-    int cx = (x + 1) % kTile == 0, cy = (y + 1) % kTile == 0, cl = x % kTile == 0;
-    if (!(cx || cy || (a.eight && cl)) || !valid(a, p))
-        return;
+    size_t p = (size_t)y0 * a.width + x0, q = (size_t)y1 * a.width + x1;
+    if (!valid(a, p) || !valid(a, q))
+        return 0;
+    return merge(par, lev, (uint32_t)p, (uint32_t)q);
+}
+
+/* The regions doubling round: with regions of rw x rh tiles, pair k of
+ * line `line` joins two neighbouring regions (left/right when !vertical,
+ * top/bottom when vertical) through every edge that crosses their common
+ * border with both ends inside the pair. One thread per pair, and the pairs
+ * of a round are disjoint: nothing is shared, the tree of a region pair is
+ * only touched by its own thread. */
+EAP_FN void body_join(const Args &a, int img, int vertical, uint32_t rw, uint32_t rh,
+                      uint32_t k, uint32_t line)
+{
+    uint32_t tiles_x = (a.width + kTile - 1) / kTile, tiles_y = (a.height + kTile - 1) / kTile;
     size_t o = (size_t)img * a.n;
     uint32_t *par = a.par + o;
     const uint16_t *lev = a.lev + o;
-    uint32_t q = (uint32_t)p;
-    int r = x + 1 < w, d = y + 1 < a.height, bad = 0;
-    if (cx && r && valid(a, p + 1))
-        bad |= merge(par, lev, q, q + 1);
-    if (cy && d && valid(a, p + w))
-        bad |= merge(par, lev, q, q + w);
-    if (a.eight && d) {
-        if ((cx || cy) && r && valid(a, p + w + 1))
-            bad |= merge(par, lev, q, q + w + 1);
-        if ((cl || cy) && x > 0 && valid(a, p + w - 1))
-            bad |= merge(par, lev, q, q + w - 1);
+    int bad = 0;
+    if (!vertical) {
+        uint32_t bt = (2 * k + 1) * rw;
+        if (bt >= tiles_x)
+            return;
+        uint32_t xb = bt * kTile, y0 = line * rh * kTile;
+        uint32_t y1 = y0 + rh * kTile < a.height ? y0 + rh * kTile : a.height;
+        for (uint32_t y = y0; y < y1 && !bad; y++) {
+            bad |= edge(a, par, lev, xb - 1, y, xb, y);
+            if (a.eight && y + 1 < y1) {
+                bad |= edge(a, par, lev, xb - 1, y, xb, y + 1);
+                bad |= edge(a, par, lev, xb, y, xb - 1, y + 1);
+            }
+        }
+    } else {
+        uint32_t bt = (2 * k + 1) * rh;
+        if (bt >= tiles_y)
+            return;
+        uint32_t yb = bt * kTile, x0 = line * rw * kTile;
+        uint32_t x1 = x0 + rw * kTile < a.width ? x0 + rw * kTile : a.width;
+        for (uint32_t x = x0; x < x1 && !bad; x++) {
+            bad |= edge(a, par, lev, x, yb - 1, x, yb);
+            if (a.eight && x + 1 < x1) {
+                bad |= edge(a, par, lev, x, yb - 1, x + 1, yb);
+                bad |= edge(a, par, lev, x + 1, yb - 1, x, yb);
+            }
+        }
     }
     if (bad)
-        *a.error = 1;
+        EAP_OR32(a.error, bad);
 }
 
 /* After every merge: aux = the level root of each pixel (compressing: a
@@ -300,7 +359,10 @@ EAP_FN void body_canon1(const Args &a, int img, size_t p)
     if (!valid(a, p))
         return;
     size_t o = (size_t)img * a.n;
-    a.aux[o + p] = levelroot(a.par + o, a.lev + o, (uint32_t)p);
+    int bad = 0;
+    a.aux[o + p] = levelroot(a.par + o, a.lev + o, (uint32_t)p, bad);
+    if (bad)
+        EAP_OR32(a.error, bad);
 }
 
 EAP_FN void body_canon2(const Args &a, int img, size_t p)
@@ -329,19 +391,6 @@ EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
 
 EAP_FN int is_node(const Args &a, size_t o, size_t p) { return a.node[o + p]; }
 
-/* cnt[c] += 1 for every calling thread: on the device one atomic per node
- * and warp (plateaus send many neighbouring pixels to the same node). */
-EAP_FN void add_one(uint32_t *cnt, size_t c)
-{
-#ifdef __CUDA_ARCH__
-    unsigned same = __match_any_sync(__activemask(), (unsigned long long)c);
-    if ((threadIdx.x & 31) == (unsigned)(__ffs(same) - 1))
-        atomicAdd(&cnt[c], (unsigned)__popc(same));
-#else
-    EAP_ADD32(&cnt[c], 1u);
-#endif
-}
-
 /* Each valid pixel's contribution to its node. */
 EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
 {
@@ -351,7 +400,7 @@ EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
     size_t c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
     u64 x = p % a.width, y = p / a.width, l = a.lev[o + p];
     if (a.cnt)
-        add_one(a.cnt, c);
+        EAP_ADD32(&a.cnt[c], 1u);
     if (a.s1) {
         EAP_ADD64(&a.s1[c], l);
         EAP_ADD64(&a.s2[c], l * l);
@@ -394,7 +443,11 @@ EAP_FN void body_up(const Args &a, int img, size_t p)
     if (!a.k0[o + p])
         return;
     size_t r = o + p;
-    for (;;) {
+    for (long it = 0;; it++) {
+        if (it >= kPathCap) {
+            EAP_OR32(a.error, kErrUp);
+            return;
+        }
         size_t q = o + a.par[r];
         if (q == r)
             return;
@@ -554,12 +607,17 @@ EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uin
         return;
     }
     uint32_t c = node_of(a.par + o, a.lev + o, (uint32_t)p);
+    long steps = 0;
     for (int j = 0; j < f.nt; j++) {
         while (k[o + c] <= j) {
             uint32_t up = u[o + c];
             if (up == c)
                 break;
             c = up;
+            if (++steps > kPathCap) {
+                EAP_OR32(a.error, kErrOut);
+                return;
+            }
         }
         unsigned v = k[o + c] > j ? a.lev[o + c] : 0;
         if (closing)
@@ -596,22 +654,35 @@ const int kThreads = 256;
     int img = (int)blockIdx.y
 
 __global__ void k_prepare(Args a) { EAP_IDX; body_prepare(a, img, p); }
-__global__ void __launch_bounds__(kThreads) k_tile(Args a)
+/* One thread per tile, the tile's tree in its own slice of shared memory
+ * (8 tiles a block: 48 KB): no two threads ever touch the same tree. */
+const int kTilesPerBlock = 8;
+__global__ void __launch_bounds__(kTilesPerBlock) k_tile(Args a, unsigned tiles)
 {
-    __shared__ uint16_t sl[kTile * kTile];
-    __shared__ uint32_t sp[kTile * kTile];
+    __shared__ uint16_t sl[kTilesPerBlock][kTile * kTile];
+    __shared__ uint32_t sp[kTilesPerBlock][kTile * kTile];
+    unsigned tile = blockIdx.x * kTilesPerBlock + threadIdx.x;
     int img = (int)blockIdx.y;
-    Tile t = tile_of(a, blockIdx.x);
-    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
-        body_tile_load(a, img, t, sl, sp, i);
-    __syncthreads();
-    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
-        body_tile_merge(a, t, sl, sp, i);
-    __syncthreads();
-    for (int i = threadIdx.x; i < kTile * kTile; i += kThreads)
-        body_tile_store(a, img, t, sp, i);
+    if (tile >= tiles)
+        return;
+    Tile t = tile_of(a, tile);
+    uint16_t *l = sl[threadIdx.x];
+    uint32_t *pp = sp[threadIdx.x];
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_load(a, img, t, l, pp, i);
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_merge(a, t, l, pp, i);
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_store(a, img, t, pp, i);
 }
-__global__ void k_merge(Args a) { EAP_IDX; body_merge(a, img, p); }
+__global__ void k_join(Args a, int vertical, uint32_t rw, uint32_t rh, uint32_t pairs,
+                       uint32_t lines)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)pairs * lines)
+        return;
+    body_join(a, (int)blockIdx.y, vertical, rw, rh, (uint32_t)(i % pairs), (uint32_t)(i / pairs));
+}
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
 __global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
@@ -696,7 +767,18 @@ class StageTimer {
 
 class EapCuda {
   public:
-    EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a) {}
+    EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
+    {
+        const char *t = getenv("HYPROF_EAP_TRACE");
+        trace_ = t && strcmp(t, "1") == 0;
+    }
+    ~EapCuda()
+    {
+        if (trace_start_)
+            (void)cudaEventDestroy(trace_start_);
+        if (trace_now_)
+            (void)cudaEventDestroy(trace_now_);
+    }
 
     hyprof_status_t run()
     {
@@ -716,6 +798,11 @@ class EapCuda {
         HYPROF_TRY(plan());
         HYPROF_TRY(alloc());
         HYPROF_TRY(timer_.create(ctx, a->op));
+        if (trace_) {
+            const char *op = a->op;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_start_));
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_now_));
+        }
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
@@ -740,6 +827,8 @@ class EapCuda {
     }
 
   private:
+    bool trace_ = false;
+    cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
     static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
@@ -871,16 +960,38 @@ class EapCuda {
         dim3 gr = grid(nimg);
         k_prepare<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_prepare");
-        unsigned tiles = (unsigned)(((a_->width + kTile - 1) / kTile) *
-                                    ((a_->height + kTile - 1) / kTile));
-        k_tile<<<dim3(tiles, nimg), kThreads>>>(g);
+        HYPROF_TRY(traced("k_prepare"));
+        uint32_t tx = (uint32_t)((a_->width + kTile - 1) / kTile),
+                 ty = (uint32_t)((a_->height + kTile - 1) / kTile);
+        unsigned tiles = tx * ty;
+        k_tile<<<dim3((tiles + kTilesPerBlock - 1) / kTilesPerBlock, nimg), kTilesPerBlock>>>(
+            g, tiles);
         HYPROF_CUDA_CHECK_LAUNCH("k_tile");
-        k_merge<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_merge");
+        HYPROF_TRY(traced("k_tile"));
+        /* regions of rw x rh tiles, doubling in turn across and down */
+        for (uint32_t rw = 1, rh = 1; rw < tx || rh < ty;) {
+            for (int vertical = 0; vertical < 2; vertical++) {
+                uint32_t r = vertical ? rh : rw, along = vertical ? ty : tx;
+                if (r >= along)
+                    continue;
+                uint32_t pairs = (along + 2 * r - 1) / (2 * r);
+                uint32_t lines = vertical ? (tx + rw - 1) / rw : (ty + rh - 1) / rh;
+                unsigned blocks = (unsigned)(((size_t)pairs * lines + 63) / 64);
+                k_join<<<dim3(blocks, nimg), 64>>>(g, vertical, rw, rh, pairs, lines);
+                HYPROF_CUDA_CHECK_LAUNCH("k_join");
+                HYPROF_TRY(traced(vertical ? "k_join (down)" : "k_join (across)"));
+                if (vertical)
+                    rh *= 2;
+                else
+                    rw *= 2;
+            }
+        }
         k_canon1<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
+        HYPROF_TRY(traced("k_canon1"));
         k_canon2<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
+        HYPROF_TRY(traced("k_canon2"));
         return HYPROF_OK;
     }
 
@@ -908,12 +1019,16 @@ class EapCuda {
         HYPROF_CUDA_CHECK(cudaMemsetAsync(g.pend, 0, m * sizeof(uint32_t)));
         k_acc_pixel<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_acc_pixel");
+        HYPROF_TRY(traced("k_acc_pixel"));
         k_pend<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_pend");
+        HYPROF_TRY(traced("k_pend"));
         k_leaf<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_leaf");
+        HYPROF_TRY(traced("k_leaf"));
         k_up<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_up");
+        HYPROF_TRY(traced("k_up"));
         return HYPROF_OK;
     }
 
@@ -924,6 +1039,7 @@ class EapCuda {
         dim3 gr = grid(nimg);
         k_pass<<<gr, kThreads>>>(g, f);
         HYPROF_CUDA_CHECK_LAUNCH("k_pass");
+        HYPROF_TRY(traced("k_pass"));
         uint8_t *kin = g.k0, *kout = g.k1;
         uint32_t *jin = g.aux, *jout = g.aux2; /* k_pass: aux = the parent */
         /* An increasing attribute never grows towards the leaves: pass is its
@@ -932,6 +1048,7 @@ class EapCuda {
             for (int r = 0; r < rounds_; r++) {
                 k_jump_min<<<gr, kThreads>>>(g, kin, jin, kout, jout);
                 HYPROF_CUDA_CHECK_LAUNCH("k_jump_min");
+        HYPROF_TRY(traced("k_jump_min"));
                 uint8_t *tk = kin;
                 kin = kout;
                 kout = tk;
@@ -941,19 +1058,23 @@ class EapCuda {
             }
             k_up_init<<<gr, kThreads>>>(g, jin);
             HYPROF_CUDA_CHECK_LAUNCH("k_up_init");
+        HYPROF_TRY(traced("k_up_init"));
         }
         for (int r = 0; r < rounds_; r++) {
             k_jump_up<<<gr, kThreads>>>(g, kin, jin, jout);
             HYPROF_CUDA_CHECK_LAUNCH("k_jump_up");
+        HYPROF_TRY(traced("k_jump_up"));
             uint32_t *tj = jin;
             jin = jout;
             jout = tj;
         }
         k_out<T><<<gr, kThreads>>>(g, f, kin, jin, out);
         HYPROF_CUDA_CHECK_LAUNCH("k_out");
+        HYPROF_TRY(traced("k_out"));
         if (f.first) {
             k_band<T><<<gr, kThreads>>>(g, f, out);
             HYPROF_CUDA_CHECK_LAUNCH("k_band");
+        HYPROF_TRY(traced("k_band"));
         }
         return HYPROF_OK;
     }
@@ -976,6 +1097,26 @@ class EapCuda {
             off += 2 * fl->nthresholds + (fi == 0);
             t += fl->nthresholds;
         }
+        return HYPROF_OK;
+    }
+
+    /* $HYPROF_EAP_TRACE=1: waits after every launch and logs (debug) the
+     * kernel, the time since the batch began and the error bits, so that a
+     * kernel that does not finish is named by the last line. */
+    hyprof_status_t traced(const char *kernel)
+    {
+        const char *op = a_->op;
+        if (!trace_)
+            return HYPROF_OK;
+        HYPROF_CUDA_CHECK(cudaDeviceSynchronize());
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        float ms = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventRecord(trace_now_, 0));
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(trace_now_));
+        HYPROF_CUDA_CHECK(cudaEventElapsedTime(&ms, trace_start_, trace_now_));
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: trace: %s done, %.3f ms into the batch%s", op,
+                    kernel, ms, err ? " (error bits set)" : "");
         return HYPROF_OK;
     }
 
@@ -1003,6 +1144,8 @@ class EapCuda {
         int nimg = (int)(2 * nb);
         args_.nimg = nimg;
         HYPROF_TRY(timer_.mark(ctx, op, 0));
+        if (trace_)
+            HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
         for (size_t i = 0; i < nb; i++)
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_, a_->q + (b0 + i) * n_,
                                               n_ * sizeof(uint16_t), cudaMemcpyHostToDevice));
@@ -1026,8 +1169,11 @@ class EapCuda {
         HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
         if (err)
             return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
-                                 "internal error: a max-tree merge did not finish "
-                                 "(bands %zu..%zu)", b0 + 1, b0 + nb);
+                                 "internal error (bands %zu..%zu):%s%s%s%s", b0 + 1, b0 + nb,
+                                 err & kErrMerge ? " a tree merge did not finish;" : "",
+                                 err & kErrWalk ? " a level-root walk did not end;" : "",
+                                 err & kErrUp ? " an attribute path did not end;" : "",
+                                 err & kErrOut ? " an output walk did not end;" : "");
         return HYPROF_OK;
     }
 };
