@@ -4,6 +4,11 @@
  *   test_gpu_eap [--quick] [RAW W H B]
  *
  * --quick: the small cases only, no timing (for compute-sanitizer).
+ * One line per case as it ends ("ok ..." with the CUDA call's time, or
+ * FAIL). The first three tiny cases run with $HYPROF_EAP_TRACE=1 and print
+ * the CUDA path's log, a line per kernel: a kernel that never ends is the one
+ * after the last line. After $HYPROF_TEST_BUDGET_S seconds (45) only the
+ * essential cases run (no large bands, no timing).
  * Seeded synthetic bands at Indian Pines (145 x 145) and Samson (95 x 95)
  * sizes and odd ones: random images with 2 to 16 levels, random images over
  * the whole range, smooth random fields with noise, plateaus (flat
@@ -135,10 +140,32 @@ static void all_filters(unsigned levels, hyprof_attribute_filter_t f[4])
     f[3] = (hyprof_attribute_filter_t){HYPROF_ATTRIBUTE_INERTIA, t_inertia, 6};
 }
 
+/* ---- progress ----------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static double g_t0;        /* start of the run */
+static double g_budget_ms; /* after this, only the essential cases run */
+static int over_budget(void) { return now_ms() - g_t0 > g_budget_ms; }
+
+/* Debug log of the CUDA path: with $HYPROF_EAP_TRACE=1 a line per kernel. */
+static void print_log(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    printf("  [log] %s\n", message);
+    fflush(stdout);
+}
+
 /* ---- comparisons ------------------------------------------------------------------ */
 
 static void report_u16(const char *label, const uint16_t *a, const uint16_t *b, size_t planes,
-                       size_t w, size_t h)
+                       size_t w, size_t h, double ms)
 {
     size_t n = w * h, bad = 0, first = 0;
     int worst = 0;
@@ -156,9 +183,12 @@ static void report_u16(const char *label, const uint16_t *a, const uint16_t *b, 
              "pixel (%zu, %zu): cpu %u, cuda %u",
              label, bad, planes * n, worst, first / n, first % n % w, first % n / w,
              (unsigned)a[first], (unsigned)b[first]);
+    else
+        printf("ok   %s: %zu values identical (cuda %.1f ms)\n", label, planes * n, ms);
 }
 
-static void report_f32(const char *label, const hyprof_cube_t *a, const hyprof_cube_t *b)
+static void report_f32(const char *label, const hyprof_cube_t *a, const hyprof_cube_t *b,
+                       double ms)
 {
     size_t n = a->width * a->height, total = n * a->bands, bad = 0, first = 0;
     double worst = 0.0;
@@ -183,12 +213,15 @@ static void report_f32(const char *label, const hyprof_cube_t *a, const hyprof_c
              "pixel (%zu, %zu): cpu %g, cuda %g",
              label, bad, total, worst, first / n, first % n % a->width, first % n / a->width,
              (double)x[first], (double)y[first]);
+    else
+        printf("ok   %s: %zu values identical (cuda %.1f ms)\n", label, total, ms);
 }
 
 /* ---- one band through hyprof_attribute_profiles ----------------------------------- */
 
+/* variants: bit 0 plain 4-connectivity, bit 1 plain 8, bit 2 masked 4, bit 3 masked 8 */
 static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t w, size_t h,
-                      unsigned levels, uint64_t seed)
+                      unsigned levels, uint64_t seed, unsigned variants)
 {
     size_t n = w * h;
     hyprof_attribute_filter_t f[4];
@@ -205,6 +238,8 @@ static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t 
         mask[p] = rng_next() % 10 != 0;
     for (int masked = 0; masked < 2; masked++)
         for (int conn = 4; conn <= 8; conn += 4) {
+            if (!(variants >> (2 * masked + conn / 8) & 1))
+                continue;
             char label[160];
             snprintf(label, sizeof label, "%s %zux%zu, %u levels, connectivity %d%s",
                      kind_names[kind], w, h, levels, conn, masked ? ", masked" : "");
@@ -212,8 +247,10 @@ static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t 
             memset(b, 0x5a, planes * n * sizeof *b);
             hyprof_status_t sc = hyprof_attribute_profiles(cpu, q, m, w, h, levels, conn, f, 4,
                                                            12345, a);
+            double t0 = now_ms();
             hyprof_status_t sg = hyprof_attribute_profiles(gpu, q, m, w, h, levels, conn, f, 4,
                                                            12345, b);
+            double ms = now_ms() - t0;
             g_checks++;
             if (sc != HYPROF_OK || sg != HYPROF_OK) {
                 FAIL("%s: cpu %s, cuda %s (%s)", label, hyprof_status_text(sc),
@@ -222,7 +259,7 @@ static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t 
             }
             if (!expect_cuda(gpu, label))
                 continue;
-            report_u16(label, a, b, planes, w, h);
+            report_u16(label, a, b, planes, w, h, ms);
         }
     free(q);
     free(a);
@@ -287,7 +324,9 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         } else {
             snprintf(label, sizeof label, "%s", name);
         }
+        double t0 = now_ms();
         hyprof_status_t st = hyprof_eap(gpu, c, p, &got, NULL);
+        double ms = now_ms() - t0;
         unsetenv("HYPROF_EAP_BAND_GROUP");
         unsetenv("HYPROF_EAP_PIN_ALL");
         g_checks++;
@@ -296,7 +335,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             continue;
         }
         if (expect_cuda(gpu, label))
-            report_f32(label, &ref, &got);
+            report_f32(label, &ref, &got, ms);
         hyprof_cube_free(&got);
     }
     hyprof_cube_free(&ref);
@@ -351,13 +390,6 @@ static void raw_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *path, siz
 }
 
 /* ---- timing ------------------------------------------------------------------------- */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -415,16 +447,25 @@ static void timing(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    g_t0 = now_ms();
     int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (quick) {
         argv++;
         argc--;
     }
+    const char *budget = getenv("HYPROF_TEST_BUDGET_S");
+    g_budget_ms = 1e3 * (budget ? atof(budget) : 45.0);
+    printf("test_gpu_eap: %s, %s\n", hyprof_version(), hyprof_build_info());
     int ndev = hyprof_cuda_device_count();
     if (ndev <= 0) {
         printf("test_gpu_eap: no CUDA device (or a CPU-only build): skipped\n");
         return SKIP_CODE;
     }
+    char name[256];
+    size_t total = 0, freeb = 0;
+    if (hyprof_cuda_device_info(0, name, sizeof name, &total, &freeb) == HYPROF_OK)
+        printf("device 0: %s, %.1f GiB, %.1f GiB free\n", name, (double)total / 1073741824.0,
+               (double)freeb / 1073741824.0);
     hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
     if (!cpu || !gpu || hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU) != HYPROF_OK ||
         hyprof_ctx_set_backend(gpu, HYPROF_BACKEND_CUDA) != HYPROF_OK) {
@@ -432,26 +473,39 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    static const size_t sizes[][2] = {{145, 145}, {95, 95}, {1, 1}, {1, 9}, {13, 1}, {37, 23}};
+    /* Tiny cases first, each kernel traced: a kernel that never ends is the
+     * line after the last one printed. */
+    setenv("HYPROF_EAP_TRACE", "1", 1);
+    hyprof_ctx_set_log(gpu, print_log, NULL);
     uint64_t seed = 1000;
+    band_case(cpu, gpu, FEW, 4, 4, 256, seed++, 1);
+    band_case(cpu, gpu, FULL, 5, 3, 256, seed++, 2);
+    band_case(cpu, gpu, SMOOTH, 40, 35, 256, seed++, 1);
+    unsetenv("HYPROF_EAP_TRACE");
+    hyprof_ctx_set_log(gpu, NULL, NULL);
+
+    static const size_t sizes[][2] = {{1, 1}, {1, 9}, {13, 1}, {37, 23}, {95, 95}, {145, 145}};
     for (unsigned levels = 256; levels <= 65536; levels *= 256)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             for (int k = FEW; k <= CONSTANT; k++)
-                band_case(cpu, gpu, (kind_t)k, sizes[s][0], sizes[s][1], levels, seed++);
-    if (!quick) { /* larger bands: long chains and big plateaus in the merges */
-        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++);
-        band_case(cpu, gpu, SMOOTH, 640, 480, 65536, seed++);
-        band_case(cpu, gpu, FEW, 1000, 700, 256, seed++);
-    }
+                band_case(cpu, gpu, (kind_t)k, sizes[s][0], sizes[s][1], levels, seed++,
+                          sizes[s][0] * sizes[s][1] >= 1000 ? 15u : 9u);
     cubes(cpu, gpu);
+    if (!quick && !over_budget()) { /* larger bands: long chains, big plateaus */
+        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);
+        band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
+        if (!over_budget())
+            band_case(cpu, gpu, SMOOTH, 640, 480, 65536, seed++, 1);
+    }
     if (argc == 5)
         raw_case(cpu, gpu, argv[1], (size_t)strtoull(argv[2], NULL, 10),
                  (size_t)strtoull(argv[3], NULL, 10), (size_t)strtoull(argv[4], NULL, 10));
-    if (g_failures == 0 && !quick)
+    if (g_failures == 0 && !quick && !over_budget())
         timing(cpu, gpu);
 
     hyprof_ctx_free(&cpu);
     hyprof_ctx_free(&gpu);
-    printf("test_gpu_eap: %d checks, %d failures\n", g_checks, g_failures);
+    printf("test_gpu_eap: %d checks, %d failures, %.1f s\n", g_checks, g_failures,
+           (now_ms() - g_t0) / 1e3);
     return g_failures ? 1 : 0;
 }
