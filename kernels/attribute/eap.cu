@@ -5,21 +5,28 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
- * Tree (after Blin et al., "Max-tree computation on GPUs", TPDS 2022:
- * tile-local trees, then branches merged with compare-and-swap):
+ * Tree (tile-local trees merged along the tile borders, after Blin et al.,
+ * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
+ * the same tree):
  *   Pixels are ordered by the strict key (level, index). The component tree
  *   of that total order is unique, and collapsing the links between pixels
  *   of equal level gives the max-tree (the node of p is the component of
  *   {f >= f(p)} containing p). Merging the ancestor chains of the two ends
- *   of an edge: climb the higher chain until the other end fits, insert it
- *   with atomicCAS, then go on merging the rest of both chains. Links always
- *   go to a strictly smaller key, so no cycle can form, and the tree that
- *   results does not depend on the order of the merges. Within a level the
- *   chains are compressed (a pixel that is no level root never becomes one
- *   again, so plain stores may shorten its path).
- *   tile        per 32 x 32 tile in shared memory, every edge inside the
- *               tile (local indices order like the global ones);
- *   merge       on the global forest, every edge between tiles;
+ *   of an edge (Wilkinson's connect): climb the higher chain until the other
+ *   end fits, insert it, then go on merging the rest of both chains. Links
+ *   always go to a strictly smaller key, so no cycle can form, and the tree
+ *   does not depend on the order of the merges. Within a level the chains
+ *   are compressed (path halving and compression to the level root).
+ *   tile        one thread per 32 x 32 tile, its tree in its own slice of
+ *               shared memory: every edge inside the tile (local indices
+ *               order like the global ones);
+ *   join        regions of rw x rh tiles doubling in turn across and down:
+ *               one thread per pair of neighbouring regions merges every
+ *               edge crossing their common border (the pairs of a round are
+ *               disjoint). The last rounds are long sequential loops: the
+ *               price of a tree built without races (an earlier version
+ *               merged every border edge at once with compare-and-swap, and
+ *               did not finish on the GPU).
  *   canon       aux = the level root of each pixel; then par[] of a level
  *               root = the level root of its parent, par[] of any other
  *               pixel = its level root (the CPU's canonical form), and a
