@@ -68,28 +68,24 @@
 
 #ifndef EAP_FN
 #define EAP_FN __device__ __forceinline__
-#define EAP_CAS32(p, o, n) atomicCAS((p), (o), (n))
+#define EAP_CAS32(p, o, n) eap_cas_plain((p), (o), (n))
 #define EAP_ADD32(p, v) atomicAdd((p), (v))
 #define EAP_SUB32(p, v) atomicSub((p), (v))
 #define EAP_ADD64(p, v) atomicAdd((p), (v))
 #define EAP_MIN32(p, v) atomicMin((p), (v))
 #define EAP_MAX32(p, v) atomicMax((p), (v))
 #define EAP_FENCE() __threadfence()
-#define EAP_LOAD32(p) eap_ld_relaxed(p)
-#define EAP_STORE32(p, v) eap_st_relaxed((p), (v))
+#define EAP_LOAD32(p) (*(p))
+#define EAP_STORE32(p, v) (*(p) = (v))
 #define EAP_OR32(p, v) atomicOr((p), (v))
-/* Relaxed loads and stores at GPU scope with generic addresses (the tree is
- * in shared memory for the tiles, in global memory for the merges between
- * tiles): never served from a stale L1 line. */
-__device__ __forceinline__ uint32_t eap_ld_relaxed(const uint32_t *p)
+/* The tree merges run in one thread per tree (tile, then region pair):
+ * plain accesses, a compare-and-store without atomics. */
+__device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint32_t n)
 {
-    uint32_t v;
-    asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    uint32_t v = *p;
+    if (v == o)
+        *p = n;
     return v;
-}
-__device__ __forceinline__ void eap_st_relaxed(uint32_t *p, uint32_t v)
-{
-    asm volatile("st.relaxed.gpu.u32 [%0], %1;" : : "l"(p), "r"(v) : "memory");
 }
 #define EAP_LDCG32(p) __ldcg(p)
 #define EAP_LDCG64(p) __ldcg(p)
