@@ -28,6 +28,12 @@
  * --endmembers p (unmix: --sspp 1|0, --extract nfindr|vca|atgp, FCLS
  * abundances); their stages (homogeneity, purity, kmeans, fusion, extraction,
  * abundances) come from the result's SSPP_SECONDS / UNMIX_SECONDS metadata.
+ * --op eap is the EAP paper's pipeline: the spectral reduction (--reduction
+ * dwt with --levels, pca with --components, or none), then hyprof_eap with
+ * one attribute (--attribute, its default thresholds or --thresholds) at
+ * --connectivity and --quantisation; stages reduction and profile. With
+ * CUDA the profile's device stages (tree, attributes, filters, transfers)
+ * come from the library's debug log and go into the JSON as they are.
  *
  * Uses the public API only. */
 #define _POSIX_C_SOURCE 200809L
@@ -47,7 +53,8 @@
 #define EXIT_USAGE 2
 
 typedef struct {
-    const char *op;      /* "pca" | "dwt" | "eadp" | "emp" | "wmcd" | "classify" | "train" */
+    const char *op;      /* "pca" | "dwt" | "eadp" | "eap" | "emp" | "wmcd" | "classify" | "train" |
+                            "sspp" | "unmix" */
     const char *backend; /* "cpu" | "cuda" | "auto" */
     const char *input;
     const char *output;  /* optional: the last repetition's output, raw float32 BSQ */
@@ -65,11 +72,14 @@ typedef struct {
     long neurons;
     long endmembers, sspp; /* sspp, unmix */
     const char *extract;   /* unmix */
+    const char *reduction, *attribute, *thresholds; /* eap */
+    long connectivity, quantisation;                /* eap */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
- * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; emp/wmcd: fit =
- * the reduction, apply = the EMP, denoise; sspp/unmix: named stages). */
+ * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; eap: fit = the
+ * reduction, apply = the profile; emp/wmcd: fit = the reduction, apply = the
+ * EMP, denoise; sspp/unmix: named stages). */
 #define MAX_STAGES 8
 
 typedef struct {
@@ -81,7 +91,7 @@ typedef struct {
 
 static void usage(FILE *f)
 {
-    fputs("usage: hyprof_bench --op pca|dwt|eadp|emp|wmcd|classify|train|sspp|unmix\n"
+    fputs("usage: hyprof_bench --op pca|dwt|eadp|eap|emp|wmcd|classify|train|sspp|unmix\n"
           "                    --backend cpu|cuda|auto --input CUBE.f32\n"
           "                    --width W --height H --bands B\n"
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
@@ -94,6 +104,9 @@ static void usage(FILE *f)
           "                    [--grid default|C=..,gamma=..]\n"
           "                    [--neurons 500]   (train)\n"
           "                    [--endmembers 31] [--sspp 1] [--extract nfindr]  (sspp, unmix)\n"
+          "                    [--reduction dwt|pca|none] [--attribute area]\n"
+          "                    [--thresholds 36,144,...] [--connectivity 4]\n"
+          "                    [--quantisation 8|16]   (eap: reduction, then the profile)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -166,7 +179,9 @@ static int parse_args(int argc, char **argv, options_t *o)
     *o = (options_t){.backend = "cpu", .wavelet = "db4", .components = 7, .levels = 4,
                      .repeat = 5, .threads = 0, .device = 0, .count = 8, .cycles = 1,
                      .step = 65.0, .features = 4, .classifier = "svm", .grid = "default",
-                     .neurons = 500, .endmembers = 31, .sspp = 1, .extract = "nfindr"};
+                     .neurons = 500, .endmembers = 31, .sspp = 1, .extract = "nfindr",
+                     .reduction = "dwt", .attribute = "area", .connectivity = 4,
+                     .quantisation = 8};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -211,6 +226,11 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "endmembers")) rc = parse_long(name, v, 2, 256, &o->endmembers);
         else if (!strcmp(name, "sspp")) rc = parse_long(name, v, 0, 1, &o->sspp);
         else if (!strcmp(name, "extract")) o->extract = v;
+        else if (!strcmp(name, "reduction")) o->reduction = v;
+        else if (!strcmp(name, "attribute")) o->attribute = v;
+        else if (!strcmp(name, "thresholds")) o->thresholds = v;
+        else if (!strcmp(name, "connectivity")) rc = parse_long(name, v, 4, 8, &o->connectivity);
+        else if (!strcmp(name, "quantisation")) rc = parse_long(name, v, 8, 16, &o->quantisation);
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -220,9 +240,10 @@ static int parse_args(int argc, char **argv, options_t *o)
     }
     if (!o->op || (strcmp(o->op, "pca") && strcmp(o->op, "dwt") && strcmp(o->op, "eadp") &&
                    strcmp(o->op, "emp") && strcmp(o->op, "wmcd") && strcmp(o->op, "classify") &&
-                   strcmp(o->op, "train") && strcmp(o->op, "sspp") && strcmp(o->op, "unmix"))) {
-        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, emp, wmcd, classify, train, "
-                        "sspp or unmix (got '%s')\n",
+                   strcmp(o->op, "train") && strcmp(o->op, "sspp") && strcmp(o->op, "unmix") &&
+                   strcmp(o->op, "eap"))) {
+        fprintf(stderr, "hyprof_bench: --op must be pca, dwt, eadp, eap, emp, wmcd, classify, "
+                        "train, sspp or unmix (got '%s')\n",
                 o->op ? o->op : "nothing");
         return -1;
     }
@@ -233,6 +254,17 @@ static int parse_args(int argc, char **argv, options_t *o)
     if (!strcmp(o->op, "train") && (!o->labels || (strcmp(o->classifier, "svm") &&
                                                    strcmp(o->classifier, "elm")))) {
         fprintf(stderr, "hyprof_bench: --op train needs --labels and --classifier svm|elm\n");
+        return -1;
+    }
+    if (strcmp(o->reduction, "dwt") && strcmp(o->reduction, "pca") &&
+        strcmp(o->reduction, "none")) {
+        fprintf(stderr, "hyprof_bench: --reduction must be dwt, pca or none (got '%s')\n",
+                o->reduction);
+        return -1;
+    }
+    if ((o->connectivity != 4 && o->connectivity != 8) ||
+        (o->quantisation != 8 && o->quantisation != 16)) {
+        fprintf(stderr, "hyprof_bench: --connectivity takes 4 or 8, --quantisation 8 or 16\n");
         return -1;
     }
     if (!o->input || !w || !h || !b) {
@@ -543,10 +575,96 @@ static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
     return st;
 }
 
+/* The `eap` operation's default thresholds per attribute (README), std in
+ * 8-bit units (scaled by 257 at 16 bits, as the operation does). */
+static const double eap_area[] = {36, 144, 324, 576, 900, 1296, 1764};
+static const double eap_std[] = {2, 4, 6, 8, 10, 12, 14};
+static const double eap_diagonal[] = {10, 25, 50, 100};
+static const double eap_inertia[] = {0.2, 0.3, 0.4, 0.5};
+
+/* The EAP parameters from the options: `thr` receives the thresholds (at most
+ * 255). -1 on a bad attribute or threshold list. */
+static int eap_params(const options_t *o, hyprof_eap_params_t *p, hyprof_attribute_filter_t *f,
+                      double *thr)
+{
+    hyprof_eap_params_default(p);
+    if (hyprof_attribute_parse(o->attribute, &f->attribute) != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: unknown --attribute '%s'\n", o->attribute);
+        return -1;
+    }
+    size_t n = 0;
+    if (o->thresholds) {
+        const char *s = o->thresholds;
+        while (*s && n < HYPROF_ATTRIBUTE_MAX_THRESHOLDS) {
+            char *end = NULL;
+            thr[n++] = strtod(s, &end);
+            if (end == s || (*end && *end != ',')) {
+                fprintf(stderr, "hyprof_bench: bad --thresholds '%s'\n", o->thresholds);
+                return -1;
+            }
+            s = *end ? end + 1 : end;
+        }
+    } else {
+        static const double *const lists[] = {eap_area, eap_std, eap_diagonal, eap_inertia};
+        static const size_t counts[] = {7, 7, 4, 4};
+        n = counts[f->attribute];
+        for (size_t i = 0; i < n; i++)
+            thr[i] = lists[f->attribute][i] *
+                     (f->attribute == HYPROF_ATTRIBUTE_STD && o->quantisation == 16 ? 257.0 : 1.0);
+    }
+    f->thresholds = thr;
+    f->nthresholds = n;
+    p->filters = f;
+    p->nfilters = 1;
+    p->connectivity = (int)o->connectivity;
+    p->levels = o->quantisation == 16 ? 65536u : 256u;
+    return 0;
+}
+
+/* Captures the CUDA path's stage message (debug log) for the JSON line. */
+static char g_eap_device_stages[512];
+static void keep_device_stages(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strstr(message, "device ms"))
+        snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
+}
+
+/* The EAP paper's pipeline: the spectral reduction, then the profile. */
+static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
+                               const hyprof_eap_params_t *p, hyprof_cube_t *out, timing_t *t)
+{
+    hyprof_cube_t feat;
+    memset(&feat, 0, sizeof feat);
+    hyprof_status_t st = HYPROF_OK;
+    double t0 = now_seconds();
+    if (!strcmp(o->reduction, "pca")) {
+        hyprof_pca_model_t *model = NULL;
+        st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
+        if (st == HYPROF_OK)
+            st = hyprof_pca_apply(ctx, model, in, &feat);
+        hyprof_pca_model_free(&model);
+    } else if (!strcmp(o->reduction, "dwt")) {
+        st = hyprof_dwt_spectral(ctx, in, hyprof_wavelet_find(o->wavelet), (int)o->levels,
+                                 &feat);
+    }
+    double t1 = now_seconds();
+    if (st == HYPROF_OK)
+        st = hyprof_eap(ctx, strcmp(o->reduction, "none") ? &feat : in, p, out, NULL);
+    double t2 = now_seconds();
+    hyprof_cube_free(&feat);
+    t->fit = t1 - t0;   /* the reduction */
+    t->apply = t2 - t1; /* the profile */
+    t->total = t2 - t0;
+    return st;
+}
+
 /* One run of the operation; `out` receives the owned result cube. */
 static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
                                 const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
-                                const hyprof_eadp_params_t *ep, hyprof_cube_t *out, timing_t *t)
+                                const hyprof_eadp_params_t *ep, const hyprof_eap_params_t *pp,
+                                hyprof_cube_t *out, timing_t *t)
 {
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
@@ -557,6 +675,8 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
         return run_profile(ctx, o, in, wav, out, t);
     if (!strcmp(o->op, "sspp") || !strcmp(o->op, "unmix"))
         return run_registry(ctx, o, in, out, t);
+    if (!strcmp(o->op, "eap"))
+        return run_eap(ctx, o, in, pp, out, t);
     double t0 = now_seconds();
     if (!strcmp(o->op, "classify") || !strcmp(o->op, "train")) {
         st = !strcmp(o->op, "train") ? run_train(ctx, o, in, out)
@@ -658,6 +778,21 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     else if (!strcmp(o->op, "unmix"))
         printf(",\"endmembers\":%ld,\"sspp\":%s,\"extract\":\"%s\",\"abundances\":\"fcls\"",
                o->endmembers, o->sspp ? "true" : "false", o->extract);
+    else if (!strcmp(o->op, "eap")) {
+        printf(",\"reduction\":");
+        json_string(stdout, o->reduction);
+        if (!strcmp(o->reduction, "pca"))
+            printf(",\"components\":%ld", o->components);
+        else if (!strcmp(o->reduction, "dwt")) {
+            printf(",\"wavelet\":");
+            json_string(stdout, o->wavelet);
+            printf(",\"levels\":%ld", o->levels);
+        }
+        printf(",\"attribute\":");
+        json_string(stdout, o->attribute);
+        printf(",\"connectivity\":%ld,\"quantisation\":%ld", o->connectivity,
+               o->quantisation);
+    }
     else {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -692,7 +827,9 @@ int main(int argc, char **argv)
     const hyprof_wavelet_t *wav = NULL;
     if (is_profile_op(&o) && !o.wavelet_given)
         o.wavelet = "haar";
-    if ((!strcmp(o.op, "dwt") || is_profile_op(&o)) && !(wav = hyprof_wavelet_find(o.wavelet))) {
+    if ((!strcmp(o.op, "dwt") || is_profile_op(&o) ||
+         (!strcmp(o.op, "eap") && !strcmp(o.reduction, "dwt"))) &&
+        !(wav = hyprof_wavelet_find(o.wavelet))) {
         fprintf(stderr, "hyprof_bench: unknown --wavelet '%s'\n", o.wavelet);
         return EXIT_USAGE;
     }
@@ -744,6 +881,17 @@ int main(int argc, char **argv)
     hyprof_eadp_params_t ep;
     double *times = NULL;
     hyprof_eadp_params_default(&ep);
+    hyprof_eap_params_t pp;
+    hyprof_attribute_filter_t pf;
+    double pthr[HYPROF_ATTRIBUTE_MAX_THRESHOLDS];
+    if (!strcmp(o.op, "eap")) {
+        if (eap_params(&o, &pp, &pf, pthr)) {
+            hyprof_ctx_free(&ctx);
+            free(data);
+            return EXIT_USAGE;
+        }
+        hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
+    }
     if (!strcmp(o.op, "eadp")) {
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
@@ -776,7 +924,7 @@ int main(int argc, char **argv)
         goto done;
     }
     /* Warm-up, untimed (training has nothing to warm up and is long). */
-    st = strcmp(o.op, "train") ? run_once(ctx, &o, &in, wav, &ep, &out, &t) : HYPROF_OK;
+    st = strcmp(o.op, "train") ? run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t) : HYPROF_OK;
     if (st != HYPROF_OK) {
         rc = fail(ctx, o.op, st);
         goto done;
@@ -784,7 +932,7 @@ int main(int argc, char **argv)
     if (strcmp(o.op, "train"))
         hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
-        st = run_once(ctx, &o, &in, wav, &ep, &out, &t);
+        st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
             goto done;
@@ -848,6 +996,15 @@ int main(int argc, char **argv)
             printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.stage_name[k],
                    median(stg + k * n, scratch, n));
         printf("}");
+    }
+    else if (!strcmp(o.op, "eap")) {
+        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"profile_median_s\":%.9g,"
+               "\"profile_min_s\":%.9g}",
+               median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+        if (used == HYPROF_BACKEND_CUDA && g_eap_device_stages[0]) {
+            printf(",\"device_stages\":");
+            json_string(stdout, g_eap_device_stages);
+        }
     }
     printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */

@@ -48,6 +48,17 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        pixel for FCLS (the augmented-row form, delta 1e3), timed on --nnls-pixels
        pixels and scaled to the scene's pixel count (the row says so). Only on
        --unmix-scenes.
+  eap  hyprof_bench --op eap (PCA to --eap-features components, or the bands as
+       they are when there are no more than that; then the area profile with the
+       paper's 7 thresholds, 4-connectivity, 8 bits: stages reduction and profile,
+       and the CUDA device stages), next to scikit-image's area_closing /
+       area_opening (one call per threshold, as its API goes) and higra's max-tree
+       + area + reconstruct_leaf_data (one tree per band and polarity, like ours)
+       on the same quantised features (the band planes of hyprof's output), and the
+       EAP paper's figures (GTX 1070). Every output is compared with hyprof-cpu's
+       (max rel diff 0 = identical). Only on --eap-scenes (pavia_c, and the
+       multispectral scene with --huge, where no peer runs and the backends are
+       compared by checksum).
 
 hyprof is timed by hyprof_bench (one warm-up, --repeat timed calls of the whole
 public API call, host memory in and out). Peers are timed the same way with
@@ -103,6 +114,15 @@ DEFAULT_UNMIX_SCENES = ["wtc", "cuprite"]
 UNMIX_P = {"wtc": 31, "cuprite": 25}
 # EADP on these scenes only (the NumPy peer takes ~5 s per call on Houston).
 DEFAULT_EADP_SCENES = ["indian_pines", "samson", "pavia_u", "salinas", "houston"]
+# EAP (area profile) on these scenes; the multispectral one joins with --huge.
+DEFAULT_EAP_SCENES = ["pavia_c"]
+EAP_AREA = [36, 144, 324, 576, 900, 1296, 1764]
+# The EAP paper's GPU figures (GTX 1070), seconds: the profile and the reduction.
+PAPER_EAP = {
+    "pavia_c": {"profile_s": 1.41, "reduction_s": 0.92},
+    "multispectral": {"profile_s": 185.0, "reduction_s": None},
+}
+PAPER_EAP_GPU = "NVIDIA GeForce GTX 1070 (EAP paper)"
 # The EADP paper's Table III, "Total" (the diffusion stages, PCA not included; 7 PCs,
 # 63 components), seconds: GTX 1060 (CUDA) and Intel Core i5-8400 (OpenMP, 6 cores).
 PAPER_EADP = {
@@ -352,6 +372,13 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
         cmd += ["--features", str(params["features"])]
         if params.get("devices"):
             cmd += ["--devices", params["devices"]]
+    elif op == "eap":
+        cmd += ["--reduction", params["reduction"], "--attribute", params["attribute"],
+                "--thresholds", ",".join("%g" % t for t in params["thresholds"]),
+                "--connectivity", str(params["connectivity"]),
+                "--quantisation", str(params["quantisation"])]
+        if params["reduction"] == "pca":
+            cmd += ["--components", str(params["components"])]
     else:
         cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
     if out_path:
@@ -496,17 +523,26 @@ def fmt_err(v):
     return f"{v:.1e}"
 
 
+def compared_s(r):
+    """What the speed-up compares: the whole call, but for EAP the profile stage
+    (the peers get hyprof's quantised features and do the profile only)."""
+    if r["op"] == "eap":
+        return (r.get("stages") or {}).get("profile_median_s")
+    return r["median_s"]
+
+
 def add_speedups(rows):
     groups = {}
     for r in rows:
         if r.get("median_s") is not None:
             groups.setdefault((r["scene"], r["op"]), []).append(r)
     for grp in groups.values():
-        peers = [r["median_s"] for r in grp if r["kind"] == "peer"]
+        peers = [compared_s(r) for r in grp if r["kind"] == "peer" and compared_s(r)]
         best = min(peers) if peers else None
         for r in grp:
+            t = compared_s(r)
             r["fastest_peer_s"] = best
-            r["speedup_vs_fastest_peer"] = best / r["median_s"] if best and r["median_s"] else None
+            r["speedup_vs_fastest_peer"] = best / t if best and t else None
 
 
 def write_markdown(path, meta, rows, notes):
@@ -539,17 +575,21 @@ def write_markdown(path, meta, rows, notes):
               f"commit {meta['git']}; Python {libs['python']}, NumPy {libs['numpy']} "
               f"(BLAS: {libs.get('blas')}), scikit-learn {libs.get('sklearn') or '—'}, "
               f"PyWavelets {libs.get('pywt') or '—'}, CuPy {libs.get('cupy') or '—'}",
-              f"- {meta['repeat']} timed repetitions after one warm-up; PCA: "
-              f"{meta['components']} components (hyprof: fit + apply); DWT: "
-              f"{meta['wavelet']}, periodization, levels in the size column"
-              + (f"; EADP: T = {', '.join('%g' % t for t in meta['eadp']['times'])}, "
-                 f"{meta['eadp']['cycles']} FED cycle(s) per increment, on "
-                 f"{', '.join(meta['eadp']['scenes'])}" if meta.get("eadp") else ""),
+              f"- {meta['repeat']} timed repetitions after one warm-up"
+              + "".join(part for op, part in (
+                  ("pca", f"; PCA: {meta['components']} components (hyprof: fit + apply)"),
+                  ("dwt", f"; DWT: {meta['wavelet']}, periodization, levels in the size column"),
+                  ("eadp", (f"; EADP: T = {', '.join('%g' % t for t in meta['eadp']['times'])}, "
+                            f"{meta['eadp']['cycles']} FED cycle(s) per increment, on "
+                            f"{', '.join(meta['eadp']['scenes'])}" if meta.get("eadp") else "")),
+                  ("eap", (f"; EAP: area, on {', '.join(meta['eap_scenes'])}"
+                           if meta.get("eap_scenes") else "")))
+                  if op in meta.get("ops", ("pca", "dwt", "eadp"))),
               "- cubes mirrored from real data: " + ", ".join(
                   f"{s} from {src}" for s, src in meta["sources"].items()),
               "",
               "| scene | size (WxHxB) | op | implementation | median s | min s | "
-              "speed-up vs fastest peer | max rel diff |",
+              "speed-up vs fastest peer (EAP: profile stage) | max rel diff |",
               "|---|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("median_s") is None:
@@ -569,11 +609,14 @@ def write_markdown(path, meta, rows, notes):
         elif r["op"].startswith("train"):
             size += f", {r.get('classifier')}" + (", grid 11x10, 5 folds"
                                                   if r.get("classifier") == "svm" else "")
+        elif r["op"] == "eap":
+            size += (f", {r.get('features')} features x {2 * len(r['thresholds']) + 1}")
         lines.append(f"| {r['scene']} | {size} | {r['op']} | {r['impl']} | "
                      f"{fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | "
                      f"{fmt_x(r.get('speedup_vs_fastest_peer'))} | {fmt_err(r.get('check_rel_diff'))} |")
     lines += eadp_markdown(rows)
     lines += unmix_markdown(rows)
+    lines += eap_markdown(rows)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in notes]
     lines.append("")
@@ -650,6 +693,38 @@ def eadp_markdown(rows):
     return lines
 
 
+def fmt_ms_wide(v):
+    if v is None:
+        return "—"
+    return f"{1e3 * v:.0f}" if v >= 1.0 else f"{1e3 * v:.4g}"
+
+
+def eap_markdown(rows):
+    er = [r for r in rows if r["op"] == "eap" and (r.get("stages") or {}).get("profile_median_s")]
+    if not er:
+        return []
+    r0 = er[0]
+    lines = ["", f"EAP by stage (area, thresholds {', '.join('%g' % t for t in r0['thresholds'])}, "
+             f"{r0['connectivity']}-connectivity, {r0['quantisation']}-bit levels; profile = "
+             "`hyprof_eap` on the features, host memory in and out; the peers' profile is the "
+             "same 2 x 7 filters per feature on hyprof's quantised features; device = the CUDA "
+             "path's own event times, summed over its band batches):", "",
+             "| scene | implementation | device | reduction ms | profile ms | total ms | "
+             "CUDA device stages | max rel diff |",
+             "|---|---|---|---:|---:|---:|---|---:|"]
+    for r in er:
+        st = r["stages"]
+        dev = r.get("device_stages") or ""
+        if "device ms:" in dev:
+            dev = dev.split("device ms:", 1)[1].strip()
+        lines.append(
+            f"| {r['scene']} | {r['impl']} | {r.get('device') or '—'} | "
+            f"{fmt_ms_wide(st.get('reduction_median_s'))} | "
+            f"{fmt_ms_wide(st.get('profile_median_s'))} | "
+            f"{fmt_ms_wide(r.get('median_s'))} | {dev} | {fmt_err(r.get('check_rel_diff'))} |")
+    return lines
+
+
 def write_json(path, meta, rows, notes):
     runs = []
     if os.path.exists(path):
@@ -673,7 +748,7 @@ def parse_args(argv):
     ap.add_argument("--huge", action="store_true",
                     help="also run the 10748x12288x8 multispectral scene (4.2 GB float32; "
                          "needs ~30 GB of RAM with the peers)")
-    ap.add_argument("--ops", default="pca,dwt,eadp,emp,wmcd,sspp,unmix")
+    ap.add_argument("--ops", default="pca,dwt,eadp,eap,emp,wmcd,sspp,unmix")
     ap.add_argument("--wmcd-scenes", default=",".join(DEFAULT_WMCD_SCENES),
                     help="the scenes that get emp and wmcd rows (default: %(default)s)")
     ap.add_argument("--wmcd-devices", default="",
@@ -691,6 +766,14 @@ def parse_args(argv):
     ap.add_argument("--eadp-step", type=float, default=65.0, help="EADP: T_i = step * i")
     ap.add_argument("--eadp-cycles", type=int, default=1,
                     help="EADP: FED cycles per increment")
+    ap.add_argument("--eap-scenes", default=",".join(DEFAULT_EAP_SCENES),
+                    help="the scenes that get eap rows (default: %(default)s; --huge adds "
+                         "multispectral)")
+    ap.add_argument("--eap-features", type=int, default=8,
+                    help="EAP: PCA components (bands as they are when there are no more)")
+    ap.add_argument("--eap-connectivity", type=int, choices=(4, 8), default=4)
+    ap.add_argument("--eap-peers", default="skimage,higra",
+                    help="EAP peers to run (scikit-image, higra), when importable")
     ap.add_argument("--backends", default="cpu,cuda",
                     help="hyprof backends; cuda rows are skipped when there is no device")
     ap.add_argument("--repeat", type=int, default=5)
@@ -727,9 +810,9 @@ def parse_args(argv):
         ap.error(f"unknown scene(s) {bad}; known: {list(SCENES)}")
     args.scene_list = scenes
     args.op_list = [o for o in args.ops.split(",") if o]
-    if set(args.op_list) - {"pca", "dwt", "eadp", "emp", "wmcd", "classify", "train", "sspp",
-                            "unmix"}:
-        ap.error("--ops takes pca, dwt, eadp, emp, wmcd, classify, train, sspp and/or unmix")
+    if set(args.op_list) - {"pca", "dwt", "eadp", "eap", "emp", "wmcd", "classify", "train",
+                            "sspp", "unmix"}:
+        ap.error("--ops takes pca, dwt, eadp, eap, emp, wmcd, classify, train, sspp and/or unmix")
     args.wmcd_scene_list = [s.strip() for s in args.wmcd_scenes.split(",") if s.strip()]
     bad = [s for s in args.wmcd_scene_list if s not in SCENES]
     if bad:
@@ -738,6 +821,12 @@ def parse_args(argv):
     bad = [s for s in args.unmix_scene_list if s not in SCENES]
     if bad:
         ap.error(f"unknown --unmix-scenes {bad}; known: {list(SCENES)}")
+    args.eap_scene_list = [s.strip() for s in args.eap_scenes.split(",") if s.strip()]
+    if args.huge and "multispectral" not in args.eap_scene_list:
+        args.eap_scene_list.append("multispectral")
+    bad = [s for s in args.eap_scene_list if s not in SCENES]
+    if bad:
+        ap.error(f"unknown --eap-scenes {bad}; known: {list(SCENES)}")
     args.eadp_scene_list = [s.strip() for s in args.eadp_scenes.split(",") if s.strip()]
     bad = [s for s in args.eadp_scene_list if s not in SCENES]
     if bad:
@@ -772,6 +861,7 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
         row.update(impl=f"hyprof-{rec['backend']}", device=rec.get("device"),
                    median_s=rec["median_s"], min_s=rec["min_s"], times_s=rec.get("times_s"),
                    repeat=rec.get("repeat"), stages=rec.get("stages"),
+                   device_stages=rec.get("device_stages"),
                    out_bands=rec.get("out_bands"), checksum=rec.get("checksum"),
                    checksum_abs=rec.get("checksum_abs"),
                    hyprof_version=rec.get("hyprof_version"),
@@ -822,7 +912,8 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
     cube.tofile(cube_path)
     print(f"[{name}] {w}x{h}x{b} from {src_name} {src.shape[::-1]} "
           f"({cube.nbytes / 2**20:.0f} MiB, made in {time.perf_counter() - t0:.1f} s)", flush=True)
-    X = None if args.no_peers else np.ascontiguousarray(cube.reshape(b, h * w).T)
+    spectral = [o for o in args.op_list if o in ("pca", "dwt", "eadp")]
+    X = None if args.no_peers or not spectral else np.ascontiguousarray(cube.reshape(b, h * w).T)
     base = {"scene": name, "width": w, "height": h, "bands": b, "source": src_name}
 
     for op in args.op_list:
@@ -841,6 +932,10 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
         if op in ("emp", "wmcd"):
             if name in args.wmcd_scene_list:
                 bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes)
+            continue
+        if op == "eap":
+            if name in args.eap_scene_list:
+                bench_eap(base, cube.shape, cube_path, args, exe, tmpdir, rows, notes)
             continue
         levels = min(args.levels, max(1, int(math.floor(math.log2(b))) - 1))
         params = ({"components": args.components} if op == "pca"
@@ -1073,6 +1168,8 @@ def bench_classification(args, exe, tmpdir, rows, notes):
                           median)
     if "train" in args.op_list:
         cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median)
+
+
 UNMIX_STAGES = ["homogeneity", "purity", "kmeans", "fusion", "extraction", "abundances"]
 
 
@@ -1176,6 +1273,156 @@ def unmix_markdown(rows):
     return lines
 
 
+def eap_params(b, args):
+    k = args.eap_features
+    p = {"attribute": "area", "thresholds": EAP_AREA, "connectivity": args.eap_connectivity,
+         "quantisation": 8, "reduction": "pca" if b > k else "none", "features": min(b, k)}
+    if b > k:
+        p["components"] = k
+    return p
+
+
+def skimage_eap(feats, thresholds, connectivity):
+    """scikit-image: one area_closing / area_opening call per threshold and band."""
+    from skimage.morphology import area_closing, area_opening
+
+    c = 1 if connectivity == 4 else 2
+    out = []
+    for q in feats:
+        out += [area_closing(q, t, connectivity=c) for t in reversed(thresholds)]
+        out.append(q)
+        out += [area_opening(q, t, connectivity=c) for t in thresholds]
+    return np.stack(out)
+
+
+def higra_eap(feats, thresholds, connectivity):
+    """higra: a max-tree and a min-tree per band, the area once, then every
+    threshold from them (reconstruct_leaf_data: each pixel takes the level of its
+    deepest ancestor that is kept)."""
+    import higra as hg
+
+    h, w = feats.shape[1:]
+    graph = (hg.get_4_adjacency_graph((h, w)) if connectivity == 4
+             else hg.get_8_adjacency_graph((h, w)))
+    out = []
+    for q in feats:
+        tree, alt = hg.component_tree_max_tree(graph, q)
+        area = hg.attribute_area(tree)
+        opened = [hg.reconstruct_leaf_data(tree, alt, area < t) for t in thresholds]
+        tree, alt = hg.component_tree_min_tree(graph, q)
+        area = hg.attribute_area(tree)
+        closed = [hg.reconstruct_leaf_data(tree, alt, area < t) for t in reversed(thresholds)]
+        out += [c.reshape(h, w) for c in closed] + [q] + [o.reshape(h, w) for o in opened]
+    return np.stack(out)
+
+
+def eap_peers(args, notes):
+    peers = []
+    for name in [p.strip() for p in args.eap_peers.split(",") if p.strip()]:
+        mod, fn = {"skimage": ("skimage", skimage_eap), "higra": ("higra", higra_eap)}.get(
+            name, (None, None))
+        if not mod:
+            notes.append(f"unknown EAP peer '{name}'")
+            continue
+        try:
+            v = getattr(__import__(mod), "__version__", None)
+            if v is None:
+                from importlib.metadata import version
+                v = version(mod)
+        except Exception as e:
+            msg = f"no EAP peer {name}: {type(e).__name__}: {e}"
+            if msg not in notes:
+                notes.append(msg)
+            continue
+        label = {"skimage": "skimage area_opening/closing", "higra": "higra max-tree"}[name]
+        peers.append((f"{label} {v}", fn))
+    return peers
+
+
+def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
+    """hyprof (reduction + profile, per backend), then the peers on the band planes
+    of hyprof-cpu's output (the quantised features), then the paper's figures."""
+    name = base["scene"]
+    b, h, w = shape
+    params = eap_params(b, args)
+    nt = len(params["thresholds"])
+    planes = 2 * nt + 1
+    huge = name in HUGE
+    outs = {}
+    hy = []
+    for backend in args.backend_list:
+        time.sleep(args.settle_s)
+        out_path = (None if args.no_check or huge
+                    else os.path.join(tmpdir, f"{name}.eap.{backend}.out"))
+        rec = run_hyprof(exe, "eap", backend, cube_path, shape, args, params, out_path)
+        row = hyprof_row(base, "eap", params, backend, rec, args, notes)
+        hy.append(row)
+        if row.get("median_s") is not None:
+            st = row.get("stages") or {}
+            print(f"  eap {row['impl']}: median {row['median_s']:.4g} s (reduction "
+                  f"{st.get('reduction_median_s', float('nan')):.4g} s, profile "
+                  f"{st.get('profile_median_s', float('nan')):.4g} s) "
+                  f"{row.get('device_stages') or ''}", flush=True)
+            if out_path and os.path.exists(out_path):
+                outs[row["impl"]] = np.fromfile(out_path, dtype=np.float32).reshape(
+                    -1, planes, h, w)
+        if out_path and os.path.exists(out_path):
+            os.remove(out_path)
+    ref = outs.get("hyprof-cpu")
+    for row in hy:
+        if ref is not None and row["impl"] in outs:
+            row["check_rel_diff"] = ("ref" if row["impl"] == "hyprof-cpu"
+                                     else rel_diff(outs[row["impl"]], ref))
+        rows.append(row)
+    done = [r for r in hy if r.get("median_s") is not None]
+    if huge and len(done) == 2:
+        same = (done[0].get("checksum"), done[0].get("checksum_abs")) == \
+               (done[1].get("checksum"), done[1].get("checksum_abs"))
+        notes.append(f"{name} eap: {done[0]['impl']} and {done[1]['impl']} checksums "
+                     f"{'identical' if same else 'DIFFER'} (outputs not compared value by "
+                     "value at this size)")
+    if huge:
+        notes.append(f"{name} eap: no peers at this size (its 63 GB of planes are not written "
+                     "out; scikit-image would take hours)")
+    elif ref is None and not outs:
+        if not args.no_peers:
+            notes.append(f"{name} eap: no hyprof output to take the features from: no peers")
+    elif not args.no_peers:
+        base_out = ref if ref is not None else next(iter(outs.values()))
+        feats = np.ascontiguousarray(base_out[:, nt]).astype(np.uint8)
+        for impl, fn in eap_peers(args, notes):
+            with thread_limit(args.threads):
+                try:
+                    times, out = time_call(lambda: fn(feats, params["thresholds"],
+                                                      params["connectivity"]),
+                                           args.repeat, args.peer_budget_s)
+                except Exception as e:
+                    notes.append(f"{name} eap {impl} failed: {type(e).__name__}: {e}")
+                    continue
+            diff = rel_diff(out.reshape(base_out.shape), base_out) if ref is not None else None
+            row = dict(base, op="eap", **params, impl=impl, kind="peer", threads=args.threads,
+                       device=cpu_facts()["model"], median_s=median(times), min_s=min(times),
+                       times_s=times, repeat=len(times),
+                       stages={"reduction_median_s": None, "profile_median_s": median(times)},
+                       check_rel_diff=diff)
+            if len(times) < args.repeat:
+                notes.append(f"{name} eap {impl}: {len(times)} repetition(s) only "
+                             f"(--peer-budget-s {args.peer_budget_s:g})")
+            del out
+            rows.append(row)
+            print(f"  eap {impl}: median {row['median_s']:.4g} s"
+                  + (f", max rel diff {diff:.1e} against hyprof-cpu" if diff is not None else ""),
+                  flush=True)
+    paper = PAPER_EAP.get(name)
+    if paper:
+        tot = paper["profile_s"] + (paper["reduction_s"] or 0.0)
+        rows.append(dict(base, op="eap", **params, impl="paper-gpu", kind="paper",
+                         device=PAPER_EAP_GPU, median_s=None,
+                         stages={"reduction_median_s": paper["reduction_s"],
+                                 "profile_median_s": paper["profile_s"]},
+                         paper_total_s=tot))
+
+
 def dwt_reference(cube, wavelet, levels):
     try:
         import pywt
@@ -1198,7 +1445,8 @@ def main(argv=None):
     meta = {"date": now.strftime("%Y-%m-%d %H:%M UTC"), "host": host, "cpu": cpu_facts(),
             "gpus": gpu_facts(), "threads": args.threads, "repeat": args.repeat,
             "loadavg_before": loadavg(),
-            "components": args.components, "wavelet": args.wavelet,
+            "components": args.components, "wavelet": args.wavelet, "ops": args.op_list,
+            "eap_scenes": [s for s in args.eap_scene_list if s in args.scene_list],
             "eadp": {"scenes": args.eadp_scene_list, "times": eadp_times(args),
                      "cycles": args.eadp_cycles},
             "git": git_facts(), "bench_exe": os.path.abspath(exe), "libraries": None,

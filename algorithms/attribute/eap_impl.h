@@ -1,5 +1,5 @@
-/* Attribute profiles, the step shared by the CPU backend (maxtree.c) and a
- * future CUDA one: the profiles of a batch of quantised bands.
+/* Attribute profiles, the step shared by the CPU backend (maxtree.c) and the
+ * CUDA one (kernels/attribute/eap.cu): the profiles of a batch of quantised bands.
  *
  * Exact semantics, per band f (levels 0..L-1, L = `levels`) and validity mask
  * m (all valid when mask is NULL); see include/hyprof/attribute.h for the
@@ -56,8 +56,7 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args);
 /* hyprof_quantise with the messages tagged by `op` (emp and wmcd reuse it). */
 hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
                                  unsigned levels, uint16_t *out, double *range);
-/* Not written yet: the CUDA max-tree is the next step. Nothing refers to it
- * (the dispatch passes no CUDA implementation), so it need not exist. */
+/* kernels/attribute/eap.cu (CUDA builds only): the same planes, bit for bit. */
 hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *args);
 
 #ifdef __cplusplus

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NONE UINT32_MAX
 
@@ -384,6 +385,32 @@ static void profile_task(const hyprof_eap_args_t *a, size_t band, int closing, w
     fill_band_and_nodata(a, band, closing);
 }
 
+/* Bytes of work buffers one thread allocates (work_alloc). */
+static size_t work_bytes(const hyprof_eap_args_t *a)
+{
+    size_t maxthr = 1;
+    for (size_t f = 0; f < a->nfilters; f++)
+        if (a->filters[f].nthresholds > maxthr)
+            maxthr = a->filters[f].nthresholds;
+    return a->width * a->height * (2 + 4 * 4 + 1 + 2 * maxthr + 8 * (size_t)needs_acc(a)) +
+           (size_t)a->levels * 4;
+}
+
+/* Threads whose work buffers fit in a quarter of the physical memory (the
+ * rest for the input, its quantised copy and the output): a 10748 x 12288
+ * band needs about 4.4 GB a thread. At least one. */
+static int threads_for_memory(const hyprof_eap_args_t *a, int threads)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+        return threads;
+    size_t budget = (size_t)pages / 4 * (size_t)page, per = work_bytes(a);
+    size_t fit = per ? budget / per : (size_t)threads;
+    if (fit < 1)
+        fit = 1;
+    return fit < (size_t)threads ? (int)fit : threads;
+}
+
 hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args)
 {
     const hyprof_eap_args_t *a = args;
@@ -391,6 +418,13 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args)
     int threads = hyprof__threads(ctx);
     if ((size_t)threads > ntasks)
         threads = (int)ntasks;
+    int fit = threads_for_memory(a, threads);
+    if (fit < threads) {
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: %d thread(s) instead of %d: %zu bytes of tree buffers each",
+                    a->op, fit, threads, work_bytes(a));
+        threads = fit;
+    }
     int nomem = 0, stop = 0;
     size_t done = 0;
     #pragma omp parallel num_threads(threads)

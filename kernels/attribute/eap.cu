@@ -1,0 +1,1197 @@
+/* CUDA backend of the attribute profiles (semantics: algorithms/attribute/eap_impl.h).
+ *
+ * One max-tree per band and polarity, all images of a batch of bands in the
+ * same launches (grid y = image: band 2i is the opening image f, 2i+1 the
+ * closing image L-1-f). Every threshold of every attribute is derived from
+ * that one tree.
+ *
+ * Tree (tile-local trees merged along the tile borders, after Blin et al.,
+ * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
+ * the same tree):
+ *   Pixels are ordered by the strict key (level, index). The component tree
+ *   of that total order is unique, and collapsing the links between pixels
+ *   of equal level gives the max-tree (the node of p is the component of
+ *   {f >= f(p)} containing p). Merging the ancestor chains of the two ends
+ *   of an edge (Wilkinson's connect): climb the higher chain until the other
+ *   end fits, insert it, then go on merging the rest of both chains. Links
+ *   always go to a strictly smaller key, so no cycle can form, and the tree
+ *   does not depend on the order of the merges. Within a level the chains
+ *   are compressed (path halving and compression to the level root).
+ *   tile        one thread per 32 x 32 tile, its tree in its own slice of
+ *               shared memory: every edge inside the tile (local indices
+ *               order like the global ones);
+ *   join        regions of rw x rh tiles doubling in turn across and down:
+ *               one thread per pair of neighbouring regions merges every
+ *               edge crossing their common border (the pairs of a round are
+ *               disjoint). The last rounds are long sequential loops: the
+ *               price of a tree built without races (an earlier version
+ *               merged every border edge at once with compare-and-swap, and
+ *               did not finish on the GPU).
+ *   canon       aux = the level root of each pixel; then par[] of a level
+ *               root = the level root of its parent, par[] of any other
+ *               pixel = its level root (the CPU's canonical form), and a
+ *               node flag at each level root.
+ * Attributes (exact integers): every pixel adds its contribution to its
+ *   node with atomics; then the node tree is reduced from the leaves: each
+ *   leaf's thread adds its node into the parent and decrements the parent's
+ *   count of pending children; the thread that brings it to zero carries on
+ *   with the parent (all its children are in).
+ * Filter, per attribute: pass(C) = number of thresholds <= attribute(C),
+ *   computed with the CPU's double expressions (correctly rounded, no
+ *   contraction: the results are bit-identical); kept(C) = min of pass over
+ *   C and its ancestors, by pointer jumping (log2(levels) rounds: a path
+ *   of the node tree has at most `levels` nodes; none for area and
+ *   diagonal, which never grow towards the leaves); then up(C) = the first
+ *   proper ancestor with a larger kept (pointer jumping again). The output
+ *   of threshold j at a pixel is the level of the first node on the chain
+ *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
+ *   nthresholds + 1 steps.
+ * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
+ *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16 diagonal); bands are processed in batches that fit the free device memory
+ *   (one band at a time at worst), each batch's profile planes going to the
+ *   host in one copy, into the output page-locked for the call (up to 8 GB;
+ *   larger outputs are pinned 1 GB at a time for their copies).
+ *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
+ *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning.
+ *
+ * The kernel bodies are written against the EAP_* macros so that a host
+ * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
+ * CPU. */
+#ifndef EAP_BODIES_ONLY
+#include "../core/cuda_util.h"
+#include "attribute/eap_impl.h"
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifndef EAP_FN
+#define EAP_FN __device__ __forceinline__
+#define EAP_CAS32(p, o, n) eap_cas_plain((p), (o), (n))
+#define EAP_ADD32(p, v) atomicAdd((p), (v))
+#define EAP_SUB32(p, v) atomicSub((p), (v))
+#define EAP_ADD64(p, v) atomicAdd((p), (v))
+#define EAP_MIN32(p, v) atomicMin((p), (v))
+#define EAP_MAX32(p, v) atomicMax((p), (v))
+#define EAP_FENCE() __threadfence()
+#define EAP_LOAD32(p) (*(p))
+#define EAP_STORE32(p, v) (*(p) = (v))
+#define EAP_OR32(p, v) atomicOr((p), (v))
+/* The tree merges run in one thread per tree (tile, then region pair):
+ * plain accesses, a compare-and-store without atomics. */
+__device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint32_t n)
+{
+    uint32_t v = *p;
+    if (v == o)
+        *p = n;
+    return v;
+}
+#define EAP_LDCG32(p) __ldcg(p)
+#define EAP_LDCG64(p) __ldcg(p)
+#endif
+
+namespace eap {
+
+typedef unsigned long long u64;
+typedef unsigned __int128 u128;
+
+/* Everything a kernel may need; passed by value. Arrays with an image
+ * dimension hold nimg * n elements (image i at i * n). */
+struct Args {
+    size_t n;               /* pixels of a band */
+    uint32_t width, height;
+    int eight;              /* 8-connectivity */
+    unsigned top;           /* levels - 1 */
+    int nimg;               /* images in this batch (2 per band) */
+    const uint8_t *mask;    /* n, or null */
+    uint16_t *lev;          /* levels */
+    uint32_t *par;          /* tree */
+    uint32_t *aux, *aux2;   /* level roots, jump pointers (ping-pong) */
+    uint32_t *pend;         /* pending children */
+    uint8_t *k0, *k1;       /* leaf flags; kept counts (ping-pong) */
+    uint8_t *node;          /* 1 at the canonical element of each node */
+    uint32_t *cnt;          /* area (std, inertia need it too) */
+    u64 *s1, *s2;           /* std: sums of levels and squares */
+    u64 *sx, *sy, *sxx, *syy; /* inertia */
+    uint32_t *x0, *x1, *y0, *y1; /* diagonal: bounding box */
+    int *error;             /* set when a merge does not finish */
+};
+
+/* Parameters of one filter's launches. */
+struct Filter {
+    int attribute;
+    const double *thr;      /* device, nt values */
+    int nt;
+    size_t planes;          /* per band */
+    size_t off;             /* first plane of this filter's closing planes */
+    int first;              /* filter 0: the band plane sits between */
+    uint16_t nodata16;
+    float nodata32;
+};
+
+EAP_FN int valid(const Args &a, size_t p) { return !a.mask || a.mask[p]; }
+
+/* Bounds on every loop (never reached by a correct tree: a walk is at most
+ * a plateau's chain, a merge at most two chains of level roots plus retries,
+ * a path of the node tree at most `levels` nodes); reaching one sets a bit
+ * of *error, so that a bug shows as an error, not as a hang. */
+const long kWalkCap = 1L << 24, kMergeCap = 1L << 20, kPathCap = 1L << 17;
+enum { kErrMerge = 1, kErrWalk = 2, kErrUp = 4, kErrOut = 8 };
+
+/* key(u) > key(v) in the strict order (level, index) */
+EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
+{
+    uint16_t lu = lev[u], lv = lev[v];
+    return lu > lv || (lu == lv && u > v);
+}
+
+/* The level root of x (the last ancestor of its level), compressing the
+ * path. Within a level, links go to smaller indices and a level root only
+ * ever gets a same-level parent of smaller index, so every pixel of the set
+ * with an index above r is no level root and never will be again: its parent
+ * stays of its level, and it may point to any pixel of its set with a
+ * smaller index (here r). Pixels at or below r are left alone, also when a
+ * concurrent compression made the path skip r. The walk up halves the path
+ * as it goes (a pixel skips its parent for its same-level grandparent), so
+ * that long chains of tile roots (large plateaus) shrink for the threads
+ * that come later. */
+EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x, int &bad)
+{
+    uint16_t l = lev[x];
+    uint32_t r = x;
+    for (long it = 0;; it++) {
+        if (it >= kWalkCap) {
+            bad |= kErrWalk;
+            return r;
+        }
+        uint32_t p = EAP_LOAD32(&par[r]);
+        if (p == r || lev[p] != l)
+            break;
+        uint32_t g = EAP_LOAD32(&par[p]);
+        if (g == p || lev[g] != l) {
+            r = p;
+            break;
+        }
+        EAP_STORE32(&par[r], g);
+        r = g;
+    }
+    for (long it = 0; x > r && it < kWalkCap; it++) {
+        uint32_t p = EAP_LOAD32(&par[x]);
+        if (p <= r)
+            break;
+        EAP_STORE32(&par[x], r);
+        x = p;
+    }
+    return r;
+}
+
+/* Merges the ancestor chains of the neighbours x and y. Returns 0, or error
+ * bits if it gave up (never expected: a bound against endless loops). */
+EAP_FN int merge(uint32_t *par, const uint16_t *lev, uint32_t x, uint32_t y)
+{
+    int bad = 0;
+    for (long it = 0; it < kMergeCap; it++) {
+        x = levelroot(par, lev, x, bad);
+        y = levelroot(par, lev, y, bad);
+        if (bad)
+            return bad;
+        if (x == y)
+            return 0;
+        if (higher(lev, y, x)) {
+            uint32_t t = x;
+            x = y;
+            y = t;
+        }
+        /* key(x) > key(y): y goes somewhere above x */
+        uint32_t z = EAP_LOAD32(&par[x]);
+        if (z == x) { /* x is a root: y becomes its parent */
+            if (EAP_CAS32(&par[x], x, y) == x)
+                return 0;
+            continue;
+        }
+        uint32_t zr = levelroot(par, lev, z, bad);
+        if (bad)
+            return bad;
+        if (zr == y)
+            return 0;
+        if (higher(lev, zr, y)) { /* still above y: climb */
+            x = zr;
+            continue;
+        }
+        /* key(zr) < key(y) < key(x): insert y, then merge y with z's chain */
+        if (EAP_CAS32(&par[x], z, y) == z) {
+            x = y;
+            y = zr;
+        }
+    }
+    return kErrMerge;
+}
+
+EAP_FN void body_prepare(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (img & 1)
+        a.lev[o + p] = valid(a, p) ? (uint16_t)(a.top - a.lev[o - a.n + p]) : 0;
+    a.par[o + p] = (uint32_t)p;
+}
+
+/* ---- tile-local trees, in shared memory ----
+ * A tile is kTile x kTile pixels, local index ly * kTile + lx: for two pixels
+ * of a tile it orders like the global index, so the local trees are the
+ * global tree's restrictions and the border merges complete them. */
+const int kTile = 32;
+
+struct Tile {
+    uint32_t x0, y0, w, h; /* origin and size (partial at the right and bottom) */
+};
+
+EAP_FN Tile tile_of(const Args &a, unsigned block)
+{
+    uint32_t tiles_x = (a.width + kTile - 1) / kTile;
+    Tile t;
+    t.x0 = (block % tiles_x) * kTile;
+    t.y0 = (block / tiles_x) * kTile;
+    t.w = a.width - t.x0 < (uint32_t)kTile ? a.width - t.x0 : kTile;
+    t.h = a.height - t.y0 < (uint32_t)kTile ? a.height - t.y0 : kTile;
+    return t;
+}
+
+EAP_FN void body_tile_load(const Args &a, int img, const Tile &t, uint16_t *sl, uint32_t *sp,
+                           int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    sp[i] = (uint32_t)i;
+    if (lx < t.w && ly < t.h)
+        sl[i] = a.lev[(size_t)img * a.n + (size_t)(t.y0 + ly) * a.width + t.x0 + lx];
+}
+
+EAP_FN void body_tile_merge(const Args &a, const Tile &t, uint16_t *sl, uint32_t *sp, int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    if (lx >= t.w || ly >= t.h)
+        return;
+    size_t p = (size_t)(t.y0 + ly) * a.width + t.x0 + lx, w = a.width;
+    if (!valid(a, p))
+        return;
+    int r = lx + 1 < t.w, d = ly + 1 < t.h, bad = 0;
+    uint32_t q = (uint32_t)i;
+    if (r && valid(a, p + 1))
+        bad |= merge(sp, sl, q, q + 1);
+    if (d && valid(a, p + w))
+        bad |= merge(sp, sl, q, q + kTile);
+    if (a.eight && d) {
+        if (r && valid(a, p + w + 1))
+            bad |= merge(sp, sl, q, q + kTile + 1);
+        if (lx > 0 && valid(a, p + w - 1))
+            bad |= merge(sp, sl, q, q + kTile - 1);
+    }
+    if (bad)
+        EAP_OR32(a.error, bad);
+}
+
+EAP_FN void body_tile_store(const Args &a, int img, const Tile &t, const uint32_t *sp, int i)
+{
+    uint32_t lx = i % kTile, ly = i / kTile;
+    if (lx >= t.w || ly >= t.h)
+        return;
+    uint32_t r = sp[i], rx = r % kTile, ry = r / kTile;
+    a.par[(size_t)img * a.n + (size_t)(t.y0 + ly) * a.width + t.x0 + lx] =
+        (t.y0 + ry) * a.width + t.x0 + rx;
+}
+
+/* One edge, when both ends are valid. */
+EAP_FN int edge(const Args &a, uint32_t *par, const uint16_t *lev, uint32_t x0, uint32_t y0,
+                uint32_t x1, uint32_t y1)
+{
+    size_t p = (size_t)y0 * a.width + x0, q = (size_t)y1 * a.width + x1;
+    if (!valid(a, p) || !valid(a, q))
+        return 0;
+    return merge(par, lev, (uint32_t)p, (uint32_t)q);
+}
+
+/* The regions doubling round: with regions of rw x rh tiles, pair k of
+ * line `line` joins two neighbouring regions (left/right when !vertical,
+ * top/bottom when vertical) through every edge that crosses their common
+ * border with both ends inside the pair. One thread per pair, and the pairs
+ * of a round are disjoint: nothing is shared, the tree of a region pair is
+ * only touched by its own thread. */
+EAP_FN void body_join(const Args &a, int img, int vertical, uint32_t rw, uint32_t rh,
+                      uint32_t k, uint32_t line)
+{
+    uint32_t tiles_x = (a.width + kTile - 1) / kTile, tiles_y = (a.height + kTile - 1) / kTile;
+    size_t o = (size_t)img * a.n;
+    uint32_t *par = a.par + o;
+    const uint16_t *lev = a.lev + o;
+    int bad = 0;
+    if (!vertical) {
+        uint32_t bt = (2 * k + 1) * rw;
+        if (bt >= tiles_x)
+            return;
+        uint32_t xb = bt * kTile, y0 = line * rh * kTile;
+        uint32_t y1 = y0 + rh * kTile < a.height ? y0 + rh * kTile : a.height;
+        for (uint32_t y = y0; y < y1 && !bad; y++) {
+            bad |= edge(a, par, lev, xb - 1, y, xb, y);
+            if (a.eight && y + 1 < y1) {
+                bad |= edge(a, par, lev, xb - 1, y, xb, y + 1);
+                bad |= edge(a, par, lev, xb, y, xb - 1, y + 1);
+            }
+        }
+    } else {
+        uint32_t bt = (2 * k + 1) * rh;
+        if (bt >= tiles_y)
+            return;
+        uint32_t yb = bt * kTile, x0 = line * rw * kTile;
+        uint32_t x1 = x0 + rw * kTile < a.width ? x0 + rw * kTile : a.width;
+        for (uint32_t x = x0; x < x1 && !bad; x++) {
+            bad |= edge(a, par, lev, x, yb - 1, x, yb);
+            if (a.eight && x + 1 < x1) {
+                bad |= edge(a, par, lev, x, yb - 1, x + 1, yb);
+                bad |= edge(a, par, lev, x + 1, yb - 1, x, yb);
+            }
+        }
+    }
+    if (bad)
+        EAP_OR32(a.error, bad);
+}
+
+/* After every merge: aux = the level root of each pixel (compressing: a
+ * plateau may hang on a long chain of tile roots). */
+EAP_FN void body_canon1(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    int bad = 0;
+    a.aux[o + p] = levelroot(a.par + o, a.lev + o, (uint32_t)p, bad);
+    if (bad)
+        EAP_OR32(a.error, bad);
+}
+
+EAP_FN void body_canon2(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!valid(a, p)) {
+        a.node[o + p] = 0;
+        return;
+    }
+    uint32_t r = a.aux[o + p];
+    a.node[o + p] = r == (uint32_t)p;
+    if (r == (uint32_t)p) {
+        uint32_t q = a.par[o + p];
+        a.par[o + p] = q == r ? r : a.aux[o + q];
+    } else {
+        a.par[o + p] = r;
+    }
+}
+
+/* The canonical element of p's node (after canon2). */
+EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
+{
+    uint32_t q = par[p];
+    return (q != p && lev[q] == lev[p]) ? q : p;
+}
+
+EAP_FN int is_node(const Args &a, size_t o, size_t p) { return a.node[o + p]; }
+
+/* Each valid pixel's contribution to its node. */
+EAP_FN void body_acc_pixel(const Args &a, int img, size_t p)
+{
+    if (!valid(a, p))
+        return;
+    size_t o = (size_t)img * a.n;
+    size_t c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
+    u64 x = p % a.width, y = p / a.width, l = a.lev[o + p];
+    if (a.cnt)
+        EAP_ADD32(&a.cnt[c], 1u);
+    if (a.s1) {
+        EAP_ADD64(&a.s1[c], l);
+        EAP_ADD64(&a.s2[c], l * l);
+    }
+    if (a.sx) {
+        EAP_ADD64(&a.sx[c], x);
+        EAP_ADD64(&a.sy[c], y);
+        EAP_ADD64(&a.sxx[c], x * x);
+        EAP_ADD64(&a.syy[c], y * y);
+    }
+    if (a.x0) {
+        EAP_MIN32(&a.x0[c], (uint32_t)x);
+        EAP_MAX32(&a.x1[c], (uint32_t)x);
+        EAP_MIN32(&a.y0[c], (uint32_t)y);
+        EAP_MAX32(&a.y1[c], (uint32_t)y);
+    }
+}
+
+EAP_FN void body_pend(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t q = a.par[o + p];
+    if (q != (uint32_t)p)
+        EAP_ADD32(&a.pend[o + q], 1u);
+}
+
+EAP_FN void body_leaf(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    a.k0[o + p] = is_node(a, o, p) && a.pend[o + p] == 0;
+}
+
+/* From each leaf up: add the node into its parent; the thread that
+ * completes the parent (its last pending child) carries on with it. */
+EAP_FN void body_up(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!a.k0[o + p])
+        return;
+    size_t r = o + p;
+    for (long it = 0;; it++) {
+        if (it >= kPathCap) {
+            EAP_OR32(a.error, kErrUp);
+            return;
+        }
+        size_t q = o + a.par[r];
+        if (q == r)
+            return;
+        if (a.cnt)
+            EAP_ADD32(&a.cnt[q], EAP_LDCG32(&a.cnt[r]));
+        if (a.s1) {
+            EAP_ADD64(&a.s1[q], EAP_LDCG64(&a.s1[r]));
+            EAP_ADD64(&a.s2[q], EAP_LDCG64(&a.s2[r]));
+        }
+        if (a.sx) {
+            EAP_ADD64(&a.sx[q], EAP_LDCG64(&a.sx[r]));
+            EAP_ADD64(&a.sy[q], EAP_LDCG64(&a.sy[r]));
+            EAP_ADD64(&a.sxx[q], EAP_LDCG64(&a.sxx[r]));
+            EAP_ADD64(&a.syy[q], EAP_LDCG64(&a.syy[r]));
+        }
+        if (a.x0) {
+            EAP_MIN32(&a.x0[q], EAP_LDCG32(&a.x0[r]));
+            EAP_MAX32(&a.x1[q], EAP_LDCG32(&a.x1[r]));
+            EAP_MIN32(&a.y0[q], EAP_LDCG32(&a.y0[r]));
+            EAP_MAX32(&a.y1[q], EAP_LDCG32(&a.y1[r]));
+        }
+        EAP_FENCE();
+        if (EAP_SUB32(&a.pend[q], 1u) != 1u)
+            return;
+        EAP_FENCE();
+        r = q;
+    }
+}
+
+/* u128 -> double rounded to nearest even, like the host's conversion: the
+ * top 64 bits with a sticky bit for the rest, converted once, then scaled
+ * exactly. */
+EAP_FN double u128_to_double(u128 v)
+{
+    u64 hi = (u64)(v >> 64), lo = (u64)v;
+    if (hi == 0)
+        return (double)lo;
+    int lz = 0;
+    while (!(hi >> 63)) {
+        hi <<= 1;
+        lz++;
+    }
+    u64 m = lz ? hi | (lo >> (64 - lz)) : hi;
+    u64 rest = lz ? lo << lz : lo;
+    if (rest)
+        m |= 1; /* sticky: below the rounding position of a 53-bit mantissa */
+    return ldexp((double)m, 64 - lz);
+}
+
+/* The CPU's attribute_of (maxtree.c), term for term. */
+EAP_FN double attribute_of(const Args &a, int attr, size_t c)
+{
+    switch (attr) {
+    case 1: { /* std */
+        u64 n = a.cnt[c], s1 = a.s1[c], s2 = a.s2[c];
+        u128 num = (u128)n * s2 - (u128)s1 * s1;
+        return sqrt(u128_to_double(num)) / (double)n;
+    }
+    case 2: { /* diagonal */
+        u64 dx = (u64)(a.x1[c] - a.x0[c]) + 1, dy = (u64)(a.y1[c] - a.y0[c]) + 1;
+        return sqrt((double)(dx * dx + dy * dy));
+    }
+    case 3: { /* inertia */
+        u64 n = a.cnt[c], sx = a.sx[c], sy = a.sy[c], sxx = a.sxx[c], syy = a.syy[c];
+        u128 num = 6 * ((u128)n * sxx - (u128)sx * sx + (u128)n * syy - (u128)sy * sy) +
+                   (u128)n * n;
+        return u128_to_double(num) / (6.0 * (double)n * (double)n * (double)n);
+    }
+    default:
+        return (double)a.cnt[c];
+    }
+}
+
+/* kept starts as pass (thresholds <= attribute); jump pointers at the parent. */
+EAP_FN void body_pass(const Args &a, const Filter &f, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    double v = attribute_of(a, f.attribute, o + p);
+    int lo = 0, hi = f.nt; /* first threshold > v */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (f.thr[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    a.k0[o + p] = (uint8_t)lo;
+    a.aux[o + p] = a.par[o + p];
+}
+
+/* One round of kept = min over the path: K, J -> K', J'. */
+EAP_FN void body_jump_min(const Args &a, const uint8_t *kin, const uint32_t *jin,
+                          uint8_t *kout, uint32_t *jout, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t j = jin[o + p];
+    uint8_t k = kin[o + p], kj = kin[o + j];
+    kout[o + p] = kj < k ? kj : k;
+    jout[o + p] = jin[o + j];
+}
+
+EAP_FN void body_up_init(const Args &a, uint32_t *u, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (is_node(a, o, p))
+        u[o + p] = a.par[o + p];
+}
+
+/* One round towards up(C) = the first proper ancestor with a larger kept
+ * (C itself when there is none). Between C and U(C) every node has C's kept. */
+EAP_FN void body_jump_up(const Args &a, const uint8_t *k, const uint32_t *uin, uint32_t *uout,
+                         int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!is_node(a, o, p))
+        return;
+    uint32_t u = uin[o + p];
+    if (u == (uint32_t)p || k[o + u] > k[o + p]) {
+        uout[o + p] = u;
+        return;
+    }
+    uint32_t uu = uin[o + u];
+    uout[o + p] = uu == u ? (uint32_t)p : uu;
+}
+
+/* Plane of threshold j (maxtree.c's plane_of). */
+EAP_FN size_t plane_of(const Filter &f, int j, int closing)
+{
+    return closing ? f.off + (size_t)(f.nt - 1 - j) : f.off + (size_t)f.nt + f.first + j;
+}
+
+template <typename T> EAP_FN T out_value(unsigned v, const Filter &f, int masked);
+template <> EAP_FN uint16_t out_value<uint16_t>(unsigned v, const Filter &f, int masked)
+{
+    return masked ? f.nodata16 : (uint16_t)v;
+}
+template <> EAP_FN float out_value<float>(unsigned v, const Filter &f, int masked)
+{
+    return masked ? f.nodata32 : (float)v;
+}
+
+/* Every threshold's output at pixel p (batch output: band img/2, its planes). */
+template <typename T>
+EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uint32_t *u,
+                     T *out, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    int closing = img & 1;
+    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    if (!valid(a, p)) {
+        for (int j = 0; j < f.nt; j++)
+            band[plane_of(f, j, closing) * a.n + p] = out_value<T>(0, f, 1);
+        return;
+    }
+    uint32_t c = node_of(a.par + o, a.lev + o, (uint32_t)p);
+    long steps = 0;
+    for (int j = 0; j < f.nt; j++) {
+        while (k[o + c] <= j) {
+            uint32_t up = u[o + c];
+            if (up == c)
+                break;
+            c = up;
+            if (++steps > kPathCap) {
+                EAP_OR32(a.error, kErrOut);
+                return;
+            }
+        }
+        unsigned v = k[o + c] > j ? a.lev[o + c] : 0;
+        if (closing)
+            v = a.top - v;
+        band[plane_of(f, j, closing) * a.n + p] = out_value<T>(v, f, 0);
+    }
+}
+
+/* The band itself (filter 0's middle plane). */
+template <typename T>
+EAP_FN void body_band(const Args &a, const Filter &f, T *out, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    band[(f.off + f.nt) * a.n + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
+}
+
+} /* namespace eap */
+
+#ifndef EAP_BODIES_ONLY
+/* ================================================================================ */
+
+using namespace hyprof_cuda;
+using namespace eap;
+
+namespace {
+
+const int kThreads = 256;
+
+#define EAP_IDX                                                                           \
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
+    if (p >= a.n)                                                                         \
+        return;                                                                           \
+    int img = (int)blockIdx.y
+
+__global__ void k_prepare(Args a) { EAP_IDX; body_prepare(a, img, p); }
+/* One thread per tile, the tile's tree in its own slice of shared memory
+ * (8 tiles a block: 48 KB): no two threads ever touch the same tree. */
+const int kTilesPerBlock = 8;
+__global__ void __launch_bounds__(kTilesPerBlock) k_tile(Args a, unsigned tiles)
+{
+    __shared__ uint16_t sl[kTilesPerBlock][kTile * kTile];
+    __shared__ uint32_t sp[kTilesPerBlock][kTile * kTile];
+    unsigned tile = blockIdx.x * kTilesPerBlock + threadIdx.x;
+    int img = (int)blockIdx.y;
+    if (tile >= tiles)
+        return;
+    Tile t = tile_of(a, tile);
+    uint16_t *l = sl[threadIdx.x];
+    uint32_t *pp = sp[threadIdx.x];
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_load(a, img, t, l, pp, i);
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_merge(a, t, l, pp, i);
+    for (int i = 0; i < kTile * kTile; i++)
+        body_tile_store(a, img, t, pp, i);
+}
+__global__ void k_join(Args a, int vertical, uint32_t rw, uint32_t rh, uint32_t pairs,
+                       uint32_t lines)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)pairs * lines)
+        return;
+    body_join(a, (int)blockIdx.y, vertical, rw, rh, (uint32_t)(i % pairs), (uint32_t)(i / pairs));
+}
+__global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
+__global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
+__global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
+__global__ void k_pend(Args a) { EAP_IDX; body_pend(a, img, p); }
+__global__ void k_leaf(Args a) { EAP_IDX; body_leaf(a, img, p); }
+__global__ void k_up(Args a) { EAP_IDX; body_up(a, img, p); }
+__global__ void k_pass(Args a, Filter f) { EAP_IDX; body_pass(a, f, img, p); }
+__global__ void k_jump_min(Args a, const uint8_t *kin, const uint32_t *jin, uint8_t *kout,
+                           uint32_t *jout)
+{
+    EAP_IDX;
+    body_jump_min(a, kin, jin, kout, jout, img, p);
+}
+__global__ void k_up_init(Args a, uint32_t *u) { EAP_IDX; body_up_init(a, u, img, p); }
+__global__ void k_jump_up(Args a, const uint8_t *k, const uint32_t *uin, uint32_t *uout)
+{
+    EAP_IDX;
+    body_jump_up(a, k, uin, uout, img, p);
+}
+template <typename T>
+__global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *out)
+{
+    EAP_IDX;
+    body_out<T>(a, f, k, u, out, img, p);
+}
+template <typename T> __global__ void k_band(Args a, Filter f, T *out)
+{
+    EAP_IDX;
+    if (!(img & 1))
+        body_band<T>(a, f, out, img, p);
+}
+
+size_t env_size(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    return end == s ? 0 : (size_t)v;
+}
+
+/* Timing events of one batch's stages (upload, tree, attributes, filters,
+ * download), summed over the batches and logged at debug level. */
+class StageTimer {
+  public:
+    static const int kStages = 5;
+    ~StageTimer()
+    {
+        for (cudaEvent_t &e : ev_)
+            if (e)
+                (void)cudaEventDestroy(e);
+    }
+    hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
+    {
+        for (cudaEvent_t &e : ev_)
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+        return HYPROF_OK;
+    }
+    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int i)
+    {
+        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[i], 0));
+        return HYPROF_OK;
+    }
+    /* After the batch's last mark: adds its stage times. */
+    hyprof_status_t add(hyprof_ctx_t *ctx, const char *op)
+    {
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[kStages]));
+        for (int i = 0; i < kStages; i++) {
+            float t = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, ev_[i], ev_[i + 1]));
+            ms_[i] += t;
+        }
+        return HYPROF_OK;
+    }
+    const double *ms() const { return ms_; }
+
+  private:
+    cudaEvent_t ev_[kStages + 1] = {};
+    double ms_[kStages] = {};
+};
+
+class EapCuda {
+  public:
+    EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
+    {
+        const char *t = getenv("HYPROF_EAP_TRACE");
+        trace_ = t && strcmp(t, "1") == 0;
+    }
+    ~EapCuda()
+    {
+        if (trace_start_)
+            (void)cudaEventDestroy(trace_start_);
+        if (trace_now_)
+            (void)cudaEventDestroy(trace_now_);
+    }
+
+    hyprof_status_t run()
+    {
+        const hyprof_eap_args_t *a = a_;
+        n_ = a->width * a->height;
+        for (size_t f = 0; f < a->nfilters; f++) {
+            switch (a->filters[f].attribute) {
+            case HYPROF_ATTRIBUTE_STD: need_cnt_ = need_std_ = true; break;
+            case HYPROF_ATTRIBUTE_INERTIA: need_cnt_ = need_inertia_ = true; break;
+            case HYPROF_ATTRIBUTE_DIAGONAL: need_box_ = true; break;
+            default: need_cnt_ = true; break;
+            }
+            nthr_ += a->filters[f].nthresholds;
+        }
+        esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
+        rounds_ = a->levels > 256 ? 16 : 8;
+        HYPROF_TRY(plan());
+        HYPROF_TRY(alloc());
+        HYPROF_TRY(timer_.create(ctx, a->op));
+        if (trace_) {
+            const char *op = a->op;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_start_));
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_now_));
+        }
+        /* Page-locked output: the downloads run at the bus speed (as in EADP,
+         * pageable copies ran at a fraction of it). Not for outputs of many
+         * GB (the large scene's is 63 GB), where pinning would hold that much
+         * of the host memory at once. */
+        HostPin out_pin;
+        size_t out_bytes = a->bands * a->planes * n_ * esize_;
+        const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
+        pinned_ = out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
+        if (pinned_)
+            out_pin.pin(a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes);
+        for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
+            size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
+            HYPROF_TRY(batch(b0, nb));
+            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
+        }
+        const double *t = timer_.ms();
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
+                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f",
+                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4]);
+        return HYPROF_OK;
+    }
+
+  private:
+    bool trace_ = false;
+    cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
+    static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
+    hyprof_ctx_t *ctx;
+    const hyprof_eap_args_t *a_;
+    bool pinned_ = false;
+    size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
+    int rounds_ = 8;
+    bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
+
+    DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
+    DeviceBuffer<uint16_t> lev_;
+    DeviceBuffer<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
+    DeviceBuffer<u64> s64_;
+    DeviceBuffer<double> thr_;
+    DeviceBuffer<int> error_;
+    DeviceBuffer<unsigned char> out_;
+    Args args_{};
+    StageTimer timer_;
+
+    /* device bytes per pixel of one image (not counting the output planes) */
+    size_t image_bytes() const
+    {
+        return 2 + 4 * 4 + 3 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+               (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
+    }
+
+    hyprof_status_t plan()
+    {
+        const char *op = a_->op;
+        size_t budget = 0;
+        HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+        size_t per_band = n_ * (2 * image_bytes() + a_->planes * esize_);
+        size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
+        nb_ = budget > fixed ? (budget - fixed) / per_band : 0;
+        if (nb_ == 0)
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                 "one band of %zux%zu pixels needs %zu bytes of device memory, "
+                                 "%zu usable",
+                                 a_->width, a_->height, per_band + fixed, budget);
+        size_t forced = env_size("HYPROF_EAP_BAND_GROUP");
+        if (forced && forced < nb_)
+            nb_ = forced;
+        if (nb_ > a_->bands)
+            nb_ = a_->bands;
+        if (nb_ > 32767) /* grid y: 2 images a band */
+            nb_ = 32767;
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t alloc()
+    {
+        const char *op = a_->op;
+        size_t m = 2 * nb_ * n_;
+        HYPROF_TRY(lev_.alloc(ctx, op, m));
+        HYPROF_TRY(node_.alloc(ctx, op, m));
+        HYPROF_TRY(par_.alloc(ctx, op, m));
+        HYPROF_TRY(aux_.alloc(ctx, op, m));
+        HYPROF_TRY(aux2_.alloc(ctx, op, m));
+        HYPROF_TRY(pend_.alloc(ctx, op, m));
+        HYPROF_TRY(k0_.alloc(ctx, op, m));
+        HYPROF_TRY(k1_.alloc(ctx, op, m));
+        if (need_cnt_)
+            HYPROF_TRY(cnt_.alloc(ctx, op, m));
+        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
+        if (n64)
+            HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
+        if (need_box_)
+            HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
+        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * n_ * esize_));
+        HYPROF_TRY(error_.alloc(ctx, op, 1));
+        HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
+        size_t t = 0;
+        for (size_t f = 0; f < a_->nfilters; f++) {
+            const hyprof_attribute_filter_t *fl = &a_->filters[f];
+            HYPROF_CUDA_CHECK(cudaMemcpy(thr_.get() + t, fl->thresholds,
+                                         fl->nthresholds * sizeof(double),
+                                         cudaMemcpyHostToDevice));
+            t += fl->nthresholds;
+        }
+        if (a_->mask) {
+            HYPROF_TRY(mask_.alloc(ctx, op, n_));
+            HYPROF_CUDA_CHECK(cudaMemcpy(mask_.get(), a_->mask, n_, cudaMemcpyHostToDevice));
+        }
+        HYPROF_CUDA_CHECK(cudaMemset(error_.get(), 0, sizeof(int)));
+
+        Args &g = args_;
+        g.n = n_;
+        g.width = (uint32_t)a_->width;
+        g.height = (uint32_t)a_->height;
+        g.eight = a_->connectivity == 8;
+        g.top = a_->levels - 1;
+        g.mask = a_->mask ? mask_.get() : nullptr;
+        g.lev = lev_.get();
+        g.par = par_.get();
+        g.aux = aux_.get();
+        g.aux2 = aux2_.get();
+        g.pend = pend_.get();
+        g.k0 = k0_.get();
+        g.k1 = k1_.get();
+        g.node = node_.get();
+        g.cnt = need_cnt_ ? cnt_.get() : nullptr;
+        u64 *s = s64_.get();
+        if (need_std_) {
+            g.s1 = s;
+            g.s2 = s + m;
+            s += 2 * m;
+        }
+        if (need_inertia_) {
+            g.sx = s;
+            g.sy = s + m;
+            g.sxx = s + 2 * m;
+            g.syy = s + 3 * m;
+        }
+        if (need_box_) {
+            g.x0 = box_.get();
+            g.x1 = g.x0 + m;
+            g.y0 = g.x0 + 2 * m;
+            g.y1 = g.x0 + 3 * m;
+        }
+        g.error = error_.get();
+        return HYPROF_OK;
+    }
+
+    dim3 grid(int nimg) const { return dim3((unsigned)((n_ + kThreads - 1) / kThreads), nimg); }
+
+    hyprof_status_t build(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_prepare<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_prepare");
+        HYPROF_TRY(traced("k_prepare"));
+        uint32_t tx = (uint32_t)((a_->width + kTile - 1) / kTile),
+                 ty = (uint32_t)((a_->height + kTile - 1) / kTile);
+        unsigned tiles = tx * ty;
+        k_tile<<<dim3((tiles + kTilesPerBlock - 1) / kTilesPerBlock, nimg), kTilesPerBlock>>>(
+            g, tiles);
+        HYPROF_CUDA_CHECK_LAUNCH("k_tile");
+        HYPROF_TRY(traced("k_tile"));
+        /* regions of rw x rh tiles, doubling in turn across and down */
+        for (uint32_t rw = 1, rh = 1; rw < tx || rh < ty;) {
+            for (int vertical = 0; vertical < 2; vertical++) {
+                uint32_t r = vertical ? rh : rw, along = vertical ? ty : tx;
+                if (r >= along)
+                    continue;
+                uint32_t pairs = (along + 2 * r - 1) / (2 * r);
+                uint32_t lines = vertical ? (tx + rw - 1) / rw : (ty + rh - 1) / rh;
+                unsigned blocks = (unsigned)(((size_t)pairs * lines + 63) / 64);
+                k_join<<<dim3(blocks, nimg), 64>>>(g, vertical, rw, rh, pairs, lines);
+                HYPROF_CUDA_CHECK_LAUNCH("k_join");
+                HYPROF_TRY(traced(vertical ? "k_join (down)" : "k_join (across)"));
+                if (vertical)
+                    rh *= 2;
+                else
+                    rw *= 2;
+            }
+        }
+        k_canon1<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
+        HYPROF_TRY(traced("k_canon1"));
+        k_canon2<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
+        HYPROF_TRY(traced("k_canon2"));
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t accumulate(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        size_t m = (size_t)nimg * n_;
+        dim3 gr = grid(nimg);
+        if (g.cnt)
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.cnt, 0, m * sizeof(uint32_t)));
+        if (g.s1) {
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.s1, 0, m * sizeof(u64)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.s2, 0, m * sizeof(u64)));
+        }
+        if (g.sx)
+            for (u64 *s : {g.sx, g.sy, g.sxx, g.syy})
+                HYPROF_CUDA_CHECK(cudaMemsetAsync(s, 0, m * sizeof(u64)));
+        if (g.x0) {
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.x0, 0xff, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.y0, 0xff, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.x1, 0, m * sizeof(uint32_t)));
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(g.y1, 0, m * sizeof(uint32_t)));
+        }
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(g.pend, 0, m * sizeof(uint32_t)));
+        k_acc_pixel<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_acc_pixel");
+        HYPROF_TRY(traced("k_acc_pixel"));
+        k_pend<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_pend");
+        HYPROF_TRY(traced("k_pend"));
+        k_leaf<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_leaf");
+        HYPROF_TRY(traced("k_leaf"));
+        k_up<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_up");
+        HYPROF_TRY(traced("k_up"));
+        return HYPROF_OK;
+    }
+
+    template <typename T> hyprof_status_t filter(int nimg, const Filter &f, T *out)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_pass<<<gr, kThreads>>>(g, f);
+        HYPROF_CUDA_CHECK_LAUNCH("k_pass");
+        HYPROF_TRY(traced("k_pass"));
+        uint8_t *kin = g.k0, *kout = g.k1;
+        uint32_t *jin = g.aux, *jout = g.aux2; /* k_pass: aux = the parent */
+        /* An increasing attribute never grows towards the leaves: pass is its
+         * own path minimum, kept = pass. */
+        if (!hyprof_attribute_is_increasing((hyprof_attribute_t)f.attribute)) {
+            for (int r = 0; r < rounds_; r++) {
+                k_jump_min<<<gr, kThreads>>>(g, kin, jin, kout, jout);
+                HYPROF_CUDA_CHECK_LAUNCH("k_jump_min");
+        HYPROF_TRY(traced("k_jump_min"));
+                uint8_t *tk = kin;
+                kin = kout;
+                kout = tk;
+                uint32_t *tj = jin;
+                jin = jout;
+                jout = tj;
+            }
+            k_up_init<<<gr, kThreads>>>(g, jin);
+            HYPROF_CUDA_CHECK_LAUNCH("k_up_init");
+        HYPROF_TRY(traced("k_up_init"));
+        }
+        for (int r = 0; r < rounds_; r++) {
+            k_jump_up<<<gr, kThreads>>>(g, kin, jin, jout);
+            HYPROF_CUDA_CHECK_LAUNCH("k_jump_up");
+        HYPROF_TRY(traced("k_jump_up"));
+            uint32_t *tj = jin;
+            jin = jout;
+            jout = tj;
+        }
+        k_out<T><<<gr, kThreads>>>(g, f, kin, jin, out);
+        HYPROF_CUDA_CHECK_LAUNCH("k_out");
+        HYPROF_TRY(traced("k_out"));
+        if (f.first) {
+            k_band<T><<<gr, kThreads>>>(g, f, out);
+            HYPROF_CUDA_CHECK_LAUNCH("k_band");
+        HYPROF_TRY(traced("k_band"));
+        }
+        return HYPROF_OK;
+    }
+
+    template <typename T> hyprof_status_t filters(int nimg, T *out)
+    {
+        size_t off = 0, t = 0;
+        for (size_t fi = 0; fi < a_->nfilters; fi++) {
+            const hyprof_attribute_filter_t *fl = &a_->filters[fi];
+            Filter f;
+            f.attribute = (int)fl->attribute;
+            f.thr = thr_.get() + t;
+            f.nt = (int)fl->nthresholds;
+            f.planes = a_->planes;
+            f.off = off;
+            f.first = fi == 0;
+            f.nodata16 = a_->nodata16;
+            f.nodata32 = a_->nodata32;
+            HYPROF_TRY(filter<T>(nimg, f, out));
+            off += 2 * fl->nthresholds + (fi == 0);
+            t += fl->nthresholds;
+        }
+        return HYPROF_OK;
+    }
+
+    /* $HYPROF_EAP_TRACE=1: waits after every launch and logs (debug) the
+     * kernel, the time since the batch began and the error bits, so that a
+     * kernel that does not finish is named by the last line. */
+    hyprof_status_t traced(const char *kernel)
+    {
+        const char *op = a_->op;
+        if (!trace_)
+            return HYPROF_OK;
+        HYPROF_CUDA_CHECK(cudaDeviceSynchronize());
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        float ms = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventRecord(trace_now_, 0));
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(trace_now_));
+        HYPROF_CUDA_CHECK(cudaEventElapsedTime(&ms, trace_start_, trace_now_));
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: trace: %s done, %.3f ms into the batch%s", op,
+                    kernel, ms, err ? " (error bits set)" : "");
+        return HYPROF_OK;
+    }
+
+    /* Device to host; without the whole output pinned, each 1 GB piece is
+     * pinned for its copy (a pageable copy runs at a fraction of the bus). */
+    hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
+    {
+        const char *op = a_->op;
+        if (pinned_) {
+            HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+            return HYPROF_OK;
+        }
+        for (size_t off = 0; off < bytes; off += kPinChunk) {
+            size_t b = bytes - off < kPinChunk ? bytes - off : kPinChunk;
+            HostPin pin;
+            pin.pin(dst + off, b);
+            HYPROF_CUDA_CHECK(cudaMemcpy(dst + off, src + off, b, cudaMemcpyDeviceToHost));
+        }
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t batch(size_t b0, size_t nb)
+    {
+        const char *op = a_->op;
+        int nimg = (int)(2 * nb);
+        args_.nimg = nimg;
+        HYPROF_TRY(timer_.mark(ctx, op, 0));
+        if (trace_)
+            HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
+        for (size_t i = 0; i < nb; i++)
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_, a_->q + (b0 + i) * n_,
+                                              n_ * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        HYPROF_TRY(timer_.mark(ctx, op, 1));
+        HYPROF_TRY(build(nimg));
+        HYPROF_TRY(timer_.mark(ctx, op, 2));
+        HYPROF_TRY(accumulate(nimg));
+        HYPROF_TRY(timer_.mark(ctx, op, 3));
+        size_t count = nb * a_->planes * n_;
+        if (a_->out16)
+            HYPROF_TRY(filters<uint16_t>(nimg, (uint16_t *)out_.get()));
+        else
+            HYPROF_TRY(filters<float>(nimg, (float *)out_.get()));
+        HYPROF_TRY(timer_.mark(ctx, op, 4));
+        unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
+                                       : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
+        HYPROF_TRY(download(dst, out_.get(), count * esize_));
+        HYPROF_TRY(timer_.mark(ctx, op, 5));
+        HYPROF_TRY(timer_.add(ctx, op));
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        if (err)
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
+                                 "internal error (bands %zu..%zu):%s%s%s%s", b0 + 1, b0 + nb,
+                                 err & kErrMerge ? " a tree merge did not finish;" : "",
+                                 err & kErrWalk ? " a level-root walk did not end;" : "",
+                                 err & kErrUp ? " an attribute path did not end;" : "",
+                                 err & kErrOut ? " an output walk did not end;" : "");
+        return HYPROF_OK;
+    }
+};
+
+} /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *vargs)
+{
+    const hyprof_eap_args_t *a = (const hyprof_eap_args_t *)vargs;
+    const char *op = a && a->op ? a->op : "eap";
+    if (!ctx || !a)
+        return HYPROF_ERR_ARGUMENT;
+    hyprof__cuda_device_scope device_scope; /* first: restored last */
+    HYPROF_TRY(device_scope.select(ctx, op));
+    EapCuda run(ctx, a);
+    return run.run();
+}
+#endif
