@@ -669,6 +669,7 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
     t->denoise = NAN;
+    t->nstages = 0; /* only sspp and unmix name their stages */
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
     if (is_profile_op(o))
