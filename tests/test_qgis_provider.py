@@ -218,6 +218,43 @@ def _check_param(alg, p, advanced):
     return bad
 
 
+_FILE_TYPES = {"raster_in": "raster", "raster_out": "rasterDestination",
+               "file_out": "fileDestination"}
+
+
+def _files(op):
+    """(name, registry kind) of the positional file arguments, in CLI order."""
+    if "files" in op:
+        return [(f["name"], f["type"]) for f in op["files"]]
+    assert op["output"]["type"] == "raster", op["name"]
+    return [(op["input"]["name"], "raster_in"), (op["output"]["name"], "raster_out")]
+
+
+def _check_files(alg, op):
+    """Mismatches between the positional file arguments and their definitions."""
+    bad = []
+    for name, kind in _files(op):
+        d = alg.parameterDefinition(name)
+        if d is None or d.type() != _FILE_TYPES[kind]:
+            bad.append("%s.%s: %s, registry %s" % (op["name"], name, d and d.type(), kind))
+        elif kind == "file_out" and str(op.get("result", "")).startswith("model"):
+            if "*.model" not in d.fileFilter():
+                bad.append("%s.%s filter %r" % (op["name"], name, d.fileFilter()))
+    outs = {o.name(): o.type() for o in alg.outputDefinitions()}
+    want = {name: ("outputRaster" if kind == "raster_out" else "outputFile")
+            for name, kind in _files(op) if kind != "raster_in"}
+    for p in op["params"]:
+        if p["type"] == "file_out":
+            want[p["name"].replace("-", "_")] = (
+                "outputRaster" if "*.tif" in p.get("file_filter", "") else
+                "outputHtml" if "*.htm" in p.get("file_filter", "") else "outputFile")
+    if "on stdout" in op.get("result", ""):
+        want[op["result"].split()[0].upper()] = "outputString"
+    if outs != want:
+        bad.append("%s outputs %s, expected %s" % (op["name"], outs, want))
+    return bad
+
+
 def test_parameters_match_the_registry(qgis, registry):
     bad = []
     for op in registry["operations"]:
@@ -229,13 +266,43 @@ def test_parameters_match_the_registry(qgis, registry):
                 assert alg.parameterDefinition(p["name"]) is None
             else:
                 bad += _check_param(alg, p, True)
-        assert alg.parameterDefinition("INPUT").type() == "raster"
-        out = alg.parameterDefinition(op["output"]["name"])
-        assert out is not None and out.type() in ("rasterDestination", "fileDestination")
+        bad += _check_files(alg, op)
+        files = {name for name, _ in _files(op)}
         names = {p["name"].replace("-", "_") for p in op["params"] + registry["common"]}
-        extra = {d.name() for d in alg.parameterDefinitions()} - names - {"INPUT", "OUTPUT"}
+        extra = {d.name() for d in alg.parameterDefinitions()} - names - files
         assert extra == set(), "%s has parameters the registry lacks: %s" % (op["name"], extra)
     assert not bad, "\n".join(bad)
+
+
+def test_the_classification_operations_are_mapped(qgis, registry):
+    """The kinds of file arguments the classification operations brought, as
+    a user sees them (the generic check above covers every operation)."""
+    ops = {o["name"] for o in registry["operations"]}
+    if not {"train", "classify", "assess", "split"} <= ops:
+        pytest.skip("the classification operations are not in describe --json")
+
+    def alg(name):
+        return QgsApplication.processingRegistry().algorithmById("hyprof:" + name)
+
+    def types(name):
+        return {d.name(): d.type() for d in alg(name).parameterDefinitions()
+                if d.name() in ("FEATURES", "MODEL", "OUTPUT", "CLASSMAP", "TRAIN", "TEST",
+                                "INPUT", "reference", "labels", "model", "html")}
+
+    assert types("train") == {"FEATURES": "raster", "MODEL": "fileDestination",
+                              "labels": "raster"}
+    assert types("classify") == {"FEATURES": "raster", "OUTPUT": "rasterDestination",
+                                 "model": "file"}
+    assert types("assess") == {"CLASSMAP": "raster", "reference": "raster",
+                               "html": "fileDestination"}
+    assert types("split") == {"TRAIN": "rasterDestination", "TEST": "rasterDestination",
+                              "reference": "raster"}
+    outs = {o.name(): o for o in alg("assess").outputDefinitions()}
+    assert isinstance(outs["html"], QgsProcessingOutputHtml)
+    assert outs["REPORT"].type() == "outputString"
+    assert alg("train").outputDefinition("MODEL").type() == "outputFile"
+    for name in ("train", "classify", "assess", "split"):
+        assert "INPUT" not in types(name)
 
 
 def test_mapping_of_outputs_other_than_a_raster(qgis, registry):
