@@ -391,6 +391,135 @@ def test_model_file_output_equals_the_cli(qgis, tmp_path):
     assert_same_raster(tmp_path / "applied.tif", tmp_path / "c.tif")
 
 
+# ---- the classification chain and the unmixing side files ---------------------------------
+
+CLASSIFICATION = ("train", "classify", "assess", "split")
+SMALL_GRID = "C=1,10,gamma=0.5,2"  # a 2x2 cross-validation: seconds, not minutes
+
+
+@pytest.fixture(scope="module")
+def pines(qgis, registry, tmp_path_factory):
+    """Indian Pines as 5 principal components, with its training and test maps."""
+    if not set(CLASSIFICATION) <= {o["name"] for o in registry["operations"]}:
+        pytest.skip("the classification operations are not in describe --json")
+    d = tmp_path_factory.mktemp("pines")
+    for n in ("indian_pines_train.tif", "indian_pines_test.tif", "indian_pines_gt.tif"):
+        for f in (n, n + ".aux.xml"):  # the class names are in the .aux.xml
+            shutil.copy(ROOT / "samples" / f, d / f)
+    run_ok("pca", "--components", "5", sample("indian_pines.tif"), d / "pc.tif")
+    return d
+
+
+def test_train_and_classify_equal_the_cli(qgis, pines, tmp_path):
+    run = qgis["processing"].run
+    res = run("hyprof:train", {"FEATURES": str(pines / "pc.tif"),
+                               "labels": str(pines / "indian_pines_train.tif"),
+                               "grid": SMALL_GRID, "MODEL": str(tmp_path / "q.model")},
+              feedback=Feedback())
+    assert res["MODEL"] == str(tmp_path / "q.model")
+    run_ok("train", "--labels", pines / "indian_pines_train.tif", "--grid", SMALL_GRID,
+           pines / "pc.tif", tmp_path / "c.model")
+    assert (tmp_path / "q.model").read_bytes() == (tmp_path / "c.model").read_bytes()
+    res = run("hyprof:classify", {"FEATURES": str(pines / "pc.tif"),
+                                  "model": str(tmp_path / "q.model"),
+                                  "OUTPUT": str(tmp_path / "q.tif")}, feedback=Feedback())
+    assert res["OUTPUT"] == str(tmp_path / "q.tif")
+    run_ok("classify", "--model", tmp_path / "c.model", pines / "pc.tif", tmp_path / "c.tif")
+    assert_same_raster(tmp_path / "q.tif", tmp_path / "c.tif")
+    classes, _, _ = read_tif(tmp_path / "q.tif")
+    assert len(np.unique(classes[classes > 0])) == 16
+
+
+def test_assess_report_equals_the_cli(qgis, pines, tmp_path):
+    """REPORT holds the CLI's stdout (text, or JSON with --json); the HTML
+    output is the file --html writes."""
+    run_ok("train", "--labels", pines / "indian_pines_train.tif", "--grid", SMALL_GRID,
+           pines / "pc.tif", tmp_path / "m.model")
+    classes = tmp_path / "classes.tif"
+    run_ok("classify", "--model", tmp_path / "m.model", pines / "pc.tif", classes)
+    ref, report = pines / "indian_pines_test.tif", tmp_path / "report.html"
+    # one HTML path for both: the text report names it
+    cli = run_ok("assess", "--reference", ref, "--html", report, classes)
+    cli_html = report.read_bytes()
+    report.unlink()
+    res = qgis["processing"].run("hyprof:assess", {
+        "CLASSMAP": str(classes), "reference": str(ref), "html": str(report)},
+        feedback=Feedback())
+    assert res["REPORT"] == cli.stdout and "kappa" in cli.stdout
+    assert res["html"] == str(report)
+    assert report.read_bytes() == cli_html
+    res = qgis["processing"].run("hyprof:assess", {
+        "CLASSMAP": str(classes), "reference": str(ref), "json": True}, feedback=Feedback())
+    cli = run_ok("assess", "--reference", ref, "--json", classes)
+    assert json.loads(res["REPORT"]) == json.loads(cli.stdout)
+    assert json.loads(res["REPORT"])["pixels"] == 9554
+
+
+def test_split_writes_both_rasters_like_the_cli(qgis, pines, tmp_path):
+    res = qgis["processing"].run("hyprof:split", {
+        "reference": str(pines / "indian_pines_gt.tif"), "per_class": 10, "seed": 7,
+        "TRAIN": str(tmp_path / "q_train.tif"), "TEST": str(tmp_path / "q_test.tif")},
+        feedback=Feedback())
+    assert (res["TRAIN"], res["TEST"]) == (str(tmp_path / "q_train.tif"),
+                                           str(tmp_path / "q_test.tif"))
+    run_ok("split", "--reference", pines / "indian_pines_gt.tif", "--per-class", "10",
+           "--seed", "7", tmp_path / "c_train.tif", tmp_path / "c_test.tif")
+    assert_same_raster(tmp_path / "q_train.tif", tmp_path / "c_train.tif")
+    assert_same_raster(tmp_path / "q_test.tif", tmp_path / "c_test.tif")
+    train, _, _ = read_tif(tmp_path / "q_train.tif")
+    assert 0 < np.count_nonzero(train) <= 16 * 10  # TRAIN first: the order of "files"
+
+
+def test_class_map_output_loads_as_a_paletted_layer(qgis, pines, tmp_path):
+    from qgis.core import QgsProcessingOutputLayerDefinition, QgsProject
+    run_ok("train", "--labels", pines / "indian_pines_train.tif", "--grid", SMALL_GRID,
+           pines / "pc.tif", tmp_path / "m.model")
+    out = str(tmp_path / "loaded.tif")
+    context = QgsProcessingContext()
+    context.setProject(QgsProject.instance())
+    qgis["processing"].run("hyprof:classify", {
+        "FEATURES": str(pines / "pc.tif"), "model": str(tmp_path / "m.model"),
+        "OUTPUT": QgsProcessingOutputLayerDefinition(out, QgsProject.instance())},
+        context=context, feedback=Feedback())
+    assert context.willLoadLayerOnCompletion(out)
+    styler = context.layerToLoadOnCompletionDetails(out).postProcessor()
+    layer = QgsRasterLayer(out, "classes", "gdal")
+    fb = Feedback()
+    styler.postProcessLayer(layer, context, fb)
+    r = layer.renderer()
+    assert isinstance(r, QgsPalettedRasterRenderer)
+    labels = [(int(c.value), c.label) for c in r.classes()]
+    del layer, r
+    # the training map's class names, from its .aux.xml (GDAL inside a QGIS
+    # application does not read PAM files)
+    import xml.etree.ElementTree as ET
+    names = [c.text for c in ET.parse(pines / "indian_pines_train.tif.aux.xml").iter("Category")]
+    assert labels == [(v, n) for v, n in enumerate(names) if v and n]
+    assert labels[0] == (1, "Alfalfa") and len(labels) == 16
+    assert any("styled as a class map" in i for i in fb.infos)
+
+
+def test_unmix_side_files_are_outputs(qgis, registry, tmp_path):
+    """Side files (beside_output) left empty are where the CLI writes them,
+    returned as outputs; named ones go where they are named."""
+    if "unmix" not in {o["name"] for o in registry["operations"]}:
+        pytest.skip("unmix is not in describe --json")
+    params = {"INPUT": str(sample("samson.tif")), "endmembers": "3", "extract": "vca"}
+    res = qgis["processing"].run("hyprof:unmix", dict(params, OUTPUT=str(tmp_path / "q.tif")),
+                                 feedback=Feedback())
+    assert res["endmembers_csv"] == str(tmp_path / "q.csv")
+    assert res["endmembers_json"] == str(tmp_path / "q.json")
+    run_ok("unmix", "--endmembers", "3", "--extract", "vca", sample("samson.tif"),
+           tmp_path / "c.tif")
+    assert_same_raster(tmp_path / "q.tif", tmp_path / "c.tif")
+    assert (tmp_path / "q.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
+    res = qgis["processing"].run("hyprof:unmix", dict(
+        params, OUTPUT=str(tmp_path / "n.tif"), endmembers_csv=str(tmp_path / "named.csv")),
+        feedback=Feedback())
+    assert res["endmembers_csv"] == str(tmp_path / "named.csv")
+    assert (tmp_path / "named.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
+
+
 def test_profile_stack_keeps_band_names(qgis, tmp_path):
     out = tmp_path / "p.tif"
     qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "count": 1, "components": 2,
