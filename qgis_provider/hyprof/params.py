@@ -254,24 +254,6 @@ def output_kind(out):
     return kind
 
 
-def output_definition(out):
-    """(definition, kind) for the positional OUTPUT, or (None, None)."""
-    kind = output_kind(out)
-    if kind is None:
-        return None, None
-    name = out.get("name", "OUTPUT")
-    desc = str(out.get("description", "")).split(":", 1)[-1].strip() or "Output"
-    lab = "Output"
-    if kind == "raster":
-        d = QgsProcessingParameterRasterDestination(name, lab)
-    else:
-        flt = out.get("file_filter") or _FORMAT_FILTERS.get(str(out.get("format", "")).lower())
-        d = QgsProcessingParameterFileDestination(
-            name, lab, HTML_FILTER if kind == "html" else (flt or ""))
-    d.setHelp(desc)
-    return d, kind
-
-
 # ---- the positional file arguments -------------------------------------------------------
 _RESULT_FILTERS = dict(_FORMAT_FILTERS, model="hyprof model (*.model)")
 
