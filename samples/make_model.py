@@ -6,7 +6,8 @@
 Inputs `cube` (raster), `svm_model` (the file `hyprof train` wrote) and
 `reference` (a reference class map); outputs the class map and the accuracy
 report. The child algorithms' parameters are found by their registry types
-(`hyprof describe --json`), not by name: classify's model is its file_in
+(`hyprof describe --json`), not by name: the positional files (FEATURES,
+OUTPUT, CLASSMAP) by their kinds in "files", classify's model is its file_in
 parameter, assess's reference its raster_in parameter, the report its HTML
 output.
 
@@ -16,11 +17,16 @@ output.
 Then, headless (a model's outputs are named CHILD:OUTPUT):
 
     qgis_process.bin run samples/hyprof_workflow.model3 --cube=samples/indian_pines.tif \\
-        --svm_model=ip.svm --reference=samples/indian_pines_test.tif \\
+        --svm_model=ip_eadp.model --reference=samples/indian_pines_test.tif \\
         --classify:class_map=classes.tif --assess:report=report.html
 
-Needs the train, classify and assess operations (tests/test_qgis_provider.py
-skips its check of this model until `describe --json` lists them).
+where ip_eadp.model is an SVM trained on the same EADP profile (defaults):
+
+    hyprof eadp samples/indian_pines.tif ip_eadp.tif
+    hyprof train --labels samples/indian_pines_train.tif ip_eadp.tif ip_eadp.model
+
+The model file is an input of the workflow, not a sample (about 600 KB of
+support vectors for the Indian Pines profile).
 """
 
 import json
@@ -56,14 +62,21 @@ def first_param(op, *types, html=False):
     return None
 
 
-def html_output(op):
-    """The output of assess that holds the HTML report: OUTPUT itself when it
-    is one, else its HTML file_out parameter."""
+def first_file(op, kind):
+    """The name of op's first positional file argument of `kind` (raster_in,
+    raster_out, file_out), as the provider maps it."""
     sys.path.insert(0, str(ROOT / "qgis_provider"))
-    from hyprof.params import output_kind
-    if output_kind(op.get("output")) == "html":
-        return op["output"]["name"]
-    return first_param(op, "file_out", html=True) or op["output"]["name"]
+    from hyprof.params import positionals
+    return next((f.name for f in positionals(op) if f.kind == kind), None)
+
+
+def html_output(op):
+    """The output of assess that holds the HTML report: its HTML positional
+    output when it has one, else its HTML file_out parameter."""
+    sys.path.insert(0, str(ROOT / "qgis_provider"))
+    from hyprof.params import positionals
+    html = [f.name for f in positionals(op) if f.output_kind == "html"]
+    return html[0] if html else first_param(op, "file_out", html=True)
 
 
 def build(ops):
@@ -81,9 +94,16 @@ def build(ops):
     model = QgsProcessingModelAlgorithm("EADP classification workflow", "hyprof", "hyprof")
     classify_model = first_param(ops["classify"], "file_in")
     reference = first_param(ops["assess"], "raster_in")
-    if not classify_model or not reference:
-        sys.exit("make_model.py: classify has no file_in (model) parameter or assess no "
-                 "raster_in (reference) parameter")
+    features, class_map = first_file(ops["classify"], "raster_in"), first_file(
+        ops["classify"], "raster_out")
+    eadp_in, eadp_out = first_file(ops["eadp"], "raster_in"), first_file(ops["eadp"],
+                                                                         "raster_out")
+    scored, report = first_file(ops["assess"], "raster_in"), html_output(ops["assess"])
+    if not all((classify_model, reference, features, class_map, eadp_in, eadp_out, scored,
+                report)):
+        sys.exit("make_model.py: classify needs a raster input and output and a file_in "
+                 "(model) parameter, assess a raster input, a raster_in (reference) "
+                 "parameter and an HTML output")
     inputs = [
         QgsProcessingParameterRasterLayer("cube", "Hyperspectral cube"),
         QgsProcessingParameterFile("svm_model", "SVM model (from hyprof train)",
@@ -111,13 +131,13 @@ def build(ops):
         c.setModelOutputs(outs)
         model.addChildAlgorithm(c)
 
-    child("eadp", 400, {"INPUT": Source.fromModelParameter("cube")}, {})
-    child("classify", 650, {"INPUT": Source.fromChildOutput("eadp", "OUTPUT"),
+    child("eadp", 400, {eadp_in: Source.fromModelParameter("cube")}, {})
+    child("classify", 650, {features: Source.fromChildOutput("eadp", eadp_out),
                             classify_model: Source.fromModelParameter("svm_model")},
-          {"class_map": ops["classify"]["output"]["name"]})
-    child("assess", 900, {"INPUT": Source.fromChildOutput("classify", "OUTPUT"),
+          {"class_map": class_map})
+    child("assess", 900, {scored: Source.fromChildOutput("classify", class_map),
                           reference: Source.fromModelParameter("reference")},
-          {"report": html_output(ops["assess"])})
+          {"report": report})
     return model
 
 
@@ -148,7 +168,8 @@ def main(out):
 
 def check_runs(model, work, env, exe):
     """Trains with the CLI, runs the model in qgis_process, and checks its class
-    map against `hyprof classify` on the CLI's own EADP stack (tests call this)."""
+    map against `hyprof classify` on the CLI's own EADP stack and its HTML
+    report against `hyprof assess --html` on that class map (tests call this)."""
     ops = ops_by_name(registry(exe))
     # copies: QGIS writes statistics (.aux.xml) beside the rasters it opens
     cube, train, test = (work / n for n in ("indian_pines.tif", "indian_pines_train.tif",
@@ -162,7 +183,7 @@ def check_runs(model, work, env, exe):
     def opt(op, kind):
         return "--" + first_param(ops[op], kind).replace("_", "-")
 
-    eadp, svm = work / "eadp.tif", work / "model.svm"
+    eadp, svm = work / "eadp.tif", work / "ip_eadp.model"
     cli("eadp", cube, eadp)
     cli("train", opt("train", "raster_in"), train, eadp, svm)
     classes, report = work / "model_classes.tif", work / "model_report.html"
@@ -179,7 +200,12 @@ def check_runs(model, work, env, exe):
     import numpy as np
     a, b = (gdal.Open(str(p)).ReadAsArray() for p in (classes, theirs))
     assert np.array_equal(a, b), "the model's class map differs from the CLI's"
-    assert report.stat().st_size > 0
+    assert a.max() > 0
+    # the same class map file scored by the CLI: the report names it, so the same path
+    cli_report = work / "cli_report.html"
+    cli("assess", opt("assess", "raster_in"), test,
+        "--" + html_output(ops["assess"]).replace("_", "-"), cli_report, classes)
+    assert report.read_bytes() == cli_report.read_bytes(), "the model's report differs"
 
 
 if __name__ == "__main__":

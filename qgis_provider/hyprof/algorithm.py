@@ -4,15 +4,12 @@
 import html
 import os
 
-from qgis.core import (
-    QgsProcessingAlgorithm,
-    QgsProcessingException,
-    QgsProcessingParameterRasterLayer,
-)
+from qgis.core import QgsProcessingAlgorithm, QgsProcessingException
 
 from . import runner
 from .engine import EngineError
-from .params import PROVIDER_OWNED, RASTER_EXTENSIONS, Param, layer_path, output_definition
+from .params import (PROVIDER_OWNED, RASTER_EXTENSIONS, Param, beside_path, layer_path,
+                     positionals, stdout_output)
 from .styling import OutputStyler
 
 
@@ -28,8 +25,7 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
         self._params = [Param(p) for p in op.get("params", [])]
         self._params += [Param(p, advanced=True) for p in engine.common
                          if p["name"] not in PROVIDER_OWNED]
-        self._input = op.get("input")
-        self._output = op.get("output")
+        self._files = positionals(op)
 
     def createInstance(self):  # noqa: N802
         return HyprofAlgorithm(self._op, self._engine)
@@ -56,12 +52,13 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
             parts.append("<p><b>The hyprof executable was not found</b>: %s.</p>"
                          % html.escape(self._engine.problem or ""))
         parts.append("<p>%s</p>" % html.escape(self._op.get("help", "")))
-        if self._output:
-            parts.append("<p><b>Output</b>: %s</p>"
-                         % html.escape(self._output.get("description", "")))
-        parts.append("<p>Command line: <code>hyprof %s [options] INPUT OUTPUT</code> "
+        result = self._op.get("result") or (self._op.get("output") or {}).get("description")
+        if result:
+            parts.append("<p><b>Output</b>: %s</p>" % html.escape(result))
+        parts.append("<p>Command line: <code>hyprof %s [options] %s</code> "
                      "(<code>hyprof %s --help</code>).</p>"
-                     % (self._op["name"], self._op["name"]))
+                     % (self._op["name"], " ".join(f.name for f in self._files),
+                        self._op["name"]))
         return "".join(parts)
 
     def helpString(self):  # noqa: N802
@@ -71,15 +68,18 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
 
     # ---- parameters -----------------------------------------------------------------
     def initAlgorithm(self, config=None):  # noqa: N802
-        if self._input:
-            self.addParameter(QgsProcessingParameterRasterLayer(
-                self._input.get("name", "INPUT"), "Input raster"))
+        # inputs first, outputs last: the order of the dialog and of qgis_process help
+        for f in self._files:
+            if not f.is_output:
+                self.addParameter(f.definition())
         for p in self._params:
             self.addParameter(p.definition())
-        if self._output:
-            out, _ = output_definition(self._output)
-            if out is not None:
-                self.addParameter(out)
+        for f in self._files:
+            if f.is_output:
+                self.addParameter(f.definition())
+        report = stdout_output(self._op)
+        if report is not None:
+            self.addOutput(report)
 
     def checkParameterValues(self, parameters, context):  # noqa: N802
         ok, msg = super().checkParameterValues(parameters, context)
@@ -112,7 +112,11 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
             if raster and context.willLoadLayerOnCompletion(path):
                 context.layerToLoadOnCompletionDetails(path).setPostProcessor(
                     OutputStyler.create())
-        return {name: path for name, (path, _) in outputs.items()}
+        results = {name: path for name, (path, _) in outputs.items()}
+        report = stdout_output(self._op)
+        if report is not None:
+            results[report.name()] = res.stdout
+        return results
 
     def _command(self, exe, parameters, context):
         """argv (a list, never a shell string) and {output name: (path, is_raster)}."""
@@ -125,27 +129,38 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
                 if p.is_output:
                     outputs[p.name] = (v, p.is_raster_output)
         argv.append("--")  # paths that start with '-' stay paths
-        if self._input:
-            name = self._input.get("name", "INPUT")
+        for f in self._files:  # in the order of describe's "files"
+            argv.append(self._file_path(f, parameters, context))
+            if f.is_output:
+                outputs[f.name] = (argv[-1], f.is_raster_output)
+        self._beside_outputs(outputs)
+        return argv, outputs
+
+    def _beside_outputs(self, outputs):
+        """Side files the CLI names after the first raster output when not given."""
+        main = next((outputs[f.name][0] for f in self._files if f.is_raster_output), None)
+        for p in self._params:
+            if p.reg.get("beside_output") and p.name not in outputs:
+                path = beside_path(main, p.reg.get("file_filter"))
+                if path:
+                    outputs[p.name] = (path, False)
+
+    def _file_path(self, f, parameters, context):
+        name = f.name
+        if not f.is_output:
             layer = self.parameterAsRasterLayer(parameters, name, context)
             if layer is None:
                 raise QgsProcessingException("hyprof %s: %s is not a raster layer: %s"
                                              % (self._op["name"], name, parameters.get(name)))
-            argv.append(layer_path(layer, name))
-        if self._output:
-            out_def, kind = output_definition(self._output)
-            if out_def is not None:
-                argv.append(self._output_path(out_def, kind, parameters, context))
-                outputs[out_def.name()] = (argv[-1], kind == "raster")
-        return argv, outputs
-
-    def _output_path(self, definition, kind, parameters, context):
-        name = definition.name()
-        if kind == "raster":
+            return layer_path(layer, name)
+        if f.is_raster_output:
             path = self.parameterAsOutputLayer(parameters, name, context)
             if os.path.splitext(path)[1].lower().lstrip(".") not in RASTER_EXTENSIONS:
                 raise QgsProcessingException(
                     "hyprof %s writes GeoTIFF: name %s with .tif (got '%s')"
                     % (self._op["name"], name, path))
             return path
-        return self.parameterAsFileOutput(parameters, name, context)
+        path = self.parameterAsFileOutput(parameters, name, context)
+        if not path:
+            raise QgsProcessingException("hyprof %s: no path for %s" % (self._op["name"], name))
+        return path

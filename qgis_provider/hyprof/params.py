@@ -18,7 +18,25 @@ raster_in            Raster layer (GDAL layers)              --name=PATH
 raster_out           Raster destination (GeoTIFF)            --name=PATH
 anything else        String, passed as it is                 --name=TEXT
 
-The positional INPUT is a raster layer. The positional OUTPUT follows the
+Positional file arguments. An operation with a "files" entry (train,
+classify, assess, split) lists them in command-line order; each becomes a
+parameter of that name, passed in that order after "--":
+
+files type   Processing parameter                    on the command line
+raster_in    Raster layer (GDAL layers)              the layer's file
+raster_out   Raster destination (GeoTIFF)            the path
+file_out     File destination, filter from the        the path
+             "result" entry's first word ("model
+             file ..." -> *.model, json, csv, html)
+
+Its "result" entry says what else it produces: "<word> on stdout ..." (assess's
+report) becomes a string output <WORD> (e.g. REPORT) holding the CLI's stdout,
+text or JSON as the options ask. A file_out parameter flagged "beside_output"
+(unmix's endmember spectra) that is left empty is still an output: the CLI
+writes it beside the first raster output with the filter's extension, and the
+provider returns that path.
+
+Operations without "files" take INPUT OUTPUT. The positional INPUT is a raster layer. The positional OUTPUT follows the
 operation's "output" entry: its "type", refined by the first word of its
 description ("raster: ...", "model: ...", "html: ...", "json: ..."):
 raster -> GeoTIFF raster destination; html/report -> HTML file destination
@@ -32,6 +50,8 @@ given), exactly as on the command line without the option.
 """
 
 import math
+import os
+import re
 
 from qgis.core import (
     QgsProcessingException,
@@ -44,6 +64,7 @@ from qgis.core import (
     QgsProcessingParameterRasterDestination,
     QgsProcessingParameterRasterLayer,
     QgsProcessingParameterString,
+    QgsProcessingOutputString,
 )
 
 # Common options the provider sets itself: progress is always JSON lines, and
@@ -233,19 +254,79 @@ def output_kind(out):
     return kind
 
 
-def output_definition(out):
-    """(definition, kind) for the positional OUTPUT, or (None, None)."""
-    kind = output_kind(out)
-    if kind is None:
-        return None, None
-    name = out.get("name", "OUTPUT")
-    desc = str(out.get("description", "")).split(":", 1)[-1].strip() or "Output"
-    lab = "Output"
-    if kind == "raster":
-        d = QgsProcessingParameterRasterDestination(name, lab)
-    else:
-        flt = out.get("file_filter") or _FORMAT_FILTERS.get(str(out.get("format", "")).lower())
-        d = QgsProcessingParameterFileDestination(
-            name, lab, HTML_FILTER if kind == "html" else (flt or ""))
-    d.setHelp(desc)
-    return d, kind
+# ---- the positional file arguments -------------------------------------------------------
+_RESULT_FILTERS = dict(_FORMAT_FILTERS, model="hyprof model (*.model)")
+
+
+def _result_head(op):
+    return str(op.get("result", "")).split(" ", 1)[0].split(":", 1)[0].strip().lower()
+
+
+class Positional:
+    """One positional file argument: INPUT/OUTPUT of the raster -> raster
+    operations, or one entry of describe's "files"."""
+
+    def __init__(self, name, kind, help_text="", file_filter="", output_kind=None):
+        self.name = name
+        self.kind = kind  # raster_in, raster_out or file_out
+        self.help = help_text
+        self.file_filter = file_filter
+        self.output_kind = output_kind  # legacy OUTPUT: 'raster', 'html' or 'file'
+        self.is_output = kind in ("raster_out", "file_out")
+        self.is_raster_output = kind == "raster_out"
+
+    def definition(self):
+        lab = label(self.name.lower())
+        if self.kind == "raster_in":
+            d = QgsProcessingParameterRasterLayer(self.name, lab)
+        elif self.kind == "raster_out":
+            d = QgsProcessingParameterRasterDestination(self.name, lab)
+        else:
+            d = QgsProcessingParameterFileDestination(self.name, lab, self.file_filter)
+        d.setHelp(self.help)
+        return d
+
+
+def positionals(op):
+    """The operation's file arguments in command-line order."""
+    if "files" in op:
+        head = _result_head(op)
+        out = []
+        for f in op["files"]:
+            kind = f.get("type", "raster_in")
+            if kind not in ("raster_in", "raster_out", "file_out"):
+                kind = "raster_in" if kind.endswith("_in") else "file_out"
+            help_text = op.get("result", "") if kind != "raster_in" else ""
+            out.append(Positional(f["name"], kind, help_text,
+                                  _RESULT_FILTERS.get(head, "") if kind == "file_out" else ""))
+        return out
+    out = []
+    if op.get("input"):
+        out.append(Positional(op["input"].get("name", "INPUT"), "raster_in"))
+    kind = output_kind(op.get("output"))
+    if kind is not None:
+        o = op["output"]
+        desc = str(o.get("description", "")).split(":", 1)[-1].strip() or "Output"
+        flt = HTML_FILTER if kind == "html" else (
+            o.get("file_filter") or _FORMAT_FILTERS.get(str(o.get("format", "")).lower(), ""))
+        out.append(Positional(o.get("name", "OUTPUT"),
+                              "raster_out" if kind == "raster" else "file_out", desc, flt, kind))
+    return out
+
+
+def stdout_output(op):
+    """The string output that holds the CLI's stdout, or None: from a "result"
+    such as "report on stdout (text or JSON)"."""
+    m = re.match(r"\s*(\w+)\s+on\s+stdout", str(op.get("result", "")))
+    if not m:
+        return None
+    return QgsProcessingOutputString(m.group(1).upper(), op["result"])
+
+
+def beside_path(main_output, file_filter):
+    """Where the CLI writes a beside_output file it was not given: the main
+    output with its extension replaced by the filter's first one."""
+    m = re.search(r"\*\.(\w+)", file_filter or "")
+    if not main_output or not m:
+        return None
+    return os.path.splitext(main_output)[0] + "." + m.group(1)

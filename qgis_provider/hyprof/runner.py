@@ -18,8 +18,9 @@ EXIT_CANCELLED = 3
 
 
 class RunResult:
-    def __init__(self, pid, returncode, cancelled, last_error):
+    def __init__(self, pid, returncode, cancelled, last_error, stdout=""):
         self.pid = pid
+        self.stdout = stdout  # everything the CLI printed on stdout (assess's report)
         self.returncode = returncode
         self.cancelled = cancelled
         self.last_error = last_error  # the last non-JSON stderr line (the CLI's message)
@@ -39,8 +40,10 @@ class _Reporter:
         self.feedback = feedback
         self.stage = None
         self.last_error = ""
+        self.out_lines = []
 
     def stdout(self, line):
+        self.out_lines.append(line)
         if line:
             self.feedback.pushInfo(line)
 
@@ -121,7 +124,7 @@ def run(argv, feedback):
     if cancelled and rc == 0:  # it finished before the signal: the outputs are complete
         feedback.pushInfo("hyprof finished before the cancel took effect")
     return RunResult(proc.pid, rc, rc == EXIT_CANCELLED or (cancelled and rc != 0),
-                     rep.last_error)
+                     rep.last_error, "".join(l + "\n" for l in rep.out_lines))
 
 
 def remove_leftovers(paths, pid):
