@@ -12,7 +12,8 @@ static CPLErr classify(void **sources, int nsources, void *data, int w, int h,
                        CSLConstList args)
 {
     hyprof_pixfn_classified_t c;
-    CPLErr err = hyprof_pixfn_classify_window(NAME, args, sources, nsources, w, h, stype, 0, 0, &c);
+    CPLErr err =
+        hyprof_pixfn_classify_window(NAME, args, sources, nsources, w, h, stype, 0, 0, &c);
     size_t npix = (size_t)w * (size_t)h;
     float *out = NULL;
     if (err == CE_None && !(out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)))

@@ -18,7 +18,8 @@ static CPLErr decision(void **sources, int nsources, void *data, int w, int h,
     memset(&c, 0, sizeof c);
     CPLErr err = hyprof_pixfn_int(NAME, args, "class", 1, 0, 1, 65535, &klass);
     if (err == CE_None)
-        err = hyprof_pixfn_classify_window(NAME, args, sources, nsources, w, h, stype, klass, 1, &c);
+        err = hyprof_pixfn_classify_window(NAME, args, sources, nsources, w, h, stype, klass,
+                                           1, &c);
     size_t npix = (size_t)w * (size_t)h;
     float *out = NULL;
     if (err == CE_None && !(out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)))

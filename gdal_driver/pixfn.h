@@ -82,9 +82,9 @@ typedef struct {
  * sources and `klass` (1-based, when > 0) against its classes, and classifies.
  * CE_Failure after a CPLError naming `fname` and the problem. Always free
  * with hyprof_pixfn_classified_free. */
-CPLErr hyprof_pixfn_classify_window(const char *fname, CSLConstList args, void **sources, int nsources,
-                             int width, int height, GDALDataType type, long klass,
-                             int want_scores, hyprof_pixfn_classified_t *out);
+CPLErr hyprof_pixfn_classify_window(const char *fname, CSLConstList args, void **sources,
+                                    int nsources, int width, int height, GDALDataType type,
+                                    long klass, int want_scores, hyprof_pixfn_classified_t *out);
 void hyprof_pixfn_classified_free(hyprof_pixfn_classified_t *c);
 
 #ifdef __cplusplus

@@ -45,9 +45,9 @@ static CPLErr run(const char *fname, hyprof_pixfn_classified_t *c, int want_scor
     return st == HYPROF_OK ? CE_None : CE_Failure;
 }
 
-CPLErr hyprof_pixfn_classify_window(const char *fname, CSLConstList args, void **sources, int nsources,
-                             int width, int height, GDALDataType type, long klass,
-                             int want_scores, hyprof_pixfn_classified_t *out)
+CPLErr hyprof_pixfn_classify_window(const char *fname, CSLConstList args, void **sources,
+                                    int nsources, int width, int height, GDALDataType type,
+                                    long klass, int want_scores, hyprof_pixfn_classified_t *out)
 {
     memset(out, 0, sizeof *out);
     if (hyprof_pixfn_nodata(fname, args, &out->has_nodata, &out->nodata) != CE_None)
