@@ -134,3 +134,31 @@ void hyprof_model_release(const void *model)
     sweep();
     pthread_mutex_unlock(&lock);
 }
+
+static hyprof_status_t load_classifier(hyprof_ctx_t *ctx, const char *path, void **model)
+{
+    return hyprof_classifier_load(ctx, path, (hyprof_classifier_t **)model);
+}
+
+static void free_classifier(void *model)
+{
+    hyprof_classifier_t *m = model;
+    hyprof_classifier_free(&m);
+}
+
+const hyprof_model_kind_t hyprof_model_classifier = {"classifier model", load_classifier,
+                                                     free_classifier};
+
+static hyprof_status_t load_endmembers(hyprof_ctx_t *ctx, const char *path, void **model)
+{
+    return hyprof_endmembers_load_csv(ctx, path, (hyprof_endmembers_t **)model);
+}
+
+static void free_endmembers(void *model)
+{
+    hyprof_endmembers_t *em = model;
+    hyprof_endmembers_free(&em);
+}
+
+const hyprof_model_kind_t hyprof_model_endmembers = {"endmember set", load_endmembers,
+                                                     free_endmembers};

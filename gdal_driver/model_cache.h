@@ -1,4 +1,4 @@
-/* Fitted models (PCA, and later SVM and endmember sets) loaded once per
+/* Fitted models (PCA, classifiers, endmember sets) loaded once per
  * process for the pixel functions: a thread-safe cache keyed by kind, path,
  * modification time and size, so an edited model file is reloaded. */
 #ifndef HYPROF_MODEL_CACHE_H
@@ -16,6 +16,11 @@ typedef struct {
     hyprof_status_t (*load)(hyprof_ctx_t *ctx, const char *path, void **model);
     void (*free)(void *model);
 } hyprof_model_kind_t;
+
+/* Kinds shared by several pixel functions (hyprof_classify and hyprof_decision
+ * hold one loaded classifier between them). */
+extern const hyprof_model_kind_t hyprof_model_classifier; /* `hyprof train` output */
+extern const hyprof_model_kind_t hyprof_model_endmembers; /* `hyprof unmix` CSV */
 
 /* The model at `path`, loaded on first use; held until hyprof_model_release.
  * NULL after a CPLError naming `who`, the file and the library's reason.

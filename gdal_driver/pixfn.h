@@ -66,6 +66,27 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name);
  * device to pay), all threads. */
 hyprof_ctx_t *hyprof_pixfn_ctx(const char *fname);
 
+/* hyprof_classify and hyprof_decision: the sources of one call classified in
+ * one library call with the classifier named by the `model` argument. */
+typedef struct {
+    const hyprof_classifier_t *model; /* from the model cache */
+    char *path;                       /* the model file, resolved */
+    hyprof_cube_t x;                  /* the sources, with their mask */
+    hyprof_cube_t map;                /* uint16 class values, 0 where invalid */
+    hyprof_cube_t scores;             /* float32, one band per class (want_scores) */
+    int has_nodata;
+    double nodata;
+} hyprof_pixfn_classified_t;
+
+/* Parses `model` and `nodata`, checks the model's band count against the
+ * sources and `klass` (1-based, when > 0) against its classes, and classifies.
+ * CE_Failure after a CPLError naming `fname` and the problem. Always free
+ * with hyprof_pixfn_classified_free. */
+CPLErr hyprof_pixfn_classify_window(const char *fname, CSLConstList args, void **sources,
+                                    int nsources, int width, int height, GDALDataType type,
+                                    long klass, int want_scores, hyprof_pixfn_classified_t *out);
+void hyprof_pixfn_classified_free(hyprof_pixfn_classified_t *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -36,10 +36,11 @@ void hyprof_raster_free(hyprof_raster_t *r)
 {
     if (!r)
         return;
-    hyprof_cube_free(&r->cube);
+    /* The names first: their count is the cube's, which freeing it clears. */
     for (size_t b = 0; r->band_names && b < r->cube.bands; b++)
         free(r->band_names[b]);
     free(r->band_names);
+    hyprof_cube_free(&r->cube);
     free(r->path);
     free(r->driver);
     free(r->data_type);

@@ -26,12 +26,14 @@ $hyprof assess --reference samples/indian_pines_test.tif --html "$out/indian_pin
   --overwrite "$out/indian_pines_classes.tif"
 $hyprof unmix --endmembers 3 --sspp --overwrite samples/samson.tif "$out/samson_unmix.tif"
 GDAL_DRIVER_PATH=build/gdal_driver gdal_translate -q samples/eadp_profile.vrt "$out/samson_eadp_gdal.tif"
+GDAL_DRIVER_PATH=build/gdal_driver gdal_translate -q --config HYPROF_MODEL_PATH samples \
+  samples/classmap.vrt "$out/indian_pines_classes_gdal.tif"
 echo
 echo "outputs in $(cd "$out" && pwd):"
 for f in indian_pines_pca.tif indian_pines_dwt.tif indian_pines_eadp.tif indian_pines_eap.tif \
          indian_pines_wmcd.tif indian_pines.pca indian_pines_eadp.model indian_pines_classes.tif \
          indian_pines_report.html samson_unmix.tif samson_unmix.csv samson_unmix.json \
-         samson_eadp_gdal.tif; do
+         samson_eadp_gdal.tif indian_pines_classes_gdal.tif; do
   echo "  $out/$f"
 done
 echo "inspect them with: $hyprof info $out/indian_pines_pca.tif  (or gdalinfo, or QGIS)"

@@ -1,8 +1,10 @@
 """The GDAL plugin gdal_HYPROF.so: VRT pixel functions (hyprof_pca, hyprof_dwt,
-hyprof_scale, hyprof_rmse) and the HYPROF raster driver.
+hyprof_scale, hyprof_rmse, hyprof_classify, hyprof_decision, hyprof_abundance)
+and the HYPROF raster driver.
 
 Oracles: the `hyprof` executable's output for the same operation (bit for bit:
-the plugin must give what the CLI writes), NumPy for scaling and RMSE (same
+the plugin must give what the CLI writes: labels, vote fractions, softmax
+and abundances run the same library code), NumPy for scaling and RMSE (same
 arithmetic, exact), and GDAL itself for decimation (a nearest-neighbour
 `-outsize` of the CLI's output). Every read pattern GDAL uses is tried: whole
 images, -srcwin, -outsize 25%, COG tiles, arbitrary ReadAsArray windows with
@@ -29,6 +31,8 @@ import pytest
 from conftest import ROOT, SAMPLES, SAMSON, INDIAN_PINES, gdal, osr, run_ok, write_cube
 
 PCA_MODEL = SAMPLES / "samson.pca"  # 3 components of samson.tif (hyprof pca --save-model)
+SVM_MODEL = SAMPLES / "indian_pines_svm.model"  # 15 bands: the EADP profile of classmap.vrt
+ENDMEMBERS = SAMPLES / "samson_unmix.csv"  # 3 endmembers of samson.tif (hyprof unmix)
 UNDER_ASAN = os.environ.get("HYPROF_UNDER_ASAN") == "1"
 
 
@@ -177,7 +181,83 @@ def case_rmse(tmp_path):
     return vrt, ref
 
 
-PIXEL_CASES = {"pca": case_pca, "dwt": case_dwt, "scale": case_scale, "rmse": case_rmse}
+def samson_labels(tmp_path):
+    """Training labels for samson.tif: the dominant reference abundance (1 rock,
+    2 tree, 3 water) at every 7th pixel, 0 elsewhere."""
+    ab = array(SAMPLES / "samson_abundances.tif")
+    lab = (np.argmax(ab, axis=0) + 1).astype(np.uint8)
+    keep = np.zeros(lab.size, bool)
+    keep[::7] = True
+    lab[~keep.reshape(lab.shape)] = 0
+    return write_cube(tmp_path / "labels.tif", lab, like=SAMSON)
+
+
+def classifier(tmp_path, kind):
+    """A model trained by the CLI on samson.tif (156 bands): an SVM with fixed C
+    and gamma (no cross-validation, to stay fast) or an ELM."""
+    model = tmp_path / ("samson_%s.model" % kind)
+    if not model.exists():
+        extra = ["--grid", "C=100,gamma=2"] if kind == "svm" else ["--neurons", "60"]
+        run_ok("train", "--backend", "cpu", "--classifier", kind, *extra, "--labels",
+               samson_labels(tmp_path), SAMSON, model)
+    return model
+
+
+def classified(tmp_path, kind, cube=SAMSON):
+    """`hyprof classify` of `cube`: the class map and the per-class scores."""
+    model = classifier(tmp_path, kind)
+    ref, prob = tmp_path / ("cli_%s_map.tif" % kind), tmp_path / ("cli_%s_prob.tif" % kind)
+    run_ok("classify", "--backend", "cpu", "--model", model, "--probabilities", prob, cube, ref)
+    return model, ref, prob
+
+
+def case_classify(tmp_path):
+    model, ref, _ = classified(tmp_path, "svm")
+    assert len(np.unique(array(ref))) == 3  # every class present: a test that can fail
+    vrt = write_vrt(tmp_path / "classify.vrt", SAMSON, [
+        derived_band(1, "hyprof_classify", {"model": model}, all_bands(SAMSON), "UInt16")])
+    return vrt, ref
+
+
+def case_decision(tmp_path):
+    model, _, prob = classified(tmp_path, "svm")
+    vrt = write_vrt(tmp_path / "decision.vrt", SAMSON, [
+        derived_band(k, "hyprof_decision", {"model": model, "class": k}, all_bands(SAMSON))
+        for k in (1, 2, 3)])
+    return vrt, prob
+
+
+def case_decision_elm(tmp_path):
+    """ELM: the softmax of class 2, and the labels (the ELM path of classify)."""
+    model, ref, prob = classified(tmp_path, "elm")
+    vrt = write_vrt(tmp_path / "elm.vrt", SAMSON, [
+        derived_band(1, "hyprof_decision", {"model": model, "class": 2}, all_bands(SAMSON)),
+        derived_band(2, "hyprof_classify", {"model": model}, all_bands(SAMSON))])
+    both = write_cube(tmp_path / "ref_elm.tif",
+                      np.stack([array(prob)[1], array(ref)[0].astype(np.float32)]), like=SAMSON)
+    return vrt, both
+
+
+def case_abundance(tmp_path):
+    """E1 by FCLS, E2 by NNLS, E3 by UCLS: each against `hyprof unmix --model`."""
+    bands = []
+    for k, method in ((1, "fcls"), (2, "nnls"), (3, "ucls")):
+        out = tmp_path / ("cli_unmix_%s.tif" % method)
+        run_ok("unmix", "--backend", "cpu", "--model", ENDMEMBERS, "--abundances", method,
+               "--endmembers-csv", tmp_path / ("e_%s.csv" % method),
+               "--endmembers-json", tmp_path / ("e_%s.json" % method), SAMSON, out)
+        bands.append(array(out)[k - 1])
+    ref = write_cube(tmp_path / "ref_abundance.tif", np.stack(bands), like=SAMSON)
+    vrt = write_vrt(tmp_path / "abundance.vrt", SAMSON, [
+        derived_band(k, "hyprof_abundance",
+                     {"endmembers": ENDMEMBERS, "method": m, "endmember": k}, all_bands(SAMSON))
+        for k, m in ((1, "fcls"), (2, "nnls"), (3, "ucls"))])
+    return vrt, ref
+
+
+PIXEL_CASES = {"pca": case_pca, "dwt": case_dwt, "scale": case_scale, "rmse": case_rmse,
+               "classify": case_classify, "decision": case_decision,
+               "decision_elm": case_decision_elm, "abundance": case_abundance}
 
 
 @pytest.fixture(scope="module")
@@ -275,16 +355,41 @@ def test_pixel_function_nodata(tmp_path):
     assert got[0, 3, 4] == -9999.0 and got[2, 50, 60] == -9999.0 and got[1, 70, 10] == -9999.0
 
 
-def test_pixel_function_threads(pixel_case):
-    """Six threads read the PCA VRT at once (each its own dataset, as GDAL wants):
+def test_pixel_function_nodata_classify_abundance(tmp_path):
+    """Nodata pixels: class 0 and nodata abundances, as `hyprof classify` and
+    `hyprof unmix --model` write them."""
+    x = array(SAMSON).astype(np.float32)
+    x[:, 3, 4] = -9999.0
+    x[17, 50, 60] = -9999.0
+    x[2, 70, 10] = np.nan
+    cube = write_cube(tmp_path / "nd.tif", x, nodata=-9999.0, like=SAMSON)
+    model, ref, _ = classified(tmp_path, "svm", cube)
+    unmixed = tmp_path / "cli_unmix.tif"
+    run_ok("unmix", "--backend", "cpu", "--model", ENDMEMBERS, cube, unmixed)
+    vrt = write_vrt(tmp_path / "nd.vrt", cube, [
+        derived_band(1, "hyprof_classify", {"model": model, "nodata": -9999}, all_bands(cube),
+                     "Float32", nodata=0),
+        derived_band(2, "hyprof_abundance", {"endmembers": ENDMEMBERS, "endmember": 2,
+                                             "nodata": -9999}, all_bands(cube),
+                     nodata=-9999.0)])
+    got = array(vrt)
+    same(got[0], array(ref)[0].astype(np.float32))
+    same(got[1], array(unmixed)[1])
+    for y, xx in ((3, 4), (50, 60), (70, 10)):
+        assert got[0, y, xx] == 0 and got[1, y, xx] == -9999.0
+
+
+@pytest.mark.parametrize("name", ["pca", "classify", "abundance"])
+def test_pixel_function_threads(name, pixel_case):
+    """Six threads read a model's VRT at once (each its own dataset, as GDAL wants):
     the shared model cache hands out one model, every result is right."""
-    vrt, ref = pixel_case("pca")
+    vrt, ref = pixel_case(name)
     want = array(ref)
     results, errors = [None] * 6, []
 
     def read(i):
         try:
-            results[i] = gdal.Open(str(vrt)).ReadAsArray()
+            results[i] = array(vrt)
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
     threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
@@ -356,6 +461,29 @@ def test_sample_vrts(tmp_path):
     translate(SAMPLES / "eadp_profile.vrt", out)
     same(array(out), array(ref))
     assert band_names(out) == band_names(ref)
+
+
+def test_sample_classmap_abundances(tmp_path):
+    """samples/classmap.vrt (hyprof_classify over the HYPROF dataset
+    indian_pines_eadp.hyprof) and abundances.vrt equal the CLI's chain."""
+    profile = tmp_path / "eadp.tif"
+    run_ok("eadp", "--backend", "cpu", "--components", "3", "--count", "4", INDIAN_PINES,
+           profile)
+    ref = tmp_path / "cli_map.tif"
+    run_ok("classify", "--backend", "cpu", "--model", SVM_MODEL, profile, ref)
+    out = tmp_path / "classmap.tif"
+    translate("classmap.vrt", out, cwd=SAMPLES)
+    got = array(out)
+    same(got, array(ref))
+    assert set(np.unique(got)) == set(range(1, 17))
+    ds = gdal.Open(str(out))
+    assert ds.GetRasterBand(1).GetColorTable() is not None
+
+    ref = tmp_path / "cli_unmix.tif"
+    run_ok("unmix", "--backend", "cpu", "--model", ENDMEMBERS, SAMSON, ref)
+    out = tmp_path / "abundances.tif"
+    translate(SAMPLES / "abundances.vrt", out, "--config", "HYPROF_MODEL_PATH", SAMPLES)
+    same(array(out), array(ref)[:3])
 
 
 # ---- the HYPROF driver --------------------------------------------------------------
@@ -636,6 +764,26 @@ def bad_cases(tmp_path):
          "read", "scale='two' is not a finite number"),
         ("pixel: rmse sources", str(bad_vrt(tmp_path, "hyprof_rmse", {}, bands[:3])),
          "read", "has 3 sources"),
+        ("classify: model band count", str(bad_vrt(tmp_path, "hyprof_classify", {"model": SVM_MODEL}, bands)),
+         "read", "was trained on 15 bands but the band has 156 sources"),
+        ("classify: missing model", str(bad_vrt(tmp_path, "hyprof_classify", {"model": "/no/such.model"}, bands)),
+         "read", "'/no/such.model' does not exist"),
+        ("classify: not a model", str(bad_vrt(tmp_path, "hyprof_classify", {"model": PCA_MODEL}, bands)),
+         "read", "cannot load classifier model"),
+        ("decision: class index", str(bad_vrt(tmp_path, "hyprof_decision", {"model": SVM_MODEL, "class": 17}, bands[:15])),
+         "read", "class=17 is out of range: model"),
+        ("decision: no class", str(bad_vrt(tmp_path, "hyprof_decision", {"model": SVM_MODEL}, bands[:15])),
+         "read", "argument 'class' is missing"),
+        ("abundance: band count", str(bad_vrt(tmp_path, "hyprof_abundance", {"endmembers": ENDMEMBERS}, bands[:10])),
+         "read", "has 156 bands but the band has 10 sources"),
+        ("abundance: endmember index", str(bad_vrt(tmp_path, "hyprof_abundance", {"endmembers": ENDMEMBERS, "endmember": 4}, bands)),
+         "read", "endmember=4 is out of range: set"),
+        ("abundance: missing set", str(bad_vrt(tmp_path, "hyprof_abundance", {"endmembers": "/no/em.csv"}, bands)),
+         "read", "'/no/em.csv' does not exist"),
+        ("abundance: not a set", str(bad_vrt(tmp_path, "hyprof_abundance", {"endmembers": PCA_MODEL}, bands)),
+         "read", "cannot load endmember set"),
+        ("abundance: method", str(bad_vrt(tmp_path, "hyprof_abundance", {"endmembers": ENDMEMBERS, "method": "lsq"}, bands)),
+         "read", "method='lsq' is not one of"),
     ]
 
 
@@ -680,7 +828,7 @@ def test_bad_input_under_asan():
                HYPROF_EXE=str(d / "cli" / "hyprof"))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
                         "-k", "bad_input or threads or cache_limit or two_parameter or "
-                        "read_windows or over_driver"],
+                        "read_windows or over_driver or nodata_classify"],
                        capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=1200)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "passed" in r.stdout and "AddressSanitizer" not in r.stderr
