@@ -528,6 +528,8 @@ DRIVER_CASES = [
     ("dwt", {"levels": "3", "wavelet": "db4"}),
     ("eadp", {"reduction": "none", "count": "1", "step": "20"}),
     ("eap", {"levels": "5", "thresholds": "50", "connectivity": "8"}),
+    ("emp", {"radii": "1,2"}),
+    ("wmcd", {"radii": "1", "features": "2"}),
 ]
 
 
@@ -713,6 +715,19 @@ def test_driver_open_is_cheap(tmp_path):
     assert computations() == before
     ds.GetRasterBand(5).ReadAsArray(0, 0, 2, 2)
     assert computations() == before + 1
+
+
+@pytest.mark.parametrize("op,params,bands", [
+    ("emp", {}, 45), ("wmcd", {"radii": "1,3"}, 75), ("sspp", {"endmembers": "3"}, 4),
+    ("unmix", {"endmembers": "3"}, 4), ("unmix", {"model": str(SAMPLES / "samson_unmix.csv")}, 4),
+], ids=["emp", "wmcd", "sspp", "unmix", "unmix-model"])
+def test_driver_band_count_without_computing(op, params, bands):
+    """Every operation that knows its band count from its parameters tells it at
+    open (unmix --endmembers auto cannot: HySime decides)."""
+    before = computations()
+    ds = gdal.Open(connection(op, params, SAMSON))
+    assert ds.RasterCount == bands
+    assert computations() == before
 
 
 # ---- bad input: a GDAL error naming the problem, never a crash ------------------------

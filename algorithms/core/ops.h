@@ -50,6 +50,10 @@ hyprof_status_t hyprof__bands_emp(hyprof_ctx_t *ctx, const hyprof_args_t *args, 
                                   size_t *out_bands);
 hyprof_status_t hyprof__bands_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t in_bands, size_t *out_bands);
+hyprof_status_t hyprof__bands_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                   size_t *out_bands);
+hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                    size_t *out_bands);
 /* Features --reduction gives for `in_bands` bands (checked as hyprof__reduce does). */
 hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, size_t in_bands,

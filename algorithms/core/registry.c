@@ -376,7 +376,8 @@ static const hyprof_op_t ops[] = {
      "cluster, the candidates: the pixels with the best sum of homogeneity and purity "
      "ranks. Deterministic.",
      sspp_params, N(sspp_params), hyprof__run_sspp,
-     "raster: 4 float32 bands: candidate (1/0), homogeneity RMSE, purity, cluster (1..p)"},
+     "raster: 4 float32 bands: candidate (1/0), homogeneity RMSE, purity, cluster (1..p)",
+     hyprof__bands_sspp},
     {"unmix", "Unmixing", "Endmembers and abundance maps",
      "Linear spectral unmixing: the number of endmembers (given or by HySime), "
      "optionally SSPP candidates, endmember extraction (N-FINDR, VCA or ATGP) or a "
@@ -387,7 +388,7 @@ static const hyprof_op_t ops[] = {
      unmix_params, N(unmix_params), hyprof__run_unmix,
      "raster: p float32 abundance bands (E1 abundance, ...) and RMSE; plus the endmember "
      "spectra in OUTPUT.csv and OUTPUT.json (OUTPUT's extension replaced; "
-     "--endmembers-csv/--endmembers-json name them)"},
+     "--endmembers-csv/--endmembers-json name them)", hyprof__bands_unmix},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

@@ -460,3 +460,15 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         hyprof__error(ctx, st, OP, "cannot describe the output");
     return st;
 }
+
+/* Always four bands: candidate, homogeneity, purity, cluster. */
+hyprof_status_t hyprof__bands_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                   size_t *out_bands)
+{
+    (void)args;
+    if (in_bands < 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, "sspp",
+                             "the input has %zu band; SSPP needs at least 2", in_bands);
+    *out_bands = 4;
+    return HYPROF_OK;
+}

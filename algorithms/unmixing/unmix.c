@@ -235,3 +235,35 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_cube_free(&tmp);
     return st;
 }
+
+/* p abundance bands and the RMSE band, without running (for the GDAL driver):
+ * p from --model or a numeric --endmembers; with auto it is HySime's answer,
+ * known only after running (0). */
+hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
+                                    size_t *out_bands)
+{
+    const char *model = hyprof_args_str(args, "model"), *s = hyprof_args_str(args, "endmembers");
+    *out_bands = 0;
+    if (model) {
+        hyprof_endmembers_t *em = NULL;
+        hyprof_status_t st = hyprof_endmembers_load_csv(ctx, model, &em);
+        if (st == HYPROF_OK && em->bands != in_bands)
+            st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                               "the endmember set '%s' has %zu bands but the input has %zu",
+                               model, em->bands, in_bands);
+        if (st == HYPROF_OK)
+            *out_bands = em->count + 1;
+        hyprof_endmembers_free(&em);
+        return st;
+    }
+    if (!s || strcmp(s, "auto") == 0)
+        return HYPROF_OK;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 2 || (size_t)v > in_bands)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "--endmembers '%s' must be auto or a number from 2 to the band "
+                             "count (%zu)", s, in_bands);
+    *out_bands = (size_t)v + 1;
+    return HYPROF_OK;
+}
