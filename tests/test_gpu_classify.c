@@ -13,9 +13,17 @@
  *     model whose decision values are all exactly 0 (every pixel a tie,
  *     decided on the host by LIBSVM's rule), CUDA against CPU;
  *   - ELMs (300 and 800 neurons) trained on the fixture: CUDA labels equal to
- *     the CPU's, softmax scores within 1e-5.
+ *     the CPU's, softmax scores within 1e-5;
+ *   - ELM training on the device (300 and 800 neurons): output weights within
+ *     a tolerance from the condition number of H'H + I/C, and the fixture's
+ *     labels by both models equal except where the two largest outputs are
+ *     closer than the weights' difference can move them (counted, printed);
+ *     a singular system (C = 1e300, 300 neurons, 20 samples) fails on both
+ *     backends with the same message.
  * Without a device, the CPU checks run and the test exits 77 (skipped). */
 #include "gpu_test_util.h"
+
+#include "../algorithms/classify/classifier.h"
 
 #include <libgen.h>
 #include <unistd.h>
@@ -245,6 +253,182 @@ static void elm_case(const hyprof_cube_t *in, const uint16_t *want, size_t neuro
     hyprof_ctx_free(&gpu);
 }
 
+/* ELM training, CPU vs CUDA: the same seeded W and b (drawn on the host), so
+ * the output weights differ by rounding only. G = H'H + I/C has lambda_min >=
+ * 1/C and lambda_max <= trace(G) < n L + L/C (hidden values in (0, 1)), so
+ * kappa(G) < C (n L + L/C); the solutions may differ (normwise, relative) by
+ * about kappa u. Tolerance: 16 kappa_bound u (at least 1e-8). */
+static hyprof_classifier_t *elm_fit(hyprof_backend_t b, const hyprof_cube_t *in,
+                                    const hyprof_cube_t *labels, size_t neurons, double c,
+                                    hyprof_status_t *st, char *msg, size_t msg_len)
+{
+    hyprof_ctx_t *ctx = context(b);
+    hyprof_train_params_t tp;
+    hyprof_train_params_default(&tp);
+    tp.kind = HYPROF_CLASSIFIER_ELM;
+    tp.neurons = neurons;
+    tp.elm_c = c;
+    tp.seed = 7;
+    hyprof_classifier_t *m = NULL;
+    *st = hyprof_train(ctx, in, labels, &tp, &m);
+    snprintf(msg, msg_len, "%s", *st ? hyprof_ctx_last_error(ctx) : "");
+    if (*st == HYPROF_OK && b == HYPROF_BACKEND_CUDA)
+        expect_cuda(ctx, "ELM training");
+    hyprof_ctx_free(&ctx);
+    return m;
+}
+
+/* The model's outputs for one scaled pixel (the library's formula; its own
+ * function is hidden); returns the largest's index. */
+static size_t elm_outputs(const hyprof__elm_t *e, size_t B, size_t K, const double *x,
+                          double *h, double *o)
+{
+    for (size_t k = 0; k < e->neurons; k++) {
+        double v = e->bias[k];
+        for (size_t b = 0; b < B; b++)
+            v += e->w[k * B + b] * x[b];
+        h[k] = 1.0 / (1.0 + exp(-v));
+    }
+    size_t best = 0;
+    for (size_t c = 0; c < K; c++) {
+        o[c] = 0.0;
+        for (size_t k = 0; k < e->neurons; k++)
+            o[c] += h[k] * e->beta[k * K + c];
+        best = o[c] > o[best] ? c : best;
+    }
+    return best;
+}
+
+/* Pixels whose CPU labels by the two models differ, and of them those not
+ * explained by a near tie: the top two outputs (CPU model) closer than twice
+ * the largest change the weights' difference can make, |h| < 1 summed. */
+static void elm_labels(const hyprof_classifier_t *mc, const hyprof_classifier_t *mg,
+                       const hyprof_cube_t *in, double max_dout, const char *what)
+{
+    hyprof_ctx_t *cpu = context(HYPROF_BACKEND_CPU);
+    hyprof_cube_t a, b;
+    if (classify(cpu, mc, in, &a, NULL, what) == 0) {
+        if (classify(cpu, mg, in, &b, NULL, what) == 0) {
+            size_t n = in->width * in->height, B = mc->bands, K = mc->nclasses, diff = 0,
+                   unexplained = 0;
+            double *x = malloc(B * sizeof *x), *h = malloc(mc->elm.neurons * sizeof *h),
+                   *o = malloc(K * sizeof *o);
+            const uint16_t *la = a.data, *lb = b.data;
+            const float *d = in->data;
+            for (size_t p = 0; x && h && o && p < n; p++) {
+                if (la[p] == lb[p])
+                    continue;
+                diff++;
+                for (size_t k = 0; k < B; k++)
+                    x[k] = hyprof__scale(mc, k, d[k * n + p]);
+                size_t best = elm_outputs(&mc->elm, B, K, x, h, o);
+                double second = -INFINITY;
+                for (size_t k = 0; k < K; k++)
+                    if (k != best && o[k] > second)
+                        second = o[k];
+                if (!(o[best] - second <= 2.0 * max_dout))
+                    unexplained++;
+            }
+            g_checks++;
+            if (unexplained || !x || !h || !o)
+                FAIL("%s: %zu of %zu labels differ, %zu of them not near ties", what, diff, n,
+                     unexplained);
+            else
+                printf("ok   %s: labels by the two models identical on %zu of %zu pixels "
+                       "(%zu near ties)\n", what, n - diff, n, diff);
+            free(x), free(h), free(o);
+            hyprof_cube_free(&b);
+        }
+        hyprof_cube_free(&a);
+    }
+    hyprof_ctx_free(&cpu);
+}
+
+static void elm_train_case(const hyprof_cube_t *in, const uint16_t *want, size_t neurons)
+{
+    size_t npix = in->width * in->height, nlab = 0;
+    float *lab = calloc(npix, sizeof *lab);
+    for (size_t p = 0; lab && p < npix; p += 13) {
+        lab[p] = pixel_valid(in, p) ? want[p] : 0;
+        nlab += lab[p] != 0;
+    }
+    hyprof_cube_t labels = hyprof_cube_bsq(lab, HYPROF_FLOAT32, in->width, in->height, 1);
+    char what[64], msg[512];
+    snprintf(what, sizeof what, "ELM training, %zu neurons", neurons);
+    hyprof_status_t sc, sg;
+    const double c = 1024.0;
+    hyprof_classifier_t *mc = elm_fit(HYPROF_BACKEND_CPU, in, &labels, neurons, c, &sc, msg,
+                                      sizeof msg);
+    if (sc)
+        FAIL("%s: cpu: %s", what, msg);
+    hyprof_classifier_t *mg = elm_fit(HYPROF_BACKEND_CUDA, in, &labels, neurons, c, &sg, msg,
+                                      sizeof msg);
+    g_checks++;
+    if (sg)
+        FAIL("%s: cuda: %s", what, msg);
+    if (!sc && !sg) {
+        size_t K = mc->nclasses, L = neurons;
+        double maxc = 0.0, maxd = 0.0, maxrel = 0.0, maxcol = 0.0;
+        for (size_t j = 0; j < K; j++) {
+            double col = 0.0; /* bounds the change of output j (hidden values < 1) */
+            for (size_t k = 0; k < L; k++) {
+                double bc = mc->elm.beta[k * K + j], d = fabs(mg->elm.beta[k * K + j] - bc);
+                maxc = fmax(maxc, fabs(bc));
+                maxd = d > maxd || isnan(d) ? d : maxd;
+                if (bc != 0.0)
+                    maxrel = fmax(maxrel, d / fabs(bc));
+                col += d;
+            }
+            maxcol = fmax(maxcol, col);
+        }
+        double kappa = c * ((double)nlab * (double)L + (double)L / c);
+        double tol = fmax(1e-8, 16.0 * kappa * 2.220446049250313e-16), rel = maxd / maxc;
+        g_checks++;
+        if (!(rel <= tol))
+            FAIL("%s: output weights differ by %g relative to the largest (tolerance %g, "
+                 "kappa bound %.3g; max elementwise relative %g)", what, rel, tol, kappa, maxrel);
+        else
+            printf("ok   %s: output weights within %g of the largest (tolerance %g, kappa "
+                   "bound %.3g; max elementwise relative %g), %zu samples\n",
+                   what, rel, tol, kappa, maxrel, nlab);
+        elm_labels(mc, mg, in, maxcol, what);
+    }
+    hyprof_classifier_free(&mc);
+    hyprof_classifier_free(&mg);
+    free(lab);
+}
+
+/* H'H of rank <= 20 with 300 neurons and 1/C ~ 0: both Cholesky factorisations
+ * break down, with the same message (up to the order where it failed). */
+static void elm_singular_case(const hyprof_cube_t *in, const uint16_t *want)
+{
+    size_t npix = in->width * in->height, nlab = 0;
+    float *lab = calloc(npix, sizeof *lab);
+    for (size_t p = 0; lab && p < npix && nlab < 20; p += 97)
+        if (pixel_valid(in, p) && want[p]) {
+            lab[p] = want[p];
+            nlab++;
+        }
+    hyprof_cube_t labels = hyprof_cube_bsq(lab, HYPROF_FLOAT32, in->width, in->height, 1);
+    char mc[512], mg[512];
+    hyprof_status_t sc, sg;
+    hyprof_classifier_t *a = elm_fit(HYPROF_BACKEND_CPU, in, &labels, 300, 1e300, &sc, mc,
+                                     sizeof mc);
+    hyprof_classifier_t *b = elm_fit(HYPROF_BACKEND_CUDA, in, &labels, 300, 1e300, &sg, mg,
+                                     sizeof mg);
+    const char *pc = strstr(mc, "(Cholesky"), *pg = strstr(mg, "(Cholesky");
+    g_checks++;
+    if (sc != HYPROF_ERR_NUMERIC || sg != HYPROF_ERR_NUMERIC || !pc || !pg ||
+        pc - mc != pg - mg || strncmp(mc, mg, (size_t)(pc - mc)) != 0)
+        FAIL("ELM singular system: cpu status %d \"%s\", cuda status %d \"%s\"", (int)sc, mc,
+             (int)sg, mg);
+    else
+        printf("ok   ELM singular system: both fail: cpu \"%s\", cuda \"%s\"\n", mc, mg);
+    hyprof_classifier_free(&a);
+    hyprof_classifier_free(&b);
+    free(lab);
+}
+
 /* ---- random models ----------------------------------------------------------------- */
 
 /* A LIBSVM-format model with random support vectors and coefficients
@@ -345,8 +529,11 @@ int main(int argc, char **argv)
     hyprof_cuda_device_info(0, name, sizeof name, NULL, NULL);
     printf("device: %s\n", name);
     elm_case(&in, want, 300);
+    elm_train_case(&in, want, 300);
+    elm_singular_case(&in, want);
     fixture_gpu(m, &in, want); /* writes nodata into the cube: the cases below see it */
     elm_case(&in, want, 800);  /* with nodata pixels */
+    elm_train_case(&in, want, 800);
     random_case(5, 30, 9, 0.7, 0, "random model, 5 classes");
     random_case(12, 25, 40, 0.05, 0, "random model, 12 classes");
     random_case(4, 10, 3, 1.0, 1, "all decision values 0 (ties)");

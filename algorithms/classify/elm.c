@@ -1,8 +1,10 @@
 /* Extreme learning machine (Huang et al.): a sigmoid hidden layer with
  * random input weights fixed by the seed, and output weights by regularised
  * least squares, beta = (H'H + I/C)^-1 H'T with T = +1 for the pixel's class
- * and -1 elsewhere (CBLAS and LAPACKE's Cholesky solver). */
-#include "classifier.h"
+ * and -1 elsewhere (CBLAS and LAPACKE's Cholesky solver on the host; cuBLAS
+ * and cuSOLVER in kernels/classify/elm.cu). The seeded weights are drawn here,
+ * once, for both backends. */
+#include "elm_impl.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -47,6 +49,14 @@ size_t hyprof__elm_outputs(const hyprof__elm_t *e, size_t bands, size_t nclasses
     return best;
 }
 
+hyprof_status_t hyprof__elm_not_positive_definite(hyprof_ctx_t *ctx, int info)
+{
+    return hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
+                         "ELM output weights: the regularised system is not positive "
+                         "definite (Cholesky factorisation failed at order %d); lower --elm-c",
+                         info);
+}
+
 static hyprof_status_t solve_beta(hyprof_ctx_t *ctx, hyprof__elm_t *e, const double *H,
                                   const int *y, size_t n, size_t K)
 {
@@ -70,11 +80,28 @@ static hyprof_status_t solve_beta(hyprof_ctx_t *ctx, hyprof__elm_t *e, const dou
                                     (lapack_int)L, e->beta, (lapack_int)K);
     free(A);
     free(T);
-    if (info != 0)
-        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
-                             "ELM output weights: the regularised system is not positive "
-                             "definite (LAPACKE_dposv info %d); lower --elm-c", (int)info);
+    if (info > 0)
+        return hyprof__elm_not_positive_definite(ctx, (int)info);
+    if (info < 0)
+        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, OP, "LAPACKE_dposv: argument %d invalid",
+                             (int)-info);
     return HYPROF_OK;
+}
+
+hyprof_status_t hyprof__cpu_elm_solve(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof__elm_solve_args_t *a = args;
+    hyprof__elm_t *e = a->elm;
+    size_t L = e->neurons;
+    double *H = malloc(a->n * L * sizeof *H);
+    if (!H)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu neurons)", L);
+#pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
+    for (size_t i = 0; i < a->n; i++)
+        hidden_layer(e, a->bands, a->x + i * a->bands, H + i * L);
+    hyprof_status_t st = solve_beta(ctx, e, H, a->y, a->n, a->nclasses);
+    free(H);
+    return st;
 }
 
 hyprof_status_t hyprof__elm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
@@ -85,20 +112,14 @@ hyprof_status_t hyprof__elm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
     e->w = malloc(L * B * sizeof *e->w);
     e->bias = malloc(L * sizeof *e->bias);
     e->beta = malloc(L * K * sizeof *e->beta);
-    double *H = malloc(n * L * sizeof *H);
-    if (!e->w || !e->bias || !e->beta || !H) {
-        free(H);
+    if (!e->w || !e->bias || !e->beta)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu neurons)", L);
-    }
     uint64_t rng = e->seed;
     for (size_t i = 0; i < L * B; i++)
         e->w[i] = uniform(&rng);
     for (size_t k = 0; k < L; k++)
         e->bias[k] = uniform(&rng);
-#pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
-    for (size_t i = 0; i < n; i++)
-        hidden_layer(e, B, x + i * B, H + i * L);
-    hyprof_status_t st = solve_beta(ctx, e, H, y, n, K);
-    free(H);
-    return st;
+    hyprof__elm_solve_args_t a = {e, B, K, x, y, n};
+    return hyprof__dispatch(ctx, OP, hyprof__cpu_elm_solve,
+                            HYPROF_CUDA_IMPL(hyprof__cuda_elm_solve), &a);
 }
