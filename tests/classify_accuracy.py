@@ -8,7 +8,9 @@ labelled pixels for testing; seed 1992 gives samples/indian_pines_train.tif),
 5-fold cross-validation over --grid), `hyprof classify`, `hyprof assess
 --reference TEST`. Features (unsupervised, computed once on the whole scene):
 raw = the 200 bands, pca = `hyprof pca` (7 components), eadp = `hyprof eadp`
-(defaults: 7 PCs x 9), eap = `hyprof eap` (defaults: area, 8 wavelet features).
+(defaults: 7 PCs x 9), eap = `hyprof eap` (defaults: area, 8 wavelet features),
+emp = `hyprof emp` and wmcd = `hyprof wmcd` (defaults: 4 wavelet features, disk
+radii 1,3,5,7; W-MCD at the automatic 2-D levels).
 
 Used by tests/test_classify_accuracy.py (reduced grid) and, as a script, for the
 README's table (the full DESIGN.md grid):
@@ -31,6 +33,8 @@ FEATURES = {
     "pca": ["pca", "--components", "7"],
     "eadp": ["eadp"],
     "eap": ["eap"],
+    "emp": ["emp"],
+    "wmcd": ["wmcd"],
 }
 REDUCED_GRID = "C=2,32,512,8192,gamma=0.0078125,0.03125,0.125,0.5,2"
 
