@@ -11,7 +11,6 @@
 #include <ogr_srs_api.h>
 
 #include <errno.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,14 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define say hyprof_io_error
 
 static const char *gdal_reason(void)
 {
@@ -171,22 +163,6 @@ int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *w
 
 /* ---- writing a class map ------------------------------------------------------------------ */
 
-static char *temp_name(const char *path)
-{
-    char *d = strdup(path), *b = strdup(path);
-    size_t len = strlen(path) + 64;
-    char *tmp = malloc(len);
-    if (d && b && tmp)
-        snprintf(tmp, len, "%s/.%s.hyprof-%ld.tmp.tif", dirname(d), basename(b), (long)getpid());
-    else {
-        free(tmp);
-        tmp = NULL;
-    }
-    free(d);
-    free(b);
-    return tmp;
-}
-
 static void set_legend(GDALDatasetH ds, GDALRasterBandH band, const hyprof_legend_t *l,
                        uint16_t maxv)
 {
@@ -228,12 +204,8 @@ static GDALDatasetH create_classmap(const char *tmp, const hyprof_raster_t *src,
     opt = CSLSetNameValue(opt, "PREDICTOR", "2");
     GDALDatasetH ds = GDALCreate(drv, tmp, (int)src->cube.width, (int)src->cube.height, 1, t, opt);
     CSLDestroy(opt);
-    if (!ds)
-        return NULL;
-    if (src->wkt)
-        GDALSetProjection(ds, src->wkt);
-    if (src->has_geotransform)
-        GDALSetGeoTransform(ds, (double *)src->geotransform);
+    if (ds)
+        hyprof_set_georef(ds, src);
     return ds;
 }
 
@@ -280,7 +252,7 @@ hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *s
             maxv = v > maxv ? (uint16_t)v : maxv;
             break;
         }
-    char *tmp = temp_name(path);
+    char *tmp = hyprof_output_temp_name(path);
     if (!tmp)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
     CPLErrorReset();

@@ -40,6 +40,18 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    char *err, size_t err_len);
 void hyprof_raster_free(hyprof_raster_t *r);
 
+/* Writes the message into err (n bytes) and returns st: the error style of
+ * everything in this folder. */
+hyprof_status_t hyprof_io_error(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The temporary name of an output: hidden, beside `path`, unique to this
+ * process (malloc'ed; NULL when out of memory). */
+char *hyprof_output_temp_name(const char *path);
+
+/* The CRS and geotransform of `src` (when it has them) onto a new dataset. */
+void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
+
 /* Checks, before any work, that `path` can be created: its folder exists and
  * is writable, and the file does not exist unless overwrite. */
 hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t err_len);

@@ -14,14 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return st;
-}
+#define say hyprof_io_error
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
+hyprof_status_t hyprof_io_error(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -25,6 +25,8 @@ static hyprof_status_t say(hyprof_status_t st, char *err, size_t n, const char *
     va_end(ap);
     return st;
 }
+
+#define say hyprof_io_error
 
 static char *folder_of(const char *path)
 {
@@ -120,13 +122,17 @@ static GDALDatasetH create(const char *tmp, const hyprof_raster_t *src, const hy
     GDALDatasetH ds = GDALCreate(drv, tmp, (int)c->width, (int)c->height, (int)c->bands,
                                  GDT_Float32, opt);
     CSLDestroy(opt);
-    if (!ds)
-        return NULL;
+    if (ds)
+        hyprof_set_georef(ds, src);
+    return ds;
+}
+
+void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src)
+{
     if (src->wkt)
         GDALSetProjection(ds, src->wkt);
     if (src->has_geotransform)
         GDALSetGeoTransform(ds, (double *)src->geotransform);
-    return ds;
 }
 
 void hyprof_result_band_f32(const hyprof_cube_t *c, size_t b, float *buf)
@@ -173,8 +179,7 @@ static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
     return st;
 }
 
-/* The temporary file: hidden, beside the target, unique to this process. */
-static char *temp_name(const char *path)
+char *hyprof_output_temp_name(const char *path)
 {
     char *dir = folder_of(path), *copy = strdup(path);
     size_t len = strlen(path) + 64;
@@ -198,7 +203,7 @@ hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src
     hyprof_status_t st = hyprof_output_check(path, overwrite, err, n);
     if (st != HYPROF_OK)
         return st;
-    char *tmp = temp_name(path);
+    char *tmp = hyprof_output_temp_name(path);
     if (!tmp)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
     CPLErrorReset();
