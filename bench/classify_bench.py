@@ -16,9 +16,7 @@ Table I training labels, and the SVM trained on them with the DESIGN.md grid.
             scikit-learn GridSearchCV(SVC(kernel='rbf'), the same grid,
             StratifiedKFold(5), n_jobs = threads) on the same scaled pixels.
 """
-import json
 import os
-import subprocess
 import time
 
 import numpy as np
@@ -40,25 +38,6 @@ def _model_facts(path):
 def _scale(x, lo, hi):
     rng = hi - lo
     return np.where(rng > 0, -1.0 + 2.0 * (x - lo) / np.where(rng > 0, rng, 1.0), 0.0)
-
-
-def _run(exe, op, backend, cube_path, shape, args, extra, out_path=None, repeat=None):
-    b, h, w = shape
-    cmd = [exe, "--op", op, "--backend", backend, "--input", cube_path, "--width", str(w),
-           "--height", str(h), "--bands", str(b), "--repeat", str(repeat or args.repeat),
-           "--threads", str(args.threads), "--device", str(args.device)] + extra
-    if out_path:
-        cmd += ["--output", out_path]
-    env = dict(os.environ)
-    env.pop("HYPROF_BACKEND", None)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    if p.returncode != 0 or not lines:
-        err = (p.stderr.strip().splitlines() or [f"exit {p.returncode}, no output"])[-1]
-        return {"error": err, "cmd": " ".join(cmd)}
-    rec = json.loads(lines[-1])
-    rec["cmd"] = " ".join(cmd)
-    return rec
 
 
 def _load(data_dir):
@@ -87,7 +66,8 @@ def _training_pixels(feats, labels, lo, hi):
     return _scale(x, lo, hi), labels.ravel()[idx].astype(np.int64)
 
 
-def bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube, time_call, median):
+def bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube, time_call, median,
+                   _run):
     data, why = _load(args.data_dir)
     if data is None:
         notes.append(why)
@@ -168,7 +148,7 @@ def _model_c(model):
     return float("nan")
 
 
-def bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median):
+def bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median, _run):
     data, why = _load(args.data_dir)
     if data is None:
         if why not in notes:

@@ -354,33 +354,13 @@ def find_bench_exe(given):
     return max(cands, key=os.path.getmtime)
 
 
-def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
+def run_bench_exe(exe, op, backend, cube_path, shape, args, extra, out_path=None, repeat=None):
+    """One hyprof_bench run with the op's own options `extra`: its JSON record,
+    or {"error": ..., "cmd": ...}."""
     b, h, w = shape
     cmd = [exe, "--op", op, "--backend", backend, "--input", cube_path, "--width", str(w),
-           "--height", str(h), "--bands", str(b), "--repeat", str(args.repeat),
-           "--threads", str(args.threads), "--device", str(args.device)]
-    if op == "pca":
-        cmd += ["--components", str(params["components"])]
-    elif op in ("sspp", "unmix"):
-        cmd += ["--endmembers", str(params["endmembers"])]
-        if op == "unmix":
-            cmd += ["--sspp", "1", "--extract", params["extract"]]
-    elif op == "eadp":
-        cmd += ["--components", str(params["components"]), "--count", str(params["count"]),
-                "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
-    elif op in ("emp", "wmcd"):
-        cmd += ["--features", str(params["features"])]
-        if params.get("devices"):
-            cmd += ["--devices", params["devices"]]
-    elif op == "eap":
-        cmd += ["--reduction", params["reduction"], "--attribute", params["attribute"],
-                "--thresholds", ",".join("%g" % t for t in params["thresholds"]),
-                "--connectivity", str(params["connectivity"]),
-                "--quantisation", str(params["quantisation"])]
-        if params["reduction"] == "pca":
-            cmd += ["--components", str(params["components"])]
-    else:
-        cmd += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
+           "--height", str(h), "--bands", str(b), "--repeat", str(repeat or args.repeat),
+           "--threads", str(args.threads), "--device", str(args.device)] + extra
     if out_path:
         cmd += ["--output", out_path]
     env = dict(os.environ)
@@ -393,6 +373,33 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
     rec = json.loads(lines[-1])
     rec["cmd"] = " ".join(cmd)
     return rec
+
+
+def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
+    extra = []  # the op's own options
+    if op == "pca":
+        extra += ["--components", str(params["components"])]
+    elif op in ("sspp", "unmix"):
+        extra += ["--endmembers", str(params["endmembers"])]
+        if op == "unmix":
+            extra += ["--sspp", "1", "--extract", params["extract"]]
+    elif op == "eadp":
+        extra += ["--components", str(params["components"]), "--count", str(params["count"]),
+                "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
+    elif op in ("emp", "wmcd"):
+        extra += ["--features", str(params["features"])]
+        if params.get("devices"):
+            extra += ["--devices", params["devices"]]
+    elif op == "eap":
+        extra += ["--reduction", params["reduction"], "--attribute", params["attribute"],
+                "--thresholds", ",".join("%g" % t for t in params["thresholds"]),
+                "--connectivity", str(params["connectivity"]),
+                "--quantisation", str(params["quantisation"])]
+        if params["reduction"] == "pca":
+            extra += ["--components", str(params["components"])]
+    else:
+        extra += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
+    return run_bench_exe(exe, op, backend, cube_path, shape, args, extra, out_path)
 
 
 # ---------------------------------------------------------- machine facts
@@ -1165,9 +1172,10 @@ def bench_classification(args, exe, tmpdir, rows, notes):
     import classify_bench as cb
     if "classify" in args.op_list:
         cb.bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube, time_call,
-                          median)
+                          median, run_bench_exe)
     if "train" in args.op_list:
-        cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median)
+        cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median,
+                       run_bench_exe)
 
 
 UNMIX_STAGES = ["homogeneity", "purity", "kmeans", "fusion", "extraction", "abundances"]
