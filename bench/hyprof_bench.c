@@ -641,9 +641,7 @@ static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hypr
     double t0 = now_seconds();
     if (!strcmp(o->reduction, "pca")) {
         hyprof_pca_model_t *model = NULL;
-        st = hyprof_pca_fit(ctx, in, (size_t)o->components, &model);
-        if (st == HYPROF_OK)
-            st = hyprof_pca_apply(ctx, model, in, &feat);
+        st = hyprof_pca_fit_transform(ctx, in, (size_t)o->components, &model, &feat);
         hyprof_pca_model_free(&model);
     } else if (!strcmp(o->reduction, "dwt")) {
         st = hyprof_dwt_spectral(ctx, in, hyprof_wavelet_find(o->wavelet), (int)o->levels,
