@@ -31,6 +31,20 @@ static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, s
  * pixel with the largest residual norm after projection onto the orthogonal
  * complement of those chosen. Fails when fewer than p independent
  * directions exist (the residual vanishes). */
+/* v minus its projection on the nq orthonormal rows of Q (n values each),
+ * twice: classical Gram-Schmidt with one re-orthogonalisation, for accuracy. */
+static void project_out(const double *Q, size_t nq, size_t n, double *v)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t j = 0; j < nq; j++) {
+            double d = 0.0;
+            for (size_t t = 0; t < n; t++)
+                d += Q[j * n + t] * v[t];
+            for (size_t t = 0; t < n; t++)
+                v[t] -= d * Q[j * n + t];
+        }
+}
+
 static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
                             size_t B, size_t p, size_t *chosen)
 {
@@ -70,14 +84,7 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
         double *q = Q + k * B;
         for (size_t b = 0; b < B; b++)
             q[b] = D[best * B + b];
-        for (int pass = 0; pass < 2; pass++)
-            for (size_t j = 0; j < k; j++) {
-                double d = 0.0;
-                for (size_t b = 0; b < B; b++)
-                    d += Q[j * B + b] * q[b];
-                for (size_t b = 0; b < B; b++)
-                    q[b] -= d * Q[j * B + b];
-            }
+        project_out(Q, k, B, q);
         double nq = 0.0;
         for (size_t b = 0; b < B; b++)
             nq += q[b] * q[b];
@@ -186,14 +193,7 @@ static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, si
         double nf = 0.0;
         for (size_t j = 0; j < p; j++)
             f[j] = uniform(&seed);
-        for (int pass = 0; pass < 2; pass++)
-            for (size_t q = 0; q < nq; q++) {
-                double d = 0.0;
-                for (size_t j = 0; j < p; j++)
-                    d += Q[q * p + j] * f[j];
-                for (size_t j = 0; j < p; j++)
-                    f[j] -= d * Q[q * p + j];
-            }
+        project_out(Q, nq, p, f);
         for (size_t j = 0; j < p; j++)
             nf += f[j] * f[j];
         nf = sqrt(nf);
@@ -215,14 +215,7 @@ static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, si
             nq = 0;
         double *q = Q + nq * p, nrm = 0.0;
         memcpy(q, X + best * p, p * sizeof *q);
-        for (int pass = 0; pass < 2; pass++)
-            for (size_t j = 0; j < nq; j++) {
-                double d = 0.0;
-                for (size_t t = 0; t < p; t++)
-                    d += Q[j * p + t] * q[t];
-                for (size_t t = 0; t < p; t++)
-                    q[t] -= d * Q[j * p + t];
-            }
+        project_out(Q, nq, p, q);
         for (size_t t = 0; t < p; t++)
             nrm += q[t] * q[t];
         if (!(sqrt(nrm) > 1e-9 * (1.0 + vbest))) {
