@@ -379,26 +379,31 @@ def test_pixel_function_nodata_classify_abundance(tmp_path):
         assert got[0, y, xx] == 0 and got[1, y, xx] == -9999.0
 
 
+def in_threads(fn, n):
+    """fn() in n threads at once; their n results. Any exception fails the test."""
+    results, errors = [None] * n, []
+
+    def run(i):
+        try:
+            results[i] = fn()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results
+
+
 @pytest.mark.parametrize("name", ["pca", "classify", "abundance"])
 def test_pixel_function_threads(name, pixel_case):
     """Six threads read a model's VRT at once (each its own dataset, as GDAL wants):
     the shared model cache hands out one model, every result is right."""
     vrt, ref = pixel_case(name)
     want = array(ref)
-    results, errors = [None] * 6, []
-
-    def read(i):
-        try:
-            results[i] = array(vrt)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for r in results:
+    for r in in_threads(lambda: array(vrt), 6):
         same(r, want)
 
 
@@ -607,22 +612,12 @@ def test_driver_threads_compute_once(tmp_path):
     ref = array(cli_for("eadp", params, SAMSON, tmp_path))
     before = computations()
     conn = connection("eadp", params, SAMSON)
-    results, errors = [None] * 8, []
 
-    def read(i):
-        try:
-            ds = gdal.Open(conn)
-            results[i] = np.stack([ds.GetRasterBand(b + 1).ReadAsArray(
-                0, 0, 95, 95) for b in reversed(range(ds.RasterCount))][::-1])
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for r in results:
+    def read():
+        ds = gdal.Open(conn)
+        return np.stack([ds.GetRasterBand(b + 1).ReadAsArray(
+            0, 0, 95, 95) for b in reversed(range(ds.RasterCount))][::-1])
+    for r in in_threads(read, 8):
         same(r, ref)
     assert computations() == before + 1
 
