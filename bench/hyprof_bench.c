@@ -392,18 +392,8 @@ static int is_profile_op(const options_t *o)
  * as the emp operation chooses it; --levels when given. */
 static int feature_levels(const options_t *o)
 {
-    if (o->levels_given)
-        return (int)o->levels;
-    int best = 1, maxl = hyprof_dwt_max_levels(o->bands);
-    long best_d = -1;
-    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
-        long d = labs((long)hyprof_dwt_bands(o->bands, l) - o->features);
-        if (best_d < 0 || d < best_d) {
-            best_d = d;
-            best = l;
-        }
-    }
-    return best;
+    return o->levels_given ? (int)o->levels
+                           : hyprof_dwt_levels_for_features(o->bands, o->features);
 }
 
 /* The W-MCD paper's chain: spectral DWT, EMP, (W-MCD). */

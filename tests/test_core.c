@@ -382,6 +382,13 @@ static void test_dwt_known(void)
     CHECK(hyprof_dwt_spectral(ctx, &c1, haar, 1, &out) == HYPROF_ERR_INPUT, "one band refused");
     CHECK(hyprof_dwt_bands(200, 4) == 13 && hyprof_dwt_bands(7, 1) == 4 &&
               hyprof_dwt_max_levels(200) == 7, "band counts");
+    /* Closest band count: 200 bands give 7 at L=5 and 4 at L=6; 102 give 7 at
+     * L=4 and 4 at L=5; 8 give 4 at L=1. */
+    CHECK(hyprof_dwt_levels_for_features(200, 4) == 6 &&
+              hyprof_dwt_levels_for_features(102, 8) == 4 &&
+              hyprof_dwt_levels_for_features(102, 4) == 5 &&
+              hyprof_dwt_levels_for_features(8, 8) == 1,
+          "levels for a feature count");
     /* Every filter bank: orthonormal low-pass sums to sqrt2. */
     for (size_t i = 0; i < hyprof_wavelet_count(); i++) {
         const hyprof_wavelet_t *w = hyprof_wavelet_at(i);

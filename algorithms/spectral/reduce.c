@@ -84,17 +84,7 @@ static hyprof_status_t dwt_levels(hyprof_ctx_t *ctx, const char *op, const hypro
         *levels = (int)hyprof_args_int(args, "levels");
         return HYPROF_OK;
     }
-    long want = hyprof_args_int(args, "features");
-    int maxl = hyprof_dwt_max_levels(bands), best = 1;
-    long best_d = -1;
-    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
-        long d = labs((long)hyprof_dwt_bands(bands, l) - want);
-        if (best_d < 0 || d < best_d) {
-            best_d = d;
-            best = l;
-        }
-    }
-    *levels = best;
+    *levels = hyprof_dwt_levels_for_features(bands, hyprof_args_int(args, "features"));
     return HYPROF_OK;
 }
 

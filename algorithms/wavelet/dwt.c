@@ -29,6 +29,20 @@ int hyprof_dwt_max_levels(size_t bands)
     return l;
 }
 
+int hyprof_dwt_levels_for_features(size_t bands, long features)
+{
+    int maxl = hyprof_dwt_max_levels(bands), best = 1;
+    long best_d = -1;
+    for (int l = 1; l <= (maxl > 1 ? maxl : 1); l++) {
+        long d = labs((long)hyprof_dwt_bands(bands, l) - features);
+        if (best_d < 0 || d < best_d) {
+            best_d = d;
+            best = l;
+        }
+    }
+    return best;
+}
+
 /* One periodized analysis step on a tile of T spectra stored band-major
  * (s[b*T + i] is band b of pixel i), PyWavelets' convention: an odd signal
  * repeats its last sample, then a[o] = sum_j lo[j] s[(flen/2 + 2o - j) mod n'].

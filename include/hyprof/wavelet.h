@@ -26,6 +26,9 @@ size_t hyprof_dwt_bands(size_t bands, int levels);
 /* Largest usable level count for `bands` (at least one coefficient left that
  * came from two or more samples): floor(log2(bands)). */
 int hyprof_dwt_max_levels(size_t bands);
+/* The level count (1..max) whose hyprof_dwt_bands() is closest to `features`
+ * (ties: more bands): how eap, emp and wmcd turn --features into levels. */
+int hyprof_dwt_levels_for_features(size_t bands, long features);
 
 /* Spectral DWT feature extraction: for every pixel, the approximation
  * coefficients after `levels` levels of the Mallat decomposition with periodic
