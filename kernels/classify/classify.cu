@@ -201,6 +201,27 @@ void unpack(hyprof__classify_args_t *a, const float *out, size_t cols)
         memcpy(a->scores, out + 2 * npix, K * npix * sizeof(float));
 }
 
+/* Pixels per chunk: the widest per-pixel matrix (`inner` doubles: kernel row
+ * or hidden layer) at most kKernelMatrixBytes, at least 1024 pixels, both
+ * pipeline slots within the device budget; `widest` bounds cuBLAS dimensions.
+ * `what` names the inner dimension in the out-of-memory message. */
+hyprof_status_t plan_prediction_chunk(hyprof_ctx_t *ctx, const char *op, size_t N,
+                                      size_t per_pixel, size_t inner, size_t widest,
+                                      const char *what, size_t *chunk)
+{
+    size_t budget = 0;
+    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+    const size_t env = hyprof__cuda_chunk_override();
+    size_t target = env ? env : kKernelMatrixBytes / (inner * sizeof(double));
+    if (target < 1024)
+        target = 1024;
+    *chunk = plan_chunk(budget, 0, per_pixel, target, N, widest);
+    if (*chunk == 0)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "not enough device memory for %zu %s", inner, what);
+    return HYPROF_OK;
+}
+
 } /* namespace */
 
 static hyprof_status_t classify_svm(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
@@ -231,18 +252,10 @@ static hyprof_status_t classify_svm(hyprof_ctx_t *ctx, hyprof__classify_args_t *
     /* Chunk: G (m x nsv doubles) 8 GiB at most, both slots within the budget. */
     const size_t per_pixel = 2 * (B * sizeof(float) + (B + 1 + nsv + npairs) * sizeof(double) +
                                   cols * sizeof(float));
-    size_t budget = 0, chunk = 0;
-    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env = hyprof__cuda_chunk_override();
-    size_t target = env ? env : kKernelMatrixBytes / (nsv * sizeof(double));
-    if (target < 1024)
-        target = 1024;
-    size_t widest = B > nsv ? B : nsv;
+    size_t widest = B > nsv ? B : nsv, chunk = 0;
     widest = widest > npairs ? widest : npairs;
-    chunk = plan_chunk(budget, 0, per_pixel, target, N, widest > cols ? widest : cols);
-    if (chunk == 0)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                             "not enough device memory for %zu support vectors", nsv);
+    HYPROF_TRY(plan_prediction_chunk(ctx, op, N, per_pixel, nsv, widest > cols ? widest : cols,
+                                     "support vectors", &chunk));
     HYPROF_TRY(pipe.init(ctx, op, (const float *)a->in->data, NULL, N, B, cols, out.data(), chunk,
                          true));
     const size_t nch = pipe.nchunks();
@@ -397,16 +410,9 @@ static hyprof_status_t classify_elm(hyprof_ctx_t *ctx, hyprof__classify_args_t *
 
     const size_t per_pixel =
         2 * (B * sizeof(float) + (B + 1 + L + K) * sizeof(double) + cols * sizeof(float));
-    size_t budget = 0;
-    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env = hyprof__cuda_chunk_override();
-    size_t target = env ? env : kKernelMatrixBytes / (L * sizeof(double));
-    size_t widest = B > L ? B : L;
+    size_t widest = B > L ? B : L, chunk = 0;
     widest = widest > cols ? widest : cols;
-    const size_t chunk = plan_chunk(budget, 0, per_pixel, target < 1024 ? 1024 : target, N, widest);
-    if (chunk == 0)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                             "not enough device memory for %zu neurons", L);
+    HYPROF_TRY(plan_prediction_chunk(ctx, op, N, per_pixel, L, widest, "neurons", &chunk));
     HYPROF_TRY(pipe.init(ctx, op, (const float *)a->in->data, NULL, N, B, cols, out.data(), chunk,
                          true));
     const size_t nch = pipe.nchunks();
