@@ -1,7 +1,15 @@
-/* CUDA backend of the EMP / W-MCD step (semantics: include/hyprof/morphology.h,
+/* CUDA backend of the EMP / W-MCD chain (semantics: include/hyprof/morphology.h,
  * algorithms/morphology/emp_impl.h). Everything stays on the device between
- * the stages; the host sees the 8-bit bands go in and the float planes come out.
+ * the stages; the host sees the float input bands go in and the float planes
+ * come out.
  *
+ *   spectral    the input in pixel chunks of ~16 MiB, packed by host threads
+ *               into page-locked staging (kept for the next call), copied on
+ *               an upload stream while the previous chunk is transformed
+ *               (kernels/wavelet/dwt.cu's kernel) on the compute stream
+ *   quantise    each feature's valid min and max (order-preserving integer
+ *               keys, atomics), then hyprof_quantise's 8-bit rule in the same
+ *               double operations: the levels are the CPU's, bit for bit
  *   erode       per band: running row minima of f and 255 - f for every
  *               half-width up to the largest radius (one pass), then the
  *               markers of all radii and both polarities (grid z): the minimum
@@ -21,17 +29,26 @@
  *               passes of 8 bits over the bit patterns), universal threshold,
  *               thresholding, inverse per level
  *
- * Several devices (--devices): the bands are split into contiguous ranges, one
- * host thread per device runs the whole chain on its range and writes its own
- * output planes (the seed's spectral partition for the EMP and denoising). */
+ * Several devices (--devices, the seed's Fig. 5): one host thread per share.
+ * Share d takes rows [H d/D, H (d+1)/D) for the spectral stage (it uploads
+ * only those rows of the cube), the shares pool their features' minima and
+ * maxima, each quantises its rows, then takes the feature bands
+ * [K d/D, K (d+1)/D) for the EMP and the denoising and pulls their rows from
+ * the other shares (cudaMemcpyPeerAsync: direct with peer access, else
+ * through the host), and writes its own output planes. A device may hold
+ * several shares (--devices 0,0: the partition tested on one GPU). */
 #include "../../algorithms/morphology/emp_impl.h"
 #include "../core/cuda_util.h"
+#include "../../algorithms/wavelet/dwt_impl.h"
 
 #include <climits>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <new>
 #include <future>
 #include <string>
 #include <thread>
@@ -469,6 +486,94 @@ __global__ void out_kernel(const double *__restrict__ src, size_t n,
         (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
 }
 
+/* ---- the features: statistics and quantisation ----------------------------------------- */
+
+/* Per feature band: its valid min and max as order-preserving unsigned keys
+ * of the float bits, and the first valid pixel that is not finite. */
+struct FeatStats {
+    unsigned lo, hi;
+    unsigned long long bad;
+};
+
+__device__ __forceinline__ unsigned ord_key(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static float key_float(unsigned k)
+{
+    const unsigned u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+__global__ void stats_init_kernel(FeatStats *st, int K)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < K)
+        st[k] = {0xffffffffu, 0u, ~0ull};
+}
+
+/* grid (blocks, K): the statistics of rows' pixels [0, np) of feature k
+ * (f + k * np); `mask` and pixel numbers relative to the share's first pixel
+ * p0. */
+__global__ void stats_kernel(const float *__restrict__ f, size_t np,
+                             const uint8_t *__restrict__ mask, size_t p0, FeatStats *st)
+{
+    const float *fk = f + (size_t)blockIdx.y * np;
+    unsigned lo = 0xffffffffu, hi = 0u;
+    unsigned long long bad = ~0ull;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < np;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (mask && !mask[i])
+            continue;
+        const float v = fk[i];
+        if (!isfinite(v)) {
+            bad = min(bad, (unsigned long long)(p0 + i));
+            continue;
+        }
+        const unsigned key = ord_key(v);
+        lo = min(lo, key);
+        hi = max(hi, key);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = min(lo, __shfl_down_sync(0xffffffffu, lo, o));
+        hi = max(hi, __shfl_down_sync(0xffffffffu, hi, o));
+        bad = min(bad, __shfl_down_sync(0xffffffffu, bad, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        FeatStats *s = st + blockIdx.y;
+        atomicMin(&s->lo, lo);
+        atomicMax(&s->hi, hi);
+        if (bad != ~0ull)
+            atomicMin(&s->bad, bad);
+    }
+}
+
+/* grid (pixels, K): hyprof_quantise's 8-bit levels, the same double
+ * operations in the same order, each rounded on its own (no contraction):
+ * floor((x - min) * 255 / span + 0.5) clipped, 0 where masked or flat. */
+__global__ void quantise_kernel(const float *__restrict__ f, size_t np,
+                                const uint8_t *__restrict__ mask,
+                                const double *__restrict__ lohi, uint8_t *__restrict__ q)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= np)
+        return;
+    const int k = blockIdx.y;
+    const double lo = lohi[2 * k], span = __dsub_rn(lohi[2 * k + 1], lo);
+    unsigned v = 0;
+    if (!(mask && !mask[i]) && span > 0.0) {
+        const double x = (double)f[(size_t)k * np + i];
+        const double s =
+            floor(__dadd_rn(__ddiv_rn(__dmul_rn(__dsub_rn(x, lo), 255.0), span), 0.5));
+        v = s < 0.0 ? 0u : s > 255.0 ? 255u : (unsigned)s;
+    }
+    q[(size_t)k * np + i] = (uint8_t)v;
+}
+
 /* ---- one device's share ----------------------------------------------------------------- */
 
 static inline dim3 grid2(size_t x, size_t y, size_t z, dim3 b)
@@ -480,6 +585,12 @@ static double ms_since(std::chrono::steady_clock::time_point t0)
 {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
         .count();
+}
+
+static bool env_is(const char *name, const char *value)
+{
+    const char *env = getenv(name);
+    return env && strcmp(env, value) == 0;
 }
 
 /* The host side of the output, on a helper thread while the devices compute:
@@ -534,21 +645,222 @@ class OutputPrep {
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
-/* $HYPROF_EMP_TRACE=1: each device logs (INFO, through the context's log
- * callback) its stage times from CUDA events and its host wall time. */
+/* Page-locked staging for the input chunks, kept for the next call: pinning
+ * fresh memory costs about as much as the copy it speeds up (a 320 MB cube
+ * through freshly pinned buffers was slower than one pageable copy), so the
+ * buffers (portable: any device may read them) are allocated once per
+ * process and reused, at most kPoolBytes of them.
+ * $HYPROF_EMP_STAGING=0: no staging (pageable copies); =fresh: no reuse. */
+class StagingPool {
+  public:
+    static constexpr size_t kPoolBytes = (size_t)256 << 20;
+    struct Buf {
+        void *p = NULL;
+        size_t bytes = 0;
+    };
+    static bool take(size_t bytes, Buf *b)
+    {
+        {
+            std::lock_guard<std::mutex> l(mu());
+            std::vector<Buf> &v = list();
+            for (size_t i = 0; i < v.size(); ++i)
+                if (v[i].bytes >= bytes) {
+                    *b = v[i];
+                    v.erase(v.begin() + (ptrdiff_t)i);
+                    return true;
+                }
+        }
+        if (cudaHostAlloc(&b->p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+            (void)cudaGetLastError();
+            b->p = NULL;
+            return false;
+        }
+        b->bytes = bytes;
+        return true;
+    }
+    /* The copies from b must be done. */
+    static void give(Buf b)
+    {
+        if (!b.p)
+            return;
+        if (!env_is("HYPROF_EMP_STAGING", "fresh")) {
+            std::lock_guard<std::mutex> l(mu());
+            std::vector<Buf> &v = list();
+            size_t held = 0;
+            for (const Buf &x : v)
+                held += x.bytes;
+            if (held + b.bytes <= kPoolBytes) {
+                try {
+                    v.push_back(b);
+                    return;
+                } catch (...) {
+                }
+            }
+        }
+        (void)cudaFreeHost(b.p);
+        (void)cudaGetLastError();
+    }
+
+  private:
+    static std::mutex &mu()
+    {
+        static std::mutex m;
+        return m;
+    }
+    static std::vector<Buf> &list()
+    {
+        static std::vector<Buf> *v = new std::vector<Buf>(); /* never destroyed: no exit order issue */
+        return *v;
+    }
+};
+
+/* One staging buffer, back to the pool once `stream`'s copies from it are done. */
+class Staging {
+  public:
+    Staging() = default;
+    Staging(const Staging &) = delete;
+    Staging &operator=(const Staging &) = delete;
+    ~Staging()
+    {
+        if (b_.p) {
+            (void)cudaStreamSynchronize(s_);
+            (void)cudaGetLastError();
+            StagingPool::give(b_);
+        }
+    }
+    bool take(size_t bytes, cudaStream_t s)
+    {
+        s_ = s;
+        return StagingPool::take(bytes, &b_);
+    }
+    float *get() const { return static_cast<float *>(b_.p); }
+
+  private:
+    StagingPool::Buf b_;
+    cudaStream_t s_ = NULL;
+};
+
+/* A barrier for the device threads. A failing thread breaks it, so that the
+ * others stop instead of waiting for it forever. */
+class Rendezvous {
+  public:
+    explicit Rendezvous(size_t n) : n_(n) {}
+    bool arrive()
+    {
+        std::unique_lock<std::mutex> l(m_);
+        if (broken_)
+            return false;
+        const size_t gen = gen_;
+        if (++count_ == n_) {
+            count_ = 0;
+            ++gen_;
+            cv_.notify_all();
+            return true;
+        }
+        cv_.wait(l, [&] { return gen_ != gen || broken_; });
+        return gen_ != gen;
+    }
+    void brk()
+    {
+        std::lock_guard<std::mutex> l(m_);
+        broken_ = true;
+        cv_.notify_all();
+    }
+
+  private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    size_t n_, count_ = 0, gen_ = 0;
+    bool broken_ = false;
+};
+
+/* The seed's Fig. 5 decomposition. Each share (one host thread and one
+ * device; a device may hold several shares) takes a block of image rows for
+ * the spectral stage: it uploads only its rows of the cube, transforms them
+ * and quantises its rows of every feature once the shares have pooled their
+ * minima and maxima. Then it takes a range of feature bands for the EMP and
+ * the denoising and pulls its bands' rows from every share
+ * (cudaMemcpyPeerAsync: direct with peer access, else through the host). */
+struct Share {
+    int device = 0;
+    size_t r0 = 0, r1 = 0;   /* rows of the spectral stage */
+    size_t b0 = 0, b1 = 0;   /* feature bands of the EMP and denoising */
+    std::vector<FeatStats> stats;
+    const uint8_t *qreg = NULL; /* its rows of every quantised feature (device) */
+    cudaEvent_t quantised = NULL;
+    bool aborted = false;    /* stopped because another share failed */
+};
+
+class OutputPrep;
+
+struct Chain {
+    const hyprof_emp_args_t *a;
+    const hyprof_ctx_t *main;
+    const OutputPrep *prep;
+    std::vector<Share> sh;
+    Rendezvous rv;
+    int pack_threads;
+    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
+          size_t nshares)
+        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
+    {
+        for (size_t d = 0; d < nshares; ++d) {
+            Share &s = sh[d];
+            s.device = a->devices && a->ndevices ? a->devices[d] : main->device;
+            s.r0 = a->height * d / nshares;
+            s.r1 = a->height * (d + 1) / nshares;
+            s.b0 = a->bands * d / nshares;
+            s.b1 = a->bands * (d + 1) / nshares;
+        }
+        const int t = hyprof__threads(main) / (int)nshares;
+        pack_threads = t < 1 ? 1 : t > 8 ? 8 : t;
+    }
+    size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
+    /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
+     * or, when a valid value is not finite, the feature and the pixel. */
+    bool pooled(std::vector<double> &lohi, size_t *bad_band, unsigned long long *bad_pixel) const
+    {
+        const size_t K = a->bands;
+        lohi.assign(2 * K, 0.0);
+        for (size_t k = 0; k < K; ++k) {
+            unsigned lo = 0xffffffffu, hi = 0u;
+            unsigned long long bad = ~0ull;
+            for (const Share &s : sh) {
+                lo = s.stats[k].lo < lo ? s.stats[k].lo : lo;
+                hi = s.stats[k].hi > hi ? s.stats[k].hi : hi;
+                bad = s.stats[k].bad < bad ? s.stats[k].bad : bad;
+            }
+            if (bad != ~0ull) {
+                *bad_band = k;
+                *bad_pixel = bad;
+                return false;
+            }
+            const bool any = lo <= hi; /* else every pixel of the band is masked */
+            lohi[2 * k] = any ? (double)key_float(lo) : NAN;
+            lohi[2 * k + 1] = any ? (double)key_float(hi) : NAN;
+        }
+        return true;
+    }
+};
+
+/* $HYPROF_EMP_TRACE=1: each share logs (INFO, through the context's log
+ * callback) one line of key=value stage times from CUDA events and host
+ * clocks (hyprof_bench turns them into JSON). */
 static bool tracing()
 {
     const char *env = getenv("HYPROF_EMP_TRACE");
     return env && strcmp(env, "0") != 0;
 }
 
+/* The filter of a zero-level transform (a copy): never applied. */
+static const double kCopyFilter[2] = {0.0, 0.0};
+
 class EmpDevice {
   public:
-    EmpDevice(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0, size_t b1,
-              const hyprof_ctx_t *main, const OutputPrep *prep)
-        : ctx(ctx), a(a), op(a->op), b0(b0), nb(b1 - b0), main(main), prep(prep),
-          n(a->width * a->height), W((int)a->width), H((int)a->height),
-          P(hyprof__emp_planes(a->nradii))
+    EmpDevice(hyprof_ctx_t *ctx, Chain &c, size_t share)
+        : ctx(ctx), a(c.a), op(c.a->op), c(c), id(share), sp(c.sh[share]), b0(sp.b0),
+          nb(sp.b1 - sp.b0), main(c.main), prep(c.prep), n(a->width * a->height),
+          W((int)a->width), H((int)a->height), P(hyprof__emp_planes(a->nradii))
     {
     }
     ~EmpDevice()
@@ -563,17 +875,23 @@ class EmpDevice {
     hyprof_ctx_t *ctx;
     const hyprof_emp_args_t *a;
     const char *op;
+    Chain &c;
+    size_t id;
+    Share &sp;
     size_t b0, nb;
     const hyprof_ctx_t *main;
     const OutputPrep *prep;
     size_t n;
     int W, H;
     size_t P;
-    /* trace: start, uploaded, markers, reconstructed, EMP done, computed, copied */
-    static constexpr int kEvents = 7;
+    /* trace: start, transformed (spectral stage), quantised and exchanged,
+     * markers, reconstructed, EMP done, computed, copied */
+    static constexpr int kEvents = 8;
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
-    double waited_ms = 0.0;
+    double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0;
+    size_t chunks = 0;
+    const char *upload_mode = "none";
     void mark(int i, cudaStream_t st)
     {
         if (ev[i])
@@ -586,7 +904,7 @@ class EmpDevice {
         waited_ms += ms_since(t0);
     }
     void report(double wall_ms);
-    Stream s;
+    Stream s, up;
     DeviceBuffer<uint8_t> q, mask, emp;
     DeviceBuffer<int> radii, hw_off, hw, flag;
 
@@ -596,7 +914,17 @@ class EmpDevice {
             return hyprof__error(ctx, HYPROF_ERR_CANCELLED, op, "cancelled");
         return HYPROF_OK;
     }
-    hyprof_status_t upload();
+    hyprof_status_t meet()
+    {
+        if (c.rv.arrive())
+            return HYPROF_OK;
+        sp.aborted = true;
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "stopped: another device failed");
+    }
+    hyprof_status_t setup();
+    hyprof_status_t spectral(DeviceBuffer<float> &F);
+    hyprof_status_t features();
+    hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
@@ -604,12 +932,20 @@ class EmpDevice {
     hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
 };
 
-hyprof_status_t EmpDevice::upload()
+/* Peer access to the other shares' devices, the mask, the structuring
+ * elements and the share's 8-bit bands. */
+hyprof_status_t EmpDevice::setup()
 {
     cudaStream_t st = s.get();
+    for (const Share &o : c.sh) {
+        int can = 0;
+        if (o.device != sp.device && cudaDeviceCanAccessPeer(&can, sp.device, o.device) ==
+                                         cudaSuccess && can)
+            (void)cudaDeviceEnablePeerAccess(o.device, 0); /* or already enabled */
+        (void)cudaGetLastError();
+    }
     HYPROF_TRY(q.alloc(ctx, op, nb * n));
     HYPROF_TRY(emp.alloc(ctx, op, nb * P * n));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(q.get(), a->q + b0 * n, nb * n, cudaMemcpyHostToDevice, st));
     if (a->mask) {
         HYPROF_TRY(mask.alloc(ctx, op, n));
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(mask.get(), a->mask, n, cudaMemcpyHostToDevice, st));
@@ -637,6 +973,161 @@ hyprof_status_t EmpDevice::upload()
     return HYPROF_OK;
 }
 
+/* Pixels per input chunk: about $HYPROF_EMP_CHUNK_MB (default 16) MiB of
+ * float input, so that packing one chunk overlaps the copy of the previous
+ * one and the transform of the one before. */
+static size_t chunk_pixels(size_t bands, size_t np)
+{
+    const char *env = getenv("HYPROF_EMP_CHUNK_MB");
+    long mb = env ? strtol(env, NULL, 10) : 16;
+    if (mb < 1 || mb > 4096)
+        mb = 16;
+    size_t m = ((size_t)mb << 20) / (bands * sizeof(float));
+    m = m < 1024 ? 1024 : m;
+    return m < np ? m : np;
+}
+
+/* The spectral stage of the share's rows into F (features x rows' pixels):
+ * chunks of pixels packed by the host into page-locked staging (three
+ * slots), copied on the upload stream, transformed on the compute stream. */
+hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
+    cudaStream_t st = s.get(), us = up.get();
+    HYPROF_TRY(F.alloc(ctx, op, K * np));
+    if (np == 0)
+        return HYPROF_OK;
+    constexpr int NS = 3;
+    const size_t m = chunk_pixels(B, np), nch = div_up(np, m);
+    chunks = nch;
+    DeviceBuffer<float> din[NS];
+    Event loaded[NS], used[NS];
+    Staging stg[NS];
+    bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
+    for (int k = 0; k < NS && (size_t)k < nch; ++k) {
+        HYPROF_TRY(din[k].alloc(ctx, op, m * B));
+        HYPROF_TRY(loaded[k].create(ctx, op));
+        HYPROF_TRY(used[k].create(ctx, op));
+        if (pinned && !stg[k].take(m * B * sizeof(float), us))
+            pinned = false; /* pageable copies: slower, still right */
+    }
+    upload_mode = pinned ? "pinned" : "pageable";
+    const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
+    const size_t flen = a->spec_levels ? a->spec_flen : 2;
+    for (size_t i = 0; i < nch; ++i) {
+        const int k = (int)(i % NS);
+        const size_t p0 = P0 + i * m, mi = P0 + np - p0 < m ? P0 + np - p0 : m;
+        if (i >= (size_t)NS) {
+            const auto w0 = std::chrono::steady_clock::now();
+            if (pinned) /* the slot's staging has been copied */
+                HYPROF_CUDA_CHECK(cudaEventSynchronize(loaded[k].get()));
+            wait_staging_ms += ms_since(w0);
+            /* and its device buffer transformed */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, used[k].get(), 0));
+        }
+        if (pinned) {
+            const auto p = std::chrono::steady_clock::now();
+            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B);
+            pack_ms += ms_since(p);
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(din[k].get(), stg[k].get(), mi * B * sizeof(float),
+                                              cudaMemcpyHostToDevice, us));
+        } else {
+            HYPROF_CUDA_CHECK(copy_cols_h2d(din[k].get(), mi, a->x + p0, n, mi, B, us));
+        }
+        HYPROF_CUDA_CHECK(cudaEventRecord(loaded[k].get(), us));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, loaded[k].get(), 0));
+        HYPROF_TRY(hyprof__cuda_dwt_launch(ctx, op, din[k].get(), mi, mi, B, a->spec_levels, lo,
+                                           flen, K, F.get() + (p0 - P0), np, st));
+        HYPROF_CUDA_CHECK(cudaEventRecord(used[k].get(), st));
+        if ((i & 3) == 3)
+            HYPROF_TRY(cancelled());
+    }
+    spectral_host_ms = ms_since(t0);
+    return HYPROF_OK;
+}
+
+/* Pulls the rows of the share's feature bands from every share's quantised
+ * rows into q. */
+hyprof_status_t EmpDevice::exchange(const DeviceBuffer<uint8_t> &qreg)
+{
+    cudaStream_t st = s.get();
+    sp.qreg = qreg.get();
+    Event done;
+    HYPROF_TRY(done.create(ctx, op));
+    HYPROF_CUDA_CHECK(cudaEventRecord(done.get(), st));
+    sp.quantised = done.get();
+    HYPROF_TRY(meet()); /* every share's rows are quantised (or queued) */
+    for (size_t d = 0; d < c.sh.size(); ++d) {
+        const Share &o = c.sh[d];
+        const size_t npd = c.pixels(d), p0 = o.r0 * a->width;
+        if (npd == 0 || nb == 0)
+            continue;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, o.quantised, 0));
+        for (size_t k = b0; k < b0 + nb; ++k)
+            HYPROF_CUDA_CHECK(cudaMemcpyPeerAsync(q.get() + (k - b0) * n + p0, sp.device,
+                                                  o.qreg + k * npd, o.device, npd, st));
+    }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return meet(); /* nobody reads another share's rows any more */
+}
+
+/* The features of the share's rows, the pooled statistics, the quantised
+ * rows and, with several shares, the exchange: q holds the share's bands. */
+hyprof_status_t EmpDevice::features()
+{
+    cudaStream_t st = s.get();
+    const size_t K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
+    const bool single = c.sh.size() == 1;
+    DeviceBuffer<float> F;
+    DeviceBuffer<FeatStats> stats;
+    DeviceBuffer<double> lohi;
+    DeviceBuffer<uint8_t> qreg;
+    HYPROF_TRY(spectral(F));
+    HYPROF_TRY(stats.alloc(ctx, op, K));
+    stats_init_kernel<<<(unsigned)div_up(K, 64), 64, 0, st>>>(stats.get(), (int)K);
+    HYPROF_CUDA_CHECK_LAUNCH("stats_init_kernel");
+    const uint8_t *m = a->mask ? mask.get() + P0 : NULL;
+    if (np) {
+        const unsigned blocks = (unsigned)(np / 8192 < 1 ? 1 : np / 8192 > 128 ? 128 : np / 8192);
+        stats_kernel<<<dim3(blocks, (unsigned)K), 256, 0, st>>>(F.get(), np, m, P0, stats.get());
+        HYPROF_CUDA_CHECK_LAUNCH("stats_kernel");
+    }
+    mark(1, st);
+    sp.stats.resize(K);
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(sp.stats.data(), stats.get(), K * sizeof(FeatStats),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (!single)
+        HYPROF_TRY(meet()); /* every share's statistics are in */
+    std::vector<double> lh;
+    size_t bad_band = 0;
+    unsigned long long bad_pixel = 0;
+    if (!c.pooled(lh, &bad_band, &bad_pixel))
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                             "feature %zu: a value at pixel (%llu, %llu) is not finite and "
+                             "not masked", bad_band + 1, bad_pixel % a->width,
+                             bad_pixel / a->width);
+    if (id == 0)
+        memcpy(a->range, lh.data(), 2 * K * sizeof(double));
+    HYPROF_TRY(lohi.alloc(ctx, op, 2 * K));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(lohi.get(), lh.data(), 2 * K * sizeof(double),
+                                      cudaMemcpyHostToDevice, st));
+    if (!single)
+        HYPROF_TRY(qreg.alloc(ctx, op, K * np));
+    if (np) {
+        quantise_kernel<<<dim3((unsigned)div_up(np, 256), (unsigned)K), 256, 0, st>>>(
+            F.get(), np, m, lohi.get(), single ? q.get() : qreg.get());
+        HYPROF_CUDA_CHECK_LAUNCH("quantise_kernel");
+    }
+    if (!single)
+        HYPROF_TRY(exchange(qreg));
+    mark(2, st);
+    /* lh (pageable) must outlive its copy */
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return HYPROF_OK;
+}
+
 hyprof_status_t EmpDevice::profiles()
 {
     cudaStream_t st = s.get();
@@ -655,7 +1146,7 @@ hyprof_status_t EmpDevice::profiles()
             emp.get() + b * P * n);
         HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
     }
-    mark(2, st);
+    mark(3, st);
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
     /* tile activity, ping-pong; two launches per look at the flag (a launch
@@ -685,11 +1176,11 @@ hyprof_status_t EmpDevice::profiles()
         if ((it & 7) == 7)
             HYPROF_TRY(cancelled());
     }
-    mark(3, st);
+    mark(4, st);
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         q.get(), m, n, (int)a->nradii, emp.get());
     HYPROF_CUDA_CHECK_LAUNCH("finish_kernel");
-    mark(4, st);
+    mark(5, st);
     return HYPROF_OK;
 }
 
@@ -701,11 +1192,11 @@ hyprof_status_t EmpDevice::emp_out()
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
-    mark(5, st);
+    mark(6, st);
     wait_output();
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(), nb * P * n * sizeof(float),
                                       cudaMemcpyDeviceToHost, st));
-    mark(6, st);
+    mark(7, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
 }
@@ -919,13 +1410,13 @@ hyprof_status_t EmpDevice::denoise()
             HYPROF_TRY(download(i, dst));
         }
     }
-    mark(5, s.get());
+    mark(6, s.get());
     if (whole) {
         wait_output();
         for (size_t i = 0; i < ngroups; ++i)
             HYPROF_TRY(download(i, outb[0].get() + 3 * i * G * n));
     }
-    mark(6, cs.get());
+    mark(7, cs.get());
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     return HYPROF_OK;
@@ -944,15 +1435,19 @@ hyprof_status_t EmpDevice::run()
                              a->width, a->height);
     const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
+    HYPROF_TRY(up.create(ctx, op));
     if (tracing())
         for (int i = 0; i < kEvents; ++i)
             HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
     mark(0, s.get());
-    HYPROF_TRY(upload());
-    mark(1, s.get());
-    HYPROF_TRY(profiles());
+    HYPROF_TRY(setup());
+    HYPROF_TRY(features());
     HYPROF_TRY(cancelled());
-    HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    if (nb) {
+        HYPROF_TRY(profiles());
+        HYPROF_TRY(cancelled());
+        HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    }
     if (ev[0])
         report(ms_since(t0));
     return HYPROF_OK;
@@ -961,78 +1456,87 @@ hyprof_status_t EmpDevice::run()
 void EmpDevice::report(double wall_ms)
 {
     float t[kEvents] = {0};
+    (void)cudaDeviceSynchronize();
     for (int i = 1; i < kEvents; ++i)
-        if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
+        if (!nb && i > 2)
+            t[i] = 0.0f;
+        else if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
             t[i] = -1.0f;
     float total = 0.0f;
-    if (cudaEventElapsedTime(&total, ev[0], ev[kEvents - 1]) != cudaSuccess)
+    if (cudaEventElapsedTime(&total, ev[0], ev[nb ? kEvents - 1 : 2]) != cudaSuccess)
         total = -1.0f;
     (void)cudaGetLastError();
-    int dev = -1;
-    (void)cudaGetDevice(&dev);
     hyprof__log(ctx, HYPROF_LOG_INFO,
-                "%s trace: device %d, bands %zu-%zu: upload %.2f ms, markers %.2f ms, "
-                "reconstruction %.2f ms (%d launches), finish %.2f ms, %s %.2f ms, download "
-                "tail %.2f ms; device %.2f ms, host wall %.2f ms (waited %.2f ms for the "
-                "output: prefault %.2f ms, then %s %.2f ms)",
-                op, dev, b0 + 1, b0 + nb, t[1], t[2], t[3], launches, t[4],
-                a->wavelet ? "denoise" : "to float", t[5], t[6], total, wall_ms, waited_ms,
-                prep->prefault_ms(), prep->pinned() ? "page-lock" : "no page-lock",
+                "%s stages: share=%zu shares=%zu device=%d rows=%zu-%zu bands=%zu-%zu "
+                "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
+                "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
+                "wall_ms=%.3f upload=%s chunks=%zu pack_ms=%.3f staging_wait_ms=%.3f "
+                "spectral_host_ms=%.3f output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
+                op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
+                t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
+                wall_ms, upload_mode, chunks, pack_ms, wait_staging_ms, spectral_host_ms,
+                waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
 
-/* The share of the bands [b0, b1) on `device`, with its own context for the
- * error text (the caller's is not thread-safe). */
-static hyprof_status_t run_share(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0,
-                                 size_t b1, const hyprof_ctx_t *main, const OutputPrep *prep)
+/* Share `i` on its device; any failure breaks the rendezvous. */
+static hyprof_status_t run_share(hyprof_ctx_t *ctx, Chain &c, size_t i)
 {
-    hyprof__cuda_device_scope scope; /* first: restored last */
-    HYPROF_TRY(scope.select(ctx, a->op));
-    try {
-        EmpDevice d(ctx, a, b0, b1, main, prep);
-        return d.run();
-    } catch (...) { /* std::vector growth */
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of host memory");
+    hyprof_status_t st;
+    {
+        hyprof__cuda_device_scope scope; /* first: restored last */
+        st = scope.select(ctx, c.a->op);
+        if (st == HYPROF_OK) {
+            try {
+                EmpDevice d(ctx, c, i);
+                st = d.run();
+            } catch (...) { /* std::vector growth */
+                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, c.a->op, "out of host memory");
+            }
+        }
     }
+    if (st != HYPROF_OK)
+        c.rv.brk();
+    return st;
 }
 
-/* One host thread per device, each on a contiguous range of bands. */
-static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
-                                 const OutputPrep *prep)
+/* One host thread per share, each with its own context for the error text
+ * (the caller's is not thread-safe). The reported error is the first share's
+ * own failure (not a stop caused by another's). */
+static hyprof_status_t run_multi(hyprof_ctx_t *ctx, Chain &c)
 {
-    const char *op = a->op;
-    const size_t nd = a->ndevices;
+    const char *op = c.a->op;
+    const size_t nd = c.sh.size();
     std::vector<hyprof_ctx_t *> sub(nd, (hyprof_ctx_t *)NULL);
     std::vector<hyprof_status_t> st(nd, HYPROF_OK);
     hyprof_status_t res = HYPROF_OK;
     std::vector<std::thread> threads;
     try {
         threads.reserve(nd);
+        for (size_t d = 0; d < nd; ++d)
+            if (!(sub[d] = hyprof_ctx_new()))
+                throw std::bad_alloc();
         for (size_t d = 0; d < nd; ++d) {
-            const size_t b0 = a->bands * d / nd, b1 = a->bands * (d + 1) / nd;
-            if (!(sub[d] = hyprof_ctx_new())) {
-                res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
-                break;
-            }
-            sub[d]->device = a->devices[d];
+            sub[d]->device = c.sh[d].device;
+            sub[d]->threads = ctx->threads;
             sub[d]->log = ctx->log; /* traces */
             sub[d]->log_user = ctx->log_user;
-            if (b1 > b0)
-                threads.emplace_back([&st, &sub, a, ctx, d, b0, b1, prep]() {
-                    st[d] = run_share(sub[d], a, b0, b1, ctx, prep);
-                });
         }
+        for (size_t d = 0; d < nd; ++d)
+            threads.emplace_back([&st, &sub, &c, d]() { st[d] = run_share(sub[d], c, d); });
     } catch (...) {
+        c.rv.brk(); /* the started threads stop at their next rendezvous */
         res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot start the device threads");
     }
     for (auto &t : threads) /* also after a failed start: never leave one running */
         t.join();
-    for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
-        if (st[d] != HYPROF_OK) {
-            res = st[d];
-            snprintf(ctx->error, sizeof ctx->error, "%s (device %d)", sub[d]->error,
-                     a->devices[d]);
-        }
+    for (int pass = 0; pass < 2 && res == HYPROF_OK; ++pass)
+        for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
+            if (st[d] != HYPROF_OK && (pass || !c.sh[d].aborted)) {
+                res = st[d];
+                snprintf(ctx->error, sizeof ctx->error, "%s (device %d)", sub[d]->error,
+                         c.sh[d].device);
+            }
     for (size_t d = 0; d < nd; ++d)
         hyprof_ctx_free(&sub[d]);
     return res;
@@ -1044,32 +1548,34 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
 {
     const hyprof_emp_args_t *a = (const hyprof_emp_args_t *)vargs;
     const char *op = a->op;
-    const bool multi = a->devices && a->ndevices > 1;
-    const int first = a->devices && a->ndevices ? a->devices[0] : ctx->device;
+    const size_t nshares = a->devices && a->ndevices ? a->ndevices : 1;
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || first < 0 || first >= count) {
-        (void)cudaGetLastError();
-        return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
-                             "CUDA device %d does not exist (%d device(s))", first, count);
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        count = 0;
+    (void)cudaGetLastError();
+    for (size_t d = 0; d < nshares; ++d) {
+        const int dev = a->devices && a->ndevices ? a->devices[d] : ctx->device;
+        if (dev < 0 || dev >= count)
+            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                                 "CUDA device %d does not exist (%d device(s))", dev, count);
     }
     int prev_dev = -1;
     (void)cudaGetDevice(&prev_dev);
     hyprof_status_t st;
-    {
+    try {
         OutputPrep prep; /* joined and unlocked after every device is done */
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), first);
-        if (!multi) {
+        Chain c(a, ctx, &prep, nshares);
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device);
+        if (nshares == 1) {
             const int saved = ctx->device;
-            ctx->device = first;
-            st = run_share(ctx, a, 0, a->bands, ctx, &prep);
+            ctx->device = c.sh[0].device;
+            st = run_share(ctx, c, 0);
             ctx->device = saved;
         } else {
-            try {
-                st = run_multi(ctx, a, &prep);
-            } catch (...) {
-                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
-            }
+            st = run_multi(ctx, c);
         }
+    } catch (...) {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
     }
     if (prev_dev >= 0)
         (void)cudaSetDevice(prev_dev);
