@@ -620,6 +620,10 @@ class OutputPrep {
         }
     }
     void wait() const { fut_.wait(); }
+    bool ready() const
+    {
+        return fut_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
     double ms() const { return ms_; }
     double prefault_ms() const { return prefault_ms_; }
     bool pinned() const { return p_ != NULL; }
@@ -1396,6 +1400,7 @@ hyprof_status_t EmpDevice::denoise()
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
         return HYPROF_OK;
     };
+    size_t queued = 0; /* groups whose download is queued (whole output) */
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
@@ -1408,13 +1413,16 @@ hyprof_status_t EmpDevice::denoise()
             if (i == 0)
                 wait_output();
             HYPROF_TRY(download(i, dst));
+        } else if (prep->ready()) { /* the host side is ready: overlap the copies */
+            for (; queued <= i; ++queued)
+                HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
         }
     }
     mark(6, s.get());
     if (whole) {
         wait_output();
-        for (size_t i = 0; i < ngroups; ++i)
-            HYPROF_TRY(download(i, outb[0].get() + 3 * i * G * n));
+        for (; queued < ngroups; ++queued)
+            HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
     }
     mark(7, cs.get());
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
