@@ -18,6 +18,8 @@
  * the chain), with two and three shares, and with more shares than feature
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
+ * The same checks again with the queue-based reconstruction
+ * ($HYPROF_EMP_RECON=queue): its EMP must be identical too.
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
@@ -417,6 +419,13 @@ int main(void)
         run_case(cpu, gpu, &cases[i], ndev);
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
         run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
+    /* the queue-based reconstruction must give the same planes */
+    printf("queue-based reconstruction (HYPROF_EMP_RECON=queue):\n");
+    setenv("HYPROF_EMP_RECON", "queue", 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_case(cpu, gpu, &cases[i], ndev);
+    run_chain_case(cpu, gpu, &chain_cases[0], multi, 1);
+    unsetenv("HYPROF_EMP_RECON");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);

@@ -22,6 +22,9 @@
  *               host relaunches until no tile changes. Chaotic relaxation of a
  *               monotone operator reaches the same fixpoint as Vincent's
  *               algorithm: the result is exact (integer), like the CPU's.
+ *               $HYPROF_EMP_RECON=queue: the same tile scans driven by a
+ *               device queue of tiles in one persistent launch (Teodoro et
+ *               al.'s queue propagation at tile granularity), same result
  *   finish      closings back to 255 - J, the band plane, masked pixels 0
  *   denoise     (W-MCD) per group of planes in double: periodized separable
  *               2-D DWT (rows/columns kernels, filters in constant memory),
@@ -138,45 +141,28 @@ __global__ void marker_kernel(const uint8_t *__restrict__ hm, const uint8_t *__r
     *dst = (uint8_t)m;
 }
 
-/* One warp per 32 x 32 tile of one plane: scans until the tile is stable.
- * A tile is skipped when neither it nor a neighbour changed in the previous
- * launch (`prev`, NULL: the first launch): then its pixels and its halo are
- * what they were when it was last found stable. Changed tiles are marked in
- * `cur` (cleared before the launch) and raise *changed. */
-__global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
-                                                   const uint8_t *__restrict__ mask, int W,
-                                                   int H, size_t n, int nradii, uint8_t *emp,
-                                                   const uint8_t *__restrict__ prev,
-                                                   uint8_t *cur, int *changed)
+/* One 32 x 32 tile (tx, ty) of reconstruction plane z, by one warp: loads it
+ * with its 1-pixel halo into shared memory, scans until it is stable and
+ * writes it back if it changed; returns whether it did. `kCoherent`: the
+ * loads and stores of J bypass L1 (__ldcg/__stcg), for the queue kernel,
+ * where other warps write the halo while this one runs. */
+template <bool kCoherent>
+__device__ bool recon_tile(const uint8_t *__restrict__ q, const uint8_t *__restrict__ mask,
+                           int W, int H, size_t n, int nradii, uint8_t *emp, int z, int tx,
+                           int ty, uint8_t (*J)[kStride], uint8_t (*I)[kStride])
 {
-    __shared__ uint8_t J[kTile + 2][kStride];
-    __shared__ uint8_t I[kTile][kStride];
-    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
-    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
-    if (prev) {
-        bool active = false;
-        for (int dy = -1; dy <= 1; ++dy)
-            for (int dx = -1; dx <= 1; ++dx) {
-                const int yy = ty + dy, xx = tx + dx;
-                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
-                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
-                    active = true;
-            }
-        if (!active)
-            return;
-    }
     int band, ri, outk;
     bool closing;
-    plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
+    plane_of(z, nradii, &band, &ri, &closing, &outk);
     uint8_t *plane = emp + ((size_t)band * (2 * nradii + 1) + outk) * n;
     const uint8_t *qb = q + (size_t)band * n;
-    const int lane = threadIdx.x, x0 = blockIdx.x * kTile, y0 = blockIdx.y * kTile;
+    const int lane = threadIdx.x, x0 = tx * kTile, y0 = ty * kTile;
     for (int i = lane; i < (kTile + 2) * (kTile + 2); i += 32) {
         const int sy = i / (kTile + 2), sx = i % (kTile + 2);
         const int gy = y0 + sy - 1, gx = x0 + sx - 1;
         const bool in = gx >= 0 && gx < W && gy >= 0 && gy < H;
         const size_t p = in ? (size_t)gy * W + gx : 0;
-        J[sy][sx] = in ? plane[p] : 0;
+        J[sy][sx] = in ? (kCoherent ? __ldcg(plane + p) : plane[p]) : 0;
         if (sy >= 1 && sy <= kTile && sx >= 1 && sx <= kTile) {
             uint8_t v = 0;
             if (in && (!mask || mask[p]))
@@ -244,15 +230,181 @@ __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q
         any = true;
     }
     if (!any)
-        return;
+        return false;
     for (int i = lane; i < kTile * kTile; i += 32) {
         const int sy = i / kTile, sx = i % kTile, gy = y0 + sy, gx = x0 + sx;
-        if (gx < W && gy < H)
-            plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
+        if (gx < W && gy < H) {
+            if (kCoherent)
+                __stcg(plane + (size_t)gy * W + gx, J[sy + 1][sx + 1]);
+            else
+                plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
+        }
     }
-    if (lane == 0) {
+    return true;
+}
+
+/* Block-asynchronous reconstruction (BAR), one launch: one warp per tile of
+ * every plane. A tile is skipped when neither it nor a neighbour changed in
+ * the previous launch (`prev`, NULL: the first launch): then its pixels and
+ * its halo are what they were when it was last found stable. Changed tiles
+ * are marked in `cur` (cleared before the launch) and raise *changed. */
+__global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
+                                                   const uint8_t *__restrict__ mask, int W,
+                                                   int H, size_t n, int nradii, uint8_t *emp,
+                                                   const uint8_t *__restrict__ prev,
+                                                   uint8_t *cur, int *changed)
+{
+    __shared__ uint8_t J[kTile + 2][kStride];
+    __shared__ uint8_t I[kTile][kStride];
+    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
+    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
+    if (prev) {
+        bool active = false;
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx) {
+                const int yy = ty + dy, xx = tx + dx;
+                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
+                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
+                    active = true;
+            }
+        if (!active)
+            return;
+    }
+    if (!recon_tile<false>(q, mask, W, H, n, nradii, emp, blockIdx.z, tx, ty, J, I))
+        return;
+    if (threadIdx.x == 0) {
         cur[tile] = 1;
         *changed = 1;
+    }
+}
+
+/* Queue-based reconstruction (after Teodoro et al.'s queue propagation, at
+ * tile granularity): one persistent launch. Every tile starts queued; a warp
+ * pops a tile, runs it to stability (recon_tile) and, if it changed, queues
+ * its 8 neighbours in the same plane. A tile's state (idle, queued, running,
+ * running and dirty) keeps it in the queue at most once and run by one warp
+ * at a time: a neighbour that changes while it runs marks it dirty and its
+ * warp runs it again. `pending` (queued + running tiles) reaching 0 ends the
+ * launch. The same monotone relaxation as BAR: the same exact fixpoint. */
+enum : unsigned { kIdle = 0, kQueued = 1, kRunning = 2, kDirty = 3 };
+
+struct TileQueue {
+    unsigned *state;             /* per tile */
+    int *slot;                   /* ring of cap tile numbers, -1: not written yet */
+    unsigned long long *head, *tail;
+    int *pending, *error;
+    size_t cap;
+};
+
+__global__ void queue_init_kernel(TileQueue tq, size_t ntiles)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < tq.cap)
+        tq.slot[i] = i < ntiles ? (int)i : -1;
+    if (i < ntiles)
+        tq.state[i] = kQueued;
+    if (i == 0) {
+        *tq.head = 0;
+        *tq.tail = ntiles;
+        *tq.pending = (int)ntiles;
+        *tq.error = 0;
+    }
+}
+
+__device__ void queue_push(const TileQueue &tq, int tile)
+{
+    for (;;) {
+        const unsigned st = *(volatile unsigned *)(tq.state + tile);
+        if (st == kIdle) {
+            if (atomicCAS(tq.state + tile, kIdle, kQueued) != kIdle)
+                continue;
+            atomicAdd(tq.pending, 1);
+            const unsigned long long t = atomicAdd(tq.tail, 1ull);
+            *(volatile int *)(tq.slot + t % tq.cap) = tile;
+            __threadfence();
+            return;
+        }
+        if (st == kRunning) {
+            if (atomicCAS(tq.state + tile, kRunning, kDirty) != kRunning)
+                continue;
+            return;
+        }
+        return; /* queued or dirty: it will run again */
+    }
+}
+
+__global__ void __launch_bounds__(32) recon_queue_kernel(const uint8_t *__restrict__ q,
+                                                         const uint8_t *__restrict__ mask,
+                                                         int W, int H, size_t n, int nradii,
+                                                         uint8_t *emp, int ntx, int nty,
+                                                         TileQueue tq)
+{
+    __shared__ uint8_t J[kTile + 2][kStride];
+    __shared__ uint8_t I[kTile][kStride];
+    const int lane = threadIdx.x;
+    const size_t per_plane = (size_t)ntx * nty;
+    long long idle = 0;
+    unsigned long long seen = ~0ull;
+    for (;;) {
+        int tile = -1; /* -2: stop */
+        if (lane == 0) {
+            const unsigned long long h = *(volatile unsigned long long *)tq.head;
+            const unsigned long long t = *(volatile unsigned long long *)tq.tail;
+            if (h != seen) { /* progress somewhere */
+                seen = h;
+                idle = 0;
+            }
+            if (h < t) {
+                if (atomicCAS(tq.head, h, h + 1) == h) {
+                    volatile int *sl = tq.slot + h % tq.cap;
+                    while ((tile = *sl) < 0) /* reserved, being written */
+                        ;
+                    *sl = -1;
+                    atomicExch(tq.state + tile, kRunning);
+                    __threadfence();
+                }
+            } else if (*(volatile int *)tq.pending == 0 || *(volatile int *)tq.error) {
+                tile = -2;
+            } else if (++idle > (1ll << 24)) { /* never expected: a bug, not a hang */
+                atomicExch(tq.error, 1);
+                tile = -2;
+            } else {
+                __nanosleep(200);
+            }
+        }
+        tile = __shfl_sync(0xffffffffu, tile, 0);
+        if (tile == -2)
+            return;
+        if (tile < 0)
+            continue;
+        const int z = (int)(tile / per_plane), r = (int)(tile % per_plane);
+        const int tx = r % ntx, ty = r / ntx;
+        for (;;) {
+            const bool changed =
+                recon_tile<true>(q, mask, W, H, n, nradii, emp, z, tx, ty, J, I);
+            int again = 0;
+            if (lane == 0) {
+                if (changed) {
+                    __threadfence(); /* the tile's pixels before its neighbours see a push */
+                    for (int dy = -1; dy <= 1; ++dy)
+                        for (int dx = -1; dx <= 1; ++dx) {
+                            const int yy = ty + dy, xx = tx + dx;
+                            if ((dx || dy) && yy >= 0 && yy < nty && xx >= 0 && xx < ntx)
+                                queue_push(tq, (int)(z * per_plane + (size_t)yy * ntx + xx));
+                        }
+                }
+                if (atomicCAS(tq.state + tile, kRunning, kIdle) == kDirty) {
+                    atomicExch(tq.state + tile, kRunning);
+                    __threadfence();
+                    again = 1;
+                } else {
+                    atomicSub(tq.pending, 1);
+                }
+            }
+            __syncwarp();
+            if (!__shfl_sync(0xffffffffu, again, 0))
+                break;
+        }
     }
 }
 
@@ -930,6 +1082,8 @@ class EmpDevice {
     hyprof_status_t features();
     hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
+    hyprof_status_t reconstruct_bar(dim3 tiles);
+    hyprof_status_t reconstruct_queue(dim3 tiles);
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
     struct Bufs;
@@ -1132,27 +1286,17 @@ hyprof_status_t EmpDevice::features()
     return HYPROF_OK;
 }
 
-hyprof_status_t EmpDevice::profiles()
+/* $HYPROF_EMP_RECON=queue: the queue-based reconstruction instead of BAR. */
+static bool recon_queue()
+{
+    return env_is("HYPROF_EMP_RECON", "queue");
+}
+
+/* BAR: relaunches until no tile changes. */
+hyprof_status_t EmpDevice::reconstruct_bar(dim3 tiles)
 {
     cudaStream_t st = s.get();
-    const size_t nrec = nb * 2 * a->nradii;
     const uint8_t *m = a->mask ? mask.get() : NULL;
-    const int rmax = a->radii[a->nradii - 1];
-    DeviceBuffer<uint8_t> hm;
-    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
-    const dim3 eb(32, 8);
-    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
-        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
-                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
-        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
-        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
-            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
-            emp.get() + b * P * n);
-        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
-    }
-    mark(3, st);
-    const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
-                     (unsigned)nrec);
     /* tile activity, ping-pong; two launches per look at the flag (a launch
      * after convergence skips every tile) */
     const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z;
@@ -1180,6 +1324,74 @@ hyprof_status_t EmpDevice::profiles()
         if ((it & 7) == 7)
             HYPROF_TRY(cancelled());
     }
+    return HYPROF_OK;
+}
+
+/* The queue-based reconstruction: one persistent launch, as many warps as
+ * the device holds at once. */
+hyprof_status_t EmpDevice::reconstruct_queue(dim3 tiles)
+{
+    cudaStream_t st = s.get();
+    const uint8_t *m = a->mask ? mask.get() : NULL;
+    const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z, cap = 2 * ntiles;
+    if (ntiles > (size_t)INT_MAX / 2)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zu tiles: too many for the queue",
+                             ntiles);
+    DeviceBuffer<unsigned> state;
+    DeviceBuffer<int> slot, flags;
+    DeviceBuffer<unsigned long long> ends;
+    HYPROF_TRY(state.alloc(ctx, op, ntiles));
+    HYPROF_TRY(slot.alloc(ctx, op, cap));
+    HYPROF_TRY(flags.alloc(ctx, op, 2));
+    HYPROF_TRY(ends.alloc(ctx, op, 2));
+    const TileQueue tq = {state.get(), slot.get(), ends.get(), ends.get() + 1, flags.get(),
+                          flags.get() + 1, cap};
+    queue_init_kernel<<<(unsigned)div_up(cap, 256), 256, 0, st>>>(tq, ntiles);
+    HYPROF_CUDA_CHECK_LAUNCH("queue_init_kernel");
+    int dev = 0, sms = 0, per_sm = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    HYPROF_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, recon_queue_kernel, 32, 0));
+    per_sm = per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm;
+    size_t warps = (size_t)sms * per_sm;
+    warps = warps > ntiles ? ntiles : warps;
+    recon_queue_kernel<<<(unsigned)warps, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii,
+                                                        emp.get(), (int)tiles.x, (int)tiles.y,
+                                                        tq);
+    HYPROF_CUDA_CHECK_LAUNCH("recon_queue_kernel");
+    launches = 1;
+    int err = 0;
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(&err, tq.error, sizeof err, cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (err)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
+                             "the queue-based reconstruction stopped making progress");
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::profiles()
+{
+    cudaStream_t st = s.get();
+    const size_t nrec = nb * 2 * a->nradii;
+    const uint8_t *m = a->mask ? mask.get() : NULL;
+    const int rmax = a->radii[a->nradii - 1];
+    DeviceBuffer<uint8_t> hm;
+    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
+    const dim3 eb(32, 8);
+    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
+        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
+                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
+        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
+        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
+            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
+            emp.get() + b * P * n);
+        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
+    }
+    mark(3, st);
+    const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
+                     (unsigned)nrec);
+    HYPROF_TRY(recon_queue() ? reconstruct_queue(tiles) : reconstruct_bar(tiles));
     mark(4, st);
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         q.get(), m, n, (int)a->nradii, emp.get());
