@@ -968,8 +968,13 @@ struct Chain {
             s.b0 = a->bands * d / nshares;
             s.b1 = a->bands * (d + 1) / nshares;
         }
-        const int t = hyprof__threads(main) / (int)nshares;
-        pack_threads = t < 1 ? 1 : t > 8 ? 8 : t;
+        /* host threads packing the input chunks: the context's threads over
+         * the shares, at most 8 each (memory bandwidth, not cores, limits a
+         * copy), or $HYPROF_EMP_PACK_THREADS over the shares */
+        const char *env = getenv("HYPROF_EMP_PACK_THREADS");
+        const long total = env && atol(env) > 0 ? atol(env) : hyprof__threads(main);
+        const long t = total / (long)nshares;
+        pack_threads = t < 1 ? 1 : t > 8 && !env ? 8 : (int)t;
     }
     size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
     /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
@@ -1690,11 +1695,12 @@ void EmpDevice::report(double wall_ms)
                 "%s stages: share=%zu shares=%zu device=%d rows=%zu-%zu bands=%zu-%zu "
                 "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
-                "wall_ms=%.3f upload=%s chunks=%zu pack_ms=%.3f staging_wait_ms=%.3f "
+                "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
                 "spectral_host_ms=%.3f output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
-                wall_ms, upload_mode, chunks, pack_ms, wait_staging_ms, spectral_host_ms,
+                wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
+                spectral_host_ms,
                 waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
