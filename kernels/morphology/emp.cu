@@ -55,6 +55,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -745,11 +746,19 @@ static bool env_is(const char *name, const char *value)
     return env && strcmp(env, value) == 0;
 }
 
+/* $HYPROF_EMP_PIN=staged: see OutputPrep. */
+static bool staged_output()
+{
+    return env_is("HYPROF_EMP_PIN", "staged");
+}
+
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
  * copies) and page-locks it for every device (portable), so the downloads run
- * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking. Best effort: when
- * it fails the output stays pageable. Every download waits for it. */
+ * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking; =staged too, and the
+ * downloads go through the pinned staging pool instead (EmpDevice::
+ * download_staged). Best effort: when it fails the output stays pageable.
+ * Every download waits for it. */
 class OutputPrep {
   public:
     OutputPrep() : fut_(pr_.get_future().share()) {}
@@ -787,7 +796,8 @@ class OutputPrep {
         hyprof__prefault(ctx, p, bytes);
         prefault_ms_ = ms_since(t0);
         const char *env = getenv("HYPROF_EMP_PIN");
-        if (!(env && strcmp(env, "0") == 0) && cudaSetDevice(device) == cudaSuccess &&
+        if (!(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
+            cudaSetDevice(device) == cudaSuccess &&
             cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
             p_ = p;
         (void)cudaGetLastError();
@@ -826,6 +836,7 @@ class StagingPool {
                     return true;
                 }
         }
+        bytes = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* reusable */
         if (cudaHostAlloc(&b->p, bytes, cudaHostAllocPortable) != cudaSuccess) {
             (void)cudaGetLastError();
             b->p = NULL;
@@ -1091,6 +1102,9 @@ class EmpDevice {
     hyprof_status_t reconstruct_queue(dim3 tiles);
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
+    typedef std::vector<std::pair<size_t, cudaEvent_t>> Ready;
+    hyprof_status_t download_staged(const float *src, float *dst, size_t count,
+                                    cudaStream_t cs, const Ready &ready);
     struct Bufs;
     hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
 };
@@ -1414,9 +1428,18 @@ hyprof_status_t EmpDevice::emp_out()
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     mark(6, st);
-    wait_output();
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(), nb * P * n * sizeof(float),
-                                      cudaMemcpyDeviceToHost, st));
+    if (staged_output()) {
+        Event computed;
+        HYPROF_TRY(computed.create(ctx, op));
+        HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
+        HYPROF_TRY(download_staged(out.get(), a->out + b0 * P * n, nb * P * n, st,
+                                   Ready(1, std::make_pair(nb * P * n, computed.get()))));
+    } else {
+        wait_output();
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(),
+                                          nb * P * n * sizeof(float), cudaMemcpyDeviceToHost,
+                                          st));
+    }
     mark(7, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
@@ -1560,6 +1583,64 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
     return HYPROF_OK;
 }
 
+/* Downloads `count` floats from the device at src to the host at dst through
+ * three pinned staging slots of 16 MiB: the copy of one slot (on cs) runs
+ * while host threads copy the previous one out. Each piece first waits for
+ * the event of the first group whose end (offset in floats, increasing in
+ * `ready`) covers it. */
+hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t count,
+                                           cudaStream_t cs, const Ready &ready)
+{
+    constexpr int NS = 3;
+    const size_t piece = ((size_t)16 << 20) / sizeof(float), np = div_up(count, piece);
+    Staging stg[NS];
+    Event got[NS];
+    bool pinned = true;
+    for (int k = 0; k < NS && (size_t)k < np; ++k) {
+        HYPROF_TRY(got[k].create(ctx, op));
+        pinned = pinned && stg[k].take((piece < count ? piece : count) * sizeof(float), cs);
+    }
+    if (!pinned)
+        wait_output(); /* the prefault writes the pages: it must be done */
+    bool waited = !pinned;
+    auto out = [&](size_t o, size_t len, int k) {
+        if (!waited) {
+            wait_output();
+            waited = true;
+        }
+        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1);
+    };
+    size_t r = 0;
+    for (size_t j = 0; j < np; ++j) {
+        const size_t off = j * piece, len = count - off < piece ? count - off : piece;
+        while (r + 1 < ready.size() && ready[r].first < off + len)
+            ++r;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, ready[r].second, 0));
+        if (!pinned) {
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, len * sizeof(float),
+                                              cudaMemcpyDeviceToHost, cs));
+            continue;
+        }
+        const int k = (int)(j % NS);
+        if (j >= (size_t)NS) { /* slot k holds piece j - NS: out with it */
+            const size_t o = (j - NS) * piece;
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
+            out(o, piece, k);
+        }
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(stg[k].get(), src + off, len * sizeof(float),
+                                          cudaMemcpyDeviceToHost, cs));
+        HYPROF_CUDA_CHECK(cudaEventRecord(got[k].get(), cs));
+    }
+    for (size_t j = np > (size_t)NS ? np - NS : 0; pinned && j < np; ++j) {
+        const int k = (int)(j % NS);
+        const size_t o = j * piece, len = count - o < piece ? count - o : piece;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
+        out(o, len, k);
+    }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs));
+    return HYPROF_OK;
+}
+
 hyprof_status_t EmpDevice::denoise()
 {
     if (a->wavelet->length > (size_t)kMaxFilter)
@@ -1618,6 +1699,7 @@ hyprof_status_t EmpDevice::denoise()
         return HYPROF_OK;
     };
     size_t queued = 0; /* groups whose download is queued (whole output) */
+    const bool staged = staged_output();
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
@@ -1630,13 +1712,20 @@ hyprof_status_t EmpDevice::denoise()
             if (i == 0)
                 wait_output();
             HYPROF_TRY(download(i, dst));
-        } else if (prep->ready()) { /* the host side is ready: overlap the copies */
+        } else if (!staged && prep->ready()) { /* the host is ready: overlap the copies */
             for (; queued <= i; ++queued)
                 HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
         }
     }
     mark(6, s.get());
-    if (whole) {
+    if (whole && staged) {
+        Ready ready;
+        for (size_t i = 0; i < ngroups; ++i)
+            ready.push_back(std::make_pair(3 * (i * G + (planes - i * G < G ? planes - i * G : G)) * n,
+                                           done[i].get()));
+        HYPROF_TRY(download_staged(outb[0].get(), a->out + 3 * b0 * P * n, 3 * planes * n,
+                                   cs.get(), ready));
+    } else if (whole) {
         wait_output();
         for (; queued < ngroups; ++queued)
             HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
