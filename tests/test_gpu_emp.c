@@ -19,7 +19,8 @@
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
  * The same checks again with the queue-based reconstruction
- * ($HYPROF_EMP_RECON=queue): its EMP must be identical too.
+ * ($HYPROF_EMP_RECON=queue): its EMP must be identical too; and some with
+ * the output downloaded through pinned staging ($HYPROF_EMP_PIN=staged).
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
@@ -426,6 +427,12 @@ int main(void)
         run_case(cpu, gpu, &cases[i], ndev);
     run_chain_case(cpu, gpu, &chain_cases[0], multi, 1);
     unsetenv("HYPROF_EMP_RECON");
+    /* and the output downloaded through the pinned staging pool */
+    printf("staged downloads (HYPROF_EMP_PIN=staged):\n");
+    setenv("HYPROF_EMP_PIN", "staged", 1);
+    run_case(cpu, gpu, &cases[1], ndev);
+    run_chain_case(cpu, gpu, &chain_cases[0], multi, 1);
+    unsetenv("HYPROF_EMP_PIN");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);
