@@ -383,10 +383,12 @@ __global__ void __launch_bounds__(32) recon_queue_kernel(const uint8_t *__restri
         for (;;) {
             const bool changed =
                 recon_tile<true>(q, mask, W, H, n, nradii, emp, z, tx, ty, J, I);
+            if (changed) /* every lane's pixels out before a neighbour sees a push */
+                __threadfence();
+            __syncwarp();
             int again = 0;
             if (lane == 0) {
                 if (changed) {
-                    __threadfence(); /* the tile's pixels before its neighbours see a push */
                     for (int dy = -1; dy <= 1; ++dy)
                         for (int dx = -1; dx <= 1; ++dx) {
                             const int yy = ty + dy, xx = tx + dx;
