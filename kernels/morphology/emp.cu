@@ -770,8 +770,7 @@ class OutputPrep {
     {
         if (t_.joinable())
             t_.join();
-        if (p_)
-            (void)cudaHostUnregister(p_); /* every copy into it has completed */
+        in_parallel([](Piece &x) { (void)cudaHostUnregister(x.p); }); /* copies are done */
         (void)cudaGetLastError();
     }
     void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
@@ -789,19 +788,80 @@ class OutputPrep {
     }
     double ms() const { return ms_; }
     double prefault_ms() const { return prefault_ms_; }
-    bool pinned() const { return p_ != NULL; }
+    bool pinned() const { return !pieces_.empty(); }
 
   private:
+    struct Piece {
+        void *p;
+        size_t bytes;
+        bool ok;
+    };
+    /* f on every piece, the pieces after the first on threads of their own
+     * (the kernel pins and unpins ranges in parallel) */
+    template <typename F> void in_parallel(F f)
+    {
+        std::vector<std::thread> th;
+        for (size_t i = 1; i < pieces_.size(); ++i) {
+            try {
+                th.emplace_back([&f, this, i]() {
+                    (void)cudaSetDevice(device_);
+                    f(pieces_[i]);
+                });
+            } catch (...) {
+                f(pieces_[i]);
+            }
+        }
+        if (!pieces_.empty())
+            f(pieces_[0]);
+        for (auto &t : th)
+            t.join();
+    }
+    /* $HYPROF_EMP_PIN_SPLIT=N: page-lock in N pieces at once (default 1),
+     * split at 2 MiB boundaries so that no page belongs to two pieces */
+    void split(void *p, size_t bytes)
+    {
+        const char *env = getenv("HYPROF_EMP_PIN_SPLIT");
+        long parts = env ? atol(env) : 1;
+        parts = parts < 1 ? 1 : parts > 16 ? 16 : parts;
+        const uintptr_t a = (uintptr_t)p, e = a + bytes, huge = (uintptr_t)2 << 20;
+        uintptr_t from = a;
+        for (long i = 1; i <= parts; ++i) {
+            uintptr_t to = i == parts ? e : (a + (uintptr_t)(bytes / parts * i)) & ~(huge - 1);
+            if (to > from) {
+                pieces_.push_back({(void *)from, (size_t)(to - from), false});
+                from = to;
+            }
+        }
+    }
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
         hyprof__prefault(ctx, p, bytes);
         prefault_ms_ = ms_since(t0);
         const char *env = getenv("HYPROF_EMP_PIN");
+        device_ = device;
         if (!(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
-            cudaSetDevice(device) == cudaSuccess &&
-            cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
-            p_ = p;
+            cudaSetDevice(device) == cudaSuccess) {
+            try {
+                split(p, bytes);
+            } catch (...) {
+                pieces_.clear();
+            }
+            in_parallel([](Piece &x) {
+                x.ok = cudaHostRegister(x.p, x.bytes, cudaHostRegisterPortable) == cudaSuccess;
+                (void)cudaGetLastError();
+            });
+            bool all = true;
+            for (const Piece &x : pieces_)
+                all = all && x.ok;
+            if (!all) { /* best effort: pageable it stays */
+                in_parallel([](Piece &x) {
+                    if (x.ok)
+                        (void)cudaHostUnregister(x.p);
+                });
+                pieces_.clear();
+            }
+        }
         (void)cudaGetLastError();
         ms_ = ms_since(t0);
         pr_.set_value();
@@ -809,7 +869,8 @@ class OutputPrep {
     std::promise<void> pr_;
     std::shared_future<void> fut_;
     std::thread t_;
-    void *p_ = NULL;
+    std::vector<Piece> pieces_;
+    int device_ = 0;
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
