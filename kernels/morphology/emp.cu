@@ -748,37 +748,45 @@ static bool env_is(const char *name, const char *value)
     return env && strcmp(env, value) == 0;
 }
 
-/* $HYPROF_EMP_PIN=staged: see OutputPrep. */
+/* $HYPROF_EMP_PIN=staged: see HostPrep. */
 static bool staged_output()
 {
     return env_is("HYPROF_EMP_PIN", "staged");
 }
 
-/* The host side of the output, on a helper thread while the devices compute:
- * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies) and page-locks it for every device (portable), so the downloads run
- * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking; =staged too, and the
+/* A host range made ready for DMA on a helper thread while the devices do
+ * other work: the output's fresh pages touched (in parallel: faults no longer
+ * serialise inside the copies), then the range page-locked for every device
+ * (portable), so that copies run at DMA speed; the lock is released, in
+ * pieces at once too, when the object goes. Best effort: when locking fails
+ * the range stays pageable. Every copy into or out of it waits for it.
+ * For the output: $HYPROF_EMP_PIN=0 skips the locking; =staged too, and the
  * downloads go through the pinned staging pool instead (EmpDevice::
- * download_staged). Best effort: when it fails the output stays pageable.
- * Every download waits for it. */
-class OutputPrep {
+ * download_staged). $HYPROF_EMP_PIN_SPLIT=N: lock in N pieces at once
+ * (default 1), split at 2 MiB boundaries so that no page is in two pieces. */
+class HostPrep {
   public:
-    OutputPrep() : fut_(pr_.get_future().share()) {}
-    OutputPrep(const OutputPrep &) = delete;
-    OutputPrep &operator=(const OutputPrep &) = delete;
-    ~OutputPrep()
+    HostPrep() : fut_(pr_.get_future().share()) {}
+    HostPrep(const HostPrep &) = delete;
+    HostPrep &operator=(const HostPrep &) = delete;
+    ~HostPrep()
     {
         if (t_.joinable())
             t_.join();
-        in_parallel([](Piece &x) { (void)cudaHostUnregister(x.p); }); /* copies are done */
+        in_parallel([](Piece &x) {
+            if (x.owned)
+                (void)cudaHostUnregister(x.p); /* every copy has completed */
+        });
         (void)cudaGetLastError();
     }
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    /* prefault: touch the (fresh, zeroed) pages first; lock: page-lock. */
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, bool prefault,
+               bool lock)
     {
         try {
-            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
+            t_ = std::thread(&HostPrep::work, this, ctx, p, bytes, device, prefault, lock);
         } catch (...) {
-            work(ctx, p, bytes, device);
+            work(ctx, p, bytes, device, prefault, lock);
         }
     }
     void wait() const { fut_.wait(); }
@@ -794,10 +802,9 @@ class OutputPrep {
     struct Piece {
         void *p;
         size_t bytes;
-        bool ok;
+        bool ok, owned;
     };
-    /* f on every piece, the pieces after the first on threads of their own
-     * (the kernel pins and unpins ranges in parallel) */
+    /* f on every piece, the pieces after the first on threads of their own */
     template <typename F> void in_parallel(F f)
     {
         std::vector<std::thread> th;
@@ -816,8 +823,6 @@ class OutputPrep {
         for (auto &t : th)
             t.join();
     }
-    /* $HYPROF_EMP_PIN_SPLIT=N: page-lock in N pieces at once (default 1),
-     * split at 2 MiB boundaries so that no page belongs to two pieces */
     void split(void *p, size_t bytes)
     {
         const char *env = getenv("HYPROF_EMP_PIN_SPLIT");
@@ -828,40 +833,48 @@ class OutputPrep {
         for (long i = 1; i <= parts; ++i) {
             uintptr_t to = i == parts ? e : (a + (uintptr_t)(bytes / parts * i)) & ~(huge - 1);
             if (to > from) {
-                pieces_.push_back({(void *)from, (size_t)(to - from), false});
+                pieces_.push_back({(void *)from, (size_t)(to - from), false, false});
                 from = to;
             }
         }
     }
-    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    void lock()
+    {
+        try {
+            split(p_, bytes_);
+        } catch (...) {
+            pieces_.clear();
+        }
+        in_parallel([](Piece &x) {
+            const cudaError_t e = cudaHostRegister(x.p, x.bytes, cudaHostRegisterPortable);
+            /* already locked by the caller: usable as it is, and stays so */
+            x.ok = e == cudaSuccess || e == cudaErrorHostMemoryAlreadyRegistered;
+            x.owned = e == cudaSuccess;
+            (void)cudaGetLastError();
+        });
+        bool all = true;
+        for (const Piece &x : pieces_)
+            all = all && x.ok;
+        if (!all) { /* best effort: pageable it stays */
+            in_parallel([](Piece &x) {
+                if (x.owned)
+                    (void)cudaHostUnregister(x.p);
+            });
+            pieces_.clear();
+        }
+    }
+    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, bool prefault,
+              bool lock_it)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        hyprof__prefault(ctx, p, bytes);
-        prefault_ms_ = ms_since(t0);
-        const char *env = getenv("HYPROF_EMP_PIN");
+        p_ = p;
+        bytes_ = bytes;
         device_ = device;
-        if (!(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
-            cudaSetDevice(device) == cudaSuccess) {
-            try {
-                split(p, bytes);
-            } catch (...) {
-                pieces_.clear();
-            }
-            in_parallel([](Piece &x) {
-                x.ok = cudaHostRegister(x.p, x.bytes, cudaHostRegisterPortable) == cudaSuccess;
-                (void)cudaGetLastError();
-            });
-            bool all = true;
-            for (const Piece &x : pieces_)
-                all = all && x.ok;
-            if (!all) { /* best effort: pageable it stays */
-                in_parallel([](Piece &x) {
-                    if (x.ok)
-                        (void)cudaHostUnregister(x.p);
-                });
-                pieces_.clear();
-            }
-        }
+        if (prefault)
+            hyprof__prefault(ctx, p, bytes);
+        prefault_ms_ = ms_since(t0);
+        if (lock_it && cudaSetDevice(device) == cudaSuccess)
+            lock();
         (void)cudaGetLastError();
         ms_ = ms_since(t0);
         pr_.set_value();
@@ -870,9 +883,24 @@ class OutputPrep {
     std::shared_future<void> fut_;
     std::thread t_;
     std::vector<Piece> pieces_;
+    void *p_ = NULL;
+    size_t bytes_ = 0;
     int device_ = 0;
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
+
+/* The input: page-locked where it is ($HYPROF_EMP_STAGING=register), so that
+ * the chunks go up by DMA straight from it, or packed into pinned staging. */
+static bool input_registered()
+{
+    return env_is("HYPROF_EMP_STAGING", "register");
+}
+
+static bool output_locked()
+{
+    const char *env = getenv("HYPROF_EMP_PIN");
+    return !(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0));
+}
 
 /* Page-locked staging for the input chunks, kept for the next call: pinning
  * fresh memory costs about as much as the copy it speeds up (a 320 MB cube
@@ -1021,16 +1049,17 @@ struct Share {
     bool aborted = false;    /* stopped because another share failed */
 };
 
-class OutputPrep;
+class HostPrep;
 
 struct Chain {
     const hyprof_emp_args_t *a;
     const hyprof_ctx_t *main;
-    const OutputPrep *prep;
+    const HostPrep *prep;    /* the output */
+    const HostPrep *in_prep = NULL; /* the input, when it is page-locked */
     std::vector<Share> sh;
     Rendezvous rv;
     int pack_threads;
-    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
+    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const HostPrep *prep,
           size_t nshares)
         : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
     {
@@ -1115,7 +1144,7 @@ class EmpDevice {
     Share &sp;
     size_t b0, nb;
     const hyprof_ctx_t *main;
-    const OutputPrep *prep;
+    const HostPrep *prep;
     size_t n;
     int W, H;
     size_t P;
@@ -1124,7 +1153,8 @@ class EmpDevice {
     static constexpr int kEvents = 8;
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
-    double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0;
+    double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
+           input_wait_ms = 0.0, loop_ms = 0.0;
     size_t chunks = 0;
     const char *upload_mode = "none";
     void mark(int i, cudaStream_t st)
@@ -1245,6 +1275,14 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     Event loaded[NS], used[NS];
     Staging stg[NS];
     bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
+    if (c.in_prep) { /* the input page-locked where it is: no staging if that worked */
+        const auto w0 = std::chrono::steady_clock::now();
+        c.in_prep->wait();
+        input_wait_ms = ms_since(w0);
+        if (c.in_prep->pinned())
+            pinned = false;
+    }
+    const bool direct = c.in_prep && c.in_prep->pinned();
     for (int k = 0; k < NS && (size_t)k < nch; ++k) {
         HYPROF_TRY(din[k].alloc(ctx, op, m * B));
         HYPROF_TRY(loaded[k].create(ctx, op));
@@ -1252,9 +1290,10 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
         if (pinned && !stg[k].take(m * B * sizeof(float), us))
             pinned = false; /* pageable copies: slower, still right */
     }
-    upload_mode = pinned ? "pinned" : "pageable";
+    upload_mode = direct ? "registered" : pinned ? "pinned" : "pageable";
     const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
     const size_t flen = a->spec_levels ? a->spec_flen : 2;
+    const auto l0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < nch; ++i) {
         const int k = (int)(i % NS);
         const size_t p0 = P0 + i * m, mi = P0 + np - p0 < m ? P0 + np - p0 : m;
@@ -1283,6 +1322,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
         if ((i & 3) == 3)
             HYPROF_TRY(cancelled());
     }
+    loop_ms = ms_since(l0);
     spectral_host_ms = ms_since(t0);
     return HYPROF_OK;
 }
@@ -1848,11 +1888,12 @@ void EmpDevice::report(double wall_ms)
                 "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
                 "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
-                "spectral_host_ms=%.3f output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
+                "spectral_host_ms=%.3f loop_ms=%.3f input_wait_ms=%.3f input_pin_ms=%.3f "
+                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
-                spectral_host_ms,
+                spectral_host_ms, loop_ms, input_wait_ms, c.in_prep ? c.in_prep->ms() : 0.0,
                 waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
@@ -1912,7 +1953,7 @@ static hyprof_status_t run_multi(hyprof_ctx_t *ctx, Chain &c)
         for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
             if (st[d] != HYPROF_OK && (pass || !c.sh[d].aborted)) {
                 res = st[d];
-                snprintf(ctx->error, sizeof ctx->error, "%s (device %d)", sub[d]->error,
+                snprintf(ctx->error, sizeof ctx->error, "%.1000s (device %d)", sub[d]->error,
                          c.sh[d].device);
             }
     for (size_t d = 0; d < nd; ++d)
@@ -1941,9 +1982,15 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
     (void)cudaGetDevice(&prev_dev);
     hyprof_status_t st;
     try {
-        OutputPrep prep; /* joined and unlocked after every device is done */
+        HostPrep in_prep, prep; /* joined and unlocked after every device is done */
         Chain c(a, ctx, &prep, nshares);
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device);
+        if (input_registered()) {
+            c.in_prep = &in_prep;
+            in_prep.start(ctx, (void *)a->x, a->in_bands * a->width * a->height * sizeof(float),
+                          c.sh[0].device, false, true);
+        }
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, true,
+                   output_locked());
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;
