@@ -289,19 +289,27 @@ __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q
  * launch. The same monotone relaxation as BAR: the same exact fixpoint. */
 enum : unsigned { kIdle = 0, kQueued = 1, kRunning = 2, kDirty = 3 };
 
+/* The queue: a ring of cap slots; entry t (t-th push) goes to slot t % cap
+ * tagged with t + 1 (0: empty), and is taken by the warp holding ticket t
+ * (tickets drawn with one atomicAdd: no contended compare-and-swap). */
 struct TileQueue {
     unsigned *state;             /* per tile */
-    int *slot;                   /* ring of cap tile numbers, -1: not written yet */
+    unsigned long long *slot;
     unsigned long long *head, *tail;
     int *pending, *error;
     size_t cap;
 };
 
+__device__ __forceinline__ unsigned long long slot_value(unsigned long long t, int tile)
+{
+    return ((t + 1) << 32) | (unsigned)tile;
+}
+
 __global__ void queue_init_kernel(TileQueue tq, size_t ntiles)
 {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < tq.cap)
-        tq.slot[i] = i < ntiles ? (int)i : -1;
+        tq.slot[i] = i < ntiles ? slot_value(i, (int)i) : 0ull;
     if (i < ntiles)
         tq.state[i] = kQueued;
     if (i == 0) {
@@ -320,9 +328,11 @@ __device__ void queue_push(const TileQueue &tq, int tile)
             if (atomicCAS(tq.state + tile, kIdle, kQueued) != kIdle)
                 continue;
             atomicAdd(tq.pending, 1);
-            const unsigned long long t = atomicAdd(tq.tail, 1ull);
-            *(volatile int *)(tq.slot + t % tq.cap) = tile;
             __threadfence();
+            const unsigned long long t = atomicAdd(tq.tail, 1ull);
+            /* the slot's previous entry (t - cap) may not be taken yet */
+            while (atomicCAS(tq.slot + t % tq.cap, 0ull, slot_value(t, tile)) != 0ull)
+                __nanosleep(100);
             return;
         }
         if (st == kRunning) {
@@ -345,25 +355,25 @@ __global__ void __launch_bounds__(32) recon_queue_kernel(const uint8_t *__restri
     const int lane = threadIdx.x;
     const size_t per_plane = (size_t)ntx * nty;
     long long idle = 0;
-    unsigned long long seen = ~0ull;
+    unsigned long long ticket = ~0ull, seen = ~0ull;
     for (;;) {
         int tile = -1; /* -2: stop */
         if (lane == 0) {
-            const unsigned long long h = *(volatile unsigned long long *)tq.head;
+            if (ticket == ~0ull)
+                ticket = atomicAdd(tq.head, 1ull);
+            unsigned long long *sl = tq.slot + ticket % tq.cap;
+            const unsigned long long v = *(volatile unsigned long long *)sl;
             const unsigned long long t = *(volatile unsigned long long *)tq.tail;
-            if (h != seen) { /* progress somewhere */
-                seen = h;
+            if (t != seen) { /* progress somewhere */
+                seen = t;
                 idle = 0;
             }
-            if (h < t) {
-                if (atomicCAS(tq.head, h, h + 1) == h) {
-                    volatile int *sl = tq.slot + h % tq.cap;
-                    while ((tile = *sl) < 0) /* reserved, being written */
-                        ;
-                    *sl = -1;
-                    atomicExch(tq.state + tile, kRunning);
-                    __threadfence();
-                }
+            if ((v >> 32) == ticket + 1) {
+                tile = (int)(v & 0xffffffffull);
+                atomicExch(sl, 0ull);
+                ticket = ~0ull;
+                atomicExch(tq.state + tile, kRunning);
+                __threadfence();
             } else if (*(volatile int *)tq.pending == 0 || *(volatile int *)tq.error) {
                 tile = -2;
             } else if (++idle > (1ll << 24)) { /* never expected: a bug, not a hang */
@@ -1460,8 +1470,8 @@ hyprof_status_t EmpDevice::reconstruct_queue(dim3 tiles)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zu tiles: too many for the queue",
                              ntiles);
     DeviceBuffer<unsigned> state;
-    DeviceBuffer<int> slot, flags;
-    DeviceBuffer<unsigned long long> ends;
+    DeviceBuffer<int> flags;
+    DeviceBuffer<unsigned long long> slot, ends;
     HYPROF_TRY(state.alloc(ctx, op, ntiles));
     HYPROF_TRY(slot.alloc(ctx, op, cap));
     HYPROF_TRY(flags.alloc(ctx, op, 2));
