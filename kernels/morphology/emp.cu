@@ -880,7 +880,8 @@ class HostPrep {
         p_ = p;
         bytes_ = bytes;
         device_ = device;
-        if (prefault)
+        /* $HYPROF_EMP_PREFAULT=0: let the locking fault the pages in */
+        if (prefault && !(lock_it && env_is("HYPROF_EMP_PREFAULT", "0")))
             hyprof__prefault(ctx, p, bytes);
         prefault_ms_ = ms_since(t0);
         if (lock_it && cudaSetDevice(device) == cudaSuccess)
