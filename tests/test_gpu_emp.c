@@ -18,11 +18,9 @@
  * the chain), with two and three shares, and with more shares than feature
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
- * The same checks again with the queue-based reconstruction
- * ($HYPROF_EMP_RECON=queue): its EMP must be identical too; and some with
- * the output downloaded through pinned staging ($HYPROF_EMP_PIN=staged), the
- * input page-locked in place and the output in pieces
- * ($HYPROF_EMP_STAGING=register, $HYPROF_EMP_PIN_SPLIT).
+ * Some checks again with the output downloaded through pinned staging
+ * ($HYPROF_EMP_PIN=staged) and with pageable input copies
+ * ($HYPROF_EMP_STAGING=0).
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
@@ -422,28 +420,16 @@ int main(void)
         run_case(cpu, gpu, &cases[i], ndev);
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
         run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
-    /* the queue-based reconstruction must give the same planes */
-    printf("queue-based reconstruction (HYPROF_EMP_RECON=queue):\n");
-    setenv("HYPROF_EMP_RECON", "queue", 1);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        run_case(cpu, gpu, &cases[i], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[0], multi, 1);
-    unsetenv("HYPROF_EMP_RECON");
     /* and the output downloaded through the pinned staging pool */
     printf("staged downloads (HYPROF_EMP_PIN=staged):\n");
     setenv("HYPROF_EMP_PIN", "staged", 1);
     run_case(cpu, gpu, &cases[1], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[0], multi, 1);
-    unsetenv("HYPROF_EMP_PIN");
-    /* and the input page-locked in place, the output locked in pieces */
-    printf("input locked in place, output in 3 pieces (HYPROF_EMP_STAGING=register, "
-           "HYPROF_EMP_PIN_SPLIT=3):\n");
-    setenv("HYPROF_EMP_STAGING", "register", 1);
-    setenv("HYPROF_EMP_PIN_SPLIT", "3", 1);
-    run_case(cpu, gpu, &cases[0], ndev);
     run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
+    unsetenv("HYPROF_EMP_PIN");
+    printf("pageable input copies (HYPROF_EMP_STAGING=0):\n");
+    setenv("HYPROF_EMP_STAGING", "0", 1);
+    run_chain_case(cpu, gpu, &chain_cases[2], multi, 1);
     unsetenv("HYPROF_EMP_STAGING");
-    unsetenv("HYPROF_EMP_PIN_SPLIT");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);

@@ -22,9 +22,10 @@
  *               host relaunches until no tile changes. Chaotic relaxation of a
  *               monotone operator reaches the same fixpoint as Vincent's
  *               algorithm: the result is exact (integer), like the CPU's.
- *               $HYPROF_EMP_RECON=queue: the same tile scans driven by a
- *               device queue of tiles in one persistent launch (Teodoro et
- *               al.'s queue propagation at tile granularity), same result
+ *               (Measured against a queue-based variant, Teodoro et al.'s
+ *               queue propagation at tile granularity in one persistent
+ *               launch: 1.8 ms against BAR's 1.2 ms for the 32 planes of a
+ *               Pavia Centre-size EMP on an H100; BAR stays.)
  *   finish      closings back to 255 - J, the band plane, masked pixels 0
  *   denoise     (W-MCD) per group of planes in double: periodized separable
  *               2-D DWT (rows/columns kernels, filters in constant memory),
@@ -144,10 +145,7 @@ __global__ void marker_kernel(const uint8_t *__restrict__ hm, const uint8_t *__r
 
 /* One 32 x 32 tile (tx, ty) of reconstruction plane z, by one warp: loads it
  * with its 1-pixel halo into shared memory, scans until it is stable and
- * writes it back if it changed; returns whether it did. `kCoherent`: the
- * loads and stores of J bypass L1 (__ldcg/__stcg), for the queue kernel,
- * where other warps write the halo while this one runs. */
-template <bool kCoherent>
+ * writes it back if it changed; returns whether it did. */
 __device__ bool recon_tile(const uint8_t *__restrict__ q, const uint8_t *__restrict__ mask,
                            int W, int H, size_t n, int nradii, uint8_t *emp, int z, int tx,
                            int ty, uint8_t (*J)[kStride], uint8_t (*I)[kStride])
@@ -163,7 +161,7 @@ __device__ bool recon_tile(const uint8_t *__restrict__ q, const uint8_t *__restr
         const int gy = y0 + sy - 1, gx = x0 + sx - 1;
         const bool in = gx >= 0 && gx < W && gy >= 0 && gy < H;
         const size_t p = in ? (size_t)gy * W + gx : 0;
-        J[sy][sx] = in ? (kCoherent ? __ldcg(plane + p) : plane[p]) : 0;
+        J[sy][sx] = in ? plane[p] : 0;
         if (sy >= 1 && sy <= kTile && sx >= 1 && sx <= kTile) {
             uint8_t v = 0;
             if (in && (!mask || mask[p]))
@@ -234,12 +232,8 @@ __device__ bool recon_tile(const uint8_t *__restrict__ q, const uint8_t *__restr
         return false;
     for (int i = lane; i < kTile * kTile; i += 32) {
         const int sy = i / kTile, sx = i % kTile, gy = y0 + sy, gx = x0 + sx;
-        if (gx < W && gy < H) {
-            if (kCoherent)
-                __stcg(plane + (size_t)gy * W + gx, J[sy + 1][sx + 1]);
-            else
-                plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
-        }
+        if (gx < W && gy < H)
+            plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
     }
     return true;
 }
@@ -271,153 +265,11 @@ __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q
         if (!active)
             return;
     }
-    if (!recon_tile<false>(q, mask, W, H, n, nradii, emp, blockIdx.z, tx, ty, J, I))
+    if (!recon_tile(q, mask, W, H, n, nradii, emp, blockIdx.z, tx, ty, J, I))
         return;
     if (threadIdx.x == 0) {
         cur[tile] = 1;
         *changed = 1;
-    }
-}
-
-/* Queue-based reconstruction (after Teodoro et al.'s queue propagation, at
- * tile granularity): one persistent launch. Every tile starts queued; a warp
- * pops a tile, runs it to stability (recon_tile) and, if it changed, queues
- * its 8 neighbours in the same plane. A tile's state (idle, queued, running,
- * running and dirty) keeps it in the queue at most once and run by one warp
- * at a time: a neighbour that changes while it runs marks it dirty and its
- * warp runs it again. `pending` (queued + running tiles) reaching 0 ends the
- * launch. The same monotone relaxation as BAR: the same exact fixpoint. */
-enum : unsigned { kIdle = 0, kQueued = 1, kRunning = 2, kDirty = 3 };
-
-/* The queue: a ring of cap slots; entry t (t-th push) goes to slot t % cap
- * tagged with t + 1 (0: empty), and is taken by the warp holding ticket t
- * (tickets drawn with one atomicAdd: no contended compare-and-swap). */
-struct TileQueue {
-    unsigned *state;             /* per tile */
-    unsigned long long *slot;
-    unsigned long long *head, *tail;
-    int *pending, *error;
-    size_t cap;
-};
-
-__device__ __forceinline__ unsigned long long slot_value(unsigned long long t, int tile)
-{
-    return ((t + 1) << 32) | (unsigned)tile;
-}
-
-__global__ void queue_init_kernel(TileQueue tq, size_t ntiles)
-{
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < tq.cap)
-        tq.slot[i] = i < ntiles ? slot_value(i, (int)i) : 0ull;
-    if (i < ntiles)
-        tq.state[i] = kQueued;
-    if (i == 0) {
-        *tq.head = 0;
-        *tq.tail = ntiles;
-        *tq.pending = (int)ntiles;
-        *tq.error = 0;
-    }
-}
-
-__device__ void queue_push(const TileQueue &tq, int tile)
-{
-    for (;;) {
-        const unsigned st = *(volatile unsigned *)(tq.state + tile);
-        if (st == kIdle) {
-            if (atomicCAS(tq.state + tile, kIdle, kQueued) != kIdle)
-                continue;
-            atomicAdd(tq.pending, 1);
-            __threadfence();
-            const unsigned long long t = atomicAdd(tq.tail, 1ull);
-            /* the slot's previous entry (t - cap) may not be taken yet */
-            while (atomicCAS(tq.slot + t % tq.cap, 0ull, slot_value(t, tile)) != 0ull)
-                __nanosleep(100);
-            return;
-        }
-        if (st == kRunning) {
-            if (atomicCAS(tq.state + tile, kRunning, kDirty) != kRunning)
-                continue;
-            return;
-        }
-        return; /* queued or dirty: it will run again */
-    }
-}
-
-__global__ void __launch_bounds__(32) recon_queue_kernel(const uint8_t *__restrict__ q,
-                                                         const uint8_t *__restrict__ mask,
-                                                         int W, int H, size_t n, int nradii,
-                                                         uint8_t *emp, int ntx, int nty,
-                                                         TileQueue tq)
-{
-    __shared__ uint8_t J[kTile + 2][kStride];
-    __shared__ uint8_t I[kTile][kStride];
-    const int lane = threadIdx.x;
-    const size_t per_plane = (size_t)ntx * nty;
-    long long idle = 0;
-    unsigned long long ticket = ~0ull, seen = ~0ull;
-    for (;;) {
-        int tile = -1; /* -2: stop */
-        if (lane == 0) {
-            if (ticket == ~0ull)
-                ticket = atomicAdd(tq.head, 1ull);
-            unsigned long long *sl = tq.slot + ticket % tq.cap;
-            const unsigned long long v = *(volatile unsigned long long *)sl;
-            const unsigned long long t = *(volatile unsigned long long *)tq.tail;
-            if (t != seen) { /* progress somewhere */
-                seen = t;
-                idle = 0;
-            }
-            if ((v >> 32) == ticket + 1) {
-                tile = (int)(v & 0xffffffffull);
-                atomicExch(sl, 0ull);
-                ticket = ~0ull;
-                atomicExch(tq.state + tile, kRunning);
-                __threadfence();
-            } else if (*(volatile int *)tq.pending == 0 || *(volatile int *)tq.error) {
-                tile = -2;
-            } else if (++idle > (1ll << 24)) { /* never expected: a bug, not a hang */
-                atomicExch(tq.error, 1);
-                tile = -2;
-            } else {
-                __nanosleep(200);
-            }
-        }
-        tile = __shfl_sync(0xffffffffu, tile, 0);
-        if (tile == -2)
-            return;
-        if (tile < 0)
-            continue;
-        const int z = (int)(tile / per_plane), r = (int)(tile % per_plane);
-        const int tx = r % ntx, ty = r / ntx;
-        for (;;) {
-            const bool changed =
-                recon_tile<true>(q, mask, W, H, n, nradii, emp, z, tx, ty, J, I);
-            if (changed) /* every lane's pixels out before a neighbour sees a push */
-                __threadfence();
-            __syncwarp();
-            int again = 0;
-            if (lane == 0) {
-                if (changed) {
-                    for (int dy = -1; dy <= 1; ++dy)
-                        for (int dx = -1; dx <= 1; ++dx) {
-                            const int yy = ty + dy, xx = tx + dx;
-                            if ((dx || dy) && yy >= 0 && yy < nty && xx >= 0 && xx < ntx)
-                                queue_push(tq, (int)(z * per_plane + (size_t)yy * ntx + xx));
-                        }
-                }
-                if (atomicCAS(tq.state + tile, kRunning, kIdle) == kDirty) {
-                    atomicExch(tq.state + tile, kRunning);
-                    __threadfence();
-                    again = 1;
-                } else {
-                    atomicSub(tq.pending, 1);
-                }
-            }
-            __syncwarp();
-            if (!__shfl_sync(0xffffffffu, again, 0))
-                break;
-        }
     }
 }
 
@@ -758,45 +610,39 @@ static bool env_is(const char *name, const char *value)
     return env && strcmp(env, value) == 0;
 }
 
-/* $HYPROF_EMP_PIN=staged: see HostPrep. */
+/* $HYPROF_EMP_PIN=staged: see OutputPrep. */
 static bool staged_output()
 {
     return env_is("HYPROF_EMP_PIN", "staged");
 }
 
-/* A host range made ready for DMA on a helper thread while the devices do
- * other work: the output's fresh pages touched (in parallel: faults no longer
- * serialise inside the copies), then the range page-locked for every device
- * (portable), so that copies run at DMA speed; the lock is released, in
- * pieces at once too, when the object goes. Best effort: when locking fails
- * the range stays pageable. Every copy into or out of it waits for it.
- * For the output: $HYPROF_EMP_PIN=0 skips the locking; =staged too, and the
- * downloads go through the pinned staging pool instead (EmpDevice::
- * download_staged). $HYPROF_EMP_PIN_SPLIT=N: lock in N pieces at once
- * (default 1), split at 2 MiB boundaries so that no page is in two pieces. */
-class HostPrep {
+/* The host side of the output, on a helper thread while the devices compute:
+ * touches its fresh pages (in parallel: faults no longer serialise inside the
+ * copies; $HYPROF_EMP_PREFAULT_THREADS, default the context's) and page-locks
+ * it for every device (portable), so the downloads run at DMA speed.
+ * $HYPROF_EMP_PIN=0 skips the page-locking; =staged too, and the downloads
+ * go through the pinned staging pool instead (EmpDevice::download_staged).
+ * Best effort: when locking fails the output stays pageable. Every download
+ * waits for it. */
+class OutputPrep {
   public:
-    HostPrep() : fut_(pr_.get_future().share()) {}
-    HostPrep(const HostPrep &) = delete;
-    HostPrep &operator=(const HostPrep &) = delete;
-    ~HostPrep()
+    OutputPrep() : fut_(pr_.get_future().share()) {}
+    OutputPrep(const OutputPrep &) = delete;
+    OutputPrep &operator=(const OutputPrep &) = delete;
+    ~OutputPrep()
     {
         if (t_.joinable())
             t_.join();
-        in_parallel([](Piece &x) {
-            if (x.owned)
-                (void)cudaHostUnregister(x.p); /* every copy has completed */
-        });
+        if (p_)
+            (void)cudaHostUnregister(p_); /* every copy into it has completed */
         (void)cudaGetLastError();
     }
-    /* prefault: touch the (fresh, zeroed) pages first; lock: page-lock. */
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, bool prefault,
-               bool lock)
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         try {
-            t_ = std::thread(&HostPrep::work, this, ctx, p, bytes, device, prefault, lock);
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
         } catch (...) {
-            work(ctx, p, bytes, device, prefault, lock);
+            work(ctx, p, bytes, device);
         }
     }
     void wait() const { fut_.wait(); }
@@ -806,86 +652,27 @@ class HostPrep {
     }
     double ms() const { return ms_; }
     double prefault_ms() const { return prefault_ms_; }
-    bool pinned() const { return !pieces_.empty(); }
+    bool pinned() const { return p_ != NULL; }
 
   private:
-    struct Piece {
-        void *p;
-        size_t bytes;
-        bool ok, owned;
-    };
-    /* f on every piece, the pieces after the first on threads of their own */
-    template <typename F> void in_parallel(F f)
-    {
-        std::vector<std::thread> th;
-        for (size_t i = 1; i < pieces_.size(); ++i) {
-            try {
-                th.emplace_back([&f, this, i]() {
-                    (void)cudaSetDevice(device_);
-                    f(pieces_[i]);
-                });
-            } catch (...) {
-                f(pieces_[i]);
-            }
-        }
-        if (!pieces_.empty())
-            f(pieces_[0]);
-        for (auto &t : th)
-            t.join();
-    }
-    void split(void *p, size_t bytes)
-    {
-        const char *env = getenv("HYPROF_EMP_PIN_SPLIT");
-        long parts = env ? atol(env) : 1;
-        parts = parts < 1 ? 1 : parts > 16 ? 16 : parts;
-        const uintptr_t a = (uintptr_t)p, e = a + bytes, huge = (uintptr_t)2 << 20;
-        uintptr_t from = a;
-        for (long i = 1; i <= parts; ++i) {
-            uintptr_t to = i == parts ? e : (a + (uintptr_t)(bytes / parts * i)) & ~(huge - 1);
-            if (to > from) {
-                pieces_.push_back({(void *)from, (size_t)(to - from), false, false});
-                from = to;
-            }
-        }
-    }
-    void lock()
-    {
-        try {
-            split(p_, bytes_);
-        } catch (...) {
-            pieces_.clear();
-        }
-        in_parallel([](Piece &x) {
-            const cudaError_t e = cudaHostRegister(x.p, x.bytes, cudaHostRegisterPortable);
-            /* already locked by the caller: usable as it is, and stays so */
-            x.ok = e == cudaSuccess || e == cudaErrorHostMemoryAlreadyRegistered;
-            x.owned = e == cudaSuccess;
-            (void)cudaGetLastError();
-        });
-        bool all = true;
-        for (const Piece &x : pieces_)
-            all = all && x.ok;
-        if (!all) { /* best effort: pageable it stays */
-            in_parallel([](Piece &x) {
-                if (x.owned)
-                    (void)cudaHostUnregister(x.p);
-            });
-            pieces_.clear();
-        }
-    }
-    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, bool prefault,
-              bool lock_it)
+    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        p_ = p;
-        bytes_ = bytes;
-        device_ = device;
-        /* $HYPROF_EMP_PREFAULT=0: let the locking fault the pages in */
-        if (prefault && !(lock_it && env_is("HYPROF_EMP_PREFAULT", "0")))
+        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
+        hyprof_ctx_t *c = hyprof_ctx_new(); /* a thread count of its own */
+        if (c) {
+            c->threads = env && atoi(env) > 0 ? atoi(env) : ctx->threads;
+            hyprof__prefault(c, p, bytes);
+            hyprof_ctx_free(&c);
+        } else {
             hyprof__prefault(ctx, p, bytes);
+        }
         prefault_ms_ = ms_since(t0);
-        if (lock_it && cudaSetDevice(device) == cudaSuccess)
-            lock();
+        env = getenv("HYPROF_EMP_PIN");
+        if (!(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
+            cudaSetDevice(device) == cudaSuccess &&
+            cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
+            p_ = p;
         (void)cudaGetLastError();
         ms_ = ms_since(t0);
         pr_.set_value();
@@ -893,25 +680,9 @@ class HostPrep {
     std::promise<void> pr_;
     std::shared_future<void> fut_;
     std::thread t_;
-    std::vector<Piece> pieces_;
     void *p_ = NULL;
-    size_t bytes_ = 0;
-    int device_ = 0;
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
-
-/* The input: page-locked where it is ($HYPROF_EMP_STAGING=register), so that
- * the chunks go up by DMA straight from it, or packed into pinned staging. */
-static bool input_registered()
-{
-    return env_is("HYPROF_EMP_STAGING", "register");
-}
-
-static bool output_locked()
-{
-    const char *env = getenv("HYPROF_EMP_PIN");
-    return !(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0));
-}
 
 /* Page-locked staging for the input chunks, kept for the next call: pinning
  * fresh memory costs about as much as the copy it speeds up (a 320 MB cube
@@ -1060,17 +831,16 @@ struct Share {
     bool aborted = false;    /* stopped because another share failed */
 };
 
-class HostPrep;
+class OutputPrep;
 
 struct Chain {
     const hyprof_emp_args_t *a;
     const hyprof_ctx_t *main;
-    const HostPrep *prep;    /* the output */
-    const HostPrep *in_prep = NULL; /* the input, when it is page-locked */
+    const OutputPrep *prep;
     std::vector<Share> sh;
     Rendezvous rv;
     int pack_threads;
-    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const HostPrep *prep,
+    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
           size_t nshares)
         : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
     {
@@ -1155,7 +925,7 @@ class EmpDevice {
     Share &sp;
     size_t b0, nb;
     const hyprof_ctx_t *main;
-    const HostPrep *prep;
+    const OutputPrep *prep;
     size_t n;
     int W, H;
     size_t P;
@@ -1165,7 +935,7 @@ class EmpDevice {
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
     double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
-           input_wait_ms = 0.0, loop_ms = 0.0;
+           loop_ms = 0.0;
     size_t chunks = 0;
     const char *upload_mode = "none";
     void mark(int i, cudaStream_t st)
@@ -1203,7 +973,6 @@ class EmpDevice {
     hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
     hyprof_status_t reconstruct_bar(dim3 tiles);
-    hyprof_status_t reconstruct_queue(dim3 tiles);
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
     typedef std::vector<std::pair<size_t, cudaEvent_t>> Ready;
@@ -1286,14 +1055,6 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     Event loaded[NS], used[NS];
     Staging stg[NS];
     bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
-    if (c.in_prep) { /* the input page-locked where it is: no staging if that worked */
-        const auto w0 = std::chrono::steady_clock::now();
-        c.in_prep->wait();
-        input_wait_ms = ms_since(w0);
-        if (c.in_prep->pinned())
-            pinned = false;
-    }
-    const bool direct = c.in_prep && c.in_prep->pinned();
     for (int k = 0; k < NS && (size_t)k < nch; ++k) {
         HYPROF_TRY(din[k].alloc(ctx, op, m * B));
         HYPROF_TRY(loaded[k].create(ctx, op));
@@ -1301,7 +1062,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
         if (pinned && !stg[k].take(m * B * sizeof(float), us))
             pinned = false; /* pageable copies: slower, still right */
     }
-    upload_mode = direct ? "registered" : pinned ? "pinned" : "pageable";
+    upload_mode = pinned ? "pinned" : "pageable";
     const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
     const size_t flen = a->spec_levels ? a->spec_flen : 2;
     const auto l0 = std::chrono::steady_clock::now();
@@ -1419,12 +1180,6 @@ hyprof_status_t EmpDevice::features()
     return HYPROF_OK;
 }
 
-/* $HYPROF_EMP_RECON=queue: the queue-based reconstruction instead of BAR. */
-static bool recon_queue()
-{
-    return env_is("HYPROF_EMP_RECON", "queue");
-}
-
 /* BAR: relaunches until no tile changes. */
 hyprof_status_t EmpDevice::reconstruct_bar(dim3 tiles)
 {
@@ -1460,49 +1215,6 @@ hyprof_status_t EmpDevice::reconstruct_bar(dim3 tiles)
     return HYPROF_OK;
 }
 
-/* The queue-based reconstruction: one persistent launch, as many warps as
- * the device holds at once. */
-hyprof_status_t EmpDevice::reconstruct_queue(dim3 tiles)
-{
-    cudaStream_t st = s.get();
-    const uint8_t *m = a->mask ? mask.get() : NULL;
-    const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z, cap = 2 * ntiles;
-    if (ntiles > (size_t)INT_MAX / 2)
-        return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "%zu tiles: too many for the queue",
-                             ntiles);
-    DeviceBuffer<unsigned> state;
-    DeviceBuffer<int> flags;
-    DeviceBuffer<unsigned long long> slot, ends;
-    HYPROF_TRY(state.alloc(ctx, op, ntiles));
-    HYPROF_TRY(slot.alloc(ctx, op, cap));
-    HYPROF_TRY(flags.alloc(ctx, op, 2));
-    HYPROF_TRY(ends.alloc(ctx, op, 2));
-    const TileQueue tq = {state.get(), slot.get(), ends.get(), ends.get() + 1, flags.get(),
-                          flags.get() + 1, cap};
-    queue_init_kernel<<<(unsigned)div_up(cap, 256), 256, 0, st>>>(tq, ntiles);
-    HYPROF_CUDA_CHECK_LAUNCH("queue_init_kernel");
-    int dev = 0, sms = 0, per_sm = 0;
-    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    HYPROF_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, recon_queue_kernel, 32, 0));
-    per_sm = per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm;
-    size_t warps = (size_t)sms * per_sm;
-    warps = warps > ntiles ? ntiles : warps;
-    recon_queue_kernel<<<(unsigned)warps, 32, 0, st>>>(q.get(), m, W, H, n, (int)a->nradii,
-                                                        emp.get(), (int)tiles.x, (int)tiles.y,
-                                                        tq);
-    HYPROF_CUDA_CHECK_LAUNCH("recon_queue_kernel");
-    launches = 1;
-    int err = 0;
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(&err, tq.error, sizeof err, cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-    if (err)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
-                             "the queue-based reconstruction stopped making progress");
-    return HYPROF_OK;
-}
-
 hyprof_status_t EmpDevice::profiles()
 {
     cudaStream_t st = s.get();
@@ -1524,7 +1236,7 @@ hyprof_status_t EmpDevice::profiles()
     mark(3, st);
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
-    HYPROF_TRY(recon_queue() ? reconstruct_queue(tiles) : reconstruct_bar(tiles));
+    HYPROF_TRY(reconstruct_bar(tiles));
     mark(4, st);
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         q.get(), m, n, (int)a->nradii, emp.get());
@@ -1899,12 +1611,12 @@ void EmpDevice::report(double wall_ms)
                 "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
                 "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
-                "spectral_host_ms=%.3f loop_ms=%.3f input_wait_ms=%.3f input_pin_ms=%.3f "
+                "spectral_host_ms=%.3f loop_ms=%.3f "
                 "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
-                spectral_host_ms, loop_ms, input_wait_ms, c.in_prep ? c.in_prep->ms() : 0.0,
+                spectral_host_ms, loop_ms,
                 waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
@@ -1993,15 +1705,9 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
     (void)cudaGetDevice(&prev_dev);
     hyprof_status_t st;
     try {
-        HostPrep in_prep, prep; /* joined and unlocked after every device is done */
+        OutputPrep prep; /* joined and unlocked after every device is done */
         Chain c(a, ctx, &prep, nshares);
-        if (input_registered()) {
-            c.in_prep = &in_prep;
-            in_prep.start(ctx, (void *)a->x, a->in_bands * a->width * a->height * sizeof(float),
-                          c.sh[0].device, false, true);
-        }
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, true,
-                   output_locked());
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device);
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;
