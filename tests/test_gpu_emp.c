@@ -19,7 +19,8 @@
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
  * Some checks again with the output downloaded through pinned staging
- * ($HYPROF_EMP_PIN=staged) and with pageable input copies
+ * ($HYPROF_EMP_PIN=staged), locked late ($HYPROF_EMP_PIN=late) and with
+ * pageable input copies
  * ($HYPROF_EMP_STAGING=0).
  *
  * Timing (information only, never asserted): ms per CUDA run of a
@@ -425,6 +426,11 @@ int main(void)
     setenv("HYPROF_EMP_PIN", "staged", 1);
     run_case(cpu, gpu, &cases[1], ndev);
     run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
+    unsetenv("HYPROF_EMP_PIN");
+    printf("late output locking (HYPROF_EMP_PIN=late):\n");
+    setenv("HYPROF_EMP_PIN", "late", 1);
+    run_case(cpu, gpu, &cases[0], ndev);
+    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2);
     unsetenv("HYPROF_EMP_PIN");
     printf("pageable input copies (HYPROF_EMP_STAGING=0):\n");
     setenv("HYPROF_EMP_STAGING", "0", 1);

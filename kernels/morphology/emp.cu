@@ -621,7 +621,8 @@ static bool staged_output()
  * copies; $HYPROF_EMP_PREFAULT_THREADS, default the context's) and page-locks
  * it for every device (portable), so the downloads run at DMA speed.
  * $HYPROF_EMP_PIN=0 skips the page-locking; =staged too, and the downloads
- * go through the pinned staging pool instead (EmpDevice::download_staged).
+ * go through the pinned staging pool instead (EmpDevice::download_staged);
+ * =late locks once the devices have queued their computations.
  * Best effort: when locking fails the output stays pageable. Every download
  * waits for it. */
 class OutputPrep {
@@ -631,18 +632,37 @@ class OutputPrep {
     OutputPrep &operator=(const OutputPrep &) = delete;
     ~OutputPrep()
     {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            abort_ = true;
+            cv_.notify_all();
+        }
         if (t_.joinable())
             t_.join();
         if (p_)
             (void)cudaHostUnregister(p_); /* every copy into it has completed */
         (void)cudaGetLastError();
     }
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    /* $HYPROF_EMP_PIN=late: lock only once every one of `shares` shares has
+     * said go() (it has queued its computations and waits for the output):
+     * locking holds the driver, and the devices then compute meanwhile. */
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares)
     {
+        late_ = env_is("HYPROF_EMP_PIN", "late");
+        went_.assign(shares, 0);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
         } catch (...) {
             work(ctx, p, bytes, device);
+        }
+    }
+    void go(size_t share) const
+    {
+        std::lock_guard<std::mutex> l(m_);
+        if (share < went_.size() && !went_[share]) {
+            went_[share] = 1;
+            ++gone_;
+            cv_.notify_all();
         }
     }
     void wait() const { fut_.wait(); }
@@ -668,8 +688,15 @@ class OutputPrep {
             hyprof__prefault(ctx, p, bytes);
         }
         prefault_ms_ = ms_since(t0);
+        bool stop;
+        {
+            std::unique_lock<std::mutex> l(m_);
+            if (late_)
+                cv_.wait(l, [&] { return gone_ == went_.size() || abort_; });
+            stop = abort_;
+        }
         env = getenv("HYPROF_EMP_PIN");
-        if (!(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
+        if (!stop && !(env && (strcmp(env, "0") == 0 || strcmp(env, "staged") == 0)) &&
             cudaSetDevice(device) == cudaSuccess &&
             cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
             p_ = p;
@@ -682,6 +709,12 @@ class OutputPrep {
     std::thread t_;
     void *p_ = NULL;
     double ms_ = 0.0, prefault_ms_ = 0.0;
+    bool late_ = false;
+    mutable std::mutex m_;
+    mutable std::condition_variable cv_;
+    mutable std::vector<char> went_;
+    mutable size_t gone_ = 0;
+    bool abort_ = false;
 };
 
 /* Page-locked staging for the input chunks, kept for the next call: pinning
@@ -946,6 +979,7 @@ class EmpDevice {
     void wait_output()
     {
         const auto t0 = std::chrono::steady_clock::now();
+        prep->go(id);
         prep->wait();
         waited_ms += ms_since(t0);
     }
@@ -1637,6 +1671,7 @@ static hyprof_status_t run_share(hyprof_ctx_t *ctx, Chain &c, size_t i)
             }
         }
     }
+    c.prep->go(i); /* never keeps a late locking waiting */
     if (st != HYPROF_OK)
         c.rv.brk();
     return st;
@@ -1707,7 +1742,7 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
     try {
         OutputPrep prep; /* joined and unlocked after every device is done */
         Chain c(a, ctx, &prep, nshares);
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device);
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares);
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;
