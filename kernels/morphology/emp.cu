@@ -444,25 +444,41 @@ __global__ void sel_hist_kernel(const double *__restrict__ d, size_t is, size_t 
             atomicAdd(gh + i, (unsigned long long)h[i / 256][i % 256]);
 }
 
-/* grid G, 2 threads (one per query): the bin holding the rank; clears the
- * histograms for the next pass. */
+/* grid G, 64 threads (one warp per query): the bin holding the rank (each
+ * lane sums 8 bins, a warp scan of the sums finds the lane, that lane its
+ * bin); clears the histograms for the next pass. */
 __global__ void sel_scan_kernel(SelQ *q, int shift, unsigned long long *ghist)
 {
-    const int g = blockIdx.x, t = threadIdx.x;
-    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)t * 256;
-    SelQ s = q[2 * g + t];
-    unsigned long long cum = 0;
-    for (int b = 0; b < 256; ++b) {
-        if ((unsigned long long)s.rank < cum + h[b]) {
-            s.prefix |= (unsigned long long)b << shift;
-            s.rank -= (long long)cum;
-            break;
-        }
-        cum += h[b];
+    const int g = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)w * 256;
+    SelQ s = q[2 * g + w]; /* read by every lane before the scan's shuffles */
+    unsigned long long v[8], sum = 0;
+    for (int j = 0; j < 8; ++j) {
+        v[j] = h[lane * 8 + j];
+        sum += v[j];
     }
-    q[2 * g + t] = s;
-    for (int b = 0; b < 256; ++b)
-        h[b] = 0;
+    unsigned long long incl = sum; /* inclusive prefix over the lanes */
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += u;
+    }
+    const unsigned long long excl = incl - sum;
+    const unsigned long long rank = (unsigned long long)s.rank;
+    if (rank >= excl && rank < incl) { /* exactly one lane */
+        unsigned long long cum = excl;
+        for (int j = 0; j < 8; ++j) {
+            if (rank < cum + v[j]) {
+                s.prefix |= (unsigned long long)(lane * 8 + j) << shift;
+                s.rank -= (long long)cum;
+                break;
+            }
+            cum += v[j];
+        }
+        q[2 * g + w] = s;
+    }
+    for (int j = 0; j < 8; ++j)
+        h[lane * 8 + j] = 0;
 }
 
 __global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, double npix,
@@ -1398,7 +1414,7 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
         sel_hist_kernel<<<dim3(sel_blocks, (unsigned)G), 256, 0, st>>>(
             lev[1].get() + 3 * G * m1, m1, m1, sel.get(), shift, hist.get());
         HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
-        sel_scan_kernel<<<(unsigned)G, 2, 0, st>>>(sel.get(), shift, hist.get());
+        sel_scan_kernel<<<(unsigned)G, 64, 0, st>>>(sel.get(), shift, hist.get());
         HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
     }
     lambda_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), m1, (int)G, (double)n,
