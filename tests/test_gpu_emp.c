@@ -18,8 +18,8 @@
  * the chain), with two and three shares, and with more shares than feature
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
- * Some checks again with the output downloaded through pinned staging
- * ($HYPROF_EMP_PIN=staged), locked late ($HYPROF_EMP_PIN=late) and with
+ * Some checks again with the output page-locked and copied into directly
+ * ($HYPROF_EMP_PIN=lock), locked late ($HYPROF_EMP_PIN=late) and with
  * pageable input copies
  * ($HYPROF_EMP_STAGING=0).
  *
@@ -421,9 +421,9 @@ int main(void)
         run_case(cpu, gpu, &cases[i], ndev);
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
         run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
-    /* and the output downloaded through the pinned staging pool */
-    printf("staged downloads (HYPROF_EMP_PIN=staged):\n");
-    setenv("HYPROF_EMP_PIN", "staged", 1);
+    /* and the output page-locked, the copies straight into it */
+    printf("page-locked output (HYPROF_EMP_PIN=lock):\n");
+    setenv("HYPROF_EMP_PIN", "lock", 1);
     run_case(cpu, gpu, &cases[1], ndev);
     run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
     unsetenv("HYPROF_EMP_PIN");
