@@ -11,14 +11,18 @@
  * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
  * alone is what the paper's Table III times.
  *
- * --op emp and --op wmcd are the W-MCD paper's chain: the spectral DWT
- * (haar unless --wavelet, the level count whose band count is closest to
- * --features 4, or --levels), then hyprof_emp (disk, radii 1,3,5,7) and, for
- * wmcd, hyprof_wmcd (haar, automatic levels, soft). Stages: reduction, emp
- * and, for wmcd, denoise = the hyprof_wmcd call minus the hyprof_emp call
- * (hyprof_wmcd recomputes the EMP on the device, so both are timed on their
- * own); the total is reduction + the last call. --devices 0,1 spreads the
- * EMP/W-MCD bands over GPUs.
+ * --op emp and --op wmcd are the W-MCD paper's chain as the operations run
+ * it (hyprof_op_run, --reduction dwt): the spectral DWT (haar unless
+ * --wavelet, the level count whose band count is closest to --features 4, or
+ * --levels), the EMP (disk, radii 1,3,5,7) and, for wmcd, the 2-D haar
+ * denoising (automatic levels, soft). The library's stage trace
+ * ($HYPROF_EMP_TRACE, one line per device share) gives the stages: spectral
+ * (upload and DWT), quantise (with several devices: and the exchange of the
+ * feature rows), emp, denoise (or the float conversion), download (the tail
+ * after the last computation), device and wall, each the slowest share's,
+ * and "device_stages": every share's own line as a JSON object (median over
+ * the repetitions of each number). --devices 0,1 runs the chain on several
+ * GPUs (the seed's Fig. 5: rows for the DWT, bands for the profiles).
  * --op classify applies a saved model (--model, from `hyprof train`) to the
  * cube: the class map's labels; --output writes them as raw uint16.
  * --op train trains on the cube's pixels labelled by --labels (raw float32,
@@ -48,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdatomic.h>
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -67,6 +72,7 @@ typedef struct {
     int wavelet_given, levels_given;
     int devices[16];     /* emp, wmcd: --devices */
     size_t ndevices;
+    const char *devices_text;
     const char *model;   /* classify */
     const char *labels, *classifier, *grid; /* train */
     long neurons;
@@ -203,7 +209,10 @@ static int parse_args(int argc, char **argv, options_t *o)
             o->wavelet_given = 1;
         }
         else if (!strcmp(name, "features")) rc = parse_long(name, v, 1, 100000, &o->features);
-        else if (!strcmp(name, "devices")) rc = parse_devices(v, o);
+        else if (!strcmp(name, "devices")) {
+            rc = parse_devices(v, o);
+            o->devices_text = v;
+        }
         else if (!strcmp(name, "width")) rc = parse_long(name, v, 1, LONG_MAX, &w);
         else if (!strcmp(name, "height")) rc = parse_long(name, v, 1, LONG_MAX, &h);
         else if (!strcmp(name, "bands")) rc = parse_long(name, v, 1, 1000000, &b);
@@ -396,37 +405,162 @@ static int feature_levels(const options_t *o)
                            : hyprof_dwt_levels_for_features(o->bands, o->features);
 }
 
-/* The W-MCD paper's chain: spectral DWT, EMP, (W-MCD). */
-static hyprof_status_t run_profile(hyprof_ctx_t *ctx, const options_t *o,
-                                   const hyprof_cube_t *in, const hyprof_wavelet_t *wav,
-                                   hyprof_cube_t *out, timing_t *t)
+/* The chain's stage trace: one "OP stages: key=value ..." line per device
+ * share (from the device threads, hence the atomic slot). */
+#define MAX_SHARES 16
+static char g_share_line[MAX_SHARES][1024];
+static atomic_size_t g_nshare;
+
+static void keep_share_stages(void *user, hyprof_log_level_t level, const char *message)
 {
-    hyprof_wmcd_params_t p;
-    hyprof_wmcd_params_default(&p);
-    if (o->ndevices) {
-        p.emp.devices = o->devices;
-        p.emp.ndevices = o->ndevices;
+    (void)user;
+    (void)level;
+    if (!strstr(message, " stages: share="))
+        return;
+    size_t i = atomic_fetch_add(&g_nshare, 1);
+    if (i < MAX_SHARES)
+        snprintf(g_share_line[i], sizeof g_share_line[i], "%s", message);
+}
+
+static size_t share_count(void)
+{
+    size_t n = atomic_load(&g_nshare);
+    return n < MAX_SHARES ? n : MAX_SHARES;
+}
+
+/* The number after " key=" in a trace line, or NAN. */
+static double trace_value(const char *line, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *p = strstr(line, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+/* The summary stages: the sum of the keys present, the slowest share. */
+static const struct {
+    const char *name;
+    const char *keys[4];
+} g_chain_stages[] = {
+    {"spectral", {"spectral_ms"}},
+    {"quantise", {"exchange_ms", "quantise_ms"}},
+    {"emp", {"markers_ms", "reconstruction_ms", "finish_ms", "emp_ms"}},
+    {"denoise", {"denoise_ms", "to_float_ms"}},
+    {"download", {"download_tail_ms"}},
+    {"device", {"device_ms"}},
+    {"wall", {"wall_ms"}},
+};
+
+static void chain_stages(timing_t *t)
+{
+    t->nstages = 0;
+    for (size_t k = 0; k < sizeof g_chain_stages / sizeof g_chain_stages[0]; k++) {
+        double worst = NAN;
+        for (size_t i = 0; i < share_count(); i++) {
+            double sum = 0.0;
+            int any = 0;
+            for (size_t j = 0; j < 4 && g_chain_stages[k].keys[j]; j++) {
+                double v = trace_value(g_share_line[i], g_chain_stages[k].keys[j]);
+                if (!isnan(v)) {
+                    sum += v;
+                    any = 1;
+                }
+            }
+            if (any && !(sum <= worst))
+                worst = sum;
+        }
+        if (!isnan(worst) && t->nstages < MAX_STAGES) {
+            snprintf(t->stage_name[t->nstages], sizeof t->stage_name[0], "%s",
+                     g_chain_stages[k].name);
+            t->stage[t->nstages++] = worst / 1e3;
+        }
     }
-    hyprof_cube_t feat, emp;
-    memset(&feat, 0, sizeof feat);
-    memset(&emp, 0, sizeof emp);
-    double t0 = now_seconds();
-    hyprof_status_t st = hyprof_dwt_spectral(ctx, in, wav, feature_levels(o), &feat);
-    double t1 = now_seconds();
+}
+
+/* The W-MCD paper's chain, as the emp / wmcd operations run it. */
+static hyprof_status_t run_profile(hyprof_ctx_t *ctx, const options_t *o,
+                                   const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t)
+{
+    const hyprof_op_t *op = hyprof_op_find(o->op);
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    char v[32];
+    hyprof_status_t st;
+    if (o->levels_given) {
+        snprintf(v, sizeof v, "%ld", o->levels);
+        st = hyprof_args_set(args, "levels", v);
+    } else {
+        snprintf(v, sizeof v, "%ld", o->features);
+        st = hyprof_args_set(args, "features", v);
+    }
     if (st == HYPROF_OK)
-        st = hyprof_emp(ctx, &feat, &p.emp, !strcmp(o->op, "emp") ? out : &emp, NULL);
-    double t2 = now_seconds(), t3 = t2;
-    if (st == HYPROF_OK && !strcmp(o->op, "wmcd")) {
-        st = hyprof_wmcd(ctx, &feat, &p, out, NULL, NULL);
-        t3 = now_seconds();
+        st = hyprof_args_set(args, "wavelet", o->wavelet);
+    if (st == HYPROF_OK && o->devices_text)
+        st = hyprof_args_set(args, "devices", o->devices_text);
+    if (st != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
+        hyprof_args_free(&args);
+        return st;
     }
-    hyprof_cube_free(&feat);
-    hyprof_cube_free(&emp);
-    t->fit = t1 - t0;
-    t->apply = t2 - t1;
-    t->denoise = !strcmp(o->op, "wmcd") ? (t3 - t2) - (t2 - t1) : NAN;
-    t->total = (t1 - t0) + (!strcmp(o->op, "wmcd") ? t3 - t2 : t2 - t1);
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    atomic_store(&g_nshare, 0);
+    double t0 = now_seconds();
+    st = hyprof_op_run(ctx, op, args, in, &res);
+    t->total = now_seconds() - t0;
+    t->fit = t->apply = NAN;
+    chain_stages(t);
+    if (st == HYPROF_OK) {
+        *out = res.cube; /* the cube moves to the caller */
+        memset(&res.cube, 0, sizeof res.cube);
+    }
+    hyprof_result_free(&res);
+    hyprof_args_free(&args);
     return st;
+}
+
+/* Every share's trace line as a JSON object, each number the median over
+ * the repetitions (lines[r][i]: repetition r, share i). */
+static void print_share_stages(char (*lines)[MAX_SHARES][1024], size_t nrep, size_t nshare,
+                               double *scratch)
+{
+    double *v = malloc(nrep * sizeof *v);
+    if (!v)
+        return;
+    printf(",\"device_stages\":[");
+    for (size_t i = 0; i < nshare; i++) {
+        const char *line = strstr(lines[nrep - 1][i], " stages: ");
+        printf("%s{", i ? "," : "");
+        int first = 1;
+        for (const char *p = line ? line + 9 : ""; *p;) {
+            const char *eq = strchr(p, '='), *sp = strchr(p, ' ');
+            if (!eq)
+                break;
+            if (!sp)
+                sp = p + strlen(p);
+            char key[64], val[128];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+            snprintf(val, sizeof val, "%.*s", (int)(sp - eq - 1), eq + 1);
+            char *end;
+            strtod(val, &end);
+            printf("%s\"%s\":", first ? "" : ",", key);
+            first = 0;
+            if (*val && !*end && strchr(val, '.')) {
+                for (size_t r = 0; r < nrep; r++)
+                    v[r] = trace_value(lines[r][i], key);
+                printf("%.6g", median(v, scratch, nrep));
+            } else if (*val && !*end) {
+                printf("%s", val);
+            } else {
+                json_string(stdout, val);
+            }
+            p = *sp ? sp + 1 : sp;
+        }
+        printf("}");
+    }
+    printf("]");
+    free(v);
 }
 
 /* ---- classification ------------------------------------------------------------------- */
@@ -661,7 +795,7 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
     if (is_profile_op(o))
-        return run_profile(ctx, o, in, wav, out, t);
+        return run_profile(ctx, o, in, out, t);
     if (!strcmp(o->op, "sspp") || !strcmp(o->op, "unmix"))
         return run_registry(ctx, o, in, out, t);
     if (!strcmp(o->op, "eap"))
@@ -881,6 +1015,10 @@ int main(int argc, char **argv)
         }
         hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
     }
+    if (is_profile_op(&o)) {
+        setenv("HYPROF_EMP_TRACE", "1", 1);
+        hyprof_ctx_set_log(ctx, keep_share_stages, NULL);
+    }
     if (!strcmp(o.op, "eadp")) {
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
@@ -899,10 +1037,12 @@ int main(int argc, char **argv)
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
            *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
            *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg);
+    char(*share_lines)[MAX_SHARES][1024] = calloc(n, sizeof *share_lines);
+    size_t nshare = MAX_SHARES;
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !den || !scratch || !stg) {
+    if (!tot || !fit || !app || !den || !scratch || !stg || !share_lines) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -932,6 +1072,8 @@ int main(int argc, char **argv)
         den[r] = t.denoise;
         for (size_t k = 0; k < t.nstages; k++)
             stg[k * n + r] = t.stage[k];
+        memcpy(share_lines[r], g_share_line, sizeof g_share_line);
+        nshare = share_count() < nshare ? share_count() : nshare;
         if (r + 1 < n)
             hyprof_cube_free(&out);
     }
@@ -972,13 +1114,6 @@ int main(int argc, char **argv)
         printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
                "\"eadp_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
-    else if (!strcmp(o.op, "emp"))
-        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g}",
-               median(fit, scratch, n), median(app, scratch, n));
-    else if (!strcmp(o.op, "wmcd"))
-        printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g,"
-               "\"denoise_median_s\":%.9g}",
-               median(fit, scratch, n), median(app, scratch, n), median(den, scratch, n));
     else if (t.nstages) {
         printf(",\"stages\":{");
         for (size_t k = 0; k < t.nstages; k++)
@@ -995,6 +1130,8 @@ int main(int argc, char **argv)
             json_string(stdout, g_eap_device_stages);
         }
     }
+    if (is_profile_op(&o) && nshare)
+        print_share_stages(share_lines, n, nshare, scratch);
     printf(",\"times_s\":[");
     for (size_t r = 0; r < n; r++) /* in run order */
         printf("%s%.9g", r ? "," : "", tot[r]);
@@ -1011,6 +1148,7 @@ done:
     free(den);
     free(scratch);
     free(stg);
+    free(share_lines);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

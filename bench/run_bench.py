@@ -26,8 +26,11 @@ when fewer). The cube is written as raw float32 BSQ, then in the same run:
        hyprof_bench --op emp / --op wmcd (haar spectral DWT to the level count
        closest to 4 features, 8-bit quantisation, EMP by reconstruction with
        disk radii 1,3,5,7, and for wmcd the 2-D haar denoising at the automatic
-       levels; stages reduction, emp, denoise), per backend and, with
-       --wmcd-devices 0,1, on several GPUs; the peer `skimage+pywt` runs the
+       levels; stages spectral, quantise, emp, denoise, download: the slowest
+       device's, from the library's stage trace, and every device's stages in
+       device_stages), per backend and, with --wmcd-devices 0,1, on several
+       GPUs (also on pavia_c_2x2, four Pavia Centre-size scenes mirrored, where
+       the scaling shows); the peer `skimage+pywt` runs the
        same chain on the same data: PyWavelets wavedec (features),
        tests/eap_reference.py's quantisation, scikit-image erosion/dilation +
        reconstruction (tests/emp_reference.py) and PyWavelets wavedec2/waverec2
@@ -105,10 +108,13 @@ SCENES = {
     "wtc": (614, 512, 224, "indian_pines"),
     "multispectral": (10748, 12288, 8, "indian_pines"),  # 4.2 GB float32: --huge
     "cuprite": (350, 350, 188, "indian_pines"),  # the SSPP paper's AVIRIS Cuprite subset
+    # four Pavia Centre-size scenes (2 x 2, 1.3 GB float32): the multi-GPU W-MCD rows
+    "pavia_c_2x2": (2192, 1430, 102, "samson"),
 }
 HUGE = {"multispectral"}
 UNMIX_ONLY = {"cuprite"}  # gets only sspp/unmix rows unless named in --scenes
-DEFAULT_SCENES = [s for s in SCENES if s not in HUGE and s not in UNMIX_ONLY]
+WMCD_ONLY = {"pavia_c_2x2"}  # gets only emp/wmcd rows unless named in --scenes
+DEFAULT_SCENES = [s for s in SCENES if s not in HUGE | UNMIX_ONLY | WMCD_ONLY]
 DEFAULT_UNMIX_SCENES = ["wtc", "cuprite"]
 # The SSPP paper's endmember counts (Section IV-B); other scenes: --endmembers.
 UNMIX_P = {"wtc": 31, "cuprite": 25}
@@ -134,7 +140,7 @@ PAPER_GPU = "NVIDIA GeForce GTX 1060 6 GB (EADP paper, Table III)"
 PAPER_CPU = "Intel Core i5-8400, 6 cores (EADP paper, Table III)"
 PAPER_CPU_THREADS = 6
 # W-MCD on these scenes only (the scikit-image peer takes seconds per call).
-DEFAULT_WMCD_SCENES = ["pavia_c", "salinas"]
+DEFAULT_WMCD_SCENES = ["pavia_c", "salinas", "pavia_c_2x2"]
 # The W-MCD paper (Quesada-Barriuso et al.), whole W-MCD on Pavia City, seconds.
 PAPER_WMCD = {"pavia_c": {"one K80 GPU": 0.957, "two K80 GPUs": 0.623,
                           "4 CPU threads (Xeon E5-2680 v3)": 5.477}}
@@ -930,15 +936,15 @@ def bench_scene(name, args, exe, sources, tmpdir, rows, notes):
             if name in args.unmix_scene_list:
                 bench_unmix(op, base, cube, X, cube_path, args, exe, rows, notes)
             continue
+        if op in ("emp", "wmcd"):
+            if name in args.wmcd_scene_list:
+                bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes)
+            continue
         if name not in args.scene_list:
             continue
         if op == "eadp":
             if name in args.eadp_scene_list:
                 bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes)
-            continue
-        if op in ("emp", "wmcd"):
-            if name in args.wmcd_scene_list:
-                bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes)
             continue
         if op == "eap":
             if name in args.eap_scene_list:
@@ -1094,16 +1100,18 @@ def wmcd_peer(cube, levels, op):
     feat = feat.astype(np.float32)
     t1 = time.perf_counter()
     q = [eref.quantise(f)[0].astype(np.int64) for f in feat]
+    tq = time.perf_counter()
     planes = [p for qi in q for p in mref.emp_profile(qi, [1, 3, 5, 7])]
     t2 = time.perf_counter()
+    # the stage names of hyprof_bench's emp/wmcd records
+    st = {"spectral_median_s": t1 - t0, "quantise_median_s": tq - t1, "emp_median_s": t2 - tq}
     if op == "emp":
         out = np.stack(planes).astype(np.float32)
-        return {"reduction_median_s": t1 - t0, "emp_median_s": t2 - t1}, out.reshape(len(planes), -1)
+        return st, out.reshape(len(planes), -1)
     lv = mref.auto_levels(h, w)
     out = np.stack([d for p in planes for d in mref.wmcd_plane(p.astype(np.float64), lv)])
-    t3 = time.perf_counter()
-    return ({"reduction_median_s": t1 - t0, "emp_median_s": t2 - t1,
-             "denoise_median_s": t3 - t2}, out.astype(np.float32).reshape(out.shape[0], -1))
+    st["denoise_median_s"] = time.perf_counter() - t2
+    return st, out.astype(np.float32).reshape(out.shape[0], -1)
 
 
 def bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes):
@@ -1473,6 +1481,8 @@ def main(argv=None):
             todo = list(args.scene_list)
             if {"sspp", "unmix"} & set(args.op_list):
                 todo += [s for s in args.unmix_scene_list if s not in todo]
+            if {"emp", "wmcd"} & set(args.op_list):
+                todo += [s for s in args.wmcd_scene_list if s not in todo]
         for name in todo:
             bench_scene(name, args, exe, sources, tmpdir, rows, notes)
             meta["sources"][name] = args.source or SCENES[name][3]

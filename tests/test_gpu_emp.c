@@ -10,8 +10,18 @@
  *
  * Checks (CPU result as reference): EMP bit-identical (8-bit levels as float,
  * nodata included); W-MCD max |cuda - cpu| / max |cpu| over valid pixels below
- * 1e-5 and masked pixels identical; the CUDA path really ran. With two or more
- * devices: --devices 0,1 gives bit-identical EMP and W-MCD to one device.
+ * 1e-5 and masked pixels identical; the CUDA path really ran. Several devices
+ * (the rows of the spectral stage and the feature bands shared, the rows
+ * exchanged between the devices): identical EMP and W-MCD within 1e-5 of
+ * one device, on hyprof_emp/hyprof_wmcd and on the whole `emp`/`wmcd`
+ * operations from the input bands (--reduction dwt: the spectral DWT runs in
+ * the chain), with two and three shares, and with more shares than feature
+ * bands. With one device the shares are all on device 0 (--devices 0,0):
+ * the same partition and exchange code runs, through same-device copies.
+ * Some checks again with the output page-locked and copied into directly
+ * ($HYPROF_EMP_PIN=lock), locked late ($HYPROF_EMP_PIN=late) and with
+ * pageable input copies
+ * ($HYPROF_EMP_STAGING=0).
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
@@ -24,6 +34,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "hyprof/hyprof.h"
 #include "hyprof/morphology.h"
+#include "hyprof/registry.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -199,20 +210,20 @@ static int run_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const case_t *k, int n
         snprintf(what, sizeof what, "W-MCD %s", k->name);
         compare(what, &wc, &wg, 0);
     }
-    if (ndev >= 2 && s2 == HYPROF_OK) {
-        static const int two[2] = {0, 1};
+    if (s2 == HYPROF_OK) {
+        static const int two_devices[2] = {0, 1}, one_device[2] = {0, 0};
         hyprof_wmcd_params_t p2 = p;
-        p2.emp.devices = two;
+        p2.emp.devices = ndev >= 2 ? two_devices : one_device;
         p2.emp.ndevices = 2;
         hyprof_cube_t e2, w2;
         if (hyprof_emp(gpu, &in, &p2.emp, &e2, NULL) != HYPROF_OK ||
             hyprof_wmcd(gpu, &in, &p2, &w2, NULL, NULL) != HYPROF_OK) {
             FAIL("%s: two devices failed: %s", k->name, hyprof_ctx_last_error(gpu));
         } else {
-            snprintf(what, sizeof what, "EMP 2 GPUs vs 1 %s", k->name);
+            snprintf(what, sizeof what, "EMP 2 shares vs 1 %s", k->name);
             compare(what, &eg, &e2, 1);
-            snprintf(what, sizeof what, "W-MCD 2 GPUs vs 1 %s", k->name);
-            compare(what, &wg, &w2, 1);
+            snprintf(what, sizeof what, "W-MCD 2 shares vs 1 %s", k->name);
+            compare(what, &wg, &w2, 0);
             hyprof_cube_free(&e2);
             hyprof_cube_free(&w2);
         }
@@ -223,6 +234,103 @@ static int run_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const case_t *k, int n
     hyprof_cube_free(&wg);
     hyprof_cube_free(&in);
     return 0;
+}
+
+/* ---- the whole operations, from the input bands ------------------------------------- */
+
+/* `op` (emp or wmcd) through the registry with --reduction dwt (the default)
+ * and `features`, on `devices` (NULL: the context's device). */
+static hyprof_status_t run_op(hyprof_ctx_t *ctx, const char *op, const char *features,
+                              const char *devices, const hyprof_cube_t *in, hyprof_result_t *res)
+{
+    const hyprof_op_t *o = hyprof_op_find(op);
+    hyprof_args_t *args = o ? hyprof_args_new(o) : NULL;
+    hyprof_result_init(res);
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    hyprof_status_t st = hyprof_args_set(args, "features", features);
+    if (st == HYPROF_OK && devices)
+        st = hyprof_args_set(args, "devices", devices);
+    if (st != HYPROF_OK)
+        printf("  args: %s\n", hyprof_args_error(args));
+    if (st == HYPROF_OK)
+        st = hyprof_op_run(ctx, o, args, in, res);
+    hyprof_args_free(&args);
+    return st;
+}
+
+/* The same band names and metadata (the quantisation ranges come from the
+ * device's pooled statistics on the GPU). */
+static void compare_meta(const char *what, const hyprof_result_t *ref,
+                         const hyprof_result_t *got)
+{
+    g_checks++;
+    int bad = ref->nmeta != got->nmeta;
+    for (size_t i = 0; !bad && i < ref->nmeta; i++)
+        if (strcmp(ref->meta_keys[i], got->meta_keys[i]) ||
+            strcmp(ref->meta_values[i], got->meta_values[i])) {
+            FAIL("%s: metadata %s = %s, expected %s = %s", what, got->meta_keys[i],
+                 got->meta_values[i], ref->meta_keys[i], ref->meta_values[i]);
+            return;
+        }
+    for (size_t b = 0; !bad && b < ref->cube.bands; b++)
+        bad = strcmp(ref->band_names[b], got->band_names[b]) != 0;
+    if (bad)
+        FAIL("%s: band names or metadata differ", what);
+}
+
+typedef struct {
+    const char *name;
+    size_t w, h, bands;
+    const char *features;
+    double masked;
+} chain_case_t;
+
+static const chain_case_t chain_cases[] = {
+    {"173x119x61 masked, 4 features", 173, 119, 61, "4", 0.03},
+    {"64x200x33, 2 features (3 shares: one without bands)", 64, 200, 33, "1", 0.0},
+    {"91x47x20, 5 features", 91, 47, 20, "5", 0.01},
+};
+
+static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_case_t *k,
+                           const char *const *multi, size_t nmulti)
+{
+    hyprof_cube_t in;
+    if (make_features(&in, k->w, k->h, k->bands, (uint64_t)k->bands * 7 + k->w, k->masked)) {
+        FAIL("%s: cannot build the input", k->name);
+        return;
+    }
+    static const char *const ops[2] = {"emp", "wmcd"};
+    char what[256];
+    for (int oi = 0; oi < 2; oi++) {
+        hyprof_result_t rc, rg;
+        hyprof_status_t s1 = run_op(cpu, ops[oi], k->features, NULL, &in, &rc);
+        hyprof_status_t s2 = run_op(gpu, ops[oi], k->features, NULL, &in, &rg);
+        if (s1 != HYPROF_OK || s2 != HYPROF_OK) {
+            FAIL("%s %s: failed (cpu: %s, cuda: %s)", ops[oi], k->name,
+                 s1 ? hyprof_ctx_last_error(cpu) : "ok", s2 ? hyprof_ctx_last_error(gpu) : "ok");
+        } else if (expect_cuda(gpu, k->name)) {
+            snprintf(what, sizeof what, "%s chain CUDA vs CPU %s", ops[oi], k->name);
+            compare(what, &rc.cube, &rg.cube, oi == 0);
+            compare_meta(what, &rc, &rg);
+            for (size_t d = 0; d < nmulti; d++) {
+                hyprof_result_t rm;
+                if (run_op(gpu, ops[oi], k->features, multi[d], &in, &rm) != HYPROF_OK) {
+                    FAIL("%s %s --devices %s: %s", ops[oi], k->name, multi[d],
+                         hyprof_ctx_last_error(gpu));
+                } else {
+                    snprintf(what, sizeof what, "%s chain --devices %s vs one %s", ops[oi],
+                             multi[d], k->name);
+                    compare(what, &rg.cube, &rm.cube, oi == 0);
+                    compare_meta(what, &rg, &rm);
+                }
+                hyprof_result_free(&rm);
+            }
+        }
+        hyprof_result_free(&rc);
+        hyprof_result_free(&rg);
+    }
+    hyprof_cube_free(&in);
 }
 
 static double now_ms(void)
@@ -304,9 +412,30 @@ int main(void)
     hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
     hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
     hyprof_ctx_set_backend(gpu, HYPROF_BACKEND_CUDA);
-    printf("%d CUDA device(s)%s\n", ndev, ndev < 2 ? ": the two-GPU checks are skipped" : "");
+    /* several shares: on two devices when there are, else all on device 0 */
+    static const char *const multi2[2] = {"0,1", "0,1,0"}, *const multi1[2] = {"0,0", "0,0,0"};
+    const char *const *multi = ndev >= 2 ? multi2 : multi1;
+    printf("%d CUDA device(s): the several-share checks run with --devices %s and %s%s\n", ndev,
+           multi[0], multi[1], ndev < 2 ? " (one device: every share on device 0)" : "");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(cpu, gpu, &cases[i], ndev);
+    for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
+        run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
+    /* and the output page-locked, the copies straight into it */
+    printf("page-locked output (HYPROF_EMP_PIN=lock):\n");
+    setenv("HYPROF_EMP_PIN", "lock", 1);
+    run_case(cpu, gpu, &cases[1], ndev);
+    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
+    unsetenv("HYPROF_EMP_PIN");
+    printf("late output locking (HYPROF_EMP_PIN=late):\n");
+    setenv("HYPROF_EMP_PIN", "late", 1);
+    run_case(cpu, gpu, &cases[0], ndev);
+    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2);
+    unsetenv("HYPROF_EMP_PIN");
+    printf("pageable input copies (HYPROF_EMP_STAGING=0):\n");
+    setenv("HYPROF_EMP_STAGING", "0", 1);
+    run_chain_case(cpu, gpu, &chain_cases[2], multi, 1);
+    unsetenv("HYPROF_EMP_STAGING");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);

@@ -3,6 +3,7 @@
 #define HYPROF_OPS_H
 
 #include "hyprof/registry.h"
+#include "hyprof/wavelet.h"
 
 /* Completes a result whose cube an API call has just filled: band name slots,
  * and the mask and nodata of the input `like`. */
@@ -62,5 +63,13 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                  const hyprof_cube_t *in, hyprof_result_t *out);
 hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                   const hyprof_cube_t *in, hyprof_result_t *out);
+/* --reduction dwt of an operation with --features, planned but not run (a
+ * chain that runs the transform itself: emp, wmcd): the wavelet, the level
+ * count hyprof__reduce_features would use, and the features' names A1..,
+ * checked as hyprof__reduce_bands checks them. */
+hyprof_status_t hyprof__reduce_dwt_plan(hyprof_ctx_t *ctx, const char *op,
+                                        const hyprof_args_t *args, size_t in_bands,
+                                        const hyprof_wavelet_t **wavelet, int *levels,
+                                        char ***names);
 
 #endif

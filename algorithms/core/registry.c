@@ -134,8 +134,10 @@ static const hyprof_param_t eap_params[] = {
      "Structuring element of radius r: disk (x^2 + y^2 <= r^2, scikit-image's "         \
      "disk(r)), square (side 2r+1) or diamond (|x| + |y| <= r).", 0},                   \
     {"devices", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,                              \
-     "CUDA devices sharing the profile bands: a list like 0,1, or all (default: "       \
-     "--device only). The output does not depend on it.", HYPROF_PARAM_ADVANCED}
+     "CUDA devices sharing the work: a list like 0,1, or all (default: --device "       \
+     "only). Each takes a block of rows for the spectral DWT, then a share of the "     \
+     "feature bands for the profiles. The output does not depend on it.",              \
+     HYPROF_PARAM_ADVANCED}
 
 static const hyprof_param_t emp_params[] = {
     P_EMP,

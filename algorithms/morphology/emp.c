@@ -74,9 +74,30 @@ hyprof_status_t hyprof__emp_check(hyprof_ctx_t *ctx, const char *op, size_t widt
     return HYPROF_OK;
 }
 
-/* Quantises `in` to 8 bits, allocates `out` (planes_per_band planes per band)
- * and runs the step: the part of hyprof_emp and hyprof_wmcd they share. */
+hyprof_status_t hyprof__emp_quantise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                     const float *feat, uint8_t *q)
+{
+    size_t n = a->width * a->height;
+    hyprof_cube_t f = hyprof_cube_bsq((void *)feat, HYPROF_FLOAT32, a->width, a->height,
+                                      a->bands);
+    f.mask = (uint8_t *)a->mask;
+    f.mask_stride_y = (ptrdiff_t)a->width;
+    uint16_t *q16 = malloc(n * a->bands * sizeof *q16);
+    if (!q16)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "cannot allocate the quantised bands");
+    hyprof_status_t st = hyprof__quantise(ctx, a->op, &f, 256, q16, a->range);
+    for (size_t i = 0; st == HYPROF_OK && i < n * a->bands; i++)
+        q[i] = (uint8_t)q16[i];
+    free(q16);
+    return st;
+}
+
+/* Runs the chain on the backend the context chooses: the features of `in`
+ * (its spectral DWT by `spec` to spec_levels levels, or its bands when spec
+ * is NULL), quantised to 8 bits, their EMP and, when `wavelet` is set, its
+ * W-MCD. Allocates `out`; `range` (optional): 2 per feature. */
 hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                const hyprof_wavelet_t *spec, int spec_levels,
                                 const hyprof_emp_params_t *p, const hyprof_wavelet_t *wavelet,
                                 const int levels[3], int hard, hyprof_cube_t *out,
                                 double *range)
@@ -87,31 +108,28 @@ hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_
     hyprof_status_t st = hyprof__input_f32(ctx, op, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
-    size_t n = x->width * x->height;
+    size_t nfeat = spec ? hyprof_dwt_bands(x->bands, spec_levels) : x->bands;
     size_t planes = hyprof__emp_planes(p->nradii) * (wavelet ? 3 : 1);
-    uint16_t *q16 = malloc(n * x->bands * sizeof *q16);
-    uint8_t *q = malloc(n * x->bands);
-    if (!q16 || !q)
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot allocate the quantised bands");
-    if (st == HYPROF_OK)
-        st = hyprof__quantise(ctx, op, x, 256, q16, range);
-    for (size_t i = 0; st == HYPROF_OK && i < n * x->bands; i++)
-        q[i] = (uint8_t)q16[i];
-    free(q16);
+    double *rng = range ? range : malloc(2 * nfeat * sizeof *rng);
+    if (!rng)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK && (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
-                                                   x->bands * planes)) != HYPROF_OK)
-        hyprof__error(ctx, st, op, "cannot allocate the %zu-band output", x->bands * planes);
+                                                   nfeat * planes)) != HYPROF_OK)
+        hyprof__error(ctx, st, op, "cannot allocate the %zu-band output", nfeat * planes);
     if (st == HYPROF_OK) {
         out->has_nodata = x->has_nodata;
         out->nodata = x->nodata;
-        hyprof_emp_args_t a = {q, x->mask, x->width, x->height, x->bands, p->radii,
-                               p->nradii, p->se, p->devices, p->ndevices, wavelet,
-                               {0, 0, 0}, hard, hyprof__nodata_f32(x), out->data, op};
+        hyprof_emp_args_t a = {x->data, x->bands, spec ? spec_levels : 0,
+                               spec ? spec->dec_lo : NULL, spec ? spec->length : 0, x->mask,
+                               x->width, x->height, nfeat, p->radii, p->nradii, p->se,
+                               p->devices, p->ndevices, wavelet, {0, 0, 0}, hard,
+                               hyprof__nodata_f32(x), out->data, rng, op};
         if (wavelet)
             memcpy(a.levels, levels, sizeof a.levels);
         st = hyprof__dispatch(ctx, op, hyprof__cpu_emp, HYPROF_CUDA_IMPL(hyprof__cuda_emp), &a);
     }
-    free(q);
+    if (rng != range)
+        free(rng);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);
@@ -125,7 +143,7 @@ hyprof_status_t hyprof_emp(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     hyprof_status_t st = hyprof__emp_check(ctx, OP, in->width, in->height, p);
     if (st != HYPROF_OK)
         return st;
-    return hyprof__emp_run(ctx, OP, in, p, NULL, NULL, 0, out, range);
+    return hyprof__emp_run(ctx, OP, in, NULL, 0, p, NULL, NULL, 0, out, range);
 }
 
 /* ---- the operation's arguments, shared with wmcd ------------------------------------ */
@@ -168,10 +186,6 @@ hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                                  "--devices '%s': a comma-separated list of device numbers, "
                                  "or all", dev);
-        for (size_t i = 0; i < o->p.ndevices; i++)
-            if (o->devices[i] == (int)d)
-                return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
-                                     "--devices '%s': device %ld given twice", dev, d);
         if (o->p.ndevices == HYPROF__EMP_MAX_DEVICES)
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "--devices '%s': at most %d",
                                  dev, HYPROF__EMP_MAX_DEVICES);
@@ -224,8 +238,10 @@ hyprof_status_t hyprof__emp_names(hyprof_result_t *out, const char *prefix, char
     return st;
 }
 
-/* Runs the reduction then `body` on the features: the frame of both
- * operations' hyprof__run_*. */
+/* Runs `body` on the source of the chain: with --reduction dwt the input
+ * itself, the spectral DWT running inside the chain on its backend (on the
+ * GPU the features never leave the device); otherwise the reduced features.
+ * The frame of both operations' hyprof__run_*. */
 hyprof_status_t hyprof__emp_op_frame(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, const hyprof_cube_t *in,
                                      hyprof__emp_body_fn body, void *user)
@@ -234,19 +250,29 @@ hyprof_status_t hyprof__emp_op_frame(hyprof_ctx_t *ctx, const char *op,
     memset(&feat, 0, sizeof feat);
     char **names = NULL;
     double saved[2], *range = NULL;
-    int levels = 0;
-    hyprof__progress_push(ctx, 0.0, 0.2, saved);
-    hyprof_status_t st = hyprof__reduce_features(ctx, op, args, in, &feat, &names, &levels);
-    hyprof__progress_pop(ctx, saved);
-    if (st == HYPROF_OK && !(range = calloc(2 * feat.bands, sizeof *range)))
+    hyprof__emp_src_t src = {in, NULL, 0, 0};
+    hyprof_status_t st;
+    if (strcmp(hyprof_args_str(args, "reduction"), "dwt") == 0) {
+        st = hyprof__reduce_dwt_plan(ctx, op, args, in->bands, &src.spec, &src.spec_levels,
+                                     &names);
+        src.nfeat = hyprof_dwt_bands(in->bands, (int)src.spec_levels);
+    } else {
+        int levels = 0;
+        hyprof__progress_push(ctx, 0.0, 0.2, saved);
+        st = hyprof__reduce_features(ctx, op, args, in, &feat, &names, &levels);
+        hyprof__progress_pop(ctx, saved);
+        src.cube = &feat;
+        src.nfeat = feat.bands;
+    }
+    if (st == HYPROF_OK && !(range = calloc(2 * src.nfeat, sizeof *range)))
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK) {
-        hyprof__progress_push(ctx, 0.2, 1.0, saved);
-        st = body(ctx, &feat, names, range, levels, user);
+        hyprof__progress_push(ctx, src.spec ? 0.0 : 0.2, 1.0, saved);
+        st = body(ctx, &src, names, range, user);
         hyprof__progress_pop(ctx, saved);
     }
     if (names)
-        hyprof__free_names(names, feat.bands);
+        hyprof__free_names(names, src.nfeat);
     hyprof_cube_free(&feat);
     free(range);
     return st;
@@ -258,16 +284,17 @@ typedef struct {
     hyprof_result_t *out;
 } emp_body_t;
 
-static hyprof_status_t emp_body(hyprof_ctx_t *ctx, const hyprof_cube_t *feat, char **names,
-                                double *range, int dwt_levels, void *user)
+static hyprof_status_t emp_body(hyprof_ctx_t *ctx, const hyprof__emp_src_t *src, char **names,
+                                double *range, void *user)
 {
     emp_body_t *e = user;
-    hyprof_status_t st = hyprof_emp(ctx, feat, &e->o->p, &e->out->cube, range);
+    hyprof_status_t st = hyprof__emp_run(ctx, OP, src->cube, src->spec, src->spec_levels,
+                                         &e->o->p, NULL, NULL, 0, &e->out->cube, range);
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(e->out, e->in);
     if (st == HYPROF_OK)
-        st = hyprof__emp_names(e->out, "EMP", names, feat->bands, &e->o->p, range, dwt_levels,
-                               NULL, 1);
+        st = hyprof__emp_names(e->out, "EMP", names, src->nfeat, &e->o->p, range,
+                               src->spec_levels, NULL, 1);
     return st;
 }
 

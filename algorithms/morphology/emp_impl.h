@@ -14,13 +14,21 @@ extern "C" {
 #endif
 
 typedef struct {
-    const uint8_t *q;      /* width*height*bands levels, BSQ (0 where masked) */
+    /* The chain's input: width*height*in_bands float32 BSQ; the features are
+     * its spectral DWT (spec_levels levels of the low-pass filter spec_lo,
+     * spec_flen taps: hyprof_dwt_args_t's definition) or, with spec_levels 0,
+     * the bands themselves (in_bands == bands). */
+    const float *x;
+    size_t in_bands;
+    int spec_levels;
+    const double *spec_lo;
+    size_t spec_flen;
     const uint8_t *mask;   /* width*height, 1 = valid, or NULL */
-    size_t width, height, bands;
+    size_t width, height, bands; /* bands: features */
     const int *radii;      /* strictly increasing */
     size_t nradii;
     hyprof_se_t se;
-    const int *devices;    /* CUDA devices (NULL: the context's) */
+    const int *devices;    /* CUDA devices (NULL: the context's); one may repeat */
     size_t ndevices;
     /* W-MCD (wavelet NULL: EMP only) */
     const hyprof_wavelet_t *wavelet;
@@ -28,8 +36,20 @@ typedef struct {
     int hard;
     float nodata;          /* what masked pixels receive */
     float *out;            /* bands * planes (* 3 with W-MCD) planes */
+    double *range;         /* 2 * bands: each feature's quantisation min and max */
     const char *op;        /* name in messages and progress */
 } hyprof_emp_args_t;
+
+/* Every feature band quantised to 8 bits as hyprof_quantise(256) does it
+ * (range: 2 * bands): the CPU backend's, and the rule the CUDA one follows. */
+hyprof_status_t hyprof__emp_quantise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                     const float *feat, uint8_t *q);
+
+/* Copies `cols` columns of m floats (column c from src + c*src_ld) into
+ * dst + c*m on `threads` OpenMP threads: the CUDA backend's packing of a
+ * pixel chunk into page-locked staging. */
+void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld, size_t m,
+                       size_t cols);
 
 /* Planes of one band's EMP: 2 nradii + 1. */
 static inline size_t hyprof__emp_planes(size_t nradii) { return 2 * nradii + 1; }

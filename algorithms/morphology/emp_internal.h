@@ -13,9 +13,12 @@
 hyprof_status_t hyprof__emp_check(hyprof_ctx_t *ctx, const char *op, size_t width,
                                   size_t height, const hyprof_emp_params_t *p);
 
-/* Quantises `in` to 8 bits and runs the EMP (and the W-MCD when `wavelet` is
- * set) on the backend the context chooses. */
+/* Runs the chain on the backend the context chooses: the features of `in`
+ * (its spectral DWT by `spec` to spec_levels levels, or its bands when spec
+ * is NULL), quantised to 8 bits, their EMP and, when `wavelet` is set, its
+ * W-MCD. Allocates `out`; `range` (optional): 2 per feature. */
 hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                const hyprof_wavelet_t *spec, int spec_levels,
                                 const hyprof_emp_params_t *p, const hyprof_wavelet_t *wavelet,
                                 const int levels[3], int hard, hyprof_cube_t *out,
                                 double *range);
@@ -30,9 +33,17 @@ typedef struct {
 hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
                                       const hyprof_args_t *args, hyprof__emp_op_t *o);
 
-typedef hyprof_status_t (*hyprof__emp_body_fn)(hyprof_ctx_t *ctx, const hyprof_cube_t *feat,
-                                               char **names, double *range, int dwt_levels,
-                                               void *user);
+/* What the chain starts from: the input and its spectral DWT (spec set:
+ * --reduction dwt), or computed features (spec NULL); nfeat features. */
+typedef struct {
+    const hyprof_cube_t *cube;
+    const hyprof_wavelet_t *spec;
+    int spec_levels;
+    size_t nfeat;
+} hyprof__emp_src_t;
+
+typedef hyprof_status_t (*hyprof__emp_body_fn)(hyprof_ctx_t *ctx, const hyprof__emp_src_t *src,
+                                               char **names, double *range, void *user);
 
 hyprof_status_t hyprof__emp_op_frame(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, const hyprof_cube_t *in,

@@ -2,12 +2,14 @@
  * reconstruction by dilation (Vincent's hybrid raster + FIFO algorithm,
  * 8-connected), openings and closings by reconstruction, and the W-MCD of
  * the planes. OpenMP over bands x radii. Semantics: include/hyprof/morphology.h. */
-#define _DEFAULT_SOURCE /* madvise */
+#define _DEFAULT_SOURCE /* madvise, clock_gettime */
 #include "emp_impl.h"
+#include "../wavelet/dwt_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -234,8 +236,8 @@ static void plane_op(size_t k, size_t nradii, int *closing, size_t *radius_index
 }
 
 /* The 8-bit EMP of every band into emp (bands * planes planes). */
-static hyprof_status_t cpu_profiles(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, uint8_t *emp,
-                                    double progress_share)
+static hyprof_status_t cpu_profiles(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
+                                    const uint8_t *q, uint8_t *emp, double progress_share)
 {
     size_t n = a->width * a->height, planes = hyprof__emp_planes(a->nradii);
     size_t ntasks = a->bands * planes, done = 0;
@@ -255,7 +257,7 @@ static hyprof_status_t cpu_profiles(hyprof_ctx_t *ctx, const hyprof_emp_args_t *
             if (stop)
                 continue;
             size_t b = t / planes, k = t % planes, ri;
-            const uint8_t *band = a->q + b * n;
+            const uint8_t *band = q + b * n;
             uint8_t *dst = emp + t * n;
             int closing;
             plane_op(k, a->nradii, &closing, &ri);
@@ -354,21 +356,90 @@ void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
     }
 }
 
+void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld, size_t m,
+                       size_t cols)
+{
+    /* pieces of at least 256 KiB: one column can be split among threads */
+    const size_t piece = (size_t)64 << 10, per = (m + piece - 1) / piece, total = per * cols;
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t t = 0; t < total; t++) {
+        size_t c = t / per, i0 = (t % per) * piece, len = m - i0 < piece ? m - i0 : piece;
+        memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
+    }
+}
+
+/* The features of the chain: the spectral DWT of a->x, or a->x itself. */
+static hyprof_status_t cpu_features(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, float **feat)
+{
+    *feat = (float *)a->x;
+    if (!a->spec_levels)
+        return HYPROF_OK;
+    size_t n = a->width * a->height;
+    if (!(*feat = malloc(n * a->bands * sizeof **feat)))
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "cannot allocate the %zu features",
+                             a->bands);
+    hyprof_dwt_args_t d = {a->x, NULL, n, a->in_bands, a->spec_levels, a->spec_lo, a->spec_flen,
+                           a->bands, 0.0f, *feat};
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.2, saved);
+    hyprof_status_t st = hyprof__cpu_dwt_spectral(ctx, &d);
+    hyprof__progress_pop(ctx, saved);
+    if (st != HYPROF_OK) {
+        free(*feat);
+        *feat = NULL;
+    }
+    return st;
+}
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
 {
     const hyprof_emp_args_t *a = args;
     size_t n = a->width * a->height, nplanes = a->bands * hyprof__emp_planes(a->nradii);
-    uint8_t *emp = malloc(nplanes * n);
-    if (!emp)
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "cannot allocate the %zu EMP planes",
-                             nplanes);
-    hyprof_status_t st = cpu_profiles(ctx, a, emp, a->wavelet ? 0.5 : 1.0);
+    double t[5];
+    t[0] = now_ms();
+    float *feat = NULL;
+    hyprof_status_t st = cpu_features(ctx, a, &feat);
+    if (st != HYPROF_OK)
+        return st;
+    t[1] = now_ms();
+    uint8_t *q = malloc(n * a->bands), *emp = malloc(nplanes * n);
+    if (!q || !emp)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "cannot allocate the %zu EMP planes",
+                           nplanes);
+    if (st == HYPROF_OK)
+        st = hyprof__emp_quantise(ctx, a, feat, q);
+    if (feat != a->x)
+        free(feat);
+    t[2] = now_ms();
+    double saved[2];
+    hyprof__progress_push(ctx, a->spec_levels ? 0.2 : 0.0, 1.0, saved);
+    if (st == HYPROF_OK)
+        st = cpu_profiles(ctx, a, q, emp, a->wavelet ? 0.5 : 1.0);
+    t[3] = now_ms();
     if (st == HYPROF_OK && a->wavelet)
         st = cpu_denoise(ctx, a, emp, nplanes);
     else if (st == HYPROF_OK)
-        for (size_t t = 0; t < nplanes; t++)
+        for (size_t i = 0; i < nplanes; i++)
             for (size_t p = 0; p < n; p++)
-                a->out[t * n + p] = (a->mask && !a->mask[p]) ? a->nodata : (float)emp[t * n + p];
+                a->out[i * n + p] = (a->mask && !a->mask[p]) ? a->nodata : (float)emp[i * n + p];
+    hyprof__progress_pop(ctx, saved);
+    t[4] = now_ms();
+    free(q);
     free(emp);
+    /* $HYPROF_EMP_TRACE: the stage line the CUDA backend logs per device */
+    const char *env = getenv("HYPROF_EMP_TRACE");
+    if (st == HYPROF_OK && env && strcmp(env, "0") != 0)
+        hyprof__log(ctx, HYPROF_LOG_INFO,
+                    "%s stages: share=0 shares=1 device=cpu threads=%d spectral_ms=%.3f "
+                    "quantise_ms=%.3f emp_ms=%.3f %s_ms=%.3f wall_ms=%.3f", a->op,
+                    hyprof__threads(ctx), t[1] - t[0], t[2] - t[1], t[3] - t[2],
+                    a->wavelet ? "denoise" : "to_float", t[4] - t[3], t[4] - t[0]);
     return st;
 }

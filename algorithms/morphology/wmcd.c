@@ -79,7 +79,8 @@ hyprof_status_t hyprof_wmcd(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         return st;
     if (levels_used)
         memcpy(levels_used, levels, sizeof levels);
-    return hyprof__emp_run(ctx, OP, in, &p->emp, p->wavelet, levels, p->hard, out, range);
+    return hyprof__emp_run(ctx, OP, in, NULL, 0, &p->emp, p->wavelet, levels, p->hard, out,
+                           range);
 }
 
 /* ---- the `wmcd` operation ----------------------------------------------------------- */
@@ -115,21 +116,24 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args,
 
 typedef struct {
     const hyprof_wmcd_params_t *p;
+    const int *levels;
     const hyprof_cube_t *in;
     hyprof_result_t *out;
 } wmcd_body_t;
 
-static hyprof_status_t wmcd_body(hyprof_ctx_t *ctx, const hyprof_cube_t *feat, char **names,
-                                 double *range, int dwt_levels, void *user)
+static hyprof_status_t wmcd_body(hyprof_ctx_t *ctx, const hyprof__emp_src_t *src, char **names,
+                                 double *range, void *user)
 {
     wmcd_body_t *e = user;
-    int levels[3];
-    hyprof_status_t st = hyprof_wmcd(ctx, feat, e->p, &e->out->cube, range, levels);
+    const int *levels = e->levels;
+    hyprof_status_t st = hyprof__emp_run(ctx, OP, src->cube, src->spec, src->spec_levels,
+                                         &e->p->emp, e->p->wavelet, levels, e->p->hard,
+                                         &e->out->cube, range);
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(e->out, e->in);
     if (st == HYPROF_OK)
-        st = hyprof__emp_names(e->out, "WMCD", names, feat->bands, &e->p->emp, range,
-                               dwt_levels, levels, 3);
+        st = hyprof__emp_names(e->out, "WMCD", names, src->nfeat, &e->p->emp, range,
+                               src->spec_levels, levels, 3);
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(e->out, "WMCD_LEVELS", "%d,%d,%d", levels[0], levels[1],
                                     levels[2]);
@@ -150,7 +154,7 @@ hyprof_status_t hyprof__run_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         st = check_levels(ctx, in->width, in->height, &p, levels);
     if (st != HYPROF_OK)
         return st;
-    wmcd_body_t e = {&p, in, out};
+    wmcd_body_t e = {&p, levels, in, out};
     return hyprof__emp_op_frame(ctx, OP, args, in, wmcd_body, &e);
 }
 

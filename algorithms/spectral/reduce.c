@@ -156,3 +156,21 @@ hyprof_status_t hyprof__reduce_features(hyprof_ctx_t *ctx, const char *op,
     hyprof_args_free(&copy);
     return st;
 }
+
+hyprof_status_t hyprof__reduce_dwt_plan(hyprof_ctx_t *ctx, const char *op,
+                                        const hyprof_args_t *args, size_t in_bands,
+                                        const hyprof_wavelet_t **wavelet, int *levels,
+                                        char ***names)
+{
+    size_t nfeat = 0;
+    *names = NULL;
+    hyprof_status_t st = hyprof__reduce_bands(ctx, op, args, in_bands, &nfeat);
+    if (st == HYPROF_OK)
+        st = dwt_levels(ctx, op, args, in_bands, levels);
+    if (st != HYPROF_OK)
+        return st;
+    const char *wn = hyprof_args_str(args, "wavelet");
+    if (!(*wavelet = hyprof_wavelet_find(wn)))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "unknown wavelet '%s'", wn);
+    return name_bands(ctx, op, nfeat, "A", names);
+}

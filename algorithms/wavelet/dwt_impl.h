@@ -32,6 +32,16 @@ typedef struct {
 hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *args);
 
+/* The CUDA kernel alone, for chains that keep the features on the device
+ * (kernels/morphology/emp.cu): the DWT of m pixels of a device BSQ block
+ * (band b of pixel i at x[i + b*ld_in]) into out[i + k*ld_out], k < out_bands,
+ * queued on `stream` (a cudaStream_t) of the current device; no mask (every
+ * pixel is transformed). levels 0 copies. */
+hyprof_status_t hyprof__cuda_dwt_launch(hyprof_ctx_t *ctx, const char *op, const float *x,
+                                        size_t ld_in, size_t m, size_t bands, int levels,
+                                        const double *lo, size_t flen, size_t out_bands,
+                                        float *out, size_t ld_out, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,15 @@
-/* CUDA backend of the EMP / W-MCD step (semantics: include/hyprof/morphology.h,
+/* CUDA backend of the EMP / W-MCD chain (semantics: include/hyprof/morphology.h,
  * algorithms/morphology/emp_impl.h). Everything stays on the device between
- * the stages; the host sees the 8-bit bands go in and the float planes come out.
+ * the stages; the host sees the float input bands go in and the float planes
+ * come out.
  *
+ *   spectral    the input in pixel chunks of ~16 MiB, packed by host threads
+ *               into page-locked staging (kept for the next call), copied on
+ *               an upload stream while the previous chunk is transformed
+ *               (kernels/wavelet/dwt.cu's kernel) on the compute stream
+ *   quantise    each feature's valid min and max (order-preserving integer
+ *               keys, atomics), then hyprof_quantise's 8-bit rule in the same
+ *               double operations: the levels are the CPU's, bit for bit
  *   erode       per band: running row minima of f and 255 - f for every
  *               half-width up to the largest radius (one pass), then the
  *               markers of all radii and both polarities (grid z): the minimum
@@ -14,6 +22,10 @@
  *               host relaunches until no tile changes. Chaotic relaxation of a
  *               monotone operator reaches the same fixpoint as Vincent's
  *               algorithm: the result is exact (integer), like the CPU's.
+ *               (Measured against a queue-based variant, Teodoro et al.'s
+ *               queue propagation at tile granularity in one persistent
+ *               launch: 1.8 ms against BAR's 1.2 ms for the 32 planes of a
+ *               Pavia Centre-size EMP on an H100; BAR stays.)
  *   finish      closings back to 255 - J, the band plane, masked pixels 0
  *   denoise     (W-MCD) per group of planes in double: periodized separable
  *               2-D DWT (rows/columns kernels, filters in constant memory),
@@ -21,20 +33,30 @@
  *               passes of 8 bits over the bit patterns), universal threshold,
  *               thresholding, inverse per level
  *
- * Several devices (--devices): the bands are split into contiguous ranges, one
- * host thread per device runs the whole chain on its range and writes its own
- * output planes (the seed's spectral partition for the EMP and denoising). */
+ * Several devices (--devices, the seed's Fig. 5): one host thread per share.
+ * Share d takes rows [H d/D, H (d+1)/D) for the spectral stage (it uploads
+ * only those rows of the cube), the shares pool their features' minima and
+ * maxima, each quantises its rows, then takes the feature bands
+ * [K d/D, K (d+1)/D) for the EMP and the denoising and pulls their rows from
+ * the other shares (cudaMemcpyPeerAsync: direct with peer access, else
+ * through the host), and writes its own output planes. A device may hold
+ * several shares (--devices 0,0: the partition tested on one GPU). */
 #include "../../algorithms/morphology/emp_impl.h"
 #include "../core/cuda_util.h"
+#include "../../algorithms/wavelet/dwt_impl.h"
 
 #include <climits>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <new>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -121,39 +143,19 @@ __global__ void marker_kernel(const uint8_t *__restrict__ hm, const uint8_t *__r
     *dst = (uint8_t)m;
 }
 
-/* One warp per 32 x 32 tile of one plane: scans until the tile is stable.
- * A tile is skipped when neither it nor a neighbour changed in the previous
- * launch (`prev`, NULL: the first launch): then its pixels and its halo are
- * what they were when it was last found stable. Changed tiles are marked in
- * `cur` (cleared before the launch) and raise *changed. */
-__global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
-                                                   const uint8_t *__restrict__ mask, int W,
-                                                   int H, size_t n, int nradii, uint8_t *emp,
-                                                   const uint8_t *__restrict__ prev,
-                                                   uint8_t *cur, int *changed)
+/* One 32 x 32 tile (tx, ty) of reconstruction plane z, by one warp: loads it
+ * with its 1-pixel halo into shared memory, scans until it is stable and
+ * writes it back if it changed; returns whether it did. */
+__device__ bool recon_tile(const uint8_t *__restrict__ q, const uint8_t *__restrict__ mask,
+                           int W, int H, size_t n, int nradii, uint8_t *emp, int z, int tx,
+                           int ty, uint8_t (*J)[kStride], uint8_t (*I)[kStride])
 {
-    __shared__ uint8_t J[kTile + 2][kStride];
-    __shared__ uint8_t I[kTile][kStride];
-    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
-    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
-    if (prev) {
-        bool active = false;
-        for (int dy = -1; dy <= 1; ++dy)
-            for (int dx = -1; dx <= 1; ++dx) {
-                const int yy = ty + dy, xx = tx + dx;
-                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
-                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
-                    active = true;
-            }
-        if (!active)
-            return;
-    }
     int band, ri, outk;
     bool closing;
-    plane_of(blockIdx.z, nradii, &band, &ri, &closing, &outk);
+    plane_of(z, nradii, &band, &ri, &closing, &outk);
     uint8_t *plane = emp + ((size_t)band * (2 * nradii + 1) + outk) * n;
     const uint8_t *qb = q + (size_t)band * n;
-    const int lane = threadIdx.x, x0 = blockIdx.x * kTile, y0 = blockIdx.y * kTile;
+    const int lane = threadIdx.x, x0 = tx * kTile, y0 = ty * kTile;
     for (int i = lane; i < (kTile + 2) * (kTile + 2); i += 32) {
         const int sy = i / (kTile + 2), sx = i % (kTile + 2);
         const int gy = y0 + sy - 1, gx = x0 + sx - 1;
@@ -227,13 +229,45 @@ __global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q
         any = true;
     }
     if (!any)
-        return;
+        return false;
     for (int i = lane; i < kTile * kTile; i += 32) {
         const int sy = i / kTile, sx = i % kTile, gy = y0 + sy, gx = x0 + sx;
         if (gx < W && gy < H)
             plane[(size_t)gy * W + gx] = J[sy + 1][sx + 1];
     }
-    if (lane == 0) {
+    return true;
+}
+
+/* Block-asynchronous reconstruction (BAR), one launch: one warp per tile of
+ * every plane. A tile is skipped when neither it nor a neighbour changed in
+ * the previous launch (`prev`, NULL: the first launch): then its pixels and
+ * its halo are what they were when it was last found stable. Changed tiles
+ * are marked in `cur` (cleared before the launch) and raise *changed. */
+__global__ void __launch_bounds__(32) recon_kernel(const uint8_t *__restrict__ q,
+                                                   const uint8_t *__restrict__ mask, int W,
+                                                   int H, size_t n, int nradii, uint8_t *emp,
+                                                   const uint8_t *__restrict__ prev,
+                                                   uint8_t *cur, int *changed)
+{
+    __shared__ uint8_t J[kTile + 2][kStride];
+    __shared__ uint8_t I[kTile][kStride];
+    const int tx = blockIdx.x, ty = blockIdx.y, ntx = gridDim.x, nty = gridDim.y;
+    const size_t tiles = (size_t)ntx * nty, tile = blockIdx.z * tiles + (size_t)ty * ntx + tx;
+    if (prev) {
+        bool active = false;
+        for (int dy = -1; dy <= 1; ++dy)
+            for (int dx = -1; dx <= 1; ++dx) {
+                const int yy = ty + dy, xx = tx + dx;
+                if (yy >= 0 && yy < nty && xx >= 0 && xx < ntx &&
+                    prev[blockIdx.z * tiles + (size_t)yy * ntx + xx])
+                    active = true;
+            }
+        if (!active)
+            return;
+    }
+    if (!recon_tile(q, mask, W, H, n, nradii, emp, blockIdx.z, tx, ty, J, I))
+        return;
+    if (threadIdx.x == 0) {
         cur[tile] = 1;
         *changed = 1;
     }
@@ -410,25 +444,41 @@ __global__ void sel_hist_kernel(const double *__restrict__ d, size_t is, size_t 
             atomicAdd(gh + i, (unsigned long long)h[i / 256][i % 256]);
 }
 
-/* grid G, 2 threads (one per query): the bin holding the rank; clears the
- * histograms for the next pass. */
+/* grid G, 64 threads (one warp per query): the bin holding the rank (each
+ * lane sums 8 bins, a warp scan of the sums finds the lane, that lane its
+ * bin); clears the histograms for the next pass. */
 __global__ void sel_scan_kernel(SelQ *q, int shift, unsigned long long *ghist)
 {
-    const int g = blockIdx.x, t = threadIdx.x;
-    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)t * 256;
-    SelQ s = q[2 * g + t];
-    unsigned long long cum = 0;
-    for (int b = 0; b < 256; ++b) {
-        if ((unsigned long long)s.rank < cum + h[b]) {
-            s.prefix |= (unsigned long long)b << shift;
-            s.rank -= (long long)cum;
-            break;
-        }
-        cum += h[b];
+    const int g = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    unsigned long long *h = ghist + (size_t)g * 512 + (size_t)w * 256;
+    SelQ s = q[2 * g + w]; /* read by every lane before the scan's shuffles */
+    unsigned long long v[8], sum = 0;
+    for (int j = 0; j < 8; ++j) {
+        v[j] = h[lane * 8 + j];
+        sum += v[j];
     }
-    q[2 * g + t] = s;
-    for (int b = 0; b < 256; ++b)
-        h[b] = 0;
+    unsigned long long incl = sum; /* inclusive prefix over the lanes */
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long u = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += u;
+    }
+    const unsigned long long excl = incl - sum;
+    const unsigned long long rank = (unsigned long long)s.rank;
+    if (rank >= excl && rank < incl) { /* exactly one lane */
+        unsigned long long cum = excl;
+        for (int j = 0; j < 8; ++j) {
+            if (rank < cum + v[j]) {
+                s.prefix |= (unsigned long long)(lane * 8 + j) << shift;
+                s.rank -= (long long)cum;
+                break;
+            }
+            cum += v[j];
+        }
+        q[2 * g + w] = s;
+    }
+    for (int j = 0; j < 8; ++j)
+        h[lane * 8 + j] = 0;
 }
 
 __global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, double npix,
@@ -469,6 +519,94 @@ __global__ void out_kernel(const double *__restrict__ src, size_t n,
         (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
 }
 
+/* ---- the features: statistics and quantisation ----------------------------------------- */
+
+/* Per feature band: its valid min and max as order-preserving unsigned keys
+ * of the float bits, and the first valid pixel that is not finite. */
+struct FeatStats {
+    unsigned lo, hi;
+    unsigned long long bad;
+};
+
+__device__ __forceinline__ unsigned ord_key(float f)
+{
+    const unsigned u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static float key_float(unsigned k)
+{
+    const unsigned u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+__global__ void stats_init_kernel(FeatStats *st, int K)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < K)
+        st[k] = {0xffffffffu, 0u, ~0ull};
+}
+
+/* grid (blocks, K): the statistics of rows' pixels [0, np) of feature k
+ * (f + k * np); `mask` and pixel numbers relative to the share's first pixel
+ * p0. */
+__global__ void stats_kernel(const float *__restrict__ f, size_t np,
+                             const uint8_t *__restrict__ mask, size_t p0, FeatStats *st)
+{
+    const float *fk = f + (size_t)blockIdx.y * np;
+    unsigned lo = 0xffffffffu, hi = 0u;
+    unsigned long long bad = ~0ull;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < np;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (mask && !mask[i])
+            continue;
+        const float v = fk[i];
+        if (!isfinite(v)) {
+            bad = min(bad, (unsigned long long)(p0 + i));
+            continue;
+        }
+        const unsigned key = ord_key(v);
+        lo = min(lo, key);
+        hi = max(hi, key);
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = min(lo, __shfl_down_sync(0xffffffffu, lo, o));
+        hi = max(hi, __shfl_down_sync(0xffffffffu, hi, o));
+        bad = min(bad, __shfl_down_sync(0xffffffffu, bad, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        FeatStats *s = st + blockIdx.y;
+        atomicMin(&s->lo, lo);
+        atomicMax(&s->hi, hi);
+        if (bad != ~0ull)
+            atomicMin(&s->bad, bad);
+    }
+}
+
+/* grid (pixels, K): hyprof_quantise's 8-bit levels, the same double
+ * operations in the same order, each rounded on its own (no contraction):
+ * floor((x - min) * 255 / span + 0.5) clipped, 0 where masked or flat. */
+__global__ void quantise_kernel(const float *__restrict__ f, size_t np,
+                                const uint8_t *__restrict__ mask,
+                                const double *__restrict__ lohi, uint8_t *__restrict__ q)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= np)
+        return;
+    const int k = blockIdx.y;
+    const double lo = lohi[2 * k], span = __dsub_rn(lohi[2 * k + 1], lo);
+    unsigned v = 0;
+    if (!(mask && !mask[i]) && span > 0.0) {
+        const double x = (double)f[(size_t)k * np + i];
+        const double s =
+            floor(__dadd_rn(__ddiv_rn(__dmul_rn(__dsub_rn(x, lo), 255.0), span), 0.5));
+        v = s < 0.0 ? 0u : s > 255.0 ? 255u : (unsigned)s;
+    }
+    q[(size_t)k * np + i] = (uint8_t)v;
+}
+
 /* ---- one device's share ----------------------------------------------------------------- */
 
 static inline dim3 grid2(size_t x, size_t y, size_t z, dim3 b)
@@ -482,11 +620,36 @@ static double ms_since(std::chrono::steady_clock::time_point t0)
         .count();
 }
 
+static bool env_is(const char *name, const char *value)
+{
+    const char *env = getenv(name);
+    return env && strcmp(env, value) == 0;
+}
+
+/* How the output comes down ($HYPROF_EMP_PIN): through the pinned staging
+ * pool, host threads copying it out (default: EmpDevice::download_staged);
+ * lock: straight into the output, page-locked by OutputPrep; late: the same,
+ * locked once the devices have queued their computations; 0: straight into
+ * pageable memory. Measured on an H100 (Pavia Centre size, W-MCD): 33 ms
+ * host to host staged against 47 ms locked and 54 ms late: locking holds the
+ * driver (the uploads stall meanwhile) and unlocking costs at the end. */
+static bool staged_output()
+{
+    const char *e = getenv("HYPROF_EMP_PIN");
+    return !(e && (strcmp(e, "lock") == 0 || strcmp(e, "late") == 0 || strcmp(e, "0") == 0));
+}
+
+static bool locked_output()
+{
+    return env_is("HYPROF_EMP_PIN", "lock") || env_is("HYPROF_EMP_PIN", "late");
+}
+
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies) and page-locks it for every device (portable), so the downloads run
- * at DMA speed. $HYPROF_EMP_PIN=0 skips the page-locking. Best effort: when
- * it fails the output stays pageable. Every download waits for it. */
+ * copies; $HYPROF_EMP_PREFAULT_THREADS, default the context's) and, with
+ * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
+ * Best effort: when locking fails the output stays pageable. Every download
+ * waits for it. */
 class OutputPrep {
   public:
     OutputPrep() : fut_(pr_.get_future().share()) {}
@@ -494,21 +657,44 @@ class OutputPrep {
     OutputPrep &operator=(const OutputPrep &) = delete;
     ~OutputPrep()
     {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            abort_ = true;
+            cv_.notify_all();
+        }
         if (t_.joinable())
             t_.join();
         if (p_)
             (void)cudaHostUnregister(p_); /* every copy into it has completed */
         (void)cudaGetLastError();
     }
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
+    /* $HYPROF_EMP_PIN=late: lock only once every one of `shares` shares has
+     * said go() (it has queued its computations and waits for the output):
+     * locking holds the driver, and the devices then compute meanwhile. */
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares)
     {
+        late_ = env_is("HYPROF_EMP_PIN", "late");
+        went_.assign(shares, 0);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
         } catch (...) {
             work(ctx, p, bytes, device);
         }
     }
+    void go(size_t share) const
+    {
+        std::lock_guard<std::mutex> l(m_);
+        if (share < went_.size() && !went_[share]) {
+            went_[share] = 1;
+            ++gone_;
+            cv_.notify_all();
+        }
+    }
     void wait() const { fut_.wait(); }
+    bool ready() const
+    {
+        return fut_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
     double ms() const { return ms_; }
     double prefault_ms() const { return prefault_ms_; }
     bool pinned() const { return p_ != NULL; }
@@ -517,10 +703,25 @@ class OutputPrep {
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        hyprof__prefault(ctx, p, bytes);
+        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
+        hyprof_ctx_t *c = hyprof_ctx_new(); /* a thread count of its own */
+        if (c) {
+            c->threads = env && atoi(env) > 0 ? atoi(env) : ctx->threads;
+            hyprof__prefault(c, p, bytes);
+            hyprof_ctx_free(&c);
+        } else {
+            hyprof__prefault(ctx, p, bytes);
+        }
         prefault_ms_ = ms_since(t0);
-        const char *env = getenv("HYPROF_EMP_PIN");
-        if (!(env && strcmp(env, "0") == 0) && cudaSetDevice(device) == cudaSuccess &&
+        bool stop;
+        {
+            std::unique_lock<std::mutex> l(m_);
+            if (late_)
+                cv_.wait(l, [&] { return gone_ == went_.size() || abort_; });
+            stop = abort_;
+        }
+        if (!stop && locked_output() &&
+            cudaSetDevice(device) == cudaSuccess &&
             cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess)
             p_ = p;
         (void)cudaGetLastError();
@@ -532,23 +733,236 @@ class OutputPrep {
     std::thread t_;
     void *p_ = NULL;
     double ms_ = 0.0, prefault_ms_ = 0.0;
+    bool late_ = false;
+    mutable std::mutex m_;
+    mutable std::condition_variable cv_;
+    mutable std::vector<char> went_;
+    mutable size_t gone_ = 0;
+    bool abort_ = false;
 };
 
-/* $HYPROF_EMP_TRACE=1: each device logs (INFO, through the context's log
- * callback) its stage times from CUDA events and its host wall time. */
+/* Page-locked staging for the input chunks, kept for the next call: pinning
+ * fresh memory costs about as much as the copy it speeds up (a 320 MB cube
+ * through freshly pinned buffers was slower than one pageable copy), so the
+ * buffers (portable: any device may read them) are allocated once per
+ * process and reused, at most kPoolBytes of them.
+ * $HYPROF_EMP_STAGING=0: no staging (pageable copies); =fresh: no reuse. */
+class StagingPool {
+  public:
+    static constexpr size_t kPoolBytes = (size_t)256 << 20;
+    struct Buf {
+        void *p = NULL;
+        size_t bytes = 0;
+    };
+    static bool take(size_t bytes, Buf *b)
+    {
+        {
+            std::lock_guard<std::mutex> l(mu());
+            std::vector<Buf> &v = list();
+            for (size_t i = 0; i < v.size(); ++i)
+                if (v[i].bytes >= bytes) {
+                    *b = v[i];
+                    v.erase(v.begin() + (ptrdiff_t)i);
+                    return true;
+                }
+        }
+        bytes = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* reusable */
+        if (cudaHostAlloc(&b->p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+            (void)cudaGetLastError();
+            b->p = NULL;
+            return false;
+        }
+        b->bytes = bytes;
+        return true;
+    }
+    /* The copies from b must be done. */
+    static void give(Buf b)
+    {
+        if (!b.p)
+            return;
+        if (!env_is("HYPROF_EMP_STAGING", "fresh")) {
+            std::lock_guard<std::mutex> l(mu());
+            std::vector<Buf> &v = list();
+            size_t held = 0;
+            for (const Buf &x : v)
+                held += x.bytes;
+            if (held + b.bytes <= kPoolBytes) {
+                try {
+                    v.push_back(b);
+                    return;
+                } catch (...) {
+                }
+            }
+        }
+        (void)cudaFreeHost(b.p);
+        (void)cudaGetLastError();
+    }
+
+  private:
+    static std::mutex &mu()
+    {
+        static std::mutex m;
+        return m;
+    }
+    static std::vector<Buf> &list()
+    {
+        static std::vector<Buf> *v = new std::vector<Buf>(); /* never destroyed: no exit order issue */
+        return *v;
+    }
+};
+
+/* One staging buffer, back to the pool once `stream`'s copies from it are done. */
+class Staging {
+  public:
+    Staging() = default;
+    Staging(const Staging &) = delete;
+    Staging &operator=(const Staging &) = delete;
+    ~Staging()
+    {
+        if (b_.p) {
+            (void)cudaStreamSynchronize(s_);
+            (void)cudaGetLastError();
+            StagingPool::give(b_);
+        }
+    }
+    bool take(size_t bytes, cudaStream_t s)
+    {
+        s_ = s;
+        return StagingPool::take(bytes, &b_);
+    }
+    float *get() const { return static_cast<float *>(b_.p); }
+
+  private:
+    StagingPool::Buf b_;
+    cudaStream_t s_ = NULL;
+};
+
+/* A barrier for the device threads. A failing thread breaks it, so that the
+ * others stop instead of waiting for it forever. */
+class Rendezvous {
+  public:
+    explicit Rendezvous(size_t n) : n_(n) {}
+    bool arrive()
+    {
+        std::unique_lock<std::mutex> l(m_);
+        if (broken_)
+            return false;
+        const size_t gen = gen_;
+        if (++count_ == n_) {
+            count_ = 0;
+            ++gen_;
+            cv_.notify_all();
+            return true;
+        }
+        cv_.wait(l, [&] { return gen_ != gen || broken_; });
+        return gen_ != gen;
+    }
+    void brk()
+    {
+        std::lock_guard<std::mutex> l(m_);
+        broken_ = true;
+        cv_.notify_all();
+    }
+
+  private:
+    std::mutex m_;
+    std::condition_variable cv_;
+    size_t n_, count_ = 0, gen_ = 0;
+    bool broken_ = false;
+};
+
+/* The seed's Fig. 5 decomposition. Each share (one host thread and one
+ * device; a device may hold several shares) takes a block of image rows for
+ * the spectral stage: it uploads only its rows of the cube, transforms them
+ * and quantises its rows of every feature once the shares have pooled their
+ * minima and maxima. Then it takes a range of feature bands for the EMP and
+ * the denoising and pulls its bands' rows from every share
+ * (cudaMemcpyPeerAsync: direct with peer access, else through the host). */
+struct Share {
+    int device = 0;
+    size_t r0 = 0, r1 = 0;   /* rows of the spectral stage */
+    size_t b0 = 0, b1 = 0;   /* feature bands of the EMP and denoising */
+    std::vector<FeatStats> stats;
+    const uint8_t *qreg = NULL; /* its rows of every quantised feature (device) */
+    cudaEvent_t quantised = NULL;
+    bool aborted = false;    /* stopped because another share failed */
+};
+
+class OutputPrep;
+
+struct Chain {
+    const hyprof_emp_args_t *a;
+    const hyprof_ctx_t *main;
+    const OutputPrep *prep;
+    std::vector<Share> sh;
+    Rendezvous rv;
+    int pack_threads;
+    Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
+          size_t nshares)
+        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
+    {
+        for (size_t d = 0; d < nshares; ++d) {
+            Share &s = sh[d];
+            s.device = a->devices && a->ndevices ? a->devices[d] : main->device;
+            s.r0 = a->height * d / nshares;
+            s.r1 = a->height * (d + 1) / nshares;
+            s.b0 = a->bands * d / nshares;
+            s.b1 = a->bands * (d + 1) / nshares;
+        }
+        /* host threads packing the input chunks: the context's threads over
+         * the shares, at most 8 each (memory bandwidth, not cores, limits a
+         * copy), or $HYPROF_EMP_PACK_THREADS over the shares */
+        const char *env = getenv("HYPROF_EMP_PACK_THREADS");
+        const long total = env && atol(env) > 0 ? atol(env) : hyprof__threads(main);
+        const long t = total / (long)nshares;
+        pack_threads = t < 1 ? 1 : t > 8 && !env ? 8 : (int)t;
+    }
+    size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
+    /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
+     * or, when a valid value is not finite, the feature and the pixel. */
+    bool pooled(std::vector<double> &lohi, size_t *bad_band, unsigned long long *bad_pixel) const
+    {
+        const size_t K = a->bands;
+        lohi.assign(2 * K, 0.0);
+        for (size_t k = 0; k < K; ++k) {
+            unsigned lo = 0xffffffffu, hi = 0u;
+            unsigned long long bad = ~0ull;
+            for (const Share &s : sh) {
+                lo = s.stats[k].lo < lo ? s.stats[k].lo : lo;
+                hi = s.stats[k].hi > hi ? s.stats[k].hi : hi;
+                bad = s.stats[k].bad < bad ? s.stats[k].bad : bad;
+            }
+            if (bad != ~0ull) {
+                *bad_band = k;
+                *bad_pixel = bad;
+                return false;
+            }
+            const bool any = lo <= hi; /* else every pixel of the band is masked */
+            lohi[2 * k] = any ? (double)key_float(lo) : NAN;
+            lohi[2 * k + 1] = any ? (double)key_float(hi) : NAN;
+        }
+        return true;
+    }
+};
+
+/* $HYPROF_EMP_TRACE=1: each share logs (INFO, through the context's log
+ * callback) one line of key=value stage times from CUDA events and host
+ * clocks (hyprof_bench turns them into JSON). */
 static bool tracing()
 {
     const char *env = getenv("HYPROF_EMP_TRACE");
     return env && strcmp(env, "0") != 0;
 }
 
+/* The filter of a zero-level transform (a copy): never applied. */
+static const double kCopyFilter[2] = {0.0, 0.0};
+
 class EmpDevice {
   public:
-    EmpDevice(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0, size_t b1,
-              const hyprof_ctx_t *main, const OutputPrep *prep)
-        : ctx(ctx), a(a), op(a->op), b0(b0), nb(b1 - b0), main(main), prep(prep),
-          n(a->width * a->height), W((int)a->width), H((int)a->height),
-          P(hyprof__emp_planes(a->nradii))
+    EmpDevice(hyprof_ctx_t *ctx, Chain &c, size_t share)
+        : ctx(ctx), a(c.a), op(c.a->op), c(c), id(share), sp(c.sh[share]), b0(sp.b0),
+          nb(sp.b1 - sp.b0), main(c.main), prep(c.prep), n(a->width * a->height),
+          W((int)a->width), H((int)a->height), P(hyprof__emp_planes(a->nradii))
     {
     }
     ~EmpDevice()
@@ -563,17 +977,24 @@ class EmpDevice {
     hyprof_ctx_t *ctx;
     const hyprof_emp_args_t *a;
     const char *op;
+    Chain &c;
+    size_t id;
+    Share &sp;
     size_t b0, nb;
     const hyprof_ctx_t *main;
     const OutputPrep *prep;
     size_t n;
     int W, H;
     size_t P;
-    /* trace: start, uploaded, markers, reconstructed, EMP done, computed, copied */
-    static constexpr int kEvents = 7;
+    /* trace: start, transformed (spectral stage), quantised and exchanged,
+     * markers, reconstructed, EMP done, computed, copied */
+    static constexpr int kEvents = 8;
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
-    double waited_ms = 0.0;
+    double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
+           loop_ms = 0.0;
+    size_t chunks = 0;
+    const char *upload_mode = "none";
     void mark(int i, cudaStream_t st)
     {
         if (ev[i])
@@ -582,11 +1003,12 @@ class EmpDevice {
     void wait_output()
     {
         const auto t0 = std::chrono::steady_clock::now();
+        prep->go(id);
         prep->wait();
         waited_ms += ms_since(t0);
     }
     void report(double wall_ms);
-    Stream s;
+    Stream s, up;
     DeviceBuffer<uint8_t> q, mask, emp;
     DeviceBuffer<int> radii, hw_off, hw, flag;
 
@@ -596,20 +1018,42 @@ class EmpDevice {
             return hyprof__error(ctx, HYPROF_ERR_CANCELLED, op, "cancelled");
         return HYPROF_OK;
     }
-    hyprof_status_t upload();
+    hyprof_status_t meet()
+    {
+        if (c.rv.arrive())
+            return HYPROF_OK;
+        sp.aborted = true;
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "stopped: another device failed");
+    }
+    hyprof_status_t setup();
+    hyprof_status_t spectral(DeviceBuffer<float> &F);
+    hyprof_status_t features();
+    hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
+    hyprof_status_t reconstruct_bar(dim3 tiles);
     hyprof_status_t emp_out();
     hyprof_status_t denoise();
+    typedef std::vector<std::pair<size_t, cudaEvent_t>> Ready;
+    hyprof_status_t download_staged(const float *src, float *dst, size_t count,
+                                    cudaStream_t cs, const Ready &ready);
     struct Bufs;
     hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
 };
 
-hyprof_status_t EmpDevice::upload()
+/* Peer access to the other shares' devices, the mask, the structuring
+ * elements and the share's 8-bit bands. */
+hyprof_status_t EmpDevice::setup()
 {
     cudaStream_t st = s.get();
+    for (const Share &o : c.sh) {
+        int can = 0;
+        if (o.device != sp.device && cudaDeviceCanAccessPeer(&can, sp.device, o.device) ==
+                                         cudaSuccess && can)
+            (void)cudaDeviceEnablePeerAccess(o.device, 0); /* or already enabled */
+        (void)cudaGetLastError();
+    }
     HYPROF_TRY(q.alloc(ctx, op, nb * n));
     HYPROF_TRY(emp.alloc(ctx, op, nb * P * n));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(q.get(), a->q + b0 * n, nb * n, cudaMemcpyHostToDevice, st));
     if (a->mask) {
         HYPROF_TRY(mask.alloc(ctx, op, n));
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(mask.get(), a->mask, n, cudaMemcpyHostToDevice, st));
@@ -637,27 +1081,168 @@ hyprof_status_t EmpDevice::upload()
     return HYPROF_OK;
 }
 
-hyprof_status_t EmpDevice::profiles()
+/* Pixels per input chunk: about $HYPROF_EMP_CHUNK_MB (default 16) MiB of
+ * float input, so that packing one chunk overlaps the copy of the previous
+ * one and the transform of the one before. */
+static size_t chunk_pixels(size_t bands, size_t np)
+{
+    const char *env = getenv("HYPROF_EMP_CHUNK_MB");
+    long mb = env ? strtol(env, NULL, 10) : 16;
+    if (mb < 1 || mb > 4096)
+        mb = 16;
+    size_t m = ((size_t)mb << 20) / (bands * sizeof(float));
+    m = m < 1024 ? 1024 : m;
+    return m < np ? m : np;
+}
+
+/* The spectral stage of the share's rows into F (features x rows' pixels):
+ * chunks of pixels packed by the host into page-locked staging (three
+ * slots), copied on the upload stream, transformed on the compute stream. */
+hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
+    cudaStream_t st = s.get(), us = up.get();
+    HYPROF_TRY(F.alloc(ctx, op, K * np));
+    if (np == 0)
+        return HYPROF_OK;
+    constexpr int NS = 3;
+    const size_t m = chunk_pixels(B, np), nch = div_up(np, m);
+    chunks = nch;
+    DeviceBuffer<float> din[NS];
+    Event loaded[NS], used[NS];
+    Staging stg[NS];
+    bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
+    for (int k = 0; k < NS && (size_t)k < nch; ++k) {
+        HYPROF_TRY(din[k].alloc(ctx, op, m * B));
+        HYPROF_TRY(loaded[k].create(ctx, op));
+        HYPROF_TRY(used[k].create(ctx, op));
+        if (pinned && !stg[k].take(m * B * sizeof(float), us))
+            pinned = false; /* pageable copies: slower, still right */
+    }
+    upload_mode = pinned ? "pinned" : "pageable";
+    const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
+    const size_t flen = a->spec_levels ? a->spec_flen : 2;
+    const auto l0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < nch; ++i) {
+        const int k = (int)(i % NS);
+        const size_t p0 = P0 + i * m, mi = P0 + np - p0 < m ? P0 + np - p0 : m;
+        if (i >= (size_t)NS) {
+            const auto w0 = std::chrono::steady_clock::now();
+            if (pinned) /* the slot's staging has been copied */
+                HYPROF_CUDA_CHECK(cudaEventSynchronize(loaded[k].get()));
+            wait_staging_ms += ms_since(w0);
+            /* and its device buffer transformed */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, used[k].get(), 0));
+        }
+        if (pinned) {
+            const auto p = std::chrono::steady_clock::now();
+            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B);
+            pack_ms += ms_since(p);
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(din[k].get(), stg[k].get(), mi * B * sizeof(float),
+                                              cudaMemcpyHostToDevice, us));
+        } else {
+            HYPROF_CUDA_CHECK(copy_cols_h2d(din[k].get(), mi, a->x + p0, n, mi, B, us));
+        }
+        HYPROF_CUDA_CHECK(cudaEventRecord(loaded[k].get(), us));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, loaded[k].get(), 0));
+        HYPROF_TRY(hyprof__cuda_dwt_launch(ctx, op, din[k].get(), mi, mi, B, a->spec_levels, lo,
+                                           flen, K, F.get() + (p0 - P0), np, st));
+        HYPROF_CUDA_CHECK(cudaEventRecord(used[k].get(), st));
+        if ((i & 3) == 3)
+            HYPROF_TRY(cancelled());
+    }
+    loop_ms = ms_since(l0);
+    spectral_host_ms = ms_since(t0);
+    return HYPROF_OK;
+}
+
+/* Pulls the rows of the share's feature bands from every share's quantised
+ * rows into q. */
+hyprof_status_t EmpDevice::exchange(const DeviceBuffer<uint8_t> &qreg)
 {
     cudaStream_t st = s.get();
-    const size_t nrec = nb * 2 * a->nradii;
-    const uint8_t *m = a->mask ? mask.get() : NULL;
-    const int rmax = a->radii[a->nradii - 1];
-    DeviceBuffer<uint8_t> hm;
-    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
-    const dim3 eb(32, 8);
-    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
-        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
-                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
-        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
-        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
-            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
-            emp.get() + b * P * n);
-        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
+    sp.qreg = qreg.get();
+    Event done;
+    HYPROF_TRY(done.create(ctx, op));
+    HYPROF_CUDA_CHECK(cudaEventRecord(done.get(), st));
+    sp.quantised = done.get();
+    HYPROF_TRY(meet()); /* every share's rows are quantised (or queued) */
+    for (size_t d = 0; d < c.sh.size(); ++d) {
+        const Share &o = c.sh[d];
+        const size_t npd = c.pixels(d), p0 = o.r0 * a->width;
+        if (npd == 0 || nb == 0)
+            continue;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, o.quantised, 0));
+        for (size_t k = b0; k < b0 + nb; ++k)
+            HYPROF_CUDA_CHECK(cudaMemcpyPeerAsync(q.get() + (k - b0) * n + p0, sp.device,
+                                                  o.qreg + k * npd, o.device, npd, st));
     }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return meet(); /* nobody reads another share's rows any more */
+}
+
+/* The features of the share's rows, the pooled statistics, the quantised
+ * rows and, with several shares, the exchange: q holds the share's bands. */
+hyprof_status_t EmpDevice::features()
+{
+    cudaStream_t st = s.get();
+    const size_t K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
+    const bool single = c.sh.size() == 1;
+    DeviceBuffer<float> F;
+    DeviceBuffer<FeatStats> stats;
+    DeviceBuffer<double> lohi;
+    DeviceBuffer<uint8_t> qreg;
+    HYPROF_TRY(spectral(F));
+    HYPROF_TRY(stats.alloc(ctx, op, K));
+    stats_init_kernel<<<(unsigned)div_up(K, 64), 64, 0, st>>>(stats.get(), (int)K);
+    HYPROF_CUDA_CHECK_LAUNCH("stats_init_kernel");
+    const uint8_t *m = a->mask ? mask.get() + P0 : NULL;
+    if (np) {
+        const unsigned blocks = (unsigned)(np / 8192 < 1 ? 1 : np / 8192 > 128 ? 128 : np / 8192);
+        stats_kernel<<<dim3(blocks, (unsigned)K), 256, 0, st>>>(F.get(), np, m, P0, stats.get());
+        HYPROF_CUDA_CHECK_LAUNCH("stats_kernel");
+    }
+    mark(1, st);
+    sp.stats.resize(K);
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(sp.stats.data(), stats.get(), K * sizeof(FeatStats),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (!single)
+        HYPROF_TRY(meet()); /* every share's statistics are in */
+    std::vector<double> lh;
+    size_t bad_band = 0;
+    unsigned long long bad_pixel = 0;
+    if (!c.pooled(lh, &bad_band, &bad_pixel))
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                             "feature %zu: a value at pixel (%llu, %llu) is not finite and "
+                             "not masked", bad_band + 1, bad_pixel % a->width,
+                             bad_pixel / a->width);
+    if (id == 0)
+        memcpy(a->range, lh.data(), 2 * K * sizeof(double));
+    HYPROF_TRY(lohi.alloc(ctx, op, 2 * K));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(lohi.get(), lh.data(), 2 * K * sizeof(double),
+                                      cudaMemcpyHostToDevice, st));
+    if (!single)
+        HYPROF_TRY(qreg.alloc(ctx, op, K * np));
+    if (np) {
+        quantise_kernel<<<dim3((unsigned)div_up(np, 256), (unsigned)K), 256, 0, st>>>(
+            F.get(), np, m, lohi.get(), single ? q.get() : qreg.get());
+        HYPROF_CUDA_CHECK_LAUNCH("quantise_kernel");
+    }
+    if (!single)
+        HYPROF_TRY(exchange(qreg));
     mark(2, st);
-    const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
-                     (unsigned)nrec);
+    /* lh (pageable) must outlive its copy */
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    return HYPROF_OK;
+}
+
+/* BAR: relaunches until no tile changes. */
+hyprof_status_t EmpDevice::reconstruct_bar(dim3 tiles)
+{
+    cudaStream_t st = s.get();
+    const uint8_t *m = a->mask ? mask.get() : NULL;
     /* tile activity, ping-pong; two launches per look at the flag (a launch
      * after convergence skips every tile) */
     const size_t ntiles = (size_t)tiles.x * tiles.y * tiles.z;
@@ -685,11 +1270,36 @@ hyprof_status_t EmpDevice::profiles()
         if ((it & 7) == 7)
             HYPROF_TRY(cancelled());
     }
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::profiles()
+{
+    cudaStream_t st = s.get();
+    const size_t nrec = nb * 2 * a->nradii;
+    const uint8_t *m = a->mask ? mask.get() : NULL;
+    const int rmax = a->radii[a->nradii - 1];
+    DeviceBuffer<uint8_t> hm;
+    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
+    const dim3 eb(32, 8);
+    for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
+        hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
+                      st>>>(q.get() + b * n, m, W, n, rmax, hm.get());
+        HYPROF_CUDA_CHECK_LAUNCH("hmin_kernel");
+        marker_kernel<<<grid2(a->width, a->height, 2 * a->nradii, eb), eb, 0, st>>>(
+            hm.get(), m, W, H, n, rmax, (int)a->nradii, radii.get(), hw_off.get(), hw.get(),
+            emp.get() + b * P * n);
+        HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
+    }
     mark(3, st);
+    const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
+                     (unsigned)nrec);
+    HYPROF_TRY(reconstruct_bar(tiles));
+    mark(4, st);
     finish_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         q.get(), m, n, (int)a->nradii, emp.get());
     HYPROF_CUDA_CHECK_LAUNCH("finish_kernel");
-    mark(4, st);
+    mark(5, st);
     return HYPROF_OK;
 }
 
@@ -701,11 +1311,20 @@ hyprof_status_t EmpDevice::emp_out()
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
-    mark(5, st);
-    wait_output();
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(), nb * P * n * sizeof(float),
-                                      cudaMemcpyDeviceToHost, st));
     mark(6, st);
+    if (staged_output()) {
+        Event computed;
+        HYPROF_TRY(computed.create(ctx, op));
+        HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
+        HYPROF_TRY(download_staged(out.get(), a->out + b0 * P * n, nb * P * n, st,
+                                   Ready(1, std::make_pair(nb * P * n, computed.get()))));
+    } else {
+        wait_output();
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(),
+                                          nb * P * n * sizeof(float), cudaMemcpyDeviceToHost,
+                                          st));
+    }
+    mark(7, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
 }
@@ -803,7 +1422,7 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
         sel_hist_kernel<<<dim3(sel_blocks, (unsigned)G), 256, 0, st>>>(
             lev[1].get() + 3 * G * m1, m1, m1, sel.get(), shift, hist.get());
         HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
-        sel_scan_kernel<<<(unsigned)G, 2, 0, st>>>(sel.get(), shift, hist.get());
+        sel_scan_kernel<<<(unsigned)G, 64, 0, st>>>(sel.get(), shift, hist.get());
         HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
     }
     lambda_kernel<<<(unsigned)div_up(G, 128), 128, 0, st>>>(sel.get(), m1, (int)G, (double)n,
@@ -845,6 +1464,64 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
             t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, outd);
         HYPROF_CUDA_CHECK_LAUNCH("out_kernel");
     }
+    return HYPROF_OK;
+}
+
+/* Downloads `count` floats from the device at src to the host at dst through
+ * three pinned staging slots of 16 MiB: the copy of one slot (on cs) runs
+ * while host threads copy the previous one out. Each piece first waits for
+ * the event of the first group whose end (offset in floats, increasing in
+ * `ready`) covers it. */
+hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t count,
+                                           cudaStream_t cs, const Ready &ready)
+{
+    constexpr int NS = 3;
+    const size_t piece = ((size_t)16 << 20) / sizeof(float), np = div_up(count, piece);
+    Staging stg[NS];
+    Event got[NS];
+    bool pinned = true;
+    for (int k = 0; k < NS && (size_t)k < np; ++k) {
+        HYPROF_TRY(got[k].create(ctx, op));
+        pinned = pinned && stg[k].take((piece < count ? piece : count) * sizeof(float), cs);
+    }
+    if (!pinned)
+        wait_output(); /* the prefault writes the pages: it must be done */
+    bool waited = !pinned;
+    auto out = [&](size_t o, size_t len, int k) {
+        if (!waited) {
+            wait_output();
+            waited = true;
+        }
+        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1);
+    };
+    size_t r = 0;
+    for (size_t j = 0; j < np; ++j) {
+        const size_t off = j * piece, len = count - off < piece ? count - off : piece;
+        while (r + 1 < ready.size() && ready[r].first < off + len)
+            ++r;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, ready[r].second, 0));
+        if (!pinned) {
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, len * sizeof(float),
+                                              cudaMemcpyDeviceToHost, cs));
+            continue;
+        }
+        const int k = (int)(j % NS);
+        if (j >= (size_t)NS) { /* slot k holds piece j - NS: out with it */
+            const size_t o = (j - NS) * piece;
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
+            out(o, piece, k);
+        }
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(stg[k].get(), src + off, len * sizeof(float),
+                                          cudaMemcpyDeviceToHost, cs));
+        HYPROF_CUDA_CHECK(cudaEventRecord(got[k].get(), cs));
+    }
+    for (size_t j = np > (size_t)NS ? np - NS : 0; pinned && j < np; ++j) {
+        const int k = (int)(j % NS);
+        const size_t o = j * piece, len = count - o < piece ? count - o : piece;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
+        out(o, len, k);
+    }
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs));
     return HYPROF_OK;
 }
 
@@ -905,6 +1582,8 @@ hyprof_status_t EmpDevice::denoise()
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
         return HYPROF_OK;
     };
+    size_t queued = 0; /* groups whose download is queued (whole output) */
+    const bool staged = staged_output();
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
@@ -917,15 +1596,25 @@ hyprof_status_t EmpDevice::denoise()
             if (i == 0)
                 wait_output();
             HYPROF_TRY(download(i, dst));
+        } else if (!staged && prep->ready()) { /* the host is ready: overlap the copies */
+            for (; queued <= i; ++queued)
+                HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
         }
     }
-    mark(5, s.get());
-    if (whole) {
-        wait_output();
+    mark(6, s.get());
+    if (whole && staged) {
+        Ready ready;
         for (size_t i = 0; i < ngroups; ++i)
-            HYPROF_TRY(download(i, outb[0].get() + 3 * i * G * n));
+            ready.push_back(std::make_pair(3 * (i * G + (planes - i * G < G ? planes - i * G : G)) * n,
+                                           done[i].get()));
+        HYPROF_TRY(download_staged(outb[0].get(), a->out + 3 * b0 * P * n, 3 * planes * n,
+                                   cs.get(), ready));
+    } else if (whole) {
+        wait_output();
+        for (; queued < ngroups; ++queued)
+            HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
     }
-    mark(6, cs.get());
+    mark(7, cs.get());
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs.get()));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     return HYPROF_OK;
@@ -944,15 +1633,19 @@ hyprof_status_t EmpDevice::run()
                              a->width, a->height);
     const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
+    HYPROF_TRY(up.create(ctx, op));
     if (tracing())
         for (int i = 0; i < kEvents; ++i)
             HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
     mark(0, s.get());
-    HYPROF_TRY(upload());
-    mark(1, s.get());
-    HYPROF_TRY(profiles());
+    HYPROF_TRY(setup());
+    HYPROF_TRY(features());
     HYPROF_TRY(cancelled());
-    HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    if (nb) {
+        HYPROF_TRY(profiles());
+        HYPROF_TRY(cancelled());
+        HYPROF_TRY(a->wavelet ? denoise() : emp_out());
+    }
     if (ev[0])
         report(ms_since(t0));
     return HYPROF_OK;
@@ -961,78 +1654,90 @@ hyprof_status_t EmpDevice::run()
 void EmpDevice::report(double wall_ms)
 {
     float t[kEvents] = {0};
+    (void)cudaDeviceSynchronize();
     for (int i = 1; i < kEvents; ++i)
-        if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
+        if (!nb && i > 2)
+            t[i] = 0.0f;
+        else if (cudaEventElapsedTime(&t[i], ev[i - 1], ev[i]) != cudaSuccess)
             t[i] = -1.0f;
     float total = 0.0f;
-    if (cudaEventElapsedTime(&total, ev[0], ev[kEvents - 1]) != cudaSuccess)
+    if (cudaEventElapsedTime(&total, ev[0], ev[nb ? kEvents - 1 : 2]) != cudaSuccess)
         total = -1.0f;
     (void)cudaGetLastError();
-    int dev = -1;
-    (void)cudaGetDevice(&dev);
     hyprof__log(ctx, HYPROF_LOG_INFO,
-                "%s trace: device %d, bands %zu-%zu: upload %.2f ms, markers %.2f ms, "
-                "reconstruction %.2f ms (%d launches), finish %.2f ms, %s %.2f ms, download "
-                "tail %.2f ms; device %.2f ms, host wall %.2f ms (waited %.2f ms for the "
-                "output: prefault %.2f ms, then %s %.2f ms)",
-                op, dev, b0 + 1, b0 + nb, t[1], t[2], t[3], launches, t[4],
-                a->wavelet ? "denoise" : "to float", t[5], t[6], total, wall_ms, waited_ms,
-                prep->prefault_ms(), prep->pinned() ? "page-lock" : "no page-lock",
+                "%s stages: share=%zu shares=%zu device=%d rows=%zu-%zu bands=%zu-%zu "
+                "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
+                "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
+                "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
+                "spectral_host_ms=%.3f loop_ms=%.3f "
+                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
+                op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
+                t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
+                wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
+                spectral_host_ms, loop_ms,
+                waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
 
-/* The share of the bands [b0, b1) on `device`, with its own context for the
- * error text (the caller's is not thread-safe). */
-static hyprof_status_t run_share(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a, size_t b0,
-                                 size_t b1, const hyprof_ctx_t *main, const OutputPrep *prep)
+/* Share `i` on its device; any failure breaks the rendezvous. */
+static hyprof_status_t run_share(hyprof_ctx_t *ctx, Chain &c, size_t i)
 {
-    hyprof__cuda_device_scope scope; /* first: restored last */
-    HYPROF_TRY(scope.select(ctx, a->op));
-    try {
-        EmpDevice d(ctx, a, b0, b1, main, prep);
-        return d.run();
-    } catch (...) { /* std::vector growth */
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op, "out of host memory");
+    hyprof_status_t st;
+    {
+        hyprof__cuda_device_scope scope; /* first: restored last */
+        st = scope.select(ctx, c.a->op);
+        if (st == HYPROF_OK) {
+            try {
+                EmpDevice d(ctx, c, i);
+                st = d.run();
+            } catch (...) { /* std::vector growth */
+                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, c.a->op, "out of host memory");
+            }
+        }
     }
+    c.prep->go(i); /* never keeps a late locking waiting */
+    if (st != HYPROF_OK)
+        c.rv.brk();
+    return st;
 }
 
-/* One host thread per device, each on a contiguous range of bands. */
-static hyprof_status_t run_multi(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a,
-                                 const OutputPrep *prep)
+/* One host thread per share, each with its own context for the error text
+ * (the caller's is not thread-safe). The reported error is the first share's
+ * own failure (not a stop caused by another's). */
+static hyprof_status_t run_multi(hyprof_ctx_t *ctx, Chain &c)
 {
-    const char *op = a->op;
-    const size_t nd = a->ndevices;
+    const char *op = c.a->op;
+    const size_t nd = c.sh.size();
     std::vector<hyprof_ctx_t *> sub(nd, (hyprof_ctx_t *)NULL);
     std::vector<hyprof_status_t> st(nd, HYPROF_OK);
     hyprof_status_t res = HYPROF_OK;
     std::vector<std::thread> threads;
     try {
         threads.reserve(nd);
+        for (size_t d = 0; d < nd; ++d)
+            if (!(sub[d] = hyprof_ctx_new()))
+                throw std::bad_alloc();
         for (size_t d = 0; d < nd; ++d) {
-            const size_t b0 = a->bands * d / nd, b1 = a->bands * (d + 1) / nd;
-            if (!(sub[d] = hyprof_ctx_new())) {
-                res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
-                break;
-            }
-            sub[d]->device = a->devices[d];
+            sub[d]->device = c.sh[d].device;
+            sub[d]->threads = ctx->threads;
             sub[d]->log = ctx->log; /* traces */
             sub[d]->log_user = ctx->log_user;
-            if (b1 > b0)
-                threads.emplace_back([&st, &sub, a, ctx, d, b0, b1, prep]() {
-                    st[d] = run_share(sub[d], a, b0, b1, ctx, prep);
-                });
         }
+        for (size_t d = 0; d < nd; ++d)
+            threads.emplace_back([&st, &sub, &c, d]() { st[d] = run_share(sub[d], c, d); });
     } catch (...) {
+        c.rv.brk(); /* the started threads stop at their next rendezvous */
         res = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot start the device threads");
     }
     for (auto &t : threads) /* also after a failed start: never leave one running */
         t.join();
-    for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
-        if (st[d] != HYPROF_OK) {
-            res = st[d];
-            snprintf(ctx->error, sizeof ctx->error, "%s (device %d)", sub[d]->error,
-                     a->devices[d]);
-        }
+    for (int pass = 0; pass < 2 && res == HYPROF_OK; ++pass)
+        for (size_t d = 0; d < nd && res == HYPROF_OK; ++d)
+            if (st[d] != HYPROF_OK && (pass || !c.sh[d].aborted)) {
+                res = st[d];
+                snprintf(ctx->error, sizeof ctx->error, "%.1000s (device %d)", sub[d]->error,
+                         c.sh[d].device);
+            }
     for (size_t d = 0; d < nd; ++d)
         hyprof_ctx_free(&sub[d]);
     return res;
@@ -1044,32 +1749,34 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
 {
     const hyprof_emp_args_t *a = (const hyprof_emp_args_t *)vargs;
     const char *op = a->op;
-    const bool multi = a->devices && a->ndevices > 1;
-    const int first = a->devices && a->ndevices ? a->devices[0] : ctx->device;
+    const size_t nshares = a->devices && a->ndevices ? a->ndevices : 1;
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || first < 0 || first >= count) {
-        (void)cudaGetLastError();
-        return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
-                             "CUDA device %d does not exist (%d device(s))", first, count);
+    if (cudaGetDeviceCount(&count) != cudaSuccess)
+        count = 0;
+    (void)cudaGetLastError();
+    for (size_t d = 0; d < nshares; ++d) {
+        const int dev = a->devices && a->ndevices ? a->devices[d] : ctx->device;
+        if (dev < 0 || dev >= count)
+            return hyprof__error(ctx, HYPROF_ERR_NO_DEVICE, op,
+                                 "CUDA device %d does not exist (%d device(s))", dev, count);
     }
     int prev_dev = -1;
     (void)cudaGetDevice(&prev_dev);
     hyprof_status_t st;
-    {
+    try {
         OutputPrep prep; /* joined and unlocked after every device is done */
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), first);
-        if (!multi) {
+        Chain c(a, ctx, &prep, nshares);
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares);
+        if (nshares == 1) {
             const int saved = ctx->device;
-            ctx->device = first;
-            st = run_share(ctx, a, 0, a->bands, ctx, &prep);
+            ctx->device = c.sh[0].device;
+            st = run_share(ctx, c, 0);
             ctx->device = saved;
         } else {
-            try {
-                st = run_multi(ctx, a, &prep);
-            } catch (...) {
-                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
-            }
+            st = run_multi(ctx, c);
         }
+    } catch (...) {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
     }
     if (prev_dev >= 0)
         (void)cudaSetDevice(prev_dev);

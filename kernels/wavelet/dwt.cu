@@ -125,7 +125,72 @@ __global__ void __launch_bounds__(kBlockThreads)
     }
 }
 
+/* The kernel's shape, filter and launch geometry for a signal of `bands`
+ * samples on the current device (`device`): tile x rows threads, `shared`
+ * bytes of shared memory. */
+struct DwtPlan {
+    DwtShape sh;
+    DwtFilter filt;
+    dim3 block;
+    size_t shared;
+};
+
+static hyprof_status_t plan_dwt(hyprof_ctx_t *ctx, const char *op, int device, size_t B,
+                                int levels, const double *lo, size_t flen, size_t K,
+                                DwtPlan *pl)
+{
+    DwtShape &sh = pl->sh;
+    sh.bands = (int)B;
+    sh.levels = levels;
+    sh.out_bands = (int)K;
+    sh.flen = (int)flen;
+    sh.half_doubles = (B + 1) / 2;
+    for (int j = 0; j < kMaxFilter; ++j)
+        pl->filt.lo[j] = j < sh.flen ? lo[j] : 0.0;
+
+    int max_shared = 0;
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                             device));
+    const size_t per_px = 2 * sh.half_doubles * sizeof(double);
+    int rows = 1;
+    while (rows < 8 && (size_t)rows * 2 <= sh.half_doubles)
+        rows *= 2;
+    int tile = kBlockThreads / rows;
+    while (tile > 1 && (size_t)tile * per_px > (size_t)max_shared)
+        tile /= 2;
+    pl->shared = (size_t)tile * per_px;
+    if (pl->shared > (size_t)max_shared)
+        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                             "%zu bands need %zu bytes of shared memory per pixel, the device "
+                             "allows %d per block",
+                             B, per_px, max_shared);
+    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(dwt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)pl->shared));
+    pl->block = dim3((unsigned)tile, (unsigned)rows);
+    return HYPROF_OK;
+}
+
 } /* namespace */
+
+extern "C" hyprof_status_t hyprof__cuda_dwt_launch(hyprof_ctx_t *ctx, const char *op,
+                                                   const float *x, size_t ld_in, size_t m,
+                                                   size_t bands, int levels, const double *lo,
+                                                   size_t flen, size_t out_bands, float *out,
+                                                   size_t ld_out, void *stream)
+{
+    if (flen < 2 || (flen & 1) || flen > (size_t)kMaxFilter)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                             "filter length %zu is not even or not in 2..%d", flen, kMaxFilter);
+    int device = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&device));
+    DwtPlan pl;
+    HYPROF_TRY(plan_dwt(ctx, op, device, bands, levels, lo, flen, out_bands, &pl));
+    const dim3 grid((unsigned)div_up(m, (size_t)pl.block.x));
+    dwt_kernel<<<grid, pl.block, pl.shared, (cudaStream_t)stream>>>(x, ld_in, NULL, m, 0.0f, out,
+                                                                   ld_out, pl.sh, pl.filt);
+    HYPROF_CUDA_CHECK_LAUNCH("dwt_kernel");
+    return HYPROF_OK;
+}
 
 extern "C" hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *vargs)
 {
@@ -157,35 +222,11 @@ extern "C" hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *va
     hyprof__cuda_device_scope device_scope; /* first: restored last */
     HYPROF_TRY(device_scope.select(ctx, op));
 
-    /* ---- kernel shape ---- */
-    DwtShape sh;
-    sh.bands = (int)B;
-    sh.levels = a->levels;
-    sh.out_bands = (int)K;
-    sh.flen = (int)a->flen;
-    sh.half_doubles = (B + 1) / 2;
-    DwtFilter filt;
-    for (int j = 0; j < kMaxFilter; ++j)
-        filt.lo[j] = j < sh.flen ? a->lo[j] : 0.0;
-
-    int max_shared = 0;
-    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                             ctx->device));
-    const size_t per_px = 2 * sh.half_doubles * sizeof(double);
-    int rows = 1;
-    while (rows < 8 && (size_t)rows * 2 <= sh.half_doubles)
-        rows *= 2;
-    int tile = kBlockThreads / rows;
-    while (tile > 1 && (size_t)tile * per_px > (size_t)max_shared)
-        tile /= 2;
-    const size_t shared_bytes = (size_t)tile * per_px;
-    if (shared_bytes > (size_t)max_shared)
-        return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                             "%zu bands need %zu bytes of shared memory per pixel, the device "
-                             "allows %d per block",
-                             B, per_px, max_shared);
-    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(dwt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)shared_bytes));
+    DwtPlan pl;
+    HYPROF_TRY(plan_dwt(ctx, op, ctx->device, B, a->levels, a->lo, a->flen, K, &pl));
+    const DwtShape &sh = pl.sh;
+    const int tile = (int)pl.block.x, rows = (int)pl.block.y;
+    const size_t shared_bytes = pl.shared;
 
     /* ---- chunks ---- */
     Pipeline pipe;
@@ -201,7 +242,7 @@ extern "C" hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *va
                 a->levels, a->flen, N, B, K, tile, rows, shared_bytes, nch, m,
                 pipe.staged() ? ", pinned staging" : "");
 
-    const dim3 block((unsigned)tile, (unsigned)rows);
+    const dim3 block = pl.block;
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
@@ -211,7 +252,7 @@ extern "C" hyprof_status_t hyprof__cuda_dwt_spectral(hyprof_ctx_t *ctx, void *va
         const dim3 grid((unsigned)div_up(mi, (size_t)tile));
         dwt_kernel<<<grid, block, shared_bytes, pipe.stream(s)>>>(
             sl.in.get(), mi, a->mask ? sl.mask.get() : NULL, mi, a->nodata, sl.out.get(), mi,
-            sh, filt);
+            sh, pl.filt);
         HYPROF_CUDA_CHECK_LAUNCH("dwt_kernel");
         HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
         HYPROF_TRY(pipe.release(ctx, op, s));
