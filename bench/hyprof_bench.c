@@ -621,6 +621,73 @@ static void keep_device_stages(void *user, hyprof_log_level_t level, const char 
         snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
 }
 
+/* --op eadp with CUDA: the device stage times and FED figures the library
+ * logs at debug level ("pca: cuda device ms: upload 1.2, covariance 0.9, ...",
+ * "eadp: cuda device ms: ...", "eadp: cuda FED bandwidth: X GB/s (P% of the
+ * Y GB/s peak; ...); Z GB/s unfused-equivalent ..."), as named values of the
+ * current repetition: pca_upload, eadp_fed, eadp_fed_gbs, ... */
+#define MAX_DEV_STAGES 24
+static struct {
+    size_t n;
+    char name[MAX_DEV_STAGES][32];
+    double now[MAX_DEV_STAGES];
+} g_dev;
+
+static void dev_set(const char *prefix, const char *name, size_t len, double v)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s_%.*s", prefix, (int)len, name);
+    size_t k = 0;
+    while (k < g_dev.n && strcmp(g_dev.name[k], key))
+        k++;
+    if (k == g_dev.n) {
+        if (g_dev.n == MAX_DEV_STAGES)
+            return;
+        snprintf(g_dev.name[g_dev.n++], sizeof g_dev.name[0], "%s", key);
+    }
+    g_dev.now[k] = v;
+}
+
+/* The figure after `key` in `text`, NAN when absent. */
+static double number_after(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+static void keep_eadp_device(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    const char *colon = strchr(message, ':'), *p = strstr(message, "device ms:");
+    if (!colon || colon - message > 8)
+        return;
+    char prefix[9];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(colon - message), message);
+    if (p) { /* "name value, name value, ..." */
+        p += strlen("device ms:");
+        while (*p) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            const char *w = p;
+            while ((*p >= 'a' && *p <= 'z') || *p == '_')
+                p++;
+            if (p == w || *p != ' ')
+                break;
+            char *end;
+            double v = strtod(p, &end);
+            if (end == p)
+                break;
+            dev_set(prefix, w, (size_t)(p - w), v);
+            p = end;
+        }
+    } else if (strstr(message, "FED bandwidth:")) {
+        dev_set(prefix, "fed_gbs", 7, number_after(message, "bandwidth: "));
+        dev_set(prefix, "fed_peak_gbs", 12, number_after(message, "% of the "));
+        dev_set(prefix, "fed_unfused_gbs", 15, number_after(message, "); "));
+    }
+}
+
 /* The EAP paper's pipeline: the spectral reduction, then the profile. */
 static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
                                const hyprof_eap_params_t *p, hyprof_cube_t *out, timing_t *t)
@@ -882,6 +949,7 @@ int main(int argc, char **argv)
         hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
     }
     if (!strcmp(o.op, "eadp")) {
+        hyprof_ctx_set_log(ctx, keep_eadp_device, NULL);
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
             hyprof_ctx_free(&ctx);
@@ -898,11 +966,12 @@ int main(int argc, char **argv)
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
            *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
-           *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg);
+           *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg),
+           *dev = calloc(n * MAX_DEV_STAGES, sizeof *dev);
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !den || !scratch || !stg) {
+    if (!tot || !fit || !app || !den || !scratch || !stg || !dev) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -921,11 +990,15 @@ int main(int argc, char **argv)
     if (strcmp(o.op, "train"))
         hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
+        for (size_t k = 0; k < MAX_DEV_STAGES; k++)
+            g_dev.now[k] = NAN;
         st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
             goto done;
         }
+        for (size_t k = 0; k < g_dev.n; k++)
+            dev[k * n + r] = g_dev.now[k];
         tot[r] = t.total;
         fit[r] = t.fit;
         app[r] = t.apply;
@@ -968,10 +1041,20 @@ int main(int argc, char **argv)
     if (!strcmp(o.op, "pca"))
         printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n));
-    else if (!strcmp(o.op, "eadp"))
+    else if (!strcmp(o.op, "eadp")) {
         printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
                "\"eadp_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+        if (used == HYPROF_BACKEND_CUDA && g_dev.n) { /* medians; null if not logged */
+            printf(",\"device_ms\":{");
+            for (size_t k = 0; k < g_dev.n; k++) {
+                double v = median(dev + k * n, scratch, n);
+                printf(isfinite(v) ? "%s\"%s\":%.6g" : "%s\"%s\":null", k ? "," : "",
+                       g_dev.name[k], v);
+            }
+            printf("}");
+        }
+    }
     else if (!strcmp(o.op, "emp"))
         printf(",\"stages\":{\"reduction_median_s\":%.9g,\"emp_median_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n));
@@ -1011,6 +1094,7 @@ done:
     free(den);
     free(scratch);
     free(stg);
+    free(dev);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

@@ -22,7 +22,10 @@
  * synthetic cube with the default parameters, median of 5 after a warm-up,
  * host to host (upload, diffusion, download of the 63 profile bands).
  * $HYPROF_TEST_TIMING=0 skips it; =sweep also times the tuning knobs
- * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS).
+ * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS), or the combinations
+ * listed in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8"). Each time is
+ * followed by the library's device stage times and FED bandwidth (its CUDA
+ * events, from the debug log) of the last run.
  *
  * Exit 0 when all pass, 1 on any failure (each printed), 77 when there is no
  * CUDA device (ctest: skipped). */
@@ -402,7 +405,46 @@ static double time_runs(hyprof_ctx_t *gpu, const hyprof_cube_t *c, const hyprof_
     return t[runs / 2];
 }
 
-/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid). */
+/* The library's device figures of the last run (debug log): stage times
+ * and the FED bandwidth, printed beside the host-to-host times. */
+static char g_dev_ms[512], g_dev_bw[512];
+static void keep_device_log(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (!strncmp(message, "eadp: cuda device ms:", 21))
+        snprintf(g_dev_ms, sizeof g_dev_ms, "%s", message + 6);
+    else if (!strncmp(message, "eadp: cuda FED bandwidth:", 25))
+        snprintf(g_dev_bw, sizeof g_dev_bw, "%s", message + 6);
+}
+
+static void print_device(void)
+{
+    if (g_dev_ms[0])
+        printf("timing:     %s\n", g_dev_ms);
+    if (g_dev_bw[0])
+        printf("timing:     %s\n", g_dev_bw);
+    g_dev_ms[0] = g_dev_bw[0] = '\0';
+}
+
+/* Sets "NAME=V,NAME=V" (NAME without the HYPROF_EADP_ prefix); 0 if malformed. */
+static int set_combo(const char *combo)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", combo);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '='), var[96];
+        if (!eq)
+            return 0;
+        *eq = '\0';
+        snprintf(var, sizeof var, "HYPROF_EADP_%s", kv);
+        setenv(var, eq + 1, 1);
+    }
+    return 1;
+}
+
+/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid), or the
+ * combinations in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8;..."). */
 static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
 {
     hyprof_cube_t c;
@@ -414,11 +456,32 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
         return;
     }
     clear_variants();
+    hyprof_ctx_set_log(gpu, keep_device_log, NULL);
     double lo, hi, med = time_runs(gpu, &c, p, 5, &lo, &hi);
     if (med >= 0.0)
         printf("timing: CUDA EADP of 1905 x 349 x 7 (8 times, %d cycle(s), 63 output bands): "
                "median %.2f ms per run (min %.2f, max %.2f; host to host)\n",
                p->cycles, med, lo, hi);
+    print_device();
+    const char *combos = getenv("HYPROF_TEST_SWEEP");
+    if (sweep && combos && *combos) {
+        char list[2048];
+        snprintf(list, sizeof list, "%s", combos);
+        for (char *save = NULL, *cb = strtok_r(list, ";", &save); cb;
+             cb = strtok_r(NULL, ";", &save)) {
+            clear_variants();
+            if (!set_combo(cb)) {
+                printf("timing:   %s: malformed (NAME=VALUE,...)\n", cb);
+                continue;
+            }
+            med = time_runs(gpu, &c, p, 3, &lo, &hi);
+            clear_variants();
+            if (med >= 0.0)
+                printf("timing:   %s: median %.2f ms (min %.2f, max %.2f)\n", cb, med, lo, hi);
+            print_device();
+        }
+        sweep = 0;
+    }
     static const char *sw[][2] = {
         {"HYPROF_EADP_FUSE", "1"},       {"HYPROF_EADP_FUSE", "2"},
         {"HYPROF_EADP_FUSE", "6"},       {"HYPROF_EADP_FUSE", "8"},
@@ -433,7 +496,9 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
         if (med >= 0.0)
             printf("timing:   %s=%s: median %.2f ms (min %.2f, max %.2f)\n", sw[i][0], sw[i][1],
                    med, lo, hi);
+        print_device();
     }
+    hyprof_ctx_set_log(gpu, NULL, NULL);
     hyprof_cube_free(&c);
 }
 

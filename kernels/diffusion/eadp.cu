@@ -53,6 +53,7 @@
  * and block indices passed in, __syncthreads and atomics behind macros) so that
  * a host harness can define them and run the bodies on the CPU. */
 #include "../core/cuda_util.h"
+#include "../core/stage_clock.h"
 #include "diffusion/eadp_impl.h"
 
 #include <climits>
@@ -834,6 +835,11 @@ class EadpCuda {
     Stream cs, xs; /* compute, copies */
     Event conv[kMaxSlots], copied[kMaxSlots];
     bool copy_issued[kMaxSlots] = {false, false, false};
+    /* Device stage times for the debug log (report()). */
+    enum { kUpload, kPrepare, kFed, kOutput, kDownload, kNumStages };
+    StageClock<kNumStages> clock;
+    size_t fed_launches = 0, fed_max_steps = 0;
+    double fed_launch_pix = 0.0, fed_step_pix = 0.0; /* pixel-bands, summed */
     struct GraphEntry {
         size_t id = 0;
         int cur = 0;
@@ -855,6 +861,7 @@ class EadpCuda {
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
+    void report();
 };
 
 hyprof_status_t EadpCuda::check_args()
@@ -1040,6 +1047,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
     SelState *sst = dev<SelState>(L.st);
     double *k = dev<double>(L.k);
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb, w, r,
                                                               A);
@@ -1081,7 +1090,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     diffuse_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(x, mask, W, H, npix, k,
                                                           (int)a->diffusivity, A, gm);
     HYPROF_CUDA_CHECK_LAUNCH("diffuse_kernel");
-    return HYPROF_OK;
+    return clock.end(ctx, op, tid, st);
 }
 
 /* The FED steps of one increment on the compute stream; *cur: buffer of u. */
@@ -1122,11 +1131,28 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
     return HYPROF_OK;
 }
 
+/* What the FED steps of an increment move, for the bandwidth figures. */
+static void count_fed(size_t nsteps, int fuse, size_t pix, size_t *launches, size_t *max_steps,
+                      double *launch_pix, double *step_pix)
+{
+    const size_t per = fuse > 1 ? (size_t)fuse : 1, n = (nsteps + per - 1) / per;
+    *launches += n;
+    const size_t most = nsteps < per ? nsteps : per;
+    *max_steps = most > *max_steps ? most : *max_steps;
+    *launch_pix += (double)n * (double)pix;
+    *step_pix += (double)nsteps * (double)pix;
+}
+
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
  * when this schedule repeats), then its output. */
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
     const std::vector<double> &steps = sched[i - 1];
+    size_t tid;
+    /* Outside any capture: the events time the graph launch as a whole. */
+    HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
+    count_fed(steps.size(), fuse, nb * npix, &fed_launches, &fed_max_steps, &fed_launch_pix,
+              &fed_step_pix);
     GraphEntry *ge = NULL;
     for (size_t e = 0; e < graphs.size(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
@@ -1159,6 +1185,7 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
     } else {
         HYPROF_TRY(enqueue_fed(steps, nb, cur));
     }
+    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
     return enqueue_output(i, nb, *cur);
 }
 
@@ -1172,6 +1199,8 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
     float *slot = dev<float>(L.slot0 + s * L.slot_bytes);
     const dim3 grid = pix_grid(W, H, nb), block(kPixBX, kPixBY);
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kOutput, st, &tid));
     if (i == 0)
         to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
                                                        a->nodata, slot);
@@ -1179,6 +1208,7 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
         to_float_kernel<double><<<grid, block, 0, st>>>(ubuf(cur), mask, W, H, npix, a->nodata,
                                                         slot);
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
     return HYPROF_OK;
 }
@@ -1187,8 +1217,11 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
 {
     cudaStream_t st = cs.get();
     /* After the previous group's first output (which reads x): stream order. */
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kUpload, st, &tid));
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
                                       nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_TRY(prepare(nb));
     int cur = 0; /* u is in A */
     HYPROF_TRY(enqueue_output(0, nb, cur));
@@ -1199,11 +1232,13 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     for (size_t i = 0; i <= C; ++i) {
         const size_t s = i % nslots;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(xs.get(), conv[s].get(), 0));
+        HYPROF_TRY(clock.begin(ctx, op, kDownload, xs.get(), &tid));
         /* Pageable destination: returns when the copy is done, while the
          * increments queued before it run on the compute stream. */
         HYPROF_CUDA_CHECK(copy_cols_d2h(a->out + (g0 * (C + 1) + i) * npix, ld,
                                         dev<float>(L.slot0 + s * L.slot_bytes), npix, npix, nb,
                                         xs.get()));
+        HYPROF_TRY(clock.end(ctx, op, tid, xs.get()));
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[s].get(), xs.get()));
         copy_issued[s] = true;
         while (next <= C && next < i + 1 + nslots)
@@ -1217,7 +1252,31 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->contrast_out + g0, dev<double>(L.k),
                                           nb * sizeof(double), cudaMemcpyDeviceToHost, st));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-    return HYPROF_OK;
+    return clock.collect(ctx, op);
+}
+
+/* Device stage times and the FED kernel's bandwidth, at debug level. Bytes
+ * counted per FED launch: u and g read, u written, 8 bytes each per pixel
+ * and band (what a launch must move at least; halo re-reads come from L2);
+ * the unfused equivalent counts those 24 bytes per step instead. */
+void EadpCuda::report()
+{
+    const double fed_ms = clock.ms(kFed), peak = device_peak_gbs();
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "eadp: cuda device ms: upload %.3f, prepare %.3f, fed %.3f, output %.3f, "
+                "download %.3f, span %.3f",
+                clock.ms(kUpload), clock.ms(kPrepare), fed_ms, clock.ms(kOutput),
+                clock.ms(kDownload), clock.span_ms());
+    if (!(fed_ms > 0.0))
+        return;
+    const double gb = 24.0 * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    const double eq = 24.0 * fed_step_pix / 1e9 / (fed_ms * 1e-3);
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
+                "launches of up to %zu steps, %.3f GB in %.3f ms); %.0f GB/s unfused-equivalent "
+                "(24 B per pixel and step), %.3g pixel-steps/s",
+                gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
+                gb, fed_ms, eq, fed_step_pix / (fed_ms * 1e-3));
 }
 
 hyprof_status_t EadpCuda::run()
@@ -1238,6 +1297,7 @@ hyprof_status_t EadpCuda::run()
         HYPROF_TRY(run_group(g0, nb));
     }
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(xs.get()));
+    report();
     return HYPROF_OK;
 }
 

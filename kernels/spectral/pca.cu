@@ -15,6 +15,7 @@
  * Apply, in pixel chunks: centre to double, Y = Xc V with cublasDgemm, convert
  * to float, nodata for masked pixels. */
 #include "../core/cuda_util.h"
+#include "../core/stage_clock.h"
 
 #include <vector>
 #include "spectral/pca_impl.h"
@@ -176,6 +177,26 @@ static hyprof_status_t gram_accumulate(hyprof_ctx_t *ctx, const char *op, cublas
     return HYPROF_OK;
 }
 
+/* Device times of the fit's stages (debug log): each interval is recorded on
+ * stream 0 at points where the host has drained both pipeline streams, so
+ * it spans the device work of that stage on both. "upload" is pass 1: the
+ * upload of a resident cube with the band sums overlapped. */
+enum { kPcaUpload, kPcaCovariance, kPcaEigh, kPcaProjection, kPcaDownload, kPcaStages };
+typedef StageClock<kPcaStages> PcaClock;
+
+static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
+{
+    if (clock.collect(ctx, "pca") != HYPROF_OK) {
+        ctx->error[0] = '\0'; /* only the figures are lost */
+        return;
+    }
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "pca: cuda device ms: upload %.3f, covariance %.3f, eigh %.3f, projection %.3f, "
+                "download %.3f",
+                clock.ms(kPcaUpload), clock.ms(kPcaCovariance), clock.ms(kPcaEigh),
+                clock.ms(kPcaProjection), clock.ms(kPcaDownload));
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
@@ -183,7 +204,8 @@ static hyprof_status_t gram_accumulate(hyprof_ctx_t *ctx, const char *op, cublas
 static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
                                         const hyprof_pca_apply_args_t *ap, const float *d_cube,
                                         const uint8_t *d_cmask, DeviceBuffer<double> *d_c,
-                                        size_t m, Pipeline &pipe, Blas *blas, bool *done)
+                                        size_t m, Pipeline &pipe, Blas *blas, bool *done,
+                                        PcaClock &clock)
 {
     const size_t N = ap->npix, B = ap->bands, K = ap->components;
     const size_t nch = div_up(N, m);
@@ -202,6 +224,8 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), ap->vectors, B * K * sizeof(double),
                                  cudaMemcpyHostToDevice));
     const double one = 1.0, zero = 0.0;
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
@@ -220,8 +244,11 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
         HYPROF_TRY(hyprof__progress(ctx, 0.6 + 0.35 * (double)(i + 1) / (double)nch, op));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    HYPROF_TRY(clock.begin(ctx, op, kPcaDownload, pipe.stream(0), &tid));
     HYPROF_CUDA_CHECK(
         cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     *done = true;
     return hyprof__progress(ctx, 1.0, op);
 }
@@ -260,6 +287,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     Pipeline pipe;
     Blas blas[2];
     Solver solver;
+    PcaClock clock;
+    size_t tid;
 
     HYPROF_TRY(solver.create(ctx, op));
     HYPROF_TRY(blas[0].create(ctx, op));
@@ -362,6 +391,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     };
 
     /* ---- pass 1: masked sums (and the upload of a resident cube) ---- */
+    HYPROF_TRY(clock.begin(ctx, op, kPcaUpload, pipe.stream(0), &tid));
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
@@ -381,9 +411,11 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
         d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
     HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
 
     /* ---- pass 2: covariance ---- */
+    HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
@@ -402,8 +434,11 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     }
     HYPROF_TRY(pipe.drain(ctx, op));
 
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+
     /* ---- eigen-decomposition ---- */
     cudaStream_t st = pipe.stream(0);
+    HYPROF_TRY(clock.begin(ctx, op, kPcaEigh, st, &tid));
     cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
     HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
@@ -419,6 +454,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                                       cudaMemcpyDeviceToHost, st));
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
                                       cudaMemcpyDeviceToHost, st));
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     if (info > 0)
         return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
@@ -427,13 +463,17 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
                              "cusolverDnDsyevd: parameter %d is invalid", -info);
     HYPROF_TRY(hyprof__progress(ctx, pscale, "pca"));
-    if (!transform || !resident)
+    if (!transform || !resident) {
+        log_stages(ctx, clock);
         return HYPROF_OK;
+    }
     HYPROF_TRY(a->finish(a->user));
     for (int s = 0; s < 2; ++s)
         HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), pipe.stream(s)));
-    return project_resident(ctx, op, a->apply, d_cube.get(), a->mask ? d_cmask.get() : NULL,
-                            d_c, m, pipe, blas, projected);
+    HYPROF_TRY(project_resident(ctx, op, a->apply, d_cube.get(), a->mask ? d_cmask.get() : NULL,
+                                d_c, m, pipe, blas, projected, clock));
+    log_stages(ctx, clock);
+    return HYPROF_OK;
 }
 
 extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
