@@ -23,6 +23,8 @@
  *               shared memory, one barrier per step); only the inner
  *               (64-2K) x (32-2K) tile is written back. One launch moves u and
  *               g through device memory once for K steps instead of K times.
+ *               At step s the first and last thread rows skip the rows within
+ *               s of the region's edge, which can no longer reach the tile.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -45,6 +47,8 @@
  * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
  * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (512 threads, one block per
  * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
+ * $HYPROF_EADP_STRIP=4 gives each thread 4 rows instead of 8 (twice the
+ * threads per region: fewer registers each, more warps to hide latency);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -94,7 +98,7 @@ const int kMaxFuse = 8;
 
 /* Fused FED tile: 64 x BY threads (BY = 4 or 8), each a vertical strip of 8
  * pixels: a region of 64 x 32 or 64 x 64 pixels. */
-const int kFedBX = 64, kFedR = 8;
+const int kFedBX = 64;
 const int kFedRW = kFedBX;
 
 struct Thr {
@@ -533,17 +537,17 @@ HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout,
     }
 }
 
-/* K fused FED steps on a kFedRW x (BY kFedR) region (output tile + halo K) in
+/* K fused FED steps on a kFedRW x (BY R) region (output tile + halo K) in
  * shared memory `buf` (two planes). Thread (c, ty) owns column c, rows
  * ty*R .. ty*R+R-1 of the region. Pixels outside the image or masked have
  * g = -1 (no flux) and u = 0. After step s the values at distance >= s from the
  * region's edge are exact; the tile at distance >= K is written. */
-template <int K, int BY, bool Fma>
-HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedRW],
+template <int K, int BY, int R, bool Fma>
+HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
                                    const double *uin, double *uout, const double *gm, int W,
                                    int H, size_t npix, const FedSteps &steps)
 {
-    const int R = kFedR, RW = kFedRW, RH = BY * kFedR;
+    const int RW = kFedRW, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
     const int c = t.tx, rb = t.ty * R;
     const size_t off = (size_t)t.bz * npix;
@@ -583,14 +587,22 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedR
         const double tau = steps.tau[s];
         double un = rb > 0 ? b[rb - 1][c] : 0.0; /* old value of the north neighbour */
         const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+        /* Only rows at distance >= s + 1 from the region's top and bottom can
+         * still reach the written tile: the first and last strips skip the
+         * others (the same rows for a whole warp, which is one thread row).
+         * Computed values are unchanged; skipped ones are never read by a
+         * row that is computed. */
+        const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
-            const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
-            const double us = i + 1 < R ? u[i + 1] : us_end;
-            const double cn = i == 0 ? cn0 : cs[i - 1];
             const double old = u[i];
-            u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+            if (i >= lo && i < hi) {
+                const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
+                const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
+                const double us = i + 1 < R ? u[i + 1] : us_end;
+                const double cn = i == 0 ? cn0 : cs[i - 1];
+                u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+            }
             un = old;
         }
     }
@@ -695,17 +707,18 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     fed_step_body<Fma>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
 }
 
-/* Dynamic shared memory: 2 * BY * kFedR * kFedRW doubles (64 KiB for BY = 8). */
-template <int K, int BY, bool Fma>
-__global__ void __launch_bounds__(kFedBX *BY, 8 / BY)
+/* Dynamic shared memory: 2 * BY * R * kFedRW doubles (64 KiB for 64-row
+ * regions); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
+template <int K, int BY, int R, bool Fma>
+__global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
     fed_fused_kernel(const double *__restrict__ uin, double *__restrict__ uout,
                      const double *__restrict__ gm, int W, int H, size_t npix,
                      const __grid_constant__ FedSteps steps)
 {
     extern __shared__ double fed_smem[];
-    fed_fused_body<K, BY, Fma>(HYPROF_EADP_THR,
-                               reinterpret_cast<double(*)[BY * kFedR][kFedRW]>(fed_smem), uin,
-                               uout, gm, W, H, npix, steps);
+    fed_fused_body<K, BY, R, Fma>(HYPROF_EADP_THR,
+                                  reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
+                                  uout, gm, W, H, npix, steps);
 }
 
 template <typename T>
@@ -718,22 +731,28 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 
 /* ---- host side ----------------------------------------------------------------- */
 
-/* The fused FED kernel for K steps, BY thread rows, with or without FMA. */
-template <int BY, bool F> const void *fused_kernel_ptr_k(int K)
+/* The fused FED kernel for K steps, strips of R rows on `rows`-row regions
+ * (BY = rows / R thread rows), with or without FMA. */
+template <int BY, int R, bool F> const void *fused_kernel_ptr_k(int K)
 {
     switch (K) {
-    case 2: return (const void *)fed_fused_kernel<2, BY, F>;
-    case 6: return (const void *)fed_fused_kernel<6, BY, F>;
-    case 8: return (const void *)fed_fused_kernel<8, BY, F>;
-    default: return (const void *)fed_fused_kernel<4, BY, F>;
+    case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, R, F>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, R, F>;
+    default: return (const void *)fed_fused_kernel<4, BY, R, F>;
     }
 }
 
-const void *fused_kernel_ptr(int K, int by, bool fma)
+template <int R, bool F> const void *fused_kernel_ptr_r(int K, int rows)
 {
-    if (by == 8)
-        return fma ? fused_kernel_ptr_k<8, true>(K) : fused_kernel_ptr_k<8, false>(K);
-    return fma ? fused_kernel_ptr_k<4, true>(K) : fused_kernel_ptr_k<4, false>(K);
+    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F>(K) : fused_kernel_ptr_k<32 / R, R, F>(K);
+}
+
+const void *fused_kernel_ptr(int K, int rows, int R, bool fma)
+{
+    if (R == 4)
+        return fma ? fused_kernel_ptr_r<4, true>(K, rows) : fused_kernel_ptr_r<4, false>(K, rows);
+    return fma ? fused_kernel_ptr_r<8, true>(K, rows) : fused_kernel_ptr_r<8, false>(K, rows);
 }
 
 int env_int(const char *name, int dflt)
@@ -821,7 +840,7 @@ class EadpCuda {
     const char *op = "eadp";
     const hyprof_eadp_args_t *a;
 
-    int W = 0, H = 0, r = 0, fuse = 4, tile_by = 4;
+    int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 8; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
     std::vector<double> weights;
@@ -925,14 +944,15 @@ hyprof_status_t EadpCuda::plan()
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     fma = env_int("HYPROF_EADP_FMA", 0) != 0;
-    tile_by = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 8 : 4;
-    const int OH = tile_by * kFedR - 2 * fuse;
+    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
+    strip = env_int("HYPROF_EADP_STRIP", 8) == 4 ? 4 : 8;
+    const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = 2 * tile_by * kFedR * kFedRW * (int)sizeof(double);
-        const void *fn = fused_kernel_ptr(fuse, tile_by, fma);
+        const int bytes = 2 * tile_rows * kFedRW * (int)sizeof(double);
+        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     }
@@ -1022,8 +1042,9 @@ hyprof_status_t EadpCuda::plan()
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
                 graphs.size(), fma ? ", FMA" : "", L.total);
     if (fuse > 1)
-        hyprof__log(ctx, HYPROF_LOG_DEBUG, "eadp: %d FED steps per launch on 64 x %d regions",
-                    fuse, tile_by * kFedR);
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread", fuse,
+                    tile_rows, strip);
     return HYPROF_OK;
 }
 
@@ -1116,14 +1137,15 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
             fs.n = (int)(steps.size() - s0 < per ? steps.size() - s0 : per);
             for (int j = 0; j < fs.n; ++j)
                 fs.tau[j] = steps[s0 + (size_t)j];
-            const int OW = kFedRW - 2 * fuse, OH = tile_by * kFedR - 2 * fuse;
+            const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
-            const dim3 block(kFedBX, (unsigned)tile_by);
-            const size_t shmem = (size_t)2 * tile_by * kFedR * kFedRW * sizeof(double);
+            const dim3 block(kFedBX, (unsigned)(tile_rows / strip));
+            const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
             void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
                               (void *)&H,   (void *)&npix, (void *)&fs};
-            HYPROF_CUDA_CHECK(cudaLaunchKernel(fused_kernel_ptr(fuse, tile_by, fma), grid, block,
+            HYPROF_CUDA_CHECK(cudaLaunchKernel(fused_kernel_ptr(fuse, tile_rows, strip, fma),
+                                               grid, block,
                                                params, shmem, st));
         }
         *cur ^= 1;
