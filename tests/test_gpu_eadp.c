@@ -16,7 +16,10 @@
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
  * bit-identical results to the default one (and 4-row strips, $HYPROF_EADP_STRIP=4);
  * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
- * return HYPROF_ERR_CANCELLED.
+ * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
+ * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
+ * the device, must equal its two-call path ($HYPROF_EADP_RESIDENT=0) bit for
+ * bit (values, band names, contrasts in the metadata), masked cubes included.
  *
  * Timing (information only, never asserted): ms per CUDA run of a 1905 x 349 x 7
  * synthetic cube with the default parameters, median of 5 after a warm-up,
@@ -145,6 +148,7 @@ static void clear_variants(void)
 {
     for (size_t i = 0; i < NVARIANTS; i++)
         unsetenv(g_variants[i].var);
+    unsetenv("HYPROF_EADP_RESIDENT");
 }
 
 /* ---- comparisons --------------------------------------------------------------- */
@@ -316,6 +320,98 @@ static void synthetic(const char *label, size_t w, size_t h, size_t bands, uint6
         return;
     }
     run_case(label, &c, p, cpu, gpu, variants);
+    hyprof_cube_free(&c);
+}
+
+/* ---- the eadp operation: PCs handed over on the device ------------------------------ */
+
+static int g_device_handover;
+static void watch_handover(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strstr(message, "where the PCA left them"))
+        g_device_handover++;
+}
+
+static hyprof_status_t run_op(hyprof_ctx_t *ctx, const hyprof_cube_t *in, hyprof_result_t *res)
+{
+    const hyprof_op_t *op = hyprof_op_find("eadp");
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    hyprof_result_init(res);
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    hyprof_status_t st = hyprof_op_run(ctx, op, args, in, res);
+    hyprof_args_free(&args);
+    return st;
+}
+
+/* The eadp operation (--reduction pca, defaults) on CUDA with the PCs handed
+ * from the PCA to the diffusion on the device must give the result of the
+ * two-call path ($HYPROF_EADP_RESIDENT=0) bit for bit: values, nodata,
+ * band names and the contrasts in the metadata. */
+static void test_handover(const char *label, size_t w, size_t h, size_t bands, uint64_t seed,
+                          image_opts_t o, hyprof_ctx_t *gpu)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    hyprof_result_t r0, r1;
+    hyprof_result_init(&r0);
+    hyprof_result_init(&r1);
+    if (make_image(&c, w, h, bands, seed, &o)) {
+        FAIL("%s: cannot build the image", label);
+        hyprof_cube_free(&c);
+        return;
+    }
+    clear_variants();
+    setenv("HYPROF_EADP_RESIDENT", "0", 1);
+    g_device_handover = 0;
+    hyprof_ctx_set_log(gpu, watch_handover, NULL);
+    hyprof_status_t st = run_op(gpu, &c, &r0);
+    unsetenv("HYPROF_EADP_RESIDENT");
+    int handed0 = g_device_handover;
+    g_device_handover = 0;
+    if (st == HYPROF_OK)
+        st = run_op(gpu, &c, &r1);
+    hyprof_ctx_set_log(gpu, NULL, NULL);
+    g_checks += 4;
+    if (st != HYPROF_OK) {
+        FAIL("%s: eadp operation: %s (%s)", label, hyprof_status_text(st),
+             hyprof_ctx_last_error(gpu));
+        goto done;
+    }
+    expect_cuda(gpu, label);
+    if (handed0 || g_device_handover != 1)
+        FAIL("%s: device hand-over used %d time(s) with HYPROF_EADP_RESIDENT=0, %d without "
+             "(expected 0 and 1)", label, handed0, g_device_handover);
+    size_t n = r0.cube.width * r0.cube.height * r0.cube.bands, diff = 0;
+    if (r1.cube.bands != r0.cube.bands || r1.cube.width != r0.cube.width) {
+        FAIL("%s: %zu bands on the device path, %zu on the two-call path", label, r1.cube.bands,
+             r0.cube.bands);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!same_float(((float *)r0.cube.data)[i], ((float *)r1.cube.data)[i]))
+            diff++;
+    size_t meta_diff = r0.nmeta != r1.nmeta, name_diff = 0;
+    for (size_t i = 0; !meta_diff && i < r0.nmeta; i++)
+        meta_diff += strcmp(r0.meta_keys[i], r1.meta_keys[i]) ||
+                     strcmp(r0.meta_values[i], r1.meta_values[i]);
+    for (size_t b = 0; b < r0.cube.bands; b++)
+        name_diff += !r0.band_names[b] || !r1.band_names[b] ||
+                     strcmp(r0.band_names[b], r1.band_names[b]);
+    if (diff || meta_diff || name_diff || r0.cube.has_nodata != r1.cube.has_nodata)
+        FAIL("%s: device hand-over differs from the two-call path: %zu values, %zu metadata, "
+             "%zu band names, nodata flag %d vs %d",
+             label, diff, meta_diff, name_diff, r1.cube.has_nodata, r0.cube.has_nodata);
+    else
+        printf("  %-34s eadp operation: PCs handed over on the device, %zu bands bit-identical "
+               "to the two-call path\n",
+               label, r0.cube.bands);
+done:
+    fflush(stdout);
+    hyprof_result_free(&r0);
+    hyprof_result_free(&r1);
     hyprof_cube_free(&c);
 }
 
@@ -586,6 +682,13 @@ int main(int argc, char **argv)
         synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
     }
     test_cancel(&p);
+    test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
+    {
+        image_opts_t o = {0.03, 0, -1};
+        test_handover("op-masked-130x70x9", 130, 70, 9, 18, o, gpu);
+        image_opts_t q = {0.03, 1, -1};
+        test_handover("op-masked-nan-90x61x8", 90, 61, 8, 19, q, gpu);
+    }
 
     if (argc >= 5) {
         size_t w = strtoull(argv[2], NULL, 10), h = strtoull(argv[3], NULL, 10),

@@ -832,13 +832,17 @@ const int kMaxSlots = 3;
 
 class EadpCuda {
   public:
-    EadpCuda(hyprof_ctx_t *c, const hyprof_eadp_args_t *args) : ctx(c), a(args) {}
+    EadpCuda(hyprof_ctx_t *c, const hyprof_eadp_args_t *args, const float *d_x = NULL)
+        : ctx(c), a(args), dev_x(d_x)
+    {
+    }
     hyprof_status_t run();
 
   private:
     hyprof_ctx_t *ctx;
     const char *op = "eadp";
     const hyprof_eadp_args_t *a;
+    const float *dev_x; /* the input already on the device, or NULL: a->x */
 
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 8; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
@@ -885,7 +889,7 @@ class EadpCuda {
 
 hyprof_status_t EadpCuda::check_args()
 {
-    if (!a || !a->x || !a->out)
+    if (!a || !(a->x || dev_x) || !a->out)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA EADP called without data");
     if (a->width == 0 || a->height == 0 || a->bands == 0)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "empty cube (%zu x %zu x %zu)", a->width,
@@ -1241,8 +1245,13 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     /* After the previous group's first output (which reads x): stream order. */
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kUpload, st, &tid));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
-                                      nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
+    if (dev_x)
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), dev_x + g0 * npix,
+                                          nb * npix * sizeof(float), cudaMemcpyDeviceToDevice,
+                                          st));
+    else
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
+                                          nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_TRY(prepare(nb));
     int cur = 0; /* u is in A */
@@ -1336,6 +1345,23 @@ extern "C" hyprof_status_t hyprof__cuda_eadp(hyprof_ctx_t *ctx, void *vargs)
         EadpCuda run(ctx, (const hyprof_eadp_args_t *)vargs);
         return run.run();
     } catch (...) { /* std::vector growth: nothing else throws */
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+    }
+}
+
+extern "C" hyprof_status_t hyprof__cuda_eadp_from_device(hyprof_ctx_t *ctx,
+                                                         const hyprof_eadp_args_t *args,
+                                                         const float *d_x)
+{
+    static const char op[] = "eadp";
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    if (!d_x)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "no device input");
+    try { /* the caller (the PCA's backend) has selected the device */
+        EadpCuda run(ctx, args, d_x);
+        return run.run();
+    } catch (...) {
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
     }
 }

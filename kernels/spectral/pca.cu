@@ -202,11 +202,12 @@ static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
  * is copied back once. Returns with *done false, having projected nothing,
  * when the extra buffers do not fit: the caller then streams the cube. */
 static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
-                                        const hyprof_pca_apply_args_t *ap, const float *d_cube,
+                                        const hyprof_pca_fit_args_t *a, const float *d_cube,
                                         const uint8_t *d_cmask, DeviceBuffer<double> *d_c,
                                         size_t m, Pipeline &pipe, Blas *blas, bool *done,
                                         PcaClock &clock)
 {
+    const hyprof_pca_apply_args_t *ap = a->apply;
     const size_t N = ap->npix, B = ap->bands, K = ap->components;
     const size_t nch = div_up(N, m);
     *done = false;
@@ -245,10 +246,17 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     }
     HYPROF_TRY(pipe.drain(ctx, op));
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
-    HYPROF_TRY(clock.begin(ctx, op, kPcaDownload, pipe.stream(0), &tid));
-    HYPROF_CUDA_CHECK(
-        cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
-    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    int consumed = 0;
+    if (a->on_device) {
+        HYPROF_TRY(clock.collect(ctx, op)); /* before the consumer's own work */
+        HYPROF_TRY(a->on_device(a->device_user, d_out.get(), ap, &consumed));
+    }
+    if (!consumed) {
+        HYPROF_TRY(clock.begin(ctx, op, kPcaDownload, pipe.stream(0), &tid));
+        HYPROF_CUDA_CHECK(
+            cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
+        HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    }
     *done = true;
     return hyprof__progress(ctx, 1.0, op);
 }
@@ -470,7 +478,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     HYPROF_TRY(a->finish(a->user));
     for (int s = 0; s < 2; ++s)
         HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), pipe.stream(s)));
-    HYPROF_TRY(project_resident(ctx, op, a->apply, d_cube.get(), a->mask ? d_cmask.get() : NULL,
+    HYPROF_TRY(project_resident(ctx, op, a, d_cube.get(), a->mask ? d_cmask.get() : NULL,
                                 d_c, m, pipe, blas, projected, clock));
     log_stages(ctx, clock);
     return HYPROF_OK;
