@@ -21,6 +21,8 @@
 #include "spectral/pca_impl.h"
 
 #include <climits>
+#include <ctime>
+#include <lapacke.h>
 
 using namespace hyprof_cuda;
 
@@ -115,6 +117,45 @@ __global__ void to_float_kernel(const double *__restrict__ y, size_t m, size_t k
         out[i + c * ld] = valid ? (float)y[i + c * m] : nodata;
 }
 
+/* Y = (X - mean) V of a resident cube in one pass over it, float out with
+ * nodata for masked pixels: a thread per pixel, components k0 .. k0 +
+ * kProjK - 1 (V and the mean are read by all threads of a warp at once:
+ * broadcasts). The cube is read once, in float, where centre + DGEMM wrote
+ * and read it back in double. Sum over the bands in order, fused
+ * multiply-adds. */
+const int kProjK = 8;
+
+__global__ void __launch_bounds__(kThreads)
+    project_kernel(const float *__restrict__ x, size_t n, size_t bands,
+                   const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                   const double *__restrict__ V, size_t k0, int nk, float nodata,
+                   float *__restrict__ out)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    if (mask && !mask[p]) {
+        for (int k = 0; k < nk; ++k)
+            out[p + (k0 + (size_t)k) * n] = nodata;
+        return;
+    }
+    double acc[kProjK];
+#pragma unroll
+    for (int k = 0; k < kProjK; ++k)
+        acc[k] = 0.0;
+    const double *v = V + k0 * bands;
+#pragma unroll 4
+    for (size_t b = 0; b < bands; ++b) {
+        const double xb = (double)x[p + b * n] - mean[b];
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k)
+            if (k < nk)
+                acc[k] = fma(xb, v[b + (size_t)k * bands], acc[k]);
+    }
+    for (int k = 0; k < nk; ++k)
+        out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+}
+
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
 hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
                           size_t ld, const uint8_t *mask, size_t m, size_t bands,
@@ -197,6 +238,35 @@ static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
                 clock.ms(kPcaProjection), clock.ms(kPcaDownload));
 }
 
+/* $HYPROF_PCA_EIGH=host: the B x B covariance (finalised in d_A) goes to the
+ * host and LAPACK's dsyevd decomposes it there, as the CPU backend does;
+ * cuSOLVER's syevd is a chain of small latency-bound kernels for B ~ 100-200.
+ * The host time is logged apart from the device stages. */
+static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
+                                    const double *d_mean, const double *d_A, cudaStream_t st,
+                                    PcaClock &clock, size_t tid)
+{
+    static const char op[] = "pca";
+    const size_t B = a->bands;
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean, B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A, B * B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)B, a->eigenvectors,
+                                     (lapack_int)B, a->eigenvalues);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: host eigh (LAPACK dsyevd, %zu x %zu): %.3f ms", B, B,
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    if (info != 0)
+        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                             "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
+    return HYPROF_OK;
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
@@ -227,7 +297,16 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const double one = 1.0, zero = 0.0;
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
-    for (size_t i = 0; i < nch; ++i) {
+    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
+    const char *how = getenv("HYPROF_PCA_PROJECT");
+    const bool fused = !(how && strcmp(how, "gemm") == 0);
+    for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
+        const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
+        project_kernel<<<(unsigned)div_up(N, kThreads), kThreads, 0, pipe.stream(0)>>>(
+            d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
+    }
+    for (size_t i = 0; !fused && i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
         HYPROF_TRY(pipe.acquire(ctx, op, s));
@@ -450,26 +529,33 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
     HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
-    HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
-    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
-                                           CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(), (int)B,
-                                           d_W.get(), d_work.get(), lwork, d_info.get()));
-    int info = 0;
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean.get(), B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvalues, d_W.get(), B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_TRY(clock.end(ctx, op, tid, st));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-    if (info > 0)
-        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
-                             "cusolverDnDsyevd did not converge (info %d, %zu bands)", info, B);
-    if (info < 0)
-        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
-                             "cusolverDnDsyevd: parameter %d is invalid", -info);
+    const char *eig_env = getenv("HYPROF_PCA_EIGH");
+    if (eig_env && strcmp(eig_env, "host") == 0) {
+        HYPROF_TRY(eigh_on_host(ctx, a, d_mean.get(), d_A.get(), st, clock, tid));
+    } else {
+        HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
+        HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
+                                               CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(), (int)B,
+                                               d_W.get(), d_work.get(), lwork, d_info.get()));
+        int info = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean.get(), B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvalues, d_W.get(), B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_TRY(clock.end(ctx, op, tid, st));
+        HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+        if (info > 0)
+            return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                                 "cusolverDnDsyevd did not converge (info %d, %zu bands)",
+                                 info, B);
+        if (info < 0)
+            return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
+                                 "cusolverDnDsyevd: parameter %d is invalid", -info);
+    }
     HYPROF_TRY(hyprof__progress(ctx, pscale, "pca"));
     if (!transform || !resident) {
         log_stages(ctx, clock);
