@@ -152,8 +152,116 @@ __global__ void __launch_bounds__(kThreads)
             if (k < nk)
                 acc[k] = fma(xb, v[b + (size_t)k * bands], acc[k]);
     }
-    for (int k = 0; k < nk; ++k)
-        out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+#pragma unroll
+    for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
+        if (k < nk)
+            out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+}
+
+/* Covariance numerator of a resident cube in one pass over it (float in,
+ * double accumulation), instead of centring it to double and a DGEMM per
+ * chunk. Each CTA takes a contiguous range of pixels, stages kGramP pixels at
+ * a time, centred to double (0 where masked), in shared memory, and every
+ * thread accumulates an 8 x 8 block of X^T X: with G = ceil(B / 8), thread
+ * (I, J), I >= J, owns rows I + G r and columns J + G c (r, c < 8), which
+ * covers each entry of the lower triangle or its transpose (interleaved
+ * rows: the threads of a warp read neighbouring words, no bank conflicts
+ * beyond two-way). The CTA writes its sums into its own B x B slice of
+ * `partial` (lower triangle); gram_reduce_kernel adds the slices in CTA
+ * order, so the result does not depend on timing. Used for B <= 8 kGramG
+ * (144) bands; larger cubes keep centre + DGEMM. */
+#ifndef HYPROF_PCA_FN
+#define HYPROF_PCA_FN __device__ __forceinline__
+#define HYPROF_PCA_SYNC() __syncthreads()
+#endif
+const int kGramG = 18, kGramThreads = 192, kGramP = 32;
+
+HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, double *sm, const float *x, size_t n,
+                             int bands, const uint8_t *mask, const double *mean,
+                             double *partial)
+{
+    const int G = (bands + 7) / 8, ld = 8 * G + 1, pairs = G * (G + 1) / 2;
+    int I = 0, J = tid;
+    while (J > I) { /* tid -> (I, J): row I holds pairs J = 0..I */
+        J -= I + 1;
+        I++;
+    }
+    const bool active = tid < pairs;
+    double acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            acc[r][c] = 0.0;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
+    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP) {
+        for (int e = tid; e < kGramP * 8 * G; e += kGramThreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            const size_t p = p0 + (size_t)q;
+            double v = 0.0;
+            if (b < bands && p < p_end && (!mask || mask[p]))
+                v = (double)x[p + (size_t)b * n] - mean[b];
+            sm[q * ld + b] = v;
+        }
+        HYPROF_PCA_SYNC();
+        if (active)
+            for (int q = 0; q < kGramP; ++q) {
+                const double *row = sm + q * ld;
+                double a[8], bv[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    a[r] = row[I + G * r];
+                    bv[r] = row[J + G * r];
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+#pragma unroll
+                    for (int c = 0; c < 8; ++c)
+                        acc[r][c] = fma(a[r], bv[c], acc[r][c]);
+            }
+        HYPROF_PCA_SYNC();
+    }
+    if (!active)
+        return;
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const int i = I + G * r, j = J + G * c;
+            if (i < bands && j < bands)
+                out[(i > j ? i : j) + (size_t)(i > j ? j : i) * bands] = acc[r][c];
+        }
+}
+
+/* Dynamic shared memory: kGramP x (8 G + 1) doubles. */
+__global__ void __launch_bounds__(kGramThreads, 2)
+    gram_kernel(const float *__restrict__ x, size_t n, int bands,
+                const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                double *__restrict__ partial)
+{
+    extern __shared__ double gram_smem[];
+    gram_body((int)threadIdx.x, (int)blockIdx.x, (int)gridDim.x, gram_smem, x, n, bands, mask,
+              mean, partial);
+}
+
+/* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
+__global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta, int bands,
+                                   double *__restrict__ c)
+{
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bb = (size_t)bands * bands;
+    if (idx >= bb)
+        return;
+    const int i = (int)(idx % bands), j = (int)(idx / bands);
+    if (i < j)
+        return;
+    double t = 0.0;
+    for (int k = 0; k < ncta; ++k)
+        t += partial[(size_t)k * bb + idx];
+    c[idx] += t;
+    if (i != j)
+        c[j + (size_t)i * bands] += t;
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -264,6 +372,42 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     if (info != 0)
         return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                              "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
+    return HYPROF_OK;
+}
+
+/* The covariance numerator of a resident cube with gram_kernel, into c (on
+ * stream st); *done false when it does not apply (more than 8 kGramG bands,
+ * $HYPROF_PCA_GRAM=gemm, or no memory for the per-CTA slices). */
+static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
+                                     const uint8_t *d_mask, const double *d_mean, double *c,
+                                     cudaStream_t st, bool *done)
+{
+    static const char op[] = "pca";
+    const char *how = getenv("HYPROF_PCA_GRAM");
+    *done = false;
+    if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
+        return HYPROF_OK;
+    int dev = 0, sms = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    size_t ncta = 2 * (size_t)(sms > 0 ? sms : 1);
+    const size_t min_px = 4 * (size_t)kGramP; /* a few stages per CTA at least */
+    if (ncta > n / min_px)
+        ncta = n / min_px > 0 ? n / min_px : 1;
+    DeviceBuffer<double> partial;
+    if (partial.alloc(ctx, op, ncta * B * B) != HYPROF_OK) {
+        ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
+        return HYPROF_OK;
+    }
+    const size_t G = (B + 7) / 8, shmem = (size_t)kGramP * (8 * G + 1) * sizeof(double);
+    gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask, d_mean,
+                                                            partial.get());
+    HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    gram_reduce_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+        partial.get(), (int)ncta, (int)B, c);
+    HYPROF_CUDA_CHECK_LAUNCH("gram_reduce_kernel");
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st)); /* before `partial` is freed */
+    *done = true;
     return HYPROF_OK;
 }
 
@@ -503,7 +647,11 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
 
     /* ---- pass 2: covariance ---- */
     HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
-    for (size_t i = 0; i < nch; ++i) {
+    bool gram_done = false;
+    if (resident)
+        HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
+                                 d_mean.get(), d_cov[0].get(), pipe.stream(0), &gram_done));
+    for (size_t i = 0; !gram_done && i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
         HYPROF_TRY(pipe.acquire(ctx, op, s));
