@@ -49,6 +49,8 @@
  * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
  * $HYPROF_EADP_STRIP=4 gives each thread 4 rows instead of 8 (twice the
  * threads per region: fewer registers each, more warps to hide latency);
+ * $HYPROF_EADP_PERSIST=1 runs the fused steps on a persistent grid whose CTAs
+ * prefetch their next tile while computing one (fed_persist_body);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -62,6 +64,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cuda_pipeline.h>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -77,6 +80,11 @@
 #endif
 #ifndef HYPROF_EADP_ATOMIC_ADD_U64
 #define HYPROF_EADP_ATOMIC_ADD_U64(p, v) atomicAdd((p), (v))
+#endif
+#ifndef HYPROF_EADP_COPY_ASYNC /* 8 bytes global -> shared, completed by _WAIT */
+#define HYPROF_EADP_COPY_ASYNC(dst, src) __pipeline_memcpy_async((dst), (src), 8)
+#define HYPROF_EADP_COPY_COMMIT() __pipeline_commit()
+#define HYPROF_EADP_COPY_WAIT() __pipeline_wait_prior(0)
 #endif
 
 using namespace hyprof_cuda;
@@ -616,6 +624,103 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
     }
 }
 
+/* The fused FED steps with a persistent grid: each CTA takes tiles
+ * blockIdx.x, + gridDim.x, ... of the (bands x rows x columns of tiles)
+ * sequence and, while it runs the K steps of one tile, copies the next
+ * tile's u and g into two more shared planes (asynchronous copies), so
+ * loading and computing overlap inside the CTA. The arithmetic per pixel is
+ * fed_fused_body's. Shared memory: 4 planes of BY R x kFedRW doubles. */
+template <int K, int BY, int R, bool Fma>
+HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW],
+                                     const double *uin, double *uout, const double *gm, int W,
+                                     int H, size_t npix, int gx, int gy, int nb,
+                                     const FedSteps &steps)
+{
+    const int RW = kFedRW, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int c = t.tx, rb = t.ty * R;
+    double(*pu)[kFedRW] = buf[2], (*pg)[kFedRW] = buf[3];
+    const int ntiles = gx * gy * nb;
+
+    /* Prefetch of tile `tile`: this thread's strip of u and g (outside the
+     * image: u = 0, g = -1, stored directly). */
+    auto issue = [&](int tile) {
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const size_t off = (size_t)bz * npix;
+        const int x = bx * OW - K + c, y0 = by * OH - K + rb;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int y = y0 + i;
+            if (x >= 0 && x < W && y >= 0 && y < H) {
+                const size_t p = off + (size_t)y * W + x;
+                HYPROF_EADP_COPY_ASYNC(&pu[rb + i][c], uin + p);
+                HYPROF_EADP_COPY_ASYNC(&pg[rb + i][c], gm + p);
+            } else {
+                pu[rb + i][c] = 0.0;
+                pg[rb + i][c] = -1.0;
+            }
+        }
+        HYPROF_EADP_COPY_COMMIT();
+    };
+
+    int tile = t.bx;
+    if (tile < ntiles)
+        issue(tile);
+    for (; tile < ntiles; tile += t.gdx) {
+        HYPROF_EADP_COPY_WAIT();
+        HYPROF_EADP_SYNC(); /* the tile is in pu/pg; the last tile's steps are done */
+        double u[R], ce[R], cw[R], cs[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const double gi = pg[rb + i][c];
+            const double ge = c + 1 < RW ? pg[rb + i][c + 1] : -1.0;
+            const double gw = c > 0 ? pg[rb + i][c - 1] : -1.0;
+            const double gs = rb + i + 1 < RH ? pg[rb + i + 1][c] : -1.0;
+            u[i] = pu[rb + i][c];
+            ce[i] = edge_c(gi, ge);
+            cw[i] = edge_c(gw, gi);
+            cs[i] = edge_c(gi, gs);
+        }
+        const double cn0 = edge_c(rb > 0 ? pg[rb - 1][c] : -1.0, pg[rb][c]);
+        HYPROF_EADP_SYNC(); /* pu/pg read by all: free for the next tile */
+        if (tile + t.gdx < ntiles)
+            issue(tile + t.gdx);
+        for (int s = 0; s < steps.n; ++s) {
+            double(*b)[kFedRW] = buf[s & 1];
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+                b[rb + i][c] = u[i];
+            HYPROF_EADP_SYNC();
+            const double tau = steps.tau[s];
+            double un = rb > 0 ? b[rb - 1][c] : 0.0;
+            const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+            const int lo = s + 1 - rb, hi = RH - 1 - s - rb; /* as in fed_fused_body */
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const double old = u[i];
+                if (i >= lo && i < hi) {
+                    const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
+                    const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
+                    const double us = i + 1 < R ? u[i + 1] : us_end;
+                    const double cn = i == 0 ? cn0 : cs[i - 1];
+                    u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+                }
+                un = old;
+            }
+        }
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const int x = bx * OW - K + c, y0 = by * OH - K + rb;
+        if (c < K || c >= RW - K || x < 0 || x >= W)
+            continue;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = rb + i, y = y0 + i;
+            if (r >= K && r < RH - K && y >= 0 && y < H)
+                uout[(size_t)bz * npix + (size_t)y * W + x] = u[i];
+        }
+    }
+}
+
 /* out[b] = float(src[b]) where valid, nodata where masked. */
 template <typename T>
 HYPROF_EADP_FN void to_float_body(const Thr &t, const T *src, const uint8_t *mask, int W, int H,
@@ -721,6 +826,19 @@ __global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
                                   uout, gm, W, H, npix, steps);
 }
 
+/* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
+template <int K, int BY, int R, bool Fma>
+__global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
+    fed_persist_kernel(const double *__restrict__ uin, double *__restrict__ uout,
+                       const double *__restrict__ gm, int W, int H, size_t npix, int gx, int gy,
+                       int nb, const __grid_constant__ FedSteps steps)
+{
+    extern __shared__ double fed_smem[];
+    fed_persist_body<K, BY, R, Fma>(HYPROF_EADP_THR,
+                                    reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
+                                    uout, gm, W, H, npix, gx, gy, nb, steps);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     to_float_kernel(const T *__restrict__ src, const uint8_t *__restrict__ mask, int W, int H,
@@ -732,9 +850,17 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 /* ---- host side ----------------------------------------------------------------- */
 
 /* The fused FED kernel for K steps, strips of R rows on `rows`-row regions
- * (BY = rows / R thread rows), with or without FMA. */
-template <int BY, int R, bool F> const void *fused_kernel_ptr_k(int K)
+ * (BY = rows / R thread rows), with or without FMA, one CTA per tile or
+ * persistent (P). */
+template <int BY, int R, bool F, bool P> const void *fused_kernel_ptr_k(int K)
 {
+    if (P)
+        switch (K) {
+        case 2: return (const void *)fed_persist_kernel<2, BY, R, F>;
+        case 6: return (const void *)fed_persist_kernel<6, BY, R, F>;
+        case 8: return (const void *)fed_persist_kernel<8, BY, R, F>;
+        default: return (const void *)fed_persist_kernel<4, BY, R, F>;
+        }
     switch (K) {
     case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
     case 6: return (const void *)fed_fused_kernel<6, BY, R, F>;
@@ -743,16 +869,24 @@ template <int BY, int R, bool F> const void *fused_kernel_ptr_k(int K)
     }
 }
 
-template <int R, bool F> const void *fused_kernel_ptr_r(int K, int rows)
+template <int R, bool F, bool P> const void *fused_kernel_ptr_r(int K, int rows)
 {
-    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F>(K) : fused_kernel_ptr_k<32 / R, R, F>(K);
+    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F, P>(K)
+                      : fused_kernel_ptr_k<32 / R, R, F, P>(K);
 }
 
-const void *fused_kernel_ptr(int K, int rows, int R, bool fma)
+template <bool F, bool P> const void *fused_kernel_ptr_f(int K, int rows, int R)
 {
-    if (R == 4)
-        return fma ? fused_kernel_ptr_r<4, true>(K, rows) : fused_kernel_ptr_r<4, false>(K, rows);
-    return fma ? fused_kernel_ptr_r<8, true>(K, rows) : fused_kernel_ptr_r<8, false>(K, rows);
+    return R == 4 ? fused_kernel_ptr_r<4, F, P>(K, rows) : fused_kernel_ptr_r<8, F, P>(K, rows);
+}
+
+const void *fused_kernel_ptr(int K, int rows, int R, bool fma, bool persist)
+{
+    if (persist)
+        return fma ? fused_kernel_ptr_f<true, true>(K, rows, R)
+                   : fused_kernel_ptr_f<false, true>(K, rows, R);
+    return fma ? fused_kernel_ptr_f<true, false>(K, rows, R)
+               : fused_kernel_ptr_f<false, false>(K, rows, R);
 }
 
 int env_int(const char *name, int dflt)
@@ -846,7 +980,8 @@ class EadpCuda {
 
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 8; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
-    bool use_graphs = true, fma = false;
+    bool use_graphs = true, fma = false, persist = false;
+    int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -953,12 +1088,21 @@ hyprof_status_t EadpCuda::plan()
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
+    persist = fuse > 1 && env_int("HYPROF_EADP_PERSIST", 0) == 1;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = 2 * tile_rows * kFedRW * (int)sizeof(double);
-        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma);
+        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW * (int)sizeof(double);
+        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        if (persist) {
+            int dev = 0, sms = 0, per_sm = 0;
+            HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+            HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, fn, kFedBX * (tile_rows / strip), (size_t)bytes));
+            persist_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+        }
     }
 
     /* Band groups: as many bands as fit with up to kMaxSlots output slots. */
@@ -1047,8 +1191,8 @@ hyprof_status_t EadpCuda::plan()
                 graphs.size(), fma ? ", FMA" : "", L.total);
     if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread", fuse,
-                    tile_rows, strip);
+                    "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
+                    fuse, tile_rows, strip, persist ? ", persistent CTAs prefetching" : "");
     return HYPROF_OK;
 }
 
@@ -1145,12 +1289,23 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
             const dim3 block(kFedBX, (unsigned)(tile_rows / strip));
-            const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
-            void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
-                              (void *)&H,   (void *)&npix, (void *)&fs};
-            HYPROF_CUDA_CHECK(cudaLaunchKernel(fused_kernel_ptr(fuse, tile_rows, strip, fma),
-                                               grid, block,
-                                               params, shmem, st));
+            const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+            if (persist) {
+                int gx = (int)grid.x, gy = (int)grid.y, gz = (int)nb;
+                const long long tiles = (long long)gx * gy * gz;
+                const unsigned ctas =
+                    (unsigned)(tiles < persist_ctas ? tiles : (long long)persist_ctas);
+                const size_t shmem = (size_t)4 * tile_rows * kFedRW * sizeof(double);
+                void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
+                                  (void *)&H,   (void *)&npix, (void *)&gx, (void *)&gy,
+                                  (void *)&gz,  (void *)&fs};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, dim3(ctas), block, params, shmem, st));
+            } else {
+                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
+                void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
+                                  (void *)&H,   (void *)&npix, (void *)&fs};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
+            }
         }
         *cur ^= 1;
     }
