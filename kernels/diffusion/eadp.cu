@@ -49,8 +49,9 @@
  * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
  * $HYPROF_EADP_STRIP=4 gives each thread 4 rows instead of 8 (twice the
  * threads per region: fewer registers each, more warps to hide latency);
- * $HYPROF_EADP_PERSIST=1 runs the fused steps on a persistent grid whose CTAs
- * prefetch their next tile while computing one (fed_persist_body);
+ * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
+ * whose CTAs prefetch their next tile while computing one (fed_persist_body),
+ * =2 the same with two columns per thread;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -628,9 +629,12 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
  * blockIdx.x, + gridDim.x, ... of the (bands x rows x columns of tiles)
  * sequence and, while it runs the K steps of one tile, copies the next
  * tile's u and g into two more shared planes (asynchronous copies), so
- * loading and computing overlap inside the CTA. The arithmetic per pixel is
- * fed_fused_body's. Shared memory: 4 planes of BY R x kFedRW doubles. */
-template <int K, int BY, int R, bool Fma>
+ * loading and computing overlap inside the CTA. A thread owns CW adjacent
+ * columns (1 or 2) of R rows: with 2, the neighbour between its own columns
+ * comes from registers, which halves the shared-memory loads per pixel. The
+ * arithmetic per pixel is fed_fused_body's. Shared memory: 4 planes of BY R x
+ * kFedRW doubles; blockDim.x = kFedRW / CW. */
+template <int K, int BY, int R, int CW, bool Fma>
 HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW],
                                      const double *uin, double *uout, const double *gm, int W,
                                      int H, size_t npix, int gx, int gy, int nb,
@@ -638,26 +642,30 @@ HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW]
 {
     const int RW = kFedRW, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
-    const int c = t.tx, rb = t.ty * R;
+    const int c0 = t.tx * CW, rb = t.ty * R;
     double(*pu)[kFedRW] = buf[2], (*pg)[kFedRW] = buf[3];
     const int ntiles = gx * gy * nb;
 
-    /* Prefetch of tile `tile`: this thread's strip of u and g (outside the
+    /* Prefetch of tile `tile`: this thread's columns of u and g (outside the
      * image: u = 0, g = -1, stored directly). */
     auto issue = [&](int tile) {
         const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
         const size_t off = (size_t)bz * npix;
-        const int x = bx * OW - K + c, y0 = by * OH - K + rb;
+        const int y0 = by * OH - K + rb;
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int y = y0 + i;
-            if (x >= 0 && x < W && y >= 0 && y < H) {
-                const size_t p = off + (size_t)y * W + x;
-                HYPROF_EADP_COPY_ASYNC(&pu[rb + i][c], uin + p);
-                HYPROF_EADP_COPY_ASYNC(&pg[rb + i][c], gm + p);
-            } else {
-                pu[rb + i][c] = 0.0;
-                pg[rb + i][c] = -1.0;
+        for (int j = 0; j < CW; ++j) {
+            const int x = bx * OW - K + c0 + j;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int y = y0 + i;
+                if (x >= 0 && x < W && y >= 0 && y < H) {
+                    const size_t p = off + (size_t)y * W + x;
+                    HYPROF_EADP_COPY_ASYNC(&pu[rb + i][c0 + j], uin + p);
+                    HYPROF_EADP_COPY_ASYNC(&pg[rb + i][c0 + j], gm + p);
+                } else {
+                    pu[rb + i][c0 + j] = 0.0;
+                    pg[rb + i][c0 + j] = -1.0;
+                }
             }
         }
         HYPROF_EADP_COPY_COMMIT();
@@ -669,19 +677,23 @@ HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW]
     for (; tile < ntiles; tile += t.gdx) {
         HYPROF_EADP_COPY_WAIT();
         HYPROF_EADP_SYNC(); /* the tile is in pu/pg; the last tile's steps are done */
-        double u[R], ce[R], cw[R], cs[R];
+        double u[CW][R], ce[CW][R], cw[R], cs[CW][R], cn0[CW];
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const double gi = pg[rb + i][c];
-            const double ge = c + 1 < RW ? pg[rb + i][c + 1] : -1.0;
-            const double gw = c > 0 ? pg[rb + i][c - 1] : -1.0;
-            const double gs = rb + i + 1 < RH ? pg[rb + i + 1][c] : -1.0;
-            u[i] = pu[rb + i][c];
-            ce[i] = edge_c(gi, ge);
-            cw[i] = edge_c(gw, gi);
-            cs[i] = edge_c(gi, gs);
+        for (int j = 0; j < CW; ++j) {
+            const int c = c0 + j;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const double gi = pg[rb + i][c];
+                const double ge = c + 1 < RW ? pg[rb + i][c + 1] : -1.0;
+                const double gs = rb + i + 1 < RH ? pg[rb + i + 1][c] : -1.0;
+                u[j][i] = pu[rb + i][c];
+                ce[j][i] = edge_c(gi, ge);
+                cs[j][i] = edge_c(gi, gs);
+                if (j == 0)
+                    cw[i] = edge_c(c > 0 ? pg[rb + i][c - 1] : -1.0, gi);
+            }
+            cn0[j] = edge_c(rb > 0 ? pg[rb - 1][c] : -1.0, pg[rb][c]);
         }
-        const double cn0 = edge_c(rb > 0 ? pg[rb - 1][c] : -1.0, pg[rb][c]);
         HYPROF_EADP_SYNC(); /* pu/pg read by all: free for the next tile */
         if (tile + t.gdx < ntiles)
             issue(tile + t.gdx);
@@ -689,34 +701,60 @@ HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW]
             double(*b)[kFedRW] = buf[s & 1];
 #pragma unroll
             for (int i = 0; i < R; ++i)
-                b[rb + i][c] = u[i];
+#pragma unroll
+                for (int j = 0; j < CW; ++j)
+                    b[rb + i][c0 + j] = u[j][i];
             HYPROF_EADP_SYNC();
             const double tau = steps.tau[s];
-            double un = rb > 0 ? b[rb - 1][c] : 0.0;
-            const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+            double un[CW], us_end[CW];
+#pragma unroll
+            for (int j = 0; j < CW; ++j) {
+                un[j] = rb > 0 ? b[rb - 1][c0 + j] : 0.0;
+                us_end[j] = rb + R < RH ? b[rb + R][c0 + j] : 0.0;
+            }
             const int lo = s + 1 - rb, hi = RH - 1 - s - rb; /* as in fed_fused_body */
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const double old = u[i];
-                if (i >= lo && i < hi) {
-                    const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
-                    const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
-                    const double us = i + 1 < R ? u[i + 1] : us_end;
-                    const double cn = i == 0 ? cn0 : cs[i - 1];
-                    u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+                if (!(i >= lo && i < hi)) {
+#pragma unroll
+                    for (int j = 0; j < CW; ++j)
+                        un[j] = u[j][i];
+                    continue;
                 }
-                un = old;
+                /* Old values of this row first: the update of column j reads
+                 * column j + 1's old value. */
+                double old[CW];
+#pragma unroll
+                for (int j = 0; j < CW; ++j)
+                    old[j] = u[j][i];
+                const double uwest = c0 > 0 ? b[rb + i][c0 - 1] : 0.0;
+                const double ueast = c0 + CW < RW ? b[rb + i][c0 + CW] : 0.0;
+#pragma unroll
+                for (int j = 0; j < CW; ++j) {
+                    const double ue = j + 1 < CW ? old[j + 1] : ueast;
+                    const double uw = j > 0 ? old[j - 1] : uwest;
+                    const double us = i + 1 < R ? u[j][i + 1] : us_end[j];
+                    const double cn = i == 0 ? cn0[j] : cs[j][i - 1];
+                    const double cwj = j > 0 ? ce[j - 1][i] : cw[i];
+                    u[j][i] = fed_update<Fma>(old[j], ue, uw, us, un[j], ce[j][i], cwj,
+                                              cs[j][i], cn, tau);
+                    un[j] = old[j];
+                }
             }
         }
         const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
-        const int x = bx * OW - K + c, y0 = by * OH - K + rb;
-        if (c < K || c >= RW - K || x < 0 || x >= W)
-            continue;
+        const int y0 = by * OH - K + rb;
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int r = rb + i, y = y0 + i;
-            if (r >= K && r < RH - K && y >= 0 && y < H)
-                uout[(size_t)bz * npix + (size_t)y * W + x] = u[i];
+        for (int j = 0; j < CW; ++j) {
+            const int c = c0 + j, x = bx * OW - K + c;
+            if (c < K || c >= RW - K || x < 0 || x >= W)
+                continue;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int r = rb + i, y = y0 + i;
+                if (r >= K && r < RH - K && y >= 0 && y < H)
+                    uout[(size_t)bz * npix + (size_t)y * W + x] = u[j][i];
+            }
         }
     }
 }
@@ -827,16 +865,16 @@ __global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
-template <int K, int BY, int R, bool Fma>
-__global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
+template <int K, int BY, int R, int CW, bool Fma>
+__global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
     fed_persist_kernel(const double *__restrict__ uin, double *__restrict__ uout,
                        const double *__restrict__ gm, int W, int H, size_t npix, int gx, int gy,
                        int nb, const __grid_constant__ FedSteps steps)
 {
     extern __shared__ double fed_smem[];
-    fed_persist_body<K, BY, R, Fma>(HYPROF_EADP_THR,
-                                    reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
-                                    uout, gm, W, H, npix, gx, gy, nb, steps);
+    fed_persist_body<K, BY, R, CW, Fma>(HYPROF_EADP_THR,
+                                        reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem),
+                                        uin, uout, gm, W, H, npix, gx, gy, nb, steps);
 }
 
 template <typename T>
@@ -850,16 +888,15 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 /* ---- host side ----------------------------------------------------------------- */
 
 /* The fused FED kernel for K steps, strips of R rows on `rows`-row regions
- * (BY = rows / R thread rows), with or without FMA, one CTA per tile or
- * persistent (P). */
-template <int BY, int R, bool F, bool P> const void *fused_kernel_ptr_k(int K)
+ * (BY = rows / R thread rows), with or without FMA: one CTA per tile (CW =
+ * 0), or persistent with CW columns per thread (K = 4, 6, 8). */
+template <int BY, int R, bool F, int CW> const void *fused_kernel_ptr_k(int K)
 {
-    if (P)
+    if (CW)
         switch (K) {
-        case 2: return (const void *)fed_persist_kernel<2, BY, R, F>;
-        case 6: return (const void *)fed_persist_kernel<6, BY, R, F>;
-        case 8: return (const void *)fed_persist_kernel<8, BY, R, F>;
-        default: return (const void *)fed_persist_kernel<4, BY, R, F>;
+        case 6: return (const void *)fed_persist_kernel<6, BY, R, (CW ? CW : 1), F>;
+        case 8: return (const void *)fed_persist_kernel<8, BY, R, (CW ? CW : 1), F>;
+        default: return (const void *)fed_persist_kernel<4, BY, R, (CW ? CW : 1), F>;
         }
     switch (K) {
     case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
@@ -869,24 +906,29 @@ template <int BY, int R, bool F, bool P> const void *fused_kernel_ptr_k(int K)
     }
 }
 
-template <int R, bool F, bool P> const void *fused_kernel_ptr_r(int K, int rows)
+template <int R, bool F, int CW> const void *fused_kernel_ptr_r(int K, int rows)
 {
-    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F, P>(K)
-                      : fused_kernel_ptr_k<32 / R, R, F, P>(K);
+    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F, CW>(K)
+                      : fused_kernel_ptr_k<32 / R, R, F, CW>(K);
 }
 
-template <bool F, bool P> const void *fused_kernel_ptr_f(int K, int rows, int R)
+template <bool F, int CW> const void *fused_kernel_ptr_f(int K, int rows, int R)
 {
-    return R == 4 ? fused_kernel_ptr_r<4, F, P>(K, rows) : fused_kernel_ptr_r<8, F, P>(K, rows);
+    return R == 4 ? fused_kernel_ptr_r<4, F, CW>(K, rows) : fused_kernel_ptr_r<8, F, CW>(K, rows);
 }
 
-const void *fused_kernel_ptr(int K, int rows, int R, bool fma, bool persist)
+/* cw: 0 one CTA per tile; 1 or 2 persistent, columns per thread. */
+template <bool F> const void *fused_kernel_ptr_c(int K, int rows, int R, int cw)
 {
-    if (persist)
-        return fma ? fused_kernel_ptr_f<true, true>(K, rows, R)
-                   : fused_kernel_ptr_f<false, true>(K, rows, R);
-    return fma ? fused_kernel_ptr_f<true, false>(K, rows, R)
-               : fused_kernel_ptr_f<false, false>(K, rows, R);
+    if (cw == 2)
+        return fused_kernel_ptr_f<F, 2>(K, rows, R);
+    return cw == 1 ? fused_kernel_ptr_f<F, 1>(K, rows, R) : fused_kernel_ptr_f<F, 0>(K, rows, R);
+}
+
+const void *fused_kernel_ptr(int K, int rows, int R, bool fma, int cw)
+{
+    return fma ? fused_kernel_ptr_c<true>(K, rows, R, cw)
+               : fused_kernel_ptr_c<false>(K, rows, R, cw);
 }
 
 int env_int(const char *name, int dflt)
@@ -980,7 +1022,8 @@ class EadpCuda {
 
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 8; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
-    bool use_graphs = true, fma = false, persist = false;
+    bool use_graphs = true, fma = false;
+    int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
@@ -1088,7 +1131,9 @@ hyprof_status_t EadpCuda::plan()
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
-    persist = fuse > 1 && env_int("HYPROF_EADP_PERSIST", 0) == 1;
+    persist = env_int("HYPROF_EADP_PERSIST", 0);
+    if (fuse < 4 || (persist != 1 && persist != 2))
+        persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW * (int)sizeof(double);
@@ -1100,7 +1145,7 @@ hyprof_status_t EadpCuda::plan()
             HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
             HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
             HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &per_sm, fn, kFedBX * (tile_rows / strip), (size_t)bytes));
+                &per_sm, fn, kFedBX / persist * (tile_rows / strip), (size_t)bytes));
             persist_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
         }
     }
@@ -1192,7 +1237,10 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
-                    fuse, tile_rows, strip, persist ? ", persistent CTAs prefetching" : "");
+                    fuse, tile_rows, strip,
+                    persist == 2   ? ", persistent CTAs prefetching, 2 columns per thread"
+                    : persist == 1 ? ", persistent CTAs prefetching"
+                                   : "");
     return HYPROF_OK;
 }
 
@@ -1288,7 +1336,8 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
             const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
-            const dim3 block(kFedBX, (unsigned)(tile_rows / strip));
+            const dim3 block((unsigned)(kFedBX / (persist ? persist : 1)),
+                             (unsigned)(tile_rows / strip));
             const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
             if (persist) {
                 int gx = (int)grid.x, gy = (int)grid.y, gz = (int)nb;
