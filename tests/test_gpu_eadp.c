@@ -16,7 +16,7 @@
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
  * bit-identical results to the default one (and 4-row strips, $HYPROF_EADP_STRIP=4,
  * and the persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns
- * per thread);
+ * per thread, and FED launches by chunks of bands, $HYPROF_EADP_L2_BANDS=1, 2);
  * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
  * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
@@ -143,7 +143,8 @@ static const variant_t g_variants[] = {
     {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
     {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
     {"strip4", "HYPROF_EADP_STRIP", "4", 1},      {"persist", "HYPROF_EADP_PERSIST", "1", 1},
-    {"persist2", "HYPROF_EADP_PERSIST", "2", 1},  {"fma", "HYPROF_EADP_FMA", "1", 0},
+    {"persist2", "HYPROF_EADP_PERSIST", "2", 1},  {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1},
+    {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1}, {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
 

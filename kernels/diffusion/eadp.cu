@@ -51,7 +51,8 @@
  * threads per region: fewer registers each, more warps to hide latency);
  * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
- * =2 the same with two columns per thread;
+ * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
+ * FED launches of an increment n bands at a time (their data stays in L2);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -1042,6 +1043,7 @@ class EadpCuda {
     bool use_graphs = true, fma = false;
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
+    size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -1076,6 +1078,8 @@ class EadpCuda {
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur);
+    hyprof_status_t enqueue_fed_bands(const std::vector<double> &steps, size_t b0, size_t nb,
+                                      int *cur);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
@@ -1142,6 +1146,8 @@ hyprof_status_t EadpCuda::plan()
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
+    const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
+    l2_bands = l2 > 0 ? (size_t)l2 : 0;
     fma = env_int("HYPROF_EADP_FMA", 0) != 0;
     tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
     strip = env_int("HYPROF_EADP_STRIP", 8) == 4 ? 4 : 8;
@@ -1327,15 +1333,32 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     return clock.end(ctx, op, tid, st);
 }
 
-/* The FED steps of one increment on the compute stream; *cur: buffer of u. */
+/* The FED steps of one increment on the compute stream; *cur: buffer of u.
+ * With l2_bands, the bands go through all the increment's launches a few at
+ * a time: their u, u' and g (24 bytes per pixel and band) then stay in L2
+ * from one launch to the next. Every chunk ends in the same buffer. */
 hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
 {
+    const size_t chunk = l2_bands > 0 && l2_bands < nb ? l2_bands : nb;
+    int c = *cur;
+    for (size_t b0 = 0; b0 < nb; b0 += chunk) {
+        c = *cur;
+        HYPROF_TRY(enqueue_fed_bands(steps, b0, nb - b0 < chunk ? nb - b0 : chunk, &c));
+    }
+    *cur = c;
+    return HYPROF_OK;
+}
+
+/* The launches of enqueue_fed for bands b0 .. b0 + nb - 1. */
+hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
+                                            size_t nb, int *cur)
+{
     cudaStream_t st = cs.get();
-    const double *gm = dev<double>(L.gm);
+    const double *gm = dev<double>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
-        const double *uin = ubuf(*cur);
-        double *uout = ubuf(*cur ^ 1);
+        const double *uin = ubuf(*cur) + b0 * npix;
+        double *uout = ubuf(*cur ^ 1) + b0 * npix;
         if (fuse <= 1) {
             if (fma)
                 fed_step_kernel<true><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
@@ -1379,11 +1402,11 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
 }
 
 /* What the FED steps of an increment move, for the bandwidth figures. */
-static void count_fed(size_t nsteps, int fuse, size_t pix, size_t *launches, size_t *max_steps,
-                      double *launch_pix, double *step_pix)
+static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t *launches,
+                      size_t *max_steps, double *launch_pix, double *step_pix)
 {
     const size_t per = fuse > 1 ? (size_t)fuse : 1, n = (nsteps + per - 1) / per;
-    *launches += n;
+    *launches += n * chunks; /* pix: all chunks of bands together */
     const size_t most = nsteps < per ? nsteps : per;
     *max_steps = most > *max_steps ? most : *max_steps;
     *launch_pix += (double)n * (double)pix;
@@ -1398,8 +1421,9 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
     size_t tid;
     /* Outside any capture: the events time the graph launch as a whole. */
     HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-    count_fed(steps.size(), fuse, nb * npix, &fed_launches, &fed_max_steps, &fed_launch_pix,
-              &fed_step_pix);
+    const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
+    count_fed(steps.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+              &fed_launch_pix, &fed_step_pix);
     GraphEntry *ge = NULL;
     for (size_t e = 0; e < graphs.size(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
