@@ -411,6 +411,33 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     return HYPROF_OK;
 }
 
+/* $HYPROF_PCA_EIGH=jacobi: cuSOLVER's Jacobi solver (syevj, default tolerance:
+ * machine precision) instead of syevd, to compare their device times. */
+static hyprof_status_t eigh_jacobi(hyprof_ctx_t *ctx, cusolverDnHandle_t h, double *d_A, size_t B,
+                                   double *d_W, int *d_info)
+{
+    static const char op[] = "pca";
+    syevjInfo_t params = NULL;
+    HYPROF_CUSOLVER_CHECK(cusolverDnCreateSyevjInfo(&params));
+    int lwork = 0;
+    cusolverStatus_t e = cusolverDnDsyevj_bufferSize(h, CUSOLVER_EIG_MODE_VECTOR,
+                                                     CUBLAS_FILL_MODE_LOWER, (int)B, d_A, (int)B,
+                                                     d_W, &lwork, params);
+    DeviceBuffer<double> work;
+    hyprof_status_t st = HYPROF_OK;
+    if (e == CUSOLVER_STATUS_SUCCESS)
+        st = work.alloc(ctx, op, lwork > 0 ? (size_t)lwork : 1);
+    if (e == CUSOLVER_STATUS_SUCCESS && st == HYPROF_OK)
+        e = cusolverDnDsyevj(h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, (int)B, d_A,
+                             (int)B, d_W, work.get(), lwork, d_info, params);
+    if (e == CUSOLVER_STATUS_SUCCESS && st == HYPROF_OK)
+        (void)cudaDeviceSynchronize(); /* before `work` is freed */
+    (void)cusolverDnDestroySyevjInfo(params);
+    if (e != CUSOLVER_STATUS_SUCCESS)
+        return hyprof__cusolver_fail(ctx, op, e, "cusolverDnDsyevj");
+    return st;
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
@@ -682,9 +709,13 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         HYPROF_TRY(eigh_on_host(ctx, a, d_mean.get(), d_A.get(), st, clock, tid));
     } else {
         HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
-        HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
-                                               CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(), (int)B,
-                                               d_W.get(), d_work.get(), lwork, d_info.get()));
+        if (eig_env && strcmp(eig_env, "jacobi") == 0)
+            HYPROF_TRY(eigh_jacobi(ctx, solver.get(), d_A.get(), B, d_W.get(), d_info.get()));
+        else
+            HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
+                                                   CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(),
+                                                   (int)B, d_W.get(), d_work.get(), lwork,
+                                                   d_info.get()));
         int info = 0;
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int),
                                           cudaMemcpyDeviceToHost, st));
