@@ -83,6 +83,9 @@
 #ifndef HYPROF_EADP_ATOMIC_ADD_U64
 #define HYPROF_EADP_ATOMIC_ADD_U64(p, v) atomicAdd((p), (v))
 #endif
+#ifndef HYPROF_EADP_STORE2 /* p[0] = a, p[1] = b; p 16-byte aligned */
+#define HYPROF_EADP_STORE2(p, a, b) (*reinterpret_cast<double2 *>(p) = make_double2((a), (b)))
+#endif
 #ifndef HYPROF_EADP_COPY_ASYNC /* 8 bytes global -> shared, completed by _WAIT */
 #define HYPROF_EADP_COPY_ASYNC(dst, src) __pipeline_memcpy_async((dst), (src), 8)
 #define HYPROF_EADP_COPY_COMMIT() __pipeline_commit()
@@ -718,10 +721,12 @@ HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW]
         for (int s = 0; s < steps.n; ++s) {
             double(*b)[kFedRW] = buf[s & 1];
 #pragma unroll
-            for (int i = 0; i < R; ++i)
-#pragma unroll
-                for (int j = 0; j < CW; ++j)
-                    b[rb + i][c0 + j] = u[j][i];
+            for (int i = 0; i < R; ++i) {
+                if (CW == 2) /* one 16-byte store (c0 even, rows of 64 doubles) */
+                    HYPROF_EADP_STORE2(&b[rb + i][c0], u[0][i], u[CW - 1][i]);
+                else
+                    b[rb + i][c0] = u[0][i];
+            }
             HYPROF_EADP_SYNC();
             const double tau = steps.tau[s];
             double un[CW], us_end[CW];
