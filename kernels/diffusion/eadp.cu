@@ -19,7 +19,7 @@
  *               and g (the output tile plus a halo of K), computes its edge
  *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
  *               steps in shared memory, each thread holding a vertical strip
- *               of 8 pixels in registers (neighbours across strips through
+ *               of 4 pixels in registers (neighbours across strips through
  *               shared memory, one barrier per step); only the inner
  *               (64-2K) x (32-2K) tile is written back. One launch moves u and
  *               g through device memory once for K steps instead of K times.
@@ -45,10 +45,10 @@
  *
  * Knobs for tests and tuning (environment): $HYPROF_EADP_FUSE = steps per FED
  * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
- * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (512 threads, one block per
- * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
- * $HYPROF_EADP_STRIP=4 gives each thread 4 rows instead of 8 (twice the
- * threads per region: fewer registers each, more warps to hide latency);
+ * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (one block per SM, less
+ * halo) instead of 64 x 32 (two blocks per SM);
+ * $HYPROF_EADP_STRIP=8 gives each thread 8 rows instead of 4 (half the
+ * threads per region, more registers each, fewer warps to hide latency);
  * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
@@ -1043,7 +1043,7 @@ class EadpCuda {
     const hyprof_eadp_args_t *a;
     const float *dev_x; /* the input already on the device, or NULL: a->x */
 
-    int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 8; /* FED region, strip */
+    int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 4; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -1155,7 +1155,10 @@ hyprof_status_t EadpCuda::plan()
     l2_bands = l2 > 0 ? (size_t)l2 : 0;
     fma = env_int("HYPROF_EADP_FMA", 0) != 0;
     tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
-    strip = env_int("HYPROF_EADP_STRIP", 8) == 4 ? 4 : 8;
+    /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
+     * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
+     * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
+    strip = env_int("HYPROF_EADP_STRIP", 4) == 8 ? 8 : 4;
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
