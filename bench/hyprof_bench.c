@@ -739,6 +739,8 @@ static void keep_eadp_device(void *user, hyprof_log_level_t level, const char *m
             dev_set(prefix, w, (size_t)(p - w), v);
             p = end;
         }
+    } else if (strstr(message, "host eigh")) { /* host time, not device */
+        dev_set(prefix, "host_eigh", 9, number_after(message, "): "));
     } else if (strstr(message, "FED bandwidth:")) {
         dev_set(prefix, "fed_gbs", 7, number_after(message, "bandwidth: "));
         dev_set(prefix, "fed_peak_gbs", 12, number_after(message, "% of the "));
