@@ -225,19 +225,6 @@ HYPROF_EADP_FN double fed_update(double u, double ue, double uw, double us, doub
     return add_rn(u, mul_rn(tau, f));
 }
 
-/* sh[idx] += 1 for idx >= 0, called by every thread of the warp: threads
- * with the same idx add once, together (the first pass's keys fall into a
- * handful of exponent bins, where one atomic per key contended). */
-#ifndef HYPROF_EADP_HIST_ADD
-#define HYPROF_EADP_HIST_ADD(sh, idx) warp_hist_add((sh), (idx))
-HYPROF_EADP_FN void warp_hist_add(unsigned *sh, int idx)
-{
-    const unsigned peers = __match_any_sync(0xffffffffu, idx);
-    if (idx >= 0 && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
-        atomicAdd(&sh[idx], (unsigned)__popc(peers));
-}
-#endif
-
 /* Sort key of G >= 0: its bit pattern (NaN last). */
 HYPROF_EADP_FN u64 sel_key(double g)
 {
@@ -395,19 +382,15 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
     }
     HYPROF_EADP_SYNC();
     const double *gb = G + (size_t)b * npix;
-    /* The same iterations for every thread of the block (warp-wide adds). */
-    for (size_t p0 = (size_t)t.bx * nthr; p0 < npix; p0 += (size_t)t.gdx * nthr) {
-        const size_t p = p0 + (size_t)tid;
-        int idx = -1; /* the counter this key goes to */
-        if (p < npix && !(mask && !mask[p])) {
-            const u64 key = sel_key(gb[p]), km = key & hmask;
-            for (int q = 0; q < kSelQueries; ++q)
-                if (act[q] && km == pre[q]) {
-                    idx = q * kSelBins + (int)((key >> shift) & dmask);
-                    break;
-                }
-        }
-        HYPROF_EADP_HIST_ADD(sh, idx);
+    for (size_t p = (size_t)t.bx * nthr + tid; p < npix; p += (size_t)t.gdx * nthr) {
+        if (mask && !mask[p])
+            continue;
+        const u64 key = sel_key(gb[p]), km = key & hmask;
+        for (int q = 0; q < kSelQueries; ++q)
+            if (act[q] && km == pre[q]) {
+                HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+                break;
+            }
     }
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
