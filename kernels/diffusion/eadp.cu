@@ -1410,8 +1410,6 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
     const std::vector<double> &steps = sched[i - 1];
     size_t tid;
-    /* Outside any capture: the events time the graph launch as a whole. */
-    HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
     const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
     count_fed(steps.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
               &fed_launch_pix, &fed_step_pix);
@@ -1442,9 +1440,13 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
                 return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
             ge->valid = true;
         }
+        /* Outside the capture, after the instantiation (host work while the
+         * stream may be idle): the events time the graph's execution. */
+        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
         HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
         *cur ^= (int)(launches & 1);
     } else {
+        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
         HYPROF_TRY(enqueue_fed(steps, nb, cur));
     }
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
