@@ -26,6 +26,7 @@
 
 #include <climits>
 #include <ctime>
+#include <cuda_pipeline.h>
 #include <lapacke.h>
 
 using namespace hyprof_cuda;
@@ -180,27 +181,42 @@ __global__ void __launch_bounds__(kThreads)
 
 /* Covariance numerator of a resident cube in one pass over it (float in,
  * double accumulation), instead of centring it to double and a DGEMM per
- * chunk. Each CTA takes a contiguous range of pixels, stages kGramP pixels at
- * a time, centred to double (0 where masked), in shared memory, and every
- * thread accumulates an 8 x 8 block of X^T X: with G = ceil(B / 8), thread
- * (I, J), I >= J, owns rows I + G r and columns J + G c (r, c < 8), which
- * covers each entry of the lower triangle or its transpose (interleaved
- * rows: the threads of a warp read neighbouring words, no bank conflicts
- * beyond two-way). The CTA writes its sums into its own B x B slice of
- * `partial` (lower triangle); gram_reduce_kernel adds the slices in CTA
- * order, so the result does not depend on timing. Used for B <= 8 kGramG
- * (144) bands; larger cubes keep centre + DGEMM. */
+ * chunk. Each CTA takes a contiguous range of pixels, kGramP at a time: their
+ * raw floats are copied into shared memory asynchronously one stage ahead
+ * (two buffers), then centred to double (0 where masked) into a third, and
+ * every thread accumulates an 8 x 8 block of X^T X: with G = ceil(B / 8),
+ * thread (I, J), I >= J, owns rows I + G r and columns J + G c (r, c < 8),
+ * which covers each entry of the lower triangle or its transpose
+ * (interleaved rows: the threads of a warp read neighbouring words). The
+ * CTA writes its sums into its own B x B slice of `partial` (lower
+ * triangle); gram_reduce_kernel adds the slices in CTA order, so the result
+ * does not depend on timing. Used for B <= 8 kGramG (144) bands; larger
+ * cubes keep centre + DGEMM. */
 #ifndef HYPROF_PCA_FN
 #define HYPROF_PCA_FN __device__ __forceinline__
 #define HYPROF_PCA_SYNC() __syncthreads()
+#define HYPROF_PCA_COPY4(dst, src) __pipeline_memcpy_async((dst), (src), 4)
+#define HYPROF_PCA_COMMIT() __pipeline_commit()
+#define HYPROF_PCA_WAIT() __pipeline_wait_prior(0)
 #endif
 const int kGramG = 18, kGramThreads = 192, kGramP = 32;
 
-HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, double *sm, const float *x, size_t n,
-                             int bands, const uint8_t *mask, const double *mean,
+/* Shared memory of gram_body: raw[2][8 G][kGramP] floats, msk[2][kGramP]
+ * bytes (padded to 8 bytes), cen[kGramP][8 G + 1] doubles. */
+inline size_t gram_smem_bytes(int bands)
+{
+    const size_t G = (size_t)(bands + 7) / 8;
+    return 2 * 8 * G * kGramP * sizeof(float) + 2 * kGramP + kGramP * (8 * G + 1) * sizeof(double);
+}
+
+HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, unsigned char *smem, const float *x,
+                             size_t n, int bands, const uint8_t *mask, const double *mean,
                              double *partial)
 {
     const int G = (bands + 7) / 8, ld = 8 * G + 1, pairs = G * (G + 1) / 2;
+    float *raw = reinterpret_cast<float *>(smem);                 /* [2][8G][kGramP] */
+    unsigned char *msk = smem + 2 * 8 * G * kGramP * sizeof(float); /* [2][kGramP] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP);   /* [kGramP][ld] */
     int I = 0, J = tid;
     while (J > I) { /* tid -> (I, J): row I holds pairs J = 0..I */
         J -= I + 1;
@@ -215,19 +231,41 @@ HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, double *sm, const float
             acc[r][c] = 0.0;
     const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
     const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
-    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP) {
+
+    /* Stage of pixels p0 .. p0 + kGramP - 1 into raw/msk buffer `buf`. */
+    auto issue = [&](size_t p0, int buf) {
+        float *rb = raw + (size_t)buf * 8 * G * kGramP;
+        for (int e = tid; e < kGramP * bands; e += kGramThreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            if (p0 + (size_t)q < p_end)
+                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
+        }
+        HYPROF_PCA_COMMIT();
+        if (tid < kGramP) /* a plain load; stored when the next stage is converted */
+            msk[buf * kGramP + tid] =
+                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
+    };
+
+    int buf = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, buf ^= 1) {
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC(); /* stage p0 is in raw[buf]; the last compute is done */
+        const float *rb = raw + (size_t)buf * 8 * G * kGramP;
         for (int e = tid; e < kGramP * 8 * G; e += kGramThreads) {
             const int q = e % kGramP, b = e / kGramP;
-            const size_t p = p0 + (size_t)q;
             double v = 0.0;
-            if (b < bands && p < p_end && (!mask || mask[p]))
-                v = (double)x[p + (size_t)b * n] - mean[b];
-            sm[q * ld + b] = v;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rb[b * kGramP + q] - mean[b];
+            cen[q * ld + b] = v;
         }
-        HYPROF_PCA_SYNC();
+        HYPROF_PCA_SYNC(); /* cen is ready; raw[buf] and msk[buf] are free */
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1);
         if (active)
             for (int q = 0; q < kGramP; ++q) {
-                const double *row = sm + q * ld;
+                const double *row = cen + q * ld;
                 double a[8], bv[8];
 #pragma unroll
                 for (int r = 0; r < 8; ++r) {
@@ -240,7 +278,6 @@ HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, double *sm, const float
                     for (int c = 0; c < 8; ++c)
                         acc[r][c] = fma(a[r], bv[c], acc[r][c]);
             }
-        HYPROF_PCA_SYNC();
     }
     if (!active)
         return;
@@ -255,15 +292,15 @@ HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, double *sm, const float
         }
 }
 
-/* Dynamic shared memory: kGramP x (8 G + 1) doubles. */
+/* Dynamic shared memory: gram_smem_bytes(bands). */
 __global__ void __launch_bounds__(kGramThreads, 2)
     gram_kernel(const float *__restrict__ x, size_t n, int bands,
                 const uint8_t *__restrict__ mask, const double *__restrict__ mean,
                 double *__restrict__ partial)
 {
     extern __shared__ double gram_smem[];
-    gram_body((int)threadIdx.x, (int)blockIdx.x, (int)gridDim.x, gram_smem, x, n, bands, mask,
-              mean, partial);
+    gram_body((int)threadIdx.x, (int)blockIdx.x, (int)gridDim.x,
+              reinterpret_cast<unsigned char *>(gram_smem), x, n, bands, mask, mean, partial);
 }
 
 /* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
@@ -419,7 +456,9 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
         ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
         return HYPROF_OK;
     }
-    const size_t G = (B + 7) / 8, shmem = (size_t)kGramP * (8 * G + 1) * sizeof(double);
+    const size_t shmem = gram_smem_bytes((int)B);
+    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)shmem));
     gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask, d_mean,
                                                             partial.get());
     HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
