@@ -14,7 +14,7 @@
  * masked pixels identical (nodata) on both backends; the CUDA path really ran.
  * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
- * bit-identical results to the default one (and 8-row strips, $HYPROF_EADP_STRIP=8,
+ * bit-identical results to the default one (and 8- or 2-row strips, $HYPROF_EADP_STRIP=8, 2,
  * and the persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns
  * per thread, and FED launches by chunks of bands, $HYPROF_EADP_L2_BANDS=1, 2);
  * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
@@ -142,7 +142,7 @@ static const variant_t g_variants[] = {
     {"nograph", "HYPROF_EADP_GRAPH", "0", 1},    {"group1", "HYPROF_EADP_BAND_GROUP", "1", 1},
     {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
     {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
-    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"persist", "HYPROF_EADP_PERSIST", "1", 1},
+    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},      {"persist", "HYPROF_EADP_PERSIST", "1", 1},
     {"persist2", "HYPROF_EADP_PERSIST", "2", 1},  {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1},
     {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1}, {"fma", "HYPROF_EADP_FMA", "1", 0},
 };

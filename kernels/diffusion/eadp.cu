@@ -48,7 +48,8 @@
  * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (one block per SM, less
  * halo) instead of 64 x 32 (two blocks per SM);
  * $HYPROF_EADP_STRIP=8 gives each thread 8 rows instead of 4 (half the
- * threads per region, more registers each, fewer warps to hide latency);
+ * threads per region, more registers each, fewer warps to hide latency), =2
+ * 2 rows (1024 threads per 64 x 32 region);
  * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
@@ -920,6 +921,8 @@ template <int R, bool F, int CW> const void *fused_kernel_ptr_r(int K, int rows)
 
 template <bool F, int CW> const void *fused_kernel_ptr_f(int K, int rows, int R)
 {
+    if (R == 2) /* 32-row regions, one CTA per tile only (1024 threads) */
+        return fused_kernel_ptr_k<16, 2, F, 0>(K);
     return R == 4 ? fused_kernel_ptr_r<4, F, CW>(K, rows) : fused_kernel_ptr_r<8, F, CW>(K, rows);
 }
 
@@ -1141,12 +1144,16 @@ hyprof_status_t EadpCuda::plan()
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
      * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
-    strip = env_int("HYPROF_EADP_STRIP", 4) == 8 ? 8 : 4;
+    strip = env_int("HYPROF_EADP_STRIP", 4);
+    if (strip != 2 && strip != 8)
+        strip = 4;
+    if (strip == 2) /* 1024 threads per 64 x 32 region: no 64-row regions */
+        tile_rows = 32;
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     persist = env_int("HYPROF_EADP_PERSIST", 0);
-    if (fuse < 4 || (persist != 1 && persist != 2))
+    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2)
         persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
