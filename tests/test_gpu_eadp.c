@@ -14,9 +14,10 @@
  * masked pixels identical (nodata) on both backends; the CUDA path really ran.
  * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
- * bit-identical results to the default one (and 8- or 2-row strips, $HYPROF_EADP_STRIP=8, 2,
- * and the persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns
- * per thread, and FED launches by chunks of bands, $HYPROF_EADP_L2_BANDS=1, 2);
+ * bit-identical results to the default one (and 8- or 2-row strips,
+ * $HYPROF_EADP_STRIP=8, 2, the persistent prefetching grid,
+ * $HYPROF_EADP_PERSIST=1, =2 with 2 columns per thread, and FED launches by
+ * chunks of bands, $HYPROF_EADP_L2_BANDS=1, 2);
  * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
  * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
