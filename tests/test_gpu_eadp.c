@@ -143,9 +143,10 @@ static const variant_t g_variants[] = {
     {"nograph", "HYPROF_EADP_GRAPH", "0", 1},    {"group1", "HYPROF_EADP_BAND_GROUP", "1", 1},
     {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
     {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
-    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},      {"persist", "HYPROF_EADP_PERSIST", "1", 1},
-    {"persist2", "HYPROF_EADP_PERSIST", "2", 1},  {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1},
-    {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1}, {"fma", "HYPROF_EADP_FMA", "1", 0},
+    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},
+    {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
+    {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
+    {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
 
