@@ -9,7 +9,11 @@
  * --op eadp is the EADP paper's pipeline: PCA to --components (fit-transform),
  * then hyprof_eadp with T_i = step * i, i = 1..count (default 7 PCs, 65..520:
  * 63 bands); the stages are timed separately (pca, eadp), and the eadp stage
- * alone is what the paper's Table III times.
+ * alone is what the paper's Table III times. --pipeline op runs the eadp
+ * operation instead (hyprof_op_run, as the CLI: on CUDA the PCs stay on the
+ * device between the PCA and the diffusion); only its total is timed. With
+ * CUDA the JSON has device_ms: the library's CUDA event times per stage
+ * (pca_*, eadp_*) and the FED kernel's bandwidth (eadp_fed_gbs), medians.
  *
  * --op emp and --op wmcd are the W-MCD paper's chain as the operations run
  * it (hyprof_op_run, --reduction dwt): the spectral DWT (haar unless
@@ -68,6 +72,7 @@ typedef struct {
     long components, levels, repeat, threads, device;
     long count, cycles;  /* eadp */
     double step;         /* eadp */
+    const char *pipeline; /* eadp: "api" (two calls) or "op" (the eadp operation) */
     long features;       /* emp, wmcd */
     int wavelet_given, levels_given;
     int devices[16];     /* emp, wmcd: --devices */
@@ -103,6 +108,8 @@ static void usage(FILE *f)
           "                    [--components 7] [--wavelet db4] [--levels 4]\n"
           "                    [--count 8] [--step 65] [--cycles 1]   (eadp: PCA, then\n"
           "                    diffusion at T = step*1 .. step*count)\n"
+          "                    [--pipeline api|op]   (eadp: two API calls, or the eadp\n"
+          "                    operation, whose CUDA path keeps the PCs on the device)\n"
           "                    [--features 4] [--devices 0,1]   (emp, wmcd: haar DWT\n"
           "                    features, EMP disk 1,3,5,7, W-MCD haar auto soft)\n"
           "                    [--model M.model]   (classify)\n"
@@ -187,7 +194,7 @@ static int parse_args(int argc, char **argv, options_t *o)
                      .step = 65.0, .features = 4, .classifier = "svm", .grid = "default",
                      .neurons = 500, .endmembers = 31, .sspp = 1, .extract = "nfindr",
                      .reduction = "dwt", .attribute = "area", .connectivity = 4,
-                     .quantisation = 8};
+                     .quantisation = 8, .pipeline = "api"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -227,6 +234,12 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "count")) rc = parse_long(name, v, 1, 10000, &o->count);
         else if (!strcmp(name, "cycles")) rc = parse_long(name, v, 1, 1000, &o->cycles);
         else if (!strcmp(name, "step")) rc = parse_double(name, v, 1e-6, 1e9, &o->step);
+        else if (!strcmp(name, "pipeline")) {
+            o->pipeline = v;
+            rc = strcmp(v, "api") && strcmp(v, "op") ? -1 : 0;
+            if (rc)
+                fprintf(stderr, "hyprof_bench: --pipeline must be api or op (got '%s')\n", v);
+        }
         else if (!strcmp(name, "model")) o->model = v;
         else if (!strcmp(name, "labels")) o->labels = v;
         else if (!strcmp(name, "classifier")) o->classifier = v;
@@ -372,9 +385,54 @@ static void cpu_name(char *name, size_t len)
 
 /* The EADP paper's pipeline: PCA (fit-transform, as the eadp operation runs
  * it: one upload of the cube on CUDA), then the diffusion profiles. */
+/* --pipeline op: the eadp operation as the CLI runs it (hyprof_op_run), whose
+ * CUDA path keeps the PCs on the device between the PCA and the diffusion;
+ * only the total is timed on the host (the stages: device_ms). */
+static hyprof_status_t run_eadp_op(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
+                                   hyprof_cube_t *out, timing_t *t)
+{
+    const hyprof_op_t *op = hyprof_op_find("eadp");
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    char v[4][32];
+    snprintf(v[0], sizeof v[0], "%ld", o->components);
+    snprintf(v[1], sizeof v[1], "%ld", o->count);
+    snprintf(v[2], sizeof v[2], "%.17g", o->step);
+    snprintf(v[3], sizeof v[3], "%ld", o->cycles);
+    hyprof_status_t st = hyprof_args_set(args, "components", v[0]);
+    if (st == HYPROF_OK)
+        st = hyprof_args_set(args, "count", v[1]);
+    if (st == HYPROF_OK)
+        st = hyprof_args_set(args, "step", v[2]);
+    if (st == HYPROF_OK)
+        st = hyprof_args_set(args, "cycles", v[3]);
+    if (st != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
+        hyprof_args_free(&args);
+        return st;
+    }
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    double t0 = now_seconds();
+    st = hyprof_op_run(ctx, op, args, in, &res);
+    t->total = now_seconds() - t0;
+    t->fit = t->apply = NAN;
+    if (st == HYPROF_OK) {
+        *out = res.cube; /* the cube moves to the caller */
+        memset(&res.cube, 0, sizeof res.cube);
+        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
+    }
+    hyprof_result_free(&res);
+    hyprof_args_free(&args);
+    return st;
+}
+
 static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
                                 const hyprof_eadp_params_t *ep, hyprof_cube_t *out, timing_t *t)
 {
+    if (!strcmp(o->pipeline, "op"))
+        return run_eadp_op(ctx, o, in, out, t);
     hyprof_pca_model_t *model = NULL;
     hyprof_cube_t pcs;
     memset(&pcs, 0, sizeof pcs);
@@ -755,6 +813,75 @@ static void keep_device_stages(void *user, hyprof_log_level_t level, const char 
         snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
 }
 
+/* --op eadp with CUDA: the device stage times and FED figures the library
+ * logs at debug level ("pca: cuda device ms: upload 1.2, covariance 0.9, ...",
+ * "eadp: cuda device ms: ...", "eadp: cuda FED bandwidth: X GB/s (P% of the
+ * Y GB/s peak; ...); Z GB/s unfused-equivalent ..."), as named values of the
+ * current repetition: pca_upload, eadp_fed, eadp_fed_gbs, ... */
+#define MAX_DEV_STAGES 24
+static struct {
+    size_t n;
+    char name[MAX_DEV_STAGES][32];
+    double now[MAX_DEV_STAGES];
+} g_dev;
+
+static void dev_set(const char *prefix, const char *name, size_t len, double v)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s_%.*s", prefix, (int)len, name);
+    size_t k = 0;
+    while (k < g_dev.n && strcmp(g_dev.name[k], key))
+        k++;
+    if (k == g_dev.n) {
+        if (g_dev.n == MAX_DEV_STAGES)
+            return;
+        snprintf(g_dev.name[g_dev.n++], sizeof g_dev.name[0], "%s", key);
+    }
+    g_dev.now[k] = v;
+}
+
+/* The figure after `key` in `text`, NAN when absent. */
+static double number_after(const char *text, const char *key)
+{
+    const char *p = strstr(text, key);
+    return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+static void keep_eadp_device(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    const char *colon = strchr(message, ':'), *p = strstr(message, "device ms:");
+    if (!colon || colon - message > 8)
+        return;
+    char prefix[9];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(colon - message), message);
+    if (p) { /* "name value, name value, ..." */
+        p += strlen("device ms:");
+        while (*p) {
+            while (*p == ' ' || *p == ',')
+                p++;
+            const char *w = p;
+            while ((*p >= 'a' && *p <= 'z') || *p == '_')
+                p++;
+            if (p == w || *p != ' ')
+                break;
+            char *end;
+            double v = strtod(p, &end);
+            if (end == p)
+                break;
+            dev_set(prefix, w, (size_t)(p - w), v);
+            p = end;
+        }
+    } else if (strstr(message, "host eigh")) { /* host time, not device */
+        dev_set(prefix, "host_eigh", 9, number_after(message, "): "));
+    } else if (strstr(message, "FED bandwidth:")) {
+        dev_set(prefix, "fed_gbs", 7, number_after(message, "bandwidth: "));
+        dev_set(prefix, "fed_peak_gbs", 12, number_after(message, "% of the "));
+        dev_set(prefix, "fed_unfused_gbs", 15, number_after(message, "); "));
+    }
+}
+
 /* The EAP paper's pipeline: the spectral reduction, then the profile. */
 static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
                                const hyprof_eap_params_t *p, hyprof_cube_t *out, timing_t *t)
@@ -886,8 +1013,9 @@ static void print_head(const options_t *o, const char *backend, const char *devi
     if (!strcmp(o->op, "pca"))
         printf(",\"components\":%ld", o->components);
     else if (!strcmp(o->op, "eadp"))
-        printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld",
-               o->components, o->count, o->step, o->cycles);
+        printf(",\"components\":%ld,\"count\":%ld,\"step\":%.17g,\"cycles\":%ld,"
+               "\"pipeline\":\"%s\"",
+               o->components, o->count, o->step, o->cycles, o->pipeline);
     else if (is_profile_op(o)) {
         printf(",\"wavelet\":");
         json_string(stdout, o->wavelet);
@@ -1020,6 +1148,7 @@ int main(int argc, char **argv)
         hyprof_ctx_set_log(ctx, keep_share_stages, NULL);
     }
     if (!strcmp(o.op, "eadp")) {
+        hyprof_ctx_set_log(ctx, keep_eadp_device, NULL);
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
             hyprof_ctx_free(&ctx);
@@ -1036,13 +1165,14 @@ int main(int argc, char **argv)
     size_t n = (size_t)o.repeat;
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
            *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
-           *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg);
+           *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg),
+           *dev = calloc(n * MAX_DEV_STAGES, sizeof *dev);
     char(*share_lines)[MAX_SHARES][1024] = calloc(n, sizeof *share_lines);
     size_t nshare = MAX_SHARES;
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !den || !scratch || !stg || !share_lines) {
+    if (!tot || !fit || !app || !den || !scratch || !stg || !dev || !share_lines) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -1061,11 +1191,15 @@ int main(int argc, char **argv)
     if (strcmp(o.op, "train"))
         hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
+        for (size_t k = 0; k < MAX_DEV_STAGES; k++)
+            g_dev.now[k] = NAN;
         st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
             goto done;
         }
+        for (size_t k = 0; k < g_dev.n; k++)
+            dev[k * n + r] = g_dev.now[k];
         tot[r] = t.total;
         fit[r] = t.fit;
         app[r] = t.apply;
@@ -1110,10 +1244,21 @@ int main(int argc, char **argv)
     if (!strcmp(o.op, "pca"))
         printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n));
-    else if (!strcmp(o.op, "eadp"))
-        printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
-               "\"eadp_min_s\":%.9g}",
-               median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+    else if (!strcmp(o.op, "eadp")) {
+        if (!strcmp(o.pipeline, "api")) /* the op pipeline times only its total */
+            printf(",\"stages\":{\"pca_median_s\":%.9g,\"eadp_median_s\":%.9g,"
+                   "\"eadp_min_s\":%.9g}",
+                   median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+        if (used == HYPROF_BACKEND_CUDA && g_dev.n) { /* medians; null if not logged */
+            printf(",\"device_ms\":{");
+            for (size_t k = 0; k < g_dev.n; k++) {
+                double v = median(dev + k * n, scratch, n);
+                printf(isfinite(v) ? "%s\"%s\":%.6g" : "%s\"%s\":null", k ? "," : "",
+                       g_dev.name[k], v);
+            }
+            printf("}");
+        }
+    }
     else if (t.nstages) {
         printf(",\"stages\":{");
         for (size_t k = 0; k < t.nstages; k++)
@@ -1149,6 +1294,7 @@ done:
     free(scratch);
     free(stg);
     free(share_lines);
+    free(dev);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

@@ -392,6 +392,8 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
     elif op == "eadp":
         extra += ["--components", str(params["components"]), "--count", str(params["count"]),
                 "--step", repr(float(params["step"])), "--cycles", str(params["cycles"])]
+        if params.get("pipeline"):
+            extra += ["--pipeline", params["pipeline"]]
     elif op in ("emp", "wmcd"):
         extra += ["--features", str(params["features"])]
         if params.get("devices"):
@@ -690,6 +692,7 @@ def eadp_markdown(rows):
              "| scene | implementation | device | threads | PCA ms | diffusion ms | total ms | "
              "diffusion core·s | per-core speed-up vs numpy-eadp | paper / this | max rel diff |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    dev_lines = eadp_device_markdown(er)
     for r in er:
         st = r["stages"]
         ratio = r.get("paper_over_this")
@@ -703,6 +706,48 @@ def eadp_markdown(rows):
             f"{fmt_ms(st.get('eadp_median_s'))} | {fmt_ms(r.get('median_s'))} | "
             f"{fmt_s(r.get('eadp_core_s'))} | {fmt_x(r.get('per_core_speedup_vs_numpy'))} | "
             f"{ratio_s} | {fmt_err(r.get('check_rel_diff'))} |")
+    return lines + dev_lines
+
+
+def eadp_device_split(dm):
+    """Device ms of the CUDA EADP pipeline by kind, from hyprof_bench's device_ms
+    (the library's CUDA event times): PCA kernels, diffusion kernels, transfers."""
+    def tot(*keys):
+        v = [dm.get(k) for k in keys]
+        return sum(v) if all(x is not None for x in v) else None
+    return {"pca": tot("pca_covariance", "pca_eigh", "pca_projection"),
+            "diffusion": tot("eadp_prepare", "eadp_fed", "eadp_output"),
+            "fed": dm.get("eadp_fed"),
+            "transfers": tot("pca_upload", "pca_download", "eadp_upload", "eadp_download")}
+
+
+def eadp_device_markdown(er):
+    cr = [r for r in er if r.get("device_ms")]
+    if not cr:
+        return []
+    lines = ["", "EADP device time by stage (hyprof-cuda; CUDA event times the library logs, "
+             "medians over the timed runs; PCA = covariance + eigh + projection, its pass 1 "
+             "(upload of the cube overlapped with the band sums) counted as a transfer; "
+             "diffusion = smoothing, gradient, contrast, diffusivity + FED + float outputs; "
+             "transfers = the cube's upload, the PCs' download, their upload and the profile's "
+             "download; FED GB/s = (u, g read + u written, 8 B each, per pixel and band and "
+             "per launch) / FED time, next to the device's theoretical peak):", "",
+             "| scene | device | PCA dev ms | diffusion dev ms | of which FED ms | "
+             "kernels ms (PCA + diffusion) | transfers ms | FED GB/s (% of peak) | "
+             "FED unfused-equivalent GB/s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in cr:
+        dm, sp = r["device_ms"], eadp_device_split(r["device_ms"])
+        k = (sp["pca"] + sp["diffusion"]
+             if sp["pca"] is not None and sp["diffusion"] is not None else None)
+        gbs, peak = dm.get("eadp_fed_gbs"), dm.get("eadp_fed_peak_gbs")
+        g = (f"{gbs:.0f} ({100 * gbs / peak:.0f}% of {peak:.0f})" if gbs and peak
+             else (f"{gbs:.0f}" if gbs else "—"))
+        f = lambda v: "—" if v is None else f"{v:.3f}"
+        un = dm.get("eadp_fed_unfused_gbs")
+        lines.append(f"| {r['scene']} | {r.get('device') or '—'} | {f(sp['pca'])} | "
+                     f"{f(sp['diffusion'])} | {f(sp['fed'])} | {f(k)} | {f(sp['transfers'])} | "
+                     f"{g} | {'—' if un is None else f'{un:.0f}'} |")
     return lines
 
 
@@ -874,7 +919,7 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
         row.update(impl=f"hyprof-{rec['backend']}", device=rec.get("device"),
                    median_s=rec["median_s"], min_s=rec["min_s"], times_s=rec.get("times_s"),
                    repeat=rec.get("repeat"), stages=rec.get("stages"),
-                   device_stages=rec.get("device_stages"),
+                   device_stages=rec.get("device_stages"), device_ms=rec.get("device_ms"),
                    out_bands=rec.get("out_bands"), checksum=rec.get("checksum"),
                    checksum_abs=rec.get("checksum_abs"),
                    hyprof_version=rec.get("hyprof_version"),
@@ -1013,12 +1058,20 @@ def bench_eadp(base, cube, X, cube_path, args, exe, tmpdir, rows, notes):
     params = {"components": args.components, "count": args.eadp_count,
               "step": args.eadp_step, "cycles": args.eadp_cycles}
     hy = []
-    for backend in args.backend_list:
+    # On CUDA also the eadp operation itself (--pipeline op): its PCs stay on the device
+    # between the PCA and the diffusion; only its total and device stages are timed.
+    runs = [(b_, None) for b_ in args.backend_list]
+    runs += [("cuda", "op")] if "cuda" in args.backend_list else []
+    for backend, pipeline in runs:
         time.sleep(args.settle_s)
-        out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.eadp.{backend}.out")
-        rec = run_hyprof(exe, "eadp", backend, cube_path, cube.shape, args, params, out_path)
-        row = hyprof_row(base, "eadp", params, backend, rec, args, notes)
-        if row["impl"] == "hyprof-cuda":
+        p_ = dict(params, pipeline=pipeline) if pipeline else params
+        tag = f"{backend}.{pipeline}" if pipeline else backend
+        out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.eadp.{tag}.out")
+        rec = run_hyprof(exe, "eadp", backend, cube_path, cube.shape, args, p_, out_path)
+        row = hyprof_row(base, "eadp", p_, backend, rec, args, notes)
+        if pipeline and row.get("impl"):
+            row["impl"] += " (operation)"
+        if row["impl"].startswith("hyprof-cuda"):
             row["threads_used"] = None  # GPU work: no core-seconds
         hy.append((row, out_path))
         if row.get("median_s") is not None:

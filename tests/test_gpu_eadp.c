@@ -14,15 +14,24 @@
  * masked pixels identical (nodata) on both backends; the CUDA path really ran.
  * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
- * bit-identical results to the default one;
+ * bit-identical results to the default one (and 8- or 2-row strips,
+ * $HYPROF_EADP_STRIP=8, 2, the persistent prefetching grid,
+ * $HYPROF_EADP_PERSIST=1, =2 with 2 columns per thread, and FED launches by
+ * chunks of bands, $HYPROF_EADP_L2_BANDS=1, 2);
  * $HYPROF_EADP_FMA=1 only has to meet the CPU tolerance. A cancelled run must
- * return HYPROF_ERR_CANCELLED.
+ * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
+ * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
+ * the device, must equal its two-call path ($HYPROF_EADP_RESIDENT=0) bit for
+ * bit (values, band names, contrasts in the metadata), masked cubes included.
  *
  * Timing (information only, never asserted): ms per CUDA run of a 1905 x 349 x 7
  * synthetic cube with the default parameters, median of 5 after a warm-up,
  * host to host (upload, diffusion, download of the 63 profile bands).
  * $HYPROF_TEST_TIMING=0 skips it; =sweep also times the tuning knobs
- * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS).
+ * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS), or the combinations
+ * listed in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8"). Each time is
+ * followed by the library's device stage times and FED bandwidth (its CUDA
+ * events, from the debug log) of the last run.
  *
  * Exit 0 when all pass, 1 on any failure (each printed), 77 when there is no
  * CUDA device (ctest: skipped). */
@@ -134,6 +143,9 @@ static const variant_t g_variants[] = {
     {"nograph", "HYPROF_EADP_GRAPH", "0", 1},    {"group1", "HYPROF_EADP_BAND_GROUP", "1", 1},
     {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
     {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
+    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},
+    {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
+    {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
@@ -142,6 +154,7 @@ static void clear_variants(void)
 {
     for (size_t i = 0; i < NVARIANTS; i++)
         unsetenv(g_variants[i].var);
+    unsetenv("HYPROF_EADP_RESIDENT");
 }
 
 /* ---- comparisons --------------------------------------------------------------- */
@@ -316,6 +329,98 @@ static void synthetic(const char *label, size_t w, size_t h, size_t bands, uint6
     hyprof_cube_free(&c);
 }
 
+/* ---- the eadp operation: PCs handed over on the device ------------------------------ */
+
+static int g_device_handover;
+static void watch_handover(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strstr(message, "where the PCA left them"))
+        g_device_handover++;
+}
+
+static hyprof_status_t run_op(hyprof_ctx_t *ctx, const hyprof_cube_t *in, hyprof_result_t *res)
+{
+    const hyprof_op_t *op = hyprof_op_find("eadp");
+    hyprof_args_t *args = op ? hyprof_args_new(op) : NULL;
+    hyprof_result_init(res);
+    if (!args)
+        return HYPROF_ERR_NOMEM;
+    hyprof_status_t st = hyprof_op_run(ctx, op, args, in, res);
+    hyprof_args_free(&args);
+    return st;
+}
+
+/* The eadp operation (--reduction pca, defaults) on CUDA with the PCs handed
+ * from the PCA to the diffusion on the device must give the result of the
+ * two-call path ($HYPROF_EADP_RESIDENT=0) bit for bit: values, nodata,
+ * band names and the contrasts in the metadata. */
+static void test_handover(const char *label, size_t w, size_t h, size_t bands, uint64_t seed,
+                          image_opts_t o, hyprof_ctx_t *gpu)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    hyprof_result_t r0, r1;
+    hyprof_result_init(&r0);
+    hyprof_result_init(&r1);
+    if (make_image(&c, w, h, bands, seed, &o)) {
+        FAIL("%s: cannot build the image", label);
+        hyprof_cube_free(&c);
+        return;
+    }
+    clear_variants();
+    setenv("HYPROF_EADP_RESIDENT", "0", 1);
+    g_device_handover = 0;
+    hyprof_ctx_set_log(gpu, watch_handover, NULL);
+    hyprof_status_t st = run_op(gpu, &c, &r0);
+    unsetenv("HYPROF_EADP_RESIDENT");
+    int handed0 = g_device_handover;
+    g_device_handover = 0;
+    if (st == HYPROF_OK)
+        st = run_op(gpu, &c, &r1);
+    hyprof_ctx_set_log(gpu, NULL, NULL);
+    g_checks += 4;
+    if (st != HYPROF_OK) {
+        FAIL("%s: eadp operation: %s (%s)", label, hyprof_status_text(st),
+             hyprof_ctx_last_error(gpu));
+        goto done;
+    }
+    expect_cuda(gpu, label);
+    if (handed0 || g_device_handover != 1)
+        FAIL("%s: device hand-over used %d time(s) with HYPROF_EADP_RESIDENT=0, %d without "
+             "(expected 0 and 1)", label, handed0, g_device_handover);
+    size_t n = r0.cube.width * r0.cube.height * r0.cube.bands, diff = 0;
+    if (r1.cube.bands != r0.cube.bands || r1.cube.width != r0.cube.width) {
+        FAIL("%s: %zu bands on the device path, %zu on the two-call path", label, r1.cube.bands,
+             r0.cube.bands);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!same_float(((float *)r0.cube.data)[i], ((float *)r1.cube.data)[i]))
+            diff++;
+    size_t meta_diff = r0.nmeta != r1.nmeta, name_diff = 0;
+    for (size_t i = 0; !meta_diff && i < r0.nmeta; i++)
+        meta_diff += strcmp(r0.meta_keys[i], r1.meta_keys[i]) ||
+                     strcmp(r0.meta_values[i], r1.meta_values[i]);
+    for (size_t b = 0; b < r0.cube.bands; b++)
+        name_diff += !r0.band_names[b] || !r1.band_names[b] ||
+                     strcmp(r0.band_names[b], r1.band_names[b]);
+    if (diff || meta_diff || name_diff || r0.cube.has_nodata != r1.cube.has_nodata)
+        FAIL("%s: device hand-over differs from the two-call path: %zu values, %zu metadata, "
+             "%zu band names, nodata flag %d vs %d",
+             label, diff, meta_diff, name_diff, r1.cube.has_nodata, r0.cube.has_nodata);
+    else
+        printf("  %-34s eadp operation: PCs handed over on the device, %zu bands bit-identical "
+               "to the two-call path\n",
+               label, r0.cube.bands);
+done:
+    fflush(stdout);
+    hyprof_result_free(&r0);
+    hyprof_result_free(&r1);
+    hyprof_cube_free(&c);
+}
+
 /* ---- cancellation -------------------------------------------------------------- */
 
 static int cancel_on_second(void *user, double fraction, const char *stage)
@@ -402,7 +507,46 @@ static double time_runs(hyprof_ctx_t *gpu, const hyprof_cube_t *c, const hyprof_
     return t[runs / 2];
 }
 
-/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid). */
+/* The library's device figures of the last run (debug log): stage times
+ * and the FED bandwidth, printed beside the host-to-host times. */
+static char g_dev_ms[512], g_dev_bw[512];
+static void keep_device_log(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (!strncmp(message, "eadp: cuda device ms:", 21))
+        snprintf(g_dev_ms, sizeof g_dev_ms, "%s", message + 6);
+    else if (!strncmp(message, "eadp: cuda FED bandwidth:", 25))
+        snprintf(g_dev_bw, sizeof g_dev_bw, "%s", message + 6);
+}
+
+static void print_device(void)
+{
+    if (g_dev_ms[0])
+        printf("timing:     %s\n", g_dev_ms);
+    if (g_dev_bw[0])
+        printf("timing:     %s\n", g_dev_bw);
+    g_dev_ms[0] = g_dev_bw[0] = '\0';
+}
+
+/* Sets "NAME=V,NAME=V" (NAME without the HYPROF_EADP_ prefix); 0 if malformed. */
+static int set_combo(const char *combo)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", combo);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '='), var[96];
+        if (!eq)
+            return 0;
+        *eq = '\0';
+        snprintf(var, sizeof var, "HYPROF_EADP_%s", kv);
+        setenv(var, eq + 1, 1);
+    }
+    return 1;
+}
+
+/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid), or the
+ * combinations in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8;..."). */
 static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
 {
     hyprof_cube_t c;
@@ -414,11 +558,32 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
         return;
     }
     clear_variants();
+    hyprof_ctx_set_log(gpu, keep_device_log, NULL);
     double lo, hi, med = time_runs(gpu, &c, p, 5, &lo, &hi);
     if (med >= 0.0)
         printf("timing: CUDA EADP of 1905 x 349 x 7 (8 times, %d cycle(s), 63 output bands): "
                "median %.2f ms per run (min %.2f, max %.2f; host to host)\n",
                p->cycles, med, lo, hi);
+    print_device();
+    const char *combos = getenv("HYPROF_TEST_SWEEP");
+    if (sweep && combos && *combos) {
+        char list[2048];
+        snprintf(list, sizeof list, "%s", combos);
+        for (char *save = NULL, *cb = strtok_r(list, ";", &save); cb;
+             cb = strtok_r(NULL, ";", &save)) {
+            clear_variants();
+            if (!set_combo(cb)) {
+                printf("timing:   %s: malformed (NAME=VALUE,...)\n", cb);
+                continue;
+            }
+            med = time_runs(gpu, &c, p, 3, &lo, &hi);
+            clear_variants();
+            if (med >= 0.0)
+                printf("timing:   %s: median %.2f ms (min %.2f, max %.2f)\n", cb, med, lo, hi);
+            print_device();
+        }
+        sweep = 0;
+    }
     static const char *sw[][2] = {
         {"HYPROF_EADP_FUSE", "1"},       {"HYPROF_EADP_FUSE", "2"},
         {"HYPROF_EADP_FUSE", "6"},       {"HYPROF_EADP_FUSE", "8"},
@@ -433,7 +598,9 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
         if (med >= 0.0)
             printf("timing:   %s=%s: median %.2f ms (min %.2f, max %.2f)\n", sw[i][0], sw[i][1],
                    med, lo, hi);
+        print_device();
     }
+    hyprof_ctx_set_log(gpu, NULL, NULL);
     hyprof_cube_free(&c);
 }
 
@@ -521,6 +688,13 @@ int main(int argc, char **argv)
         synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
     }
     test_cancel(&p);
+    test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
+    {
+        image_opts_t o = {0.03, 0, -1};
+        test_handover("op-masked-130x70x9", 130, 70, 9, 18, o, gpu);
+        image_opts_t q = {0.03, 1, -1};
+        test_handover("op-masked-nan-90x61x8", 90, 61, 8, 19, q, gpu);
+    }
 
     if (argc >= 5) {
         size_t w = strtoull(argv[2], NULL, 10), h = strtoull(argv[3], NULL, 10),

@@ -485,6 +485,7 @@ int main(int argc, char **argv)
         {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05},
         {"tiny-5b", 9, 7, 5, 3, 14, 0.0},
         {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03},
+        {"9b-9pc-masked", 41, 29, 9, 9, 16, 0.05}, /* 9 > 8 components: 2 projection passes */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hyprof_cube_t c;

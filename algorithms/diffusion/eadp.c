@@ -3,6 +3,7 @@
  * the dispatch, the CPU backend. The exact per-band semantics are written
  * once, in eadp_impl.h; both backends follow them. */
 #include "eadp_impl.h"
+#include "../spectral/pca_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -361,6 +362,44 @@ static hyprof_status_t make_schedule(hyprof_ctx_t *ctx, const hyprof_eadp_params
     return HYPROF_OK;
 }
 
+static void free_schedule(size_t *nsteps, double **tau)
+{
+    if (tau)
+        free(tau[0]);
+    free(tau);
+    free(nsteps);
+}
+
+/* The schedule and the output cube (nodata as `x`'s) of the profile of x's
+ * bands; nothing to free on failure. */
+static hyprof_status_t setup(hyprof_ctx_t *ctx, const hyprof_eadp_params_t *params,
+                             const hyprof_cube_t *x, size_t **nsteps, double ***tau,
+                             hyprof_cube_t *out)
+{
+    size_t nb = x->bands * (params->ntimes + 1);
+    hyprof_status_t st = make_schedule(ctx, params, nsteps, tau);
+    if (st != HYPROF_OK)
+        return st;
+    if ((st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, nb)) != HYPROF_OK) {
+        free_schedule(*nsteps, *tau);
+        return hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", nb);
+    }
+    out->has_nodata = x->has_nodata;
+    out->nodata = x->nodata;
+    return HYPROF_OK;
+}
+
+static hyprof_eadp_args_t make_args(const hyprof_cube_t *x, const uint8_t *mask, float nodata,
+                                    const hyprof_eadp_params_t *params, const size_t *nsteps,
+                                    double **tau, hyprof_cube_t *out, double *contrast_out)
+{
+    hyprof_eadp_args_t a = {x->data, mask, x->width, x->height, x->bands, params->sigma,
+                            params->percentile, params->contrast, params->diffusivity,
+                            params->ntimes, params->cycles, nsteps,
+                            (const double *const *)tau, nodata, out->data, contrast_out};
+    return a;
+}
+
 hyprof_status_t hyprof_eadp(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
                             const hyprof_eadp_params_t *params, hyprof_cube_t *out,
                             double *contrast_out)
@@ -375,25 +414,13 @@ hyprof_status_t hyprof_eadp(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         return st;
     size_t *nsteps = NULL;
     double **tau = NULL;
-    size_t nb = x->bands * (params->ntimes + 1);
-    if ((st = make_schedule(ctx, params, &nsteps, &tau)) == HYPROF_OK &&
-        (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, nb)) != HYPROF_OK)
-        hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", nb);
-    if (st == HYPROF_OK) {
-        out->has_nodata = x->has_nodata;
-        out->nodata = x->nodata;
-        hyprof_eadp_args_t a = {x->data, x->mask, x->width, x->height, x->bands,
-                                params->sigma, params->percentile, params->contrast,
-                                params->diffusivity, params->ntimes, params->cycles, nsteps,
-                                (const double *const *)tau, hyprof__nodata_f32(x), out->data,
-                                contrast_out};
+    if ((st = setup(ctx, params, x, &nsteps, &tau, out)) == HYPROF_OK) {
+        hyprof_eadp_args_t a = make_args(x, x->mask, hyprof__nodata_f32(x), params, nsteps, tau,
+                                         out, contrast_out);
         st = hyprof__dispatch(ctx, OP, hyprof__cpu_eadp, HYPROF_CUDA_IMPL(hyprof__cuda_eadp),
                               &a);
+        free_schedule(nsteps, tau);
     }
-    if (tau)
-        free(tau[0]);
-    free(tau);
-    free(nsteps);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);
@@ -447,6 +474,94 @@ static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t n
     return st;
 }
 
+/* --reduction pca on CUDA: the PCA's projection hands its components over
+ * on the device and the diffusion starts from them there (no download of the
+ * PCs and upload again). Everything else is as hyprof_eadp on the features
+ * reduce.c returns (same mask, nodata and arguments), so the result is the
+ * same bit for bit. $HYPROF_EADP_RESIDENT=0 turns it off. */
+typedef struct {
+    hyprof_ctx_t *ctx;
+    const hyprof_cube_t *in;
+    const hyprof_eadp_params_t *p;
+    hyprof_cube_t *out;
+    double *k;     /* the contrasts, allocated here */
+    double lo, hi; /* the diffusion's share of the operation's progress */
+    int done;
+} on_device_t;
+
+#ifdef HYPROF_HAVE_CUDA
+static hyprof_status_t diffuse_on_device(void *user, const float *d_pcs,
+                                         const hyprof_pca_apply_args_t *ap, int *consumed)
+{
+    on_device_t *d = user;
+    hyprof_ctx_t *ctx = d->ctx;
+    hyprof_status_t st = check_params(ctx, d->p);
+    if (st != HYPROF_OK)
+        return st;
+    /* The features' shape and nodata (hyprof__cube_copy_mask of the input). */
+    hyprof_cube_t like;
+    memset(&like, 0, sizeof like);
+    like.width = d->in->width;
+    like.height = d->in->height;
+    like.bands = ap->components;
+    like.has_nodata = d->in->has_nodata;
+    like.nodata = d->in->nodata;
+    if (!like.has_nodata && ap->mask && hyprof_cube_count_valid(d->in) < ap->npix) {
+        like.has_nodata = 1;
+        like.nodata = NAN;
+    }
+    if (!(d->k = calloc(ap->components, sizeof *d->k)))
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    size_t *nsteps = NULL;
+    double **tau = NULL;
+    if ((st = setup(ctx, d->p, &like, &nsteps, &tau, d->out)) != HYPROF_OK)
+        return st;
+    hyprof_eadp_args_t a = make_args(&like, ap->mask, ap->nodata, d->p, nsteps, tau, d->out,
+                                     d->k);
+    a.x = NULL; /* on the device */
+    double lo = ctx->progress_lo, hi = ctx->progress_hi;
+    ctx->progress_lo = d->lo;
+    ctx->progress_hi = d->hi;
+    hyprof__log(ctx, HYPROF_LOG_DEBUG, "eadp: diffusing the %zu PCs where the PCA left them, "
+                "on the device", ap->components);
+    st = hyprof__cuda_eadp_from_device(ctx, &a, d_pcs);
+    ctx->progress_lo = lo;
+    ctx->progress_hi = hi;
+    free_schedule(nsteps, tau);
+    if (st != HYPROF_OK) {
+        hyprof_cube_free(d->out);
+        return st;
+    }
+    d->done = *consumed = 1;
+    return HYPROF_OK;
+}
+#endif
+
+/* The features (--reduction), and the profile when the PCA's CUDA backend
+ * already computed it from its device output (d->done). */
+static hyprof_status_t reduce(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                              const hyprof_cube_t *in, hyprof_cube_t *feat, char ***names,
+                              on_device_t *d)
+{
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.15, saved);
+    d->lo = saved[0] + 0.15 * (saved[1] - saved[0]);
+    d->hi = saved[1];
+    hyprof_pca_device_fn fn = NULL;
+#ifdef HYPROF_HAVE_CUDA
+    const char *env = getenv("HYPROF_EADP_RESIDENT");
+    if (!(env && strcmp(env, "0") == 0))
+        fn = diffuse_on_device;
+#endif
+    hyprof_status_t st = hyprof__reduce_device(ctx, OP, args, in, feat, names, fn, d);
+    hyprof__progress_pop(ctx, saved);
+    if (st != HYPROF_OK && d->done) {
+        hyprof_cube_free(d->out);
+        d->done = 0;
+    }
+    return st;
+}
+
 hyprof_status_t hyprof__run_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                  const hyprof_cube_t *in, hyprof_result_t *out)
 {
@@ -457,12 +572,15 @@ hyprof_status_t hyprof__run_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_cube_t feat;
     char **names = NULL;
     double saved[2], *k = NULL;
-    hyprof__progress_push(ctx, 0.0, 0.15, saved);
-    st = hyprof__reduce(ctx, OP, args, in, &feat, &names);
-    hyprof__progress_pop(ctx, saved);
-    if (st == HYPROF_OK && !(k = calloc(feat.bands, sizeof *k)))
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    if (st == HYPROF_OK) {
+    on_device_t d = {ctx, in, &p, &out->cube, NULL, 0.0, 1.0, 0};
+    st = reduce(ctx, args, in, &feat, &names, &d);
+    k = d.k;
+    if (st == HYPROF_OK && !d.done) {
+        free(k);
+        if (!(k = calloc(feat.bands, sizeof *k)))
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    }
+    if (st == HYPROF_OK && !d.done) {
         hyprof__progress_push(ctx, 0.15, 1.0, saved);
         st = hyprof_eadp(ctx, &feat, &p, &out->cube, k);
         hyprof__progress_pop(ctx, saved);

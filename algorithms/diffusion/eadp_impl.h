@@ -56,6 +56,11 @@ typedef struct {
 
 hyprof_status_t hyprof__cpu_eadp(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_eadp(hyprof_ctx_t *ctx, void *args);
+/* The CUDA backend with the input bands already on the current device:
+ * d_x replaces args->x (same layout). Called from inside the PCA's CUDA
+ * backend (the eadp operation with --reduction pca), never dispatched. */
+hyprof_status_t hyprof__cuda_eadp_from_device(hyprof_ctx_t *ctx, const hyprof_eadp_args_t *args,
+                                              const float *d_x);
 
 #ifdef __cplusplus
 }

@@ -232,7 +232,8 @@ static hyprof_status_t finish_model(void *user)
 /* The fit, and with `out` the projection of the same cube in the same
  * backend call (fit-transform: the CUDA backend uploads the cube once). */
 static hyprof_status_t fit_model(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
-                                 hyprof_pca_model_t **model, hyprof_cube_t *out)
+                                 hyprof_pca_model_t **model, hyprof_cube_t *out,
+                                 hyprof_pca_device_fn on_device, void *device_user)
 {
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
@@ -263,7 +264,7 @@ static hyprof_status_t fit_model(hyprof_ctx_t *ctx, const hyprof_cube_t *in, siz
                            components);
     if (st == HYPROF_OK) {
         hyprof_pca_fit_args_t a = {x->data, x->mask, npix, B, nvalid, m->mean, work, work + B,
-                                   NULL, NULL, NULL};
+                                   NULL, NULL, NULL, on_device, device_user};
         /* The apply step reads the model's component-major vectors as a
          * bands x components column-major matrix: the same memory. */
         hyprof_pca_apply_args_t ap = {x->data, x->mask, npix, B, components, m->mean,
@@ -296,7 +297,7 @@ static hyprof_status_t fit_model(hyprof_ctx_t *ctx, const hyprof_cube_t *in, siz
 hyprof_status_t hyprof_pca_fit(hyprof_ctx_t *ctx, const hyprof_cube_t *in, size_t components,
                                hyprof_pca_model_t **model)
 {
-    return fit_model(ctx, in, components, model, NULL);
+    return fit_model(ctx, in, components, model, NULL, NULL, NULL);
 }
 
 hyprof_status_t hyprof_pca_fit_transform(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
@@ -305,7 +306,18 @@ hyprof_status_t hyprof_pca_fit_transform(hyprof_ctx_t *ctx, const hyprof_cube_t 
 {
     if (!out)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "fit-transform without an output");
-    return fit_model(ctx, in, components, model, out);
+    return fit_model(ctx, in, components, model, out, NULL, NULL);
+}
+
+/* Fit-transform that hands the projected components to `on_device` when the
+ * CUDA backend has them on the device (the eadp operation). */
+hyprof_status_t hyprof__pca_fit_transform_device(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
+                                                 size_t components, hyprof_pca_model_t **model,
+                                                 hyprof_cube_t *out,
+                                                 hyprof_pca_device_fn on_device,
+                                                 void *device_user)
+{
+    return fit_model(ctx, in, components, model, out, on_device, device_user);
 }
 
 hyprof_status_t hyprof_pca_apply(hyprof_ctx_t *ctx, const hyprof_pca_model_t *model,

@@ -2,6 +2,7 @@
  * features each profile operation works on, with their names. */
 #include "../core/ops.h"
 #include "../core/internal.h"
+#include "pca_impl.h"
 #include "hyprof/spectral.h"
 #include "hyprof/wavelet.h"
 
@@ -49,6 +50,14 @@ static hyprof_status_t finish(hyprof_ctx_t *ctx, const char *op, const hyprof_cu
 hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names)
 {
+    return hyprof__reduce_device(ctx, op, args, in, features, names, NULL, NULL);
+}
+
+hyprof_status_t hyprof__reduce_device(hyprof_ctx_t *ctx, const char *op,
+                                      const hyprof_args_t *args, const hyprof_cube_t *in,
+                                      hyprof_cube_t *features, char ***names,
+                                      hyprof_pca_device_fn on_device, void *device_user)
+{
     const char *how = hyprof_args_str(args, "reduction");
     hyprof_status_t st;
     memset(features, 0, sizeof *features);
@@ -60,8 +69,9 @@ hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_a
     }
     if (strcmp(how, "pca") == 0) {
         hyprof_pca_model_t *m = NULL;
-        st = hyprof_pca_fit_transform(ctx, in, (size_t)hyprof_args_int(args, "components"), &m,
-                                      features);
+        st = hyprof__pca_fit_transform_device(
+            ctx, in, (size_t)hyprof_args_int(args, "components"), &m, features, on_device,
+            device_user);
         hyprof_pca_model_free(&m);
         return finish(ctx, op, in, features, "PC", names, st);
     }

@@ -19,10 +19,12 @@
  *               and g (the output tile plus a halo of K), computes its edge
  *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
  *               steps in shared memory, each thread holding a vertical strip
- *               of 8 pixels in registers (neighbours across strips through
+ *               of 4 pixels in registers (neighbours across strips through
  *               shared memory, one barrier per step); only the inner
  *               (64-2K) x (32-2K) tile is written back. One launch moves u and
  *               g through device memory once for K steps instead of K times.
+ *               At step s the first and last thread rows skip the rows within
+ *               s of the region's edge, which can no longer reach the tile.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -43,8 +45,15 @@
  *
  * Knobs for tests and tuning (environment): $HYPROF_EADP_FUSE = steps per FED
  * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
- * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (512 threads, one block per
- * SM, less halo) instead of 64 x 32 (256 threads, two blocks per SM);
+ * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (one block per SM, less
+ * halo) instead of 64 x 32 (two blocks per SM);
+ * $HYPROF_EADP_STRIP=8 gives each thread 8 rows instead of 4 (half the
+ * threads per region, more registers each, fewer warps to hide latency), =2
+ * 2 rows (1024 threads per 64 x 32 region);
+ * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
+ * whose CTAs prefetch their next tile while computing one (fed_persist_body),
+ * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
+ * FED launches of an increment n bands at a time (their data stays in L2);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -53,10 +62,12 @@
  * and block indices passed in, __syncthreads and atomics behind macros) so that
  * a host harness can define them and run the bodies on the CPU. */
 #include "../core/cuda_util.h"
+#include "../core/stage_clock.h"
 #include "diffusion/eadp_impl.h"
 
 #include <climits>
 #include <cmath>
+#include <cuda_pipeline.h>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -72,6 +83,14 @@
 #endif
 #ifndef HYPROF_EADP_ATOMIC_ADD_U64
 #define HYPROF_EADP_ATOMIC_ADD_U64(p, v) atomicAdd((p), (v))
+#endif
+#ifndef HYPROF_EADP_STORE2 /* p[0] = a, p[1] = b; p 16-byte aligned */
+#define HYPROF_EADP_STORE2(p, a, b) (*reinterpret_cast<double2 *>(p) = make_double2((a), (b)))
+#endif
+#ifndef HYPROF_EADP_COPY_ASYNC /* 8 bytes global -> shared, completed by _WAIT */
+#define HYPROF_EADP_COPY_ASYNC(dst, src) __pipeline_memcpy_async((dst), (src), 8)
+#define HYPROF_EADP_COPY_COMMIT() __pipeline_commit()
+#define HYPROF_EADP_COPY_WAIT() __pipeline_wait_prior(0)
 #endif
 
 using namespace hyprof_cuda;
@@ -93,7 +112,7 @@ const int kMaxFuse = 8;
 
 /* Fused FED tile: 64 x BY threads (BY = 4 or 8), each a vertical strip of 8
  * pixels: a region of 64 x 32 or 64 x 64 pixels. */
-const int kFedBX = 64, kFedR = 8;
+const int kFedBX = 64;
 const int kFedRW = kFedBX;
 
 struct Thr {
@@ -532,17 +551,17 @@ HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout,
     }
 }
 
-/* K fused FED steps on a kFedRW x (BY kFedR) region (output tile + halo K) in
+/* K fused FED steps on a kFedRW x (BY R) region (output tile + halo K) in
  * shared memory `buf` (two planes). Thread (c, ty) owns column c, rows
  * ty*R .. ty*R+R-1 of the region. Pixels outside the image or masked have
  * g = -1 (no flux) and u = 0. After step s the values at distance >= s from the
  * region's edge are exact; the tile at distance >= K is written. */
-template <int K, int BY, bool Fma>
-HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedRW],
+template <int K, int BY, int R, bool Fma>
+HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
                                    const double *uin, double *uout, const double *gm, int W,
                                    int H, size_t npix, const FedSteps &steps)
 {
-    const int R = kFedR, RW = kFedRW, RH = BY * kFedR;
+    const int RW = kFedRW, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
     const int c = t.tx, rb = t.ty * R;
     const size_t off = (size_t)t.bz * npix;
@@ -582,14 +601,22 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedR
         const double tau = steps.tau[s];
         double un = rb > 0 ? b[rb - 1][c] : 0.0; /* old value of the north neighbour */
         const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+        /* Only rows at distance >= s + 1 from the region's top and bottom can
+         * still reach the written tile: the first and last strips skip the
+         * others (the same rows for a whole warp, which is one thread row).
+         * Computed values are unchanged; skipped ones are never read by a
+         * row that is computed. */
+        const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
-            const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
-            const double us = i + 1 < R ? u[i + 1] : us_end;
-            const double cn = i == 0 ? cn0 : cs[i - 1];
             const double old = u[i];
-            u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+            if (i >= lo && i < hi) {
+                const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
+                const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
+                const double us = i + 1 < R ? u[i + 1] : us_end;
+                const double cn = i == 0 ? cn0 : cs[i - 1];
+                u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
+            }
             un = old;
         }
     }
@@ -600,6 +627,142 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * kFedR][kFedR
         const int r = rb + i, y = y0 + i;
         if (r >= K && r < RH - K && y >= 0 && y < H)
             uout[off + (size_t)y * W + x] = u[i];
+    }
+}
+
+/* The fused FED steps with a persistent grid: each CTA takes tiles
+ * blockIdx.x, + gridDim.x, ... of the (bands x rows x columns of tiles)
+ * sequence and, while it runs the K steps of one tile, copies the next
+ * tile's u and g into two more shared planes (asynchronous copies), so
+ * loading and computing overlap inside the CTA. A thread owns CW adjacent
+ * columns (1 or 2) of R rows: with 2, the neighbour between its own columns
+ * comes from registers, which halves the shared-memory loads per pixel. The
+ * arithmetic per pixel is fed_fused_body's. Shared memory: 4 planes of BY R x
+ * kFedRW doubles; blockDim.x = kFedRW / CW. */
+template <int K, int BY, int R, int CW, bool Fma>
+HYPROF_EADP_FN void fed_persist_body(const Thr &t, double (*buf)[BY * R][kFedRW],
+                                     const double *uin, double *uout, const double *gm, int W,
+                                     int H, size_t npix, int gx, int gy, int nb,
+                                     const FedSteps &steps)
+{
+    const int RW = kFedRW, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int c0 = t.tx * CW, rb = t.ty * R;
+    double(*pu)[kFedRW] = buf[2], (*pg)[kFedRW] = buf[3];
+    const int ntiles = gx * gy * nb;
+
+    /* Prefetch of tile `tile`: this thread's columns of u and g (outside the
+     * image: u = 0, g = -1, stored directly). */
+    auto issue = [&](int tile) {
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const size_t off = (size_t)bz * npix;
+        const int y0 = by * OH - K + rb;
+#pragma unroll
+        for (int j = 0; j < CW; ++j) {
+            const int x = bx * OW - K + c0 + j;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int y = y0 + i;
+                if (x >= 0 && x < W && y >= 0 && y < H) {
+                    const size_t p = off + (size_t)y * W + x;
+                    HYPROF_EADP_COPY_ASYNC(&pu[rb + i][c0 + j], uin + p);
+                    HYPROF_EADP_COPY_ASYNC(&pg[rb + i][c0 + j], gm + p);
+                } else {
+                    pu[rb + i][c0 + j] = 0.0;
+                    pg[rb + i][c0 + j] = -1.0;
+                }
+            }
+        }
+        HYPROF_EADP_COPY_COMMIT();
+    };
+
+    int tile = t.bx;
+    if (tile < ntiles)
+        issue(tile);
+    for (; tile < ntiles; tile += t.gdx) {
+        HYPROF_EADP_COPY_WAIT();
+        HYPROF_EADP_SYNC(); /* the tile is in pu/pg; the last tile's steps are done */
+        double u[CW][R], ce[CW][R], cw[R], cs[CW][R], cn0[CW];
+#pragma unroll
+        for (int j = 0; j < CW; ++j) {
+            const int c = c0 + j;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const double gi = pg[rb + i][c];
+                const double ge = c + 1 < RW ? pg[rb + i][c + 1] : -1.0;
+                const double gs = rb + i + 1 < RH ? pg[rb + i + 1][c] : -1.0;
+                u[j][i] = pu[rb + i][c];
+                ce[j][i] = edge_c(gi, ge);
+                cs[j][i] = edge_c(gi, gs);
+                if (j == 0)
+                    cw[i] = edge_c(c > 0 ? pg[rb + i][c - 1] : -1.0, gi);
+            }
+            cn0[j] = edge_c(rb > 0 ? pg[rb - 1][c] : -1.0, pg[rb][c]);
+        }
+        HYPROF_EADP_SYNC(); /* pu/pg read by all: free for the next tile */
+        if (tile + t.gdx < ntiles)
+            issue(tile + t.gdx);
+        for (int s = 0; s < steps.n; ++s) {
+            double(*b)[kFedRW] = buf[s & 1];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                if (CW == 2) /* one 16-byte store (c0 even, rows of 64 doubles) */
+                    HYPROF_EADP_STORE2(&b[rb + i][c0], u[0][i], u[CW - 1][i]);
+                else
+                    b[rb + i][c0] = u[0][i];
+            }
+            HYPROF_EADP_SYNC();
+            const double tau = steps.tau[s];
+            double un[CW], us_end[CW];
+#pragma unroll
+            for (int j = 0; j < CW; ++j) {
+                un[j] = rb > 0 ? b[rb - 1][c0 + j] : 0.0;
+                us_end[j] = rb + R < RH ? b[rb + R][c0 + j] : 0.0;
+            }
+            const int lo = s + 1 - rb, hi = RH - 1 - s - rb; /* as in fed_fused_body */
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                if (!(i >= lo && i < hi)) {
+#pragma unroll
+                    for (int j = 0; j < CW; ++j)
+                        un[j] = u[j][i];
+                    continue;
+                }
+                /* Old values of this row first: the update of column j reads
+                 * column j + 1's old value. */
+                double old[CW];
+#pragma unroll
+                for (int j = 0; j < CW; ++j)
+                    old[j] = u[j][i];
+                const double uwest = c0 > 0 ? b[rb + i][c0 - 1] : 0.0;
+                const double ueast = c0 + CW < RW ? b[rb + i][c0 + CW] : 0.0;
+#pragma unroll
+                for (int j = 0; j < CW; ++j) {
+                    const double ue = j + 1 < CW ? old[j + 1] : ueast;
+                    const double uw = j > 0 ? old[j - 1] : uwest;
+                    const double us = i + 1 < R ? u[j][i + 1] : us_end[j];
+                    const double cn = i == 0 ? cn0[j] : cs[j][i - 1];
+                    const double cwj = j > 0 ? ce[j - 1][i] : cw[i];
+                    u[j][i] = fed_update<Fma>(old[j], ue, uw, us, un[j], ce[j][i], cwj,
+                                              cs[j][i], cn, tau);
+                    un[j] = old[j];
+                }
+            }
+        }
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const int y0 = by * OH - K + rb;
+#pragma unroll
+        for (int j = 0; j < CW; ++j) {
+            const int c = c0 + j, x = bx * OW - K + c;
+            if (c < K || c >= RW - K || x < 0 || x >= W)
+                continue;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int r = rb + i, y = y0 + i;
+                if (r >= K && r < RH - K && y >= 0 && y < H)
+                    uout[(size_t)bz * npix + (size_t)y * W + x] = u[j][i];
+            }
+        }
     }
 }
 
@@ -694,17 +857,31 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     fed_step_body<Fma>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
 }
 
-/* Dynamic shared memory: 2 * BY * kFedR * kFedRW doubles (64 KiB for BY = 8). */
-template <int K, int BY, bool Fma>
-__global__ void __launch_bounds__(kFedBX *BY, 8 / BY)
+/* Dynamic shared memory: 2 * BY * R * kFedRW doubles (64 KiB for 64-row
+ * regions); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
+template <int K, int BY, int R, bool Fma>
+__global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
     fed_fused_kernel(const double *__restrict__ uin, double *__restrict__ uout,
                      const double *__restrict__ gm, int W, int H, size_t npix,
                      const __grid_constant__ FedSteps steps)
 {
     extern __shared__ double fed_smem[];
-    fed_fused_body<K, BY, Fma>(HYPROF_EADP_THR,
-                               reinterpret_cast<double(*)[BY * kFedR][kFedRW]>(fed_smem), uin,
-                               uout, gm, W, H, npix, steps);
+    fed_fused_body<K, BY, R, Fma>(HYPROF_EADP_THR,
+                                  reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
+                                  uout, gm, W, H, npix, steps);
+}
+
+/* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
+template <int K, int BY, int R, int CW, bool Fma>
+__global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
+    fed_persist_kernel(const double *__restrict__ uin, double *__restrict__ uout,
+                       const double *__restrict__ gm, int W, int H, size_t npix, int gx, int gy,
+                       int nb, const __grid_constant__ FedSteps steps)
+{
+    extern __shared__ double fed_smem[];
+    fed_persist_body<K, BY, R, CW, Fma>(HYPROF_EADP_THR,
+                                        reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem),
+                                        uin, uout, gm, W, H, npix, gx, gy, nb, steps);
 }
 
 template <typename T>
@@ -717,22 +894,50 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 
 /* ---- host side ----------------------------------------------------------------- */
 
-/* The fused FED kernel for K steps, BY thread rows, with or without FMA. */
-template <int BY, bool F> const void *fused_kernel_ptr_k(int K)
+/* The fused FED kernel for K steps, strips of R rows on `rows`-row regions
+ * (BY = rows / R thread rows), with or without FMA: one CTA per tile (CW =
+ * 0), or persistent with CW columns per thread (K = 4, 6, 8). */
+template <int BY, int R, bool F, int CW> const void *fused_kernel_ptr_k(int K)
 {
+    if (CW)
+        switch (K) {
+        case 6: return (const void *)fed_persist_kernel<6, BY, R, (CW ? CW : 1), F>;
+        case 8: return (const void *)fed_persist_kernel<8, BY, R, (CW ? CW : 1), F>;
+        default: return (const void *)fed_persist_kernel<4, BY, R, (CW ? CW : 1), F>;
+        }
     switch (K) {
-    case 2: return (const void *)fed_fused_kernel<2, BY, F>;
-    case 6: return (const void *)fed_fused_kernel<6, BY, F>;
-    case 8: return (const void *)fed_fused_kernel<8, BY, F>;
-    default: return (const void *)fed_fused_kernel<4, BY, F>;
+    case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, R, F>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, R, F>;
+    default: return (const void *)fed_fused_kernel<4, BY, R, F>;
     }
 }
 
-const void *fused_kernel_ptr(int K, int by, bool fma)
+template <int R, bool F, int CW> const void *fused_kernel_ptr_r(int K, int rows)
 {
-    if (by == 8)
-        return fma ? fused_kernel_ptr_k<8, true>(K) : fused_kernel_ptr_k<8, false>(K);
-    return fma ? fused_kernel_ptr_k<4, true>(K) : fused_kernel_ptr_k<4, false>(K);
+    return rows == 64 ? fused_kernel_ptr_k<64 / R, R, F, CW>(K)
+                      : fused_kernel_ptr_k<32 / R, R, F, CW>(K);
+}
+
+template <bool F, int CW> const void *fused_kernel_ptr_f(int K, int rows, int R)
+{
+    if (R == 2) /* 32-row regions, one CTA per tile only (1024 threads) */
+        return fused_kernel_ptr_k<16, 2, F, 0>(K);
+    return R == 4 ? fused_kernel_ptr_r<4, F, CW>(K, rows) : fused_kernel_ptr_r<8, F, CW>(K, rows);
+}
+
+/* cw: 0 one CTA per tile; 1 or 2 persistent, columns per thread. */
+template <bool F> const void *fused_kernel_ptr_c(int K, int rows, int R, int cw)
+{
+    if (cw == 2)
+        return fused_kernel_ptr_f<F, 2>(K, rows, R);
+    return cw == 1 ? fused_kernel_ptr_f<F, 1>(K, rows, R) : fused_kernel_ptr_f<F, 0>(K, rows, R);
+}
+
+const void *fused_kernel_ptr(int K, int rows, int R, bool fma, int cw)
+{
+    return fma ? fused_kernel_ptr_c<true>(K, rows, R, cw)
+               : fused_kernel_ptr_c<false>(K, rows, R, cw);
 }
 
 int env_int(const char *name, int dflt)
@@ -812,17 +1017,24 @@ const int kMaxSlots = 3;
 
 class EadpCuda {
   public:
-    EadpCuda(hyprof_ctx_t *c, const hyprof_eadp_args_t *args) : ctx(c), a(args) {}
+    EadpCuda(hyprof_ctx_t *c, const hyprof_eadp_args_t *args, const float *d_x = NULL)
+        : ctx(c), a(args), dev_x(d_x)
+    {
+    }
     hyprof_status_t run();
 
   private:
     hyprof_ctx_t *ctx;
     const char *op = "eadp";
     const hyprof_eadp_args_t *a;
+    const float *dev_x; /* the input already on the device, or NULL: a->x */
 
-    int W = 0, H = 0, r = 0, fuse = 4, tile_by = 4;
+    int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 4; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
+    int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
+    int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
+    size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -834,6 +1046,11 @@ class EadpCuda {
     Stream cs, xs; /* compute, copies */
     Event conv[kMaxSlots], copied[kMaxSlots];
     bool copy_issued[kMaxSlots] = {false, false, false};
+    /* Device stage times for the debug log (report()). */
+    enum { kUpload, kPrepare, kFed, kOutput, kDownload, kNumStages };
+    StageClock<kNumStages> clock;
+    size_t fed_launches = 0, fed_max_steps = 0;
+    double fed_launch_pix = 0.0, fed_step_pix = 0.0; /* pixel-bands, summed */
     struct GraphEntry {
         size_t id = 0;
         int cur = 0;
@@ -852,14 +1069,17 @@ class EadpCuda {
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur);
+    hyprof_status_t enqueue_fed_bands(const std::vector<double> &steps, size_t b0, size_t nb,
+                                      int *cur);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
+    void report();
 };
 
 hyprof_status_t EadpCuda::check_args()
 {
-    if (!a || !a->x || !a->out)
+    if (!a || !(a->x || dev_x) || !a->out)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "CUDA EADP called without data");
     if (a->width == 0 || a->height == 0 || a->bands == 0)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, op, "empty cube (%zu x %zu x %zu)", a->width,
@@ -917,17 +1137,38 @@ hyprof_status_t EadpCuda::plan()
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
+    const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
+    l2_bands = l2 > 0 ? (size_t)l2 : 0;
     fma = env_int("HYPROF_EADP_FMA", 0) != 0;
-    tile_by = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 8 : 4;
-    const int OH = tile_by * kFedR - 2 * fuse;
+    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
+    /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
+     * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
+     * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
+    strip = env_int("HYPROF_EADP_STRIP", 4);
+    if (strip != 2 && strip != 8)
+        strip = 4;
+    if (strip == 2) /* 1024 threads per 64 x 32 region: no 64-row regions */
+        tile_rows = 32;
+    const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
+    persist = env_int("HYPROF_EADP_PERSIST", 0);
+    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2)
+        persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = 2 * tile_by * kFedR * kFedRW * (int)sizeof(double);
-        const void *fn = fused_kernel_ptr(fuse, tile_by, fma);
+        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW * (int)sizeof(double);
+        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        if (persist) {
+            int dev = 0, sms = 0, per_sm = 0;
+            HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+            HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_sm, fn, kFedBX / persist * (tile_rows / strip), (size_t)bytes));
+            persist_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+        }
     }
 
     /* Band groups: as many bands as fit with up to kMaxSlots output slots. */
@@ -1015,8 +1256,12 @@ hyprof_status_t EadpCuda::plan()
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
                 graphs.size(), fma ? ", FMA" : "", L.total);
     if (fuse > 1)
-        hyprof__log(ctx, HYPROF_LOG_DEBUG, "eadp: %d FED steps per launch on 64 x %d regions",
-                    fuse, tile_by * kFedR);
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
+                    fuse, tile_rows, strip,
+                    persist == 2   ? ", persistent CTAs prefetching, 2 columns per thread"
+                    : persist == 1 ? ", persistent CTAs prefetching"
+                                   : "");
     return HYPROF_OK;
 }
 
@@ -1040,6 +1285,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
     SelState *sst = dev<SelState>(L.st);
     double *k = dev<double>(L.k);
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb, w, r,
                                                               A);
@@ -1059,7 +1306,9 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         HYPROF_CUDA_CHECK_LAUNCH("sel_setup_kernel");
         HYPROF_CUDA_CHECK(
             cudaMemsetAsync(hist, 0, nb * kSelQueries * kSelBins * sizeof(u64), st));
-        size_t nblk = npix / 16384;
+        /* 4096 pixels per block: 40 blocks per band (Houston size) left the
+         * SMs with 2 blocks each and ran at 0.9 TB/s (an H100, 41 us a pass). */
+        size_t nblk = npix / 4096;
         if (nblk < 1)
             nblk = 1;
         if (nblk > 512)
@@ -1081,18 +1330,35 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     diffuse_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(x, mask, W, H, npix, k,
                                                           (int)a->diffusivity, A, gm);
     HYPROF_CUDA_CHECK_LAUNCH("diffuse_kernel");
+    return clock.end(ctx, op, tid, st);
+}
+
+/* The FED steps of one increment on the compute stream; *cur: buffer of u.
+ * With l2_bands, the bands go through all the increment's launches a few at
+ * a time: their u, u' and g (24 bytes per pixel and band) then stay in L2
+ * from one launch to the next. Every chunk ends in the same buffer. */
+hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
+{
+    const size_t chunk = l2_bands > 0 && l2_bands < nb ? l2_bands : nb;
+    int c = *cur;
+    for (size_t b0 = 0; b0 < nb; b0 += chunk) {
+        c = *cur;
+        HYPROF_TRY(enqueue_fed_bands(steps, b0, nb - b0 < chunk ? nb - b0 : chunk, &c));
+    }
+    *cur = c;
     return HYPROF_OK;
 }
 
-/* The FED steps of one increment on the compute stream; *cur: buffer of u. */
-hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
+/* The launches of enqueue_fed for bands b0 .. b0 + nb - 1. */
+hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
+                                            size_t nb, int *cur)
 {
     cudaStream_t st = cs.get();
-    const double *gm = dev<double>(L.gm);
+    const double *gm = dev<double>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
-        const double *uin = ubuf(*cur);
-        double *uout = ubuf(*cur ^ 1);
+        const double *uin = ubuf(*cur) + b0 * npix;
+        double *uout = ubuf(*cur ^ 1) + b0 * npix;
         if (fuse <= 1) {
             if (fma)
                 fed_step_kernel<true><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
@@ -1107,19 +1373,44 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
             fs.n = (int)(steps.size() - s0 < per ? steps.size() - s0 : per);
             for (int j = 0; j < fs.n; ++j)
                 fs.tau[j] = steps[s0 + (size_t)j];
-            const int OW = kFedRW - 2 * fuse, OH = tile_by * kFedR - 2 * fuse;
+            const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
-            const dim3 block(kFedBX, (unsigned)tile_by);
-            const size_t shmem = (size_t)2 * tile_by * kFedR * kFedRW * sizeof(double);
-            void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
-                              (void *)&H,   (void *)&npix, (void *)&fs};
-            HYPROF_CUDA_CHECK(cudaLaunchKernel(fused_kernel_ptr(fuse, tile_by, fma), grid, block,
-                                               params, shmem, st));
+            const dim3 block((unsigned)(kFedBX / (persist ? persist : 1)),
+                             (unsigned)(tile_rows / strip));
+            const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+            if (persist) {
+                int gx = (int)grid.x, gy = (int)grid.y, gz = (int)nb;
+                const long long tiles = (long long)gx * gy * gz;
+                const unsigned ctas =
+                    (unsigned)(tiles < persist_ctas ? tiles : (long long)persist_ctas);
+                const size_t shmem = (size_t)4 * tile_rows * kFedRW * sizeof(double);
+                void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
+                                  (void *)&H,   (void *)&npix, (void *)&gx, (void *)&gy,
+                                  (void *)&gz,  (void *)&fs};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, dim3(ctas), block, params, shmem, st));
+            } else {
+                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
+                void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
+                                  (void *)&H,   (void *)&npix, (void *)&fs};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
+            }
         }
         *cur ^= 1;
     }
     return HYPROF_OK;
+}
+
+/* What the FED steps of an increment move, for the bandwidth figures. */
+static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t *launches,
+                      size_t *max_steps, double *launch_pix, double *step_pix)
+{
+    const size_t per = fuse > 1 ? (size_t)fuse : 1, n = (nsteps + per - 1) / per;
+    *launches += n * chunks; /* pix: all chunks of bands together */
+    const size_t most = nsteps < per ? nsteps : per;
+    *max_steps = most > *max_steps ? most : *max_steps;
+    *launch_pix += (double)n * (double)pix;
+    *step_pix += (double)nsteps * (double)pix;
 }
 
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
@@ -1127,6 +1418,10 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
     const std::vector<double> &steps = sched[i - 1];
+    size_t tid;
+    const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
+    count_fed(steps.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+              &fed_launch_pix, &fed_step_pix);
     GraphEntry *ge = NULL;
     for (size_t e = 0; e < graphs.size(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
@@ -1154,11 +1449,16 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
                 return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
             ge->valid = true;
         }
+        /* Outside the capture, after the instantiation (host work while the
+         * stream may be idle): the events time the graph's execution. */
+        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
         HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
         *cur ^= (int)(launches & 1);
     } else {
+        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
         HYPROF_TRY(enqueue_fed(steps, nb, cur));
     }
+    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
     return enqueue_output(i, nb, *cur);
 }
 
@@ -1172,6 +1472,8 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
     float *slot = dev<float>(L.slot0 + s * L.slot_bytes);
     const dim3 grid = pix_grid(W, H, nb), block(kPixBX, kPixBY);
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kOutput, st, &tid));
     if (i == 0)
         to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
                                                        a->nodata, slot);
@@ -1179,6 +1481,7 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
         to_float_kernel<double><<<grid, block, 0, st>>>(ubuf(cur), mask, W, H, npix, a->nodata,
                                                         slot);
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
     return HYPROF_OK;
 }
@@ -1187,8 +1490,16 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
 {
     cudaStream_t st = cs.get();
     /* After the previous group's first output (which reads x): stream order. */
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
-                                      nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kUpload, st, &tid));
+    if (dev_x)
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), dev_x + g0 * npix,
+                                          nb * npix * sizeof(float), cudaMemcpyDeviceToDevice,
+                                          st));
+    else
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<float>(L.x), a->x + g0 * npix,
+                                          nb * npix * sizeof(float), cudaMemcpyHostToDevice, st));
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_TRY(prepare(nb));
     int cur = 0; /* u is in A */
     HYPROF_TRY(enqueue_output(0, nb, cur));
@@ -1199,11 +1510,13 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     for (size_t i = 0; i <= C; ++i) {
         const size_t s = i % nslots;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(xs.get(), conv[s].get(), 0));
+        HYPROF_TRY(clock.begin(ctx, op, kDownload, xs.get(), &tid));
         /* Pageable destination: returns when the copy is done, while the
          * increments queued before it run on the compute stream. */
         HYPROF_CUDA_CHECK(copy_cols_d2h(a->out + (g0 * (C + 1) + i) * npix, ld,
                                         dev<float>(L.slot0 + s * L.slot_bytes), npix, npix, nb,
                                         xs.get()));
+        HYPROF_TRY(clock.end(ctx, op, tid, xs.get()));
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[s].get(), xs.get()));
         copy_issued[s] = true;
         while (next <= C && next < i + 1 + nslots)
@@ -1217,7 +1530,31 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->contrast_out + g0, dev<double>(L.k),
                                           nb * sizeof(double), cudaMemcpyDeviceToHost, st));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-    return HYPROF_OK;
+    return clock.collect(ctx, op);
+}
+
+/* Device stage times and the FED kernel's bandwidth, at debug level. Bytes
+ * counted per FED launch: u and g read, u written, 8 bytes each per pixel
+ * and band (what a launch must move at least; halo re-reads come from L2);
+ * the unfused equivalent counts those 24 bytes per step instead. */
+void EadpCuda::report()
+{
+    const double fed_ms = clock.ms(kFed), peak = device_peak_gbs();
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "eadp: cuda device ms: upload %.3f, prepare %.3f, fed %.3f, output %.3f, "
+                "download %.3f, span %.3f",
+                clock.ms(kUpload), clock.ms(kPrepare), fed_ms, clock.ms(kOutput),
+                clock.ms(kDownload), clock.span_ms());
+    if (!(fed_ms > 0.0))
+        return;
+    const double gb = 24.0 * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    const double eq = 24.0 * fed_step_pix / 1e9 / (fed_ms * 1e-3);
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
+                "launches of up to %zu steps, %.3f GB in %.3f ms); %.0f GB/s unfused-equivalent "
+                "(24 B per pixel and step), %.3g pixel-steps/s",
+                gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
+                gb, fed_ms, eq, fed_step_pix / (fed_ms * 1e-3));
 }
 
 hyprof_status_t EadpCuda::run()
@@ -1238,6 +1575,7 @@ hyprof_status_t EadpCuda::run()
         HYPROF_TRY(run_group(g0, nb));
     }
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(xs.get()));
+    report();
     return HYPROF_OK;
 }
 
@@ -1254,6 +1592,23 @@ extern "C" hyprof_status_t hyprof__cuda_eadp(hyprof_ctx_t *ctx, void *vargs)
         EadpCuda run(ctx, (const hyprof_eadp_args_t *)vargs);
         return run.run();
     } catch (...) { /* std::vector growth: nothing else throws */
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
+    }
+}
+
+extern "C" hyprof_status_t hyprof__cuda_eadp_from_device(hyprof_ctx_t *ctx,
+                                                         const hyprof_eadp_args_t *args,
+                                                         const float *d_x)
+{
+    static const char op[] = "eadp";
+    if (!ctx)
+        return HYPROF_ERR_ARGUMENT;
+    if (!d_x)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "no device input");
+    try { /* the caller (the PCA's backend) has selected the device */
+        EadpCuda run(ctx, args, d_x);
+        return run.run();
+    } catch (...) {
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of host memory");
     }
 }

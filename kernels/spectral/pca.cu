@@ -4,8 +4,10 @@
  *   pass 1  masked per-band sums in double (deterministic two-stage reduction),
  *           mean = sum / nvalid;
  *   pass 2  each chunk centred to double (masked rows zeroed), C += Xc^T Xc with
- *           cublasDsyrk (lower triangle);
- *   then    C / (nvalid - 1), cusolverDnDsyevd (ascending, as LAPACK dsyevd).
+ *           cuBLAS (a batched DGEMM); a resident cube of up to 144 bands
+ *           instead goes through gram_kernel in one pass;
+ *   then    C / (nvalid - 1), LAPACK's dsyevd on the host (ascending, as the
+ *           CPU backend; cuSOLVER's syevd with $HYPROF_PCA_EIGH=device).
  * When the whole cube fits in device memory it is uploaded once during pass 1
  * and pass 2 reads it from there; otherwise each pass streams the chunks from
  * the host. Each of the two pipeline slots accumulates its own sums and its own
@@ -13,13 +15,19 @@
  * are added at the end, which keeps the result independent of timing.
  *
  * Apply, in pixel chunks: centre to double, Y = Xc V with cublasDgemm, convert
- * to float, nodata for masked pixels. */
+ * to float, nodata for masked pixels; the fit-transform of a resident cube
+ * projects it in one pass (project_kernel). Stage times from CUDA events go
+ * to the debug log. */
 #include "../core/cuda_util.h"
+#include "../core/stage_clock.h"
 
 #include <vector>
 #include "spectral/pca_impl.h"
 
 #include <climits>
+#include <ctime>
+#include <cuda_pipeline.h>
+#include <lapacke.h>
 
 using namespace hyprof_cuda;
 
@@ -114,6 +122,226 @@ __global__ void to_float_kernel(const double *__restrict__ y, size_t m, size_t k
         out[i + c * ld] = valid ? (float)y[i + c * m] : nodata;
 }
 
+/* Y = (X - mean) V of a resident cube in one pass over it, float out with
+ * nodata for masked pixels: a thread per pixel, components k0 .. k0 +
+ * kProjK - 1 (V and the mean are read by all threads of a warp at once:
+ * broadcasts). The cube is read once, in float, where centre + DGEMM wrote
+ * and read it back in double. Sum over the bands in order, fused
+ * multiply-adds. */
+const int kProjK = 8;
+
+/* project_kernel keeps nk vectors and the mean in shared memory when they fit
+ * in the default 48 KiB (up to 666 bands). */
+__host__ __device__ inline bool proj_smem_fits(size_t bands, int nk)
+{
+    return ((size_t)nk + 1) * bands * sizeof(double) <= 48 * 1024;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    project_kernel(const float *__restrict__ x, size_t n, size_t bands,
+                   const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                   const double *__restrict__ V, size_t k0, int nk, float nodata,
+                   float *__restrict__ out)
+{
+    /* The block's copy of the nk vectors and the mean in shared memory when
+     * the launch gives room for them (dynamic size > 0): read by every thread
+     * at every band, from global memory they cost one load instruction each
+     * (0.28 ms, 1.4 TB/s, for Houston on an H100). */
+    extern __shared__ double proj_smem[];
+    const double *v = V + k0 * bands, *mu = mean;
+    if (proj_smem_fits(bands, nk)) {
+        for (size_t i = threadIdx.x; i < (size_t)nk * bands; i += blockDim.x)
+            proj_smem[i] = v[i];
+        for (size_t i = threadIdx.x; i < bands; i += blockDim.x)
+            proj_smem[(size_t)nk * bands + i] = mean[i];
+        __syncthreads();
+        v = proj_smem;
+        mu = proj_smem + (size_t)nk * bands;
+    }
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    if (mask && !mask[p]) {
+        for (int k = 0; k < nk; ++k)
+            out[p + (k0 + (size_t)k) * n] = nodata;
+        return;
+    }
+    double acc[kProjK];
+#pragma unroll
+    for (int k = 0; k < kProjK; ++k)
+        acc[k] = 0.0;
+    /* Eight bands' loads issued together: a latency-bound loop otherwise
+     * (measured 1.2 TB/s on an H100 with one load per iteration in flight). */
+    size_t b = 0;
+    for (; b + 8 <= bands; b += 8) {
+        float xv[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            xv[j] = x[p + (b + (size_t)j) * n];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const double xb = (double)xv[j] - mu[b + (size_t)j];
+#pragma unroll
+            for (int k = 0; k < kProjK; ++k)
+                if (k < nk)
+                    acc[k] = fma(xb, v[b + (size_t)j + (size_t)k * bands], acc[k]);
+        }
+    }
+    for (; b < bands; ++b) {
+        const double xb = (double)x[p + b * n] - mu[b];
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k)
+            if (k < nk)
+                acc[k] = fma(xb, v[b + (size_t)k * bands], acc[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
+        if (k < nk)
+            out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+}
+
+/* Covariance numerator of a resident cube in one pass over it (float in,
+ * double accumulation), instead of centring it to double and a DGEMM per
+ * chunk. Each CTA takes a contiguous range of pixels, kGramP at a time: their
+ * raw floats are copied into shared memory asynchronously one stage ahead
+ * (two buffers), then centred to double (0 where masked) into a third, and
+ * every thread accumulates an 8 x 8 block of X^T X: with G = ceil(B / 8),
+ * thread (I, J), I >= J, owns rows I + G r and columns J + G c (r, c < 8),
+ * which covers each entry of the lower triangle or its transpose
+ * (interleaved rows: the threads of a warp read neighbouring words). The
+ * CTA writes its sums into its own B x B slice of `partial` (lower
+ * triangle); gram_reduce_kernel adds the slices in CTA order, so the result
+ * does not depend on timing. Used for B <= 8 kGramG (144) bands; larger
+ * cubes keep centre + DGEMM. */
+#ifndef HYPROF_PCA_FN
+#define HYPROF_PCA_FN __device__ __forceinline__
+#define HYPROF_PCA_SYNC() __syncthreads()
+#define HYPROF_PCA_COPY4(dst, src) __pipeline_memcpy_async((dst), (src), 4)
+#define HYPROF_PCA_COMMIT() __pipeline_commit()
+#define HYPROF_PCA_WAIT() __pipeline_wait_prior(0)
+#endif
+const int kGramG = 18, kGramThreads = 192, kGramP = 32;
+
+/* Shared memory of gram_body: raw[2][8 G][kGramP] floats, msk[2][kGramP]
+ * bytes (padded to 8 bytes), cen[kGramP][8 G + 1] doubles. */
+inline size_t gram_smem_bytes(int bands)
+{
+    const size_t G = (size_t)(bands + 7) / 8;
+    return 2 * 8 * G * kGramP * sizeof(float) + 2 * kGramP + kGramP * (8 * G + 1) * sizeof(double);
+}
+
+HYPROF_PCA_FN void gram_body(int tid, int cta, int ncta, unsigned char *smem, const float *x,
+                             size_t n, int bands, const uint8_t *mask, const double *mean,
+                             double *partial)
+{
+    const int G = (bands + 7) / 8, ld = 8 * G + 1, pairs = G * (G + 1) / 2;
+    float *raw = reinterpret_cast<float *>(smem);                 /* [2][8G][kGramP] */
+    unsigned char *msk = smem + 2 * 8 * G * kGramP * sizeof(float); /* [2][kGramP] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP);   /* [kGramP][ld] */
+    int I = 0, J = tid;
+    while (J > I) { /* tid -> (I, J): row I holds pairs J = 0..I */
+        J -= I + 1;
+        I++;
+    }
+    const bool active = tid < pairs;
+    double acc[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+            acc[r][c] = 0.0;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
+    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
+
+    /* Stage of pixels p0 .. p0 + kGramP - 1 into raw/msk buffer `buf`. */
+    auto issue = [&](size_t p0, int buf) {
+        float *rb = raw + (size_t)buf * 8 * G * kGramP;
+        for (int e = tid; e < kGramP * bands; e += kGramThreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            if (p0 + (size_t)q < p_end)
+                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
+        }
+        HYPROF_PCA_COMMIT();
+        if (tid < kGramP) /* a plain load; stored when the next stage is converted */
+            msk[buf * kGramP + tid] =
+                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
+    };
+
+    int buf = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, buf ^= 1) {
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC(); /* stage p0 is in raw[buf]; the last compute is done */
+        const float *rb = raw + (size_t)buf * 8 * G * kGramP;
+        for (int e = tid; e < kGramP * 8 * G; e += kGramThreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            double v = 0.0;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rb[b * kGramP + q] - mean[b];
+            cen[q * ld + b] = v;
+        }
+        HYPROF_PCA_SYNC(); /* cen is ready; raw[buf] and msk[buf] are free */
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1);
+        if (active)
+            for (int q = 0; q < kGramP; ++q) {
+                const double *row = cen + q * ld;
+                double a[8], bv[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r) {
+                    a[r] = row[I + G * r];
+                    bv[r] = row[J + G * r];
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+#pragma unroll
+                    for (int c = 0; c < 8; ++c)
+                        acc[r][c] = fma(a[r], bv[c], acc[r][c]);
+            }
+    }
+    if (!active)
+        return;
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int r = 0; r < 8; ++r)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const int i = I + G * r, j = J + G * c;
+            if (i < bands && j < bands)
+                out[(i > j ? i : j) + (size_t)(i > j ? j : i) * bands] = acc[r][c];
+        }
+}
+
+/* Dynamic shared memory: gram_smem_bytes(bands). */
+__global__ void __launch_bounds__(kGramThreads, 2)
+    gram_kernel(const float *__restrict__ x, size_t n, int bands,
+                const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                double *__restrict__ partial)
+{
+    extern __shared__ double gram_smem[];
+    gram_body((int)threadIdx.x, (int)blockIdx.x, (int)gridDim.x,
+              reinterpret_cast<unsigned char *>(gram_smem), x, n, bands, mask, mean, partial);
+}
+
+/* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
+__global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta, int bands,
+                                   double *__restrict__ c)
+{
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bb = (size_t)bands * bands;
+    if (idx >= bb)
+        return;
+    const int i = (int)(idx % bands), j = (int)(idx / bands);
+    if (i < j)
+        return;
+    double t = 0.0;
+    for (int k = 0; k < ncta; ++k)
+        t += partial[(size_t)k * bb + idx];
+    c[idx] += t;
+    if (i != j)
+        c[j + (size_t)i * bands] += t;
+}
+
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
 hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
                           size_t ld, const uint8_t *mask, size_t m, size_t bands,
@@ -176,15 +404,131 @@ static hyprof_status_t gram_accumulate(hyprof_ctx_t *ctx, const char *op, cublas
     return HYPROF_OK;
 }
 
+/* Device times of the fit's stages (debug log): each interval is recorded on
+ * stream 0 at points where the host has drained both pipeline streams, so
+ * it spans the device work of that stage on both. "upload" is pass 1: the
+ * upload of a resident cube with the band sums overlapped. */
+enum { kPcaUpload, kPcaCovariance, kPcaEigh, kPcaProjection, kPcaDownload, kPcaStages };
+typedef StageClock<kPcaStages> PcaClock;
+
+static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
+{
+    if (clock.collect(ctx, "pca") != HYPROF_OK) {
+        ctx->error[0] = '\0'; /* only the figures are lost */
+        return;
+    }
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "pca: cuda device ms: upload %.3f, covariance %.3f, eigh %.3f, projection %.3f, "
+                "download %.3f",
+                clock.ms(kPcaUpload), clock.ms(kPcaCovariance), clock.ms(kPcaEigh),
+                clock.ms(kPcaProjection), clock.ms(kPcaDownload));
+}
+
+/* The B x B covariance (finalised in d_A) goes to the host and LAPACK's
+ * dsyevd decomposes it there, as the CPU backend does; cuSOLVER's syevd is a
+ * chain of small latency-bound kernels for B ~ 100-200. The host time is
+ * logged apart from the device stages. */
+static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
+                                    const double *d_mean, const double *d_A, cudaStream_t st,
+                                    PcaClock &clock, size_t tid)
+{
+    static const char op[] = "pca";
+    const size_t B = a->bands;
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean, B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A, B * B * sizeof(double),
+                                      cudaMemcpyDeviceToHost, st));
+    HYPROF_TRY(clock.end(ctx, op, tid, st));
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)B, a->eigenvectors,
+                                     (lapack_int)B, a->eigenvalues);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: host eigh (LAPACK dsyevd, %zu x %zu): %.3f ms", B, B,
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    if (info != 0)
+        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                             "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
+    return HYPROF_OK;
+}
+
+/* The covariance numerator of a resident cube with gram_kernel, into c (on
+ * stream st); *done false when it does not apply (more than 8 kGramG bands,
+ * $HYPROF_PCA_GRAM=gemm, or no memory for the per-CTA slices). */
+static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
+                                     const uint8_t *d_mask, const double *d_mean, double *c,
+                                     cudaStream_t st, bool *done)
+{
+    static const char op[] = "pca";
+    const char *how = getenv("HYPROF_PCA_GRAM");
+    *done = false;
+    if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
+        return HYPROF_OK;
+    int dev = 0, sms = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    size_t ncta = 2 * (size_t)(sms > 0 ? sms : 1);
+    const size_t min_px = 4 * (size_t)kGramP; /* a few stages per CTA at least */
+    if (ncta > n / min_px)
+        ncta = n / min_px > 0 ? n / min_px : 1;
+    DeviceBuffer<double> partial;
+    if (partial.alloc(ctx, op, ncta * B * B) != HYPROF_OK) {
+        ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
+        return HYPROF_OK;
+    }
+    const size_t shmem = gram_smem_bytes((int)B);
+    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)shmem));
+    gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask, d_mean,
+                                                            partial.get());
+    HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    gram_reduce_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+        partial.get(), (int)ncta, (int)B, c);
+    HYPROF_CUDA_CHECK_LAUNCH("gram_reduce_kernel");
+    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st)); /* before `partial` is freed */
+    *done = true;
+    return HYPROF_OK;
+}
+
+/* $HYPROF_PCA_EIGH=jacobi: cuSOLVER's Jacobi solver (syevj, default tolerance:
+ * machine precision) instead of syevd, to compare their device times. */
+static hyprof_status_t eigh_jacobi(hyprof_ctx_t *ctx, cusolverDnHandle_t h, double *d_A, size_t B,
+                                   double *d_W, int *d_info)
+{
+    static const char op[] = "pca";
+    syevjInfo_t params = NULL;
+    HYPROF_CUSOLVER_CHECK(cusolverDnCreateSyevjInfo(&params));
+    int lwork = 0;
+    cusolverStatus_t e = cusolverDnDsyevj_bufferSize(h, CUSOLVER_EIG_MODE_VECTOR,
+                                                     CUBLAS_FILL_MODE_LOWER, (int)B, d_A, (int)B,
+                                                     d_W, &lwork, params);
+    DeviceBuffer<double> work;
+    hyprof_status_t st = HYPROF_OK;
+    if (e == CUSOLVER_STATUS_SUCCESS)
+        st = work.alloc(ctx, op, lwork > 0 ? (size_t)lwork : 1);
+    if (e == CUSOLVER_STATUS_SUCCESS && st == HYPROF_OK)
+        e = cusolverDnDsyevj(h, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, (int)B, d_A,
+                             (int)B, d_W, work.get(), lwork, d_info, params);
+    if (e == CUSOLVER_STATUS_SUCCESS && st == HYPROF_OK)
+        (void)cudaDeviceSynchronize(); /* before `work` is freed */
+    (void)cusolverDnDestroySyevjInfo(params);
+    if (e != CUSOLVER_STATUS_SUCCESS)
+        return hyprof__cusolver_fail(ctx, op, e, "cusolverDnDsyevj");
+    return st;
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
  * when the extra buffers do not fit: the caller then streams the cube. */
 static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
-                                        const hyprof_pca_apply_args_t *ap, const float *d_cube,
+                                        const hyprof_pca_fit_args_t *a, const float *d_cube,
                                         const uint8_t *d_cmask, DeviceBuffer<double> *d_c,
-                                        size_t m, Pipeline &pipe, Blas *blas, bool *done)
+                                        size_t m, Pipeline &pipe, Blas *blas, bool *done,
+                                        PcaClock &clock)
 {
+    const hyprof_pca_apply_args_t *ap = a->apply;
     const size_t N = ap->npix, B = ap->bands, K = ap->components;
     const size_t nch = div_up(N, m);
     *done = false;
@@ -202,7 +546,19 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), ap->vectors, B * K * sizeof(double),
                                  cudaMemcpyHostToDevice));
     const double one = 1.0, zero = 0.0;
-    for (size_t i = 0; i < nch; ++i) {
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
+    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
+    const char *how = getenv("HYPROF_PCA_PROJECT");
+    const bool fused = !(how && strcmp(how, "gemm") == 0);
+    for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
+        const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
+        const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
+        project_kernel<<<(unsigned)div_up(N, kThreads), kThreads, shmem, pipe.stream(0)>>>(
+            d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
+    }
+    for (size_t i = 0; !fused && i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
         HYPROF_TRY(pipe.acquire(ctx, op, s));
@@ -220,8 +576,18 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
         HYPROF_TRY(hyprof__progress(ctx, 0.6 + 0.35 * (double)(i + 1) / (double)nch, op));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
-    HYPROF_CUDA_CHECK(
-        cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    int consumed = 0;
+    if (a->on_device) {
+        HYPROF_TRY(clock.collect(ctx, op)); /* before the consumer's own work */
+        HYPROF_TRY(a->on_device(a->device_user, d_out.get(), ap, &consumed));
+    }
+    if (!consumed) {
+        HYPROF_TRY(clock.begin(ctx, op, kPcaDownload, pipe.stream(0), &tid));
+        HYPROF_CUDA_CHECK(
+            cudaMemcpy(ap->out, d_out.get(), N * K * sizeof(float), cudaMemcpyDeviceToHost));
+        HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    }
     *done = true;
     return hyprof__progress(ctx, 1.0, op);
 }
@@ -260,8 +626,16 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     Pipeline pipe;
     Blas blas[2];
     Solver solver;
+    PcaClock clock;
+    size_t tid;
 
-    HYPROF_TRY(solver.create(ctx, op));
+    /* The eigen-decomposition runs on the host unless $HYPROF_PCA_EIGH says
+     * device or jacobi (see below): then only is cuSOLVER needed. */
+    const char *eig_env = getenv("HYPROF_PCA_EIGH");
+    const bool host_eigh =
+        !eig_env || (strcmp(eig_env, "device") != 0 && strcmp(eig_env, "jacobi") != 0);
+    if (!host_eigh)
+        HYPROF_TRY(solver.create(ctx, op));
     HYPROF_TRY(blas[0].create(ctx, op));
     HYPROF_TRY(blas[1].create(ctx, op));
     HYPROF_TRY(d_mean.alloc(ctx, op, B));
@@ -281,9 +655,10 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     HYPROF_TRY(d_W.alloc(ctx, op, B));
     HYPROF_TRY(d_info.alloc(ctx, op, 1));
     int lwork = 0;
-    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd_bufferSize(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
-                                                      CUBLAS_FILL_MODE_LOWER, (int)B,
-                                                      d_A.get(), (int)B, d_W.get(), &lwork));
+    if (!host_eigh)
+        HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd_bufferSize(
+            solver.get(), CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(),
+            (int)B, d_W.get(), &lwork));
     HYPROF_TRY(d_work.alloc(ctx, op, lwork > 0 ? (size_t)lwork : 1));
 
     /* ---- plan the chunks ---- */
@@ -362,6 +737,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     };
 
     /* ---- pass 1: masked sums (and the upload of a resident cube) ---- */
+    HYPROF_TRY(clock.begin(ctx, op, kPcaUpload, pipe.stream(0), &tid));
     for (size_t i = 0; i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
@@ -381,10 +757,16 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
         d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
     HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
 
     /* ---- pass 2: covariance ---- */
-    for (size_t i = 0; i < nch; ++i) {
+    HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
+    bool gram_done = false;
+    if (resident)
+        HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
+                                 d_mean.get(), d_cov[0].get(), pipe.stream(0), &gram_done));
+    for (size_t i = 0; !gram_done && i < nch; ++i) {
         const int s = (int)(i & 1);
         const size_t p0 = i * m, mi = (N - p0 < m) ? N - p0 : m;
         HYPROF_TRY(pipe.acquire(ctx, op, s));
@@ -402,38 +784,61 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     }
     HYPROF_TRY(pipe.drain(ctx, op));
 
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+
     /* ---- eigen-decomposition ---- */
     cudaStream_t st = pipe.stream(0);
+    HYPROF_TRY(clock.begin(ctx, op, kPcaEigh, st, &tid));
     cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
     HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
-    HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
-    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
-                                           CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(), (int)B,
-                                           d_W.get(), d_work.get(), lwork, d_info.get()));
-    int info = 0;
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int), cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean.get(), B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvalues, d_W.get(), B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
-    if (info > 0)
-        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
-                             "cusolverDnDsyevd did not converge (info %d, %zu bands)", info, B);
-    if (info < 0)
-        return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
-                             "cusolverDnDsyevd: parameter %d is invalid", -info);
+    /* The eigen-decomposition of the small B x B matrix runs on the host by
+     * default (LAPACK dsyevd, as the CPU backend): on an H100 cuSOLVER's
+     * syevd took 1.25 ms of device time (about 1 ms of kernels, 144 bands)
+     * and LAPACK 1.9 ms of host time, the same wall time, the device free.
+     * $HYPROF_PCA_EIGH=device (cuSOLVER syevd) or =jacobi (syevj). */
+    if (host_eigh) {
+        HYPROF_TRY(eigh_on_host(ctx, a, d_mean.get(), d_A.get(), st, clock, tid));
+    } else {
+        HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
+        if (eig_env && strcmp(eig_env, "jacobi") == 0)
+            HYPROF_TRY(eigh_jacobi(ctx, solver.get(), d_A.get(), B, d_W.get(), d_info.get()));
+        else
+            HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(solver.get(), CUSOLVER_EIG_MODE_VECTOR,
+                                                   CUBLAS_FILL_MODE_LOWER, (int)B, d_A.get(),
+                                                   (int)B, d_W.get(), d_work.get(), lwork,
+                                                   d_info.get()));
+        int info = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(&info, d_info.get(), sizeof(int),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean.get(), B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvalues, d_W.get(), B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A.get(), B * B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_TRY(clock.end(ctx, op, tid, st));
+        HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+        if (info > 0)
+            return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                                 "cusolverDnDsyevd did not converge (info %d, %zu bands)",
+                                 info, B);
+        if (info < 0)
+            return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op,
+                                 "cusolverDnDsyevd: parameter %d is invalid", -info);
+    }
     HYPROF_TRY(hyprof__progress(ctx, pscale, "pca"));
-    if (!transform || !resident)
+    if (!transform || !resident) {
+        log_stages(ctx, clock);
         return HYPROF_OK;
+    }
     HYPROF_TRY(a->finish(a->user));
     for (int s = 0; s < 2; ++s)
         HYPROF_CUBLAS_CHECK(cublasSetStream(blas[s].get(), pipe.stream(s)));
-    return project_resident(ctx, op, a->apply, d_cube.get(), a->mask ? d_cmask.get() : NULL,
-                            d_c, m, pipe, blas, projected);
+    HYPROF_TRY(project_resident(ctx, op, a, d_cube.get(), a->mask ? d_cmask.get() : NULL,
+                                d_c, m, pipe, blas, projected, clock));
+    log_stages(ctx, clock);
+    return HYPROF_OK;
 }
 
 extern "C" hyprof_status_t hyprof__cuda_pca_fit(hyprof_ctx_t *ctx, void *vargs)
