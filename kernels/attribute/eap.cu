@@ -5,7 +5,14 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
- * Tree (tile-local trees merged along the tile borders, after Blin et al.,
+ * Tree, 8-bit levels: by flooding level by level (see Flood below): a
+ *   counting sort of the pixels by level, then, from the top level down,
+ *   three launches a level over that level's pixels only (link, unite with a
+ *   lock-free union-find, elect and assign the node). About 770 short
+ *   launches for 256 levels, every one as parallel as its level is large;
+ *   $HYPROF_EAP_TILES=1 forces the tile path below instead.
+ *
+ * Tree, 16-bit levels (tile-local trees merged along the tile borders, after Blin et al.,
  * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
  * the same tree):
  *   Pixels are ordered by the strict key (level, index). The component tree
@@ -47,10 +54,12 @@
  *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
  *   nthresholds + 1 steps.
  * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
- *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16 diagonal); bands are processed in batches that fit the free device memory
- *   (one band at a time at worst), each batch's profile planes going to the
- *   host in one copy, into the output page-locked for the call (up to 8 GB;
- *   larger outputs are pinned 1 GB at a time for their copies).
+ *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
+ *   diagonal; + 4 for the flooding's order of pixels); bands are processed
+ *   in batches that fit the free device memory (one band at a time at
+ *   worst), each batch's profile planes going to the host in one copy, into
+ *   the output page-locked for the call (up to 8 GB; larger outputs are
+ *   pinned 1 GB at a time for their copies).
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
  *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning.
  *
@@ -65,6 +74,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#ifndef EAP_BODIES_ONLY
+#include <vector>
+#endif
 
 #ifndef EAP_FN
 #define EAP_FN __device__ __forceinline__
@@ -78,6 +90,7 @@
 #define EAP_LOAD32(p) (*(p))
 #define EAP_STORE32(p, v) (*(p) = (v))
 #define EAP_OR32(p, v) atomicOr((p), (v))
+#define EAP_ACAS32(p, o, n) atomicCAS((p), (o), (n))
 /* The tree merges run in one thread per tree (tile, then region pair):
  * plain accesses, a compare-and-store without atomics. */
 __device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint32_t n)
@@ -385,6 +398,187 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
     }
 }
 
+/* ---- 8-bit levels: flooding level by level ----
+ * The components of {f >= t} for t from the top level down, in a union-find
+ * over the pixels reached so far (uf: links to smaller indices only, root =
+ * the smallest index of the component; the lock-free atomicMin union of GPU
+ * connected-component labelling). At each root, top = a pixel of the lowest
+ * level of its component: that component's node (a component that gains no
+ * pixel at level t is the same node at t). Step t, over the pixels of level t
+ * (bucketed by a counting sort):
+ *   link   the top of every component of {f >= t + 1} next to a pixel p of
+ *          level t gets p as its parent (any such p: they all end in the
+ *          same component of {f >= t});
+ *   unite  p with its neighbours of level >= t;
+ *   elect  one pixel of level t per new component as its top (compare and
+ *          swap: a top of another level is stale);
+ *   assign aux[p] = that pixel (p's node), par[p] = it when p is not it.
+ * assign(t) and link(t') of the next level run in one launch (disjoint
+ * writes). Then flood_final: a node's parent pixel (of a lower level)
+ * becomes that pixel's node, and node[] flags the nodes: the canonical form
+ * of canon2. The nodes and their parents do not depend on which pixel
+ * represents a node, so the attributes and the output are those of the
+ * tile path and of the CPU. Levels are only <= 256 launches of three
+ * kernels, and no thread ever walks a long chain. */
+struct Flood {
+    const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
+    uint32_t *ord;       /* per image, its valid pixels by level */
+    uint32_t *uf;        /* union-find over the flooded pixels */
+    uint32_t *top;       /* at a root of uf: the pixel of its node */
+    unsigned levels;
+};
+
+EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
+{
+    for (;;) {
+        uint32_t p = EAP_LDCG32(&uf[x]);
+        if (p == x)
+            return x;
+        uint32_t g = EAP_LDCG32(&uf[p]);
+        if (g == p)
+            return p;
+        EAP_STORE32(&uf[x], g); /* path halving: g is an ancestor */
+        x = g;
+    }
+}
+
+EAP_FN void uf_unite(uint32_t *uf, uint32_t a, uint32_t b)
+{
+    for (;;) {
+        a = uf_find(uf, a);
+        b = uf_find(uf, b);
+        if (a == b)
+            return;
+        if (a < b) {
+            uint32_t t = a;
+            a = b;
+            b = t;
+        }
+        uint32_t old = EAP_MIN32(&uf[a], b);
+        if (old == a)
+            return;
+        a = old; /* a was linked meanwhile: join its parent instead */
+    }
+}
+
+/* The valid neighbours of p (4 or 8); returns their count. */
+EAP_FN int neighbours(const Args &a, uint32_t p, uint32_t nb[8])
+{
+    uint32_t w = a.width, x = p % w, y = p / w;
+    int k = 0, l = x > 0, r = x + 1 < w, u = y > 0, d = y + 1 < a.height;
+    if (l)
+        nb[k++] = p - 1;
+    if (r)
+        nb[k++] = p + 1;
+    if (u)
+        nb[k++] = p - w;
+    if (d)
+        nb[k++] = p + w;
+    if (a.eight) {
+        if (u && l)
+            nb[k++] = p - w - 1;
+        if (u && r)
+            nb[k++] = p - w + 1;
+        if (d && l)
+            nb[k++] = p + w - 1;
+        if (d && r)
+            nb[k++] = p + w + 1;
+    }
+    int m = 0;
+    for (int i = 0; i < k; i++)
+        if (valid(a, nb[i]))
+            nb[m++] = nb[i];
+    return m;
+}
+
+/* The i-th pixel of level t of image img, or UINT32_MAX past the end. */
+EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
+    uint32_t b = off[t], e = off[t + 1];
+    return i < e - b ? fl.ord[(size_t)img * a.n + b + i] : UINT32_MAX;
+}
+
+EAP_FN void body_flood_prepare(const Args &a, const Flood &fl, int img, size_t p)
+{
+    body_prepare(a, img, p);
+    size_t o = (size_t)img * a.n;
+    fl.uf[o + p] = (uint32_t)p;
+    fl.top[o + p] = (uint32_t)p;
+}
+
+EAP_FN void body_flood_link(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    uint32_t p = flood_pixel(a, fl, img, i, t);
+    if (p == UINT32_MAX)
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t nb[8];
+    int k = neighbours(a, p, nb);
+    for (int j = 0; j < k; j++)
+        if (a.lev[o + nb[j]] > t)
+            a.par[o + fl.top[o + uf_find(fl.uf + o, nb[j])]] = p;
+}
+
+EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    uint32_t p = flood_pixel(a, fl, img, i, t);
+    if (p == UINT32_MAX)
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t nb[8];
+    int k = neighbours(a, p, nb);
+    for (int j = 0; j < k; j++) {
+        unsigned l = a.lev[o + nb[j]];
+        if (l > t || (l == t && nb[j] < p)) /* an edge within the level: once */
+            uf_unite(fl.uf + o, p, nb[j]);
+    }
+}
+
+EAP_FN void body_flood_elect(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    uint32_t p = flood_pixel(a, fl, img, i, t);
+    if (p == UINT32_MAX)
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t *top = fl.top + o + uf_find(fl.uf + o, p);
+    uint32_t v = EAP_LDCG32(top);
+    while (a.lev[o + v] != t) {
+        uint32_t old = EAP_ACAS32(top, v, p);
+        if (old == v)
+            return;
+        v = old;
+    }
+}
+
+EAP_FN void body_flood_assign(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    uint32_t p = flood_pixel(a, fl, img, i, t);
+    if (p == UINT32_MAX)
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t r = fl.top[o + uf_find(fl.uf + o, p)];
+    a.aux[o + p] = r;
+    if (r != p)
+        a.par[o + p] = r;
+}
+
+EAP_FN void body_flood_final(const Args &a, int img, size_t p)
+{
+    size_t o = (size_t)img * a.n;
+    if (!valid(a, p)) {
+        a.node[o + p] = 0;
+        return;
+    }
+    uint32_t r = a.aux[o + p];
+    a.node[o + p] = r == (uint32_t)p;
+    if (r == (uint32_t)p) {
+        uint32_t q = a.par[o + p];
+        if (q != r)
+            a.par[o + p] = a.aux[o + q];
+    }
+}
+
 /* The canonical element of p's node (after canon2). */
 EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
 {
@@ -686,6 +880,78 @@ __global__ void k_join(Args a, int vertical, uint32_t rw, uint32_t rh, uint32_t 
         return;
     body_join(a, (int)blockIdx.y, vertical, rw, rh, (uint32_t)(i % pairs), (uint32_t)(i / pairs));
 }
+/* 8-bit levels: the counting sort (a block per chunk of pixels, its
+ * histogram in shared memory, one global atomic per level and block) and
+ * the flooding steps. */
+const int kSortChunk = 4096;
+const unsigned kFloodLevels = 256;
+__global__ void k_flood_prepare(Args a, Flood fl) { EAP_IDX; body_flood_prepare(a, fl, img, p); }
+__device__ void chunk_hist(const Args &a, int img, uint32_t *h)
+{
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p))
+            atomicAdd(&h[a.lev[o + p]], 1u);
+}
+__global__ void k_hist(Args a, uint32_t *hist)
+{
+    __shared__ uint32_t h[kFloodLevels];
+    int img = (int)blockIdx.y;
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_hist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        if (h[i])
+            atomicAdd(&hist[(size_t)img * kFloodLevels + i], h[i]);
+}
+/* cursor: per image and level, the next free place in ord (from off). */
+__global__ void k_scatter(Args a, Flood fl, uint32_t *cursor)
+{
+    __shared__ uint32_t h[kFloodLevels], base[kFloodLevels];
+    int img = (int)blockIdx.y;
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_hist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x) {
+        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * kFloodLevels + i], h[i]) : 0;
+        h[i] = 0;
+    }
+    __syncthreads();
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            unsigned l = a.lev[o + p];
+            fl.ord[o + base[l] + atomicAdd(&h[l], 1u)] = (uint32_t)p;
+        }
+}
+#define EAP_LEVEL_IDX                                                                     \
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
+    int img = (int)blockIdx.y
+__global__ void k_flood_unite(Args a, Flood fl, unsigned t)
+{
+    EAP_LEVEL_IDX;
+    body_flood_unite(a, fl, img, i, t);
+}
+__global__ void k_flood_elect(Args a, Flood fl, unsigned t)
+{
+    EAP_LEVEL_IDX;
+    body_flood_elect(a, fl, img, i, t);
+}
+/* assign(t), then link(next) when next >= 0 (the next level down). */
+__global__ void k_flood_assign_link(Args a, Flood fl, unsigned t, int next)
+{
+    EAP_LEVEL_IDX;
+    body_flood_assign(a, fl, img, i, t);
+    if (next >= 0)
+        body_flood_link(a, fl, img, i, (unsigned)next);
+}
+__global__ void k_flood_final(Args a) { EAP_IDX; body_flood_final(a, img, p); }
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
 __global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
@@ -716,6 +982,12 @@ template <typename T> __global__ void k_band(Args a, Filter f, T *out)
     EAP_IDX;
     if (!(img & 1))
         body_band<T>(a, f, out, img, p);
+}
+
+bool env_is(const char *name, const char *value)
+{
+    const char *s = getenv(name);
+    return s && strcmp(s, value) == 0;
 }
 
 size_t env_size(const char *name)
@@ -798,6 +1070,7 @@ class EapCuda {
         }
         esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
         rounds_ = a->levels > 256 ? 16 : 8;
+        flood_ = a->levels <= kFloodLevels && !env_is("HYPROF_EAP_TILES", "1");
         HYPROF_TRY(plan());
         HYPROF_TRY(alloc());
         HYPROF_TRY(timer_.create(ctx, a->op));
@@ -839,6 +1112,9 @@ class EapCuda {
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
+    bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
+    DeviceBuffer<uint32_t> ord_, hist_, off_;
+    std::vector<uint32_t> hist_h_, off_h_;
 
     DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
     DeviceBuffer<uint16_t> lev_;
@@ -853,7 +1129,7 @@ class EapCuda {
     /* device bytes per pixel of one image (not counting the output planes) */
     size_t image_bytes() const
     {
-        return 2 + 4 * 4 + 3 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+        return 2 + 4 * 4 + 3 + (flood_ ? 4 : 0) + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
                (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
     }
 
@@ -863,7 +1139,7 @@ class EapCuda {
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
         size_t per_band = n_ * (2 * image_bytes() + a_->planes * esize_);
-        size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
+        size_t fixed = n_ + nthr_ * sizeof(double) + 4096 + (flood_ ? 4 * 1024 * 1024 : 0);
         nb_ = budget > fixed ? (budget - fixed) / per_band : 0;
         if (nb_ == 0)
             return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
@@ -901,6 +1177,13 @@ class EapCuda {
             HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
         HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * n_ * esize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
+        if (flood_) {
+            HYPROF_TRY(ord_.alloc(ctx, op, m));
+            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * kFloodLevels));
+            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (kFloodLevels + 1)));
+            hist_h_.resize(2 * nb_ * kFloodLevels);
+            off_h_.resize(2 * nb_ * (kFloodLevels + 1));
+        }
         HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
         size_t t = 0;
         for (size_t f = 0; f < a_->nfilters; f++) {
@@ -956,9 +1239,78 @@ class EapCuda {
 
     dim3 grid(int nimg) const { return dim3((unsigned)((n_ + kThreads - 1) / kThreads), nimg); }
 
+    /* 8-bit levels: the counting sort into ord (one small copy to the host:
+     * the level sizes give each level's grid and skip the empty levels),
+     * then three launches a level (see Flood). */
+    hyprof_status_t build_flood(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        const unsigned L = kFloodLevels;
+        Flood fl;
+        fl.off = off_.get();
+        fl.ord = ord_.get();
+        fl.uf = g.aux2;
+        fl.top = g.pend;
+        fl.levels = L;
+        dim3 gr = grid(nimg);
+        k_flood_prepare<<<gr, kThreads>>>(g, fl);
+        HYPROF_CUDA_CHECK_LAUNCH("k_flood_prepare");
+        size_t nh = (size_t)nimg * L;
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
+        dim3 gs((unsigned)((n_ + kSortChunk - 1) / kSortChunk), nimg);
+        k_hist<<<gs, kThreads>>>(g, hist_.get());
+        HYPROF_CUDA_CHECK_LAUNCH("k_hist");
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
+                                     cudaMemcpyDeviceToHost));
+        uint32_t maxc[kFloodLevels] = {0};
+        for (int i = 0; i < nimg; i++) {
+            uint32_t *h = hist_h_.data() + (size_t)i * L, *o = off_h_.data() + (size_t)i * (L + 1);
+            uint32_t sum = 0;
+            for (unsigned l = 0; l < L; l++) {
+                uint32_t c = h[l];
+                maxc[l] = c > maxc[l] ? c : maxc[l];
+                o[l] = h[l] = sum; /* hist becomes the scatter's cursor */
+                sum += c;
+            }
+            o[L] = sum;
+        }
+        HYPROF_CUDA_CHECK(cudaMemcpy(off_.get(), off_h_.data(),
+                                     (size_t)nimg * (L + 1) * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_.get(), hist_h_.data(), nh * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        k_scatter<<<gs, kThreads>>>(g, fl, hist_.get());
+        HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
+        HYPROF_TRY(traced("k_scatter"));
+        int lv[kFloodLevels], nl = 0;
+        for (int l = (int)L - 1; l >= 0; l--)
+            if (maxc[l])
+                lv[nl++] = l;
+        for (int k = 0; k < nl; k++) {
+            unsigned t = (unsigned)lv[k];
+            int next = k + 1 < nl ? lv[k + 1] : -1;
+            uint32_t cn = next >= 0 && maxc[next] > maxc[t] ? maxc[next] : maxc[t];
+            dim3 gt((maxc[t] + kThreads - 1) / kThreads, nimg), gn((cn + kThreads - 1) / kThreads, nimg);
+            k_flood_unite<<<gt, kThreads>>>(g, fl, t);
+            HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
+            k_flood_elect<<<gt, kThreads>>>(g, fl, t);
+            HYPROF_CUDA_CHECK_LAUNCH("k_flood_elect");
+            k_flood_assign_link<<<gn, kThreads>>>(g, fl, t, next);
+            HYPROF_CUDA_CHECK_LAUNCH("k_flood_assign_link");
+        }
+        HYPROF_TRY(traced("flood levels"));
+        k_flood_final<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_flood_final");
+        HYPROF_TRY(traced("k_flood_final"));
+        return HYPROF_OK;
+    }
+
     hyprof_status_t build(int nimg)
     {
         const char *op = a_->op;
+        if (flood_)
+            return build_flood(nimg);
         Args &g = args_;
         dim3 gr = grid(nimg);
         k_prepare<<<gr, kThreads>>>(g);
