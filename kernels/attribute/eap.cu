@@ -7,9 +7,10 @@
  *
  * Tree, 8-bit levels: by flooding level by level (see Flood below): a
  *   counting sort of the pixels by level, then, from the top level down,
- *   three launches a level over that level's pixels only (link, unite with a
- *   lock-free union-find, elect and assign the node). About 770 short
- *   launches for 256 levels, every one as parallel as its level is large;
+ *   two launches a level over that level's pixels only (unite with a
+ *   lock-free union-find; assign the node and link the components below
+ *   the next level). About 512 short launches for 256 levels, every one as
+ *   parallel as its level is large;
  *   $HYPROF_EAP_TILES=1 forces the tile path below instead.
  *
  * Tree, 16-bit levels (tile-local trees merged along the tile borders, after Blin et al.,
@@ -400,31 +401,28 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
 
 /* ---- 8-bit levels: flooding level by level ----
  * The components of {f >= t} for t from the top level down, in a union-find
- * over the pixels reached so far (uf: links to smaller indices only, root =
- * the smallest index of the component; the lock-free atomicMin union of GPU
- * connected-component labelling). At each root, top = a pixel of the lowest
- * level of its component: that component's node (a component that gains no
- * pixel at level t is the same node at t). Step t, over the pixels of level t
- * (bucketed by a counting sort):
- *   link   the top of every component of {f >= t + 1} next to a pixel p of
- *          level t gets p as its parent (any such p: they all end in the
- *          same component of {f >= t});
- *   unite  p with its neighbours of level >= t;
- *   elect  one pixel of level t per new component as its top (compare and
- *          swap: a top of another level is stale);
- *   assign aux[p] = that pixel (p's node), par[p] = it when p is not it.
- * assign(t) and link(t') of the next level run in one launch (disjoint
- * writes). Then flood_final: a node's parent pixel (of a lower level)
- * becomes that pixel's node, and node[] flags the nodes: the canonical form
- * of canon2. The nodes and their parents do not depend on which pixel
- * represents a node, so the attributes and the output are those of the
- * tile path and of the CPU. Levels are only <= 256 launches of three
- * kernels, and no thread ever walks a long chain. */
+ * over the pixels reached so far whose links go to smaller keys (level,
+ * index) only: the root of a component is its pixel of smallest key, a
+ * pixel of its lowest level, which is the canonical element of the
+ * component's node (the component is the same set at every level down to
+ * that one). Step t, over the pixels of level t (bucketed by a counting
+ * sort):
+ *   unite  p with its neighbours of level >= t (lock-free: a root is linked
+ *          by compare-and-swap from itself, a lost race retries);
+ *   assign aux[p] = the root of p's component (p's node), par[p] = it when
+ *          p is not it;
+ *   link   (for the next level t' down) the root of every component of
+ *          {f >= t' + 1} next to a pixel p of level t' gets p as parent (any
+ *          such p: they all end in the same component of {f >= t'}).
+ * assign(t) and link(t') run in one launch (they write disjoint pixels:
+ * non-roots and roots), so a level is two launches. Then flood_final: a
+ * node's parent pixel (of a lower level) becomes that pixel's node, and
+ * node[] flags the nodes: canon2's canonical form, with the same canonical
+ * elements. No thread ever walks more than a union-find path. */
 struct Flood {
     const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
     uint32_t *ord;       /* per image, its valid pixels by level */
     uint32_t *uf;        /* union-find over the flooded pixels */
-    uint32_t *top;       /* at a root of uf: the pixel of its node */
     unsigned levels;
 };
 
@@ -437,27 +435,27 @@ EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
         uint32_t g = EAP_LDCG32(&uf[p]);
         if (g == p)
             return p;
-        EAP_STORE32(&uf[x], g); /* path halving: g is an ancestor */
+        /* path halving: x is no root (and never will be again), g is an
+         * ancestor; this only ever races with another halving of x */
+        EAP_STORE32(&uf[x], g);
         x = g;
     }
 }
 
-EAP_FN void uf_unite(uint32_t *uf, uint32_t a, uint32_t b)
+EAP_FN void uf_unite(uint32_t *uf, const uint16_t *lev, uint32_t a, uint32_t b)
 {
     for (;;) {
         a = uf_find(uf, a);
         b = uf_find(uf, b);
         if (a == b)
             return;
-        if (a < b) {
+        if (higher(lev, b, a)) {
             uint32_t t = a;
             a = b;
             b = t;
         }
-        uint32_t old = EAP_MIN32(&uf[a], b);
-        if (old == a)
+        if (EAP_ACAS32(&uf[a], a, b) == a) /* key(a) > key(b): a under b */
             return;
-        a = old; /* a was linked meanwhile: join its parent instead */
     }
 }
 
@@ -502,22 +500,7 @@ EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, uint32_t i,
 EAP_FN void body_flood_prepare(const Args &a, const Flood &fl, int img, size_t p)
 {
     body_prepare(a, img, p);
-    size_t o = (size_t)img * a.n;
-    fl.uf[o + p] = (uint32_t)p;
-    fl.top[o + p] = (uint32_t)p;
-}
-
-EAP_FN void body_flood_link(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
-{
-    uint32_t p = flood_pixel(a, fl, img, i, t);
-    if (p == UINT32_MAX)
-        return;
-    size_t o = (size_t)img * a.n;
-    uint32_t nb[8];
-    int k = neighbours(a, p, nb);
-    for (int j = 0; j < k; j++)
-        if (a.lev[o + nb[j]] > t)
-            a.par[o + fl.top[o + uf_find(fl.uf + o, nb[j])]] = p;
+    fl.uf[(size_t)img * a.n + p] = (uint32_t)p;
 }
 
 EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
@@ -531,23 +514,7 @@ EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, uint32_t i
     for (int j = 0; j < k; j++) {
         unsigned l = a.lev[o + nb[j]];
         if (l > t || (l == t && nb[j] < p)) /* an edge within the level: once */
-            uf_unite(fl.uf + o, p, nb[j]);
-    }
-}
-
-EAP_FN void body_flood_elect(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
-{
-    uint32_t p = flood_pixel(a, fl, img, i, t);
-    if (p == UINT32_MAX)
-        return;
-    size_t o = (size_t)img * a.n;
-    uint32_t *top = fl.top + o + uf_find(fl.uf + o, p);
-    uint32_t v = EAP_LDCG32(top);
-    while (a.lev[o + v] != t) {
-        uint32_t old = EAP_ACAS32(top, v, p);
-        if (old == v)
-            return;
-        v = old;
+            uf_unite(fl.uf + o, a.lev + o, p, nb[j]);
     }
 }
 
@@ -557,10 +524,23 @@ EAP_FN void body_flood_assign(const Args &a, const Flood &fl, int img, uint32_t 
     if (p == UINT32_MAX)
         return;
     size_t o = (size_t)img * a.n;
-    uint32_t r = fl.top[o + uf_find(fl.uf + o, p)];
+    uint32_t r = uf_find(fl.uf + o, p);
     a.aux[o + p] = r;
     if (r != p)
         a.par[o + p] = r;
+}
+
+EAP_FN void body_flood_link(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+{
+    uint32_t p = flood_pixel(a, fl, img, i, t);
+    if (p == UINT32_MAX)
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t nb[8];
+    int k = neighbours(a, p, nb);
+    for (int j = 0; j < k; j++)
+        if (a.lev[o + nb[j]] > t)
+            a.par[o + uf_find(fl.uf + o, nb[j])] = p;
 }
 
 EAP_FN void body_flood_final(const Args &a, int img, size_t p)
@@ -938,11 +918,6 @@ __global__ void k_flood_unite(Args a, Flood fl, unsigned t)
     EAP_LEVEL_IDX;
     body_flood_unite(a, fl, img, i, t);
 }
-__global__ void k_flood_elect(Args a, Flood fl, unsigned t)
-{
-    EAP_LEVEL_IDX;
-    body_flood_elect(a, fl, img, i, t);
-}
 /* assign(t), then link(next) when next >= 0 (the next level down). */
 __global__ void k_flood_assign_link(Args a, Flood fl, unsigned t, int next)
 {
@@ -1241,7 +1216,7 @@ class EapCuda {
 
     /* 8-bit levels: the counting sort into ord (one small copy to the host:
      * the level sizes give each level's grid and skip the empty levels),
-     * then three launches a level (see Flood). */
+     * then two launches a level (see Flood). */
     hyprof_status_t build_flood(int nimg)
     {
         const char *op = a_->op;
@@ -1251,7 +1226,6 @@ class EapCuda {
         fl.off = off_.get();
         fl.ord = ord_.get();
         fl.uf = g.aux2;
-        fl.top = g.pend;
         fl.levels = L;
         dim3 gr = grid(nimg);
         k_flood_prepare<<<gr, kThreads>>>(g, fl);
@@ -1294,8 +1268,6 @@ class EapCuda {
             dim3 gt((maxc[t] + kThreads - 1) / kThreads, nimg), gn((cn + kThreads - 1) / kThreads, nimg);
             k_flood_unite<<<gt, kThreads>>>(g, fl, t);
             HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
-            k_flood_elect<<<gt, kThreads>>>(g, fl, t);
-            HYPROF_CUDA_CHECK_LAUNCH("k_flood_elect");
             k_flood_assign_link<<<gn, kThreads>>>(g, fl, t, next);
             HYPROF_CUDA_CHECK_LAUNCH("k_flood_assign_link");
         }
