@@ -7,9 +7,9 @@
  *
  * Tree, 8-bit levels: by flooding level by level (see Flood below): a
  *   counting sort of the pixels by level, then, from the top level down,
- *   two launches a level over that level's pixels only (unite with a
- *   lock-free union-find; assign the node and link the components below
- *   the next level). About 512 short launches for 256 levels, every one as
+ *   one launch a level over that level's pixels only (unite with a
+ *   lock-free union-find, recording the links as the tree), then the
+ *   canonical form as below. At most 256 short launches, every one as
  *   parallel as its level is large;
  *   $HYPROF_EAP_TILES=1 forces the tile path below instead.
  *
@@ -401,24 +401,21 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
 
 /* ---- 8-bit levels: flooding level by level ----
  * The components of {f >= t} for t from the top level down, in a union-find
- * over the pixels reached so far whose links go to smaller keys (level,
- * index) only: the root of a component is its pixel of smallest key, a
- * pixel of its lowest level, which is the canonical element of the
- * component's node (the component is the same set at every level down to
- * that one). Step t, over the pixels of level t (bucketed by a counting
- * sort):
- *   unite  p with its neighbours of level >= t (lock-free: a root is linked
- *          by compare-and-swap from itself, a lost race retries);
- *   assign aux[p] = the root of p's component (p's node), par[p] = it when
- *          p is not it;
- *   link   (for the next level t' down) the root of every component of
- *          {f >= t' + 1} next to a pixel p of level t' gets p as parent (any
- *          such p: they all end in the same component of {f >= t'}).
- * assign(t) and link(t') run in one launch (they write disjoint pixels:
- * non-roots and roots), so a level is two launches. Then flood_final: a
- * node's parent pixel (of a lower level) becomes that pixel's node, and
- * node[] flags the nodes: canon2's canonical form, with the same canonical
- * elements. No thread ever walks more than a union-find path. */
+ * `uf` over the pixels reached so far whose links go to smaller keys (level,
+ * index) only, so that the root of a component is its pixel of smallest key:
+ * a pixel of its lowest level, the canonical element of the component's
+ * node. Step t, one launch over the pixels of level t (bucketed by a
+ * counting sort): unite p with its neighbours of level >= t, lock-free (a
+ * root is linked by compare-and-swap from itself; a lost race retries).
+ * The root of p's component is always of level t (p is in it), so a root
+ * that loses its root status is linked under a pixel of level t, and the
+ * link is also recorded in par (once per pixel: only the winner of its
+ * compare-and-swap writes it). par is then a max-tree in the sense of the
+ * tile path: links to strictly smaller keys, and the last pixel of level l
+ * on a pixel's par chain is the root its component had at the end of step
+ * l (its node's canonical element): canon1 and canon2 finish it, as after
+ * the tile joins. uf itself is compressed freely (path halving), so no walk
+ * ever follows the long chains of par. */
 struct Flood {
     const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
     uint32_t *ord;       /* per image, its valid pixels by level */
@@ -442,7 +439,9 @@ EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
     }
 }
 
-EAP_FN void uf_unite(uint32_t *uf, const uint16_t *lev, uint32_t a, uint32_t b)
+/* Unites the components of a and b; the root that goes under the other
+ * gets it as its parent in par too. */
+EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b)
 {
     for (;;) {
         a = uf_find(uf, a);
@@ -454,8 +453,10 @@ EAP_FN void uf_unite(uint32_t *uf, const uint16_t *lev, uint32_t a, uint32_t b)
             a = b;
             b = t;
         }
-        if (EAP_ACAS32(&uf[a], a, b) == a) /* key(a) > key(b): a under b */
+        if (EAP_ACAS32(&uf[a], a, b) == a) { /* key(a) > key(b): a under b */
+            par[a] = b;
             return;
+        }
     }
 }
 
@@ -514,48 +515,7 @@ EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, uint32_t i
     for (int j = 0; j < k; j++) {
         unsigned l = a.lev[o + nb[j]];
         if (l > t || (l == t && nb[j] < p)) /* an edge within the level: once */
-            uf_unite(fl.uf + o, a.lev + o, p, nb[j]);
-    }
-}
-
-EAP_FN void body_flood_assign(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
-{
-    uint32_t p = flood_pixel(a, fl, img, i, t);
-    if (p == UINT32_MAX)
-        return;
-    size_t o = (size_t)img * a.n;
-    uint32_t r = uf_find(fl.uf + o, p);
-    a.aux[o + p] = r;
-    if (r != p)
-        a.par[o + p] = r;
-}
-
-EAP_FN void body_flood_link(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
-{
-    uint32_t p = flood_pixel(a, fl, img, i, t);
-    if (p == UINT32_MAX)
-        return;
-    size_t o = (size_t)img * a.n;
-    uint32_t nb[8];
-    int k = neighbours(a, p, nb);
-    for (int j = 0; j < k; j++)
-        if (a.lev[o + nb[j]] > t)
-            a.par[o + uf_find(fl.uf + o, nb[j])] = p;
-}
-
-EAP_FN void body_flood_final(const Args &a, int img, size_t p)
-{
-    size_t o = (size_t)img * a.n;
-    if (!valid(a, p)) {
-        a.node[o + p] = 0;
-        return;
-    }
-    uint32_t r = a.aux[o + p];
-    a.node[o + p] = r == (uint32_t)p;
-    if (r == (uint32_t)p) {
-        uint32_t q = a.par[o + p];
-        if (q != r)
-            a.par[o + p] = a.aux[o + q];
+            uf_unite(fl.uf + o, a.par + o, a.lev + o, p, nb[j]);
     }
 }
 
@@ -918,15 +878,6 @@ __global__ void k_flood_unite(Args a, Flood fl, unsigned t)
     EAP_LEVEL_IDX;
     body_flood_unite(a, fl, img, i, t);
 }
-/* assign(t), then link(next) when next >= 0 (the next level down). */
-__global__ void k_flood_assign_link(Args a, Flood fl, unsigned t, int next)
-{
-    EAP_LEVEL_IDX;
-    body_flood_assign(a, fl, img, i, t);
-    if (next >= 0)
-        body_flood_link(a, fl, img, i, (unsigned)next);
-}
-__global__ void k_flood_final(Args a) { EAP_IDX; body_flood_final(a, img, p); }
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
 __global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
@@ -1216,7 +1167,7 @@ class EapCuda {
 
     /* 8-bit levels: the counting sort into ord (one small copy to the host:
      * the level sizes give each level's grid and skip the empty levels),
-     * then two launches a level (see Flood). */
+     * then one launch a level (see Flood) and the canonical form. */
     hyprof_status_t build_flood(int nimg)
     {
         const char *op = a_->op;
@@ -1257,24 +1208,28 @@ class EapCuda {
         k_scatter<<<gs, kThreads>>>(g, fl, hist_.get());
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
-        int lv[kFloodLevels], nl = 0;
         for (int l = (int)L - 1; l >= 0; l--)
-            if (maxc[l])
-                lv[nl++] = l;
-        for (int k = 0; k < nl; k++) {
-            unsigned t = (unsigned)lv[k];
-            int next = k + 1 < nl ? lv[k + 1] : -1;
-            uint32_t cn = next >= 0 && maxc[next] > maxc[t] ? maxc[next] : maxc[t];
-            dim3 gt((maxc[t] + kThreads - 1) / kThreads, nimg), gn((cn + kThreads - 1) / kThreads, nimg);
-            k_flood_unite<<<gt, kThreads>>>(g, fl, t);
-            HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
-            k_flood_assign_link<<<gn, kThreads>>>(g, fl, t, next);
-            HYPROF_CUDA_CHECK_LAUNCH("k_flood_assign_link");
-        }
+            if (maxc[l]) {
+                k_flood_unite<<<dim3((maxc[l] + kThreads - 1) / kThreads, nimg), kThreads>>>(
+                    g, fl, (unsigned)l);
+                HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
+            }
         HYPROF_TRY(traced("flood levels"));
-        k_flood_final<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_flood_final");
-        HYPROF_TRY(traced("k_flood_final"));
+        return canon(nimg);
+    }
+
+    /* The canonical form of a tree in par (links to smaller keys). */
+    hyprof_status_t canon(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_canon1<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
+        HYPROF_TRY(traced("k_canon1"));
+        k_canon2<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
+        HYPROF_TRY(traced("k_canon2"));
         return HYPROF_OK;
     }
 
@@ -1313,13 +1268,7 @@ class EapCuda {
                     rw *= 2;
             }
         }
-        k_canon1<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
-        HYPROF_TRY(traced("k_canon1"));
-        k_canon2<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
-        HYPROF_TRY(traced("k_canon2"));
-        return HYPROF_OK;
+        return canon(nimg);
     }
 
     hyprof_status_t accumulate(int nimg)
