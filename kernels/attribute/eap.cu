@@ -70,12 +70,15 @@
 #ifndef EAP_BODIES_ONLY
 #include "../core/cuda_util.h"
 #include "attribute/eap_impl.h"
+#include "morphology/emp_impl.h" /* hyprof__prefault */
 #endif
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #ifndef EAP_BODIES_ONLY
+#include <chrono>
+#include <thread>
 #include <vector>
 #endif
 
@@ -966,6 +969,58 @@ class StageTimer {
     double ms_[kStages] = {};
 };
 
+/* The host side of the output, on a helper thread while the device builds
+ * the trees (as EMP's OutputPrep): touches every page of the output (huge
+ * pages where the kernel allows them, on the context's threads) and, when
+ * `pin`, page-locks it, so that neither the page faults nor the locking come
+ * before the first download. Every download waits for it. The output is
+ * overwritten entirely, so the zero written into each page is harmless. */
+class OutputPrep {
+  public:
+    OutputPrep() = default;
+    OutputPrep(const OutputPrep &) = delete;
+    OutputPrep &operator=(const OutputPrep &) = delete;
+    ~OutputPrep()
+    {
+        join();
+        if (p_) {
+            (void)cudaDeviceSynchronize(); /* an early return may leave copies in flight */
+            (void)cudaHostUnregister(p_);
+            (void)cudaGetLastError();
+        }
+    }
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
+    {
+        try {
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, pin, device);
+        } catch (...) {
+            work(ctx, p, bytes, pin, device);
+        }
+    }
+    void join()
+    {
+        if (t_.joinable())
+            t_.join();
+    }
+    double ms() const { return ms_; }
+
+  private:
+    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        hyprof__prefault(ctx, p, bytes);
+        if (pin && cudaSetDevice(device) == cudaSuccess &&
+            cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
+            p_ = p;
+        (void)cudaGetLastError();
+        ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count();
+    }
+    std::thread t_;
+    void *p_ = NULL;
+    double ms_ = 0.0;
+};
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
@@ -1008,13 +1063,19 @@ class EapCuda {
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
-         * of the host memory at once. */
-        HostPin out_pin;
+         * of the host memory at once. Prepared while the first trees build. */
+        OutputPrep prep;
         size_t out_bytes = a->bands * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pinned_ = out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
-        if (pinned_)
-            out_pin.pin(a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes);
+        int device = 0;
+        {
+            const char *op = a->op;
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device));
+        }
+        prep_ = &prep;
+        prep.start(ctx, a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes, pinned_,
+                   device);
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
             HYPROF_TRY(batch(b0, nb));
@@ -1023,8 +1084,10 @@ class EapCuda {
         const double *t = timer_.ms();
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
-                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f",
-                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4]);
+                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
+                    "output preparation %.1f ms (%s)",
+                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4],
+                    prep.ms(), pinned_ ? "page faults and page-lock" : "page faults");
         return HYPROF_OK;
     }
 
@@ -1035,6 +1098,7 @@ class EapCuda {
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
     bool pinned_ = false;
+    OutputPrep *prep_ = nullptr; /* run()'s */
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
@@ -1401,6 +1465,7 @@ class EapCuda {
     hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
     {
         const char *op = a_->op;
+        prep_->join();
         if (pinned_) {
             HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
             return HYPROF_OK;
