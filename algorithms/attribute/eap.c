@@ -175,24 +175,34 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
-/* One band: its valid min and max into lo_hi and its levels into q; returns
- * the first valid pixel that is not finite, or SIZE_MAX. */
-static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned levels,
-                            uint16_t *q, double lo_hi[2])
+/* Pixels [p0, p1) of one band: the valid min and max into lo_hi, and the
+ * first valid pixel that is not finite (or SIZE_MAX). */
+static size_t band_range(const float *v, const uint8_t *m, size_t p0, size_t p1,
+                         double lo_hi[2])
 {
     double lo = INFINITY, hi = -INFINITY;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = p0; p < p1; p++) {
         if (m && !m[p])
             continue;
-        if (!isfinite(v[p]))
+        if (!isfinite(v[p])) {
+            lo_hi[0] = lo;
+            lo_hi[1] = hi;
             return p;
+        }
         lo = v[p] < lo ? v[p] : lo;
         hi = v[p] > hi ? v[p] : hi;
     }
-    lo_hi[0] = lo <= hi ? lo : NAN;
-    lo_hi[1] = lo <= hi ? hi : NAN;
+    lo_hi[0] = lo;
+    lo_hi[1] = hi;
+    return SIZE_MAX;
+}
+
+/* Pixels [p0, p1) of one band: their levels from the band's lo and hi. */
+static void band_levels(const float *v, const uint8_t *m, size_t p0, size_t p1,
+                        unsigned levels, double lo, double hi, uint16_t *q)
+{
     double top = (double)(levels - 1), span = hi - lo;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = p0; p < p1; p++) {
         if ((m && !m[p]) || !(span > 0.0)) {
             q[p] = 0;
             continue;
@@ -202,39 +212,62 @@ static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned
         double s = floor(((double)v[p] - lo) * top / span + 0.5);
         q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
     }
-    return SIZE_MAX;
 }
 
+/* Both passes over (band, chunk of pixels) pairs, so that a few large bands
+ * (the 10748 x 12288 x 8 scene) use every thread, not one each. */
 static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
                                     unsigned levels, uint16_t *out, double *range)
 {
-    size_t n = x->width * x->height, nb = x->bands;
-    size_t *bad = malloc(nb * sizeof *bad);
-    double *lh = malloc(2 * nb * sizeof *lh);
-    if (!bad || !lh) {
+    const size_t chunk = (size_t)1 << 18;
+    size_t n = x->width * x->height, nb = x->bands, nc = n ? (n + chunk - 1) / chunk : 0;
+    size_t *bad = malloc((nb * nc + 1) * sizeof *bad);
+    double *lh = malloc((2 * nb * nc + 2) * sizeof *lh), *blh = malloc((2 * nb + 2) * sizeof *blh);
+    if (!bad || !lh || !blh) {
         free(bad);
         free(lh);
+        free(blh);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     }
+    const float *v = x->data;
     #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
-    for (size_t b = 0; b < nb; b++)
-        bad[b] = quantise_band((const float *)x->data + b * n, x->mask, n, levels, out + b * n,
-                               lh + 2 * b);
+    for (size_t k = 0; k < nb * nc; k++) {
+        size_t b = k / nc, p0 = (k % nc) * chunk, p1 = p0 + chunk < n ? p0 + chunk : n;
+        bad[k] = band_range(v + b * n, x->mask, p0, p1, lh + 2 * k);
+    }
     hyprof_status_t st = HYPROF_OK;
     for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
-        size_t p = bad[b];
+        double lo = INFINITY, hi = -INFINITY;
+        size_t p = SIZE_MAX;
+        for (size_t c = 0; c < nc && p == SIZE_MAX; c++) {
+            size_t k = b * nc + c;
+            p = bad[k];
+            lo = lh[2 * k] < lo ? lh[2 * k] : lo;
+            hi = lh[2 * k + 1] > hi ? lh[2 * k + 1] : hi;
+        }
         if (p != SIZE_MAX)
             st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                                "band %zu: value %g at pixel (%zu, %zu) is not finite and not "
-                               "masked", b + 1, (double)((const float *)x->data)[b * n + p],
-                               p % x->width, p / x->width);
-        else if (range) {
-            range[2 * b] = lh[2 * b];
-            range[2 * b + 1] = lh[2 * b + 1];
+                               "masked", b + 1, (double)v[b * n + p], p % x->width,
+                               p / x->width);
+        blh[2 * b] = lo <= hi ? lo : NAN;
+        blh[2 * b + 1] = lo <= hi ? hi : NAN;
+        if (range) {
+            range[2 * b] = blh[2 * b];
+            range[2 * b + 1] = blh[2 * b + 1];
+        }
+    }
+    if (st == HYPROF_OK) {
+        #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
+        for (size_t k = 0; k < nb * nc; k++) {
+            size_t b = k / nc, p0 = (k % nc) * chunk, p1 = p0 + chunk < n ? p0 + chunk : n;
+            band_levels(v + b * n, x->mask, p0, p1, levels, blh[2 * b], blh[2 * b + 1],
+                        out + b * n);
         }
     }
     free(bad);
     free(lh);
+    free(blh);
     return st;
 }
 
