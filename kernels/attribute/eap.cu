@@ -463,38 +463,8 @@ EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
     }
 }
 
-/* The valid neighbours of p (4 or 8); returns their count. */
-EAP_FN int neighbours(const Args &a, uint32_t p, uint32_t nb[8])
-{
-    uint32_t w = a.width, x = p % w, y = p / w;
-    int k = 0, l = x > 0, r = x + 1 < w, u = y > 0, d = y + 1 < a.height;
-    if (l)
-        nb[k++] = p - 1;
-    if (r)
-        nb[k++] = p + 1;
-    if (u)
-        nb[k++] = p - w;
-    if (d)
-        nb[k++] = p + w;
-    if (a.eight) {
-        if (u && l)
-            nb[k++] = p - w - 1;
-        if (u && r)
-            nb[k++] = p - w + 1;
-        if (d && l)
-            nb[k++] = p + w - 1;
-        if (d && r)
-            nb[k++] = p + w + 1;
-    }
-    int m = 0;
-    for (int i = 0; i < k; i++)
-        if (valid(a, nb[i]))
-            nb[m++] = nb[i];
-    return m;
-}
-
 /* The i-th pixel of level t of image img, or UINT32_MAX past the end. */
-EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
 {
     const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
     uint32_t b = off[t], e = off[t + 1];
@@ -507,19 +477,32 @@ EAP_FN void body_flood_prepare(const Args &a, const Flood &fl, int img, size_t p
     fl.uf[(size_t)img * a.n + p] = (uint32_t)p;
 }
 
-EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, uint32_t i, unsigned t)
+/* Neighbour j (0..3: left, right, up, down; 4..7: the diagonals) of p when
+ * it exists and is valid. */
+EAP_FN int neighbour(const Args &a, uint32_t p, int j, uint32_t &q)
 {
-    uint32_t p = flood_pixel(a, fl, img, i, t);
-    if (p == UINT32_MAX)
+    uint32_t w = a.width, x = p % w, y = p / w;
+    int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
+    int dy = j == 2 || j == 4 || j == 5 ? -1 : j == 3 || j == 6 || j == 7 ? 1 : 0;
+    if ((dx < 0 && x == 0) || (dx > 0 && x + 1 >= w) || (dy < 0 && y == 0) ||
+        (dy > 0 && y + 1 >= a.height))
+        return 0;
+    q = (uint32_t)((int64_t)p + dx + (int64_t)dy * w);
+    return valid(a, q);
+}
+
+/* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
+ * a pixel (a thread an edge: a level's launch is short on latency). */
+EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
+{
+    int e = a.eight ? 8 : 4;
+    uint32_t p = flood_pixel(a, fl, img, i / e, t), q;
+    if (p == UINT32_MAX || !neighbour(a, p, (int)(i % e), q))
         return;
     size_t o = (size_t)img * a.n;
-    uint32_t nb[8];
-    int k = neighbours(a, p, nb);
-    for (int j = 0; j < k; j++) {
-        unsigned l = a.lev[o + nb[j]];
-        if (l > t || (l == t && nb[j] < p)) /* an edge within the level: once */
-            uf_unite(fl.uf + o, a.par + o, a.lev + o, p, nb[j]);
-    }
+    unsigned l = a.lev[o + q];
+    if (l > t || (l == t && q < p)) /* an edge within the level: once */
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -874,7 +857,7 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor)
         }
 }
 #define EAP_LEVEL_IDX                                                                     \
-    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;                                   \
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
 __global__ void k_flood_unite(Args a, Flood fl, unsigned t)
 {
@@ -1272,10 +1255,12 @@ class EapCuda {
         k_scatter<<<gs, kThreads>>>(g, fl, hist_.get());
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
+        size_t edges = g.eight ? 8 : 4;
         for (int l = (int)L - 1; l >= 0; l--)
             if (maxc[l]) {
-                k_flood_unite<<<dim3((maxc[l] + kThreads - 1) / kThreads, nimg), kThreads>>>(
-                    g, fl, (unsigned)l);
+                size_t th = maxc[l] * edges;
+                k_flood_unite<<<dim3((unsigned)((th + kThreads - 1) / kThreads), nimg),
+                                kThreads>>>(g, fl, (unsigned)l);
                 HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
             }
         HYPROF_TRY(traced("flood levels"));
