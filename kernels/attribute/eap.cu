@@ -145,6 +145,8 @@ struct Filter {
     int first;              /* filter 0: the band plane sits between */
     uint16_t nodata16;
     float nodata32;
+    size_t p0, p1;          /* the pixels written (all, or a chunk of them) */
+    size_t stride;          /* plane stride of the output buffer: n, or a chunk's size */
 };
 
 EAP_FN int valid(const Args &a, size_t p) { return !a.mask || a.mask[p]; }
@@ -723,10 +725,10 @@ EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uin
 {
     size_t o = (size_t)img * a.n;
     int closing = img & 1;
-    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    T *band = out + (size_t)(img / 2) * f.planes * f.stride - f.p0;
     if (!valid(a, p)) {
         for (int j = 0; j < f.nt; j++)
-            band[plane_of(f, j, closing) * a.n + p] = out_value<T>(0, f, 1);
+            band[plane_of(f, j, closing) * f.stride + p] = out_value<T>(0, f, 1);
         return;
     }
     uint32_t c = node_of(a.par + o, a.lev + o, (uint32_t)p);
@@ -745,7 +747,7 @@ EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uin
         unsigned v = k[o + c] > j ? a.lev[o + c] : 0;
         if (closing)
             v = a.top - v;
-        band[plane_of(f, j, closing) * a.n + p] = out_value<T>(v, f, 0);
+        band[plane_of(f, j, closing) * f.stride + p] = out_value<T>(v, f, 0);
     }
 }
 
@@ -754,8 +756,8 @@ template <typename T>
 EAP_FN void body_band(const Args &a, const Filter &f, T *out, int img, size_t p)
 {
     size_t o = (size_t)img * a.n;
-    T *band = out + (size_t)(img / 2) * f.planes * a.n;
-    band[(f.off + f.nt) * a.n + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
+    T *band = out + (size_t)(img / 2) * f.planes * f.stride - f.p0;
+    band[(f.off + f.nt) * f.stride + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
 }
 
 } /* namespace eap */
@@ -883,15 +885,21 @@ __global__ void k_jump_up(Args a, const uint8_t *k, const uint32_t *uin, uint32_
     EAP_IDX;
     body_jump_up(a, k, uin, uout, img, p);
 }
+/* The output kernels run over the filter's pixels [p0, p1). */
+#define EAP_OUT_IDX                                                                       \
+    size_t p = f.p0 + (size_t)blockIdx.x * blockDim.x + threadIdx.x;                      \
+    if (p >= f.p1)                                                                        \
+        return;                                                                           \
+    int img = (int)blockIdx.y
 template <typename T>
 __global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *out)
 {
-    EAP_IDX;
+    EAP_OUT_IDX;
     body_out<T>(a, f, k, u, out, img, p);
 }
 template <typename T> __global__ void k_band(Args a, Filter f, T *out)
 {
-    EAP_IDX;
+    EAP_OUT_IDX;
     if (!(img & 1))
         body_band<T>(a, f, out, img, p);
 }
@@ -1083,6 +1091,8 @@ class EapCuda {
     bool pinned_ = false;
     OutputPrep *prep_ = nullptr; /* run()'s */
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
+    size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
+    size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
     bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
@@ -1111,14 +1121,32 @@ class EapCuda {
         const char *op = a_->op;
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-        size_t per_band = n_ * (2 * image_bytes() + a_->planes * esize_);
+        size_t tree = n_ * 2 * image_bytes(), planes = n_ * a_->planes * esize_;
         size_t fixed = n_ + nthr_ * sizeof(double) + 4096 + (flood_ ? 4 * 1024 * 1024 : 0);
-        nb_ = budget > fixed ? (budget - fixed) / per_band : 0;
-        if (nb_ == 0)
-            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                                 "one band of %zux%zu pixels needs %zu bytes of device memory, "
-                                 "%zu usable",
-                                 a_->width, a_->height, per_band + fixed, budget);
+        nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
+        oc_ = n_;
+        size_t forced_oc = env_size("HYPROF_EAP_OUT_CHUNK");
+        if (nb_ == 0 || (forced_oc && forced_oc < n_)) {
+            /* one band at a time, its planes computed and downloaded in
+             * chunks of pixels: only its trees must fit */
+            size_t room = budget > fixed + tree ? budget - fixed - tree : 0;
+            oc_ = room / (a_->planes * esize_);
+            if (forced_oc && forced_oc < oc_)
+                oc_ = forced_oc;
+            if (oc_ > n_)
+                oc_ = n_;
+            size_t least = n_ < 4096 ? n_ : 4096;
+            if (oc_ < least)
+                return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                     "the trees of one band of %zux%zu pixels need %zu bytes of "
+                                     "device memory, %zu usable",
+                                     a_->width, a_->height,
+                                     tree + fixed + least * a_->planes * esize_, budget);
+            nb_ = 1;
+            hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                        "%s: cuda, one band at a time, its planes in chunks of %zu pixels", op,
+                        oc_);
+        }
         size_t forced = env_size("HYPROF_EAP_BAND_GROUP");
         if (forced && forced < nb_)
             nb_ = forced;
@@ -1148,7 +1176,7 @@ class EapCuda {
             HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
         if (need_box_)
             HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * n_ * esize_));
+        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * oc_ * esize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
         if (flood_) {
             HYPROF_TRY(ord_.alloc(ctx, op, m));
@@ -1357,7 +1385,7 @@ class EapCuda {
         return HYPROF_OK;
     }
 
-    template <typename T> hyprof_status_t filter(int nimg, const Filter &f, T *out)
+    template <typename T> hyprof_status_t filter(int nimg, Filter f, T *out)
     {
         const char *op = a_->op;
         Args &g = args_;
@@ -1393,13 +1421,21 @@ class EapCuda {
             jin = jout;
             jout = tj;
         }
-        k_out<T><<<gr, kThreads>>>(g, f, kin, jin, out);
-        HYPROF_CUDA_CHECK_LAUNCH("k_out");
-        HYPROF_TRY(traced("k_out"));
-        if (f.first) {
-            k_band<T><<<gr, kThreads>>>(g, f, out);
-            HYPROF_CUDA_CHECK_LAUNCH("k_band");
-        HYPROF_TRY(traced("k_band"));
+        for (size_t p0 = 0; p0 < n_; p0 += oc_) {
+            f.p0 = p0;
+            f.p1 = n_ - p0 < oc_ ? n_ : p0 + oc_;
+            f.stride = oc_;
+            dim3 go((unsigned)((f.p1 - p0 + kThreads - 1) / kThreads), nimg);
+            k_out<T><<<go, kThreads>>>(g, f, kin, jin, out);
+            HYPROF_CUDA_CHECK_LAUNCH("k_out");
+            HYPROF_TRY(traced("k_out"));
+            if (f.first) {
+                k_band<T><<<go, kThreads>>>(g, f, out);
+                HYPROF_CUDA_CHECK_LAUNCH("k_band");
+                HYPROF_TRY(traced("k_band"));
+            }
+            if (oc_ < n_)
+                HYPROF_TRY(download_chunk(f, out));
         }
         return HYPROF_OK;
     }
@@ -1445,6 +1481,21 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* Chunked planes (one band a batch): this filter's planes of pixels
+     * [f.p0, f.p1) to their places in the output. */
+    template <typename T> hyprof_status_t download_chunk(const Filter &f, const T *out)
+    {
+        const char *op = a_->op;
+        prep_->join();
+        size_t rows = 2 * (size_t)f.nt + (size_t)f.first;
+        T *dst = (T *)(a_->out16 ? (void *)a_->out16 : (void *)a_->out32) +
+                 (b0_ * a_->planes + f.off) * n_ + f.p0;
+        HYPROF_CUDA_CHECK(cudaMemcpy2D(dst, n_ * sizeof(T), out + f.off * oc_, oc_ * sizeof(T),
+                                       (f.p1 - f.p0) * sizeof(T), rows,
+                                       cudaMemcpyDeviceToHost));
+        return HYPROF_OK;
+    }
+
     /* Device to host; without the whole output pinned, each 1 GB piece is
      * pinned for its copy (a pageable copy runs at a fraction of the bus). */
     hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
@@ -1469,6 +1520,7 @@ class EapCuda {
         const char *op = a_->op;
         int nimg = (int)(2 * nb);
         args_.nimg = nimg;
+        b0_ = b0;
         HYPROF_TRY(timer_.mark(ctx, op, 0));
         if (trace_)
             HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
@@ -1488,7 +1540,8 @@ class EapCuda {
         HYPROF_TRY(timer_.mark(ctx, op, 4));
         unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
                                        : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
-        HYPROF_TRY(download(dst, out_.get(), count * esize_));
+        if (oc_ == n_) /* else filters() has downloaded the chunks */
+            HYPROF_TRY(download(dst, out_.get(), count * esize_));
         HYPROF_TRY(timer_.mark(ctx, op, 5));
         HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;
