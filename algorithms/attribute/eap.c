@@ -150,12 +150,15 @@ hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *ban
         return st;
     if (!band || !out)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no band or no output buffer");
-    size_t n = width * height;
+    size_t n = width * height, bad = SIZE_MAX;
+    #pragma omp parallel for reduction(min : bad) num_threads(hyprof__threads(ctx))
     for (size_t p = 0; p < n; p++)
-        if ((!mask || mask[p]) && band[p] >= levels)
-            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
-                                 "level %u at pixel (%zu, %zu) is not below %u",
-                                 (unsigned)band[p], p % width, p / width, levels);
+        if ((!mask || mask[p]) && band[p] >= levels && p < bad)
+            bad = p;
+    if (bad != SIZE_MAX)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "level %u at pixel (%zu, %zu) is not below %u",
+                             (unsigned)band[bad], bad % width, bad / width, levels);
     hyprof_eap_args_t a = {band, mask, width, height, 1, levels, connectivity, filters,
                            nfilters, hyprof_attribute_planes(filters, nfilters), out, NULL,
                            nodata, 0.0f, OP};
