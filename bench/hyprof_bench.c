@@ -110,7 +110,7 @@ static void usage(FILE *f)
           "                    [--quantisation 8|16]   (eap: reduction, then the profile)\n"
           "                    [--per-band auto|0|1]   (eap: the profile band by band into\n"
           "                    one reused 16-bit buffer; auto: when the float32 output\n"
-          "                    would take more than half the host memory)\n"
+          "                    would take more than a quarter of the host memory)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -623,8 +623,9 @@ static int eap_params(const options_t *o, hyprof_eap_params_t *p, hyprof_attribu
 
 /* --per-band: the profile of each feature band in turn
  * (hyprof_attribute_profiles), into one reused buffer of one band's planes as
- * 16-bit levels, for scenes whose float32 output would not fit the host (the
- * 10748 x 12288 x 8 scene: 63 GB). Timed: the quantisation and every band's
+ * 16-bit levels, for scenes whose float32 output would not fit the host
+ * comfortably (auto: over a quarter of its memory; the 10748 x 12288 x 8
+ * scene's is 63 GB). Timed: the quantisation and every band's
  * call; the checksum (the sum of every band's levels, exact in a double, so
  * equal to the float32 output's) is taken outside the timing, in the last
  * repetition only. */
@@ -662,7 +663,7 @@ static int eap_per_band(const options_t *o, const hyprof_cube_t *x,
     double out_bytes = (double)x->width * (double)x->height * (double)x->bands *
                        (double)hyprof_attribute_planes(p->filters, p->nfilters) * 4.0;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-    return ram > 0 && out_bytes > ram / 2;
+    return ram > 0 && out_bytes > ram / 4;
 }
 
 static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *x,
