@@ -868,7 +868,28 @@ __global__ void k_flood_unite(Args a, Flood fl, unsigned t)
 }
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
-__global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
+/* With the area alone, the lanes of a warp on the same node add their count
+ * in one atomic (neighbouring pixels mostly share a node: the root and the
+ * large nodes are where the atomics of every pixel would queue). */
+__global__ void k_acc_pixel(Args a)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int img = (int)blockIdx.y;
+    bool ok = p < a.n && valid(a, p);
+    if (a.cnt && !a.s1 && !a.sx && !a.x0) {
+        unsigned act = __ballot_sync(0xffffffffu, ok);
+        if (!ok)
+            return;
+        size_t o = (size_t)img * a.n;
+        unsigned long long c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
+        unsigned same = __match_any_sync(act, c);
+        if ((int)(threadIdx.x & 31) == __ffs(same) - 1)
+            atomicAdd(&a.cnt[c], (uint32_t)__popc(same));
+        return;
+    }
+    if (ok)
+        body_acc_pixel(a, img, p);
+}
 __global__ void k_pend(Args a) { EAP_IDX; body_pend(a, img, p); }
 __global__ void k_leaf(Args a) { EAP_IDX; body_leaf(a, img, p); }
 __global__ void k_up(Args a) { EAP_IDX; body_up(a, img, p); }
