@@ -666,6 +666,21 @@ static int eap_per_band(const options_t *o, const hyprof_cube_t *x,
     return ram > 0 && out_bytes > ram / 4;
 }
 
+/* Exact sum of 16-bit values: 32-bit partial sums of 65536 values at most
+ * (they cannot overflow), which the compiler vectorises. */
+static uint64_t sum_u16(const uint16_t *v, size_t n)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i += 65536) {
+        size_t e = n - i < 65536 ? n : i + 65536;
+        uint32_t part = 0;
+        for (size_t j = i; j < e; j++)
+            part += v[j];
+        sum += part;
+    }
+    return sum;
+}
+
 static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *x,
                                         const hyprof_eap_params_t *p, hyprof_cube_t *out,
                                         double *profile_s)
@@ -694,8 +709,7 @@ static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *
                                        g_pb.buf);
         timed += now_seconds() - t0;
         if (st == HYPROF_OK && g_pb.last_rep)
-            for (size_t i = 0; i < n * planes; i++)
-                sum += g_pb.buf[i];
+            sum += sum_u16(g_pb.buf, n * planes);
     }
     g_pb.sum = g_pb.abs_sum = (double)sum;
     *profile_s = timed;
