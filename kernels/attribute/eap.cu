@@ -1015,12 +1015,16 @@ class OutputPrep {
             t_.join();
     }
     double ms() const { return ms_; }
+    double prefault_ms() const { return prefault_ms_; }
 
   private:
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
         hyprof__prefault(ctx, p, bytes);
+        prefault_ms_ =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
         if (pin && cudaSetDevice(device) == cudaSuccess &&
             cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
             p_ = p;
@@ -1030,7 +1034,7 @@ class OutputPrep {
     }
     std::thread t_;
     void *p_ = NULL;
-    double ms_ = 0.0;
+    double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
 class EapCuda {
@@ -1097,9 +1101,9 @@ class EapCuda {
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
                     "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
-                    "output preparation %.1f ms (%s)",
+                    "output preparation %.1f ms (page faults %.1f, page-lock %.1f)",
                     a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4],
-                    prep.ms(), pinned_ ? "page faults and page-lock" : "page faults");
+                    prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms());
         return HYPROF_OK;
     }
 
