@@ -117,21 +117,24 @@ static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height
     return HYPROF_OK;
 }
 
-/* Both backends give identical planes (kernels/attribute/eap.cu), but the
- * CUDA one is the slower: measured on an H200 at Pavia Centre size (8 bands
- * of 1096x715, area x 7), 148 ms of its device time build the trees (the
- * last rounds of its race-free merge are long sequential loops) against a
- * 252 ms CPU call on 32 threads host to host, and 8.6 s against 0.18 s at
- * 16 bits. So `auto` runs EAP on the CPU; --backend cuda runs the CUDA path. */
+/* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
+ * levels the CUDA path is the faster one (its trees are built by flooding
+ * level by level): measured on an H100 at Pavia Centre size (8 bands of
+ * 1096x715, area x 7), 47 ms host to host against 145 ms for the CPU path
+ * on 16 threads. With 16-bit levels its trees come from tiles joined along
+ * their borders, seconds where the CPU takes 0.18 s. So `auto` runs 8-bit
+ * profiles on the GPU (falling back to the CPU when the device memory is
+ * short, as every operation) and 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
     hyprof__impl_fn cuda = (hyprof__impl_fn)0;
-    if (ctx->backend == HYPROF_BACKEND_CUDA)
+    if (ctx->backend == HYPROF_BACKEND_CUDA ||
+        (ctx->backend == HYPROF_BACKEND_AUTO && a->levels <= 256))
         cuda = HYPROF_CUDA_IMPL(hyprof__cuda_eap);
     else if (ctx->backend == HYPROF_BACKEND_AUTO)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: auto runs on the CPU (faster than the CUDA path; --backend cuda "
-                    "runs that one)", OP);
+                    "%s: auto runs 16-bit levels on the CPU (faster than the CUDA path there; "
+                    "--backend cuda runs that one)", OP);
     return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, cuda, a);
 }
 
