@@ -62,7 +62,8 @@
  *   the output page-locked for the call (up to 8 GB; larger outputs are
  *   pinned 1 GB at a time for their copies).
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
- *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning.
+ *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning, $HYPROF_EAP_PIN=0
+ *   pageable copies (no page-locking at all).
  *
  * The kernel bodies are written against the EAP_* macros so that a host
  * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
@@ -1083,7 +1084,8 @@ class EapCuda {
         OutputPrep prep;
         size_t out_bytes = a->bands * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
-        pinned_ = out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
+        pageable_ = env_is("HYPROF_EAP_PIN", "0");
+        pinned_ = !pageable_ && out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
         int device = 0;
         {
             const char *op = a->op;
@@ -1113,7 +1115,7 @@ class EapCuda {
     static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
-    bool pinned_ = false;
+    bool pinned_ = false, pageable_ = false;
     OutputPrep *prep_ = nullptr; /* run()'s */
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
@@ -1527,7 +1529,7 @@ class EapCuda {
     {
         const char *op = a_->op;
         prep_->join();
-        if (pinned_) {
+        if (pinned_ || pageable_) {
             HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
             return HYPROF_OK;
         }
