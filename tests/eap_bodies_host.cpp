@@ -189,10 +189,11 @@ static int run_case(int w, int h, int kind, int eight, bool masked)
         }
         off[img * (L + 1) + L] = s;
     }
+    const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
     for (int l = L - 1; l >= 0; l--)
         for (int img = 0; img < (int)nimg; img++)
-            for (size_t i = 0; i < maxc[l] * (eight ? 8 : 4); i++)
-                body_flood_unite(a, fl, img, i, (unsigned)l);
+            for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
+                body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
     EACH_PIXEL body_canon1(a, img, p);
     EACH_PIXEL body_canon2(a, img, p);
 

@@ -494,18 +494,34 @@ EAP_FN int neighbour(const Args &a, uint32_t p, int j, uint32_t &q)
     return valid(a, q);
 }
 
+/* Edge j of pixel p (of level t): united when the neighbour is of level t or
+ * above (an edge within the level once). */
+EAP_FN void flood_edge(const Args &a, const Flood &fl, size_t o, uint32_t p, int j, unsigned t)
+{
+    uint32_t q;
+    if (!neighbour(a, p, j, q))
+        return;
+    unsigned l = a.lev[o + q];
+    if (l > t || (l == t && q < p))
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
+}
+
 /* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
- * a pixel (a thread an edge: a level's launch is short on latency). */
-EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
+ * a pixel (a thread an edge: a level's launch is short on latency); with
+ * per_edge = 0, every edge of the i-th pixel. */
+EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, size_t i, unsigned t,
+                             int per_edge)
 {
     int e = a.eight ? 8 : 4;
-    uint32_t p = flood_pixel(a, fl, img, i / e, t), q;
-    if (p == UINT32_MAX || !neighbour(a, p, (int)(i % e), q))
-        return;
     size_t o = (size_t)img * a.n;
-    unsigned l = a.lev[o + q];
-    if (l > t || (l == t && q < p)) /* an edge within the level: once */
-        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
+    uint32_t p = flood_pixel(a, fl, img, per_edge ? i / e : i, t);
+    if (p == UINT32_MAX)
+        return;
+    if (per_edge)
+        flood_edge(a, fl, o, p, (int)(i % e), t);
+    else
+        for (int j = 0; j < e; j++)
+            flood_edge(a, fl, o, p, j, t);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -862,10 +878,10 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor)
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
-__global__ void k_flood_unite(Args a, Flood fl, unsigned t)
+__global__ void k_flood_unite(Args a, Flood fl, unsigned t, int per_edge)
 {
     EAP_LEVEL_IDX;
-    body_flood_unite(a, fl, img, i, t);
+    body_flood_unite(a, fl, img, i, t, per_edge);
 }
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
@@ -1310,12 +1326,14 @@ class EapCuda {
         k_scatter<<<gs, kThreads>>>(g, fl, hist_.get());
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
-        size_t edges = g.eight ? 8 : 4;
+        /* $HYPROF_EAP_FLOOD_EDGES=0: a thread a pixel (to measure) */
+        int per_edge = !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
+        size_t edges = per_edge ? (g.eight ? 8 : 4) : 1;
         for (int l = (int)L - 1; l >= 0; l--)
             if (maxc[l]) {
                 size_t th = maxc[l] * edges;
                 k_flood_unite<<<dim3((unsigned)((th + kThreads - 1) / kThreads), nimg),
-                                kThreads>>>(g, fl, (unsigned)l);
+                                kThreads>>>(g, fl, (unsigned)l, per_edge);
                 HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
             }
         HYPROF_TRY(traced("flood levels"));
