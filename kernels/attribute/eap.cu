@@ -63,7 +63,8 @@
  *   pinned 1 GB at a time for their copies).
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
  *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning, $HYPROF_EAP_PIN=0
- *   pageable copies (no page-locking at all).
+ *   pageable copies (no page-locking at all), $HYPROF_EAP_PREFAULT=0 leaves
+ *   the page faults to the page-locking (or the copies).
  *
  * The kernel bodies are written against the EAP_* macros so that a host
  * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
@@ -1038,7 +1039,8 @@ class OutputPrep {
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        hyprof__prefault(ctx, p, bytes);
+        if (!env_is("HYPROF_EAP_PREFAULT", "0")) /* "0": the page-locking faults them */
+            hyprof__prefault(ctx, p, bytes);
         prefault_ms_ =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count();
