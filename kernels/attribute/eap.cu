@@ -7,11 +7,11 @@
  *
  * Tree, 8-bit levels: by flooding level by level (see Flood below): a
  *   counting sort of the pixels by level, then, from the top level down,
- *   one launch a level over that level's pixels only (unite with a
- *   lock-free union-find, recording the links as the tree), then the
- *   canonical form as below. At most 256 short launches, every one as
- *   parallel as its level is large;
- *   $HYPROF_EAP_TILES=1 forces the tile path below instead.
+ *   one launch a level over that level's pixels only, a thread an edge
+ *   (unite with a lock-free union-find, recording the links as the tree),
+ *   then the canonical form as below. At most 256 short launches, every one
+ *   as parallel as its level is large; $HYPROF_EAP_FLOOD_EDGES=0 runs a
+ *   thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
  *
  * Tree, 16-bit levels (tile-local trees merged along the tile borders, after Blin et al.,
  * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
@@ -57,10 +57,14 @@
  * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
  *   diagonal; + 4 for the flooding's order of pixels); bands are processed
- *   in batches that fit the free device memory (one band at a time at
- *   worst), each batch's profile planes going to the host in one copy, into
- *   the output page-locked for the call (up to 8 GB; larger outputs are
- *   pinned 1 GB at a time for their copies).
+ *   in batches that fit the free device memory, each batch's profile planes
+ *   going to the host in one copy, into the output page-locked for the call
+ *   (up to 8 GB, on a helper thread while the trees build; larger outputs
+ *   are pinned 1 GB at a time for their copies). When one band's planes do
+ *   not fit next to its trees, one band at a time with its planes computed
+ *   and downloaded in chunks of pixels ($HYPROF_EAP_OUT_CHUNK=N forces
+ *   chunks of N pixels); when not even its trees fit, the call fails with
+ *   HYPROF_ERR_DEVICE_MEMORY and `auto` falls back to the CPU.
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
  *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning, $HYPROF_EAP_PIN=0
  *   pageable copies (no page-locking at all), $HYPROF_EAP_PREFAULT=0 leaves
