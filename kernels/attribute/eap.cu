@@ -84,6 +84,8 @@
 #include <cstring>
 #ifndef EAP_BODIES_ONLY
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 #endif
@@ -1007,8 +1009,10 @@ class StageTimer {
  * the trees (as EMP's OutputPrep): touches every page of the output (huge
  * pages where the kernel allows them, on the context's threads) and, when
  * `pin`, page-locks it, so that neither the page faults nor the locking come
- * before the first download. Every download waits for it. The output is
- * overwritten entirely, so the zero written into each page is harmless. */
+ * before the first download. With `piece` < bytes it goes piece by piece and
+ * says how far it got, so that the downloads of the first pieces overlap
+ * the preparation of the next. The output is overwritten entirely, so the
+ * zero written into each page is harmless. */
 class OutputPrep {
   public:
     OutputPrep() = default;
@@ -1017,19 +1021,27 @@ class OutputPrep {
     ~OutputPrep()
     {
         join();
-        if (p_) {
+        if (!locked_.empty())
             (void)cudaDeviceSynchronize(); /* an early return may leave copies in flight */
-            (void)cudaHostUnregister(p_);
-            (void)cudaGetLastError();
-        }
+        for (void *p : locked_)
+            (void)cudaHostUnregister(p);
+        (void)cudaGetLastError();
     }
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
+    void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
+               size_t piece)
     {
         try {
-            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, pin, device);
+            locked_.reserve(bytes / piece + 1);
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, pin, device, piece);
         } catch (...) {
-            work(ctx, p, bytes, pin, device);
+            work(ctx, p, bytes, pin, device, piece);
         }
+    }
+    /* Waits until the first `upto` bytes are prepared. */
+    void wait_for(size_t upto)
+    {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return ready_ >= upto || finished_; });
     }
     void join()
     {
@@ -1040,23 +1052,41 @@ class OutputPrep {
     double prefault_ms() const { return prefault_ms_; }
 
   private:
-    void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, bool pin, int device)
+    static double ms_since(std::chrono::steady_clock::time_point t0)
+    {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+            .count();
+    }
+    void work(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
+              size_t piece)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        if (!env_is("HYPROF_EAP_PREFAULT", "0")) /* "0": the page-locking faults them */
-            hyprof__prefault(ctx, p, bytes);
-        prefault_ms_ =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                .count();
-        if (pin && cudaSetDevice(device) == cudaSuccess &&
-            cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
-            p_ = p;
-        (void)cudaGetLastError();
-        ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                  .count();
+        bool fault = !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the page-locking faults them */
+        pin = pin && cudaSetDevice(device) == cudaSuccess;
+        for (size_t off = 0; off < bytes; off += piece) {
+            size_t b = bytes - off < piece ? bytes - off : piece;
+            auto t1 = std::chrono::steady_clock::now();
+            if (fault)
+                hyprof__prefault(ctx, p + off, b);
+            prefault_ms_ += ms_since(t1);
+            if (pin && cudaHostRegister(p + off, b, cudaHostRegisterDefault) == cudaSuccess)
+                locked_.push_back(p + off);
+            (void)cudaGetLastError();
+            std::lock_guard<std::mutex> lock(m_);
+            ready_ = off + b;
+            cv_.notify_all();
+        }
+        std::lock_guard<std::mutex> lock(m_);
+        finished_ = true;
+        ms_ = ms_since(t0);
+        cv_.notify_all();
     }
     std::thread t_;
-    void *p_ = NULL;
+    std::mutex m_;
+    std::condition_variable cv_;
+    size_t ready_ = 0;
+    bool finished_ = false;
+    std::vector<void *> locked_;
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
@@ -1114,8 +1144,13 @@ class EapCuda {
             HYPROF_CUDA_CHECK(cudaGetDevice(&device));
         }
         prep_ = &prep;
-        prep.start(ctx, a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes, pinned_,
-                   device);
+        out_base_ = a->out16 ? (unsigned char *)a->out16 : (unsigned char *)a->out32;
+        /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
+         * download as soon as it is ready */
+        piece_ = env_size("HYPROF_EAP_PIN_PIECE");
+        if (!piece_ || piece_ > out_bytes)
+            piece_ = out_bytes ? out_bytes : 1;
+        prep.start(ctx, out_base_, out_bytes, pinned_, device, piece_);
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
             HYPROF_TRY(batch(b0, nb));
@@ -1139,6 +1174,8 @@ class EapCuda {
     const hyprof_eap_args_t *a_;
     bool pinned_ = false, pageable_ = false;
     OutputPrep *prep_ = nullptr; /* run()'s */
+    unsigned char *out_base_ = nullptr;
+    size_t piece_ = 1;
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
     size_t b0_ = 0;     /* the batch's first band */
@@ -1552,6 +1589,20 @@ class EapCuda {
     hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
     {
         const char *op = a_->op;
+        if (pinned_ && piece_ < bytes) { /* each piece as soon as it is page-locked */
+            size_t base = (size_t)(dst - out_base_);
+            for (size_t off = 0; off < bytes;) {
+                size_t end = (base + off) / piece_ * piece_ + piece_ - base; /* its piece's end */
+                end = end < bytes ? end : bytes;
+                prep_->wait_for(base + end);
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, end - off,
+                                                  cudaMemcpyDeviceToHost));
+                off = end;
+            }
+            HYPROF_CUDA_CHECK(cudaStreamSynchronize(0));
+            prep_->join();
+            return HYPROF_OK;
+        }
         prep_->join();
         if (pinned_ || pageable_) {
             HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
