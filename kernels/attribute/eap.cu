@@ -1063,8 +1063,12 @@ class OutputPrep {
         const auto t0 = std::chrono::steady_clock::now();
         bool fault = !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the page-locking faults them */
         pin = pin && cudaSetDevice(device) == cudaSuccess;
-        for (size_t off = 0; off < bytes; off += piece) {
-            size_t b = bytes - off < piece ? bytes - off : piece;
+        const uintptr_t page = 4096;
+        for (size_t off = 0, b = 0; off < bytes; off += b) {
+            /* pieces end on page boundaries: no page is locked twice */
+            uintptr_t e = ((uintptr_t)p + off + piece + page - 1) & ~(page - 1);
+            b = e - (uintptr_t)p - off;
+            b = b < bytes - off ? b : bytes - off;
             auto t1 = std::chrono::steady_clock::now();
             if (fault)
                 hyprof__prefault(ctx, p + off, b);
