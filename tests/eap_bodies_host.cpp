@@ -79,14 +79,14 @@ static inline int h_or(int *p, int v)
 using namespace eap;
 
 static std::mt19937_64 rng(1);
-static const unsigned L = 256;
+static unsigned L = 256; /* levels of the current case */
 static const int kFilters = 4;
 static const hyprof_attribute_t kAttr[kFilters] = {HYPROF_ATTRIBUTE_AREA, HYPROF_ATTRIBUTE_DIAGONAL,
                                                   HYPROF_ATTRIBUTE_INERTIA, HYPROF_ATTRIBUTE_STD};
-static const double kThr[kFilters][7] = {{1, 2, 5, 10, 36, 144, 1764},
-                                         {1.5, 3, 5, 12, 40},
-                                         {0.17, 0.2, 0.3, 0.5, 1, 2.5},
-                                         {0.5, 1, 3, 10, 30}};
+static double kThr[kFilters][7] = {{1, 2, 5, 10, 36, 144, 1764},
+                                   {1.5, 3, 5, 12, 40},
+                                   {0.17, 0.2, 0.3, 0.5, 1, 2.5},
+                                   {0.5, 1, 3, 10, 30}};
 static const int kNt[kFilters] = {7, 5, 6, 5};
 
 /* kind 0: 4 random levels (plateaus), 1: any level, 2: a ramp with noise, 3: constant */
@@ -108,8 +108,12 @@ static void make_band(int kind, int w, int h, bool masked, std::vector<uint16_t>
 }
 
 /* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
-static int run_case(int w, int h, int kind, int eight, bool masked)
+static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels)
 {
+    L = levels;
+    for (int j = 0; j < kNt[3]; j++) /* std thresholds in levels: the same filter */
+        kThr[3][j] = (j == 0 ? 0.5 : j == 1 ? 1 : j == 2 ? 3 : j == 3 ? 10 : 30) *
+                     (levels > 256 ? 257.0 : 1.0);
     const size_t n = (size_t)w * h, nimg = 2, m = nimg * n;
     std::vector<uint16_t> band;
     std::vector<uint8_t> mask;
@@ -221,14 +225,14 @@ static int run_case(int w, int h, int kind, int eight, bool masked)
         uint8_t *kin = a.k0, *kout = a.k1;
         uint32_t *jin = a.aux, *jout = a.aux2;
         if (!hyprof_attribute_is_increasing(kAttr[fi])) {
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
                 EACH_PIXEL body_jump_min(a, kin, jin, kout, jout, img, p);
                 std::swap(kin, kout);
                 std::swap(jin, jout);
             }
             EACH_PIXEL body_up_init(a, jin, img, p);
         }
-        for (int r = 0; r < 8; r++) {
+        for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
             EACH_PIXEL body_jump_up(a, kin, jin, jout, img, p);
             std::swap(jin, jout);
         }
@@ -255,7 +259,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked)
     for (size_t i = 0; i < planes * n; i++)
         if (out[i] != ref[i] && !diff++)
             first = i;
-    printf("%dx%d kind %d, %d-connectivity%s: %s", w, h, kind, eight ? 8 : 4,
+    printf("%dx%d kind %d, %u levels, %d-connectivity%s: %s", w, h, kind, L, eight ? 8 : 4,
            masked ? ", masked" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
@@ -275,7 +279,10 @@ int main()
         for (int kind = 0; kind < 4; kind++)
             for (int eight = 0; eight < 2; eight++)
                 for (int masked = 0; masked < 2; masked++)
-                    bad |= run_case(s[0], s[1], kind, eight, masked != 0);
+                    bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256);
+    for (int kind = 0; kind < 4; kind++) /* 16-bit levels: as many launches as levels */
+        for (int eight = 0; eight < 2; eight++)
+            bad |= run_case(95, 95, kind, eight, kind == 2, 65536);
     printf(bad ? "SOME FAILED\n" : "all ok\n");
     return bad;
 }

@@ -5,17 +5,19 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
- * Tree, 8-bit levels: by flooding level by level (see Flood below): a
- *   counting sort of the pixels by level, then, from the top level down,
- *   one launch a level over that level's pixels only, a thread an edge
- *   (unite with a lock-free union-find, recording the links as the tree),
- *   then the canonical form as below. At most 256 short launches, every one
- *   as parallel as its level is large; $HYPROF_EAP_FLOOD_EDGES=0 runs a
+ * Tree, by flooding level by level (see Flood below): a counting sort of
+ *   the pixels by level, then, from the top level down, one launch a level
+ *   over that level's pixels only, a thread an edge (unite with a lock-free
+ *   union-find, recording the links as the tree), then the canonical form
+ *   as below. With 8-bit levels at most 256 short launches, every one as
+ *   parallel as its level is large; with 16-bit levels one launch per level
+ *   present in any image of the batch (tens of thousands: slower than the
+ *   CPU, but far faster than the tiles). $HYPROF_EAP_FLOOD_EDGES=0 runs a
  *   thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
  *
- * Tree, 16-bit levels (tile-local trees merged along the tile borders, after Blin et al.,
- * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
- * the same tree):
+ * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
+ * merged along the tile borders, after Blin et al., "Max-tree computation
+ * on GPUs", TPDS 2022, but with no two threads ever on the same tree):
  *   Pixels are ordered by the strict key (level, index). The component tree
  *   of that total order is unique, and collapsing the links between pixels
  *   of equal level gives the max-tree (the node of p is the component of
@@ -83,6 +85,7 @@
 #include <cstdint>
 #include <cstring>
 #ifndef EAP_BODIES_ONLY
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -412,7 +415,7 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
     }
 }
 
-/* ---- 8-bit levels: flooding level by level ----
+/* ---- the tree by flooding level by level ----
  * The components of {f >= t} for t from the top level down, in a union-find
  * `uf` over the pixels reached so far whose links go to smaller keys (level,
  * index) only, so that the root of a component is its pixel of smallest key:
@@ -832,11 +835,11 @@ __global__ void k_join(Args a, int vertical, uint32_t rw, uint32_t rh, uint32_t 
         return;
     body_join(a, (int)blockIdx.y, vertical, rw, rh, (uint32_t)(i % pairs), (uint32_t)(i / pairs));
 }
-/* 8-bit levels: the counting sort (a block per chunk of pixels, its
- * histogram in shared memory, one global atomic per level and block) and
- * the flooding steps. */
+/* The counting sort (a block per chunk of pixels; with 8-bit levels its
+ * histogram in shared memory, one global atomic per level and block; with
+ * more levels global atomics per pixel) and the flooding steps. */
 const int kSortChunk = 4096;
-const unsigned kFloodLevels = 256;
+const unsigned kFloodLevels = 256; /* up to this many levels, shared histograms */
 __global__ void k_flood_prepare(Args a, Flood fl) { EAP_IDX; body_flood_prepare(a, fl, img, p); }
 __device__ void chunk_hist(const Args &a, int img, uint32_t *h)
 {
@@ -846,10 +849,14 @@ __device__ void chunk_hist(const Args &a, int img, uint32_t *h)
         if (valid(a, p))
             atomicAdd(&h[a.lev[o + p]], 1u);
 }
-__global__ void k_hist(Args a, uint32_t *hist)
+__global__ void k_hist(Args a, uint32_t *hist, unsigned L)
 {
     __shared__ uint32_t h[kFloodLevels];
     int img = (int)blockIdx.y;
+    if (L > kFloodLevels) {
+        chunk_hist(a, img, hist + (size_t)img * L);
+        return;
+    }
     for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
         h[i] = 0;
     __syncthreads();
@@ -857,20 +864,28 @@ __global__ void k_hist(Args a, uint32_t *hist)
     __syncthreads();
     for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
         if (h[i])
-            atomicAdd(&hist[(size_t)img * kFloodLevels + i], h[i]);
+            atomicAdd(&hist[(size_t)img * L + i], h[i]);
 }
 /* cursor: per image and level, the next free place in ord (from off). */
-__global__ void k_scatter(Args a, Flood fl, uint32_t *cursor)
+__global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
 {
     __shared__ uint32_t h[kFloodLevels], base[kFloodLevels];
     int img = (int)blockIdx.y;
+    if (L > kFloodLevels) {
+        size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+        size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+        for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+            if (valid(a, p))
+                fl.ord[o + atomicAdd(&cursor[(size_t)img * L + a.lev[o + p]], 1u)] = (uint32_t)p;
+        return;
+    }
     for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
         h[i] = 0;
     __syncthreads();
     chunk_hist(a, img, h);
     __syncthreads();
     for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x) {
-        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * kFloodLevels + i], h[i]) : 0;
+        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * L + i], h[i]) : 0;
         h[i] = 0;
     }
     __syncthreads();
@@ -1124,7 +1139,7 @@ class EapCuda {
         }
         esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
         rounds_ = a->levels > 256 ? 16 : 8;
-        flood_ = a->levels <= kFloodLevels && !env_is("HYPROF_EAP_TILES", "1");
+        flood_ = !env_is("HYPROF_EAP_TILES", "1");
         HYPROF_TRY(plan());
         HYPROF_TRY(alloc());
         HYPROF_TRY(timer_.create(ctx, a->op));
@@ -1187,7 +1202,7 @@ class EapCuda {
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
     bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
     DeviceBuffer<uint32_t> ord_, hist_, off_;
-    std::vector<uint32_t> hist_h_, off_h_;
+    std::vector<uint32_t> hist_h_, off_h_, maxc_;
 
     DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
     DeviceBuffer<uint16_t> lev_;
@@ -1211,8 +1226,10 @@ class EapCuda {
         const char *op = a_->op;
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-        size_t tree = n_ * 2 * image_bytes(), planes = n_ * a_->planes * esize_;
-        size_t fixed = n_ + nthr_ * sizeof(double) + 4096 + (flood_ ? 4 * 1024 * 1024 : 0);
+        /* + per band with flooding: the histograms and offsets of its two images */
+        size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * ((size_t)a_->levels + 1) * 8 : 0);
+        size_t planes = n_ * a_->planes * esize_;
+        size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
         nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
         oc_ = n_;
         size_t forced_oc = env_size("HYPROF_EAP_OUT_CHUNK");
@@ -1270,10 +1287,12 @@ class EapCuda {
         HYPROF_TRY(error_.alloc(ctx, op, 1));
         if (flood_) {
             HYPROF_TRY(ord_.alloc(ctx, op, m));
-            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * kFloodLevels));
-            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (kFloodLevels + 1)));
-            hist_h_.resize(2 * nb_ * kFloodLevels);
-            off_h_.resize(2 * nb_ * (kFloodLevels + 1));
+            size_t L = a_->levels;
+            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * L));
+            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (L + 1)));
+            hist_h_.resize(2 * nb_ * L);
+            off_h_.resize(2 * nb_ * (L + 1));
+            maxc_.resize(L);
         }
         HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
         size_t t = 0;
@@ -1337,7 +1356,7 @@ class EapCuda {
     {
         const char *op = a_->op;
         Args &g = args_;
-        const unsigned L = kFloodLevels;
+        const unsigned L = a_->levels;
         Flood fl;
         fl.off = off_.get();
         fl.ord = ord_.get();
@@ -1349,11 +1368,12 @@ class EapCuda {
         size_t nh = (size_t)nimg * L;
         HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
         dim3 gs((unsigned)((n_ + kSortChunk - 1) / kSortChunk), nimg);
-        k_hist<<<gs, kThreads>>>(g, hist_.get());
+        k_hist<<<gs, kThreads>>>(g, hist_.get(), L);
         HYPROF_CUDA_CHECK_LAUNCH("k_hist");
         HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
                                      cudaMemcpyDeviceToHost));
-        uint32_t maxc[kFloodLevels] = {0};
+        uint32_t *maxc = maxc_.data();
+        std::fill(maxc_.begin(), maxc_.end(), 0u);
         for (int i = 0; i < nimg; i++) {
             uint32_t *h = hist_h_.data() + (size_t)i * L, *o = off_h_.data() + (size_t)i * (L + 1);
             uint32_t sum = 0;
@@ -1370,7 +1390,7 @@ class EapCuda {
                                      cudaMemcpyHostToDevice));
         HYPROF_CUDA_CHECK(cudaMemcpy(hist_.get(), hist_h_.data(), nh * sizeof(uint32_t),
                                      cudaMemcpyHostToDevice));
-        k_scatter<<<gs, kThreads>>>(g, fl, hist_.get());
+        k_scatter<<<gs, kThreads>>>(g, fl, hist_.get(), L);
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
         /* $HYPROF_EAP_FLOOD_EDGES=0: a thread a pixel (to measure) */
