@@ -1030,6 +1030,27 @@ class StageTimer {
  * zero written into each page is harmless. */
 class OutputPrep {
   public:
+    /* The pieces: [bound(k), bound(k + 1)), ending on page boundaries (no
+     * page is locked twice); a copy must stay within one (a page-locked
+     * range is an allocation of its own). */
+    size_t bound(size_t k) const
+    {
+        if (k == 0)
+            return 0;
+        uintptr_t e = ((uintptr_t)p_ + k * piece_ + kPage - 1) & ~(uintptr_t)(kPage - 1);
+        size_t b = (size_t)(e - (uintptr_t)p_);
+        return b < bytes_ ? b : bytes_;
+    }
+    /* The end of the piece holding byte `off`. */
+    size_t piece_end(size_t off) const
+    {
+        size_t k = off / piece_;
+        while (k > 0 && bound(k) > off)
+            k--;
+        while (bound(k + 1) <= off)
+            k++;
+        return bound(k + 1);
+    }
     OutputPrep() = default;
     OutputPrep(const OutputPrep &) = delete;
     OutputPrep &operator=(const OutputPrep &) = delete;
@@ -1045,6 +1066,9 @@ class OutputPrep {
     void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
                size_t piece)
     {
+        p_ = p;
+        bytes_ = bytes;
+        piece_ = piece < kPage ? kPage : piece;
         try {
             locked_.reserve(bytes / piece + 1);
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, pin, device, piece);
@@ -1078,12 +1102,9 @@ class OutputPrep {
         const auto t0 = std::chrono::steady_clock::now();
         bool fault = !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the page-locking faults them */
         pin = pin && cudaSetDevice(device) == cudaSuccess;
-        const uintptr_t page = 4096;
-        for (size_t off = 0, b = 0; off < bytes; off += b) {
-            /* pieces end on page boundaries: no page is locked twice */
-            uintptr_t e = ((uintptr_t)p + off + piece + page - 1) & ~(page - 1);
-            b = e - (uintptr_t)p - off;
-            b = b < bytes - off ? b : bytes - off;
+        (void)piece;
+        for (size_t k = 0; bound(k) < bytes; k++) {
+            size_t off = bound(k), b = bound(k + 1) - off;
             auto t1 = std::chrono::steady_clock::now();
             if (fault)
                 hyprof__prefault(ctx, p + off, b);
@@ -1100,6 +1121,9 @@ class OutputPrep {
         ms_ = ms_since(t0);
         cv_.notify_all();
     }
+    static const size_t kPage = 4096;
+    unsigned char *p_ = nullptr;
+    size_t bytes_ = 0, piece_ = 1;
     std::thread t_;
     std::mutex m_;
     std::condition_variable cv_;
@@ -1616,7 +1640,7 @@ class EapCuda {
         if (pinned_ && piece_ < bytes) { /* each piece as soon as it is page-locked */
             size_t base = (size_t)(dst - out_base_);
             for (size_t off = 0; off < bytes;) {
-                size_t end = (base + off) / piece_ * piece_ + piece_ - base; /* its piece's end */
+                size_t end = prep_->piece_end(base + off) - base;
                 end = end < bytes ? end : bytes;
                 prep_->wait_for(base + end);
                 HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, end - off,
