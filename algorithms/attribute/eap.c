@@ -119,12 +119,12 @@ static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height
 
 /* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
  * levels the CUDA path is the faster one (its trees are built by flooding
- * level by level): measured on an H100 at Pavia Centre size (8 bands of
- * 1096x715, area x 7), 47 ms host to host against 145 ms for the CPU path
- * on 16 threads. With 16-bit levels its trees come from tiles joined along
- * their borders, seconds where the CPU takes 0.18 s. So `auto` runs 8-bit
- * profiles on the GPU (falling back to the CPU when the device memory is
- * short, as every operation) and 16-bit ones on the CPU. */
+ * level by level, at most 256 launches): measured on an H100 at Pavia Centre
+ * size (8 bands of 1096x715, area x 7), 42 ms host to host against 114 ms
+ * for the CPU path on 16 threads. With 16-bit levels the flooding needs a
+ * launch per level present (tens of thousands): 0.53 s against 0.12 s. So
+ * `auto` runs 8-bit profiles on the GPU (falling back to the CPU when the
+ * device memory is short, as every operation) and 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
     hyprof__impl_fn cuda = (hyprof__impl_fn)0;
