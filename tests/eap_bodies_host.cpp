@@ -176,7 +176,6 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     fl.ord = ord.data();
     fl.uf = aux2.data();
     fl.pos = kind % 2 ? aux.data() : nullptr; /* both orders within a level */
-    fl.compress = eight;                      /* both finds */
     fl.levels = L;
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
     std::vector<size_t> maxc(L, 0);

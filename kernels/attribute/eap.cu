@@ -439,7 +439,6 @@ struct Flood {
     uint32_t *uf;        /* union-find over the flooded pixels */
     uint32_t *pos;       /* per image, each pixel's place in ord (or null: its index) */
     unsigned levels;
-    int compress;        /* finds: 1 full path compression, 0 path halving */
 };
 
 /* The order of the union-find within a level: a pixel's place in its
@@ -472,35 +471,14 @@ EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
     }
 }
 
-/* The root of x, then every pixel of the path pointed at it (the root read
- * is an ancestor of each, whatever happens to it meanwhile). */
-EAP_FN uint32_t uf_find_compress(uint32_t *uf, uint32_t x)
-{
-    uint32_t r = x;
-    for (;;) {
-        uint32_t p = EAP_LDCG32(&uf[r]);
-        if (p == r)
-            break;
-        r = p;
-    }
-    while (x != r) {
-        uint32_t p = EAP_LDCG32(&uf[x]);
-        if (p == r || p == x)
-            break;
-        EAP_STORE32(&uf[x], r);
-        x = p;
-    }
-    return r;
-}
-
 /* Unites the components of a and b; the root that goes under the other
  * gets it as its parent in par too. */
 EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, const uint32_t *pos,
-                     int compress, uint32_t a, uint32_t b)
+                     uint32_t a, uint32_t b)
 {
     for (;;) {
-        a = compress ? uf_find_compress(uf, a) : uf_find(uf, a);
-        b = compress ? uf_find_compress(uf, b) : uf_find(uf, b);
+        a = uf_find(uf, a);
+        b = uf_find(uf, b);
         if (a == b)
             return;
         if (flood_higher(lev, pos, b, a)) {
@@ -552,8 +530,7 @@ EAP_FN void flood_edge(const Args &a, const Flood &fl, size_t o, uint32_t p, int
         return;
     unsigned l = a.lev[o + q];
     if (l > t || (l == t && q < p))
-        uf_unite(fl.uf + o, a.par + o, a.lev + o, fl.pos ? fl.pos + o : nullptr, fl.compress, p,
-                 q);
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, fl.pos ? fl.pos + o : nullptr, p, q);
 }
 
 /* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
@@ -1434,8 +1411,6 @@ class EapCuda {
         fl.uf = g.aux2;
         /* aux is free until canon1; $HYPROF_EAP_FLOOD_KEY=index orders by index */
         fl.pos = env_is("HYPROF_EAP_FLOOD_KEY", "index") ? nullptr : g.aux;
-        /* $HYPROF_EAP_FLOOD_FIND=compress: full path compression (to measure) */
-        fl.compress = env_is("HYPROF_EAP_FLOOD_FIND", "compress");
         fl.levels = L;
         dim3 gr = grid(nimg);
         k_flood_prepare<<<gr, kThreads>>>(g, fl);
