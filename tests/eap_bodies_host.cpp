@@ -175,7 +175,6 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     fl.off = off.data();
     fl.ord = ord.data();
     fl.uf = aux2.data();
-    fl.pos = kind % 2 ? aux.data() : nullptr; /* both orders within a level */
     fl.levels = L;
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
     std::vector<size_t> maxc(L, 0);
@@ -188,10 +187,8 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
         for (unsigned l = 0; l < L; l++) {
             std::shuffle(b[l].begin(), b[l].end(), rng);
             off[img * (L + 1) + l] = s;
-            for (uint32_t p : b[l]) {
-                aux[img * n + p] = s;
+            for (uint32_t p : b[l])
                 ord[img * n + s++] = p;
-            }
             maxc[l] = std::max(maxc[l], b[l].size());
         }
         off[img * (L + 1) + L] = s;

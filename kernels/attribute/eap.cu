@@ -418,8 +418,7 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
 /* ---- the tree by flooding level by level ----
  * The components of {f >= t} for t from the top level down, in a union-find
  * `uf` over the pixels reached so far whose links go to smaller keys (level,
- * then place in the level's bucket: flood_higher) only, so that the root of
- * a component is its pixel of smallest key:
+ * index) only, so that the root of a component is its pixel of smallest key:
  * a pixel of its lowest level, the canonical element of the component's
  * node. Step t, one launch over the pixels of level t (bucketed by a
  * counting sort): unite p with its neighbours of level >= t, lock-free (a
@@ -437,23 +436,8 @@ struct Flood {
     const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
     uint32_t *ord;       /* per image, its valid pixels by level */
     uint32_t *uf;        /* union-find over the flooded pixels */
-    uint32_t *pos;       /* per image, each pixel's place in ord (or null: its index) */
     unsigned levels;
 };
-
-/* The order of the union-find within a level: a pixel's place in its
- * level's bucket, or its index. The places follow the launch order of the
- * level's blocks, so that the pixels met first become the roots and the
- * later ones are linked under them (their own roots: no two threads
- * competing to displace the root of a large component, and one new link a
- * level on the paths of the pixels below it). Any strict order within a
- * level gives the same nodes. */
-EAP_FN int flood_higher(const uint16_t *lev, const uint32_t *pos, uint32_t u, uint32_t v)
-{
-    uint16_t lu = lev[u], lv = lev[v];
-    uint32_t ku = pos ? pos[u] : u, kv = pos ? pos[v] : v;
-    return lu > lv || (lu == lv && ku > kv);
-}
 
 EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
 {
@@ -473,15 +457,14 @@ EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
 
 /* Unites the components of a and b; the root that goes under the other
  * gets it as its parent in par too. */
-EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, const uint32_t *pos,
-                     uint32_t a, uint32_t b)
+EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b)
 {
     for (;;) {
         a = uf_find(uf, a);
         b = uf_find(uf, b);
         if (a == b)
             return;
-        if (flood_higher(lev, pos, b, a)) {
+        if (higher(lev, b, a)) {
             uint32_t t = a;
             a = b;
             b = t;
@@ -530,7 +513,7 @@ EAP_FN void flood_edge(const Args &a, const Flood &fl, size_t o, uint32_t p, int
         return;
     unsigned l = a.lev[o + q];
     if (l > t || (l == t && q < p))
-        uf_unite(fl.uf + o, a.par + o, a.lev + o, fl.pos ? fl.pos + o : nullptr, p, q);
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
 }
 
 /* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
@@ -892,12 +875,8 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
         size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
         size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
         for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
-            if (valid(a, p)) {
-                uint32_t at = atomicAdd(&cursor[(size_t)img * L + a.lev[o + p]], 1u);
-                fl.ord[o + at] = (uint32_t)p;
-                if (fl.pos)
-                    fl.pos[o + p] = at;
-            }
+            if (valid(a, p))
+                fl.ord[o + atomicAdd(&cursor[(size_t)img * L + a.lev[o + p]], 1u)] = (uint32_t)p;
         return;
     }
     for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
@@ -915,10 +894,7 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
     for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
         if (valid(a, p)) {
             unsigned l = a.lev[o + p];
-            uint32_t at = base[l] + atomicAdd(&h[l], 1u);
-            fl.ord[o + at] = (uint32_t)p;
-            if (fl.pos)
-                fl.pos[o + p] = at;
+            fl.ord[o + base[l] + atomicAdd(&h[l], 1u)] = (uint32_t)p;
         }
 }
 #define EAP_LEVEL_IDX                                                                     \
@@ -1409,8 +1385,6 @@ class EapCuda {
         fl.off = off_.get();
         fl.ord = ord_.get();
         fl.uf = g.aux2;
-        /* aux is free until canon1; $HYPROF_EAP_FLOOD_KEY=index orders by index */
-        fl.pos = env_is("HYPROF_EAP_FLOOD_KEY", "index") ? nullptr : g.aux;
         fl.levels = L;
         dim3 gr = grid(nimg);
         k_flood_prepare<<<gr, kThreads>>>(g, fl);
