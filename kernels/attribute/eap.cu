@@ -1262,10 +1262,6 @@ class EapCuda {
              * chunks of pixels: only its trees must fit */
             size_t room = budget > fixed + tree ? budget - fixed - tree : 0;
             oc_ = room / (a_->planes * esize_);
-            if (forced_oc && forced_oc < oc_)
-                oc_ = forced_oc;
-            if (oc_ > n_)
-                oc_ = n_;
             size_t least = n_ < 4096 ? n_ : 4096;
             if (oc_ < least)
                 return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
@@ -1273,6 +1269,10 @@ class EapCuda {
                                      "device memory, %zu usable",
                                      a_->width, a_->height,
                                      tree + fixed + least * a_->planes * esize_, budget);
+            if (forced_oc && forced_oc < oc_)
+                oc_ = forced_oc;
+            if (oc_ > n_)
+                oc_ = n_;
             nb_ = 1;
             hyprof__log(ctx, HYPROF_LOG_DEBUG,
                         "%s: cuda, one band at a time, its planes in chunks of %zu pixels", op,
