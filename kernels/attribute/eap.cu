@@ -70,7 +70,12 @@
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
  *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning, $HYPROF_EAP_PIN=0
  *   pageable copies (no page-locking at all), $HYPROF_EAP_PREFAULT=0 leaves
- *   the page faults to the page-locking (or the copies).
+ *   the page faults to the page-locking (or the copies),
+ *   $HYPROF_EAP_PIN_PIECE=N prepares the output N bytes at a time, each
+ *   piece downloaded when ready. Measured on an H100 at Pavia Centre size
+ *   (376 MB of output): the default 42-54 ms host to host; pageable 55 ms;
+ *   no prefault 133 ms (the locking faults 4 KB pages on one thread);
+ *   32 MB pieces 71 ms.
  *
  * The kernel bodies are written against the EAP_* macros so that a host
  * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
