@@ -85,6 +85,7 @@ typedef struct {
     const char *extract;   /* unmix */
     const char *reduction, *attribute, *thresholds; /* eap */
     long connectivity, quantisation;                /* eap */
+    long per_band;                                  /* eap: -1 auto, 0, 1 */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
@@ -120,6 +121,9 @@ static void usage(FILE *f)
           "                    [--reduction dwt|pca|none] [--attribute area]\n"
           "                    [--thresholds 36,144,...] [--connectivity 4]\n"
           "                    [--quantisation 8|16]   (eap: reduction, then the profile)\n"
+          "                    [--per-band auto|0|1]   (eap: the profile band by band into\n"
+          "                    one reused 16-bit buffer; auto: when the float32 output\n"
+          "                    would take more than a quarter of the host memory)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -194,7 +198,7 @@ static int parse_args(int argc, char **argv, options_t *o)
                      .step = 65.0, .features = 4, .classifier = "svm", .grid = "default",
                      .neurons = 500, .endmembers = 31, .sspp = 1, .extract = "nfindr",
                      .reduction = "dwt", .attribute = "area", .connectivity = 4,
-                     .quantisation = 8, .pipeline = "api"};
+                     .quantisation = 8, .pipeline = "api", .per_band = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -253,6 +257,12 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "thresholds")) o->thresholds = v;
         else if (!strcmp(name, "connectivity")) rc = parse_long(name, v, 4, 8, &o->connectivity);
         else if (!strcmp(name, "quantisation")) rc = parse_long(name, v, 8, 16, &o->quantisation);
+        else if (!strcmp(name, "per-band")) {
+            if (!strcmp(v, "auto"))
+                o->per_band = -1;
+            else
+                rc = parse_long(name, v, 0, 1, &o->per_band);
+        }
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
             return -1;
@@ -803,14 +813,100 @@ static int eap_params(const options_t *o, hyprof_eap_params_t *p, hyprof_attribu
     return 0;
 }
 
+/* --per-band: the profile of each feature band in turn
+ * (hyprof_attribute_profiles), into one reused buffer of one band's planes as
+ * 16-bit levels, for scenes whose float32 output would not fit the host
+ * comfortably (auto: over a quarter of its memory; the 10748 x 12288 x 8
+ * scene's is 63 GB). Timed: the quantisation and every band's
+ * call; the checksum (the sum of every band's levels, exact in a double, so
+ * equal to the float32 output's) is taken outside the timing, in the last
+ * repetition only. */
+static struct {
+    int active, last_rep;
+    uint16_t *q, *buf;   /* the quantised features; one band's planes */
+    size_t bands, planes;
+    double sum, abs_sum;
+    double dev_ms[5];    /* the CUDA path's device stages, summed over the bands */
+} g_pb;
+
 /* Captures the CUDA path's stage message (debug log) for the JSON line. */
 static char g_eap_device_stages[512];
 static void keep_device_stages(void *user, hyprof_log_level_t level, const char *message)
 {
     (void)user;
     (void)level;
-    if (strstr(message, "device ms"))
-        snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
+    const char *d = strstr(message, "device ms: ");
+    if (!d)
+        return;
+    snprintf(g_eap_device_stages, sizeof g_eap_device_stages, "%s", message);
+    double v[5];
+    if (g_pb.active && sscanf(d, "device ms: upload %lf, tree %lf, attributes %lf, filters %lf, "
+                                 "download %lf", &v[0], &v[1], &v[2], &v[3], &v[4]) == 5)
+        for (int i = 0; i < 5; i++)
+            g_pb.dev_ms[i] += v[i];
+}
+
+
+static int eap_per_band(const options_t *o, const hyprof_cube_t *x,
+                        const hyprof_eap_params_t *p)
+{
+    if (o->per_band >= 0)
+        return (int)o->per_band;
+    double out_bytes = (double)x->width * (double)x->height * (double)x->bands *
+                       (double)hyprof_attribute_planes(p->filters, p->nfilters) * 4.0;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    return ram > 0 && out_bytes > ram / 4;
+}
+
+/* Exact sum of 16-bit values: 32-bit partial sums of 65536 values at most
+ * (they cannot overflow), which the compiler vectorises. */
+static uint64_t sum_u16(const uint16_t *v, size_t n)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n; i += 65536) {
+        size_t e = n - i < 65536 ? n : i + 65536;
+        uint32_t part = 0;
+        for (size_t j = i; j < e; j++)
+            part += v[j];
+        sum += part;
+    }
+    return sum;
+}
+
+static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *x,
+                                        const hyprof_eap_params_t *p, hyprof_cube_t *out,
+                                        double *profile_s)
+{
+    size_t n = x->width * x->height, planes = hyprof_attribute_planes(p->filters, p->nfilters);
+    if (!g_pb.q) {
+        g_pb.q = malloc(n * x->bands * sizeof *g_pb.q);
+        g_pb.buf = malloc(n * planes * sizeof *g_pb.buf);
+        if (!g_pb.q || !g_pb.buf) {
+            fprintf(stderr, "hyprof_bench: out of memory for the per-band buffers\n");
+            return HYPROF_ERR_NOMEM;
+        }
+    }
+    g_pb.active = 1;
+    g_pb.bands = x->bands;
+    g_pb.planes = planes;
+    double t0 = now_seconds();
+    hyprof_status_t st = hyprof_quantise(ctx, x, p->levels, g_pb.q, NULL);
+    double timed = now_seconds() - t0;
+    uint64_t sum = 0;
+    memset(g_pb.dev_ms, 0, sizeof g_pb.dev_ms);
+    for (size_t b = 0; st == HYPROF_OK && b < x->bands; b++) {
+        t0 = now_seconds();
+        st = hyprof_attribute_profiles(ctx, g_pb.q + b * n, x->mask, x->width, x->height,
+                                       p->levels, p->connectivity, p->filters, p->nfilters, 0,
+                                       g_pb.buf);
+        timed += now_seconds() - t0;
+        if (st == HYPROF_OK && g_pb.last_rep)
+            sum += sum_u16(g_pb.buf, n * planes);
+    }
+    g_pb.sum = g_pb.abs_sum = (double)sum;
+    *profile_s = timed;
+    *out = hyprof_cube_bsq(g_pb.buf, HYPROF_UINT16, x->width, x->height, planes);
+    return st;
 }
 
 /* --op eadp with CUDA: the device stage times and FED figures the library
@@ -898,14 +994,18 @@ static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hypr
         st = hyprof_dwt_spectral(ctx, in, hyprof_wavelet_find(o->wavelet), (int)o->levels,
                                  &feat);
     }
-    double t1 = now_seconds();
-    if (st == HYPROF_OK)
-        st = hyprof_eap(ctx, strcmp(o->reduction, "none") ? &feat : in, p, out, NULL);
-    double t2 = now_seconds();
+    double t1 = now_seconds(), profile_s = 0.0;
+    const hyprof_cube_t *x = strcmp(o->reduction, "none") ? &feat : in;
+    if (st == HYPROF_OK && eap_per_band(o, x, p))
+        st = run_eap_per_band(ctx, x, p, out, &profile_s);
+    else if (st == HYPROF_OK) {
+        st = hyprof_eap(ctx, x, p, out, NULL);
+        profile_s = now_seconds() - t1;
+    }
     hyprof_cube_free(&feat);
-    t->fit = t1 - t0;   /* the reduction */
-    t->apply = t2 - t1; /* the profile */
-    t->total = t2 - t0;
+    t->fit = t1 - t0;        /* the reduction */
+    t->apply = profile_s;    /* the profile */
+    t->total = t->fit + profile_s;
     return st;
 }
 
@@ -1193,6 +1293,7 @@ int main(int argc, char **argv)
     for (size_t r = 0; r < n; r++) {
         for (size_t k = 0; k < MAX_DEV_STAGES; k++)
             g_dev.now[k] = NAN;
+        g_pb.last_rep = r + 1 == n;
         st = run_once(ctx, &o, &in, wav, &ep, &pp, &out, &t);
         if (st != HYPROF_OK) {
             rc = fail(ctx, o.op, st);
@@ -1214,6 +1315,18 @@ int main(int argc, char **argv)
     /* `out` now holds the last repetition's result. */
     double sum, abs_sum;
     checksum(&out, &sum, &abs_sum);
+    size_t out_bands = out.bands;
+    if (g_pb.active) { /* out is the last band's planes only */
+        sum = g_pb.sum;
+        abs_sum = g_pb.abs_sum;
+        out_bands = g_pb.bands * g_pb.planes;
+        if (o.output) {
+            fprintf(stderr, "hyprof_bench: --output is not written in per-band mode\n");
+            hyprof_cube_free(&out);
+            rc = EXIT_USAGE;
+            goto done;
+        }
+    }
     if (o.output && write_cube(o.output, &out)) {
         hyprof_cube_free(&out);
         rc = EXIT_RUNTIME;
@@ -1239,7 +1352,7 @@ int main(int argc, char **argv)
             min_total = tot[r];
 
     print_head(&o, hyprof_backend_name(used), device);
-    printf(",\"threads\":%d,\"repeat\":%zu,\"out_bands\":%zu", threads, n, out.bands);
+    printf(",\"threads\":%d,\"repeat\":%zu,\"out_bands\":%zu", threads, n, out_bands);
     printf(",\"median_s\":%.9g,\"min_s\":%.9g", median(tot, scratch, n), min_total);
     if (!strcmp(o.op, "pca"))
         printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
@@ -1270,6 +1383,15 @@ int main(int argc, char **argv)
         printf(",\"stages\":{\"reduction_median_s\":%.9g,\"profile_median_s\":%.9g,"
                "\"profile_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
+        if (g_pb.active)
+            printf(",\"per_band\":\"the profile band by band (hyprof_attribute_profiles), "
+                   "16-bit levels into one reused buffer of one band's planes; timed: the "
+                   "quantisation and the calls\"");
+        if (g_pb.active && used == HYPROF_BACKEND_CUDA)
+            printf(",\"device_ms_all_bands\":{\"upload\":%.3f,\"tree\":%.3f,"
+                   "\"attributes\":%.3f,\"filters\":%.3f,\"download\":%.3f}",
+                   g_pb.dev_ms[0], g_pb.dev_ms[1], g_pb.dev_ms[2], g_pb.dev_ms[3],
+                   g_pb.dev_ms[4]);
         if (used == HYPROF_BACKEND_CUDA && g_eap_device_stages[0]) {
             printf(",\"device_stages\":");
             json_string(stdout, g_eap_device_stages);
@@ -1285,6 +1407,8 @@ int main(int argc, char **argv)
 
 done:
     hyprof_classifier_free(&g_cls.model);
+    free(g_pb.q);
+    free(g_pb.buf);
     free(g_cls.labels);
     free(times);
     free(tot);

@@ -924,6 +924,9 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
                    checksum_abs=rec.get("checksum_abs"),
                    hyprof_version=rec.get("hyprof_version"),
                    hyprof_build=rec.get("hyprof_build"), threads=rec.get("threads"))
+        for key in ("per_band", "device_ms_all_bands"):  # eap timed band by band
+            if key in rec:
+                row[key] = rec[key]
     return row
 
 
@@ -1453,6 +1456,9 @@ def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
     if huge:
         notes.append(f"{name} eap: no peers at this size (its 63 GB of planes are not written "
                      "out; scikit-image would take hours)")
+        if any(r.get("per_band") for r in done):
+            notes.append(f"{name} eap: hyprof timed band by band (hyprof_attribute_profiles "
+                         "into one reused 16-bit buffer: hyprof_bench --per-band)")
     elif ref is None and not outs:
         if not args.no_peers:
             notes.append(f"{name} eap: no hyprof output to take the features from: no peers")

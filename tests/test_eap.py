@@ -485,22 +485,25 @@ def test_bad_input(tmp_path, case):
     assert leftovers(tmp_path, "out.tif") == []
 
 
-def test_backend_cuda_without_device_is_refused_auto_runs_on_cpu(tmp_path):
+def test_backend_cuda_without_device_is_refused_auto_picks_by_levels(tmp_path):
     """Without a usable device, --backend cuda fails with a message saying so (no
-    output); auto runs EAP on the CPU, with or without a device (faster there than the
-    CUDA path: README)."""
+    output). auto runs 8-bit profiles on the GPU when there is one (the faster path
+    there) and on the CPU otherwise; 16-bit profiles always on the CPU (README)."""
     src = write_cube(tmp_path / "img.tif", plateau_image(np.random.default_rng(1), (9, 9)))
-    if "device 0" not in run("--version").stdout:
+    device = "device 0" in run("--version").stdout
+    if not device:
         r = run("eap", "--backend", "cuda", "--reduction", "none", src, tmp_path / "out.tif",
                 cwd=tmp_path)
         assert r.returncode == EXIT_RUNTIME, r.stderr
         assert "cuda" in r.stderr.lower(), r.stderr
         assert leftovers(tmp_path, "out.tif") == []
-    out = tmp_path / "auto.tif"
     env = dict(os.environ)
     env.pop("HYPROF_BACKEND", None)
-    run_ok("eap", "--backend", "auto", "--reduction", "none", src, out, cwd=tmp_path, env=env)
-    assert metadata(out)["BACKEND"] == "cpu"
+    for bits, expect in (("8", "cuda" if device else "cpu"), ("16", "cpu")):
+        out = tmp_path / f"auto{bits}.tif"
+        run_ok("eap", "--backend", "auto", "--reduction", "none", "--quantisation", bits, src,
+               out, cwd=tmp_path, env=env)
+        assert metadata(out)["BACKEND"] == expect, bits
 
 
 # ---- the library's one-band API (ctypes) -----------------------------------------------

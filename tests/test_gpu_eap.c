@@ -18,8 +18,13 @@
  * (area, diagonal: merge rule; std, inertia: min rule), so every plane of
  * each is compared. Then whole cubes through hyprof_eap (float planes,
  * nodata under a mask), also with $HYPROF_EAP_BAND_GROUP=1 and 2 (batches of
- * bands; with 2 also $HYPROF_EAP_PIN_ALL=0, the large outputs' download),
- * and, optionally, the first 4 bands of a real cube given as raw float32 BSQ
+ * bands; with 1 also $HYPROF_EAP_PIN_PIECE=100000, the output prepared and
+ * downloaded in pieces, with 2 $HYPROF_EAP_PIN_ALL=0, the large outputs'
+ * download),
+ * $HYPROF_EAP_OUT_CHUNK=1000 (one band at a time, its planes in chunks of
+ * pixels: the path for bands whose planes do not fit the device) and
+ * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
+ * flooding; 16-bit trees always take that path), and, optionally, the first 4 bands of a real cube given as raw float32 BSQ
  * (RAW, width W, height H, bands B).
  *
  * Checks: the CUDA planes equal the CPU planes bit for bit (the CPU backend
@@ -312,15 +317,24 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 2 : 0); g++) {
-        if (g) {
+    for (int g = 0; g <= (groups ? 4 : 0); g++) {
+        if (g == 3) { /* the planes of one band at a time in chunks of 1000 pixels */
+            setenv("HYPROF_EAP_OUT_CHUNK", "1000", 1);
+            snprintf(label, sizeof label, "%s, planes in chunks of 1000 pixels", name);
+        } else if (g == 4) { /* the 8-bit trees by tiles, as the 16-bit ones */
+            setenv("HYPROF_EAP_TILES", "1", 1);
+            snprintf(label, sizeof label, "%s, trees by tiles", name);
+        } else if (g) {
             char v[8];
             snprintf(v, sizeof v, "%d", g);
             setenv("HYPROF_EAP_BAND_GROUP", v, 1);
+            if (g == 1) /* pieces that do not line up with the batches */
+                setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
             if (g == 2)
                 setenv("HYPROF_EAP_PIN_ALL", "0", 1);
             snprintf(label, sizeof label, "%s, batches of %d band%s%s", name, g, g > 1 ? "s" : "",
-                     g == 2 ? ", output pinned piece by piece" : "");
+                     g == 2 ? ", output pinned piece by piece"
+                            : ", output prepared in pieces of 100000 bytes");
         } else {
             snprintf(label, sizeof label, "%s", name);
         }
@@ -329,6 +343,9 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         double ms = now_ms() - t0;
         unsetenv("HYPROF_EAP_BAND_GROUP");
         unsetenv("HYPROF_EAP_PIN_ALL");
+        unsetenv("HYPROF_EAP_OUT_CHUNK");
+        unsetenv("HYPROF_EAP_PIN_PIECE");
+        unsetenv("HYPROF_EAP_TILES");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));

@@ -117,21 +117,24 @@ static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height
     return HYPROF_OK;
 }
 
-/* Both backends give identical planes (kernels/attribute/eap.cu), but the
- * CUDA one is the slower: measured on an H200 at Pavia Centre size (8 bands
- * of 1096x715, area x 7), 148 ms of its device time build the trees (the
- * last rounds of its race-free merge are long sequential loops) against a
- * 252 ms CPU call on 32 threads host to host, and 8.6 s against 0.18 s at
- * 16 bits. So `auto` runs EAP on the CPU; --backend cuda runs the CUDA path. */
+/* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
+ * levels the CUDA path is the faster one (its trees are built by flooding
+ * level by level, at most 256 launches): measured on an H100 at Pavia Centre
+ * size (8 bands of 1096x715, area x 7), 42 ms host to host against 114 ms
+ * for the CPU path on 16 threads. With 16-bit levels the flooding needs a
+ * launch per level present (tens of thousands): 0.53 s against 0.12 s. So
+ * `auto` runs 8-bit profiles on the GPU (falling back to the CPU when the
+ * device memory is short, as every operation) and 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
     hyprof__impl_fn cuda = (hyprof__impl_fn)0;
-    if (ctx->backend == HYPROF_BACKEND_CUDA)
+    if (ctx->backend == HYPROF_BACKEND_CUDA ||
+        (ctx->backend == HYPROF_BACKEND_AUTO && a->levels <= 256))
         cuda = HYPROF_CUDA_IMPL(hyprof__cuda_eap);
     else if (ctx->backend == HYPROF_BACKEND_AUTO)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: auto runs on the CPU (faster than the CUDA path; --backend cuda "
-                    "runs that one)", OP);
+                    "%s: auto runs 16-bit levels on the CPU (faster than the CUDA path there; "
+                    "--backend cuda runs that one)", OP);
     return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, cuda, a);
 }
 
@@ -150,12 +153,15 @@ hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *ban
         return st;
     if (!band || !out)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no band or no output buffer");
-    size_t n = width * height;
+    size_t n = width * height, bad = SIZE_MAX;
+    #pragma omp parallel for reduction(min : bad) num_threads(hyprof__threads(ctx))
     for (size_t p = 0; p < n; p++)
-        if ((!mask || mask[p]) && band[p] >= levels)
-            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
-                                 "level %u at pixel (%zu, %zu) is not below %u",
-                                 (unsigned)band[p], p % width, p / width, levels);
+        if ((!mask || mask[p]) && band[p] >= levels && p < bad)
+            bad = p;
+    if (bad != SIZE_MAX)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "level %u at pixel (%zu, %zu) is not below %u",
+                             (unsigned)band[bad], bad % width, bad / width, levels);
     hyprof_eap_args_t a = {band, mask, width, height, 1, levels, connectivity, filters,
                            nfilters, hyprof_attribute_planes(filters, nfilters), out, NULL,
                            nodata, 0.0f, OP};
@@ -175,24 +181,34 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 
 /* ---- quantisation and the cube ---------------------------------------------------- */
 
-/* One band: its valid min and max into lo_hi and its levels into q; returns
- * the first valid pixel that is not finite, or SIZE_MAX. */
-static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned levels,
-                            uint16_t *q, double lo_hi[2])
+/* Pixels [p0, p1) of one band: the valid min and max into lo_hi, and the
+ * first valid pixel that is not finite (or SIZE_MAX). */
+static size_t band_range(const float *v, const uint8_t *m, size_t p0, size_t p1,
+                         double lo_hi[2])
 {
     double lo = INFINITY, hi = -INFINITY;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = p0; p < p1; p++) {
         if (m && !m[p])
             continue;
-        if (!isfinite(v[p]))
+        if (!isfinite(v[p])) {
+            lo_hi[0] = lo;
+            lo_hi[1] = hi;
             return p;
+        }
         lo = v[p] < lo ? v[p] : lo;
         hi = v[p] > hi ? v[p] : hi;
     }
-    lo_hi[0] = lo <= hi ? lo : NAN;
-    lo_hi[1] = lo <= hi ? hi : NAN;
+    lo_hi[0] = lo;
+    lo_hi[1] = hi;
+    return SIZE_MAX;
+}
+
+/* Pixels [p0, p1) of one band: their levels from the band's lo and hi. */
+static void band_levels(const float *v, const uint8_t *m, size_t p0, size_t p1,
+                        unsigned levels, double lo, double hi, uint16_t *q)
+{
     double top = (double)(levels - 1), span = hi - lo;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = p0; p < p1; p++) {
         if ((m && !m[p]) || !(span > 0.0)) {
             q[p] = 0;
             continue;
@@ -202,39 +218,62 @@ static size_t quantise_band(const float *v, const uint8_t *m, size_t n, unsigned
         double s = floor(((double)v[p] - lo) * top / span + 0.5);
         q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
     }
-    return SIZE_MAX;
 }
 
+/* Both passes over (band, chunk of pixels) pairs, so that a few large bands
+ * (the 10748 x 12288 x 8 scene) use every thread, not one each. */
 static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
                                     unsigned levels, uint16_t *out, double *range)
 {
-    size_t n = x->width * x->height, nb = x->bands;
-    size_t *bad = malloc(nb * sizeof *bad);
-    double *lh = malloc(2 * nb * sizeof *lh);
-    if (!bad || !lh) {
+    const size_t chunk = (size_t)1 << 18;
+    size_t n = x->width * x->height, nb = x->bands, nc = n ? (n + chunk - 1) / chunk : 0;
+    size_t *bad = malloc((nb * nc + 1) * sizeof *bad);
+    double *lh = malloc((2 * nb * nc + 2) * sizeof *lh), *blh = malloc((2 * nb + 2) * sizeof *blh);
+    if (!bad || !lh || !blh) {
         free(bad);
         free(lh);
+        free(blh);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     }
+    const float *v = x->data;
     #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
-    for (size_t b = 0; b < nb; b++)
-        bad[b] = quantise_band((const float *)x->data + b * n, x->mask, n, levels, out + b * n,
-                               lh + 2 * b);
+    for (size_t k = 0; k < nb * nc; k++) {
+        size_t b = k / nc, p0 = (k % nc) * chunk, p1 = p0 + chunk < n ? p0 + chunk : n;
+        bad[k] = band_range(v + b * n, x->mask, p0, p1, lh + 2 * k);
+    }
     hyprof_status_t st = HYPROF_OK;
     for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
-        size_t p = bad[b];
+        double lo = INFINITY, hi = -INFINITY;
+        size_t p = SIZE_MAX;
+        for (size_t c = 0; c < nc && p == SIZE_MAX; c++) {
+            size_t k = b * nc + c;
+            p = bad[k];
+            lo = lh[2 * k] < lo ? lh[2 * k] : lo;
+            hi = lh[2 * k + 1] > hi ? lh[2 * k + 1] : hi;
+        }
         if (p != SIZE_MAX)
             st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                                "band %zu: value %g at pixel (%zu, %zu) is not finite and not "
-                               "masked", b + 1, (double)((const float *)x->data)[b * n + p],
-                               p % x->width, p / x->width);
-        else if (range) {
-            range[2 * b] = lh[2 * b];
-            range[2 * b + 1] = lh[2 * b + 1];
+                               "masked", b + 1, (double)v[b * n + p], p % x->width,
+                               p / x->width);
+        blh[2 * b] = lo <= hi ? lo : NAN;
+        blh[2 * b + 1] = lo <= hi ? hi : NAN;
+        if (range) {
+            range[2 * b] = blh[2 * b];
+            range[2 * b + 1] = blh[2 * b + 1];
+        }
+    }
+    if (st == HYPROF_OK) {
+        #pragma omp parallel for schedule(dynamic) num_threads(hyprof__threads(ctx))
+        for (size_t k = 0; k < nb * nc; k++) {
+            size_t b = k / nc, p0 = (k % nc) * chunk, p1 = p0 + chunk < n ? p0 + chunk : n;
+            band_levels(v + b * n, x->mask, p0, p1, levels, blh[2 * b], blh[2 * b + 1],
+                        out + b * n);
         }
     }
     free(bad);
     free(lh);
+    free(blh);
     return st;
 }
 

@@ -5,9 +5,19 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
- * Tree (tile-local trees merged along the tile borders, after Blin et al.,
- * "Max-tree computation on GPUs", TPDS 2022, but with no two threads ever on
- * the same tree):
+ * Tree, by flooding level by level (see Flood below): a counting sort of
+ *   the pixels by level, then, from the top level down, one launch a level
+ *   over that level's pixels only, a thread an edge (unite with a lock-free
+ *   union-find, recording the links as the tree), then the canonical form
+ *   as below. With 8-bit levels at most 256 short launches, every one as
+ *   parallel as its level is large; with 16-bit levels one launch per level
+ *   present in any image of the batch (tens of thousands: slower than the
+ *   CPU, but far faster than the tiles). $HYPROF_EAP_FLOOD_EDGES=0 runs a
+ *   thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
+ *
+ * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
+ * merged along the tile borders, after Blin et al., "Max-tree computation
+ * on GPUs", TPDS 2022, but with no two threads ever on the same tree):
  *   Pixels are ordered by the strict key (level, index). The component tree
  *   of that total order is unique, and collapsing the links between pixels
  *   of equal level gives the max-tree (the node of p is the component of
@@ -47,12 +57,25 @@
  *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
  *   nthresholds + 1 steps.
  * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
- *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16 diagonal); bands are processed in batches that fit the free device memory
- *   (one band at a time at worst), each batch's profile planes going to the
- *   host in one copy, into the output page-locked for the call (up to 8 GB;
- *   larger outputs are pinned 1 GB at a time for their copies).
+ *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
+ *   diagonal; + 4 for the flooding's order of pixels); bands are processed
+ *   in batches that fit the free device memory, each batch's profile planes
+ *   going to the host in one copy, into the output page-locked for the call
+ *   (up to 8 GB, on a helper thread while the trees build; larger outputs
+ *   are pinned 1 GB at a time for their copies). When one band's planes do
+ *   not fit next to its trees, one band at a time with its planes computed
+ *   and downloaded in chunks of pixels ($HYPROF_EAP_OUT_CHUNK=N forces
+ *   chunks of N pixels); when not even its trees fit, the call fails with
+ *   HYPROF_ERR_DEVICE_MEMORY and `auto` falls back to the CPU.
  *   $HYPROF_EAP_BAND_GROUP=N forces at most N bands a batch;
- *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning.
+ *   $HYPROF_EAP_PIN_ALL=0 forces the piecewise pinning, $HYPROF_EAP_PIN=0
+ *   pageable copies (no page-locking at all), $HYPROF_EAP_PREFAULT=0 leaves
+ *   the page faults to the page-locking (or the copies),
+ *   $HYPROF_EAP_PIN_PIECE=N prepares the output N bytes at a time, each
+ *   piece downloaded when ready. Measured on an H100 at Pavia Centre size
+ *   (376 MB of output): the default 42-54 ms host to host; pageable 55 ms;
+ *   no prefault 133 ms (the locking faults 4 KB pages on one thread);
+ *   32 MB pieces 71 ms.
  *
  * The kernel bodies are written against the EAP_* macros so that a host
  * harness can define them (and EAP_BODIES_ONLY) and run the bodies on the
@@ -60,11 +83,20 @@
 #ifndef EAP_BODIES_ONLY
 #include "../core/cuda_util.h"
 #include "attribute/eap_impl.h"
+#include "morphology/emp_impl.h" /* hyprof__prefault */
 #endif
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#ifndef EAP_BODIES_ONLY
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+#endif
 
 #ifndef EAP_FN
 #define EAP_FN __device__ __forceinline__
@@ -78,6 +110,7 @@
 #define EAP_LOAD32(p) (*(p))
 #define EAP_STORE32(p, v) (*(p) = (v))
 #define EAP_OR32(p, v) atomicOr((p), (v))
+#define EAP_ACAS32(p, o, n) atomicCAS((p), (o), (n))
 /* The tree merges run in one thread per tree (tile, then region pair):
  * plain accesses, a compare-and-store without atomics. */
 __device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint32_t n)
@@ -128,6 +161,8 @@ struct Filter {
     int first;              /* filter 0: the band plane sits between */
     uint16_t nodata16;
     float nodata32;
+    size_t p0, p1;          /* the pixels written (all, or a chunk of them) */
+    size_t stride;          /* plane stride of the output buffer: n, or a chunk's size */
 };
 
 EAP_FN int valid(const Args &a, size_t p) { return !a.mask || a.mask[p]; }
@@ -385,6 +420,132 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
     }
 }
 
+/* ---- the tree by flooding level by level ----
+ * The components of {f >= t} for t from the top level down, in a union-find
+ * `uf` over the pixels reached so far whose links go to smaller keys (level,
+ * index) only, so that the root of a component is its pixel of smallest key:
+ * a pixel of its lowest level, the canonical element of the component's
+ * node. Step t, one launch over the pixels of level t (bucketed by a
+ * counting sort): unite p with its neighbours of level >= t, lock-free (a
+ * root is linked by compare-and-swap from itself; a lost race retries).
+ * The root of p's component is always of level t (p is in it), so a root
+ * that loses its root status is linked under a pixel of level t, and the
+ * link is also recorded in par (once per pixel: only the winner of its
+ * compare-and-swap writes it). par is then a max-tree in the sense of the
+ * tile path: links to strictly smaller keys, and the last pixel of level l
+ * on a pixel's par chain is the root its component had at the end of step
+ * l (its node's canonical element): canon1 and canon2 finish it, as after
+ * the tile joins. uf itself is compressed freely (path halving), so no walk
+ * ever follows the long chains of par. Measured on an H100 at Pavia Centre
+ * size, the levels' launches take 11 to 12 ms of the 12 ms of trees: 15 to
+ * 20 us for a sparse level, up to 150 us for the fullest (latency: a few
+ * dependent global accesses a find). Tried and dropped: a thread a pixel
+ * instead of an edge (13.5 ms), ordering a level's pixels by their place
+ * in the bucket instead of their index (no faster), full path compression
+ * (a find that has passed its root while others compress can point an
+ * ancestor back at it: a cycle, it hung). */
+struct Flood {
+    const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
+    uint32_t *ord;       /* per image, its valid pixels by level */
+    uint32_t *uf;        /* union-find over the flooded pixels */
+    unsigned levels;
+};
+
+EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
+{
+    for (;;) {
+        uint32_t p = EAP_LDCG32(&uf[x]);
+        if (p == x)
+            return x;
+        uint32_t g = EAP_LDCG32(&uf[p]);
+        if (g == p)
+            return p;
+        /* path halving: x is no root (and never will be again), g is an
+         * ancestor; this only ever races with another halving of x */
+        EAP_STORE32(&uf[x], g);
+        x = g;
+    }
+}
+
+/* Unites the components of a and b; the root that goes under the other
+ * gets it as its parent in par too. */
+EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b)
+{
+    for (;;) {
+        a = uf_find(uf, a);
+        b = uf_find(uf, b);
+        if (a == b)
+            return;
+        if (higher(lev, b, a)) {
+            uint32_t t = a;
+            a = b;
+            b = t;
+        }
+        if (EAP_ACAS32(&uf[a], a, b) == a) { /* key(a) > key(b): a under b */
+            par[a] = b;
+            return;
+        }
+    }
+}
+
+/* The i-th pixel of level t of image img, or UINT32_MAX past the end. */
+EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
+{
+    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
+    uint32_t b = off[t], e = off[t + 1];
+    return i < e - b ? fl.ord[(size_t)img * a.n + b + i] : UINT32_MAX;
+}
+
+EAP_FN void body_flood_prepare(const Args &a, const Flood &fl, int img, size_t p)
+{
+    body_prepare(a, img, p);
+    fl.uf[(size_t)img * a.n + p] = (uint32_t)p;
+}
+
+/* Neighbour j (0..3: left, right, up, down; 4..7: the diagonals) of p when
+ * it exists and is valid. */
+EAP_FN int neighbour(const Args &a, uint32_t p, int j, uint32_t &q)
+{
+    uint32_t w = a.width, x = p % w, y = p / w;
+    int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
+    int dy = j == 2 || j == 4 || j == 5 ? -1 : j == 3 || j == 6 || j == 7 ? 1 : 0;
+    if ((dx < 0 && x == 0) || (dx > 0 && x + 1 >= w) || (dy < 0 && y == 0) ||
+        (dy > 0 && y + 1 >= a.height))
+        return 0;
+    q = (uint32_t)((int64_t)p + dx + (int64_t)dy * w);
+    return valid(a, q);
+}
+
+/* Edge j of pixel p (of level t): united when the neighbour is of level t or
+ * above (an edge within the level once). */
+EAP_FN void flood_edge(const Args &a, const Flood &fl, size_t o, uint32_t p, int j, unsigned t)
+{
+    uint32_t q;
+    if (!neighbour(a, p, j, q))
+        return;
+    unsigned l = a.lev[o + q];
+    if (l > t || (l == t && q < p))
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
+}
+
+/* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
+ * a pixel (a thread an edge: a level's launch is short on latency); with
+ * per_edge = 0, every edge of the i-th pixel. */
+EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, size_t i, unsigned t,
+                             int per_edge)
+{
+    int e = a.eight ? 8 : 4;
+    size_t o = (size_t)img * a.n;
+    uint32_t p = flood_pixel(a, fl, img, per_edge ? i / e : i, t);
+    if (p == UINT32_MAX)
+        return;
+    if (per_edge)
+        flood_edge(a, fl, o, p, (int)(i % e), t);
+    else
+        for (int j = 0; j < e; j++)
+            flood_edge(a, fl, o, p, j, t);
+}
+
 /* The canonical element of p's node (after canon2). */
 EAP_FN uint32_t node_of(const uint32_t *par, const uint16_t *lev, uint32_t p)
 {
@@ -603,10 +764,10 @@ EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uin
 {
     size_t o = (size_t)img * a.n;
     int closing = img & 1;
-    T *band = out + (size_t)(img / 2) * f.planes * a.n;
+    T *band = out + (size_t)(img / 2) * f.planes * f.stride - f.p0;
     if (!valid(a, p)) {
         for (int j = 0; j < f.nt; j++)
-            band[plane_of(f, j, closing) * a.n + p] = out_value<T>(0, f, 1);
+            band[plane_of(f, j, closing) * f.stride + p] = out_value<T>(0, f, 1);
         return;
     }
     uint32_t c = node_of(a.par + o, a.lev + o, (uint32_t)p);
@@ -625,7 +786,7 @@ EAP_FN void body_out(const Args &a, const Filter &f, const uint8_t *k, const uin
         unsigned v = k[o + c] > j ? a.lev[o + c] : 0;
         if (closing)
             v = a.top - v;
-        band[plane_of(f, j, closing) * a.n + p] = out_value<T>(v, f, 0);
+        band[plane_of(f, j, closing) * f.stride + p] = out_value<T>(v, f, 0);
     }
 }
 
@@ -634,8 +795,8 @@ template <typename T>
 EAP_FN void body_band(const Args &a, const Filter &f, T *out, int img, size_t p)
 {
     size_t o = (size_t)img * a.n;
-    T *band = out + (size_t)(img / 2) * f.planes * a.n;
-    band[(f.off + f.nt) * a.n + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
+    T *band = out + (size_t)(img / 2) * f.planes * f.stride - f.p0;
+    band[(f.off + f.nt) * f.stride + p] = out_value<T>(a.lev[o + p], f, !valid(a, p));
 }
 
 } /* namespace eap */
@@ -686,9 +847,100 @@ __global__ void k_join(Args a, int vertical, uint32_t rw, uint32_t rh, uint32_t 
         return;
     body_join(a, (int)blockIdx.y, vertical, rw, rh, (uint32_t)(i % pairs), (uint32_t)(i / pairs));
 }
+/* The counting sort (a block per chunk of pixels; with 8-bit levels its
+ * histogram in shared memory, one global atomic per level and block; with
+ * more levels global atomics per pixel) and the flooding steps. */
+const int kSortChunk = 4096;
+const unsigned kFloodLevels = 256; /* up to this many levels, shared histograms */
+__global__ void k_flood_prepare(Args a, Flood fl) { EAP_IDX; body_flood_prepare(a, fl, img, p); }
+__device__ void chunk_hist(const Args &a, int img, uint32_t *h)
+{
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p))
+            atomicAdd(&h[a.lev[o + p]], 1u);
+}
+__global__ void k_hist(Args a, uint32_t *hist, unsigned L)
+{
+    __shared__ uint32_t h[kFloodLevels];
+    int img = (int)blockIdx.y;
+    if (L > kFloodLevels) {
+        chunk_hist(a, img, hist + (size_t)img * L);
+        return;
+    }
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_hist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        if (h[i])
+            atomicAdd(&hist[(size_t)img * L + i], h[i]);
+}
+/* cursor: per image and level, the next free place in ord (from off). */
+__global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
+{
+    __shared__ uint32_t h[kFloodLevels], base[kFloodLevels];
+    int img = (int)blockIdx.y;
+    if (L > kFloodLevels) {
+        size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+        size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+        for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+            if (valid(a, p))
+                fl.ord[o + atomicAdd(&cursor[(size_t)img * L + a.lev[o + p]], 1u)] = (uint32_t)p;
+        return;
+    }
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_hist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x) {
+        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * L + i], h[i]) : 0;
+        h[i] = 0;
+    }
+    __syncthreads();
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            unsigned l = a.lev[o + p];
+            fl.ord[o + base[l] + atomicAdd(&h[l], 1u)] = (uint32_t)p;
+        }
+}
+#define EAP_LEVEL_IDX                                                                     \
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
+    int img = (int)blockIdx.y
+__global__ void k_flood_unite(Args a, Flood fl, unsigned t, int per_edge)
+{
+    EAP_LEVEL_IDX;
+    body_flood_unite(a, fl, img, i, t, per_edge);
+}
 __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
-__global__ void k_acc_pixel(Args a) { EAP_IDX; body_acc_pixel(a, img, p); }
+/* With the area alone, the lanes of a warp on the same node add their count
+ * in one atomic (neighbouring pixels mostly share a node: the root and the
+ * large nodes are where the atomics of every pixel would queue). */
+__global__ void k_acc_pixel(Args a)
+{
+    size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int img = (int)blockIdx.y;
+    bool ok = p < a.n && valid(a, p);
+    if (a.cnt && !a.s1 && !a.sx && !a.x0) {
+        unsigned act = __ballot_sync(0xffffffffu, ok);
+        if (!ok)
+            return;
+        size_t o = (size_t)img * a.n;
+        unsigned long long c = o + node_of(a.par + o, a.lev + o, (uint32_t)p);
+        unsigned same = __match_any_sync(act, c);
+        if ((int)(threadIdx.x & 31) == __ffs(same) - 1)
+            atomicAdd(&a.cnt[c], (uint32_t)__popc(same));
+        return;
+    }
+    if (ok)
+        body_acc_pixel(a, img, p);
+}
 __global__ void k_pend(Args a) { EAP_IDX; body_pend(a, img, p); }
 __global__ void k_leaf(Args a) { EAP_IDX; body_leaf(a, img, p); }
 __global__ void k_up(Args a) { EAP_IDX; body_up(a, img, p); }
@@ -705,17 +957,29 @@ __global__ void k_jump_up(Args a, const uint8_t *k, const uint32_t *uin, uint32_
     EAP_IDX;
     body_jump_up(a, k, uin, uout, img, p);
 }
+/* The output kernels run over the filter's pixels [p0, p1). */
+#define EAP_OUT_IDX                                                                       \
+    size_t p = f.p0 + (size_t)blockIdx.x * blockDim.x + threadIdx.x;                      \
+    if (p >= f.p1)                                                                        \
+        return;                                                                           \
+    int img = (int)blockIdx.y
 template <typename T>
 __global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *out)
 {
-    EAP_IDX;
+    EAP_OUT_IDX;
     body_out<T>(a, f, k, u, out, img, p);
 }
 template <typename T> __global__ void k_band(Args a, Filter f, T *out)
 {
-    EAP_IDX;
+    EAP_OUT_IDX;
     if (!(img & 1))
         body_band<T>(a, f, out, img, p);
+}
+
+bool env_is(const char *name, const char *value)
+{
+    const char *s = getenv(name);
+    return s && strcmp(s, value) == 0;
 }
 
 size_t env_size(const char *name)
@@ -768,6 +1032,119 @@ class StageTimer {
     double ms_[kStages] = {};
 };
 
+/* The host side of the output, on a helper thread while the device builds
+ * the trees (as EMP's OutputPrep): touches every page of the output (huge
+ * pages where the kernel allows them, on the context's threads) and, when
+ * `pin`, page-locks it, so that neither the page faults nor the locking come
+ * before the first download. With `piece` < bytes it goes piece by piece and
+ * says how far it got, so that the downloads of the first pieces overlap
+ * the preparation of the next. The output is overwritten entirely, so the
+ * zero written into each page is harmless. */
+class OutputPrep {
+  public:
+    /* The pieces: [bound(k), bound(k + 1)), ending on page boundaries (no
+     * page is locked twice); a copy must stay within one (a page-locked
+     * range is an allocation of its own). */
+    size_t bound(size_t k) const
+    {
+        if (k == 0)
+            return 0;
+        uintptr_t e = ((uintptr_t)p_ + k * piece_ + kPage - 1) & ~(uintptr_t)(kPage - 1);
+        size_t b = (size_t)(e - (uintptr_t)p_);
+        return b < bytes_ ? b : bytes_;
+    }
+    /* The end of the piece holding byte `off`. */
+    size_t piece_end(size_t off) const
+    {
+        size_t k = off / piece_;
+        while (k > 0 && bound(k) > off)
+            k--;
+        while (bound(k + 1) <= off)
+            k++;
+        return bound(k + 1);
+    }
+    OutputPrep() = default;
+    OutputPrep(const OutputPrep &) = delete;
+    OutputPrep &operator=(const OutputPrep &) = delete;
+    ~OutputPrep()
+    {
+        join();
+        if (!locked_.empty())
+            (void)cudaDeviceSynchronize(); /* an early return may leave copies in flight */
+        for (void *p : locked_)
+            (void)cudaHostUnregister(p);
+        (void)cudaGetLastError();
+    }
+    void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
+               size_t piece)
+    {
+        p_ = p;
+        bytes_ = bytes;
+        piece_ = piece < kPage ? kPage : piece;
+        try {
+            locked_.reserve(bytes / piece + 1);
+            t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, pin, device, piece);
+        } catch (...) {
+            work(ctx, p, bytes, pin, device, piece);
+        }
+    }
+    /* Waits until the first `upto` bytes are prepared. */
+    void wait_for(size_t upto)
+    {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return ready_ >= upto || finished_; });
+    }
+    void join()
+    {
+        if (t_.joinable())
+            t_.join();
+    }
+    double ms() const { return ms_; }
+    double prefault_ms() const { return prefault_ms_; }
+
+  private:
+    static double ms_since(std::chrono::steady_clock::time_point t0)
+    {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+            .count();
+    }
+    void work(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
+              size_t piece)
+    {
+        const auto t0 = std::chrono::steady_clock::now();
+        bool fault = !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the page-locking faults them */
+        pin = pin && cudaSetDevice(device) == cudaSuccess;
+        (void)piece;
+        for (size_t k = 0; bound(k) < bytes; k++) {
+            size_t off = bound(k), b = bound(k + 1) - off;
+            auto t1 = std::chrono::steady_clock::now();
+            if (fault)
+                hyprof__prefault(ctx, p + off, b);
+            prefault_ms_ += ms_since(t1);
+            if (pin && cudaHostRegister(p + off, b, cudaHostRegisterDefault) == cudaSuccess)
+                locked_.push_back(p + off);
+            (void)cudaGetLastError();
+            std::lock_guard<std::mutex> lock(m_);
+            ready_ = off + b;
+            cv_.notify_all();
+        }
+        std::lock_guard<std::mutex> lock(m_);
+        finished_ = true;
+        ms_ = ms_since(t0);
+        cv_.notify_all();
+    }
+    static const size_t kPage = 4096;
+    unsigned char *p_ = nullptr;
+    size_t bytes_ = 0, piece_ = 1;
+    std::thread t_;
+    std::mutex m_;
+    std::condition_variable cv_;
+    size_t ready_ = 0;
+    bool finished_ = false;
+    std::vector<void *> locked_;
+    double ms_ = 0.0, prefault_ms_ = 0.0;
+};
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
@@ -798,6 +1175,7 @@ class EapCuda {
         }
         esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
         rounds_ = a->levels > 256 ? 16 : 8;
+        flood_ = !env_is("HYPROF_EAP_TILES", "1");
         HYPROF_TRY(plan());
         HYPROF_TRY(alloc());
         HYPROF_TRY(timer_.create(ctx, a->op));
@@ -809,13 +1187,25 @@ class EapCuda {
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
-         * of the host memory at once. */
-        HostPin out_pin;
+         * of the host memory at once. Prepared while the first trees build. */
+        OutputPrep prep;
         size_t out_bytes = a->bands * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
-        pinned_ = out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
-        if (pinned_)
-            out_pin.pin(a->out16 ? (void *)a->out16 : (void *)a->out32, out_bytes);
+        pageable_ = env_is("HYPROF_EAP_PIN", "0");
+        pinned_ = !pageable_ && out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
+        int device = 0;
+        {
+            const char *op = a->op;
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device));
+        }
+        prep_ = &prep;
+        out_base_ = a->out16 ? (unsigned char *)a->out16 : (unsigned char *)a->out32;
+        /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
+         * download as soon as it is ready */
+        piece_ = env_size("HYPROF_EAP_PIN_PIECE");
+        if (!piece_ || piece_ > out_bytes)
+            piece_ = out_bytes ? out_bytes : 1;
+        prep.start(ctx, out_base_, out_bytes, pinned_, device, piece_);
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
             HYPROF_TRY(batch(b0, nb));
@@ -824,8 +1214,10 @@ class EapCuda {
         const double *t = timer_.ms();
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
-                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f",
-                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4]);
+                    "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
+                    "output preparation %.1f ms (page faults %.1f, page-lock %.1f)",
+                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4],
+                    prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms());
         return HYPROF_OK;
     }
 
@@ -835,10 +1227,18 @@ class EapCuda {
     static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
-    bool pinned_ = false;
+    bool pinned_ = false, pageable_ = false;
+    OutputPrep *prep_ = nullptr; /* run()'s */
+    unsigned char *out_base_ = nullptr;
+    size_t piece_ = 1;
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
+    size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
+    size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
+    bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
+    DeviceBuffer<uint32_t> ord_, hist_, off_;
+    std::vector<uint32_t> hist_h_, off_h_, maxc_;
 
     DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
     DeviceBuffer<uint16_t> lev_;
@@ -853,7 +1253,7 @@ class EapCuda {
     /* device bytes per pixel of one image (not counting the output planes) */
     size_t image_bytes() const
     {
-        return 2 + 4 * 4 + 3 + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+        return 2 + 4 * 4 + 3 + (flood_ ? 4 : 0) + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
                (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
     }
 
@@ -862,14 +1262,34 @@ class EapCuda {
         const char *op = a_->op;
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-        size_t per_band = n_ * (2 * image_bytes() + a_->planes * esize_);
+        /* + per band with flooding: the histograms and offsets of its two images */
+        size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * ((size_t)a_->levels + 1) * 8 : 0);
+        size_t planes = n_ * a_->planes * esize_;
         size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
-        nb_ = budget > fixed ? (budget - fixed) / per_band : 0;
-        if (nb_ == 0)
-            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                                 "one band of %zux%zu pixels needs %zu bytes of device memory, "
-                                 "%zu usable",
-                                 a_->width, a_->height, per_band + fixed, budget);
+        nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
+        oc_ = n_;
+        size_t forced_oc = env_size("HYPROF_EAP_OUT_CHUNK");
+        if (nb_ == 0 || (forced_oc && forced_oc < n_)) {
+            /* one band at a time, its planes computed and downloaded in
+             * chunks of pixels: only its trees must fit */
+            size_t room = budget > fixed + tree ? budget - fixed - tree : 0;
+            oc_ = room / (a_->planes * esize_);
+            size_t least = n_ < 4096 ? n_ : 4096;
+            if (oc_ < least)
+                return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                     "the trees of one band of %zux%zu pixels need %zu bytes of "
+                                     "device memory, %zu usable",
+                                     a_->width, a_->height,
+                                     tree + fixed + least * a_->planes * esize_, budget);
+            if (forced_oc && forced_oc < oc_)
+                oc_ = forced_oc;
+            if (oc_ > n_)
+                oc_ = n_;
+            nb_ = 1;
+            hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                        "%s: cuda, one band at a time, its planes in chunks of %zu pixels", op,
+                        oc_);
+        }
         size_t forced = env_size("HYPROF_EAP_BAND_GROUP");
         if (forced && forced < nb_)
             nb_ = forced;
@@ -899,8 +1319,17 @@ class EapCuda {
             HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
         if (need_box_)
             HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * n_ * esize_));
+        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * oc_ * esize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
+        if (flood_) {
+            HYPROF_TRY(ord_.alloc(ctx, op, m));
+            size_t L = a_->levels;
+            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * L));
+            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (L + 1)));
+            hist_h_.resize(2 * nb_ * L);
+            off_h_.resize(2 * nb_ * (L + 1));
+            maxc_.resize(L);
+        }
         HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
         size_t t = 0;
         for (size_t f = 0; f < a_->nfilters; f++) {
@@ -956,9 +1385,84 @@ class EapCuda {
 
     dim3 grid(int nimg) const { return dim3((unsigned)((n_ + kThreads - 1) / kThreads), nimg); }
 
+    /* 8-bit levels: the counting sort into ord (one small copy to the host:
+     * the level sizes give each level's grid and skip the empty levels),
+     * then one launch a level (see Flood) and the canonical form. */
+    hyprof_status_t build_flood(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        const unsigned L = a_->levels;
+        Flood fl;
+        fl.off = off_.get();
+        fl.ord = ord_.get();
+        fl.uf = g.aux2;
+        fl.levels = L;
+        dim3 gr = grid(nimg);
+        k_flood_prepare<<<gr, kThreads>>>(g, fl);
+        HYPROF_CUDA_CHECK_LAUNCH("k_flood_prepare");
+        size_t nh = (size_t)nimg * L;
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
+        dim3 gs((unsigned)((n_ + kSortChunk - 1) / kSortChunk), nimg);
+        k_hist<<<gs, kThreads>>>(g, hist_.get(), L);
+        HYPROF_CUDA_CHECK_LAUNCH("k_hist");
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
+                                     cudaMemcpyDeviceToHost));
+        uint32_t *maxc = maxc_.data();
+        std::fill(maxc_.begin(), maxc_.end(), 0u);
+        for (int i = 0; i < nimg; i++) {
+            uint32_t *h = hist_h_.data() + (size_t)i * L, *o = off_h_.data() + (size_t)i * (L + 1);
+            uint32_t sum = 0;
+            for (unsigned l = 0; l < L; l++) {
+                uint32_t c = h[l];
+                maxc[l] = c > maxc[l] ? c : maxc[l];
+                o[l] = h[l] = sum; /* hist becomes the scatter's cursor */
+                sum += c;
+            }
+            o[L] = sum;
+        }
+        HYPROF_CUDA_CHECK(cudaMemcpy(off_.get(), off_h_.data(),
+                                     (size_t)nimg * (L + 1) * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_.get(), hist_h_.data(), nh * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        k_scatter<<<gs, kThreads>>>(g, fl, hist_.get(), L);
+        HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
+        HYPROF_TRY(traced("k_scatter"));
+        /* $HYPROF_EAP_FLOOD_EDGES=0: a thread a pixel (to measure) */
+        int per_edge = !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
+        size_t edges = per_edge ? (g.eight ? 8 : 4) : 1;
+        for (int l = (int)L - 1; l >= 0; l--)
+            if (maxc[l]) {
+                size_t th = maxc[l] * edges;
+                k_flood_unite<<<dim3((unsigned)((th + kThreads - 1) / kThreads), nimg),
+                                kThreads>>>(g, fl, (unsigned)l, per_edge);
+                HYPROF_CUDA_CHECK_LAUNCH("k_flood_unite");
+            }
+        HYPROF_TRY(traced("flood levels"));
+        return canon(nimg);
+    }
+
+    /* The canonical form of a tree in par (links to smaller keys). */
+    hyprof_status_t canon(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        dim3 gr = grid(nimg);
+        k_canon1<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
+        HYPROF_TRY(traced("k_canon1"));
+        k_canon2<<<gr, kThreads>>>(g);
+        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
+        HYPROF_TRY(traced("k_canon2"));
+        return HYPROF_OK;
+    }
+
     hyprof_status_t build(int nimg)
     {
         const char *op = a_->op;
+        if (flood_)
+            return build_flood(nimg);
         Args &g = args_;
         dim3 gr = grid(nimg);
         k_prepare<<<gr, kThreads>>>(g);
@@ -989,13 +1493,7 @@ class EapCuda {
                     rw *= 2;
             }
         }
-        k_canon1<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_canon1");
-        HYPROF_TRY(traced("k_canon1"));
-        k_canon2<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_canon2");
-        HYPROF_TRY(traced("k_canon2"));
-        return HYPROF_OK;
+        return canon(nimg);
     }
 
     hyprof_status_t accumulate(int nimg)
@@ -1035,7 +1533,7 @@ class EapCuda {
         return HYPROF_OK;
     }
 
-    template <typename T> hyprof_status_t filter(int nimg, const Filter &f, T *out)
+    template <typename T> hyprof_status_t filter(int nimg, Filter f, T *out)
     {
         const char *op = a_->op;
         Args &g = args_;
@@ -1071,13 +1569,21 @@ class EapCuda {
             jin = jout;
             jout = tj;
         }
-        k_out<T><<<gr, kThreads>>>(g, f, kin, jin, out);
-        HYPROF_CUDA_CHECK_LAUNCH("k_out");
-        HYPROF_TRY(traced("k_out"));
-        if (f.first) {
-            k_band<T><<<gr, kThreads>>>(g, f, out);
-            HYPROF_CUDA_CHECK_LAUNCH("k_band");
-        HYPROF_TRY(traced("k_band"));
+        for (size_t p0 = 0; p0 < n_; p0 += oc_) {
+            f.p0 = p0;
+            f.p1 = n_ - p0 < oc_ ? n_ : p0 + oc_;
+            f.stride = oc_;
+            dim3 go((unsigned)((f.p1 - p0 + kThreads - 1) / kThreads), nimg);
+            k_out<T><<<go, kThreads>>>(g, f, kin, jin, out);
+            HYPROF_CUDA_CHECK_LAUNCH("k_out");
+            HYPROF_TRY(traced("k_out"));
+            if (f.first) {
+                k_band<T><<<go, kThreads>>>(g, f, out);
+                HYPROF_CUDA_CHECK_LAUNCH("k_band");
+                HYPROF_TRY(traced("k_band"));
+            }
+            if (oc_ < n_)
+                HYPROF_TRY(download_chunk(f, out));
         }
         return HYPROF_OK;
     }
@@ -1123,12 +1629,42 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* Chunked planes (one band a batch): this filter's planes of pixels
+     * [f.p0, f.p1) to their places in the output. */
+    template <typename T> hyprof_status_t download_chunk(const Filter &f, const T *out)
+    {
+        const char *op = a_->op;
+        prep_->join();
+        size_t rows = 2 * (size_t)f.nt + (size_t)f.first;
+        T *dst = (T *)(a_->out16 ? (void *)a_->out16 : (void *)a_->out32) +
+                 (b0_ * a_->planes + f.off) * n_ + f.p0;
+        HYPROF_CUDA_CHECK(cudaMemcpy2D(dst, n_ * sizeof(T), out + f.off * oc_, oc_ * sizeof(T),
+                                       (f.p1 - f.p0) * sizeof(T), rows,
+                                       cudaMemcpyDeviceToHost));
+        return HYPROF_OK;
+    }
+
     /* Device to host; without the whole output pinned, each 1 GB piece is
      * pinned for its copy (a pageable copy runs at a fraction of the bus). */
     hyprof_status_t download(unsigned char *dst, const unsigned char *src, size_t bytes)
     {
         const char *op = a_->op;
-        if (pinned_) {
+        if (pinned_ && piece_ < bytes) { /* each piece as soon as it is page-locked */
+            size_t base = (size_t)(dst - out_base_);
+            for (size_t off = 0; off < bytes;) {
+                size_t end = prep_->piece_end(base + off) - base;
+                end = end < bytes ? end : bytes;
+                prep_->wait_for(base + end);
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, end - off,
+                                                  cudaMemcpyDeviceToHost));
+                off = end;
+            }
+            HYPROF_CUDA_CHECK(cudaStreamSynchronize(0));
+            prep_->join();
+            return HYPROF_OK;
+        }
+        prep_->join();
+        if (pinned_ || pageable_) {
             HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
             return HYPROF_OK;
         }
@@ -1146,6 +1682,7 @@ class EapCuda {
         const char *op = a_->op;
         int nimg = (int)(2 * nb);
         args_.nimg = nimg;
+        b0_ = b0;
         HYPROF_TRY(timer_.mark(ctx, op, 0));
         if (trace_)
             HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
@@ -1165,7 +1702,8 @@ class EapCuda {
         HYPROF_TRY(timer_.mark(ctx, op, 4));
         unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
                                        : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
-        HYPROF_TRY(download(dst, out_.get(), count * esize_));
+        if (oc_ == n_) /* else filters() has downloaded the chunks */
+            HYPROF_TRY(download(dst, out_.get(), count * esize_));
         HYPROF_TRY(timer_.mark(ctx, op, 5));
         HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;

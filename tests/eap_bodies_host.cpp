@@ -1,0 +1,288 @@
+/* The CUDA attribute profiles' kernel bodies (kernels/attribute/eap.cu, the
+ * 8-bit path: flooding, canonical form, attributes, filters) run on the host,
+ * one kernel after the other and every "thread" of a kernel in turn, against
+ * the CPU backend (hyprof_attribute_profiles): a check of the algorithm that
+ * needs no GPU. The pixels of each level are shuffled (the order in which
+ * the GPU's threads link the trees must not matter), and the planes are
+ * written in chunks of 1000 pixels (the out-of-memory path). It does not
+ * exercise the GPU's races: tests/test_gpu_eap.c does, on a device.
+ *
+ * Not registered with CTest (it is C++ and includes the .cu); build and run
+ * it against a CPU build of the library:
+ *   g++ -O2 -std=c++17 -Iinclude -Ialgorithms tests/eap_bodies_host.cpp \
+ *       -Lbuild -lhyprof -Wl,-rpath,$PWD/build -o /tmp/eap_bodies_host && /tmp/eap_bodies_host
+ * Prints a line per case; exits 1 when any differs. */
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+/* The device primitives, sequential: every atomic returns the old value. */
+static inline uint32_t h_cas(uint32_t *p, uint32_t o, uint32_t n)
+{
+    uint32_t v = *p;
+    if (v == o)
+        *p = n;
+    return v;
+}
+template <class T> static inline T h_add(T *p, T v)
+{
+    T o = *p;
+    *p += v;
+    return o;
+}
+template <class T> static inline T h_sub(T *p, T v)
+{
+    T o = *p;
+    *p -= v;
+    return o;
+}
+static inline uint32_t h_min(uint32_t *p, uint32_t v)
+{
+    uint32_t o = *p;
+    *p = v < o ? v : o;
+    return o;
+}
+static inline uint32_t h_max(uint32_t *p, uint32_t v)
+{
+    uint32_t o = *p;
+    *p = v > o ? v : o;
+    return o;
+}
+static inline int h_or(int *p, int v)
+{
+    int o = *p;
+    *p |= v;
+    return o;
+}
+#define EAP_BODIES_ONLY
+#define EAP_FN inline
+#define EAP_CAS32(p, o, n) h_cas((p), (o), (n))
+#define EAP_ACAS32(p, o, n) h_cas((p), (o), (n))
+#define EAP_ADD32(p, v) h_add<uint32_t>((p), (v))
+#define EAP_SUB32(p, v) h_sub<uint32_t>((p), (v))
+#define EAP_ADD64(p, v) h_add<unsigned long long>((p), (v))
+#define EAP_MIN32(p, v) h_min((p), (v))
+#define EAP_MAX32(p, v) h_max((p), (v))
+#define EAP_FENCE()
+#define EAP_LOAD32(p) (*(p))
+#define EAP_STORE32(p, v) (*(p) = (v))
+#define EAP_OR32(p, v) h_or((p), (v))
+#define EAP_LDCG32(p) (*(p))
+#define EAP_LDCG64(p) (*(p))
+#include "../kernels/attribute/eap.cu"
+
+#include "hyprof/attribute.h"
+#include "hyprof/hyprof.h"
+
+using namespace eap;
+
+static std::mt19937_64 rng(1);
+static unsigned L = 256; /* levels of the current case */
+static const int kFilters = 4;
+static const hyprof_attribute_t kAttr[kFilters] = {HYPROF_ATTRIBUTE_AREA, HYPROF_ATTRIBUTE_DIAGONAL,
+                                                  HYPROF_ATTRIBUTE_INERTIA, HYPROF_ATTRIBUTE_STD};
+static double kThr[kFilters][7] = {{1, 2, 5, 10, 36, 144, 1764},
+                                   {1.5, 3, 5, 12, 40},
+                                   {0.17, 0.2, 0.3, 0.5, 1, 2.5},
+                                   {0.5, 1, 3, 10, 30}};
+static const int kNt[kFilters] = {7, 5, 6, 5};
+
+/* kind 0: 4 random levels (plateaus), 1: any level, 2: a ramp with noise, 3: constant */
+static void make_band(int kind, int w, int h, bool masked, std::vector<uint16_t> &band,
+                      std::vector<uint8_t> &mask)
+{
+    size_t n = (size_t)w * h;
+    band.assign(n, 0);
+    mask.assign(n, 1);
+    for (size_t p = 0; p < n; p++) {
+        int x = (int)(p % w), y = (int)(p / w);
+        band[p] = kind == 0   ? rng() % 4
+                  : kind == 1 ? rng() % L
+                  : kind == 2 ? ((x * 7 + y * 3) / 5 % L + rng() % 3) % L
+                              : 7;
+        if (masked && rng() % 10 == 0)
+            mask[p] = band[p] = 0;
+    }
+}
+
+/* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
+static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels)
+{
+    L = levels;
+    for (int j = 0; j < kNt[3]; j++) /* std thresholds in levels: the same filter */
+        kThr[3][j] = (j == 0 ? 0.5 : j == 1 ? 1 : j == 2 ? 3 : j == 3 ? 10 : 30) *
+                     (levels > 256 ? 257.0 : 1.0);
+    const size_t n = (size_t)w * h, nimg = 2, m = nimg * n;
+    std::vector<uint16_t> band;
+    std::vector<uint8_t> mask;
+    make_band(kind, w, h, masked, band, mask);
+    hyprof_attribute_filter_t f[kFilters];
+    for (int i = 0; i < kFilters; i++)
+        f[i] = {kAttr[i], kThr[i], (size_t)kNt[i]};
+    const size_t planes = hyprof_attribute_planes(f, kFilters);
+    std::vector<uint16_t> ref(planes * n), out(planes * n);
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
+    if (hyprof_attribute_profiles(ctx, band.data(), masked ? mask.data() : NULL, w, h, L,
+                                  eight ? 8 : 4, f, kFilters, 0, ref.data()) != HYPROF_OK) {
+        printf("cpu failed: %s\n", hyprof_ctx_last_error(ctx));
+        hyprof_ctx_free(&ctx);
+        return 1;
+    }
+    hyprof_ctx_free(&ctx);
+
+    std::vector<uint16_t> lev(m);
+    std::vector<uint32_t> par(m), aux(m), aux2(m), pend(m), cnt(m), box(4 * m), ord(m),
+        off(nimg * (L + 1));
+    std::vector<uint8_t> k0(m), k1(m), node(m);
+    std::vector<unsigned long long> s64(6 * m);
+    int err = 0;
+    Args a{};
+    a.n = n;
+    a.width = w;
+    a.height = h;
+    a.eight = eight;
+    a.top = L - 1;
+    a.nimg = (int)nimg;
+    a.mask = masked ? mask.data() : nullptr;
+    a.lev = lev.data();
+    a.par = par.data();
+    a.aux = aux.data();
+    a.aux2 = aux2.data();
+    a.pend = pend.data();
+    a.k0 = k0.data();
+    a.k1 = k1.data();
+    a.node = node.data();
+    a.cnt = cnt.data();
+    a.s1 = s64.data();
+    a.s2 = s64.data() + m;
+    a.sx = s64.data() + 2 * m;
+    a.sy = s64.data() + 3 * m;
+    a.sxx = s64.data() + 4 * m;
+    a.syy = s64.data() + 5 * m;
+    a.x0 = box.data();
+    a.x1 = box.data() + m;
+    a.y0 = box.data() + 2 * m;
+    a.y1 = box.data() + 3 * m;
+    a.error = &err;
+    std::copy(band.begin(), band.end(), lev.begin());
+#define EACH_PIXEL for (int img = 0; img < (int)nimg; img++) for (size_t p = 0; p < n; p++)
+
+    /* tree: counting sort (each level shuffled), a launch a level, canon */
+    Flood fl;
+    fl.off = off.data();
+    fl.ord = ord.data();
+    fl.uf = aux2.data();
+    fl.levels = L;
+    EACH_PIXEL body_flood_prepare(a, fl, img, p);
+    std::vector<size_t> maxc(L, 0);
+    for (size_t img = 0; img < nimg; img++) {
+        std::vector<std::vector<uint32_t>> b(L);
+        for (size_t p = 0; p < n; p++)
+            if (valid(a, p))
+                b[lev[img * n + p]].push_back((uint32_t)p);
+        uint32_t s = 0;
+        for (unsigned l = 0; l < L; l++) {
+            std::shuffle(b[l].begin(), b[l].end(), rng);
+            off[img * (L + 1) + l] = s;
+            for (uint32_t p : b[l])
+                ord[img * n + s++] = p;
+            maxc[l] = std::max(maxc[l], b[l].size());
+        }
+        off[img * (L + 1) + L] = s;
+    }
+    const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
+    for (int l = L - 1; l >= 0; l--)
+        for (int img = 0; img < (int)nimg; img++)
+            for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
+                body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
+    EACH_PIXEL body_canon1(a, img, p);
+    EACH_PIXEL body_canon2(a, img, p);
+
+    /* attributes */
+    std::fill(box.begin(), box.begin() + m, 0xffffffffu);         /* x0 */
+    std::fill(box.begin() + 2 * m, box.begin() + 3 * m, 0xffffffffu); /* y0 */
+    EACH_PIXEL body_acc_pixel(a, img, p);
+    EACH_PIXEL body_pend(a, img, p);
+    EACH_PIXEL body_leaf(a, img, p);
+    EACH_PIXEL body_up(a, img, p);
+
+    /* filters, the planes in chunks of oc pixels */
+    const size_t oc = 1000;
+    std::vector<uint16_t> chunk(planes * oc);
+    size_t first_plane = 0;
+    for (int fi = 0; fi < kFilters; fi++) {
+        Filter F{};
+        F.attribute = kAttr[fi];
+        F.thr = kThr[fi];
+        F.nt = kNt[fi];
+        F.planes = planes;
+        F.off = first_plane;
+        F.first = fi == 0;
+        EACH_PIXEL body_pass(a, F, img, p);
+        uint8_t *kin = a.k0, *kout = a.k1;
+        uint32_t *jin = a.aux, *jout = a.aux2;
+        if (!hyprof_attribute_is_increasing(kAttr[fi])) {
+            for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
+                EACH_PIXEL body_jump_min(a, kin, jin, kout, jout, img, p);
+                std::swap(kin, kout);
+                std::swap(jin, jout);
+            }
+            EACH_PIXEL body_up_init(a, jin, img, p);
+        }
+        for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
+            EACH_PIXEL body_jump_up(a, kin, jin, jout, img, p);
+            std::swap(jin, jout);
+        }
+        size_t rows = 2 * (size_t)kNt[fi] + F.first;
+        for (size_t p0 = 0; p0 < n; p0 += oc) {
+            F.p0 = p0;
+            F.p1 = std::min(n, p0 + oc);
+            F.stride = oc;
+            for (int img = 0; img < (int)nimg; img++)
+                for (size_t p = F.p0; p < F.p1; p++) {
+                    body_out<uint16_t>(a, F, kin, jin, chunk.data(), img, p);
+                    if (F.first && img == 0)
+                        body_band<uint16_t>(a, F, chunk.data(), img, p);
+                }
+            for (size_t r = 0; r < rows; r++)
+                for (size_t p = F.p0; p < F.p1; p++)
+                    out[(F.off + r) * n + p] = chunk[(F.off + r) * oc + p - F.p0];
+        }
+        first_plane += rows;
+    }
+#undef EACH_PIXEL
+
+    size_t diff = 0, first = 0;
+    for (size_t i = 0; i < planes * n; i++)
+        if (out[i] != ref[i] && !diff++)
+            first = i;
+    printf("%dx%d kind %d, %u levels, %d-connectivity%s: %s", w, h, kind, L, eight ? 8 : 4,
+           masked ? ", masked" : "", diff || err ? "FAIL" : "ok");
+    if (diff)
+        printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
+               first % n);
+    if (err)
+        printf(" (error bits %d)", err);
+    printf("\n");
+    return diff != 0 || err != 0;
+}
+
+int main()
+{
+    static const int sizes[][2] = {{1, 1}, {1, 9}, {13, 1}, {4, 4}, {37, 23}, {95, 95}, {145, 145},
+                                   {400, 300}};
+    int bad = 0;
+    for (const auto &s : sizes)
+        for (int kind = 0; kind < 4; kind++)
+            for (int eight = 0; eight < 2; eight++)
+                for (int masked = 0; masked < 2; masked++)
+                    bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256);
+    for (int kind = 0; kind < 4; kind++) /* 16-bit levels: as many launches as levels */
+        for (int eight = 0; eight < 2; eight++)
+            bad |= run_case(95, 95, kind, eight, kind == 2, 65536);
+    printf(bad ? "SOME FAILED\n" : "all ok\n");
+    return bad;
+}
