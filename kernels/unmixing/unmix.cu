@@ -367,6 +367,7 @@ __device__ inline double sqdist_dev(const float *__restrict__ x, size_t npix, si
                                     const double *__restrict__ c)
 {
     double d = 0.0;
+#pragma unroll 8
     for (int b = 0; b < B; b++) {
         double t = __dsub_rn((double)x[(size_t)b * npix + i], c[b]);
         d = __dadd_rn(d, __dmul_rn(t, t));
@@ -441,33 +442,43 @@ __global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix
 
 /* Nearest centre: the cube is read once (bands outer), the k running sums
  * stay in registers (MAXK <= 32) or local memory; each sum still runs over b
- * in increasing order, as the CPU's. */
+ * in increasing order, as the CPU's. The centres come through shared memory
+ * a tile of kAssignBands bands at a time (one broadcast load per centre and
+ * band instead of a global one), and the count of changed labels is one
+ * atomic per warp. */
+const int kAssignThreads = 256, kAssignBands = 16;
+
 template <int MAXK>
-__global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
-                              size_t npix, int B, int k, const double *__restrict__ C,
-                              int32_t *__restrict__ labels, double *__restrict__ dist,
-                              unsigned long long *__restrict__ changed)
+__global__ void __launch_bounds__(kAssignThreads)
+assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix, int B,
+              int k, const double *__restrict__ C, int32_t *__restrict__ labels,
+              double *__restrict__ dist, unsigned long long *__restrict__ changed)
 {
+    __shared__ double cs[kAssignBands * MAXK];
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= npix)
-        return;
-    if (mask && !mask[i]) {
-        labels[i] = -1;
-        dist[i] = 0.0;
-        return;
-    }
+    bool in = i < npix, live = in && !(mask && !mask[i]);
     double d[MAXK];
 #pragma unroll
     for (int c = 0; c < MAXK; c++)
         d[c] = 0.0;
-    for (int b = 0; b < B; b++) {
-        double xb = (double)x[(size_t)b * npix + i];
+    for (int b0 = 0; b0 < B; b0 += kAssignBands) {
+        int nb = B - b0 < kAssignBands ? B - b0 : kAssignBands;
+        __syncthreads();
+        for (int t = threadIdx.x; t < nb * k; t += blockDim.x)
+            cs[(t / k) * MAXK + t % k] = C[(size_t)(t % k) * B + b0 + t / k];
+        __syncthreads();
+        if (!live)
+            continue;
+        for (int bb = 0; bb < nb; bb++) {
+            double xb = (double)x[(size_t)(b0 + bb) * npix + i];
+            const double *cb = cs + bb * MAXK;
 #pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            if (c < k) {
-                double t = __dsub_rn(xb, C[(size_t)c * B + b]);
-                d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
-            }
+            for (int c = 0; c < MAXK; c++)
+                if (c < k) {
+                    double t = __dsub_rn(xb, cb[c]);
+                    d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+                }
+        }
     }
     double best = d[0];
     int32_t lab = 0;
@@ -477,56 +488,141 @@ __global__ void assign_kernel(const float *__restrict__ x, const uint8_t *__rest
             best = d[c];
             lab = c;
         }
+    if (!live)
+        lab = -1, best = 0.0;
+    bool moved = in && labels[i] != lab;
+    unsigned vote = __ballot_sync(0xffffffffu, moved);
+    if ((threadIdx.x & 31) == 0 && vote)
+        atomicAdd(changed, (unsigned long long)__popc(vote));
+    if (in) {
+        labels[i] = lab;
+        dist[i] = best;
+    }
+}
+
+/* More than 32 centres: the sums in local memory, the centres from global. */
+__global__ void assign_many_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                                   size_t npix, int B, int k, const double *__restrict__ C,
+                                   int32_t *__restrict__ labels, double *__restrict__ dist,
+                                   unsigned long long *__restrict__ changed)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= npix)
+        return;
+    if (mask && !mask[i]) {
+        labels[i] = -1;
+        dist[i] = 0.0;
+        return;
+    }
+    double d[HYPROF_MAX_ENDMEMBERS];
+    for (int c = 0; c < k; c++)
+        d[c] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i];
+        for (int c = 0; c < k; c++) {
+            double t = __dsub_rn(xb, C[(size_t)c * B + b]);
+            d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+        }
+    }
+    double best = d[0];
+    int32_t lab = 0;
+    for (int c = 1; c < k; c++)
+        if (d[c] < best) {
+            best = d[c];
+            lab = c;
+        }
     if (labels[i] != lab)
         atomicAdd(changed, 1ull);
     labels[i] = lab;
     dist[i] = best;
 }
 
-__global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix,
+/* Cluster sizes: a shared-memory histogram per block, then one atomic per
+ * block and cluster (one global atomic per pixel serialised on k addresses). */
+__global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix, int k,
                              unsigned long long *__restrict__ cnt)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < npix && labels[i] >= 0)
-        atomicAdd(&cnt[labels[i]], 1ull);
+    extern __shared__ unsigned int hist[];
+    for (int c = threadIdx.x; c < k; c += blockDim.x)
+        hist[c] = 0;
+    __syncthreads();
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < npix;
+         i += (size_t)gridDim.x * blockDim.x)
+        if (labels[i] >= 0)
+            atomicAdd(&hist[labels[i]], 1u);
+    __syncthreads();
+    for (int c = threadIdx.x; c < k; c += blockDim.x)
+        if (hist[c])
+            atomicAdd(&cnt[c], (unsigned long long)hist[c]);
 }
 
 /* part[(blk*B + b)*k + c]: sum of band b over the pixels of cluster c in block
- * blk, pixels in order (one thread per block and band, its k sums in shared
- * memory). */
-__global__ void partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels,
-                               size_t npix, int B, int k, size_t nblk, double *__restrict__ part)
+ * blk, pixels in order. One warp per pixel block and group of 32 bands (lane =
+ * band): the block's labels and a 32 x 32 tile of the cube at a time go
+ * through shared memory with coalesced loads, each lane adding its band's
+ * values into its own k sums in pixel order (the CPU's order). */
+const int kPartialBands = 32, kPartialTile = 32;
+
+__global__ void __launch_bounds__(32)
+partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, size_t npix,
+               int B, int k, double *__restrict__ part)
 {
-    extern __shared__ double sums[];
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= nblk * (size_t)B)
-        return;
-    size_t blk = t / B, b = t % B;
-    double *s = sums + (size_t)threadIdx.x * k;
-    for (int c = 0; c < k; c++)
-        s[c] = 0.0;
-    size_t p0 = blk * HYPROF_KMEANS_BLOCK, p1 = p0 + HYPROF_KMEANS_BLOCK;
+    extern __shared__ double sums[]; /* k x 32 */
+    __shared__ int32_t lab[HYPROF_KMEANS_BLOCK];
+    __shared__ float tile[kPartialBands][kPartialTile + 1];
+    const int lane = threadIdx.x;
+    const size_t blk = blockIdx.x, p0 = blk * HYPROF_KMEANS_BLOCK;
+    const int b0 = blockIdx.y * kPartialBands, b = b0 + lane;
+    const int nb = B - b0 < kPartialBands ? B - b0 : kPartialBands;
+    size_t p1 = p0 + HYPROF_KMEANS_BLOCK;
     p1 = p1 < npix ? p1 : npix;
-    const float *xb = x + b * npix;
-    for (size_t px = p0; px < p1; px++) {
-        int32_t l = labels[px];
-        if (l >= 0)
-            s[l] = __dadd_rn(s[l], (double)xb[px]);
-    }
+    const int n = (int)(p1 - p0);
     for (int c = 0; c < k; c++)
-        part[t * k + c] = s[c];
+        sums[c * 32 + lane] = 0.0;
+    for (int t = lane; t < n; t += 32)
+        lab[t] = labels[p0 + t];
+    for (int t0 = 0; t0 < n; t0 += kPartialTile) {
+        const int m = n - t0 < kPartialTile ? n - t0 : kPartialTile;
+        __syncwarp();
+        for (int r = 0; r < nb; r++)
+            if (lane < m)
+                tile[r][lane] = x[(size_t)(b0 + r) * npix + p0 + t0 + lane];
+        __syncwarp();
+        if (lane < nb)
+            for (int j = 0; j < m; j++) {
+                int32_t l = lab[t0 + j];
+                if (l >= 0)
+                    sums[l * 32 + lane] = __dadd_rn(sums[l * 32 + lane], (double)tile[lane][j]);
+            }
+    }
+    if (lane < nb)
+        for (int c = 0; c < k; c++)
+            part[(blk * B + b) * k + c] = sums[c * 32 + lane];
 }
 
+/* C[c][b] = (sum over blocks, in order, of part) / cnt[c]; the loads of eight
+ * blocks are issued before their (ordered) additions. */
 __global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
                               int B, int k, size_t nblk, double *__restrict__ C)
 {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)B * k)
         return;
-    size_t b = t / k, c = t % k;
+    size_t b = t / k, c = t % k, stride = (size_t)B * k;
+    const double *q = part + b * k + c;
     double s = 0.0;
-    for (size_t blk = 0; blk < nblk; blk++)
-        s = __dadd_rn(s, part[(blk * B + b) * k + c]);
+    size_t blk = 0;
+    for (; blk + 8 <= nblk; blk += 8) {
+        double v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            v[u] = q[(blk + u) * stride];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            s = __dadd_rn(s, v[u]);
+    }
+    for (; blk < nblk; blk++)
+        s = __dadd_rn(s, q[blk * stride]);
     if (cnt[c])
         C[c * B + b] = __ddiv_rn(s, (double)cnt[c]);
 }
@@ -550,14 +646,18 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
     const hyprof_kmeans_args_t *a = d.a;
     const int B = (int)a->bands;
     HYPROF_CUDA_CHECK(cudaMemset(d.cnt.get(), 0, k * sizeof(unsigned long long)));
-    count_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix, d.cnt.get());
+    unsigned nb = (unsigned)div_up(a->npix, 256);
+    nb = nb > 1024 ? 1024 : nb;
+    count_kernel<<<nb, 256, (size_t)k * sizeof(unsigned int)>>>(d.labels.get(), a->npix, k,
+                                                                 d.cnt.get());
     HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
-    /* Threads per block so that their sums fit 48 KiB of shared memory. */
-    int tpb = 6144 / k;
-    tpb = tpb > 64 ? 64 : tpb < 1 ? 1 : tpb;
-    partial_kernel<<<(unsigned)div_up(d.nblk * B, (size_t)tpb), tpb,
-                     (size_t)tpb * k * sizeof(double)>>>(d.x, d.labels.get(), a->npix, B, k,
-                                                         d.nblk, d.part.get());
+    const size_t smem = (size_t)k * 32 * sizeof(double);
+    if (smem > 48 * 1024)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(partial_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
+    partial_kernel<<<dim3((unsigned)d.nblk, (unsigned)div_up(B, kPartialBands)), 32, smem>>>(
+        d.x, d.labels.get(), a->npix, B, k, d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
     centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
                                                                   d.nblk, C);
@@ -570,22 +670,23 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
 {
     const hyprof_kmeans_args_t *a = d.a;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
-    const unsigned grid = (unsigned)div_up(a->npix, kThreads);
+    const unsigned grid = (unsigned)div_up(a->npix, kAssignThreads);
     const uint8_t *msk = d.mask;
     const int B = (int)a->bands, k = (int)a->k;
     if (k <= 8)
-        assign_kernel<8><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                             d.labels.get(), d.dist.get(), d.changed.get());
+        assign_kernel<8><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                                   d.labels.get(), d.dist.get(), d.changed.get());
     else if (k <= 16)
-        assign_kernel<16><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                              d.labels.get(), d.dist.get(), d.changed.get());
+        assign_kernel<16><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                                    d.labels.get(), d.dist.get(),
+                                                    d.changed.get());
     else if (k <= 32)
-        assign_kernel<32><<<grid, kThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                              d.labels.get(), d.dist.get(), d.changed.get());
+        assign_kernel<32><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
+                                                    d.labels.get(), d.dist.get(),
+                                                    d.changed.get());
     else
-        assign_kernel<HYPROF_MAX_ENDMEMBERS><<<grid, kThreads>>>(
-            d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(),
-            d.changed.get());
+        assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+            d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(), d.changed.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
                                  cudaMemcpyDeviceToHost));
