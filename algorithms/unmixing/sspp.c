@@ -207,24 +207,39 @@ hyprof_status_t hyprof__cpu_purity(hyprof_ctx_t *ctx, void *args)
     return HYPROF_OK;
 }
 
-/* The PCA (the library's) gives the skewers; the purity step projects on
- * them. Constant input has no direction to project on. */
+/* The PCA gives the skewers, the purity step projects on them. The PCA is
+ * the library's (hyprof_pca_fit), or, when the chain's cube is on the device
+ * already, the same fit from that copy (no second upload). Constant input has
+ * no direction to project on. */
 static hyprof_status_t purity(hyprof_ctx_t *ctx, const hyprof_cube_t *x, size_t p,
                               double theta, float *out)
 {
+    size_t B = x->bands, npix = x->width * x->height;
+    double *mean = malloc(B * sizeof *mean), *vectors = malloc(p * B * sizeof *vectors), total = 0;
     hyprof_pca_model_t *m = NULL;
-    hyprof_status_t st = hyprof_pca_fit(ctx, x, p, &m);
-    if (st == HYPROF_OK && !(hyprof_pca_model_total_variance(m) > 0.0))
+    hyprof_status_t st = HYPROF_OK;
+    if (!mean || !vectors)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    else if (!hyprof__unmix_pca(ctx, x->data, x->mask, npix, B, hyprof_cube_count_valid(x), p,
+                                mean, vectors, &total, &st)) {
+        st = hyprof_pca_fit(ctx, x, p, &m);
+        if (st == HYPROF_OK) {
+            memcpy(mean, hyprof_pca_model_mean(m), B * sizeof *mean);
+            memcpy(vectors, hyprof_pca_model_vectors(m), p * B * sizeof *vectors);
+            total = hyprof_pca_model_total_variance(m);
+        }
+    }
+    if (st == HYPROF_OK && !(total > 0.0))
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
                            "every valid pixel has the same spectrum: nothing to unmix");
     if (st == HYPROF_OK) {
-        hyprof_purity_args_t a = {x->data, x->mask, x->width * x->height, x->bands, p,
-                                  hyprof_pca_model_mean(m), hyprof_pca_model_vectors(m), theta,
-                                  out};
+        hyprof_purity_args_t a = {x->data, x->mask, npix, B, p, mean, vectors, theta, out};
         st = hyprof__dispatch(ctx, OP, hyprof__cpu_purity, HYPROF_CUDA_IMPL(hyprof__cuda_purity),
                               &a);
     }
     hyprof_pca_model_free(&m);
+    free(mean);
+    free(vectors);
     return st;
 }
 
@@ -415,8 +430,10 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st != HYPROF_OK)
         return st;
     hyprof__unmix_hold(x->data, x->mask, x->width * x->height, x->bands);
+    char devsec[256];
     if ((st = hyprof__sspp_params(ctx, OP, args, x, &prm)) == HYPROF_OK)
         st = hyprof__sspp(ctx, OP, x, &prm, &o);
+    int on_device = hyprof__unmix_device_seconds(devsec, sizeof devsec);
     hyprof__unmix_release();
     if (st != HYPROF_OK) {
         hyprof_cube_free(&tmp);
@@ -454,6 +471,9 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         st = hyprof_result_add_meta(out, "SSPP_SECONDS", "homogeneity=%.4f purity=%.4f "
                                     "kmeans=%.4f fusion=%.4f", o.seconds[0], o.seconds[1],
                                     o.seconds[2], o.seconds[3]);
+    /* What the CUDA stages took on the device (events), next to the host times. */
+    if (st == HYPROF_OK && on_device)
+        st = hyprof_result_add_meta(out, "SSPP_DEVICE_SECONDS", "%s", devsec);
     hyprof__sspp_out_free(&o);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK && !ctx->error[0])

@@ -167,6 +167,27 @@ hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x
 void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t bands);
 void hyprof__unmix_release(void);
 
+/* The purity step's PCA from the chain's device copy of x (CUDA): the masked
+ * mean, the covariance over the nvalid valid pixels (divided by nvalid - 1)
+ * and its eigen-decomposition on the device; out: mean (bands), the first p
+ * components (p x bands, by decreasing eigenvalue, each with its
+ * largest-magnitude loading positive, as hyprof_pca_fit orders and signs
+ * them) and the total variance. Returns 0, doing nothing, when x is not on
+ * the device (then the caller fits with hyprof_pca_fit); else 1 with the
+ * step's status in *st. Always 0 without CUDA. */
+int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, size_t npix,
+                      size_t bands, size_t nvalid, size_t p, double *mean, double *vectors,
+                      double *total, hyprof_status_t *st);
+
+/* Device times of the chain's CUDA stages (CUDA events), in seconds, for the
+ * result metadata: "upload=.. homogeneity=.. ..." for the stages that ran on
+ * the device since hyprof__unmix_hold, into buf; 0 (buf empty) when none did. */
+int hyprof__unmix_device_seconds(char *buf, size_t size);
+
+/* memcpy by `threads` OpenMP threads (the CUDA upload's copies into
+ * page-locked staging: one thread does not keep up with the DMA). */
+void hyprof__unmix_copy(void *dst, const void *src, size_t bytes, int threads);
+
 /* Seconds since an arbitrary origin (stage timings in the result metadata). */
 double hyprof__now(void);
 

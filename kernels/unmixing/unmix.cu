@@ -26,6 +26,8 @@
 #include "unmixing/lsq.h"
 #include "unmixing/unmixing_impl.h"
 
+#include <functional>
+#include <mutex>
 #include <vector>
 
 using namespace hyprof_cuda;
@@ -82,6 +84,19 @@ void launch_abundance(size_t m, cudaStream_t st, const float *x, const uint8_t *
         x, m, mask, B, p, M, G, method, nodata, out);
 }
 
+/* ---- device times of the chain ------------------------------------------------ */
+
+/* Stages timed with CUDA events between hyprof__unmix_hold and release. */
+enum { kDevUpload = 0, kDevHomogeneity, kDevPurity, kDevKmeans, kDevAbundances, kDevStages };
+const char *const kDevNames[kDevStages] = {"upload", "homogeneity", "purity", "kmeans",
+                                           "abundances"};
+
+struct StageTimer {
+    cudaEvent_t a = NULL, b = NULL;
+    int device = -1;
+    bool open = false, used = false;
+};
+
 /* ---- the held cube -------------------------------------------------------------- */
 
 /* The cube of the running chain (hyprof__unmix_hold), uploaded by the first step
@@ -94,8 +109,44 @@ struct Held {
     int device = -1;
     float *dx = NULL;
     uint8_t *dmask = NULL;
+    StageTimer timer[kDevStages];
 };
 thread_local Held g_held;
+
+/* Marks the start / end of a device stage on stream st (only inside a chain;
+ * timing never fails a step). */
+void stage_begin(int s, cudaStream_t st)
+{
+    Held &h = g_held;
+    int dev = -1;
+    if (!h.active || cudaGetDevice(&dev) != cudaSuccess)
+        return;
+    StageTimer &t = h.timer[s];
+    if (t.open) /* begun already (the purity step's PCA, then its projection) */
+        return;
+    if (t.a && t.device != dev) {
+        (void)cudaEventDestroy(t.a);
+        (void)cudaEventDestroy(t.b);
+        t = StageTimer();
+    }
+    if (!t.a && (cudaEventCreate(&t.a) != cudaSuccess || cudaEventCreate(&t.b) != cudaSuccess)) {
+        (void)cudaGetLastError();
+        return;
+    }
+    t.device = dev;
+    t.used = false;
+    t.open = cudaEventRecord(t.a, st) == cudaSuccess;
+    (void)cudaGetLastError();
+}
+
+void stage_end(int s, cudaStream_t st)
+{
+    StageTimer &t = g_held.timer[s];
+    if (g_held.active && t.open && cudaEventRecord(t.b, st) == cudaSuccess)
+        t.used = true;
+    t.open = false;
+    (void)cudaGetLastError();
+}
 
 void held_free()
 {
@@ -115,16 +166,103 @@ void held_free()
     g_held.dmask = NULL;
 }
 
+/* ---- the upload ------------------------------------------------------------------- */
+
+/* Page-locked staging of the upload: kStageSlots buffers of kStageBytes that
+ * the host fills (several threads) while the DMA empties the previous one.
+ * Pinned once for the life of the process (pinning costs more than the copy
+ * it speeds up), on the device first used; one upload at a time (another
+ * thread meanwhile copies from pageable memory). */
+const int kStageSlots = 3;
+const size_t kStageBytes = (size_t)8 << 20;
+
+struct Staging {
+    std::mutex lock;
+    bool tried = false;
+    int device = -1;
+    void *buf[kStageSlots] = {};
+    cudaEvent_t done[kStageSlots] = {};
+    cudaStream_t stream = NULL;
+};
+Staging g_staging;
+
+/* Sets the staging up on device dev (under its lock); false if it cannot be. */
+bool staging_ready(int dev)
+{
+    Staging &g = g_staging;
+    if (g.tried)
+        return g.device == dev;
+    g.tried = true;
+    bool ok = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking) == cudaSuccess;
+    for (int s = 0; ok && s < kStageSlots; s++)
+        ok = cudaHostAlloc(&g.buf[s], kStageBytes, cudaHostAllocPortable) == cudaSuccess &&
+             cudaEventCreateWithFlags(&g.done[s], cudaEventDisableTiming) == cudaSuccess;
+    if (!ok) {
+        (void)cudaGetLastError();
+        return false; /* what was made stays unused; device stays -1 */
+    }
+    g.device = dev;
+    return true;
+}
+
+/* Called when bands [b0, b0+nb) of the cube are on the device (ordered before
+ * any later work of the default stream): the first stage runs on them while
+ * the rest uploads. */
+typedef std::function<hyprof_status_t(size_t b0, size_t nb)> BandsReady;
+
+/* x (npix x bands, BSQ) into dst, in kStageBytes chunks through the staging;
+ * the default stream waits for each chunk before what `ready` launches. */
+hyprof_status_t upload_cube(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
+                            size_t bands, float *dst, const BandsReady *ready)
+{
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    std::unique_lock<std::mutex> lock(g_staging.lock, std::try_to_lock);
+    const bool staged = lock.owns_lock() && staging_ready(dev);
+    cudaStream_t cs = staged ? g_staging.stream : 0;
+    const size_t total = npix * bands, cap = kStageBytes / sizeof(float);
+    const int threads = hyprof__threads(ctx);
+    size_t bands_done = 0;
+    stage_begin(kDevUpload, cs);
+    for (size_t off = 0, c = 0; off < total; off += cap, c++) {
+        const size_t m = total - off < cap ? total - off : cap;
+        if (staged) {
+            const int s = (int)(c % kStageSlots);
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(g_staging.done[s]));
+            hyprof__unmix_copy(g_staging.buf[s], x + off, m * sizeof(float), threads);
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, g_staging.buf[s], m * sizeof(float),
+                                              cudaMemcpyHostToDevice, cs));
+            HYPROF_CUDA_CHECK(cudaEventRecord(g_staging.done[s], cs));
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(0, g_staging.done[s], 0));
+        } else {
+            HYPROF_CUDA_CHECK(cudaMemcpy(dst + off, x + off, m * sizeof(float),
+                                         cudaMemcpyHostToDevice));
+        }
+        const size_t nb = off + m == total ? bands : (off + m) / npix;
+        if (ready && nb > bands_done) {
+            HYPROF_TRY((*ready)(bands_done, nb - bands_done));
+            bands_done = nb;
+        }
+    }
+    stage_end(kDevUpload, cs);
+    return HYPROF_OK;
+}
+
 /* The device copy of (x, mask) on the current device: the held one (uploaded
- * now if this is the first step to ask), or a fresh upload into own_x/own_mask. */
+ * now if this is the first step to ask), or a fresh upload into own_x/own_mask.
+ * `ready`, when given, is called band group by band group during an upload
+ * (*uploaded = true); not at all when the held copy was there already. */
 hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
                             const uint8_t *mask, size_t npix, size_t bands,
                             DeviceBuffer<float> &own_x, DeviceBuffer<uint8_t> &own_mask,
-                            const float **dx, const uint8_t **dmask)
+                            const float **dx, const uint8_t **dmask,
+                            const BandsReady *ready = NULL, bool *uploaded = NULL)
 {
     int dev = -1;
     HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
     Held &h = g_held;
+    if (uploaded)
+        *uploaded = false;
     bool held = h.active && h.x == x && h.mask == mask && h.npix == npix && h.bands == bands &&
                 hyprof__cuda_resident_allowed();
     if (held && h.dx && h.device == dev) {
@@ -138,8 +276,6 @@ hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
         void *px = NULL, *pm = NULL;
         bool ok = cudaMalloc(&px, npix * bands * sizeof(float)) == cudaSuccess &&
                   (!mask || cudaMalloc(&pm, npix) == cudaSuccess);
-        ok = ok && cudaMemcpy(px, x, npix * bands * sizeof(float), cudaMemcpyHostToDevice) ==
-                       cudaSuccess;
         ok = ok && (!mask || cudaMemcpy(pm, mask, npix, cudaMemcpyHostToDevice) == cudaSuccess);
         if (ok) {
             h.device = dev;
@@ -147,7 +283,14 @@ hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
             h.dmask = (uint8_t *)pm;
             *dx = h.dx;
             *dmask = mask ? h.dmask : NULL;
-            return HYPROF_OK;
+            if (uploaded)
+                *uploaded = true;
+            hyprof_status_t st = upload_cube(ctx, op, x, npix, bands, h.dx, ready);
+            if (st != HYPROF_OK) { /* a partial copy must not serve later steps */
+                held_free();
+                h.active = false;
+            }
+            return st;
         }
         /* No room to keep it: this step uploads its own copy, as without a hold. */
         if (px)
@@ -158,15 +301,15 @@ hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
         h.active = false;
     }
     HYPROF_TRY(own_x.alloc(ctx, op, npix * bands));
-    HYPROF_CUDA_CHECK(cudaMemcpy(own_x.get(), x, npix * bands * sizeof(float),
-                                 cudaMemcpyHostToDevice));
     if (mask) {
         HYPROF_TRY(own_mask.alloc(ctx, op, npix));
         HYPROF_CUDA_CHECK(cudaMemcpy(own_mask.get(), mask, npix, cudaMemcpyHostToDevice));
     }
     *dx = own_x.get();
     *dmask = mask ? own_mask.get() : NULL;
-    return HYPROF_OK;
+    if (uploaded)
+        *uploaded = true;
+    return upload_cube(ctx, op, x, npix, bands, own_x.get(), ready);
 }
 
 /* ---- homogeneity ------------------------------------------------------------------- */
@@ -652,7 +795,7 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
                                                                  d.cnt.get());
     HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
     const size_t smem = (size_t)k * 32 * sizeof(double);
-    if (smem > 48 * 1024)
+    if (smem > 32 * 1024) /* with the static tiles, past the default 48 KiB */
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(partial_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
@@ -725,24 +868,208 @@ hyprof_status_t step_dev(hyprof_ctx_t *ctx, void *impl, const double *ref, size_
     return HYPROF_OK;
 }
 
+/* ---- the purity step's PCA on the device ------------------------------------------- */
+
+/* cuBLAS and cuSOLVER handles of this thread, kept between calls (creating
+ * them costs more than the work they do here). */
+struct Handles {
+    int device = -1;
+    cublasHandle_t blas = NULL;
+    cusolverDnHandle_t solver = NULL;
+};
+thread_local Handles g_handles;
+
+hyprof_status_t get_handles(hyprof_ctx_t *ctx, const char *op, Handles **out)
+{
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    Handles &h = g_handles;
+    if (h.device != dev) {
+        if (h.blas)
+            (void)cublasDestroy(h.blas);
+        if (h.solver)
+            (void)cusolverDnDestroy(h.solver);
+        h = Handles();
+    }
+    if (!h.blas) {
+        HYPROF_CUBLAS_CHECK(cublasCreate(&h.blas));
+        HYPROF_CUBLAS_CHECK(cublasSetMathMode(h.blas, CUBLAS_DEFAULT_MATH)); /* plain FP64 */
+        HYPROF_CUBLAS_CHECK(cublasSetPointerMode(h.blas, CUBLAS_POINTER_MODE_HOST));
+    }
+    if (!h.solver)
+        HYPROF_CUSOLVER_CHECK(cusolverDnCreate(&h.solver));
+    h.device = dev;
+    *out = &h;
+    return HYPROF_OK;
+}
+
+/* mean[b] = (sum over valid pixels of band b, in double) / nvalid; one block a band. */
+__global__ void band_mean_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                                 size_t npix, double nvalid, double *__restrict__ mean)
+{
+    __shared__ double part[256];
+    const float *xb = x + (size_t)blockIdx.x * npix;
+    double s = 0.0;
+    for (size_t i = threadIdx.x; i < npix; i += blockDim.x)
+        if (!mask || mask[i])
+            s += (double)xb[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h)
+            part[threadIdx.x] += part[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        mean[blockIdx.x] = part[0] / nvalid;
+}
+
+/* xc (m x B, column-major) = pixels [p0, p0+m) centred, in double; masked rows 0. */
+__global__ void centre_rows_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
+                                   size_t npix, size_t p0, size_t m,
+                                   const double *__restrict__ mean, double *__restrict__ xc)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+    if (i >= m)
+        return;
+    bool valid = !mask || mask[p0 + i];
+    xc[b * m + i] = valid ? (double)x[b * npix + p0 + i] - mean[b] : 0.0;
+}
+
+/* The PCA of hyprof_pca_fit (mean, covariance / (nvalid - 1), eigenvectors by
+ * decreasing eigenvalue, largest-magnitude loading positive) from the device
+ * copy: centred chunks into cublasDsyrk, cusolverDnDsyevd; only the mean, the
+ * eigenvalues and the eigenvectors come back. */
+hyprof_status_t pca_dev(hyprof_ctx_t *ctx, const float *dx, const uint8_t *dmask, size_t npix,
+                        size_t B, size_t nvalid, size_t p, double *mean, double *vectors,
+                        double *total)
+{
+    static const char op[] = "sspp";
+    hyprof__cuda_device_scope device_scope;
+    HYPROF_TRY(device_scope.select(ctx, op));
+    stage_begin(kDevPurity, 0);
+    Handles *hd = NULL;
+    HYPROF_TRY(get_handles(ctx, op, &hd));
+    const size_t m = npix < 65536 ? npix : 65536;
+    DeviceBuffer<double> d_mean, d_xc, d_C, d_W, d_work;
+    DeviceBuffer<int> d_info;
+    HYPROF_TRY(d_mean.alloc(ctx, op, B));
+    HYPROF_TRY(d_xc.alloc(ctx, op, m * B));
+    HYPROF_TRY(d_C.alloc(ctx, op, B * B));
+    HYPROF_TRY(d_W.alloc(ctx, op, B));
+    HYPROF_TRY(d_info.alloc(ctx, op, 1));
+    band_mean_kernel<<<(unsigned)B, 256>>>(dx, dmask, npix, (double)nvalid, d_mean.get());
+    HYPROF_CUDA_CHECK_LAUNCH("band_mean_kernel");
+    const double one = 1.0;
+    for (size_t p0 = 0; p0 < npix; p0 += m) {
+        const size_t mi = npix - p0 < m ? npix - p0 : m;
+        const double beta = p0 ? 1.0 : 0.0;
+        centre_rows_kernel<<<dim3((unsigned)div_up(mi, 256), (unsigned)B), 256>>>(
+            dx, dmask, npix, p0, mi, d_mean.get(), d_xc.get());
+        HYPROF_CUDA_CHECK_LAUNCH("centre_rows_kernel");
+        HYPROF_CUBLAS_CHECK(cublasDsyrk(hd->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)B,
+                                        (int)mi, &one, d_xc.get(), (int)mi, &beta, d_C.get(),
+                                        (int)B));
+    }
+    const double scale = 1.0 / (double)(nvalid - 1);
+    HYPROF_CUBLAS_CHECK(cublasDscal(hd->blas, (int)(B * B), &scale, d_C.get(), 1));
+    int lwork = 0;
+    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd_bufferSize(hd->solver, CUSOLVER_EIG_MODE_VECTOR,
+                                                      CUBLAS_FILL_MODE_LOWER, (int)B, d_C.get(),
+                                                      (int)B, d_W.get(), &lwork));
+    HYPROF_TRY(d_work.alloc(ctx, op, (size_t)(lwork > 0 ? lwork : 1)));
+    HYPROF_CUSOLVER_CHECK(cusolverDnDsyevd(hd->solver, CUSOLVER_EIG_MODE_VECTOR,
+                                           CUBLAS_FILL_MODE_LOWER, (int)B, d_C.get(), (int)B,
+                                           d_W.get(), d_work.get(), lwork, d_info.get()));
+    std::vector<double> W(B), V(B * B);
+    int info = 0;
+    HYPROF_CUDA_CHECK(cudaMemcpy(mean, d_mean.get(), B * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(W.data(), d_W.get(), B * sizeof(double), cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(V.data(), d_C.get(), B * B * sizeof(double),
+                                 cudaMemcpyDeviceToHost));
+    HYPROF_CUDA_CHECK(cudaMemcpy(&info, d_info.get(), sizeof info, cudaMemcpyDeviceToHost));
+    if (info != 0)
+        return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                             "the symmetric eigensolver (cusolverDnDsyevd) failed, info=%d", info);
+    for (size_t k = 0; k < p; k++) { /* ascending from the solver: component k is B-1-k */
+        const double *v = V.data() + (B - 1 - k) * B;
+        size_t imax = 0;
+        for (size_t i = 1; i < B; i++)
+            if (fabs(v[i]) > fabs(v[imax]))
+                imax = i;
+        double sign = v[imax] < 0.0 ? -1.0 : 1.0;
+        for (size_t i = 0; i < B; i++)
+            vectors[k * B + i] = sign * v[i];
+    }
+    double t = 0.0;
+    for (size_t i = 0; i < B; i++)
+        t += W[i];
+    *total = t;
+    return HYPROF_OK;
+}
+
 } /* namespace */
 
 extern "C" void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix,
                                    size_t bands)
 {
     held_free();
-    g_held = Held();
-    g_held.active = true;
-    g_held.x = x;
-    g_held.mask = mask;
-    g_held.npix = npix;
-    g_held.bands = bands;
+    Held &h = g_held;
+    h.active = true;
+    h.x = x;
+    h.mask = mask;
+    h.npix = npix;
+    h.bands = bands;
+    h.device = -1;
+    for (int s = 0; s < kDevStages; s++) /* the events are kept for the next chain */
+        h.timer[s].open = h.timer[s].used = false;
 }
 
 extern "C" void hyprof__unmix_release(void)
 {
     held_free();
-    g_held = Held();
+    Held &h = g_held;
+    h.active = false;
+    h.x = NULL;
+    h.mask = NULL;
+    h.npix = h.bands = 0;
+    h.device = -1;
+}
+
+extern "C" int hyprof__unmix_device_seconds(char *buf, size_t size)
+{
+    size_t len = 0;
+    int any = 0;
+    if (size)
+        buf[0] = '\0';
+    for (int s = 0; s < kDevStages; s++) {
+        const StageTimer &t = g_held.timer[s];
+        float ms = 0.0f;
+        if (!t.used || cudaEventSynchronize(t.b) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, t.a, t.b) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (len + 40 < size)
+            len += (size_t)snprintf(buf + len, size - len, "%s%s=%.4f", any ? " " : "",
+                                    kDevNames[s], ms * 1e-3);
+        any = 1;
+    }
+    return any;
+}
+
+extern "C" int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask,
+                                 size_t npix, size_t bands, size_t nvalid, size_t p,
+                                 double *mean, double *vectors, double *total,
+                                 hyprof_status_t *st)
+{
+    const Held &h = g_held;
+    if (!(h.active && h.dx && h.x == x && h.mask == mask && h.npix == npix &&
+          h.bands == bands && h.device == ctx->device && hyprof__cuda_resident_allowed()))
+        return 0;
+    *st = pca_dev(ctx, h.dx, mask ? h.dmask : NULL, npix, bands, nvalid, p, mean, vectors,
+                  total);
+    return 1;
 }
 
 extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *vargs)
@@ -771,6 +1098,7 @@ extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *varg
         DeviceBuffer<float> d_out;
         HYPROF_TRY(d_out.alloc(ctx, op, N * (p + 1)));
         const uint8_t *msk = a->mask ? h.dmask : NULL;
+        stage_begin(kDevAbundances, 0);
         if (p <= 8)
             launch_abundance<8>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(), a->method,
                                 a->nodata, d_out.get());
@@ -781,6 +1109,7 @@ extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *varg
             launch_abundance<32>(N, 0, h.dx, msk, (int)B, (int)p, d_M.get(), d_G.get(),
                                  a->method, a->nodata, d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
+        stage_end(kDevAbundances, 0);
         HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), N * (p + 1) * sizeof(float),
                                      cudaMemcpyDeviceToHost));
         return hyprof__progress(ctx, 1.0, op);
@@ -829,6 +1158,7 @@ extern "C" hyprof_status_t hyprof__cuda_purity(hyprof_ctx_t *ctx, void *vargs)
     const float *dx = NULL;
     const uint8_t *msk = NULL;
     HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
+    stage_begin(kDevPurity, 0); /* open already when the PCA ran on the device */
     const unsigned nb = 64;
     HYPROF_TRY(d_v.alloc(ctx, op, P * n));
     HYPROF_TRY(d_out.alloc(ctx, op, n));
@@ -877,6 +1207,7 @@ extern "C" hyprof_status_t hyprof__cuda_purity(hyprof_ctx_t *ctx, void *vargs)
     weights_kernel<<<grid, kThreads>>>(d_v.get(), msk, n, (int)P, d_lohi.get(), a->theta,
                                        d_out.get());
     HYPROF_CUDA_CHECK_LAUNCH("weights_kernel");
+    stage_end(kDevPurity, 0);
     HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
     return HYPROF_OK;
 }
@@ -897,10 +1228,9 @@ extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *var
         k[j + r] /= ksum;
     DeviceBuffer<float> own_x, d_out;
     DeviceBuffer<uint8_t> own_mask;
-    DeviceBuffer<double> d_k, d_num, d_den, d_acc;
+    DeviceBuffer<double> d_k, d_num, d_den, d_acc, d_nums;
     const float *dx = NULL;
     const uint8_t *msk = NULL;
-    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk));
     HYPROF_TRY(d_out.alloc(ctx, op, n));
     HYPROF_TRY(d_k.alloc(ctx, op, k.size()));
     HYPROF_TRY(d_num.alloc(ctx, op, n));
@@ -910,33 +1240,45 @@ extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *var
                                  cudaMemcpyHostToDevice));
     HYPROF_CUDA_CHECK(cudaMemset(d_acc.get(), 0, n * sizeof(double)));
     const unsigned grid = (unsigned)div_up(n, 256);
-    /* Groups of bands as large as a quarter of the free memory allows: a few
-     * launches instead of two per band. */
-    size_t budget = 0, G = 0;
-    HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    G = budget / 4 / (n * sizeof(double));
-    G = G > B ? B : G > 65535 ? 65535 : G;
-    if (!hyprof__cuda_resident_allowed())
-        G = 0; /* $HYPROF_CUDA_RESIDENT=0 also keeps the band-by-band form (tests run both) */
-    if (G >= 2) {
-        DeviceBuffer<double> d_nums;
+    /* Groups of bands: as many as one upload chunk completes at most (the
+     * groups follow the upload), at least 2. $HYPROF_CUDA_RESIDENT=0 keeps
+     * the band-by-band form instead (tests run both). */
+    const bool grouped = hyprof__cuda_resident_allowed();
+    size_t G = kStageBytes / sizeof(float) / n + 2;
+    G = G > B ? B : G;
+    if (grouped)
         HYPROF_TRY(d_nums.alloc(ctx, op, G * n));
-        rows_kernel<<<grid, 256>>>(dx, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
-        HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
-        cols_den_kernel<<<grid, 256>>>(w, h, d_k.get(), r, d_den.get(), d_num.get());
-        HYPROF_CUDA_CHECK_LAUNCH("cols_den_kernel");
-        for (size_t b0 = 0; b0 < B; b0 += G) {
-            size_t g = B - b0 < G ? B - b0 : G;
-            rows_group_kernel<<<dim3(grid, (unsigned)g), 256>>>(dx + b0 * n, msk, w, h,
-                                                                d_k.get(), r, d_nums.get());
+    bool den_done = false;
+    /* Bands [b0, b0+g) (g <= G): their row passes in one launch, then one
+     * thread per pixel adds their squared differences in band order. */
+    BandsReady group = [&](size_t b0, size_t g) -> hyprof_status_t {
+        if (!den_done) { /* the normaliser Gy*(Gx*m), once; band 0 is there */
+            stage_begin(kDevHomogeneity, 0);
+            rows_kernel<<<grid, 256>>>(dx, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
+            HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
+            cols_den_kernel<<<grid, 256>>>(w, h, d_k.get(), r, d_den.get(), d_num.get());
+            HYPROF_CUDA_CHECK_LAUNCH("cols_den_kernel");
+            den_done = true;
+        }
+        for (size_t b = b0; b < b0 + g; b += G) {
+            size_t gg = b0 + g - b < G ? b0 + g - b : G;
+            rows_group_kernel<<<dim3(grid, (unsigned)gg), 256>>>(dx + b * n, msk, w, h,
+                                                                 d_k.get(), r, d_nums.get());
             HYPROF_CUDA_CHECK_LAUNCH("rows_group_kernel");
-            cols_group_acc_kernel<<<grid, 256>>>(dx + b0 * n, w, h, d_k.get(), r, (int)g,
+            cols_group_acc_kernel<<<grid, 256>>>(dx + b * n, w, h, d_k.get(), r, (int)gg,
                                                  d_nums.get(), d_num.get(), d_acc.get());
             HYPROF_CUDA_CHECK_LAUNCH("cols_group_acc_kernel");
-            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + g) / (double)B, "homogeneity"));
         }
-    }
-    for (size_t b = 0; G < 2 && b < B; b++) {
+        return hyprof__progress(ctx, (double)(b0 + g) / (double)B, "homogeneity");
+    };
+    bool uploaded = false;
+    HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, own_x, own_mask, &dx, &msk,
+                           grouped ? &group : NULL, &uploaded));
+    if (grouped && !uploaded) /* the chain's copy was there already */
+        HYPROF_TRY(group(0, B));
+    if (!grouped)
+        stage_begin(kDevHomogeneity, 0);
+    for (size_t b = 0; !grouped && b < B; b++) {
         const float *xb = dx + b * n;
         rows_kernel<<<grid, 256>>>(xb, msk, w, h, d_k.get(), r, d_num.get(), d_den.get());
         HYPROF_CUDA_CHECK_LAUNCH("rows_kernel");
@@ -948,6 +1290,7 @@ extern "C" hyprof_status_t hyprof__cuda_homogeneity(hyprof_ctx_t *ctx, void *var
     }
     rmse_kernel<<<grid, 256>>>(d_acc.get(), msk, n, B, a->nodata, d_out.get());
     HYPROF_CUDA_CHECK_LAUNCH("rmse_kernel");
+    stage_end(kDevHomogeneity, 0);
     HYPROF_CUDA_CHECK(cudaMemcpy(a->rmse, d_out.get(), n * sizeof(float), cudaMemcpyDeviceToHost));
     return HYPROF_OK;
 }
@@ -963,6 +1306,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     d.a = a;
     d.nblk = div_up(n, HYPROF_KMEANS_BLOCK);
     HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, d.own_x, d.own_mask, &d.x, &d.mask));
+    stage_begin(kDevKmeans, 0);
     HYPROF_TRY(d.C.alloc(ctx, op, k * B));
     HYPROF_TRY(d.dist.alloc(ctx, op, n));
     HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
@@ -1002,6 +1346,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
         unsigned long long changed = 0;
         HYPROF_TRY(assign_dev(ctx, op, d, &changed));
     }
+    stage_end(kDevKmeans, 0);
     HYPROF_CUDA_CHECK(cudaMemcpy(a->labels, d.labels.get(), n * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost));
     HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), n * sizeof(double), cudaMemcpyDeviceToHost));
