@@ -27,6 +27,41 @@ static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, s
 
 /* ---- ATGP -------------------------------------------------------------------- */
 
+/* out[t] = sum_b q[b] D[i+t][b] (q = NULL: D[i+t][b]^2) for t < m <= DOT_ROWS
+ * candidates at once: each sum still runs over b in increasing order, as one
+ * pixel at a time would, but the DOT_ROWS independent chains keep the FPU busy
+ * (one chain is bound by the latency of its additions). */
+#define DOT_ROWS 4
+
+static void dot_rows(const double *q, const float *D, size_t B, size_t i, size_t m, double *out)
+{
+    const float *d0 = D + i * B;
+    if (m == DOT_ROWS) {
+        const float *d1 = d0 + B, *d2 = d1 + B, *d3 = d2 + B;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+        for (size_t b = 0; b < B; b++) {
+            double w0 = q ? q[b] : d0[b], w1 = q ? q[b] : d1[b], w2 = q ? q[b] : d2[b],
+                   w3 = q ? q[b] : d3[b];
+            s0 += w0 * d0[b];
+            s1 += w1 * d1[b];
+            s2 += w2 * d2[b];
+            s3 += w3 * d3[b];
+        }
+        out[0] = s0;
+        out[1] = s1;
+        out[2] = s2;
+        out[3] = s3;
+        return;
+    }
+    for (size_t t = 0; t < m; t++) {
+        const float *dt = d0 + t * B;
+        double s = 0.0;
+        for (size_t b = 0; b < B; b++)
+            s += (q ? q[b] : (double)dt[b]) * dt[b];
+        out[t] = s;
+    }
+}
+
 /* Automatic target generation: the largest-norm pixel, then repeatedly the
  * pixel with the largest residual norm after projection onto the orthogonal
  * complement of those chosen. Fails when fewer than p independent
@@ -59,12 +94,8 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     /* Threads only for whole images: a few thousand candidates are faster alone. */
     int threads = n > 65536 ? hyprof__threads(ctx) : 1;
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        double s = 0.0;
-        for (size_t b = 0; b < B; b++)
-            s += (double)D[i * B + b] * D[i * B + b];
-        r2[i] = s;
-    }
+    for (size_t i = 0; i < n; i += DOT_ROWS)
+        dot_rows(NULL, D, B, i, n - i < DOT_ROWS ? n - i : DOT_ROWS, r2 + i);
     for (size_t k = 0; k < p; k++) {
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
@@ -92,11 +123,12 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
         for (size_t b = 0; b < B; b++)
             q[b] /= nq;
         #pragma omp parallel for num_threads(threads) schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            double d = 0.0;
-            for (size_t b = 0; b < B; b++)
-                d += q[b] * D[i * B + b];
-            r2[i] -= d * d;
+        for (size_t i = 0; i < n; i += DOT_ROWS) {
+            size_t m = n - i < DOT_ROWS ? n - i : DOT_ROWS;
+            double d[DOT_ROWS];
+            dot_rows(q, D, B, i, m, d);
+            for (size_t t = 0; t < m; t++)
+                r2[i + t] -= d[t] * d[t];
         }
         r2[best] = -1.0; /* never again */
     }
@@ -255,10 +287,16 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
 static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, double *Z)
 {
-    hyprof_cube_t v = hyprof_cube_bsq(D, HYPROF_FLOAT32, n, 1, B), pcs;
-    v.stride_x = (ptrdiff_t)B; /* pixel-major: a BIP view */
-    v.stride_y = (ptrdiff_t)(n * B);
-    v.stride_b = 1;
+    /* A band-sequential copy: the PCA reads it as it is (a pixel-major view of
+     * D would be converted value by value; the values, hence the model, are
+     * the same). */
+    float *T = malloc(n * B * sizeof *T);
+    if (!T)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < B; b++)
+            T[b * n + i] = D[i * B + b];
+    hyprof_cube_t v = hyprof_cube_bsq(T, HYPROF_FLOAT32, n, 1, B), pcs;
     hyprof_pca_model_t *m = NULL;
     memset(&pcs, 0, sizeof pcs);
     /* A few thousand candidates (SSPP's) are done on the CPU before a GPU has
@@ -277,6 +315,7 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     if (st != HYPROF_OK && use != ctx)
         hyprof__error(ctx, st, op, "%s", hyprof_ctx_last_error(use));
     hyprof_ctx_free(&cpu);
+    free(T);
     if (st != HYPROF_OK)
         return st;
     const float *pc = pcs.data;
@@ -289,32 +328,33 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     return HYPROF_OK;
 }
 
-/* Row-major copy of the column-major inverse: row j contiguous. */
-static void transpose(const double *Ai, size_t p, double *AiR)
-{
-    for (size_t j = 0; j < p; j++)
-        for (size_t t = 0; t < p; t++)
-            AiR[j * p + t] = Ai[j + t * p];
-}
-
-/* The largest |(A^-1 [1; z])_j| and its j. */
-static double best_swap(const double *AiR, const double *z, size_t p, size_t *jbest)
+/* The largest |(A^-1 [1; z])_j| and its j (the first on ties). Ai is
+ * column-major, so the p sums advance together one column at a time (each
+ * still over t in increasing order, as a row-by-row dot product would): p
+ * independent chains the compiler vectorises, instead of one chain a row. */
+static double best_swap(const double *Ai, const double *z, size_t p, size_t *jbest, double *s)
 {
     double gain = 0.0;
     *jbest = 0;
-    for (size_t j = 0; j < p; j++) {
-        double s = 0.0;
-        for (size_t t = 0; t < p; t++)
-            s += AiR[j * p + t] * z[t];
-        if (fabs(s) > gain) {
-            gain = fabs(s);
+    for (size_t j = 0; j < p; j++)
+        s[j] = 0.0;
+    for (size_t t = 0; t < p; t++) {
+        const double *col = Ai + t * p, zt = z[t];
+        for (size_t j = 0; j < p; j++)
+            s[j] += col[j] * zt;
+    }
+    for (size_t j = 0; j < p; j++)
+        if (fabs(s[j]) > gain) {
+            gain = fabs(s[j]);
             *jbest = j;
         }
-    }
     return gain;
 }
 
-#define NFINDR_CHUNK 256
+/* Pixels whose factors are computed before looking for the first swap: the
+ * factors after a swap are thrown away, so a short chunk wastes little (the
+ * first swap, hence the result, does not depend on it). */
+#define NFINDR_CHUNK 16
 
 /* N-FINDR (Winter), started from ATGP's pixels: the simplex volume is
  * |det A| with A's columns [1; z_e]. Replacing column j by pixel i scales it
@@ -331,11 +371,11 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     if (st != HYPROF_OK)
         return st;
     double *Z = malloc(n * p * sizeof *Z), *A = malloc(p * p * sizeof *A),
-           *Ai = malloc(p * p * sizeof *Ai), *AiR = malloc(p * p * sizeof *AiR),
+           *Ai = malloc(p * p * sizeof *Ai), *sums = malloc(p * sizeof *sums),
            *gain = malloc(NFINDR_CHUNK * sizeof *gain);
     size_t *jb = malloc(NFINDR_CHUNK * sizeof *jb);
     lapack_int *ipiv = malloc(p * sizeof *ipiv);
-    if (!Z || !A || !Ai || !AiR || !gain || !jb || !ipiv)
+    if (!Z || !A || !Ai || !sums || !gain || !jb || !ipiv)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
     if (st == HYPROF_OK)
         st = reduce(ctx, op, D, n, B, p, Z);
@@ -345,15 +385,13 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                            "the candidates do not span a %zu-vertex simplex (constant or "
                            "duplicated spectra?)", p);
-    if (st == HYPROF_OK)
-        transpose(Ai, p, AiR);
     int changed = 1;
     for (int sweep = 0; st == HYPROF_OK && changed && sweep < 50; sweep++) {
         changed = 0;
         for (size_t i = 0; st == HYPROF_OK && i < n;) {
             size_t m = n - i < NFINDR_CHUNK ? n - i : NFINDR_CHUNK, hit = m;
             for (size_t q = 0; q < m; q++)
-                gain[q] = best_swap(AiR, Z + (i + q) * p, p, &jb[q]);
+                gain[q] = best_swap(Ai, Z + (i + q) * p, p, &jb[q], sums);
             for (size_t q = 0; q < m && hit == m; q++)
                 if (gain[q] > 1.0 + 1e-9)
                     hit = q;
@@ -366,7 +404,6 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
                 st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op, "N-FINDR: singular simplex");
                 break;
             }
-            transpose(Ai, p, AiR);
             chosen[jb[hit]] = i + hit;
             changed = 1;
             i += hit + 1;
@@ -377,7 +414,7 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     free(Z);
     free(A);
     free(Ai);
-    free(AiR);
+    free(sums);
     free(gain);
     free(jb);
     free(ipiv);
