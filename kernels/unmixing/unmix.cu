@@ -591,11 +591,21 @@ __global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix
  * atomic per warp. */
 const int kAssignThreads = 256, kAssignBands = 16;
 
+/* Bounds of the pruned assignment (Hamerly): ub >= the distance (not squared)
+ * to the own centre, lb <= the distance to every other centre. Every update
+ * of a bound moves it outwards by kBoundSlack (relative) to cover its own
+ * rounding; a pixel keeps its label without computing distances only when
+ * ub (1 + kSkipMargin) < lb, a margin far above the rounding of the squared
+ * distances themselves (relative (bands + 3) 2^-53), so the label is the one
+ * the full computation would give, bit for bit. */
+const double kBoundSlack = 1e-12, kSkipMargin = 1e-10;
+
 template <int MAXK>
 __global__ void __launch_bounds__(kAssignThreads)
 assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix, int B,
               int k, const double *__restrict__ C, int32_t *__restrict__ labels,
-              double *__restrict__ dist, unsigned long long *__restrict__ changed)
+              double *__restrict__ dist, unsigned long long *__restrict__ changed,
+              double *__restrict__ ub, double *__restrict__ lb)
 {
     __shared__ double cs[kAssignBands * MAXK];
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -623,16 +633,25 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
                 }
         }
     }
-    double best = d[0];
+    double best = d[0], second = INFINITY;
     int32_t lab = 0;
 #pragma unroll
     for (int c = 1; c < MAXK; c++)
-        if (c < k && d[c] < best) {
-            best = d[c];
-            lab = c;
+        if (c < k) {
+            if (d[c] < best) {
+                second = best;
+                best = d[c];
+                lab = c;
+            } else if (d[c] < second) {
+                second = d[c];
+            }
         }
     if (!live)
         lab = -1, best = 0.0;
+    else if (ub) {
+        ub[i] = sqrt(best) * (1.0 + kBoundSlack);
+        lb[i] = sqrt(second) * (1.0 - kBoundSlack);
+    }
     bool moved = in && labels[i] != lab;
     unsigned vote = __ballot_sync(0xffffffffu, moved);
     if ((threadIdx.x & 31) == 0 && vote)
@@ -678,6 +697,135 @@ __global__ void assign_many_kernel(const float *__restrict__ x, const uint8_t *_
         atomicAdd(changed, 1ull);
     labels[i] = lab;
     dist[i] = best;
+}
+
+/* How far each centre moved (inflated by kBoundSlack), then the largest move
+ * and the second largest: delta[0..k), delta[k] = max, delta[k+1] = second,
+ * delta[k+2] = the centre of the max. One block of 32 threads (k <= 32). */
+__global__ void delta_kernel(const double *__restrict__ C, const double *__restrict__ Cold,
+                             int B, int k, double *__restrict__ delta)
+{
+    __shared__ double sd[32];
+    int c = threadIdx.x;
+    if (c < k) {
+        double s = 0.0;
+        for (int b = 0; b < B; b++) {
+            double t = C[(size_t)c * B + b] - Cold[(size_t)c * B + b];
+            s += t * t;
+        }
+        sd[c] = sqrt(s) * (1.0 + kBoundSlack);
+        delta[c] = sd[c];
+    }
+    __syncthreads();
+    if (c == 0) {
+        double m1 = 0.0, m2 = 0.0;
+        int a1 = 0;
+        for (int j = 0; j < k; j++)
+            if (sd[j] > m1) {
+                m2 = m1;
+                m1 = sd[j];
+                a1 = j;
+            } else if (sd[j] > m2) {
+                m2 = sd[j];
+            }
+        delta[k] = m1;
+        delta[k + 1] = m2;
+        delta[k + 2] = (double)a1;
+    }
+}
+
+/* The bounds after the centres moved (triangle inequality: ub += own move,
+ * lb -= the largest move of another centre); pixels whose bounds no longer
+ * separate their centre from the others go to `list` (one atomic a warp). */
+__global__ void bounds_kernel(const int32_t *__restrict__ labels, size_t npix,
+                              const double *__restrict__ delta, int k, double *__restrict__ ub,
+                              double *__restrict__ lb, uint32_t *__restrict__ list,
+                              unsigned int *__restrict__ count)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool need = false;
+    if (i < npix) {
+        int32_t lab = labels[i];
+        if (lab >= 0) {
+            double other = lab == (int32_t)delta[k + 2] ? delta[k + 1] : delta[k];
+            double u = (ub[i] + delta[lab]) * (1.0 + kBoundSlack);
+            double l = (lb[i] - other) * (1.0 - kBoundSlack);
+            ub[i] = u;
+            lb[i] = l;
+            need = !(u * (1.0 + kSkipMargin) < l);
+        }
+    }
+    unsigned vote = __ballot_sync(0xffffffffu, need);
+    if (!vote)
+        return;
+    const int lane = threadIdx.x & 31;
+    unsigned base = 0;
+    if (lane == 0)
+        base = atomicAdd(count, (unsigned)__popc(vote));
+    base = __shfl_sync(0xffffffffu, base, 0);
+    if (need)
+        list[base + __popc(vote & ((1u << lane) - 1u))] = (uint32_t)i;
+}
+
+/* The listed pixels: the exact distance to the own centre first (it may be
+ * enough to separate it again), else every distance, with the arithmetic and
+ * order of assign_kernel (so the same label), and fresh bounds. */
+template <int MAXK>
+__global__ void list_kernel(const float *__restrict__ x, size_t npix, int B, int k,
+                            const double *__restrict__ C, const uint32_t *__restrict__ list,
+                            const unsigned int *__restrict__ count, int32_t *__restrict__ labels,
+                            double *__restrict__ ub, double *__restrict__ lb,
+                            unsigned long long *__restrict__ changed)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= *count)
+        return;
+    const size_t i = list[t];
+    const int32_t lab = labels[i];
+    const double *cl = C + (size_t)lab * B;
+    double dl = 0.0;
+#pragma unroll 8
+    for (int b = 0; b < B; b++) {
+        double tt = __dsub_rn((double)x[(size_t)b * npix + i], cl[b]);
+        dl = __dadd_rn(dl, __dmul_rn(tt, tt));
+    }
+    double u = sqrt(dl) * (1.0 + kBoundSlack);
+    if (u * (1.0 + kSkipMargin) < lb[i]) {
+        ub[i] = u;
+        return;
+    }
+    double d[MAXK];
+#pragma unroll
+    for (int c = 0; c < MAXK; c++)
+        d[c] = 0.0;
+    for (int b = 0; b < B; b++) {
+        double xb = (double)x[(size_t)b * npix + i];
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (c < k) {
+                double tt = __dsub_rn(xb, C[(size_t)c * B + b]);
+                d[c] = __dadd_rn(d[c], __dmul_rn(tt, tt));
+            }
+    }
+    double best = d[0], second = INFINITY;
+    int32_t nl = 0;
+#pragma unroll
+    for (int c = 1; c < MAXK; c++)
+        if (c < k) {
+            if (d[c] < best) {
+                second = best;
+                best = d[c];
+                nl = c;
+            } else if (d[c] < second) {
+                second = d[c];
+            }
+        }
+    ub[i] = sqrt(best) * (1.0 + kBoundSlack);
+    lb[i] = sqrt(second) * (1.0 - kBoundSlack);
+    if (nl != lab) {
+        labels[i] = nl;
+        atomicAdd(changed, 1ull);
+    }
 }
 
 /* Cluster sizes: a shared-memory histogram per block, then one atomic per
@@ -780,6 +928,12 @@ struct KMeansDev {
     DeviceBuffer<unsigned long long> bi;
     DeviceBuffer<int32_t> labels;
     DeviceBuffer<unsigned long long> cnt, changed;
+    /* the pruned assignment (k <= 32): bounds, previous centres, their moves,
+     * the pixels to recompute */
+    DeviceBuffer<double> ub, lb, Cold, delta;
+    DeviceBuffer<uint32_t> list;
+    DeviceBuffer<unsigned int> count;
+    bool prune = false;
     const hyprof_kmeans_args_t *a;
     size_t nblk;
 };
@@ -808,29 +962,67 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
     return HYPROF_OK;
 }
 
+/* Every pixel against every centre; with `bounds` (the pruned mode) also
+ * each pixel's ub and lb. */
 hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
-                           unsigned long long *changed)
+                           unsigned long long *changed, bool bounds = false)
 {
     const hyprof_kmeans_args_t *a = d.a;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
     const unsigned grid = (unsigned)div_up(a->npix, kAssignThreads);
     const uint8_t *msk = d.mask;
     const int B = (int)a->bands, k = (int)a->k;
+    double *ub = bounds ? d.ub.get() : NULL, *lb = bounds ? d.lb.get() : NULL;
     if (k <= 8)
         assign_kernel<8><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                                   d.labels.get(), d.dist.get(), d.changed.get());
+                                                   d.labels.get(), d.dist.get(), d.changed.get(),
+                                                   ub, lb);
     else if (k <= 16)
         assign_kernel<16><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
                                                     d.labels.get(), d.dist.get(),
-                                                    d.changed.get());
+                                                    d.changed.get(), ub, lb);
     else if (k <= 32)
         assign_kernel<32><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
                                                     d.labels.get(), d.dist.get(),
-                                                    d.changed.get());
+                                                    d.changed.get(), ub, lb);
     else
         assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
             d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(), d.changed.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
+    HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
+                                 cudaMemcpyDeviceToHost));
+    return HYPROF_OK;
+}
+
+/* The assignment after the centres moved, pruned: the bounds say which
+ * pixels may have changed centre, only those are recomputed (same labels as
+ * assign_dev; `dist` is not kept up to date, the last assignment is full). */
+hyprof_status_t assign_pruned_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
+                                  unsigned long long *changed)
+{
+    const hyprof_kmeans_args_t *a = d.a;
+    const int B = (int)a->bands, k = (int)a->k;
+    HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
+    HYPROF_CUDA_CHECK(cudaMemset(d.count.get(), 0, sizeof(unsigned int)));
+    bounds_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix,
+                                                           d.delta.get(), k, d.ub.get(),
+                                                           d.lb.get(), d.list.get(),
+                                                           d.count.get());
+    HYPROF_CUDA_CHECK_LAUNCH("bounds_kernel");
+    const unsigned grid = (unsigned)div_up(a->npix, kThreads);
+    if (k <= 8)
+        list_kernel<8><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
+                                           d.count.get(), d.labels.get(), d.ub.get(),
+                                           d.lb.get(), d.changed.get());
+    else if (k <= 16)
+        list_kernel<16><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
+                                            d.count.get(), d.labels.get(), d.ub.get(),
+                                            d.lb.get(), d.changed.get());
+    else
+        list_kernel<32><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
+                                            d.count.get(), d.labels.get(), d.ub.get(),
+                                            d.lb.get(), d.changed.get());
+    HYPROF_CUDA_CHECK_LAUNCH("list_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
                                  cudaMemcpyDeviceToHost));
     return HYPROF_OK;
@@ -1332,13 +1524,35 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
 
     fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
+    /* Up to 32 centres the assignments after the first are pruned
+     * ($HYPROF_KMEANS_PRUNE=0: never, for comparisons). */
+    const char *pr = getenv("HYPROF_KMEANS_PRUNE");
+    d.prune = k <= 32 && !(pr && !strcmp(pr, "0"));
+    if (d.prune) {
+        HYPROF_TRY(d.ub.alloc(ctx, op, n));
+        HYPROF_TRY(d.lb.alloc(ctx, op, n));
+        HYPROF_TRY(d.Cold.alloc(ctx, op, k * B));
+        HYPROF_TRY(d.delta.alloc(ctx, op, k + 3));
+        HYPROF_TRY(d.list.alloc(ctx, op, n));
+        HYPROF_TRY(d.count.alloc(ctx, op, 1));
+    }
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
         unsigned long long changed = 0;
-        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+        if (d.prune && it > 0)
+            HYPROF_TRY(assign_pruned_dev(ctx, op, d, &changed));
+        else
+            HYPROF_TRY(assign_dev(ctx, op, d, &changed, d.prune));
         if (changed == 0)
             break;
+        if (d.prune)
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(d.Cold.get(), d.C.get(), k * B * sizeof(double),
+                                              cudaMemcpyDeviceToDevice, 0));
         HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get()));
+        if (d.prune) {
+            delta_kernel<<<1, 32>>>(d.C.get(), d.Cold.get(), (int)B, (int)k, d.delta.get());
+            HYPROF_CUDA_CHECK_LAUNCH("delta_kernel");
+        }
         a->iterations = it + 1;
         HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
     }
