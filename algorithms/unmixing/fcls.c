@@ -50,6 +50,13 @@ int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, si
     return 0;
 }
 
+int hyprof__unmix_gather(const float *x, size_t npix, size_t bands, const size_t *idx, size_t n,
+                         float *D)
+{
+    (void)x, (void)npix, (void)bands, (void)idx, (void)n, (void)D;
+    return 0;
+}
+
 int hyprof__unmix_device_seconds(char *buf, size_t size)
 {
     if (size)

@@ -184,6 +184,12 @@ int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, si
  * the device since hyprof__unmix_hold, into buf; 0 (buf empty) when none did. */
 int hyprof__unmix_device_seconds(char *buf, size_t size);
 
+/* D[i*bands + b] = x[b*npix + idx[i]] (the candidates, pixel-major) from the
+ * chain's device copy of x: 1 when done, 0 when x is not on the device (the
+ * caller reads the host cube; the values are the same). Always 0 without CUDA. */
+int hyprof__unmix_gather(const float *x, size_t npix, size_t bands, const size_t *idx, size_t n,
+                         float *D);
+
 /* memcpy by `threads` OpenMP threads (the CUDA upload's copies into
  * page-locked staging: one thread does not keep up with the DMA). */
 void hyprof__unmix_copy(void *dst, const void *src, size_t bytes, int threads);

@@ -1060,6 +1060,57 @@ hyprof_status_t step_dev(hyprof_ctx_t *ctx, void *impl, const double *ref, size_
     return HYPROF_OK;
 }
 
+/* ---- candidates and outputs ------------------------------------------------------ */
+
+/* D[i*B + b] = x[b*npix + idx[i]]: one thread per value, b fastest. */
+__global__ void gather_kernel(const float *__restrict__ x, size_t npix, int B,
+                              const unsigned long long *__restrict__ idx, size_t n,
+                              float *__restrict__ D)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n * (size_t)B)
+        return;
+    size_t i = t / B, b = t % B;
+    D[t] = x[b * npix + idx[i]];
+}
+
+/* count floats from the device to the host through the page-locked staging:
+ * the DMA of one chunk overlaps the host's copy (several threads) of the
+ * previous one; a plain copy when the staging is busy or missing. */
+hyprof_status_t download_flat(hyprof_ctx_t *ctx, const char *op, const float *src, float *dst,
+                              size_t count)
+{
+    int dev = -1;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    std::unique_lock<std::mutex> lock(g_staging.lock, std::try_to_lock);
+    if (!lock.owns_lock() || !staging_ready(dev)) {
+        HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, count * sizeof(float), cudaMemcpyDeviceToHost));
+        return HYPROF_OK;
+    }
+    Staging &g = g_staging;
+    const size_t cap = kStageBytes / sizeof(float), nch = div_up(count, cap);
+    const int threads = hyprof__threads(ctx);
+    /* The copy stream waits for what the default stream computed. */
+    HYPROF_CUDA_CHECK(cudaEventRecord(g.done[0], 0));
+    HYPROF_CUDA_CHECK(cudaStreamWaitEvent(g.stream, g.done[0], 0));
+    for (size_t c = 0; c <= nch; c++) {
+        if (c < nch) { /* queue chunk c */
+            const int s = (int)(c % kStageSlots);
+            const size_t off = c * cap, m = count - off < cap ? count - off : cap;
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(g.buf[s], src + off, m * sizeof(float),
+                                              cudaMemcpyDeviceToHost, g.stream));
+            HYPROF_CUDA_CHECK(cudaEventRecord(g.done[s], g.stream));
+        }
+        if (c > 0) { /* hand chunk c-1 to the host */
+            const int s = (int)((c - 1) % kStageSlots);
+            const size_t off = (c - 1) * cap, m = count - off < cap ? count - off : cap;
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(g.done[s]));
+            hyprof__unmix_copy(dst + off, g.buf[s], m * sizeof(float), threads);
+        }
+    }
+    return HYPROF_OK;
+}
+
 /* ---- the purity step's PCA on the device ------------------------------------------- */
 
 /* cuBLAS and cuSOLVER handles of this thread, kept between calls (creating
@@ -1250,6 +1301,42 @@ extern "C" int hyprof__unmix_device_seconds(char *buf, size_t size)
     return any;
 }
 
+extern "C" int hyprof__unmix_gather(const float *x, size_t npix, size_t bands,
+                                    const size_t *idx, size_t n, float *D)
+{
+    const Held &h = g_held;
+    if (!(h.active && h.dx && h.x == x && h.npix == npix && h.bands == bands && n > 0 &&
+          hyprof__cuda_resident_allowed()))
+        return 0;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(h.device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    /* Any failure: 0, and the caller gathers from the host (no error left). */
+    void *d_idx = NULL, *d_D = NULL;
+    bool ok = cudaMalloc(&d_idx, n * sizeof(unsigned long long)) == cudaSuccess &&
+              cudaMalloc(&d_D, n * bands * sizeof(float)) == cudaSuccess;
+    std::vector<unsigned long long> hidx(idx, idx + n);
+    ok = ok && cudaMemcpy(d_idx, hidx.data(), n * sizeof(unsigned long long),
+                          cudaMemcpyHostToDevice) == cudaSuccess;
+    if (ok) {
+        gather_kernel<<<(unsigned)div_up(n * bands, 256), 256>>>(
+            h.dx, npix, (int)bands, (const unsigned long long *)d_idx, n, (float *)d_D);
+        ok = cudaGetLastError() == cudaSuccess &&
+             cudaMemcpy(D, d_D, n * bands * sizeof(float), cudaMemcpyDeviceToHost) ==
+                 cudaSuccess;
+    }
+    if (d_idx)
+        (void)cudaFree(d_idx);
+    if (d_D)
+        (void)cudaFree(d_D);
+    (void)cudaGetLastError();
+    if (prev >= 0)
+        (void)cudaSetDevice(prev);
+    return ok ? 1 : 0;
+}
+
 extern "C" int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask,
                                  size_t npix, size_t bands, size_t nvalid, size_t p,
                                  double *mean, double *vectors, double *total,
@@ -1302,8 +1389,7 @@ extern "C" hyprof_status_t hyprof__cuda_abundances(hyprof_ctx_t *ctx, void *varg
                                  a->method, a->nodata, d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("abundance_kernel");
         stage_end(kDevAbundances, 0);
-        HYPROF_CUDA_CHECK(cudaMemcpy(a->out, d_out.get(), N * (p + 1) * sizeof(float),
-                                     cudaMemcpyDeviceToHost));
+        HYPROF_TRY(download_flat(ctx, op, d_out.get(), a->out, N * (p + 1)));
         return hyprof__progress(ctx, 1.0, op);
     }
     const size_t per_pixel = 2 * (B * sizeof(float) + 1 + (p + 1) * sizeof(float));
