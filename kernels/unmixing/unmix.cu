@@ -1,26 +1,38 @@
 /* CUDA backend of the unmixing steps (semantics: algorithms/unmixing/unmixing_impl.h).
  *
+ * The chain (between hyprof__unmix_hold and hyprof__unmix_release) keeps one
+ * device copy of the cube for all its steps. The first step to need it
+ * uploads it in 8 MiB chunks through page-locked staging that the host fills
+ * with several threads while the DMA empties the previous chunk; the
+ * homogeneity step runs on each group of bands as soon as it has arrived.
+ * CUDA events time each device stage (hyprof__unmix_device_seconds).
+ *
  * - abundances: one thread per pixel runs the active-set solver of lsq.h (the
  *   CPU's own code) with its work arrays in local memory, templated on the
  *   endmember bound (8, 16 or 32); the cube streams through the two-slot
- *   pipeline of cuda_util.h (or, inside an unmix chain whose cube is already
- *   on the device, runs over that copy in one launch); M and G stay on the device.
- * - homogeneity: the cube is uploaded once (kept for the next steps of the
- *   chain between hyprof__unmix_hold and hyprof__unmix_release); the row pass
- *   of a group of bands in one launch, then one thread per pixel adding the
- *   group's squared differences in band order (band by band when memory is
- *   short). per band a row pass and a column
- *   pass of the normalised Gaussian, the second one adding the squared
- *   difference to a per-pixel double accumulator. Every product and sum uses
- *   __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so the
- *   result is the CPU's bit for bit.
- * - purity: projections on the fitted PCA's skewers (one thread per pixel,
- *   sums in registers), per-component min/max reductions, weights; the PCA
- *   fit itself is the library's.
- * - kmeans: the cube is uploaded once; the step of the farthest-point
- *   initialisation (distances, running minimum and a first-index argmax), the assignment (one thread per pixel reading its spectrum
- *   once, the k sums in registers for k <= 32, same arithmetic as the CPU) and the centre update in the CPU's fixed order (partial sums of
- *   HYPROF_KMEANS_BLOCK pixels, then the blocks in order) run on the device. */
+ *   pipeline of cuda_util.h (or, inside a chain, runs over its device copy in
+ *   one launch, the output coming back through the staging); M and G stay on
+ *   the device.
+ * - homogeneity: per band a row pass and a column pass of the normalised
+ *   Gaussian, the second one adding the squared difference to a per-pixel
+ *   double accumulator: the row passes of a group of bands in one launch,
+ *   then one thread per pixel adding the group's squared differences in band
+ *   order (band by band with $HYPROF_CUDA_RESIDENT=0). Every product and sum
+ *   uses __dmul_rn/__dadd_rn (no fused multiply-add), in the CPU's order, so
+ *   the result is the CPU's bit for bit.
+ * - purity: the PCA from the chain's device copy (masked mean, cublasDsyrk
+ *   on centred chunks, cusolverDnDsyevd; the library's PCA outside a chain),
+ *   projections on its skewers (one thread per pixel, sums in registers),
+ *   per-component min/max reductions, weights.
+ * - kmeans: the step of the farthest-point initialisation (distances, running
+ *   minimum and a first-index argmax); the assignment (one thread per pixel
+ *   reading its spectrum once, the k sums in registers for k <= 32, the
+ *   centres through shared memory, same arithmetic as the CPU), after the
+ *   first one pruned by Hamerly's bounds (only pixels whose bounds do not
+ *   separate their centre are recomputed: the same labels); the centre update
+ *   in the CPU's fixed order (partial sums of HYPROF_KMEANS_BLOCK pixels by
+ *   one warp per block and 32 bands, then the blocks in order).
+ * - extraction (CPU) gathers its candidates from the device copy. */
 #include "../core/cuda_util.h"
 
 #include "unmixing/lsq.h"
