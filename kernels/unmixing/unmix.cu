@@ -51,12 +51,20 @@ const size_t kChunkTargetBytes = (size_t)64 << 20;
 
 /* ---- abundances ---------------------------------------------------------------- */
 
+/* G sits in shared memory (the solver reads it at random); M'y and the
+ * residual accumulate in registers (unrolled over MAXP) and only the
+ * solver's arrays live in local memory; hyprof__lsq_solve_kept keeps the
+ * Cholesky factor between subproblems. Same arithmetic as lsq_solve. */
 template <int MAXP>
-__global__ void abundance_kernel(const float *__restrict__ x, size_t m,
-                                 const uint8_t *__restrict__ mask, int B, int p,
-                                 const double *__restrict__ M, const double *__restrict__ G,
-                                 int method, float nodata, float *__restrict__ out)
+__global__ void __launch_bounds__(kThreads)
+abundance_kernel(const float *__restrict__ x, size_t m, const uint8_t *__restrict__ mask, int B,
+                 int p, const double *__restrict__ M, const double *__restrict__ G, int method,
+                 float nodata, float *__restrict__ out)
 {
+    __shared__ double sG[MAXP * MAXP];
+    for (int t = threadIdx.x; t < p * p; t += blockDim.x)
+        sG[t] = G[t];
+    __syncthreads();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= m)
         return;
@@ -65,26 +73,41 @@ __global__ void abundance_kernel(const float *__restrict__ x, size_t m,
             out[(size_t)j * m + i] = nodata;
         return;
     }
-    double bv[MAXP], a[MAXP], work[MAXP * MAXP + 2 * MAXP];
-    int idx[MAXP];
-    for (int j = 0; j < p; j++)
-        bv[j] = 0.0;
+    double acc[MAXP];
+#pragma unroll
+    for (int j = 0; j < MAXP; j++)
+        acc[j] = 0.0;
     for (int b = 0; b < B; b++) {
         double yb = (double)x[(size_t)b * m + i];
-        for (int j = 0; j < p; j++)
-            bv[j] += M[j * B + b] * yb;
+#pragma unroll
+        for (int j = 0; j < MAXP; j++)
+            if (j < p)
+                acc[j] += M[j * B + b] * yb;
     }
-    hyprof__lsq_solve(p, G, bv, method, a, work, idx);
+    double bv[MAXP], a[MAXP], work[MAXP * MAXP + 2 * MAXP];
+    int idx[MAXP];
+#pragma unroll
+    for (int j = 0; j < MAXP; j++)
+        if (j < p)
+            bv[j] = acc[j];
+    hyprof__lsq_solve_kept(p, sG, bv, method, a, work, idx);
+#pragma unroll
+    for (int j = 0; j < MAXP; j++)
+        acc[j] = j < p ? a[j] : 0.0;
     double r = 0.0;
     for (int b = 0; b < B; b++) {
         double s = 0.0;
-        for (int j = 0; j < p; j++)
-            s += M[j * B + b] * a[j];
+#pragma unroll
+        for (int j = 0; j < MAXP; j++)
+            if (j < p)
+                s += M[j * B + b] * acc[j];
         double d = (double)x[(size_t)b * m + i] - s;
         r += d * d;
     }
-    for (int j = 0; j < p; j++)
-        out[(size_t)j * m + i] = (float)a[j];
+#pragma unroll
+    for (int j = 0; j < MAXP; j++)
+        if (j < p)
+            out[(size_t)j * m + i] = (float)acc[j];
     out[(size_t)p * m + i] = (float)sqrt(r / (double)B);
 }
 
