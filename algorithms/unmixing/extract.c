@@ -33,26 +33,20 @@ static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, s
  * candidates at once: each sum still runs over b in increasing order, as one
  * pixel at a time would, but the DOT_ROWS independent chains keep the FPU busy
  * (one chain is bound by the latency of its additions). */
-#define DOT_ROWS 4
+#define DOT_ROWS 8
 
 static void dot_rows(const double *q, const float *D, size_t B, size_t i, size_t m, double *out)
 {
     const float *d0 = D + i * B;
     if (m == DOT_ROWS) {
-        const float *d1 = d0 + B, *d2 = d1 + B, *d3 = d2 + B;
-        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-        for (size_t b = 0; b < B; b++) {
-            double w0 = q ? q[b] : d0[b], w1 = q ? q[b] : d1[b], w2 = q ? q[b] : d2[b],
-                   w3 = q ? q[b] : d3[b];
-            s0 += w0 * d0[b];
-            s1 += w1 * d1[b];
-            s2 += w2 * d2[b];
-            s3 += w3 * d3[b];
-        }
-        out[0] = s0;
-        out[1] = s1;
-        out[2] = s2;
-        out[3] = s3;
+        double s[DOT_ROWS] = {0.0};
+        for (size_t b = 0; b < B; b++)
+            for (size_t t = 0; t < DOT_ROWS; t++) {
+                double w = q ? q[b] : (double)d0[t * B + b];
+                s[t] += w * d0[t * B + b];
+            }
+        for (size_t t = 0; t < DOT_ROWS; t++)
+            out[t] = s[t];
         return;
     }
     for (size_t t = 0; t < m; t++) {
