@@ -275,17 +275,145 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
     return LAPACKE_dgetri(LAPACK_COL_MAJOR, (lapack_int)p, inv, (lapack_int)p, ipiv) ? -1 : 0;
 }
 
-/* Candidate sets up to this size get their PCA on the CPU. */
+/* Candidate sets up to this size get their PCA here, on the CPU. */
 #define SMALL_PCA 65536
 
-/* Z (n x p): [1, first p-1 principal components] of every candidate, by the
- * library's PCA on a view of D. */
+/* cov[i + j*B] (j <= i, column-major lower) = sum_t X[t][i] X[t][j] over the
+ * rows of X (n x B, pixel-major) for the 4 x 4 block at (i0, j0): sixteen
+ * independent sums, each over t in increasing order (the same whatever the
+ * threads); a row's four j values side by side (vectorised). */
+static void cov_block(const double *X, size_t n, size_t B, size_t i0, size_t j0, double *cov)
+{
+    size_t ii[4], jj[4];
+    double s[4][4] = {{0.0}};
+    for (int u = 0; u < 4; u++) {
+        ii[u] = i0 + u < B ? i0 + u : B - 1;
+        jj[u] = j0 + u < B ? j0 + u : B - 1;
+    }
+    if (j0 + 4 <= B)
+        for (size_t t = 0; t < n; t++) {
+            const double *r = X + t * B, *rj = r + j0;
+            for (int u = 0; u < 4; u++) {
+                double x = r[ii[u]];
+                for (int w = 0; w < 4; w++)
+                    s[u][w] += x * rj[w];
+            }
+        }
+    else
+        for (size_t t = 0; t < n; t++) {
+            const double *r = X + t * B;
+            for (int u = 0; u < 4; u++)
+                for (int w = 0; w < 4; w++)
+                    s[u][w] += r[ii[u]] * r[jj[w]];
+        }
+    for (int u = 0; u < 4; u++)
+        for (int w = 0; w < 4; w++)
+            if (i0 + u < B && j0 + w <= i0 + u)
+                cov[(i0 + u) + (j0 + w) * B] = s[u][w];
+}
+
+/* Z (n x p): [1, first p-1 principal components] of the candidates. A few
+ * thousand of them (SSPP's): their own PCA here, in a few milliseconds
+ * (mean and covariance in double, the covariance by 4 x 4 blocks over the
+ * threads, only the p-1 leading eigenvectors by dsyevr, each with its
+ * largest-magnitude loading positive as hyprof_pca_fit signs them, the
+ * projections rounded to float as hyprof_pca_apply gives them); the same on
+ * both backends. More (no SSPP, the whole image): the library's PCA, where
+ * the context says. */
+static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
+                                    size_t B, size_t p, double *Z)
+{
+    size_t q = p - 1, nb = (B + 3) / 4, ntile = nb * (nb + 1) / 2;
+    int threads = hyprof__threads(ctx);
+    double *mean = calloc(B, sizeof *mean), *X = malloc(B * n * sizeof *X),
+           *Xp = malloc(B * n * sizeof *Xp),
+           *cov = malloc(B * B * sizeof *cov), *w = malloc(B * sizeof *w),
+           *V = malloc(B * (q ? q : 1) * sizeof *V);
+    lapack_int *supp = malloc(2 * (q ? q : 1) * sizeof *supp), m = 0;
+    hyprof_status_t st = HYPROF_OK;
+    if (!mean || !X || !Xp || !cov || !w || !V || !supp)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i = 0; st == HYPROF_OK && i < n; i++) /* the mean in candidate order */
+        for (size_t b = 0; b < B; b++)
+            mean[b] += D[i * B + b];
+    if (st == HYPROF_OK) {
+        for (size_t b = 0; b < B; b++)
+            mean[b] /= (double)n;
+        for (size_t i = 0; i < n; i++) /* centred: pixel-major Xp, band-major X */
+            for (size_t b = 0; b < B; b++)
+                X[b * n + i] = Xp[i * B + b] = (double)D[i * B + b] - mean[b];
+        #pragma omp parallel for num_threads(threads) schedule(dynamic, 8)
+        for (size_t t = 0; t < ntile; t++) {
+            size_t ti = 0; /* tile t of the lower triangle: row ti, column tj <= ti */
+            while ((ti + 1) * (ti + 2) / 2 <= t)
+                ti++;
+            size_t tj = t - ti * (ti + 1) / 2;
+            cov_block(Xp, n, B, 4 * ti, 4 * tj, cov);
+        }
+        if (q && LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', (lapack_int)B, cov,
+                                (lapack_int)B, 0.0, 0.0, (lapack_int)(B - q + 1), (lapack_int)B,
+                                0.0, &m, w, V, (lapack_int)B, supp) != 0)
+            st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                               "the candidates' eigensolver (dsyevr) failed");
+        if (st == HYPROF_OK && (size_t)m != q)
+            st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                               "the candidates' eigensolver found %d of %zu components", (int)m, q);
+    }
+    for (size_t k = 0; st == HYPROF_OK && k < q / 2; k++) /* ascending -> descending */
+        for (size_t b = 0; b < B; b++) {
+            double t = V[k * B + b];
+            V[k * B + b] = V[(q - 1 - k) * B + b];
+            V[(q - 1 - k) * B + b] = t;
+        }
+    for (size_t k = 0; st == HYPROF_OK && k < q; k++) {
+        double *v = V + k * B;
+        size_t imax = 0;
+        for (size_t b = 1; b < B; b++)
+            if (fabs(v[b]) > fabs(v[imax]))
+                imax = b;
+        if (v[imax] < 0.0)
+            for (size_t b = 0; b < B; b++)
+                v[b] = -v[b];
+    }
+    if (st == HYPROF_OK) { /* 8 candidates a time: their sums side by side, each over b in order */
+        #pragma omp parallel for num_threads(threads) schedule(static)
+        for (size_t i0 = 0; i0 < n; i0 += 8) {
+            size_t m8 = n - i0 < 8 ? n - i0 : 8;
+            double acc[HYPROF_MAX_ENDMEMBERS][8];
+            for (size_t k = 0; k < q; k++)
+                for (size_t u = 0; u < 8; u++)
+                    acc[k][u] = 0.0;
+            for (size_t b = 0; b < B; b++) {
+                const double *xb = X + b * n + i0;
+                for (size_t k = 0; k < q; k++) {
+                    double vk = V[k * B + b];
+                    for (size_t u = 0; u < m8; u++)
+                        acc[k][u] += vk * xb[u];
+                }
+            }
+            for (size_t u = 0; u < m8; u++) {
+                Z[(i0 + u) * p] = 1.0;
+                for (size_t k = 0; k < q; k++)
+                    Z[(i0 + u) * p + k + 1] = (float)acc[k][u];
+            }
+        }
+    }
+    free(mean);
+    free(X);
+    free(Xp);
+    free(cov);
+    free(w);
+    free(V);
+    free(supp);
+    return st;
+}
+
+/* Z (n x p) of the whole image: the library's PCA on a band-sequential copy. */
 static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, double *Z)
 {
-    /* A band-sequential copy: the PCA reads it as it is (a pixel-major view of
-     * D would be converted value by value; the values, hence the model, are
-     * the same). */
+    if (n <= SMALL_PCA)
+        return reduce_small(ctx, op, D, n, B, p, Z);
     float *T = malloc(n * B * sizeof *T);
     if (!T)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
@@ -295,22 +423,10 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     hyprof_cube_t v = hyprof_cube_bsq(T, HYPROF_FLOAT32, n, 1, B), pcs;
     hyprof_pca_model_t *m = NULL;
     memset(&pcs, 0, sizeof pcs);
-    /* A few thousand candidates (SSPP's) are done on the CPU before a GPU has
-     * set up its handles; the whole image goes where the context says. */
-    hyprof_ctx_t *cpu = NULL, *use = ctx;
-    if (n <= SMALL_PCA && (cpu = hyprof_ctx_new()) != NULL) {
-        hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
-        hyprof_ctx_set_threads(cpu, 1); /* BLAS threads would outlast the call and
-                                          * slow the OpenMP regions that follow */
-        use = cpu;
-    }
-    hyprof_status_t st = hyprof_pca_fit(use, &v, p - 1, &m);
+    hyprof_status_t st = hyprof_pca_fit(ctx, &v, p - 1, &m);
     if (st == HYPROF_OK)
-        st = hyprof_pca_apply(use, m, &v, &pcs);
+        st = hyprof_pca_apply(ctx, m, &v, &pcs);
     hyprof_pca_model_free(&m);
-    if (st != HYPROF_OK && use != ctx)
-        hyprof__error(ctx, st, op, "%s", hyprof_ctx_last_error(use));
-    hyprof_ctx_free(&cpu);
     free(T);
     if (st != HYPROF_OK)
         return st;
