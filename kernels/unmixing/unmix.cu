@@ -122,9 +122,17 @@ void launch_abundance(size_t m, cudaStream_t st, const float *x, const uint8_t *
 /* ---- device times of the chain ------------------------------------------------ */
 
 /* Stages timed with CUDA events between hyprof__unmix_hold and release. */
-enum { kDevUpload = 0, kDevHomogeneity, kDevPurity, kDevKmeans, kDevAbundances, kDevStages };
+enum {
+    kDevUpload = 0,
+    kDevHomogeneity,
+    kDevPurity,
+    kDevKmeans,
+    kDevAbundances,
+    kDevDownload,
+    kDevStages
+};
 const char *const kDevNames[kDevStages] = {"upload", "homogeneity", "purity", "kmeans",
-                                           "abundances"};
+                                           "abundances", "download"};
 
 struct StageTimer {
     cudaEvent_t a = NULL, b = NULL;
@@ -810,7 +818,8 @@ __global__ void list_kernel(const float *__restrict__ x, size_t npix, int B, int
                             const double *__restrict__ C, const uint32_t *__restrict__ list,
                             const unsigned int *__restrict__ count, int32_t *__restrict__ labels,
                             double *__restrict__ ub, double *__restrict__ lb,
-                            unsigned long long *__restrict__ changed)
+                            unsigned long long *__restrict__ changed,
+                            uint8_t *__restrict__ dirty)
 {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= *count)
@@ -859,6 +868,7 @@ __global__ void list_kernel(const float *__restrict__ x, size_t npix, int B, int
     lb[i] = sqrt(second) * (1.0 - kBoundSlack);
     if (nl != lab) {
         labels[i] = nl;
+        dirty[i / HYPROF_KMEANS_BLOCK] = 1;
         atomicAdd(changed, 1ull);
     }
 }
@@ -891,8 +901,10 @@ const int kPartialBands = 32, kPartialTile = 32;
 
 __global__ void __launch_bounds__(32)
 partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, size_t npix,
-               int B, int k, double *__restrict__ part)
+               int B, int k, const uint8_t *__restrict__ dirty, double *__restrict__ part)
 {
+    if (dirty && !dirty[blockIdx.x]) /* no label of the block changed: its sums stand */
+        return;
     extern __shared__ double sums[]; /* k x 32 */
     __shared__ int32_t lab[HYPROF_KMEANS_BLOCK];
     __shared__ float tile[kPartialBands][kPartialTile + 1];
@@ -968,6 +980,7 @@ struct KMeansDev {
     DeviceBuffer<double> ub, lb, Cold, delta;
     DeviceBuffer<uint32_t> list;
     DeviceBuffer<unsigned int> count;
+    DeviceBuffer<uint8_t> dirty; /* per pixel block: a label changed since its sums */
     bool prune = false;
     const hyprof_kmeans_args_t *a;
     size_t nblk;
@@ -988,8 +1001,12 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(partial_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
+    /* Pruned iterations recompute only the blocks whose labels changed (the
+     * others' sums are the same numbers); the mean (k = 1) and the first
+     * assignment's update do them all. */
+    const uint8_t *dirty = d.prune && k == (int)a->k ? d.dirty.get() : NULL;
     partial_kernel<<<dim3((unsigned)d.nblk, (unsigned)div_up(B, kPartialBands)), 32, smem>>>(
-        d.x, d.labels.get(), a->npix, B, k, d.part.get());
+        d.x, d.labels.get(), a->npix, B, k, dirty, d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
     centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
                                                                   d.nblk, C);
@@ -1048,15 +1065,15 @@ hyprof_status_t assign_pruned_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &
     if (k <= 8)
         list_kernel<8><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
                                            d.count.get(), d.labels.get(), d.ub.get(),
-                                           d.lb.get(), d.changed.get());
+                                           d.lb.get(), d.changed.get(), d.dirty.get());
     else if (k <= 16)
         list_kernel<16><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
                                             d.count.get(), d.labels.get(), d.ub.get(),
-                                            d.lb.get(), d.changed.get());
+                                            d.lb.get(), d.changed.get(), d.dirty.get());
     else
         list_kernel<32><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
                                             d.count.get(), d.labels.get(), d.ub.get(),
-                                            d.lb.get(), d.changed.get());
+                                            d.lb.get(), d.changed.get(), d.dirty.get());
     HYPROF_CUDA_CHECK_LAUNCH("list_kernel");
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
                                  cudaMemcpyDeviceToHost));
@@ -1128,7 +1145,10 @@ hyprof_status_t download_flat(hyprof_ctx_t *ctx, const char *op, const float *sr
     /* The copy stream waits for what the default stream computed. */
     HYPROF_CUDA_CHECK(cudaEventRecord(g.done[0], 0));
     HYPROF_CUDA_CHECK(cudaStreamWaitEvent(g.stream, g.done[0], 0));
+    stage_begin(kDevDownload, g.stream);
     for (size_t c = 0; c <= nch; c++) {
+        if (c == nch)
+            stage_end(kDevDownload, g.stream);
         if (c < nch) { /* queue chunk c */
             const int s = (int)(c % kStageSlots);
             const size_t off = c * cap, m = count - off < cap ? count - off : cap;
@@ -1656,6 +1676,8 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
         HYPROF_TRY(d.delta.alloc(ctx, op, k + 3));
         HYPROF_TRY(d.list.alloc(ctx, op, n));
         HYPROF_TRY(d.count.alloc(ctx, op, 1));
+        HYPROF_TRY(d.dirty.alloc(ctx, op, d.nblk));
+        HYPROF_CUDA_CHECK(cudaMemset(d.dirty.get(), 1, d.nblk)); /* the first update: all */
     }
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
@@ -1673,6 +1695,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
         if (d.prune) {
             delta_kernel<<<1, 32>>>(d.C.get(), d.Cold.get(), (int)B, (int)k, d.delta.get());
             HYPROF_CUDA_CHECK_LAUNCH("delta_kernel");
+            HYPROF_CUDA_CHECK(cudaMemsetAsync(d.dirty.get(), 0, d.nblk, 0));
         }
         a->iterations = it + 1;
         HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
