@@ -24,8 +24,9 @@
  *   on centred chunks, cusolverDnDsyevd; the library's PCA outside a chain),
  *   projections on its skewers (one thread per pixel, sums in registers),
  *   per-component min/max reductions, weights.
- * - kmeans: the step of the farthest-point initialisation (distances, running
- *   minimum and a first-index argmax); the assignment (one thread per pixel
+ * - kmeans: the farthest-point initialisation (distances, running minimum, a
+ *   first-index argmax and the new centre, step after step on the device);
+ *   the assignment (one thread per pixel
  *   reading its spectrum once, the k sums in registers for k <= 32, the
  *   centres through shared memory, same arithmetic as the CPU), after the
  *   first one pruned by Hamerly's bounds (only pixels whose bounds do not
@@ -1080,35 +1081,75 @@ hyprof_status_t assign_pruned_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &
     return HYPROF_OK;
 }
 
-/* The step of the initialisation (kmeans.c's hyprof__kmeans_init), d.dist
- * holding mind; one index comes back to the host. */
-hyprof_status_t step_dev(hyprof_ctx_t *ctx, void *impl, const double *ref, size_t j, size_t *best)
+/* One block: the first index of the largest value over the argmax partials
+ * (the host loop's rule, as a tree), best[j] = that pixel (npix when no
+ * pixel is valid), and its spectrum as centre j, the next step's reference. */
+__global__ void pick_kernel(const double *__restrict__ bv, const unsigned long long *__restrict__ bi,
+                            int nb, const float *__restrict__ x, size_t npix, int B, int j,
+                            double *__restrict__ C, unsigned long long *__restrict__ best)
 {
-    static const char op[] = "kmeans";
-    KMeansDev &d = *(KMeansDev *)impl;
-    const hyprof_kmeans_args_t *a = d.a;
-    HYPROF_CUDA_CHECK(cudaMemcpy(d.ref.get(), ref, a->bands * sizeof(double),
-                                 cudaMemcpyHostToDevice));
-    mind_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
-        d.x, d.mask, a->npix, (int)a->bands, d.ref.get(), j, d.dist.get());
-    HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
-    unsigned nb = (unsigned)div_up(a->npix, kArgmaxThreads);
-    nb = nb > (unsigned)kArgmaxBlocks ? (unsigned)kArgmaxBlocks : nb;
-    argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), a->npix, d.bv.get(), d.bi.get());
-    HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
-    std::vector<double> v(nb);
-    std::vector<unsigned long long> i(nb);
-    HYPROF_CUDA_CHECK(cudaMemcpy(v.data(), d.bv.get(), nb * sizeof(double), cudaMemcpyDeviceToHost));
-    HYPROF_CUDA_CHECK(cudaMemcpy(i.data(), d.bi.get(), nb * sizeof(unsigned long long),
-                                 cudaMemcpyDeviceToHost));
-    double bestv = -2.0;
-    unsigned long long besti = ~0ull;
-    for (unsigned b = 0; b < nb; b++)
-        if (v[b] > bestv || (v[b] == bestv && i[b] < besti)) {
-            bestv = v[b];
-            besti = i[b];
+    __shared__ double sv[256];
+    __shared__ unsigned long long si[256];
+    __shared__ unsigned long long pick;
+    double v = -2.0;
+    unsigned long long i = ~0ull;
+    for (int t = threadIdx.x; t < nb; t += blockDim.x)
+        better(v, i, bv[t], bi[t]);
+    sv[threadIdx.x] = v;
+    si[threadIdx.x] = i;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if ((int)threadIdx.x < h) {
+            double v2 = sv[threadIdx.x + h];
+            unsigned long long i2 = si[threadIdx.x + h];
+            if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) {
+                sv[threadIdx.x] = v2;
+                si[threadIdx.x] = i2;
+            }
         }
-    *best = (bestv >= 0.0 && besti < a->npix) ? (size_t)besti : a->npix;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        pick = (sv[0] >= 0.0 && si[0] < npix) ? si[0] : npix;
+        best[j] = pick;
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; pick < npix && b < B; b += blockDim.x)
+        C[(size_t)j * B + b] = (double)x[(size_t)b * npix + pick];
+}
+
+/* hyprof__kmeans_init's farthest-point steps (kmeans.c: the same rule, the
+ * same arithmetic) without a round trip to the host a step: the distances
+ * and running minimum, the argmax and the new centre stay on the device;
+ * the k chosen pixels come back at the end. */
+hyprof_status_t init_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
+{
+    hyprof_kmeans_args_t *a = (hyprof_kmeans_args_t *)d.a;
+    const size_t n = a->npix, B = a->bands, k = a->k;
+    DeviceBuffer<unsigned long long> d_best;
+    HYPROF_TRY(d_best.alloc(ctx, op, k));
+    unsigned nb = (unsigned)div_up(n, kArgmaxThreads);
+    nb = nb > (unsigned)kArgmaxBlocks ? (unsigned)kArgmaxBlocks : nb;
+    const double *ref = d.ref.get(); /* the mean spectrum first */
+    for (size_t j = 0; j < k; j++) {
+        mind_kernel<<<(unsigned)div_up(n, kThreads), kThreads>>>(d.x, d.mask, n, (int)B, ref, j,
+                                                                 d.dist.get());
+        HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
+        argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), n, d.bv.get(), d.bi.get());
+        HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
+        pick_kernel<<<1, 256>>>(d.bv.get(), d.bi.get(), (int)nb, d.x, n, (int)B, (int)j,
+                                d.C.get(), d_best.get());
+        HYPROF_CUDA_CHECK_LAUNCH("pick_kernel");
+        ref = d.C.get() + j * B;
+    }
+    std::vector<unsigned long long> best(k);
+    HYPROF_CUDA_CHECK(cudaMemcpy(best.data(), d_best.get(), k * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost));
+    for (size_t j = 0; j < k; j++) {
+        if (best[j] >= n)
+            return hyprof__error(ctx, HYPROF_ERR_INTERNAL, "kmeans", "no valid pixel to start from");
+        a->init[j] = (size_t)best[j];
+    }
     return HYPROF_OK;
 }
 
@@ -1656,12 +1697,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     fill_labels_kernel<<<grid, 256>>>(msk, n, 0, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
     HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get()));
-    std::vector<double> mean(B);
-    HYPROF_CUDA_CHECK(cudaMemcpy(mean.data(), d.ref.get(), B * sizeof(double),
-                                 cudaMemcpyDeviceToHost));
-    HYPROF_TRY(hyprof__kmeans_init(ctx, a, step_dev, &d, mean.data()));
-    HYPROF_CUDA_CHECK(cudaMemcpy(d.C.get(), a->centres, k * B * sizeof(double),
-                                 cudaMemcpyHostToDevice));
+    HYPROF_TRY(init_dev(ctx, op, d));
 
     fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
