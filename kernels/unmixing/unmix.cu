@@ -26,13 +26,14 @@
  *   per-component min/max reductions, weights.
  * - kmeans: the farthest-point initialisation (distances, running minimum, a
  *   first-index argmax and the new centre, step after step on the device);
- *   the assignment (one thread per pixel
- *   reading its spectrum once, the k sums in registers for k <= 32, the
- *   centres through shared memory, same arithmetic as the CPU), after the
- *   first one pruned by Hamerly's bounds (only pixels whose bounds do not
- *   separate their centre are recomputed: the same labels); the centre update
- *   in the CPU's fixed order (partial sums of HYPROF_KMEANS_BLOCK pixels by
- *   one warp per block and 32 bands, then the blocks in order).
+ *   the assignment (one thread per pixel reading its spectrum once, the k
+ *   sums in registers for k <= 32, all the centres in shared memory, same
+ *   arithmetic as the CPU; a changed label marks its pixel block); the centre
+ *   update in the CPU's fixed order (partial sums of HYPROF_KMEANS_BLOCK
+ *   pixels by one warp per block and 32 bands, recomputed only for the marked
+ *   blocks, then the blocks in order). Hamerly's bounds were tried and
+ *   measured slower on the WTC bench cube: nearly every pixel failed its
+ *   bound test, so the pruned pass cost as much as a full one.
  * - extraction (CPU) gathers its candidates from the device copy. */
 #include "../core/cuda_util.h"
 
@@ -628,41 +629,35 @@ __global__ void fill_labels_kernel(const uint8_t *__restrict__ mask, size_t npix
 }
 
 /* Nearest centre: the cube is read once (bands outer), the k running sums
- * stay in registers (MAXK <= 32) or local memory; each sum still runs over b
- * in increasing order, as the CPU's. The centres come through shared memory
- * a tile of kAssignBands bands at a time (one broadcast load per centre and
- * band instead of a global one), and the count of changed labels is one
- * atomic per warp. */
-const int kAssignThreads = 256, kAssignBands = 16;
-
-/* Bounds of the pruned assignment (Hamerly): ub >= the distance (not squared)
- * to the own centre, lb <= the distance to every other centre. Every update
- * of a bound moves it outwards by kBoundSlack (relative) to cover its own
- * rounding; a pixel keeps its label without computing distances only when
- * ub (1 + kSkipMargin) < lb, a margin far above the rounding of the squared
- * distances themselves (relative (bands + 3) 2^-53), so the label is the one
- * the full computation would give, bit for bit. */
-const double kBoundSlack = 1e-12, kSkipMargin = 1e-10;
+ * stay in registers (MAXK <= 32); each sum still runs over b in increasing
+ * order, as the CPU's. The centres sit in shared memory, band-major (all of
+ * them when they fit, else `tb` bands at a time), one broadcast load per
+ * centre and band; the count of changed labels is one atomic per warp, and
+ * a changed label marks its pixel block dirty (its centre sums must be
+ * recomputed). */
+const int kAssignThreads = 256;
+const size_t kAssignSmem = (size_t)96 << 10; /* bytes of centres in shared memory at most */
 
 template <int MAXK>
 __global__ void __launch_bounds__(kAssignThreads)
 assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix, int B,
-              int k, const double *__restrict__ C, int32_t *__restrict__ labels,
+              int k, int tb, const double *__restrict__ Ct, int32_t *__restrict__ labels,
               double *__restrict__ dist, unsigned long long *__restrict__ changed,
-              double *__restrict__ ub, double *__restrict__ lb)
+              uint8_t *__restrict__ dirty)
 {
-    __shared__ double cs[kAssignBands * MAXK];
+    extern __shared__ double cs[]; /* tb x MAXK */
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     bool in = i < npix, live = in && !(mask && !mask[i]);
     double d[MAXK];
 #pragma unroll
     for (int c = 0; c < MAXK; c++)
         d[c] = 0.0;
-    for (int b0 = 0; b0 < B; b0 += kAssignBands) {
-        int nb = B - b0 < kAssignBands ? B - b0 : kAssignBands;
-        __syncthreads();
-        for (int t = threadIdx.x; t < nb * k; t += blockDim.x)
-            cs[(t / k) * MAXK + t % k] = C[(size_t)(t % k) * B + b0 + t / k];
+    for (int b0 = 0; b0 < B; b0 += tb) {
+        int nb = B - b0 < tb ? B - b0 : tb;
+        if (b0)
+            __syncthreads();
+        for (int t = threadIdx.x; t < nb * k; t += blockDim.x) /* Ct: band-major, coalesced */
+            cs[(t / k) * MAXK + t % k] = Ct[(size_t)b0 * k + t];
         __syncthreads();
         if (!live)
             continue;
@@ -677,29 +672,22 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
                 }
         }
     }
-    double best = d[0], second = INFINITY;
+    double best = d[0];
     int32_t lab = 0;
 #pragma unroll
     for (int c = 1; c < MAXK; c++)
-        if (c < k) {
-            if (d[c] < best) {
-                second = best;
-                best = d[c];
-                lab = c;
-            } else if (d[c] < second) {
-                second = d[c];
-            }
+        if (c < k && d[c] < best) {
+            best = d[c];
+            lab = c;
         }
     if (!live)
         lab = -1, best = 0.0;
-    else if (ub) {
-        ub[i] = sqrt(best) * (1.0 + kBoundSlack);
-        lb[i] = sqrt(second) * (1.0 - kBoundSlack);
-    }
     bool moved = in && labels[i] != lab;
     unsigned vote = __ballot_sync(0xffffffffu, moved);
     if ((threadIdx.x & 31) == 0 && vote)
         atomicAdd(changed, (unsigned long long)__popc(vote));
+    if (moved)
+        dirty[i / HYPROF_KMEANS_BLOCK] = 1;
     if (in) {
         labels[i] = lab;
         dist[i] = best;
@@ -710,7 +698,8 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
 __global__ void assign_many_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
                                    size_t npix, int B, int k, const double *__restrict__ C,
                                    int32_t *__restrict__ labels, double *__restrict__ dist,
-                                   unsigned long long *__restrict__ changed)
+                                   unsigned long long *__restrict__ changed,
+                                   uint8_t *__restrict__ dirty)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= npix)
@@ -737,141 +726,12 @@ __global__ void assign_many_kernel(const float *__restrict__ x, const uint8_t *_
             best = d[c];
             lab = c;
         }
-    if (labels[i] != lab)
+    if (labels[i] != lab) {
         atomicAdd(changed, 1ull);
+        dirty[i / HYPROF_KMEANS_BLOCK] = 1;
+    }
     labels[i] = lab;
     dist[i] = best;
-}
-
-/* How far each centre moved (inflated by kBoundSlack), then the largest move
- * and the second largest: delta[0..k), delta[k] = max, delta[k+1] = second,
- * delta[k+2] = the centre of the max. One block of 32 threads (k <= 32). */
-__global__ void delta_kernel(const double *__restrict__ C, const double *__restrict__ Cold,
-                             int B, int k, double *__restrict__ delta)
-{
-    __shared__ double sd[32];
-    int c = threadIdx.x;
-    if (c < k) {
-        double s = 0.0;
-        for (int b = 0; b < B; b++) {
-            double t = C[(size_t)c * B + b] - Cold[(size_t)c * B + b];
-            s += t * t;
-        }
-        sd[c] = sqrt(s) * (1.0 + kBoundSlack);
-        delta[c] = sd[c];
-    }
-    __syncthreads();
-    if (c == 0) {
-        double m1 = 0.0, m2 = 0.0;
-        int a1 = 0;
-        for (int j = 0; j < k; j++)
-            if (sd[j] > m1) {
-                m2 = m1;
-                m1 = sd[j];
-                a1 = j;
-            } else if (sd[j] > m2) {
-                m2 = sd[j];
-            }
-        delta[k] = m1;
-        delta[k + 1] = m2;
-        delta[k + 2] = (double)a1;
-    }
-}
-
-/* The bounds after the centres moved (triangle inequality: ub += own move,
- * lb -= the largest move of another centre); pixels whose bounds no longer
- * separate their centre from the others go to `list` (one atomic a warp). */
-__global__ void bounds_kernel(const int32_t *__restrict__ labels, size_t npix,
-                              const double *__restrict__ delta, int k, double *__restrict__ ub,
-                              double *__restrict__ lb, uint32_t *__restrict__ list,
-                              unsigned int *__restrict__ count)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    bool need = false;
-    if (i < npix) {
-        int32_t lab = labels[i];
-        if (lab >= 0) {
-            double other = lab == (int32_t)delta[k + 2] ? delta[k + 1] : delta[k];
-            double u = (ub[i] + delta[lab]) * (1.0 + kBoundSlack);
-            double l = (lb[i] - other) * (1.0 - kBoundSlack);
-            ub[i] = u;
-            lb[i] = l;
-            need = !(u * (1.0 + kSkipMargin) < l);
-        }
-    }
-    unsigned vote = __ballot_sync(0xffffffffu, need);
-    if (!vote)
-        return;
-    const int lane = threadIdx.x & 31;
-    unsigned base = 0;
-    if (lane == 0)
-        base = atomicAdd(count, (unsigned)__popc(vote));
-    base = __shfl_sync(0xffffffffu, base, 0);
-    if (need)
-        list[base + __popc(vote & ((1u << lane) - 1u))] = (uint32_t)i;
-}
-
-/* The listed pixels: the exact distance to the own centre first (it may be
- * enough to separate it again), else every distance, with the arithmetic and
- * order of assign_kernel (so the same label), and fresh bounds. */
-template <int MAXK>
-__global__ void list_kernel(const float *__restrict__ x, size_t npix, int B, int k,
-                            const double *__restrict__ C, const uint32_t *__restrict__ list,
-                            const unsigned int *__restrict__ count, int32_t *__restrict__ labels,
-                            double *__restrict__ ub, double *__restrict__ lb,
-                            unsigned long long *__restrict__ changed,
-                            uint8_t *__restrict__ dirty)
-{
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= *count)
-        return;
-    const size_t i = list[t];
-    const int32_t lab = labels[i];
-    const double *cl = C + (size_t)lab * B;
-    double dl = 0.0;
-#pragma unroll 8
-    for (int b = 0; b < B; b++) {
-        double tt = __dsub_rn((double)x[(size_t)b * npix + i], cl[b]);
-        dl = __dadd_rn(dl, __dmul_rn(tt, tt));
-    }
-    double u = sqrt(dl) * (1.0 + kBoundSlack);
-    if (u * (1.0 + kSkipMargin) < lb[i]) {
-        ub[i] = u;
-        return;
-    }
-    double d[MAXK];
-#pragma unroll
-    for (int c = 0; c < MAXK; c++)
-        d[c] = 0.0;
-    for (int b = 0; b < B; b++) {
-        double xb = (double)x[(size_t)b * npix + i];
-#pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            if (c < k) {
-                double tt = __dsub_rn(xb, C[(size_t)c * B + b]);
-                d[c] = __dadd_rn(d[c], __dmul_rn(tt, tt));
-            }
-    }
-    double best = d[0], second = INFINITY;
-    int32_t nl = 0;
-#pragma unroll
-    for (int c = 1; c < MAXK; c++)
-        if (c < k) {
-            if (d[c] < best) {
-                second = best;
-                best = d[c];
-                nl = c;
-            } else if (d[c] < second) {
-                second = d[c];
-            }
-        }
-    ub[i] = sqrt(best) * (1.0 + kBoundSlack);
-    lb[i] = sqrt(second) * (1.0 - kBoundSlack);
-    if (nl != lab) {
-        labels[i] = nl;
-        dirty[i / HYPROF_KMEANS_BLOCK] = 1;
-        atomicAdd(changed, 1ull);
-    }
 }
 
 /* Cluster sizes: a shared-memory histogram per block, then one atomic per
@@ -895,19 +755,21 @@ __global__ void count_kernel(const int32_t *__restrict__ labels, size_t npix, in
 
 /* part[(blk*B + b)*k + c]: sum of band b over the pixels of cluster c in block
  * blk, pixels in order. One warp per pixel block and group of 32 bands (lane =
- * band): the block's labels and a 32 x 32 tile of the cube at a time go
- * through shared memory with coalesced loads, each lane adding its band's
- * values into its own k sums in pixel order (the CPU's order). */
+ * band): a 32 x 32 tile of the cube at a time goes through shared memory with
+ * coalesced loads (the next tile's loads issued before the current one is
+ * added, so their latency hides behind the additions), each lane adding its
+ * band's values into its own k sums in pixel order (the CPU's order); lane j
+ * holds the label of the tile's pixel j. Blocks whose labels did not change
+ * since their last sums (dirty[blk] == 0) are skipped: the same numbers. */
 const int kPartialBands = 32, kPartialTile = 32;
 
 __global__ void __launch_bounds__(32)
 partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, size_t npix,
                int B, int k, const uint8_t *__restrict__ dirty, double *__restrict__ part)
 {
-    if (dirty && !dirty[blockIdx.x]) /* no label of the block changed: its sums stand */
+    if (dirty && !dirty[blockIdx.x])
         return;
     extern __shared__ double sums[]; /* k x 32 */
-    __shared__ int32_t lab[HYPROF_KMEANS_BLOCK];
     __shared__ float tile[kPartialBands][kPartialTile + 1];
     const int lane = threadIdx.x;
     const size_t blk = blockIdx.x, p0 = blk * HYPROF_KMEANS_BLOCK;
@@ -918,21 +780,34 @@ partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, 
     const int n = (int)(p1 - p0);
     for (int c = 0; c < k; c++)
         sums[c * 32 + lane] = 0.0;
-    for (int t = lane; t < n; t += 32)
-        lab[t] = labels[p0 + t];
+    float next[kPartialBands];
+    int32_t nlab = -1;
+#pragma unroll
+    for (int r = 0; r < kPartialBands; r++)
+        next[r] = (r < nb && lane < n) ? x[(size_t)(b0 + r) * npix + p0 + lane] : 0.0f;
+    if (lane < n)
+        nlab = labels[p0 + lane];
     for (int t0 = 0; t0 < n; t0 += kPartialTile) {
         const int m = n - t0 < kPartialTile ? n - t0 : kPartialTile;
         __syncwarp();
-        for (int r = 0; r < nb; r++)
-            if (lane < m)
-                tile[r][lane] = x[(size_t)(b0 + r) * npix + p0 + t0 + lane];
+#pragma unroll
+        for (int r = 0; r < kPartialBands; r++)
+            tile[r][lane] = next[r];
+        const int32_t mylab = nlab;
         __syncwarp();
-        if (lane < nb)
-            for (int j = 0; j < m; j++) {
-                int32_t l = lab[t0 + j];
-                if (l >= 0)
-                    sums[l * 32 + lane] = __dadd_rn(sums[l * 32 + lane], (double)tile[lane][j]);
-            }
+        const int t1 = t0 + kPartialTile; /* prefetch the next tile */
+        if (t1 < n) {
+            const bool ok = t1 + lane < n;
+#pragma unroll
+            for (int r = 0; r < kPartialBands; r++)
+                next[r] = (r < nb && ok) ? x[(size_t)(b0 + r) * npix + p0 + t1 + lane] : 0.0f;
+            nlab = ok ? labels[p0 + t1 + lane] : -1;
+        }
+        for (int j = 0; j < m; j++) {
+            int32_t l = __shfl_sync(0xffffffffu, mylab, j);
+            if (l >= 0 && lane < nb)
+                sums[l * 32 + lane] = __dadd_rn(sums[l * 32 + lane], (double)tile[lane][j]);
+        }
     }
     if (lane < nb)
         for (int c = 0; c < k; c++)
@@ -942,7 +817,8 @@ partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, 
 /* C[c][b] = (sum over blocks, in order, of part) / cnt[c]; the loads of eight
  * blocks are issued before their (ordered) additions. */
 __global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
-                              int B, int k, size_t nblk, double *__restrict__ C)
+                              int B, int k, size_t nblk, double *__restrict__ C,
+                              double *__restrict__ Ct)
 {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)B * k)
@@ -962,8 +838,21 @@ __global__ void centre_kernel(const double *__restrict__ part, const unsigned lo
     }
     for (; blk < nblk; blk++)
         s = __dadd_rn(s, q[blk * stride]);
-    if (cnt[c])
-        C[c * B + b] = __ddiv_rn(s, (double)cnt[c]);
+    if (cnt[c]) {
+        double v = __ddiv_rn(s, (double)cnt[c]);
+        C[c * B + b] = v;
+        if (Ct) /* band-major copy for the assignment */
+            Ct[b * k + c] = v;
+    }
+}
+
+/* Ct[b*k + c] = C[c*B + b]. */
+__global__ void transpose_centres_kernel(const double *__restrict__ C, int B, int k,
+                                         double *__restrict__ Ct)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < (size_t)B * k)
+        Ct[t] = C[(t % k) * B + t / k];
 }
 
 /* Device state of one K-means run. */
@@ -972,22 +861,20 @@ struct KMeansDev {
     DeviceBuffer<uint8_t> own_mask;
     const float *x = NULL;
     const uint8_t *mask = NULL; /* NULL without a mask */
-    DeviceBuffer<double> C, dist, part, ref, bv;
+    DeviceBuffer<double> C, Ct, dist, part, ref, bv; /* Ct: C band-major */
     DeviceBuffer<unsigned long long> bi;
     DeviceBuffer<int32_t> labels;
     DeviceBuffer<unsigned long long> cnt, changed;
-    /* the pruned assignment (k <= 32): bounds, previous centres, their moves,
-     * the pixels to recompute */
-    DeviceBuffer<double> ub, lb, Cold, delta;
-    DeviceBuffer<uint32_t> list;
-    DeviceBuffer<unsigned int> count;
     DeviceBuffer<uint8_t> dirty; /* per pixel block: a label changed since its sums */
-    bool prune = false;
     const hyprof_kmeans_args_t *a;
     size_t nblk;
 };
 
-hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int k, double *C)
+/* Centres as the means of their pixels. With `all`, every block's partial
+ * sums (the mean spectrum, k = 1, and the first update); otherwise only the
+ * dirty blocks', the others' being the same numbers as last time. */
+hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int k, double *C,
+                           bool all)
 {
     const hyprof_kmeans_args_t *a = d.a;
     const int B = (int)a->bands;
@@ -998,84 +885,58 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
                                                                  d.cnt.get());
     HYPROF_CUDA_CHECK_LAUNCH("count_kernel");
     const size_t smem = (size_t)k * 32 * sizeof(double);
-    if (smem > 32 * 1024) /* with the static tiles, past the default 48 KiB */
+    if (smem > 32 * 1024) /* with the static tile, past the default 48 KiB */
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(partial_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
-    /* Pruned iterations recompute only the blocks whose labels changed (the
-     * others' sums are the same numbers); the mean (k = 1) and the first
-     * assignment's update do them all. */
-    const uint8_t *dirty = d.prune && k == (int)a->k ? d.dirty.get() : NULL;
     partial_kernel<<<dim3((unsigned)d.nblk, (unsigned)div_up(B, kPartialBands)), 32, smem>>>(
-        d.x, d.labels.get(), a->npix, B, k, dirty, d.part.get());
+        d.x, d.labels.get(), a->npix, B, k, all ? NULL : d.dirty.get(), d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
-    centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(d.part.get(), d.cnt.get(), B, k,
-                                                                  d.nblk, C);
+    centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(
+        d.part.get(), d.cnt.get(), B, k, d.nblk, C, C == d.C.get() ? d.Ct.get() : NULL);
     HYPROF_CUDA_CHECK_LAUNCH("centre_kernel");
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(d.dirty.get(), 0, d.nblk, 0));
     return HYPROF_OK;
 }
 
-/* Every pixel against every centre; with `bounds` (the pruned mode) also
- * each pixel's ub and lb. */
-hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
-                           unsigned long long *changed, bool bounds = false)
+template <int MAXK>
+hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
 {
     const hyprof_kmeans_args_t *a = d.a;
-    HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
-    const unsigned grid = (unsigned)div_up(a->npix, kAssignThreads);
-    const uint8_t *msk = d.mask;
     const int B = (int)a->bands, k = (int)a->k;
-    double *ub = bounds ? d.ub.get() : NULL, *lb = bounds ? d.lb.get() : NULL;
-    if (k <= 8)
-        assign_kernel<8><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                                   d.labels.get(), d.dist.get(), d.changed.get(),
-                                                   ub, lb);
-    else if (k <= 16)
-        assign_kernel<16><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                                    d.labels.get(), d.dist.get(),
-                                                    d.changed.get(), ub, lb);
-    else if (k <= 32)
-        assign_kernel<32><<<grid, kAssignThreads>>>(d.x, msk, a->npix, B, k, d.C.get(),
-                                                    d.labels.get(), d.dist.get(),
-                                                    d.changed.get(), ub, lb);
-    else
-        assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
-            d.x, msk, a->npix, B, k, d.C.get(), d.labels.get(), d.dist.get(), d.changed.get());
+    size_t tb = kAssignSmem / (MAXK * sizeof(double));
+    tb = tb > (size_t)B ? (size_t)B : tb;
+    const size_t smem = tb * MAXK * sizeof(double);
+    if (smem > 48 * 1024)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(assign_kernel<MAXK>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
+    assign_kernel<MAXK><<<(unsigned)div_up(a->npix, kAssignThreads), kAssignThreads, smem>>>(
+        d.x, d.mask, a->npix, B, k, (int)tb, d.Ct.get(), d.labels.get(), d.dist.get(),
+        d.changed.get(), d.dirty.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
-    HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
-                                 cudaMemcpyDeviceToHost));
     return HYPROF_OK;
 }
 
-/* The assignment after the centres moved, pruned: the bounds say which
- * pixels may have changed centre, only those are recomputed (same labels as
- * assign_dev; `dist` is not kept up to date, the last assignment is full). */
-hyprof_status_t assign_pruned_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
-                                  unsigned long long *changed)
+/* Every pixel against every centre; `changed` gets the number of labels that changed. */
+hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
+                           unsigned long long *changed)
 {
     const hyprof_kmeans_args_t *a = d.a;
-    const int B = (int)a->bands, k = (int)a->k;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
-    HYPROF_CUDA_CHECK(cudaMemset(d.count.get(), 0, sizeof(unsigned int)));
-    bounds_kernel<<<(unsigned)div_up(a->npix, 256), 256>>>(d.labels.get(), a->npix,
-                                                           d.delta.get(), k, d.ub.get(),
-                                                           d.lb.get(), d.list.get(),
-                                                           d.count.get());
-    HYPROF_CUDA_CHECK_LAUNCH("bounds_kernel");
-    const unsigned grid = (unsigned)div_up(a->npix, kThreads);
+    const int k = (int)a->k;
     if (k <= 8)
-        list_kernel<8><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
-                                           d.count.get(), d.labels.get(), d.ub.get(),
-                                           d.lb.get(), d.changed.get(), d.dirty.get());
+        HYPROF_TRY(launch_assign<8>(ctx, op, d));
     else if (k <= 16)
-        list_kernel<16><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
-                                            d.count.get(), d.labels.get(), d.ub.get(),
-                                            d.lb.get(), d.changed.get(), d.dirty.get());
-    else
-        list_kernel<32><<<grid, kThreads>>>(d.x, a->npix, B, k, d.C.get(), d.list.get(),
-                                            d.count.get(), d.labels.get(), d.ub.get(),
-                                            d.lb.get(), d.changed.get(), d.dirty.get());
-    HYPROF_CUDA_CHECK_LAUNCH("list_kernel");
+        HYPROF_TRY(launch_assign<16>(ctx, op, d));
+    else if (k <= 32)
+        HYPROF_TRY(launch_assign<32>(ctx, op, d));
+    else {
+        assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
+            d.x, d.mask, a->npix, (int)a->bands, k, d.C.get(), d.labels.get(), d.dist.get(),
+            d.changed.get(), d.dirty.get());
+        HYPROF_CUDA_CHECK_LAUNCH("assign_many_kernel");
+    }
     HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
                                  cudaMemcpyDeviceToHost));
     return HYPROF_OK;
@@ -1682,6 +1543,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, d.own_x, d.own_mask, &d.x, &d.mask));
     stage_begin(kDevKmeans, 0);
     HYPROF_TRY(d.C.alloc(ctx, op, k * B));
+    HYPROF_TRY(d.Ct.alloc(ctx, op, k * B));
     HYPROF_TRY(d.dist.alloc(ctx, op, n));
     HYPROF_TRY(d.part.alloc(ctx, op, d.nblk * B * k));
     HYPROF_TRY(d.ref.alloc(ctx, op, B));
@@ -1690,49 +1552,29 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(d.labels.alloc(ctx, op, n));
     HYPROF_TRY(d.cnt.alloc(ctx, op, k));
     HYPROF_TRY(d.changed.alloc(ctx, op, 1));
+    HYPROF_TRY(d.dirty.alloc(ctx, op, d.nblk));
     const uint8_t *msk = d.mask;
     const unsigned grid = (unsigned)div_up(n, 256);
 
     /* The mean spectrum: the update with every valid pixel in cluster 0. */
     fill_labels_kernel<<<grid, 256>>>(msk, n, 0, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
-    HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get()));
+    HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get(), true));
     HYPROF_TRY(init_dev(ctx, op, d));
+    transpose_centres_kernel<<<(unsigned)div_up(k * B, 256), 256>>>(d.C.get(), (int)B, (int)k,
+                                                                    d.Ct.get());
+    HYPROF_CUDA_CHECK_LAUNCH("transpose_centres_kernel");
 
     fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
-    /* Up to 32 centres the assignments after the first are pruned
-     * ($HYPROF_KMEANS_PRUNE=0: never, for comparisons). */
-    const char *pr = getenv("HYPROF_KMEANS_PRUNE");
-    d.prune = k <= 32 && !(pr && !strcmp(pr, "0"));
-    if (d.prune) {
-        HYPROF_TRY(d.ub.alloc(ctx, op, n));
-        HYPROF_TRY(d.lb.alloc(ctx, op, n));
-        HYPROF_TRY(d.Cold.alloc(ctx, op, k * B));
-        HYPROF_TRY(d.delta.alloc(ctx, op, k + 3));
-        HYPROF_TRY(d.list.alloc(ctx, op, n));
-        HYPROF_TRY(d.count.alloc(ctx, op, 1));
-        HYPROF_TRY(d.dirty.alloc(ctx, op, d.nblk));
-        HYPROF_CUDA_CHECK(cudaMemset(d.dirty.get(), 1, d.nblk)); /* the first update: all */
-    }
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
         unsigned long long changed = 0;
-        if (d.prune && it > 0)
-            HYPROF_TRY(assign_pruned_dev(ctx, op, d, &changed));
-        else
-            HYPROF_TRY(assign_dev(ctx, op, d, &changed, d.prune));
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
         if (changed == 0)
             break;
-        if (d.prune)
-            HYPROF_CUDA_CHECK(cudaMemcpyAsync(d.Cold.get(), d.C.get(), k * B * sizeof(double),
-                                              cudaMemcpyDeviceToDevice, 0));
-        HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get()));
-        if (d.prune) {
-            delta_kernel<<<1, 32>>>(d.C.get(), d.Cold.get(), (int)B, (int)k, d.delta.get());
-            HYPROF_CUDA_CHECK_LAUNCH("delta_kernel");
-            HYPROF_CUDA_CHECK(cudaMemsetAsync(d.dirty.get(), 0, d.nblk, 0));
-        }
+        /* The first update sums every block (the partials held the mean's). */
+        HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get(), it == 0));
         a->iterations = it + 1;
         HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
     }
