@@ -528,6 +528,9 @@ static void parse_stages(const char *text, char (*names)[24], double *values, si
     }
 }
 
+/* The extraction's steps of the last unmix run (UNMIX_EXTRACT_SECONDS). */
+static char g_extract_steps[256];
+
 /* sspp / unmix through the registry, as the CLI runs them. */
 static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
                                     const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t)
@@ -563,6 +566,8 @@ static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
             parse_stages(res.meta_values[i], t->stage_name, t->stage, &t->nstages);
         if (!strcmp(res.meta_keys[i], dkey)) /* CUDA only: event times of the device stages */
             parse_stages(res.meta_values[i], t->dev_name, t->dev, &t->ndev);
+        if (!strcmp(res.meta_keys[i], "UNMIX_EXTRACT_SECONDS")) /* the last run's, as is */
+            snprintf(g_extract_steps, sizeof g_extract_steps, "%s", res.meta_values[i]);
     }
     if (st == HYPROF_OK) {
         *out = res.cube; /* the cube moves to the caller */
@@ -997,6 +1002,10 @@ int main(int argc, char **argv)
             printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.stage_name[k],
                    median(stg + k * n, scratch, n));
         printf("}");
+        if (g_extract_steps[0]) {
+            printf(",\"extraction_steps\":");
+            json_string(stdout, g_extract_steps);
+        }
         if (t.ndev) { /* device (CUDA event) times of the CUDA stages */
             printf(",\"device_stages\":{");
             for (size_t k = 0; k < t.ndev; k++)

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Seconds of the last extraction's steps in this thread (gather, ATGP,
+ * N-FINDR's PCA, its sweeps), for the result metadata. */
+static _Thread_local double g_steps[4];
+
 /* Candidate pixel i of D is D + i*B. */
 static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, size_t n)
 {
@@ -278,54 +282,25 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
 /* Candidate sets up to this size get their PCA here, on the CPU. */
 #define SMALL_PCA 65536
 
-/* cov[i + j*B] (j <= i, column-major lower) = sum_t X[t][i] X[t][j] over the
- * rows of X (n x B, pixel-major) for the 4 x 4 block at (i0, j0): sixteen
- * independent sums, each over t in increasing order (the same whatever the
- * threads); a row's four j values side by side (vectorised). */
-static void cov_block(const double *X, size_t n, size_t B, size_t i0, size_t j0, double *cov)
-{
-    size_t ii[4], jj[4];
-    double s[4][4] = {{0.0}};
-    for (int u = 0; u < 4; u++) {
-        ii[u] = i0 + u < B ? i0 + u : B - 1;
-        jj[u] = j0 + u < B ? j0 + u : B - 1;
-    }
-    if (j0 + 4 <= B)
-        for (size_t t = 0; t < n; t++) {
-            const double *r = X + t * B, *rj = r + j0;
-            for (int u = 0; u < 4; u++) {
-                double x = r[ii[u]];
-                for (int w = 0; w < 4; w++)
-                    s[u][w] += x * rj[w];
-            }
-        }
-    else
-        for (size_t t = 0; t < n; t++) {
-            const double *r = X + t * B;
-            for (int u = 0; u < 4; u++)
-                for (int w = 0; w < 4; w++)
-                    s[u][w] += r[ii[u]] * r[jj[w]];
-        }
-    for (int u = 0; u < 4; u++)
-        for (int w = 0; w < 4; w++)
-            if (i0 + u < B && j0 + w <= i0 + u)
-                cov[(i0 + u) + (j0 + w) * B] = s[u][w];
-}
+/* OpenBLAS's thread count (weak: absent with another BLAS), pinned to one
+ * around the covariance so that the result does not depend on it and no BLAS
+ * threads are left spinning against the OpenMP regions that follow. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
 
 /* Z (n x p): [1, first p-1 principal components] of the candidates. A few
- * thousand of them (SSPP's): their own PCA here, in a few milliseconds
- * (mean and covariance in double, the covariance by 4 x 4 blocks over the
- * threads, only the p-1 leading eigenvectors by dsyevr, each with its
+ * thousand of them (SSPP's): their own PCA here, about twice as fast as the
+ * library's fit and apply (mean and covariance in double, the covariance by
+ * dsyrk, only the p-1 leading eigenvectors by dsyevr, each with its
  * largest-magnitude loading positive as hyprof_pca_fit signs them, the
- * projections rounded to float as hyprof_pca_apply gives them); the same on
- * both backends. More (no SSPP, the whole image): the library's PCA, where
- * the context says. */
+ * projections by dgemm, rounded to float as hyprof_pca_apply gives them; BLAS
+ * on one thread): the same on both backends. More (no SSPP, the whole
+ * image): the library's PCA, where the context says. */
 static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
                                     size_t B, size_t p, double *Z)
 {
-    size_t q = p - 1, nb = (B + 3) / 4, ntile = nb * (nb + 1) / 2;
-    int threads = hyprof__threads(ctx);
-    double *mean = calloc(B, sizeof *mean), *X = malloc(B * n * sizeof *X),
+    size_t q = p - 1;
+    double *mean = calloc(B, sizeof *mean), *X = malloc((q ? q : 1) * n * sizeof *X),
            *Xp = malloc(B * n * sizeof *Xp),
            *cov = malloc(B * B * sizeof *cov), *w = malloc(B * sizeof *w),
            *V = malloc(B * (q ? q : 1) * sizeof *V);
@@ -339,22 +314,22 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
     if (st == HYPROF_OK) {
         for (size_t b = 0; b < B; b++)
             mean[b] /= (double)n;
-        for (size_t i = 0; i < n; i++) /* centred: pixel-major Xp, band-major X */
+        for (size_t i = 0; i < n; i++) /* centred, pixel-major */
             for (size_t b = 0; b < B; b++)
-                X[b * n + i] = Xp[i * B + b] = (double)D[i * B + b] - mean[b];
-        #pragma omp parallel for num_threads(threads) schedule(dynamic, 8)
-        for (size_t t = 0; t < ntile; t++) {
-            size_t ti = 0; /* tile t of the lower triangle: row ti, column tj <= ti */
-            while ((ti + 1) * (ti + 2) / 2 <= t)
-                ti++;
-            size_t tj = t - ti * (ti + 1) / 2;
-            cov_block(Xp, n, B, 4 * ti, 4 * tj, cov);
-        }
+                Xp[i * B + b] = (double)D[i * B + b] - mean[b];
+        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(1);
+        /* Xp is B x n column-major (a candidate a column): cov = Xp Xp' (lower). */
+        cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, (int)B, (int)n, 1.0, Xp, (int)B,
+                    0.0, cov, (int)B);
         if (q && LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', (lapack_int)B, cov,
                                 (lapack_int)B, 0.0, 0.0, (lapack_int)(B - q + 1), (lapack_int)B,
                                 0.0, &m, w, V, (lapack_int)B, supp) != 0)
             st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                                "the candidates' eigensolver (dsyevr) failed");
+        if (openblas_set_num_threads && blas_threads > 0)
+            openblas_set_num_threads(blas_threads);
         if (st == HYPROF_OK && (size_t)m != q)
             st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                                "the candidates' eigensolver found %d of %zu components", (int)m, q);
@@ -375,27 +350,18 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
             for (size_t b = 0; b < B; b++)
                 v[b] = -v[b];
     }
-    if (st == HYPROF_OK) { /* 8 candidates a time: their sums side by side, each over b in order */
-        #pragma omp parallel for num_threads(threads) schedule(static)
-        for (size_t i0 = 0; i0 < n; i0 += 8) {
-            size_t m8 = n - i0 < 8 ? n - i0 : 8;
-            double acc[HYPROF_MAX_ENDMEMBERS][8];
+    if (st == HYPROF_OK) { /* P (q x n) = V' Xp, on one BLAS thread */
+        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(1);
+        cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)q, (int)n, (int)B, 1.0, V,
+                    (int)B, Xp, (int)B, 0.0, X, (int)q);
+        if (openblas_set_num_threads && blas_threads > 0)
+            openblas_set_num_threads(blas_threads);
+        for (size_t i = 0; i < n; i++) {
+            Z[i * p] = 1.0;
             for (size_t k = 0; k < q; k++)
-                for (size_t u = 0; u < 8; u++)
-                    acc[k][u] = 0.0;
-            for (size_t b = 0; b < B; b++) {
-                const double *xb = X + b * n + i0;
-                for (size_t k = 0; k < q; k++) {
-                    double vk = V[k * B + b];
-                    for (size_t u = 0; u < m8; u++)
-                        acc[k][u] += vk * xb[u];
-                }
-            }
-            for (size_t u = 0; u < m8; u++) {
-                Z[(i0 + u) * p] = 1.0;
-                for (size_t k = 0; k < q; k++)
-                    Z[(i0 + u) * p + k + 1] = (float)acc[k][u];
-            }
+                Z[i * p + k + 1] = (float)X[i * q + k];
         }
     }
     free(mean);
@@ -479,7 +445,9 @@ static double best_swap(const double *Ai, const double *z, size_t p, size_t *jbe
 static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, size_t *chosen)
 {
+    double t0 = hyprof__now();
     hyprof_status_t st = atgp(ctx, op, D, n, B, p, chosen);
+    g_steps[1] = hyprof__now() - t0;
     if (st != HYPROF_OK)
         return st;
     double *Z = malloc(n * p * sizeof *Z), *A = malloc(p * p * sizeof *A),
@@ -489,8 +457,11 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     lapack_int *ipiv = malloc(p * sizeof *ipiv);
     if (!Z || !A || !Ai || !sums || !gain || !jb || !ipiv)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    t0 = hyprof__now();
     if (st == HYPROF_OK)
         st = reduce(ctx, op, D, n, B, p, Z);
+    g_steps[2] = hyprof__now() - t0;
+    t0 = hyprof__now();
     for (size_t j = 0; st == HYPROF_OK && j < p; j++)
         memcpy(A + j * p, Z + chosen[j] * p, p * sizeof *A);
     if (st == HYPROF_OK && invert(A, p, Ai, ipiv))
@@ -523,6 +494,7 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
         if (st == HYPROF_OK)
             st = hyprof__progress(ctx, (sweep + 1) / 50.0, op);
     }
+    g_steps[3] = hyprof__now() - t0;
     free(Z);
     free(A);
     free(Ai);
@@ -533,6 +505,11 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
     return st;
 }
 
+void hyprof__extract_seconds(double sec[4])
+{
+    memcpy(sec, g_steps, sizeof g_steps);
+}
+
 hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
                                 size_t bands, const size_t *idx, size_t n, size_t p,
                                 hyprof__extract_t method, size_t *chosen)
@@ -541,16 +518,21 @@ hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                              "endmembers %zu is out of range: need 2 <= p <= bands (%zu) and "
                              "p <= candidate pixels (%zu)", p, bands, n);
+    double t0 = hyprof__now();
+    memset(g_steps, 0, sizeof g_steps);
     float *D = gather(x, npix, bands, idx, n);
+    g_steps[0] = hyprof__now() - t0;
     if (!D)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot gather %zu candidates", n);
     hyprof_status_t st;
-    if (method == HYPROF__EXTRACT_ATGP)
-        st = atgp(ctx, op, D, n, bands, p, chosen);
-    else if (method == HYPROF__EXTRACT_VCA)
-        st = vca(ctx, op, D, n, bands, p, chosen);
-    else
-        st = nfindr(ctx, op, D, n, bands, p, chosen);
+    if (method == HYPROF__EXTRACT_NFINDR) {
+        st = nfindr(ctx, op, D, n, bands, p, chosen); /* times its own steps */
+    } else {
+        t0 = hyprof__now();
+        st = method == HYPROF__EXTRACT_ATGP ? atgp(ctx, op, D, n, bands, p, chosen)
+                                            : vca(ctx, op, D, n, bands, p, chosen);
+        g_steps[1] = hyprof__now() - t0; /* ATGP, or all of VCA */
+    }
     for (size_t k = 0; st == HYPROF_OK && k < p; k++)
         chosen[k] = idx[chosen[k]];
     free(D);

@@ -189,6 +189,13 @@ static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t 
     /* What the CUDA stages took on the device (events), next to the host times. */
     if (st == HYPROF_OK && devsec[0])
         st = hyprof_result_add_meta(out, "UNMIX_DEVICE_SECONDS", "%s", devsec);
+    if (st == HYPROF_OK && ncand) { /* the extraction's steps */
+        double ex[4];
+        hyprof__extract_seconds(ex);
+        st = hyprof_result_add_meta(out, "UNMIX_EXTRACT_SECONDS",
+                                    "gather=%.4f atgp=%.4f pca=%.4f sweeps=%.4f", ex[0], ex[1],
+                                    ex[2], ex[3]);
+    }
     return st;
 }
 

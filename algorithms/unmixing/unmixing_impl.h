@@ -154,6 +154,10 @@ hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *
                                 size_t bands, const size_t *idx, size_t n, size_t p,
                                 hyprof__extract_t method, size_t *chosen);
 
+/* The last hyprof__extract's step times in this thread: gather, ATGP (N-FINDR's
+ * start; all of VCA with vca), N-FINDR's PCA, N-FINDR's sweeps (0 if not run). */
+void hyprof__extract_seconds(double sec[4]);
+
 /* HySime (hysime.c): the signal subspace dimension of the valid pixels,
  * between 2 and pmax. */
 hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x,
