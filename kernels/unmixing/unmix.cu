@@ -31,7 +31,10 @@
  *   arithmetic as the CPU; a changed label marks its pixel block); the centre
  *   update in the CPU's fixed order (partial sums of HYPROF_KMEANS_BLOCK
  *   pixels by one warp per block and 32 bands, recomputed only for the marked
- *   blocks, then the blocks in order). Hamerly's bounds were tried and
+ *   blocks, then the blocks in order). When the centres fit in shared memory
+ *   twice, a float pre-pass with rigorous error bounds leaves the exact
+ *   double distances to the few centres it cannot rule out (the same labels;
+ *   $HYPROF_KMEANS_F32=0 turns it off). Hamerly's bounds were tried and
  *   measured slower on the WTC bench cube: nearly every pixel failed its
  *   bound test, so the pruned pass cost as much as a full one.
  * - extraction (CPU) gathers its candidates from the device copy. */
@@ -694,6 +697,118 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
     }
 }
 
+/* The same assignment with a float pre-pass, when all the centres fit in
+ * shared memory twice (double and float): first every distance in float,
+ * with a rigorous bound of its error, then the exact double distances (the
+ * CPU's arithmetic) only to the centres that the bounds cannot rule out.
+ * With u = 2^-24, cf = float(c) and t = fl(x - cf): |t| lies within
+ * (1 +- u)(|x - c| -+ u|c|), and the float sum of the t^2 (fused
+ * multiply-adds) within (1 +- g) of the exact one, g = 2(B+4)u (twice the
+ * classical bound); by Minkowski the true distance r = ||x - c|| lies in
+ *   [sqrt(s / ((1+g)(1+u)^2)) - u||c||, sqrt(s / ((1-g)(1-u)^2)) + u||c||]
+ * for the float sum s (evaluated in double, widened by 1e-12). A centre
+ * whose lower bound exceeds the smallest upper bound by a factor 1 + 1e-9
+ * (far above the double sums' rounding) is strictly farther, in the exact
+ * arithmetic too, than the centre of that upper bound; the others get the
+ * exact distance and the first smallest wins, as in the full computation. */
+template <int MAXK>
+__global__ void __launch_bounds__(kAssignThreads)
+assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix,
+                  int B, int k, const double *__restrict__ Ct, const double *__restrict__ cnorm,
+                  int32_t *__restrict__ labels, double *__restrict__ dist,
+                  unsigned long long *__restrict__ changed, uint8_t *__restrict__ dirty)
+{
+    extern __shared__ double cs[]; /* B x MAXK doubles, then B x MAXK floats */
+    float *cf = (float *)(cs + (size_t)B * MAXK);
+    for (int t = threadIdx.x; t < B * k; t += blockDim.x) {
+        double v = Ct[t];
+        cs[(t / k) * MAXK + t % k] = v;
+        cf[(t / k) * MAXK + t % k] = (float)v;
+    }
+    __syncthreads();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool in = i < npix, live = in && !(mask && !mask[i]);
+    double best = 0.0;
+    int32_t lab = -1;
+    if (live) {
+        float s[MAXK];
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            s[c] = 0.0f;
+        for (int b = 0; b < B; b++) {
+            float xb = x[(size_t)b * npix + i];
+            const float *cb = cf + b * MAXK;
+#pragma unroll
+            for (int c = 0; c < MAXK; c++)
+                if (c < k) {
+                    float t = xb - cb[c];
+                    s[c] = fmaf(t, t, s[c]);
+                }
+        }
+        const double u = 5.9604644775390625e-08, g = 2.0 * (B + 4) * u;
+        const double khi = (1.0 + 1e-12) / ((1.0 - g) * (1.0 - u) * (1.0 - u));
+        const double klo = (1.0 - 1e-12) / ((1.0 + g) * (1.0 + u) * (1.0 + u));
+        double lo[MAXK], m = INFINITY;
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (c < k) {
+                double sc = (double)s[c], cu = u * cnorm[c];
+                double hi = (sqrt(sc * khi) + cu) * (1.0 + 1e-12);
+                lo[c] = (sqrt(sc * klo) - cu) * (1.0 - 1e-12);
+                m = hi < m ? hi : m;
+            }
+        unsigned cand = 0;
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (c < k && !(lo[c] > m * (1.0 + 1e-9)))
+                cand |= 1u << c;
+        double d[MAXK];
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            d[c] = 0.0;
+        for (int b = 0; b < B; b++) {
+            double xb = (double)x[(size_t)b * npix + i];
+            const double *cb = cs + b * MAXK;
+#pragma unroll
+            for (int c = 0; c < MAXK; c++)
+                if ((cand >> c) & 1u) {
+                    double t = __dsub_rn(xb, cb[c]);
+                    d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+                }
+        }
+        best = INFINITY;
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            if (((cand >> c) & 1u) && d[c] < best) {
+                best = d[c];
+                lab = c;
+            }
+    }
+    bool moved = in && labels[i] != lab;
+    unsigned vote = __ballot_sync(0xffffffffu, moved);
+    if ((threadIdx.x & 31) == 0 && vote)
+        atomicAdd(changed, (unsigned long long)__popc(vote));
+    if (moved)
+        dirty[i / HYPROF_KMEANS_BLOCK] = 1;
+    if (in) {
+        labels[i] = lab;
+        dist[i] = best;
+    }
+}
+
+/* cnorm[c] = ||C[c]|| (double), widened by 1e-12: the float pre-pass's bound. */
+__global__ void cnorm_kernel(const double *__restrict__ C, int B, double *__restrict__ cnorm)
+{
+    const double *c = C + (size_t)blockIdx.x * B;
+    double s = 0.0;
+    for (int b = threadIdx.x; b < B; b += 32)
+        s += c[b] * c[b];
+    for (int off = 16; off > 0; off >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, off);
+    if (threadIdx.x == 0)
+        cnorm[blockIdx.x] = sqrt(s) * (1.0 + 1e-12);
+}
+
 /* More than 32 centres: the sums in local memory, the centres from global. */
 __global__ void assign_many_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
                                    size_t npix, int B, int k, const double *__restrict__ C,
@@ -866,6 +981,8 @@ struct KMeansDev {
     DeviceBuffer<int32_t> labels;
     DeviceBuffer<unsigned long long> cnt, changed;
     DeviceBuffer<uint8_t> dirty; /* per pixel block: a label changed since its sums */
+    DeviceBuffer<double> cnorm;  /* the float pre-pass: the centres' norms */
+    bool fast = false;           /* the float pre-pass ($HYPROF_KMEANS_F32=0: off) */
     const hyprof_kmeans_args_t *a;
     size_t nblk;
 };
@@ -904,6 +1021,21 @@ hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
 {
     const hyprof_kmeans_args_t *a = d.a;
     const int B = (int)a->bands, k = (int)a->k;
+    const size_t smem2 = (size_t)B * MAXK * (sizeof(double) + sizeof(float));
+    if (d.fast && smem2 <= kAssignSmem) { /* the float pre-pass */
+        cnorm_kernel<<<k, 32>>>(d.C.get(), B, d.cnorm.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cnorm_kernel");
+        if (smem2 > 48 * 1024)
+            HYPROF_CUDA_CHECK(cudaFuncSetAttribute(assign_f32_kernel<MAXK>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)smem2));
+        assign_f32_kernel<MAXK>
+            <<<(unsigned)div_up(a->npix, kAssignThreads), kAssignThreads, smem2>>>(
+                d.x, d.mask, a->npix, B, k, d.Ct.get(), d.cnorm.get(), d.labels.get(),
+                d.dist.get(), d.changed.get(), d.dirty.get());
+        HYPROF_CUDA_CHECK_LAUNCH("assign_f32_kernel");
+        return HYPROF_OK;
+    }
     size_t tb = kAssignSmem / (MAXK * sizeof(double));
     tb = tb > (size_t)B ? (size_t)B : tb;
     const size_t smem = tb * MAXK * sizeof(double);
@@ -1553,6 +1685,9 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(d.cnt.alloc(ctx, op, k));
     HYPROF_TRY(d.changed.alloc(ctx, op, 1));
     HYPROF_TRY(d.dirty.alloc(ctx, op, d.nblk));
+    HYPROF_TRY(d.cnorm.alloc(ctx, op, k));
+    const char *f32 = getenv("HYPROF_KMEANS_F32");
+    d.fast = !(f32 && !strcmp(f32, "0"));
     const uint8_t *msk = d.mask;
     const unsigned grid = (unsigned)div_up(n, 256);
 
