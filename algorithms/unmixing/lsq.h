@@ -227,6 +227,33 @@ HYPROF_HD static inline void hyprof__lsq_chol_solve_p(const double *L, int p, in
     }
 }
 
+/* x <- (L L')^-1 x and y <- (L L')^-1 y in one pass over L (each the same
+ * operations as hyprof__lsq_chol_solve_p alone). */
+HYPROF_HD static inline void hyprof__lsq_chol_solve2_p(const double *L, int p, int k, double *x,
+                                                       double *y)
+{
+    for (int i = 0; i < k; i++) {
+        double s = x[i], r = y[i];
+        for (int t = 0; t < i; t++) {
+            double l = L[i * p + t];
+            s -= l * x[t];
+            r -= l * y[t];
+        }
+        x[i] = s / L[i * p + i];
+        y[i] = r / L[i * p + i];
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double s = x[i], r = y[i];
+        for (int t = i + 1; t < k; t++) {
+            double l = L[t * p + i];
+            s -= l * x[t];
+            r -= l * y[t];
+        }
+        x[i] = s / L[i * p + i];
+        y[i] = r / L[i * p + i];
+    }
+}
+
 /* hyprof__lsq_sub with the factor's rows < from already in L. */
 HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double *b, int p,
                                                   const int *idx, int from, int k, int eq,
@@ -236,13 +263,14 @@ HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double 
     hyprof__lsq_chol_rows(G, p, idx, from, k, L, floor_);
     for (int i = 0; i < k; i++)
         u[i] = b[idx[i]];
-    hyprof__lsq_chol_solve_p(L, p, k, u);
-    if (!eq)
+    if (!eq) {
+        hyprof__lsq_chol_solve_p(L, p, k, u);
         return;
+    }
     double su = 0.0, sv = 0.0;
     for (int i = 0; i < k; i++)
         v[i] = 1.0;
-    hyprof__lsq_chol_solve_p(L, p, k, v);
+    hyprof__lsq_chol_solve2_p(L, p, k, u, v);
     for (int i = 0; i < k; i++) {
         su += u[i];
         sv += v[i];
