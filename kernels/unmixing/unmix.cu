@@ -762,27 +762,25 @@ assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
         for (int c = 0; c < MAXK; c++)
             if (c < k && !(lo[c] > m * (1.0 + 1e-9)))
                 cand |= 1u << c;
-        double d[MAXK];
-#pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            d[c] = 0.0;
-        for (int b = 0; b < B; b++) {
-            double xb = (double)x[(size_t)b * npix + i];
-            const double *cb = cs + b * MAXK;
-#pragma unroll
-            for (int c = 0; c < MAXK; c++)
-                if ((cand >> c) & 1u) {
-                    double t = __dsub_rn(xb, cb[c]);
-                    d[c] = __dadd_rn(d[c], __dmul_rn(t, t));
+        if (!(cand & (cand - 1))) { /* one candidate: it is the nearest */
+            lab = __ffs(cand) - 1;
+            best = -1.0; /* not computed (only the last, full assignment fills dist) */
+        } else { /* the exact distance to each candidate, in increasing order */
+            best = INFINITY;
+            while (cand) {
+                const int c = __ffs(cand) - 1;
+                cand &= cand - 1;
+                double dc = 0.0;
+                for (int b = 0; b < B; b++) {
+                    double t = __dsub_rn((double)x[(size_t)b * npix + i], cs[b * MAXK + c]);
+                    dc = __dadd_rn(dc, __dmul_rn(t, t));
                 }
-        }
-        best = INFINITY;
-#pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            if (((cand >> c) & 1u) && d[c] < best) {
-                best = d[c];
-                lab = c;
+                if (dc < best) {
+                    best = dc;
+                    lab = c;
+                }
             }
+        }
     }
     bool moved = in && labels[i] != lab;
     unsigned vote = __ballot_sync(0xffffffffu, moved);
@@ -1017,12 +1015,12 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
 }
 
 template <int MAXK>
-hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
+hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, bool exact)
 {
     const hyprof_kmeans_args_t *a = d.a;
     const int B = (int)a->bands, k = (int)a->k;
     const size_t smem2 = (size_t)B * MAXK * (sizeof(double) + sizeof(float));
-    if (d.fast && smem2 <= kAssignSmem) { /* the float pre-pass */
+    if (!exact && d.fast && smem2 <= kAssignSmem) { /* the float pre-pass */
         cnorm_kernel<<<k, 32>>>(d.C.get(), B, d.cnorm.get());
         HYPROF_CUDA_CHECK_LAUNCH("cnorm_kernel");
         if (smem2 > 48 * 1024)
@@ -1050,19 +1048,22 @@ hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
     return HYPROF_OK;
 }
 
-/* Every pixel against every centre; `changed` gets the number of labels that changed. */
+/* Every pixel's nearest centre; `changed` gets the number of labels that
+ * changed. `exact`: every distance in double (dist filled for every pixel:
+ * the last assignment); else the float pre-pass where it applies (the same
+ * labels; dist only where two centres had to be compared). */
 hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
-                           unsigned long long *changed)
+                           unsigned long long *changed, bool exact)
 {
     const hyprof_kmeans_args_t *a = d.a;
     HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
     const int k = (int)a->k;
     if (k <= 8)
-        HYPROF_TRY(launch_assign<8>(ctx, op, d));
+        HYPROF_TRY(launch_assign<8>(ctx, op, d, exact));
     else if (k <= 16)
-        HYPROF_TRY(launch_assign<16>(ctx, op, d));
+        HYPROF_TRY(launch_assign<16>(ctx, op, d, exact));
     else if (k <= 32)
-        HYPROF_TRY(launch_assign<32>(ctx, op, d));
+        HYPROF_TRY(launch_assign<32>(ctx, op, d, exact));
     else {
         assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
             d.x, d.mask, a->npix, (int)a->bands, k, d.C.get(), d.labels.get(), d.dist.get(),
@@ -1705,7 +1706,7 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
         unsigned long long changed = 0;
-        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
+        HYPROF_TRY(assign_dev(ctx, op, d, &changed, false));
         if (changed == 0)
             break;
         /* The first update sums every block (the partials held the mean's). */
@@ -1713,10 +1714,10 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
         a->iterations = it + 1;
         HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
     }
-    if (a->iterations > 0) {
-        unsigned long long changed = 0;
-        HYPROF_TRY(assign_dev(ctx, op, d, &changed));
-    }
+    /* The distances to the final centres, all exact (the inertia); when the
+     * loop ended on no change, the labels stay as they are. */
+    unsigned long long changed = 0;
+    HYPROF_TRY(assign_dev(ctx, op, d, &changed, true));
     stage_end(kDevKmeans, 0);
     HYPROF_CUDA_CHECK(cudaMemcpy(a->labels, d.labels.get(), n * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost));
