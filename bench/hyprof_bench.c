@@ -99,6 +99,9 @@ typedef struct {
     size_t nstages;                 /* sspp, unmix: named stages */
     char stage_name[MAX_STAGES][24];
     double stage[MAX_STAGES];
+    size_t ndev;                    /* sspp, unmix with CUDA: device times of stages */
+    char dev_name[MAX_STAGES][24];
+    double dev[MAX_STAGES];
 } timing_t;
 
 static void usage(FILE *f)
@@ -705,26 +708,30 @@ static hyprof_status_t run_train(hyprof_ctx_t *ctx, const options_t *o, const hy
     return hyprof_cube_alloc(out, HYPROF_FLOAT32, 1, 1, 1);
 }
 
-/* "name=seconds name=seconds ..." of a result's metadata item into t. */
-static void parse_stages(const char *text, timing_t *t)
+/* "name=seconds name=seconds ..." of a result's metadata item into names and
+ * values (at most MAX_STAGES). */
+static void parse_stages(const char *text, char (*names)[24], double *values, size_t *count)
 {
-    t->nstages = 0;
-    while (text && *text && t->nstages < MAX_STAGES) {
+    *count = 0;
+    while (text && *text && *count < MAX_STAGES) {
         const char *eq = strchr(text, '=');
         if (!eq)
             break;
         size_t len = (size_t)(eq - text);
-        if (len >= sizeof t->stage_name[0])
-            len = sizeof t->stage_name[0] - 1;
-        memcpy(t->stage_name[t->nstages], text, len);
-        t->stage_name[t->nstages][len] = '\0';
+        if (len >= sizeof names[0])
+            len = sizeof names[0] - 1;
+        memcpy(names[*count], text, len);
+        names[*count][len] = '\0';
         char *end;
-        t->stage[t->nstages++] = strtod(eq + 1, &end);
+        values[(*count)++] = strtod(eq + 1, &end);
         text = end;
         while (*text == ' ')
             text++;
     }
 }
+
+/* The extraction's steps of the last unmix run (UNMIX_EXTRACT_SECONDS). */
+static char g_extract_steps[256];
 
 /* sspp / unmix through the registry, as the CLI runs them. */
 static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
@@ -753,10 +760,17 @@ static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
     st = hyprof_op_run(ctx, op, args, in, &res);
     t->total = now_seconds() - t0;
     t->fit = t->apply = NAN;
-    const char *key = !strcmp(o->op, "sspp") ? "SSPP_SECONDS" : "UNMIX_SECONDS";
-    for (size_t i = 0; st == HYPROF_OK && i < res.nmeta; i++)
+    const char *key = !strcmp(o->op, "sspp") ? "SSPP_SECONDS" : "UNMIX_SECONDS",
+               *dkey = !strcmp(o->op, "sspp") ? "SSPP_DEVICE_SECONDS" : "UNMIX_DEVICE_SECONDS";
+    t->ndev = 0;
+    for (size_t i = 0; st == HYPROF_OK && i < res.nmeta; i++) {
         if (!strcmp(res.meta_keys[i], key))
-            parse_stages(res.meta_values[i], t);
+            parse_stages(res.meta_values[i], t->stage_name, t->stage, &t->nstages);
+        if (!strcmp(res.meta_keys[i], dkey)) /* CUDA only: event times of the device stages */
+            parse_stages(res.meta_values[i], t->dev_name, t->dev, &t->ndev);
+        if (!strcmp(res.meta_keys[i], "UNMIX_EXTRACT_SECONDS")) /* the last run's, as is */
+            snprintf(g_extract_steps, sizeof g_extract_steps, "%s", res.meta_values[i]);
+    }
     if (st == HYPROF_OK) {
         *out = res.cube; /* the cube moves to the caller */
         memset(&res.cube, 0, sizeof res.cube);
@@ -1018,7 +1032,7 @@ static hyprof_status_t run_once(hyprof_ctx_t *ctx, const options_t *o,
     hyprof_status_t st;
     memset(out, 0, sizeof *out);
     t->denoise = NAN;
-    t->nstages = 0; /* only sspp and unmix name their stages */
+    t->nstages = t->ndev = 0; /* only sspp and unmix name their stages */
     if (!strcmp(o->op, "eadp"))
         return run_eadp(ctx, o, in, ep, out, t);
     if (is_profile_op(o))
@@ -1266,13 +1280,14 @@ int main(int argc, char **argv)
     double *tot = calloc(n, sizeof *tot), *fit = calloc(n, sizeof *fit),
            *app = calloc(n, sizeof *app), *den = calloc(n, sizeof *den),
            *scratch = calloc(n, sizeof *scratch), *stg = calloc(n * MAX_STAGES, sizeof *stg),
-           *dev = calloc(n * MAX_DEV_STAGES, sizeof *dev);
+           *dev = calloc(n * MAX_DEV_STAGES, sizeof *dev),
+           *dstg = calloc(n * MAX_STAGES, sizeof *dstg);
     char(*share_lines)[MAX_SHARES][1024] = calloc(n, sizeof *share_lines);
     size_t nshare = MAX_SHARES;
     hyprof_cube_t out;
     timing_t t;
     int rc = 0;
-    if (!tot || !fit || !app || !den || !scratch || !stg || !dev || !share_lines) {
+    if (!tot || !fit || !app || !den || !scratch || !stg || !dev || !dstg || !share_lines) {
         fprintf(stderr, "hyprof_bench: out of memory\n");
         rc = EXIT_RUNTIME;
         goto done;
@@ -1309,6 +1324,8 @@ int main(int argc, char **argv)
             stg[k * n + r] = t.stage[k];
         memcpy(share_lines[r], g_share_line, sizeof g_share_line);
         nshare = share_count() < nshare ? share_count() : nshare;
+        for (size_t k = 0; k < t.ndev; k++)
+            dstg[k * n + r] = t.dev[k];
         if (r + 1 < n)
             hyprof_cube_free(&out);
     }
@@ -1378,6 +1395,17 @@ int main(int argc, char **argv)
             printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.stage_name[k],
                    median(stg + k * n, scratch, n));
         printf("}");
+        if (g_extract_steps[0]) {
+            printf(",\"extraction_steps\":");
+            json_string(stdout, g_extract_steps);
+        }
+        if (t.ndev) { /* device (CUDA event) times of the CUDA stages */
+            printf(",\"device_stages\":{");
+            for (size_t k = 0; k < t.ndev; k++)
+                printf("%s\"%s_median_s\":%.9g", k ? "," : "", t.dev_name[k],
+                       median(dstg + k * n, scratch, n));
+            printf("}");
+        }
     }
     else if (!strcmp(o.op, "eap")) {
         printf(",\"stages\":{\"reduction_median_s\":%.9g,\"profile_median_s\":%.9g,"
@@ -1419,6 +1447,7 @@ done:
     free(stg);
     free(share_lines);
     free(dev);
+    free(dstg);
     hyprof_ctx_free(&ctx);
     free(data);
     return rc;

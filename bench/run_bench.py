@@ -1304,9 +1304,10 @@ def bench_unmix(op, base, cube, X, cube_path, args, exe, rows, notes):
         rows.append(row)
         if row.get("median_s") is not None:
             st = row.get("stages") or {}
+            dev = device_ms(row.get("device_stages"))
             print(f"  {op} {row['impl']}: median {row['median_s']:.4g} s ("
-                  + ", ".join(f"{k[:-len('_median_s')]} {v:.4g}" for k, v in st.items()) + ")",
-                  flush=True)
+                  + ", ".join(f"{k[:-len('_median_s')]} {v:.4g}" for k, v in st.items()) + ")"
+                  + (f"; device ms: {dev}" if dev else ""), flush=True)
     if args.no_peers:
         return
     if X is None:
@@ -1332,17 +1333,26 @@ def unmix_markdown(rows):
     ur = [r for r in rows if r["op"] in ("sspp", "unmix") and r.get("median_s") is not None]
     if not ur:
         return []
-    lines = ["", "Unmixing (SSPP paper chain: p endmembers; stage times in ms, medians; "
-             "peers time one stage each, on the same cube):", "",
+    lines = ["", "Unmixing (SSPP paper chain: p endmembers; stage times in ms, medians, host "
+             "clock; peers time one stage each, on the same cube; CUDA rows also give the "
+             "device time of each CUDA stage, CUDA events):", "",
              "| scene | op | p | implementation | total ms | "
-             + " | ".join(UNMIX_STAGES) + " |",
-             "|---|---|---:|---|---:|" + "---:|" * len(UNMIX_STAGES)]
+             + " | ".join(UNMIX_STAGES) + " | CUDA device ms |",
+             "|---|---|---:|---|---:|" + "---:|" * len(UNMIX_STAGES) + "---|"]
     for r in ur:
         st = r.get("stages") or {}
         total = fmt_ms(r["median_s"]) if r["kind"] == "hyprof" else "—"
         lines.append(f"| {r['scene']} | {r['op']} | {r['endmembers']} | {r['impl']} | {total} | "
-                     + " | ".join(fmt_ms(st.get(f"{s}_median_s")) for s in UNMIX_STAGES) + " |")
+                     + " | ".join(fmt_ms(st.get(f"{s}_median_s")) for s in UNMIX_STAGES)
+                     + f" | {device_ms(r.get('device_stages'))} |")
     return lines
+
+
+def device_ms(dev):
+    """The CUDA stages' device times of an sspp/unmix row, "upload 11.2, ..." (ms)."""
+    if not isinstance(dev, dict) or not dev:
+        return ""
+    return ", ".join(f"{k[:-len('_median_s')]} {fmt_ms(v)}" for k, v in dev.items())
 
 
 def eap_params(b, args):

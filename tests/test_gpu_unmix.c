@@ -18,6 +18,8 @@
  *     rounding only: near-equal noise eigenvalues can tilt the last component);
  *   - unmix: the same endmember pixels (with --sspp: unless the candidates
  *     differed, which is then reported), abundances within 1e-5;
+ *   - the same with $HYPROF_CUDA_RESIDENT=0 and $HYPROF_KMEANS_F32=0 (the steps
+ *     outside the chain's device copy, K-means without its float pre-pass);
  *   - p = 40 > 32 with backend cuda: HYPROF_ERR_DEVICE_MEMORY (auto falls back);
  *   - the CUDA path really ran.
  * Timing (information only): ms of hyprof_abundances FCLS on a 614 x 512 x 224
@@ -314,6 +316,15 @@ int main(void)
     test_abundances("200x150x120", &s2, 31, cpu, gpu);
     test_sspp("97x83x60-masked", &s1, "5", "25", cpu, gpu);
     test_sspp("200x150x120", &s2, "12", "25", cpu, gpu);
+    /* The paths outside the chain's device copy (each step uploads its own,
+     * the library's PCA, band-by-band homogeneity), K-means without its float
+     * pre-pass. */
+    setenv("HYPROF_CUDA_RESIDENT", "0", 1);
+    setenv("HYPROF_KMEANS_F32", "0", 1);
+    test_sspp("97x83x60-masked-nonresident", &s1, "5", "25", cpu, gpu);
+    test_unmix("200x150x120-nonresident", &s2, "12", "nfindr", 1, cpu, gpu);
+    unsetenv("HYPROF_CUDA_RESIDENT");
+    unsetenv("HYPROF_KMEANS_F32");
     test_unmix("97x83x60-masked", &s1, "5", "nfindr", 0, cpu, gpu);
     test_unmix("97x83x60-masked", &s1, "5", "nfindr", 1, cpu, gpu);
     test_unmix("200x150x120", &s2, "12", "vca", 1, cpu, gpu);

@@ -11,12 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Seconds of the last extraction's steps in this thread (gather, ATGP,
+ * N-FINDR's PCA, its sweeps), for the result metadata. */
+static _Thread_local double g_steps[4];
+
 /* Candidate pixel i of D is D + i*B. */
 static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, size_t n)
 {
     float *D = malloc(n * B * sizeof *D);
     if (!D)
         return NULL;
+    if (hyprof__unmix_gather(x, npix, B, idx, n, D)) /* from the chain's device copy */
+        return D;
     for (size_t b = 0; b < B; b++) {
         const float *xb = x + b * npix;
         for (size_t i = 0; i < n; i++)
@@ -26,6 +32,35 @@ static float *gather(const float *x, size_t npix, size_t B, const size_t *idx, s
 }
 
 /* ---- ATGP -------------------------------------------------------------------- */
+
+/* out[t] = sum_b q[b] D[i+t][b] (q = NULL: D[i+t][b]^2) for t < m <= DOT_ROWS
+ * candidates at once: each sum still runs over b in increasing order, as one
+ * pixel at a time would, but the DOT_ROWS independent chains keep the FPU busy
+ * (one chain is bound by the latency of its additions). */
+#define DOT_ROWS 8
+
+static void dot_rows(const double *q, const float *D, size_t B, size_t i, size_t m, double *out)
+{
+    const float *d0 = D + i * B;
+    if (m == DOT_ROWS) {
+        double s[DOT_ROWS] = {0.0};
+        for (size_t b = 0; b < B; b++)
+            for (size_t t = 0; t < DOT_ROWS; t++) {
+                double w = q ? q[b] : (double)d0[t * B + b];
+                s[t] += w * d0[t * B + b];
+            }
+        for (size_t t = 0; t < DOT_ROWS; t++)
+            out[t] = s[t];
+        return;
+    }
+    for (size_t t = 0; t < m; t++) {
+        const float *dt = d0 + t * B;
+        double s = 0.0;
+        for (size_t b = 0; b < B; b++)
+            s += (q ? q[b] : (double)dt[b]) * dt[b];
+        out[t] = s;
+    }
+}
 
 /* Automatic target generation: the largest-norm pixel, then repeatedly the
  * pixel with the largest residual norm after projection onto the orthogonal
@@ -56,15 +91,12 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     }
     double first = 0.0;
     hyprof_status_t st = HYPROF_OK;
-    /* Threads only for whole images: a few thousand candidates are faster alone. */
-    int threads = n > 65536 ? hyprof__threads(ctx) : 1;
+    /* Threads from a thousand candidates on (each pixel's sums are the same
+     * whatever the split): SSPP's 3100 took 16 ms alone on the H100 bench host. */
+    int threads = n >= 1024 ? hyprof__threads(ctx) : 1;
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        double s = 0.0;
-        for (size_t b = 0; b < B; b++)
-            s += (double)D[i * B + b] * D[i * B + b];
-        r2[i] = s;
-    }
+    for (size_t i = 0; i < n; i += DOT_ROWS)
+        dot_rows(NULL, D, B, i, n - i < DOT_ROWS ? n - i : DOT_ROWS, r2 + i);
     for (size_t k = 0; k < p; k++) {
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
@@ -92,11 +124,12 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
         for (size_t b = 0; b < B; b++)
             q[b] /= nq;
         #pragma omp parallel for num_threads(threads) schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            double d = 0.0;
-            for (size_t b = 0; b < B; b++)
-                d += q[b] * D[i * B + b];
-            r2[i] -= d * d;
+        for (size_t i = 0; i < n; i += DOT_ROWS) {
+            size_t m = n - i < DOT_ROWS ? n - i : DOT_ROWS;
+            double d[DOT_ROWS];
+            dot_rows(q, D, B, i, m, d);
+            for (size_t t = 0; t < m; t++)
+                r2[i + t] -= d[t] * d[t];
         }
         r2[best] = -1.0; /* never again */
     }
@@ -247,36 +280,121 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
     return LAPACKE_dgetri(LAPACK_COL_MAJOR, (lapack_int)p, inv, (lapack_int)p, ipiv) ? -1 : 0;
 }
 
-/* Candidate sets up to this size get their PCA on the CPU. */
+/* Candidate sets up to this size get their PCA here, on the CPU. */
 #define SMALL_PCA 65536
 
-/* Z (n x p): [1, first p-1 principal components] of every candidate, by the
- * library's PCA on a view of D. */
+/* OpenBLAS's thread count (weak: absent with another BLAS), pinned to one
+ * around the covariance so that the result does not depend on it and no BLAS
+ * threads are left spinning against the OpenMP regions that follow. */
+extern void openblas_set_num_threads(int) __attribute__((weak));
+extern int openblas_get_num_threads(void) __attribute__((weak));
+
+/* Z (n x p): [1, first p-1 principal components] of the candidates. A few
+ * thousand of them (SSPP's): their own PCA here, about twice as fast as the
+ * library's fit and apply (mean and covariance in double, the covariance by
+ * dsyrk, only the p-1 leading eigenvectors by dsyevr, each with its
+ * largest-magnitude loading positive as hyprof_pca_fit signs them, the
+ * projections by dgemm, rounded to float as hyprof_pca_apply gives them; BLAS
+ * on one thread): the same on both backends. More (no SSPP, the whole
+ * image): the library's PCA, where the context says. */
+static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
+                                    size_t B, size_t p, double *Z)
+{
+    size_t q = p - 1;
+    double *mean = calloc(B, sizeof *mean), *X = malloc((q ? q : 1) * n * sizeof *X),
+           *Xp = malloc(B * n * sizeof *Xp),
+           *cov = malloc(B * B * sizeof *cov), *w = malloc(B * sizeof *w),
+           *V = malloc(B * (q ? q : 1) * sizeof *V);
+    lapack_int *supp = malloc(2 * (q ? q : 1) * sizeof *supp), m = 0;
+    hyprof_status_t st = HYPROF_OK;
+    if (!mean || !X || !Xp || !cov || !w || !V || !supp)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i = 0; st == HYPROF_OK && i < n; i++) /* the mean in candidate order */
+        for (size_t b = 0; b < B; b++)
+            mean[b] += D[i * B + b];
+    if (st == HYPROF_OK) {
+        for (size_t b = 0; b < B; b++)
+            mean[b] /= (double)n;
+        for (size_t i = 0; i < n; i++) /* centred, pixel-major */
+            for (size_t b = 0; b < B; b++)
+                Xp[i * B + b] = (double)D[i * B + b] - mean[b];
+        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(1);
+        /* Xp is B x n column-major (a candidate a column): cov = Xp Xp' (lower). */
+        cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, (int)B, (int)n, 1.0, Xp, (int)B,
+                    0.0, cov, (int)B);
+        if (q && LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', (lapack_int)B, cov,
+                                (lapack_int)B, 0.0, 0.0, (lapack_int)(B - q + 1), (lapack_int)B,
+                                0.0, &m, w, V, (lapack_int)B, supp) != 0)
+            st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                               "the candidates' eigensolver (dsyevr) failed");
+        if (openblas_set_num_threads && blas_threads > 0)
+            openblas_set_num_threads(blas_threads);
+        if (st == HYPROF_OK && (size_t)m != q)
+            st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
+                               "the candidates' eigensolver found %d of %zu components", (int)m, q);
+    }
+    for (size_t k = 0; st == HYPROF_OK && k < q / 2; k++) /* ascending -> descending */
+        for (size_t b = 0; b < B; b++) {
+            double t = V[k * B + b];
+            V[k * B + b] = V[(q - 1 - k) * B + b];
+            V[(q - 1 - k) * B + b] = t;
+        }
+    for (size_t k = 0; st == HYPROF_OK && k < q; k++) {
+        double *v = V + k * B;
+        size_t imax = 0;
+        for (size_t b = 1; b < B; b++)
+            if (fabs(v[b]) > fabs(v[imax]))
+                imax = b;
+        if (v[imax] < 0.0)
+            for (size_t b = 0; b < B; b++)
+                v[b] = -v[b];
+    }
+    if (st == HYPROF_OK) { /* P (q x n) = V' Xp, on one BLAS thread */
+        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(1);
+        cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)q, (int)n, (int)B, 1.0, V,
+                    (int)B, Xp, (int)B, 0.0, X, (int)q);
+        if (openblas_set_num_threads && blas_threads > 0)
+            openblas_set_num_threads(blas_threads);
+        for (size_t i = 0; i < n; i++) {
+            Z[i * p] = 1.0;
+            for (size_t k = 0; k < q; k++)
+                Z[i * p + k + 1] = (float)X[i * q + k];
+        }
+    }
+    free(mean);
+    free(X);
+    free(Xp);
+    free(cov);
+    free(w);
+    free(V);
+    free(supp);
+    return st;
+}
+
+/* Z (n x p) of the whole image: the library's PCA on a band-sequential copy. */
 static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, double *Z)
 {
-    hyprof_cube_t v = hyprof_cube_bsq(D, HYPROF_FLOAT32, n, 1, B), pcs;
-    v.stride_x = (ptrdiff_t)B; /* pixel-major: a BIP view */
-    v.stride_y = (ptrdiff_t)(n * B);
-    v.stride_b = 1;
+    if (n <= SMALL_PCA)
+        return reduce_small(ctx, op, D, n, B, p, Z);
+    float *T = malloc(n * B * sizeof *T);
+    if (!T)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        for (size_t b = 0; b < B; b++)
+            T[b * n + i] = D[i * B + b];
+    hyprof_cube_t v = hyprof_cube_bsq(T, HYPROF_FLOAT32, n, 1, B), pcs;
     hyprof_pca_model_t *m = NULL;
     memset(&pcs, 0, sizeof pcs);
-    /* A few thousand candidates (SSPP's) are done on the CPU before a GPU has
-     * set up its handles; the whole image goes where the context says. */
-    hyprof_ctx_t *cpu = NULL, *use = ctx;
-    if (n <= SMALL_PCA && (cpu = hyprof_ctx_new()) != NULL) {
-        hyprof_ctx_set_backend(cpu, HYPROF_BACKEND_CPU);
-        hyprof_ctx_set_threads(cpu, 1); /* BLAS threads would outlast the call and
-                                          * slow the OpenMP regions that follow */
-        use = cpu;
-    }
-    hyprof_status_t st = hyprof_pca_fit(use, &v, p - 1, &m);
+    hyprof_status_t st = hyprof_pca_fit(ctx, &v, p - 1, &m);
     if (st == HYPROF_OK)
-        st = hyprof_pca_apply(use, m, &v, &pcs);
+        st = hyprof_pca_apply(ctx, m, &v, &pcs);
     hyprof_pca_model_free(&m);
-    if (st != HYPROF_OK && use != ctx)
-        hyprof__error(ctx, st, op, "%s", hyprof_ctx_last_error(use));
-    hyprof_ctx_free(&cpu);
+    free(T);
     if (st != HYPROF_OK)
         return st;
     const float *pc = pcs.data;
@@ -289,32 +407,33 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const char *op, float *D, size_
     return HYPROF_OK;
 }
 
-/* Row-major copy of the column-major inverse: row j contiguous. */
-static void transpose(const double *Ai, size_t p, double *AiR)
-{
-    for (size_t j = 0; j < p; j++)
-        for (size_t t = 0; t < p; t++)
-            AiR[j * p + t] = Ai[j + t * p];
-}
-
-/* The largest |(A^-1 [1; z])_j| and its j. */
-static double best_swap(const double *AiR, const double *z, size_t p, size_t *jbest)
+/* The largest |(A^-1 [1; z])_j| and its j (the first on ties). Ai is
+ * column-major, so the p sums advance together one column at a time (each
+ * still over t in increasing order, as a row-by-row dot product would): p
+ * independent chains the compiler vectorises, instead of one chain a row. */
+static double best_swap(const double *Ai, const double *z, size_t p, size_t *jbest, double *s)
 {
     double gain = 0.0;
     *jbest = 0;
-    for (size_t j = 0; j < p; j++) {
-        double s = 0.0;
-        for (size_t t = 0; t < p; t++)
-            s += AiR[j * p + t] * z[t];
-        if (fabs(s) > gain) {
-            gain = fabs(s);
+    for (size_t j = 0; j < p; j++)
+        s[j] = 0.0;
+    for (size_t t = 0; t < p; t++) {
+        const double *col = Ai + t * p, zt = z[t];
+        for (size_t j = 0; j < p; j++)
+            s[j] += col[j] * zt;
+    }
+    for (size_t j = 0; j < p; j++)
+        if (fabs(s[j]) > gain) {
+            gain = fabs(s[j]);
             *jbest = j;
         }
-    }
     return gain;
 }
 
-#define NFINDR_CHUNK 256
+/* Pixels whose factors are computed before looking for the first swap: the
+ * factors after a swap are thrown away, so a short chunk wastes little (the
+ * first swap, hence the result, does not depend on it). */
+#define NFINDR_CHUNK 16
 
 /* N-FINDR (Winter), started from ATGP's pixels: the simplex volume is
  * |det A| with A's columns [1; z_e]. Replacing column j by pixel i scales it
@@ -327,33 +446,36 @@ static double best_swap(const double *AiR, const double *z, size_t p, size_t *jb
 static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, size_t *chosen)
 {
+    double t0 = hyprof__now();
     hyprof_status_t st = atgp(ctx, op, D, n, B, p, chosen);
+    g_steps[1] = hyprof__now() - t0;
     if (st != HYPROF_OK)
         return st;
     double *Z = malloc(n * p * sizeof *Z), *A = malloc(p * p * sizeof *A),
-           *Ai = malloc(p * p * sizeof *Ai), *AiR = malloc(p * p * sizeof *AiR),
+           *Ai = malloc(p * p * sizeof *Ai), *sums = malloc(p * sizeof *sums),
            *gain = malloc(NFINDR_CHUNK * sizeof *gain);
     size_t *jb = malloc(NFINDR_CHUNK * sizeof *jb);
     lapack_int *ipiv = malloc(p * sizeof *ipiv);
-    if (!Z || !A || !Ai || !AiR || !gain || !jb || !ipiv)
+    if (!Z || !A || !Ai || !sums || !gain || !jb || !ipiv)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    t0 = hyprof__now();
     if (st == HYPROF_OK)
         st = reduce(ctx, op, D, n, B, p, Z);
+    g_steps[2] = hyprof__now() - t0;
+    t0 = hyprof__now();
     for (size_t j = 0; st == HYPROF_OK && j < p; j++)
         memcpy(A + j * p, Z + chosen[j] * p, p * sizeof *A);
     if (st == HYPROF_OK && invert(A, p, Ai, ipiv))
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, op,
                            "the candidates do not span a %zu-vertex simplex (constant or "
                            "duplicated spectra?)", p);
-    if (st == HYPROF_OK)
-        transpose(Ai, p, AiR);
     int changed = 1;
     for (int sweep = 0; st == HYPROF_OK && changed && sweep < 50; sweep++) {
         changed = 0;
         for (size_t i = 0; st == HYPROF_OK && i < n;) {
             size_t m = n - i < NFINDR_CHUNK ? n - i : NFINDR_CHUNK, hit = m;
             for (size_t q = 0; q < m; q++)
-                gain[q] = best_swap(AiR, Z + (i + q) * p, p, &jb[q]);
+                gain[q] = best_swap(Ai, Z + (i + q) * p, p, &jb[q], sums);
             for (size_t q = 0; q < m && hit == m; q++)
                 if (gain[q] > 1.0 + 1e-9)
                     hit = q;
@@ -366,7 +488,6 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
                 st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op, "N-FINDR: singular simplex");
                 break;
             }
-            transpose(Ai, p, AiR);
             chosen[jb[hit]] = i + hit;
             changed = 1;
             i += hit + 1;
@@ -374,14 +495,20 @@ static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_
         if (st == HYPROF_OK)
             st = hyprof__progress(ctx, (sweep + 1) / 50.0, op);
     }
+    g_steps[3] = hyprof__now() - t0;
     free(Z);
     free(A);
     free(Ai);
-    free(AiR);
+    free(sums);
     free(gain);
     free(jb);
     free(ipiv);
     return st;
+}
+
+void hyprof__extract_seconds(double sec[4])
+{
+    memcpy(sec, g_steps, sizeof g_steps);
 }
 
 hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
@@ -392,16 +519,21 @@ hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
                              "endmembers %zu is out of range: need 2 <= p <= bands (%zu) and "
                              "p <= candidate pixels (%zu)", p, bands, n);
+    double t0 = hyprof__now();
+    memset(g_steps, 0, sizeof g_steps);
     float *D = gather(x, npix, bands, idx, n);
+    g_steps[0] = hyprof__now() - t0;
     if (!D)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "cannot gather %zu candidates", n);
     hyprof_status_t st;
-    if (method == HYPROF__EXTRACT_ATGP)
-        st = atgp(ctx, op, D, n, bands, p, chosen);
-    else if (method == HYPROF__EXTRACT_VCA)
-        st = vca(ctx, op, D, n, bands, p, chosen);
-    else
-        st = nfindr(ctx, op, D, n, bands, p, chosen);
+    if (method == HYPROF__EXTRACT_NFINDR) {
+        st = nfindr(ctx, op, D, n, bands, p, chosen); /* times its own steps */
+    } else {
+        t0 = hyprof__now();
+        st = method == HYPROF__EXTRACT_ATGP ? atgp(ctx, op, D, n, bands, p, chosen)
+                                            : vca(ctx, op, D, n, bands, p, chosen);
+        g_steps[1] = hyprof__now() - t0; /* ATGP, or all of VCA */
+    }
     for (size_t k = 0; st == HYPROF_OK && k < p; k++)
         chosen[k] = idx[chosen[k]];
     free(D);

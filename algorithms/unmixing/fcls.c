@@ -18,6 +18,21 @@ double hyprof__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void hyprof__unmix_copy(void *dst, const void *src, size_t bytes, int threads)
+{
+    const size_t piece = (size_t)1 << 18; /* 256 KiB per task: an 8 MiB chunk keeps 32 threads busy */
+    size_t n = (bytes + piece - 1) / piece;
+    if (n < 2 || threads < 2) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        size_t off = i * piece, len = bytes - off < piece ? bytes - off : piece;
+        memcpy((char *)dst + off, (const char *)src + off, len);
+    }
+}
+
 #ifndef HYPROF_HAVE_CUDA
 void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t bands)
 {
@@ -25,6 +40,29 @@ void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t
 }
 
 void hyprof__unmix_release(void) {}
+
+int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, size_t npix,
+                      size_t bands, size_t nvalid, size_t p, double *mean, double *vectors,
+                      double *total, hyprof_status_t *st)
+{
+    (void)ctx, (void)x, (void)mask, (void)npix, (void)bands, (void)nvalid, (void)p;
+    (void)mean, (void)vectors, (void)total, (void)st;
+    return 0;
+}
+
+int hyprof__unmix_gather(const float *x, size_t npix, size_t bands, const size_t *idx, size_t n,
+                         float *D)
+{
+    (void)x, (void)npix, (void)bands, (void)idx, (void)n, (void)D;
+    return 0;
+}
+
+int hyprof__unmix_device_seconds(char *buf, size_t size)
+{
+    if (size)
+        buf[0] = '\0';
+    return 0;
+}
 #endif
 
 hyprof_status_t hyprof_abundance_method_parse(const char *text, hyprof_abundance_method_t *m)

@@ -185,4 +185,199 @@ HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const doub
     return it;
 }
 
+/* ---- the same solver, its factor kept between subproblems ------------------- */
+
+/* hyprof__lsq_solve's arithmetic, step for step, for p <= 64, with two
+ * savings that change no result:
+ *   - Cholesky is row by row and row i depends only on rows < i, so the
+ *     factor of the passive set is kept (row stride p) and only the rows
+ *     from the first index that changed are recomputed: one row when an
+ *     index is appended, the rows after a removed one otherwise;
+ *   - membership of the passive set is a bit mask instead of a scan.
+ * The CUDA kernel uses it (its work arrays live in local memory, where the
+ * full refactorisations cost most); the CPU keeps hyprof__lsq_solve. */
+HYPROF_HD static inline void hyprof__lsq_chol_rows(const double *G, int p, const int *idx,
+                                                   int from, int k, double *L, double floor_)
+{
+    for (int i = from; i < k; i++)
+        for (int j = 0; j <= i; j++) {
+            double s = G[idx[i] * p + idx[j]];
+            for (int t = 0; t < j; t++)
+                s -= L[i * p + t] * L[j * p + t];
+            if (i == j)
+                L[i * p + i] = sqrt(s > floor_ ? s : floor_);
+            else
+                L[i * p + j] = s / L[j * p + j];
+        }
+}
+
+HYPROF_HD static inline void hyprof__lsq_chol_solve_p(const double *L, int p, int k, double *x)
+{
+    for (int i = 0; i < k; i++) {
+        double s = x[i];
+        for (int t = 0; t < i; t++)
+            s -= L[i * p + t] * x[t];
+        x[i] = s / L[i * p + i];
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double s = x[i];
+        for (int t = i + 1; t < k; t++)
+            s -= L[t * p + i] * x[t];
+        x[i] = s / L[i * p + i];
+    }
+}
+
+/* x <- (L L')^-1 x and y <- (L L')^-1 y in one pass over L (each the same
+ * operations as hyprof__lsq_chol_solve_p alone). */
+HYPROF_HD static inline void hyprof__lsq_chol_solve2_p(const double *L, int p, int k, double *x,
+                                                       double *y)
+{
+    for (int i = 0; i < k; i++) {
+        double s = x[i], r = y[i];
+        for (int t = 0; t < i; t++) {
+            double l = L[i * p + t];
+            s -= l * x[t];
+            r -= l * y[t];
+        }
+        x[i] = s / L[i * p + i];
+        y[i] = r / L[i * p + i];
+    }
+    for (int i = k - 1; i >= 0; i--) {
+        double s = x[i], r = y[i];
+        for (int t = i + 1; t < k; t++) {
+            double l = L[t * p + i];
+            s -= l * x[t];
+            r -= l * y[t];
+        }
+        x[i] = s / L[i * p + i];
+        y[i] = r / L[i * p + i];
+    }
+}
+
+/* hyprof__lsq_sub with the factor's rows < from already in L. */
+HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double *b, int p,
+                                                  const int *idx, int from, int k, int eq,
+                                                  double *L, double *u, double *v,
+                                                  double floor_)
+{
+    hyprof__lsq_chol_rows(G, p, idx, from, k, L, floor_);
+    for (int i = 0; i < k; i++)
+        u[i] = b[idx[i]];
+    if (!eq) {
+        hyprof__lsq_chol_solve_p(L, p, k, u);
+        return;
+    }
+    double su = 0.0, sv = 0.0;
+    for (int i = 0; i < k; i++)
+        v[i] = 1.0;
+    hyprof__lsq_chol_solve2_p(L, p, k, u, v);
+    for (int i = 0; i < k; i++) {
+        su += u[i];
+        sv += v[i];
+    }
+    double mu = (su - 1.0) / sv;
+    for (int i = 0; i < k; i++)
+        u[i] -= mu * v[i];
+}
+
+HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const double *b,
+                                                   int method, double *a, double *work,
+                                                   int *idx)
+{
+    double *L = work, *u = work + p * p, *v = u + p;
+    double gmax = 0.0;
+    for (int i = 0; i < p; i++)
+        gmax = G[i * p + i] > gmax ? G[i * p + i] : gmax;
+    double floor_ = 1e-13 * gmax + 1e-300;
+    if (method == HYPROF__LSQ_UCLS) {
+        for (int i = 0; i < p; i++)
+            idx[i] = i;
+        hyprof__lsq_sub_kept(G, b, p, idx, 0, p, 0, L, u, v, floor_);
+        for (int i = 0; i < p; i++)
+            a[i] = u[i];
+        return 1;
+    }
+    int eq = method == HYPROF__LSQ_FCLS, k = 0, it = 0, rows = 0; /* rows: valid rows of L */
+    unsigned long long in = 0; /* bit i: i is in the passive set idx[0..k) */
+    for (int i = 0; i < p; i++)
+        a[i] = 0.0;
+    if (eq) {
+        int j0 = 0;
+        for (int j = 1; j < p; j++)
+            if (G[j * p + j] - 2.0 * b[j] < G[j0 * p + j0] - 2.0 * b[j0])
+                j0 = j;
+        idx[k++] = j0;
+        in |= 1ull << j0;
+        a[j0] = 1.0;
+    }
+    for (; it < 3 * p + 3; it++) {
+        double mu = 0.0, asum = 0.0;
+        for (int t = 0; t < k; t++)
+            asum += fabs(a[idx[t]]);
+        if (eq) {
+            for (int t = 0; t < k; t++) {
+                double g = -b[idx[t]];
+                for (int u2 = 0; u2 < k; u2++)
+                    g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
+                mu -= g;
+            }
+            mu /= (double)k;
+        }
+        double wmax = 1e-11 * gmax * (1.0 + asum);
+        int best = -1;
+        for (int i = 0; i < p; i++) {
+            if (a[i] > 0.0 || ((in >> i) & 1ull))
+                continue;
+            double g = -b[i];
+            for (int t = 0; t < k; t++)
+                g += G[i * p + idx[t]] * a[idx[t]];
+            double w = -(g + mu);
+            if (w > wmax) {
+                wmax = w;
+                best = i;
+            }
+        }
+        if (best < 0)
+            break;
+        idx[k++] = best;
+        in |= 1ull << best;
+        for (int inner = 0; inner <= p; inner++) {
+            hyprof__lsq_sub_kept(G, b, p, idx, rows, k, eq, L, u, v, floor_);
+            rows = k;
+            double alpha = 2.0;
+            int jmin = -1;
+            for (int t = 0; t < k; t++)
+                if (u[t] <= 0.0) {
+                    double at = a[idx[t]], r = at / (at - u[t]);
+                    if (r < alpha) {
+                        alpha = r;
+                        jmin = t;
+                    }
+                }
+            if (jmin < 0) {
+                for (int t = 0; t < k; t++)
+                    a[idx[t]] = u[t];
+                break;
+            }
+            for (int t = 0; t < k; t++)
+                a[idx[t]] += alpha * (u[t] - a[idx[t]]);
+            a[idx[jmin]] = 0.0;
+            int kk = 0;
+            for (int t = 0; t < k; t++) {
+                if (a[idx[t]] > 0.0) {
+                    idx[kk++] = idx[t];
+                } else {
+                    a[idx[t]] = 0.0;
+                    in &= ~(1ull << idx[t]);
+                    rows = kk < rows ? kk : rows; /* rows from here on change */
+                }
+            }
+            k = kk;
+            if (k == 0)
+                break;
+        }
+    }
+    return it;
+}
+
 #endif

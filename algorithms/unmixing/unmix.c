@@ -158,7 +158,7 @@ static hyprof_status_t load_set(hyprof_ctx_t *ctx, const char *path, const hypro
 }
 
 static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t *em,
-                                size_t ncand, const double *sec)
+                                size_t ncand, const double *sec, const char *devsec)
 {
     size_t p = em->count;
     hyprof_status_t st = HYPROF_OK;
@@ -186,6 +186,16 @@ static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t 
                                     "count=%.4f homogeneity=%.4f purity=%.4f kmeans=%.4f "
                                     "fusion=%.4f extraction=%.4f abundances=%.4f", sec[0],
                                     sec[1], sec[2], sec[3], sec[4], sec[5], sec[6]);
+    /* What the CUDA stages took on the device (events), next to the host times. */
+    if (st == HYPROF_OK && devsec[0])
+        st = hyprof_result_add_meta(out, "UNMIX_DEVICE_SECONDS", "%s", devsec);
+    if (st == HYPROF_OK && ncand) { /* the extraction's steps */
+        double ex[4];
+        hyprof__extract_seconds(ex);
+        st = hyprof_result_add_meta(out, "UNMIX_EXTRACT_SECONDS",
+                                    "gather=%.4f atgp=%.4f pca=%.4f sweeps=%.4f", ex[0], ex[1],
+                                    ex[2], ex[3]);
+    }
     return st;
 }
 
@@ -224,9 +234,11 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         st = hyprof_abundances(ctx, em, x, method, &out->cube);
     hyprof__progress_pop(ctx, saved);
     sec[6] = hyprof__now() - t0;
+    char devsec[256];
+    hyprof__unmix_device_seconds(devsec, sizeof devsec);
     if (st == HYPROF_OK && (st = hyprof__result_adopt(out, in)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "out of memory");
-    if (st == HYPROF_OK && (st = describe(out, em, ncand, sec)) != HYPROF_OK)
+    if (st == HYPROF_OK && (st = describe(out, em, ncand, sec, devsec)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "cannot describe the output");
     if (st == HYPROF_OK)
         st = save_set(ctx, args, em);

@@ -154,6 +154,10 @@ hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *
                                 size_t bands, const size_t *idx, size_t n, size_t p,
                                 hyprof__extract_t method, size_t *chosen);
 
+/* The last hyprof__extract's step times in this thread: gather, ATGP (N-FINDR's
+ * start; all of VCA with vca), N-FINDR's PCA, N-FINDR's sweeps (0 if not run). */
+void hyprof__extract_seconds(double sec[4]);
+
 /* HySime (hysime.c): the signal subspace dimension of the valid pixels,
  * between 2 and pmax. */
 hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x,
@@ -166,6 +170,33 @@ hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x
  * host array; $HYPROF_CUDA_RESIDENT=0 turns it off). No-ops without CUDA. */
 void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t bands);
 void hyprof__unmix_release(void);
+
+/* The purity step's PCA from the chain's device copy of x (CUDA): the masked
+ * mean, the covariance over the nvalid valid pixels (divided by nvalid - 1)
+ * and its eigen-decomposition on the device; out: mean (bands), the first p
+ * components (p x bands, by decreasing eigenvalue, each with its
+ * largest-magnitude loading positive, as hyprof_pca_fit orders and signs
+ * them) and the total variance. Returns 0, doing nothing, when x is not on
+ * the device (then the caller fits with hyprof_pca_fit); else 1 with the
+ * step's status in *st. Always 0 without CUDA. */
+int hyprof__unmix_pca(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, size_t npix,
+                      size_t bands, size_t nvalid, size_t p, double *mean, double *vectors,
+                      double *total, hyprof_status_t *st);
+
+/* Device times of the chain's CUDA stages (CUDA events), in seconds, for the
+ * result metadata: "upload=.. homogeneity=.. ..." for the stages that ran on
+ * the device since hyprof__unmix_hold, into buf; 0 (buf empty) when none did. */
+int hyprof__unmix_device_seconds(char *buf, size_t size);
+
+/* D[i*bands + b] = x[b*npix + idx[i]] (the candidates, pixel-major) from the
+ * chain's device copy of x: 1 when done, 0 when x is not on the device (the
+ * caller reads the host cube; the values are the same). Always 0 without CUDA. */
+int hyprof__unmix_gather(const float *x, size_t npix, size_t bands, const size_t *idx, size_t n,
+                         float *D);
+
+/* memcpy by `threads` OpenMP threads (the CUDA upload's copies into
+ * page-locked staging: one thread does not keep up with the DMA). */
+void hyprof__unmix_copy(void *dst, const void *src, size_t bytes, int threads);
 
 /* Seconds since an arbitrary origin (stage timings in the result metadata). */
 double hyprof__now(void);
