@@ -718,6 +718,7 @@ assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
                   int32_t *__restrict__ labels, double *__restrict__ dist,
                   unsigned long long *__restrict__ changed, uint8_t *__restrict__ dirty)
 {
+    static_assert(MAXK % 4 == 0, "the centres are read as float4");
     extern __shared__ double cs[]; /* B x MAXK doubles, then B x MAXK floats */
     float *cf = (float *)(cs + (size_t)B * MAXK);
     for (int t = threadIdx.x; t < B * k; t += blockDim.x) {
@@ -735,15 +736,24 @@ assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
 #pragma unroll
         for (int c = 0; c < MAXK; c++)
             s[c] = 0.0f;
+        /* The centres of a band come as float4 (one shared-memory load for
+         * four centres, all threads of the warp at the same address): with a
+         * load for every centre the loop was bound by the loads, not the
+         * arithmetic. The arithmetic, and so every bound below, is the same. */
         for (int b = 0; b < B; b++) {
             float xb = x[(size_t)b * npix + i];
-            const float *cb = cf + b * MAXK;
+            const float4 *cb = reinterpret_cast<const float4 *>(cf + b * MAXK);
 #pragma unroll
-            for (int c = 0; c < MAXK; c++)
-                if (c < k) {
-                    float t = xb - cb[c];
-                    s[c] = fmaf(t, t, s[c]);
-                }
+            for (int c4 = 0; c4 < MAXK / 4; c4++) {
+                const float4 v = cb[c4];
+                const float cv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (4 * c4 + j < k) {
+                        float t = xb - cv[j];
+                        s[4 * c4 + j] = fmaf(t, t, s[4 * c4 + j]);
+                    }
+            }
         }
         const double u = 5.9604644775390625e-08, g = 2.0 * (B + 4) * u;
         const double khi = (1.0 + 1e-12) / ((1.0 - g) * (1.0 - u) * (1.0 - u));
