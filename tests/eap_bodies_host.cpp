@@ -7,11 +7,8 @@
  * written in chunks of 1000 pixels (the out-of-memory path). It does not
  * exercise the GPU's races: tests/test_gpu_eap.c does, on a device.
  *
- * Not registered with CTest (it is C++ and includes the .cu); build and run
- * it against a CPU build of the library:
- *   g++ -O2 -std=c++17 -Iinclude -Ialgorithms tests/eap_bodies_host.cpp \
- *       -Lbuild -lhyprof -Wl,-rpath,$PWD/build -o /tmp/eap_bodies_host && /tmp/eap_bodies_host
- * Prints a line per case; exits 1 when any differs. */
+ * CTest runs it (test eap_bodies_host, tests/CMakeLists.txt) against the
+ * library of the build. Prints a line per case; exits 1 when any differs. */
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
