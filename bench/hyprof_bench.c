@@ -398,6 +398,38 @@ static void cpu_name(char *name, size_t len)
 
 /* The EADP paper's pipeline: PCA (fit-transform, as the eadp operation runs
  * it: one upload of the cube on CUDA), then the diffusion profiles. */
+/* hyprof_op_run with the arguments set so far (st: how setting them went),
+ * the whole call timed on the host as the CLI pays it. `meta`, when given,
+ * reads the result's metadata; the result's cube then moves to *out (its band
+ * names stay with the result, which frees them). Frees args. */
+static hyprof_status_t run_op_timed(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                    hyprof_args_t *args, hyprof_status_t st,
+                                    const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t,
+                                    void (*meta)(const hyprof_result_t *, timing_t *))
+{
+    if (st != HYPROF_OK) {
+        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
+        hyprof_args_free(&args);
+        return st;
+    }
+    hyprof_result_t res;
+    hyprof_result_init(&res);
+    double t0 = now_seconds();
+    st = hyprof_op_run(ctx, op, args, in, &res);
+    t->total = now_seconds() - t0;
+    t->fit = t->apply = NAN;
+    if (st == HYPROF_OK && meta)
+        meta(&res, t);
+    if (st == HYPROF_OK) {
+        *out = res.cube; /* the cube moves to the caller */
+        memset(&res.cube, 0, sizeof res.cube);
+        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
+    }
+    hyprof_result_free(&res);
+    hyprof_args_free(&args);
+    return st;
+}
+
 /* --pipeline op: the eadp operation as the CLI runs it (hyprof_op_run), whose
  * CUDA path keeps the PCs on the device between the PCA and the diffusion;
  * only the total is timed on the host (the stages: device_ms). */
@@ -420,25 +452,7 @@ static hyprof_status_t run_eadp_op(hyprof_ctx_t *ctx, const options_t *o, const 
         st = hyprof_args_set(args, "step", v[2]);
     if (st == HYPROF_OK)
         st = hyprof_args_set(args, "cycles", v[3]);
-    if (st != HYPROF_OK) {
-        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
-        hyprof_args_free(&args);
-        return st;
-    }
-    hyprof_result_t res;
-    hyprof_result_init(&res);
-    double t0 = now_seconds();
-    st = hyprof_op_run(ctx, op, args, in, &res);
-    t->total = now_seconds() - t0;
-    t->fit = t->apply = NAN;
-    if (st == HYPROF_OK) {
-        *out = res.cube; /* the cube moves to the caller */
-        memset(&res.cube, 0, sizeof res.cube);
-        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
-    }
-    hyprof_result_free(&res);
-    hyprof_args_free(&args);
-    return st;
+    return run_op_timed(ctx, op, args, st, in, out, t, NULL);
 }
 
 static hyprof_status_t run_eadp(hyprof_ctx_t *ctx, const options_t *o, const hyprof_cube_t *in,
@@ -569,25 +583,9 @@ static hyprof_status_t run_profile(hyprof_ctx_t *ctx, const options_t *o,
         st = hyprof_args_set(args, "wavelet", o->wavelet);
     if (st == HYPROF_OK && o->devices_text)
         st = hyprof_args_set(args, "devices", o->devices_text);
-    if (st != HYPROF_OK) {
-        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
-        hyprof_args_free(&args);
-        return st;
-    }
-    hyprof_result_t res;
-    hyprof_result_init(&res);
     atomic_store(&g_nshare, 0);
-    double t0 = now_seconds();
-    st = hyprof_op_run(ctx, op, args, in, &res);
-    t->total = now_seconds() - t0;
-    t->fit = t->apply = NAN;
+    st = run_op_timed(ctx, op, args, st, in, out, t, NULL);
     chain_stages(t);
-    if (st == HYPROF_OK) {
-        *out = res.cube; /* the cube moves to the caller */
-        memset(&res.cube, 0, sizeof res.cube);
-    }
-    hyprof_result_free(&res);
-    hyprof_args_free(&args);
     return st;
 }
 
@@ -733,6 +731,32 @@ static void parse_stages(const char *text, char (*names)[24], double *values, si
 /* The extraction's steps of the last unmix run (UNMIX_EXTRACT_SECONDS). */
 static char g_extract_steps[256];
 
+/* The stage times an unmixing result carries: host seconds (`key`), the
+ * CUDA stages' event times (`dkey`, CUDA only) and the extraction's steps. */
+static void unmixing_stages(const hyprof_result_t *res, timing_t *t, const char *key,
+                            const char *dkey)
+{
+    t->ndev = 0;
+    for (size_t i = 0; i < res->nmeta; i++) {
+        if (!strcmp(res->meta_keys[i], key))
+            parse_stages(res->meta_values[i], t->stage_name, t->stage, &t->nstages);
+        if (!strcmp(res->meta_keys[i], dkey))
+            parse_stages(res->meta_values[i], t->dev_name, t->dev, &t->ndev);
+        if (!strcmp(res->meta_keys[i], "UNMIX_EXTRACT_SECONDS")) /* the last run's, as is */
+            snprintf(g_extract_steps, sizeof g_extract_steps, "%s", res->meta_values[i]);
+    }
+}
+
+static void sspp_stages(const hyprof_result_t *res, timing_t *t)
+{
+    unmixing_stages(res, t, "SSPP_SECONDS", "SSPP_DEVICE_SECONDS");
+}
+
+static void unmix_stages(const hyprof_result_t *res, timing_t *t)
+{
+    unmixing_stages(res, t, "UNMIX_SECONDS", "UNMIX_DEVICE_SECONDS");
+}
+
 /* sspp / unmix through the registry, as the CLI runs them. */
 static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
                                     const hyprof_cube_t *in, hyprof_cube_t *out, timing_t *t)
@@ -749,36 +773,8 @@ static hyprof_status_t run_registry(hyprof_ctx_t *ctx, const options_t *o,
         if (st == HYPROF_OK)
             st = hyprof_args_set(args, "sspp", o->sspp ? "true" : "false");
     }
-    if (st != HYPROF_OK) {
-        fprintf(stderr, "hyprof_bench: %s\n", hyprof_args_error(args));
-        hyprof_args_free(&args);
-        return st;
-    }
-    hyprof_result_t res;
-    hyprof_result_init(&res);
-    double t0 = now_seconds();
-    st = hyprof_op_run(ctx, op, args, in, &res);
-    t->total = now_seconds() - t0;
-    t->fit = t->apply = NAN;
-    const char *key = !strcmp(o->op, "sspp") ? "SSPP_SECONDS" : "UNMIX_SECONDS",
-               *dkey = !strcmp(o->op, "sspp") ? "SSPP_DEVICE_SECONDS" : "UNMIX_DEVICE_SECONDS";
-    t->ndev = 0;
-    for (size_t i = 0; st == HYPROF_OK && i < res.nmeta; i++) {
-        if (!strcmp(res.meta_keys[i], key))
-            parse_stages(res.meta_values[i], t->stage_name, t->stage, &t->nstages);
-        if (!strcmp(res.meta_keys[i], dkey)) /* CUDA only: event times of the device stages */
-            parse_stages(res.meta_values[i], t->dev_name, t->dev, &t->ndev);
-        if (!strcmp(res.meta_keys[i], "UNMIX_EXTRACT_SECONDS")) /* the last run's, as is */
-            snprintf(g_extract_steps, sizeof g_extract_steps, "%s", res.meta_values[i]);
-    }
-    if (st == HYPROF_OK) {
-        *out = res.cube; /* the cube moves to the caller */
-        memset(&res.cube, 0, sizeof res.cube);
-        res.cube.bands = out->bands; /* hyprof_result_free frees one name per band */
-    }
-    hyprof_result_free(&res);
-    hyprof_args_free(&args);
-    return st;
+    return run_op_timed(ctx, op, args, st, in, out, t,
+                        !strcmp(o->op, "sspp") ? sspp_stages : unmix_stages);
 }
 
 /* The `eap` operation's default thresholds per attribute (README), std in
