@@ -17,15 +17,19 @@
  * mask (10 % of the pixels). Every call asks for the four attributes at once
  * (area, diagonal: merge rule; std, inertia: min rule), so every plane of
  * each is compared. Then whole cubes through hyprof_eap (float planes,
- * nodata under a mask), also with $HYPROF_EAP_BAND_GROUP=1 and 2 (batches of
- * bands; with 1 also $HYPROF_EAP_PIN_PIECE=100000, the output prepared and
- * downloaded in pieces, with 2 $HYPROF_EAP_PIN_ALL=0, the large outputs'
- * download),
+ * nodata under a mask; by default 8-bit planes on the device, widened on the
+ * host), also with $HYPROF_EAP_BAND_GROUP=1 and 2 (batches of bands; with 1
+ * also $HYPROF_EAP_STAGE=100000, the 8-bit planes downloaded through staging
+ * pieces that do not line up with the batches, with 2 $HYPROF_EAP_NARROW=0
+ * and $HYPROF_EAP_PIN_ALL=0, float planes and the large outputs' download),
  * $HYPROF_EAP_OUT_CHUNK=1000 (one band at a time, its planes in chunks of
- * pixels: the path for bands whose planes do not fit the device) and
+ * pixels: the path for bands whose planes do not fit the device),
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
- * flooding; 16-bit trees always take that path), and, optionally, the first 4 bands of a real cube given as raw float32 BSQ
- * (RAW, width W, height H, bands B).
+ * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
+ * planes, the output page-locked and downloaded in pieces); band cases with
+ * $HYPROF_EAP_NARROW=1 (16-bit output from 8-bit planes widened on the
+ * host); and, optionally, the first 4 bands of a real cube given as raw
+ * float32 BSQ (RAW, width W, height H, bands B).
  *
  * Checks: the CUDA planes equal the CPU planes bit for bit (the CPU backend
  * is exact against scikit-image, tests/test_eap.py); on a failure the count
@@ -224,6 +228,9 @@ static void report_f32(const char *label, const hyprof_cube_t *a, const hyprof_c
 
 /* ---- one band through hyprof_attribute_profiles ----------------------------------- */
 
+/* appended to the band cases' labels (the environment they run under) */
+static const char *g_note = "";
+
 /* variants: bit 0 plain 4-connectivity, bit 1 plain 8, bit 2 masked 4, bit 3 masked 8 */
 static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t w, size_t h,
                       unsigned levels, uint64_t seed, unsigned variants)
@@ -246,8 +253,8 @@ static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t 
             if (!(variants >> (2 * masked + conn / 8) & 1))
                 continue;
             char label[160];
-            snprintf(label, sizeof label, "%s %zux%zu, %u levels, connectivity %d%s",
-                     kind_names[kind], w, h, levels, conn, masked ? ", masked" : "");
+            snprintf(label, sizeof label, "%s %zux%zu, %u levels, connectivity %d%s%s",
+                     kind_names[kind], w, h, levels, conn, masked ? ", masked" : "", g_note);
             const uint8_t *m = masked ? mask : NULL;
             memset(b, 0x5a, planes * n * sizeof *b);
             hyprof_status_t sc = hyprof_attribute_profiles(cpu, q, m, w, h, levels, conn, f, 4,
@@ -317,8 +324,14 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 4 : 0); g++) {
-        if (g == 3) { /* the planes of one band at a time in chunks of 1000 pixels */
+    for (int g = 0; g <= (groups ? 5 : 0); g++) {
+        if (g == 5) { /* the planes as float on the device, pinned output in pieces */
+            setenv("HYPROF_EAP_NARROW", "0", 1);
+            setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
+            snprintf(label, sizeof label,
+                     "%s, float planes on the device, output prepared in pieces of 100000 "
+                     "bytes", name);
+        } else if (g == 3) { /* the planes of one band at a time in chunks of 1000 pixels */
             setenv("HYPROF_EAP_OUT_CHUNK", "1000", 1);
             snprintf(label, sizeof label, "%s, planes in chunks of 1000 pixels", name);
         } else if (g == 4) { /* the 8-bit trees by tiles, as the 16-bit ones */
@@ -328,13 +341,15 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             char v[8];
             snprintf(v, sizeof v, "%d", g);
             setenv("HYPROF_EAP_BAND_GROUP", v, 1);
-            if (g == 1) /* pieces that do not line up with the batches */
-                setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
-            if (g == 2)
+            if (g == 1) /* staging pieces that do not line up with the batches */
+                setenv("HYPROF_EAP_STAGE", "100000", 1);
+            if (g == 2) { /* the float planes' download of large outputs */
+                setenv("HYPROF_EAP_NARROW", "0", 1);
                 setenv("HYPROF_EAP_PIN_ALL", "0", 1);
+            }
             snprintf(label, sizeof label, "%s, batches of %d band%s%s", name, g, g > 1 ? "s" : "",
-                     g == 2 ? ", output pinned piece by piece"
-                            : ", output prepared in pieces of 100000 bytes");
+                     g == 2 ? ", float planes, output pinned piece by piece"
+                            : ", 8-bit planes staged in pieces of 100000 bytes");
         } else {
             snprintf(label, sizeof label, "%s", name);
         }
@@ -346,6 +361,8 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_OUT_CHUNK");
         unsetenv("HYPROF_EAP_PIN_PIECE");
         unsetenv("HYPROF_EAP_TILES");
+        unsetenv("HYPROF_EAP_NARROW");
+        unsetenv("HYPROF_EAP_STAGE");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
@@ -507,6 +524,14 @@ int main(int argc, char **argv)
             for (int k = FEW; k <= CONSTANT; k++)
                 band_case(cpu, gpu, (kind_t)k, sizes[s][0], sizes[s][1], levels, seed++,
                           sizes[s][0] * sizes[s][1] >= 1000 ? 15u : 9u);
+    /* 16-bit output from 8-bit planes widened on the host (the default for
+     * float output only), nodata under the masks */
+    setenv("HYPROF_EAP_NARROW", "1", 1);
+    g_note = ", 8-bit planes widened to 16 bits";
+    for (int k = FEW; k <= PLATEAUS; k++)
+        band_case(cpu, gpu, (kind_t)k, 145, 145, 256, seed++, 15u);
+    unsetenv("HYPROF_EAP_NARROW");
+    g_note = "";
     cubes(cpu, gpu);
     if (!quick && !over_budget()) { /* larger bands: long chains, big plateaus */
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);

@@ -138,6 +138,40 @@ static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
     return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, cuda, a);
 }
 
+void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
+                       size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
+                       float nodata32, uint16_t nodata16)
+{
+    const size_t piece = (size_t)1 << 16;
+    const size_t pieces = (len + piece - 1) / piece;
+    #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
+    for (size_t k = 0; k < pieces; k++) {
+        size_t i0 = k * piece, i1 = len - i0 < piece ? len : i0 + piece;
+        if (!mask && out32) {
+            float *o = out32 + first;
+            for (size_t i = i0; i < i1; i++)
+                o[i] = (float)src[i];
+            continue;
+        }
+        if (!mask) {
+            uint16_t *o = out16 + first;
+            for (size_t i = i0; i < i1; i++)
+                o[i] = src[i];
+            continue;
+        }
+        size_t p = (first + i0) % n;
+        for (size_t i = i0; i < i1; i++) {
+            size_t g = first + i;
+            if (out32)
+                out32[g] = mask[p] ? (float)src[i] : nodata32;
+            else
+                out16[g] = mask[p] ? (uint16_t)src[i] : nodata16;
+            if (++p == n)
+                p = 0;
+        }
+    }
+}
+
 /* ---- one band ------------------------------------------------------------------ */
 
 hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *band,

@@ -56,7 +56,16 @@
  *   of threshold j at a pixel is the level of the first node on the chain
  *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
  *   nthresholds + 1 steps.
- * Memory: per band about 2 x (25 + accumulators) + planes x 2 or 4 bytes a
+ * Output: with 8-bit levels and float output the planes are 8-bit on the
+ *   device (a quarter of the download) and each batch's go to the host
+ *   through page-locked staging, 4 pieces of 8 MB in flight, each widened to
+ *   float (nodata under the mask) on the context's threads while the next
+ *   ones copy; the output itself is only prefaulted (on the helper thread,
+ *   during the trees), never page-locked. $HYPROF_EAP_NARROW=0: the planes
+ *   in the output's type on the device (as below); =1: 8-bit planes also
+ *   for 16-bit output; $HYPROF_EAP_STAGE=N: staging pieces of N bytes.
+ *   The levels are page-locked for their upload ($HYPROF_EAP_PIN_IN=0: not).
+ * Memory: per band about 2 x (25 + accumulators) + planes x 1, 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
  *   diagonal; + 4 for the flooding's order of pixels); bands are processed
  *   in batches that fit the free device memory, each batch's profile planes
@@ -467,13 +476,49 @@ EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
     }
 }
 
+/* Both finds at once, a step of each chain in turn: the two walks' loads
+ * are independent, so their latencies overlap instead of adding up (a
+ * level's launch is bound by these chains of dependent loads). The same
+ * path halving as uf_find, on each chain. */
+EAP_FN void uf_find2(uint32_t *uf, uint32_t &a, uint32_t &b)
+{
+    bool da = false, db = false;
+    while (!da || !db) {
+        uint32_t pa = da ? a : EAP_LDCG32(&uf[a]);
+        uint32_t pb = db ? b : EAP_LDCG32(&uf[b]);
+        uint32_t ga = da || pa == a ? pa : EAP_LDCG32(&uf[pa]);
+        uint32_t gb = db || pb == b ? pb : EAP_LDCG32(&uf[pb]);
+        if (!da) {
+            if (pa == a) {
+                da = true;
+            } else if (ga == pa) {
+                a = pa;
+                da = true;
+            } else {
+                EAP_STORE32(&uf[a], ga);
+                a = ga;
+            }
+        }
+        if (!db) {
+            if (pb == b) {
+                db = true;
+            } else if (gb == pb) {
+                b = pb;
+                db = true;
+            } else {
+                EAP_STORE32(&uf[b], gb);
+                b = gb;
+            }
+        }
+    }
+}
+
 /* Unites the components of a and b; the root that goes under the other
  * gets it as its parent in par too. */
 EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b)
 {
     for (;;) {
-        a = uf_find(uf, a);
-        b = uf_find(uf, b);
+        uf_find2(uf, a, b);
         if (a == b)
             return;
         if (higher(lev, b, a)) {
@@ -751,6 +796,12 @@ template <typename T> EAP_FN T out_value(unsigned v, const Filter &f, int masked
 template <> EAP_FN uint16_t out_value<uint16_t>(unsigned v, const Filter &f, int masked)
 {
     return masked ? f.nodata16 : (uint16_t)v;
+}
+/* 8-bit planes, widened on the host (which writes nodata under the mask):
+ * a quarter of the float planes' download. */
+template <> EAP_FN uint8_t out_value<uint8_t>(unsigned v, const Filter &f, int masked)
+{
+    return masked ? 0 : (uint8_t)v;
 }
 template <> EAP_FN float out_value<float>(unsigned v, const Filter &f, int masked)
 {
@@ -1069,10 +1120,16 @@ class OutputPrep {
     ~OutputPrep()
     {
         join();
+        unlock();
+    }
+    /* After the copies (or on an early return, after waiting for them). */
+    void unlock()
+    {
         if (!locked_.empty())
             (void)cudaDeviceSynchronize(); /* an early return may leave copies in flight */
         for (void *p : locked_)
             (void)cudaHostUnregister(p);
+        locked_.clear();
         (void)cudaGetLastError();
     }
     void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
@@ -1174,10 +1231,18 @@ class EapCuda {
             nthr_ += a->filters[f].nthresholds;
         }
         esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
+        /* 8-bit planes on the device, widened on the host: by default for
+         * float output ($HYPROF_EAP_NARROW=0: the planes in the output's
+         * type, =1: 8-bit also for 16-bit output) */
+        const char *nw = getenv("HYPROF_EAP_NARROW");
+        narrow_ = a->levels <= 256 && (nw ? strcmp(nw, "1") == 0 : a->out32 != nullptr);
+        dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
         HYPROF_TRY(plan());
+        auto h0 = std::chrono::steady_clock::now();
         HYPROF_TRY(alloc());
+        alloc_ms_ = ms_since(h0);
         HYPROF_TRY(timer_.create(ctx, a->op));
         if (trace_) {
             const char *op = a->op;
@@ -1192,7 +1257,8 @@ class EapCuda {
         size_t out_bytes = a->bands * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pageable_ = env_is("HYPROF_EAP_PIN", "0");
-        pinned_ = !pageable_ && out_bytes <= kPinAll && !(pin_env && strcmp(pin_env, "0") == 0);
+        pinned_ = !narrow_ && !pageable_ && out_bytes <= kPinAll &&
+                  !(pin_env && strcmp(pin_env, "0") == 0);
         int device = 0;
         {
             const char *op = a->op;
@@ -1206,22 +1272,62 @@ class EapCuda {
         if (!piece_ || piece_ > out_bytes)
             piece_ = out_bytes ? out_bytes : 1;
         prep.start(ctx, out_base_, out_bytes, pinned_, device, piece_);
+        /* the levels page-locked: their upload at the bus speed
+         * ($HYPROF_EAP_PIN_IN=0: pageable) */
+        HostPin in_pin;
+        if (!env_is("HYPROF_EAP_PIN_IN", "0"))
+            in_pin.pin((void *)a->q, a->bands * n_ * sizeof(uint16_t));
         for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
             size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
             HYPROF_TRY(batch(b0, nb));
             HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
         }
         const double *t = timer_.ms();
+        auto h1 = std::chrono::steady_clock::now();
+        release();
+        prep.join();
+        prep.unlock();
+        double release_ms = ms_since(h1);
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu; device ms: upload "
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s; device ms: upload "
                     "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
-                    "output preparation %.1f ms (page faults %.1f, page-lock %.1f)",
-                    a->op, a->bands, a->width, a->height, nb_, t[0], t[1], t[2], t[3], t[4],
-                    prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms());
+                    "output preparation %.1f ms (page faults %.1f, page-lock %.1f); host ms: "
+                    "device allocations %.1f, staging %.1f, waits for the copies %.1f, "
+                    "widening %.1f, release %.1f",
+                    a->op, a->bands, a->width, a->height, nb_,
+                    narrow_ ? ", 8-bit planes widened on the host" : "", t[0], t[1], t[2],
+                    t[3], t[4], prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms(),
+                    alloc_ms_, stage_ms_, wait_ms_, widen_ms_, release_ms);
         return HYPROF_OK;
     }
 
   private:
+    static double ms_since(std::chrono::steady_clock::time_point t0)
+    {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+            .count();
+    }
+    /* The device buffers back before the call returns (timed). */
+    void release()
+    {
+        ord_.reset();
+        hist_.reset();
+        off_.reset();
+        mask_.reset();
+        k0_.reset();
+        k1_.reset();
+        node_.reset();
+        lev_.reset();
+        par_.reset();
+        aux_.reset();
+        aux2_.reset();
+        pend_.reset();
+        cnt_.reset();
+        box_.reset();
+        s64_.reset();
+        thr_.reset();
+        out_.reset();
+    }
     bool trace_ = false;
     cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
     static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
@@ -1232,6 +1338,16 @@ class EapCuda {
     unsigned char *out_base_ = nullptr;
     size_t piece_ = 1;
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
+    bool narrow_ = false; /* 8-bit planes on the device, widened on the host */
+    size_t dsize_ = 4;    /* bytes of a plane element on the device */
+    /* narrow_: page-locked staging of the downloads, widened while the next
+     * copies run */
+    static const int kStages = 4;
+    static const size_t kStageBytes = (size_t)8 << 20;
+    PinnedBuffer<uint8_t> stage_[kStages];
+    Event stage_ev_[kStages];
+    size_t stage_bytes_ = 0;
+    double alloc_ms_ = 0.0, stage_ms_ = 0.0, wait_ms_ = 0.0, widen_ms_ = 0.0;
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
     size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
@@ -1264,12 +1380,17 @@ class EapCuda {
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
         /* + per band with flooding: the histograms and offsets of its two images */
         size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * ((size_t)a_->levels + 1) * 8 : 0);
-        size_t planes = n_ * a_->planes * esize_;
+        size_t planes = n_ * a_->planes * dsize_;
         size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
         nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
         oc_ = n_;
         size_t forced_oc = env_size("HYPROF_EAP_OUT_CHUNK");
         if (nb_ == 0 || (forced_oc && forced_oc < n_)) {
+            if (narrow_) { /* the chunks go straight to the output */
+                narrow_ = false;
+                dsize_ = esize_;
+                return plan();
+            }
             /* one band at a time, its planes computed and downloaded in
              * chunks of pixels: only its trees must fit */
             size_t room = budget > fixed + tree ? budget - fixed - tree : 0;
@@ -1319,7 +1440,7 @@ class EapCuda {
             HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
         if (need_box_)
             HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * oc_ * esize_));
+        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * oc_ * dsize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
         if (flood_) {
             HYPROF_TRY(ord_.alloc(ctx, op, m));
@@ -1677,6 +1798,56 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* 8-bit planes: copies of kStages pieces in flight into page-locked
+     * staging, each piece widened into the output (on the context's
+     * threads) while the next ones copy. `first`: the batch's first element
+     * in the output. */
+    hyprof_status_t download_narrow(size_t first, size_t count)
+    {
+        const char *op = a_->op;
+        if (!stage_bytes_) {
+            auto t0 = std::chrono::steady_clock::now();
+            size_t sb = env_size("HYPROF_EAP_STAGE"); /* bytes a piece, to test */
+            stage_bytes_ = sb ? sb : kStageBytes;
+            for (int i = 0; i < kStages; i++) {
+                if (!stage_[i].try_alloc(stage_bytes_))
+                    return hyprof__error(ctx, HYPROF_ERR_NOMEM, op,
+                                         "cannot page-lock %zu bytes of staging", stage_bytes_);
+                HYPROF_TRY(stage_ev_[i].create(ctx, op));
+            }
+            stage_ms_ = ms_since(t0);
+        }
+        const uint8_t *src = out_.get();
+        size_t pieces = (count + stage_bytes_ - 1) / stage_bytes_;
+        auto len = [&](size_t k) {
+            return count - k * stage_bytes_ < stage_bytes_ ? count - k * stage_bytes_
+                                                           : stage_bytes_;
+        };
+        auto issue = [&](size_t k) -> hyprof_status_t {
+            int s = (int)(k % kStages);
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(stage_[s].get(), src + k * stage_bytes_, len(k),
+                                              cudaMemcpyDeviceToHost, 0));
+            HYPROF_CUDA_CHECK(cudaEventRecord(stage_ev_[s].get(), 0));
+            return HYPROF_OK;
+        };
+        for (size_t k = 0; k < pieces && k < (size_t)kStages; k++)
+            HYPROF_TRY(issue(k));
+        prep_->join(); /* the output's pages faulted */
+        for (size_t k = 0; k < pieces; k++) {
+            int s = (int)(k % kStages);
+            auto t0 = std::chrono::steady_clock::now();
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(stage_ev_[s].get()));
+            auto t1 = std::chrono::steady_clock::now();
+            wait_ms_ += std::chrono::duration<double, std::milli>(t1 - t0).count();
+            hyprof__eap_widen(ctx, stage_[s].get(), len(k), first + k * stage_bytes_, n_,
+                              a_->mask, a_->out32, a_->out16, a_->nodata32, a_->nodata16);
+            widen_ms_ += ms_since(t1);
+            if (k + kStages < pieces)
+                HYPROF_TRY(issue(k + kStages));
+        }
+        return HYPROF_OK;
+    }
+
     hyprof_status_t batch(size_t b0, size_t nb)
     {
         const char *op = a_->op;
@@ -1695,14 +1866,18 @@ class EapCuda {
         HYPROF_TRY(accumulate(nimg));
         HYPROF_TRY(timer_.mark(ctx, op, 3));
         size_t count = nb * a_->planes * n_;
-        if (a_->out16)
+        if (narrow_)
+            HYPROF_TRY(filters<uint8_t>(nimg, out_.get()));
+        else if (a_->out16)
             HYPROF_TRY(filters<uint16_t>(nimg, (uint16_t *)out_.get()));
         else
             HYPROF_TRY(filters<float>(nimg, (float *)out_.get()));
         HYPROF_TRY(timer_.mark(ctx, op, 4));
         unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
                                        : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
-        if (oc_ == n_) /* else filters() has downloaded the chunks */
+        if (narrow_)
+            HYPROF_TRY(download_narrow(b0 * a_->planes * n_, count));
+        else if (oc_ == n_) /* else filters() has downloaded the chunks */
             HYPROF_TRY(download(dst, out_.get(), count * esize_));
         HYPROF_TRY(timer_.mark(ctx, op, 5));
         HYPROF_TRY(timer_.add(ctx, op));
