@@ -444,7 +444,7 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
  * tile path: links to strictly smaller keys, and the last pixel of level l
  * on a pixel's par chain is the root its component had at the end of step
  * l (its node's canonical element): canon1 and canon2 finish it, as after
- * the tile joins. uf itself is compressed freely (path halving), so no walk
+ * the tile joins. uf itself is compressed freely (path splitting), so no walk
  * ever follows the long chains of par. Measured on an H100 at Pavia Centre
  * size, the levels' launches take 11 to 12 ms of the 12 ms of trees: 15 to
  * 20 us for a sparse level, up to 150 us for the fullest (latency: a few
@@ -460,65 +460,42 @@ struct Flood {
     unsigned levels;
 };
 
-EAP_FN uint32_t uf_find(uint32_t *uf, uint32_t x)
+/* The roots of a and b, given pa = uf[a] and pb = uf[b] as read: both walks
+ * at once, a step of each in turn, so that their loads' latencies overlap
+ * instead of adding up (a level's launch is bound by these chains of
+ * dependent loads), one load a step. Path splitting: each pixel passed
+ * gets its grandparent as parent. That pixel is no root (and never will be
+ * again), and the grandparent is an ancestor, of smaller key: however the
+ * walks of other threads interleave, links only ever go to smaller keys, so
+ * no cycle can form. (Full path compression could point an ancestor back
+ * at a pixel it had passed: it hung.) */
+EAP_FN void uf_find2(uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
 {
-    for (;;) {
-        uint32_t p = EAP_LDCG32(&uf[x]);
-        if (p == x)
-            return x;
-        uint32_t g = EAP_LDCG32(&uf[p]);
-        if (g == p)
-            return p;
-        /* path halving: x is no root (and never will be again), g is an
-         * ancestor; this only ever races with another halving of x */
-        EAP_STORE32(&uf[x], g);
-        x = g;
-    }
-}
-
-/* Both finds at once, a step of each chain in turn: the two walks' loads
- * are independent, so their latencies overlap instead of adding up (a
- * level's launch is bound by these chains of dependent loads). The same
- * path halving as uf_find, on each chain. */
-EAP_FN void uf_find2(uint32_t *uf, uint32_t &a, uint32_t &b)
-{
-    bool da = false, db = false;
-    while (!da || !db) {
-        uint32_t pa = da ? a : EAP_LDCG32(&uf[a]);
-        uint32_t pb = db ? b : EAP_LDCG32(&uf[b]);
-        uint32_t ga = da || pa == a ? pa : EAP_LDCG32(&uf[pa]);
-        uint32_t gb = db || pb == b ? pb : EAP_LDCG32(&uf[pb]);
-        if (!da) {
-            if (pa == a) {
-                da = true;
-            } else if (ga == pa) {
-                a = pa;
-                da = true;
-            } else {
+    while (pa != a || pb != b) {
+        uint32_t ga = pa != a ? EAP_LDCG32(&uf[pa]) : pa;
+        uint32_t gb = pb != b ? EAP_LDCG32(&uf[pb]) : pb;
+        if (pa != a) {
+            if (ga != pa)
                 EAP_STORE32(&uf[a], ga);
-                a = ga;
-            }
+            a = pa;
+            pa = ga;
         }
-        if (!db) {
-            if (pb == b) {
-                db = true;
-            } else if (gb == pb) {
-                b = pb;
-                db = true;
-            } else {
+        if (pb != b) {
+            if (gb != pb)
                 EAP_STORE32(&uf[b], gb);
-                b = gb;
-            }
+            b = pb;
+            pb = gb;
         }
     }
 }
 
-/* Unites the components of a and b; the root that goes under the other
- * gets it as its parent in par too. */
-EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b)
+/* Unites the components of a and b (pa, pb: their parents as read); the
+ * root that goes under the other gets it as its parent in par too. */
+EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b,
+                     uint32_t pa, uint32_t pb)
 {
     for (;;) {
-        uf_find2(uf, a, b);
+        uf_find2(uf, a, b, pa, pb);
         if (a == b)
             return;
         if (higher(lev, b, a)) {
@@ -530,6 +507,8 @@ EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
             par[a] = b;
             return;
         }
+        pa = EAP_LDCG32(&uf[a]);
+        pb = EAP_LDCG32(&uf[b]);
     }
 }
 
@@ -568,9 +547,12 @@ EAP_FN void flood_edge(const Args &a, const Flood &fl, size_t o, uint32_t p, int
     uint32_t q;
     if (!neighbour(a, p, j, q))
         return;
+    /* the parents loaded with the level, before knowing whether they are
+     * needed: one latency fewer on the chain */
     unsigned l = a.lev[o + q];
+    uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
     if (l > t || (l == t && q < p))
-        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q);
+        uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
 
 /* Thread i: edge i % E of the (i / E)-th pixel of level t, E = 4 or 8 edges
