@@ -124,9 +124,11 @@ static void usage(FILE *f)
           "                    [--reduction dwt|pca|none] [--attribute area]\n"
           "                    [--thresholds 36,144,...] [--connectivity 4]\n"
           "                    [--quantisation 8|16]   (eap: reduction, then the profile)\n"
-          "                    [--per-band auto|0|1]   (eap: the profile band by band into\n"
-          "                    one reused 16-bit buffer; auto: when the float32 output\n"
-          "                    would take more than a quarter of the host memory)\n"
+          "                    [--per-band auto|0|1|2]   (eap: the profile band by band into\n"
+          "                    one reused 16-bit buffer, 1: in one call\n"
+          "                    (hyprof_attribute_profiles_bands), 2: a call per band;\n"
+          "                    auto: 1 when the float32 output would take more than a\n"
+          "                    quarter of the host memory)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -264,7 +266,7 @@ static int parse_args(int argc, char **argv, options_t *o)
             if (!strcmp(v, "auto"))
                 o->per_band = -1;
             else
-                rc = parse_long(name, v, 0, 1, &o->per_band);
+                rc = parse_long(name, v, 0, 2, &o->per_band);
         }
         else {
             fprintf(stderr, "hyprof_bench: unknown option '%s'\n", a);
@@ -823,18 +825,22 @@ static int eap_params(const options_t *o, hyprof_eap_params_t *p, hyprof_attribu
     return 0;
 }
 
-/* --per-band: the profile of each feature band in turn
- * (hyprof_attribute_profiles), into one reused buffer of one band's planes as
- * 16-bit levels, for scenes whose float32 output would not fit the host
- * comfortably (auto: over a quarter of its memory; the 10748 x 12288 x 8
- * scene's is 63 GB). Timed: the quantisation and every band's
- * call; the checksum (the sum of every band's levels, exact in a double, so
- * equal to the float32 output's) is taken outside the timing, in the last
- * repetition only. */
+/* --per-band: the profile of each feature band in turn, into one reused
+ * buffer of one band's planes as 16-bit levels, for scenes whose float32
+ * output would not fit the host comfortably (auto: over a quarter of its
+ * memory; the 10748 x 12288 x 8 scene's is 63 GB): 1, one call
+ * (hyprof_attribute_profiles_bands, which hands each band's planes to a
+ * function: the CUDA path overlaps a band's download with the next band's
+ * trees); 2, a call per band (hyprof_attribute_profiles). Timed: the
+ * quantisation and the call(s); the checksum (the sum of every band's
+ * levels, exact in a double, so equal to the float32 output's) is taken
+ * outside the timing (its time in the band function is subtracted), in the
+ * last repetition only. */
 static struct {
-    int active, last_rep;
+    int active, last_rep, calls;  /* calls: a call per band (--per-band 2) */
+    double cb_s;                  /* time in the band function (the checksum) */
     uint16_t *q, *buf;   /* the quantised features; one band's planes */
-    size_t bands, planes;
+    size_t bands, planes, n;
     double sum, abs_sum;
     double dev_ms[5];    /* the CUDA path's device stages, summed over the bands */
 } g_pb;
@@ -883,6 +889,19 @@ static uint64_t sum_u16(const uint16_t *v, size_t n)
     return sum;
 }
 
+/* hyprof_attribute_profiles_bands' function: the checksum (last
+ * repetition), its time taken out of the timing. */
+static int eap_band_done(void *user, size_t band, const uint16_t *planes)
+{
+    (void)band;
+    if (g_pb.last_rep) {
+        double t0 = now_seconds();
+        *(uint64_t *)user += sum_u16(planes, g_pb.n * g_pb.planes);
+        g_pb.cb_s += now_seconds() - t0;
+    }
+    return 0;
+}
+
 static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *x,
                                         const hyprof_eap_params_t *p, hyprof_cube_t *out,
                                         double *profile_s)
@@ -899,12 +918,21 @@ static hyprof_status_t run_eap_per_band(hyprof_ctx_t *ctx, const hyprof_cube_t *
     g_pb.active = 1;
     g_pb.bands = x->bands;
     g_pb.planes = planes;
+    g_pb.n = n;
     double t0 = now_seconds();
     hyprof_status_t st = hyprof_quantise(ctx, x, p->levels, g_pb.q, NULL);
     double timed = now_seconds() - t0;
     uint64_t sum = 0;
     memset(g_pb.dev_ms, 0, sizeof g_pb.dev_ms);
-    for (size_t b = 0; st == HYPROF_OK && b < x->bands; b++) {
+    if (st == HYPROF_OK && !g_pb.calls) {
+        g_pb.cb_s = 0.0;
+        t0 = now_seconds();
+        st = hyprof_attribute_profiles_bands(ctx, g_pb.q, x->bands, x->mask, x->width,
+                                             x->height, p->levels, p->connectivity, p->filters,
+                                             p->nfilters, 0, g_pb.buf, eap_band_done, &sum);
+        timed += now_seconds() - t0 - g_pb.cb_s;
+    }
+    for (size_t b = 0; st == HYPROF_OK && g_pb.calls && b < x->bands; b++) {
         t0 = now_seconds();
         st = hyprof_attribute_profiles(ctx, g_pb.q + b * n, x->mask, x->width, x->height,
                                        p->levels, p->connectivity, p->filters, p->nfilters, 0,
@@ -1006,7 +1034,9 @@ static hyprof_status_t run_eap(hyprof_ctx_t *ctx, const options_t *o, const hypr
     }
     double t1 = now_seconds(), profile_s = 0.0;
     const hyprof_cube_t *x = strcmp(o->reduction, "none") ? &feat : in;
-    if (st == HYPROF_OK && eap_per_band(o, x, p))
+    int per_band = st == HYPROF_OK ? eap_per_band(o, x, p) : 0;
+    g_pb.calls = per_band == 2;
+    if (per_band)
         st = run_eap_per_band(ctx, x, p, out, &profile_s);
     else if (st == HYPROF_OK) {
         st = hyprof_eap(ctx, x, p, out, NULL);
@@ -1408,9 +1438,12 @@ int main(int argc, char **argv)
                "\"profile_min_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n), min_of(app, n));
         if (g_pb.active)
-            printf(",\"per_band\":\"the profile band by band (hyprof_attribute_profiles), "
-                   "16-bit levels into one reused buffer of one band's planes; timed: the "
-                   "quantisation and the calls\"");
+            printf(",\"per_band\":\"the profile band by band (%s), 16-bit levels into one "
+                   "reused buffer of one band's planes; timed: the quantisation and the "
+                   "call%s\"",
+                   g_pb.calls ? "hyprof_attribute_profiles, a call per band"
+                              : "hyprof_attribute_profiles_bands, one call",
+                   g_pb.calls ? "s" : " (less its band function's checksum)");
         if (g_pb.active && used == HYPROF_BACKEND_CUDA)
             printf(",\"device_ms_all_bands\":{\"upload\":%.3f,\"tree\":%.3f,"
                    "\"attributes\":%.3f,\"filters\":%.3f,\"download\":%.3f}",

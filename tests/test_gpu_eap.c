@@ -279,6 +279,91 @@ static void band_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, kind_t kind, size_t 
     free(mask);
 }
 
+/* ---- several bands through hyprof_attribute_profiles_bands --------------------- */
+
+/* The band function: each band's planes against the CPU's of that band,
+ * in band order; stops after `stop_after` bands when it is set. */
+typedef struct {
+    const uint16_t *ref;   /* every band's CPU planes */
+    size_t count, planes, w, h, next, stop_after;
+    int order_bad;
+    char label[200];
+} bands_check_t;
+
+static int bands_check(void *user, size_t band, const uint16_t *planes)
+{
+    bands_check_t *c = user;
+    if (band != c->next)
+        c->order_bad = 1;
+    c->next = band + 1;
+    char label[260];
+    snprintf(label, sizeof label, "%s, band %zu", c->label, band + 1);
+    report_u16(label, c->ref + band * c->count, planes, c->planes, c->w, c->h, 0.0);
+    return c->stop_after && c->next >= c->stop_after;
+}
+
+/* variant 0: pipelined (16-bit planes), 1: 8-bit planes widened
+ * ($HYPROF_EAP_NARROW=1), 2: not pipelined ($HYPROF_EAP_PIPELINE=0), 3: planes in
+ * chunks of 1000 pixels, 4: stopped by the function after 2 bands. */
+static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h, size_t nb,
+                       uint64_t seed)
+{
+    size_t n = w * h;
+    hyprof_attribute_filter_t f[4];
+    all_filters(256, f);
+    size_t planes = hyprof_attribute_planes(f, 4);
+    uint16_t *q = malloc(nb * n * sizeof *q), *ref = malloc(nb * planes * n * sizeof *ref),
+             *buf = malloc(planes * n * sizeof *buf);
+    uint8_t *mask = malloc(n);
+    if (!q || !ref || !buf || !mask)
+        exit(1);
+    g_rng = seed;
+    for (size_t b = 0; b < nb; b++)
+        make_band((kind_t)(b % 4), w, h, 256, q + b * n);
+    for (size_t p = 0; p < n; p++)
+        mask[p] = rng_next() % 10 != 0;
+    for (size_t b = 0; b < nb; b++)
+        if (hyprof_attribute_profiles(cpu, q + b * n, mask, w, h, 256, 8, f, 4, 777,
+                                      ref + b * planes * n) != HYPROF_OK) {
+            FAIL("bands: cpu: %s", hyprof_ctx_last_error(cpu));
+            goto done;
+        }
+    static const char *const names[] = {"pipelined", "8-bit planes widened", "not pipelined",
+                                         "planes in chunks of 1000 pixels",
+                                         "stopped after 2 bands"};
+    for (int v = 0; v < 5; v++) {
+        bands_check_t c = {ref, planes * n, planes, w, h, 0, v == 4 ? 2 : 0, 0, ""};
+        snprintf(c.label, sizeof c.label, "bands %zux%zux%zu masked, 4 attributes, 8-conn, %s",
+                 w, h, nb, names[v]);
+        if (v == 1)
+            setenv("HYPROF_EAP_NARROW", "1", 1);
+        if (v == 2)
+            setenv("HYPROF_EAP_PIPELINE", "0", 1);
+        if (v == 3)
+            setenv("HYPROF_EAP_OUT_CHUNK", "1000", 1);
+        memset(buf, 0x5a, planes * n * sizeof *buf);
+        hyprof_status_t st = hyprof_attribute_profiles_bands(gpu, q, nb, mask, w, h, 256, 8, f, 4,
+                                                             777, buf, bands_check, &c);
+        unsetenv("HYPROF_EAP_NARROW");
+        unsetenv("HYPROF_EAP_PIPELINE");
+        unsetenv("HYPROF_EAP_OUT_CHUNK");
+        g_checks++;
+        size_t want = v == 4 ? 2 : nb;
+        if (v == 4 ? st != HYPROF_ERR_CANCELLED : st != HYPROF_OK)
+            FAIL("%s: status %d: %s", c.label, (int)st, hyprof_ctx_last_error(gpu));
+        else if (c.order_bad || c.next != want)
+            FAIL("%s: %zu bands handed over (%zu expected)%s", c.label, c.next, want,
+                 c.order_bad ? ", out of order" : "");
+        else if (expect_cuda(gpu, c.label))
+            printf("ok   %s: %zu bands in order\n", c.label, c.next);
+    }
+done:
+    free(q);
+    free(ref);
+    free(buf);
+    free(mask);
+}
+
 /* ---- whole cubes through hyprof_eap ------------------------------------------------ */
 
 static int make_cube(hyprof_cube_t *c, size_t w, size_t h, size_t bands, uint64_t seed,
@@ -532,6 +617,8 @@ int main(int argc, char **argv)
         band_case(cpu, gpu, (kind_t)k, 145, 145, 256, seed++, 15u);
     unsetenv("HYPROF_EAP_NARROW");
     g_note = "";
+    bands_case(cpu, gpu, 145, 145, 5, seed++);
+    bands_case(cpu, gpu, 37, 23, 3, seed++);
     cubes(cpu, gpu);
     if (!quick && !over_budget()) { /* larger bands: long chains, big plateaus */
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);

@@ -117,6 +117,31 @@ static hyprof_status_t check_size(hyprof_ctx_t *ctx, size_t width, size_t height
     return HYPROF_OK;
 }
 
+/* hyprof_attribute_profiles_bands on the CPU: a band at a time (its two
+ * trees on two threads: the scenes this is for have bands of 10^8 pixels,
+ * whose trees' buffers are the memory limit anyway). */
+static hyprof_status_t cpu_each(hyprof_ctx_t *ctx, void *args)
+{
+    const hyprof_eap_args_t *a = args;
+    size_t n = a->width * a->height;
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; b < a->bands && st == HYPROF_OK; b++) {
+        hyprof_eap_args_t one = *a;
+        one.q = a->q + b * n;
+        one.bands = 1;
+        one.each = NULL;
+        double saved[2];
+        hyprof__progress_push(ctx, (double)b / (double)a->bands,
+                              (double)(b + 1) / (double)a->bands, saved);
+        st = hyprof__cpu_eap(ctx, &one);
+        hyprof__progress_pop(ctx, saved);
+        if (st == HYPROF_OK && a->each(a->each_user, b, a->out16))
+            st = hyprof__error(ctx, HYPROF_ERR_CANCELLED, a->op, "stopped after band %zu",
+                               b + 1);
+    }
+    return st;
+}
+
 /* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
  * levels the CUDA path is the faster one (its trees are built by flooding
  * level by level, at most 256 launches): measured on an H100 at Pavia Centre
@@ -135,7 +160,7 @@ static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "%s: auto runs 16-bit levels on the CPU (faster than the CUDA path there; "
                     "--backend cuda runs that one)", OP);
-    return hyprof__dispatch(ctx, OP, hyprof__cpu_eap, cuda, a);
+    return hyprof__dispatch(ctx, OP, a->each ? cpu_each : hyprof__cpu_eap, cuda, a);
 }
 
 void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
@@ -174,31 +199,70 @@ void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, 
 
 /* ---- one band ------------------------------------------------------------------ */
 
-hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *band,
-                                          const uint8_t *mask, size_t width, size_t height,
-                                          unsigned levels, int connectivity,
-                                          const hyprof_attribute_filter_t *filters,
-                                          size_t nfilters, uint16_t nodata, uint16_t *out)
+/* The checks of hyprof_attribute_profiles(_bands): every valid level of
+ * every band below `levels`. */
+static hyprof_status_t check_bands(hyprof_ctx_t *ctx, const uint16_t *bands, size_t nbands,
+                                   const uint8_t *mask, size_t width, size_t height,
+                                   unsigned levels, int connectivity,
+                                   const hyprof_attribute_filter_t *filters, size_t nfilters,
+                                   const uint16_t *out)
 {
     hyprof_status_t st = check_filters(ctx, connectivity, levels, filters, nfilters);
     if (st == HYPROF_OK)
         st = check_size(ctx, width, height, filters, nfilters);
     if (st != HYPROF_OK)
         return st;
-    if (!band || !out)
+    if (!bands || !out || nbands == 0)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no band or no output buffer");
     size_t n = width * height, bad = SIZE_MAX;
-    #pragma omp parallel for reduction(min : bad) num_threads(hyprof__threads(ctx))
-    for (size_t p = 0; p < n; p++)
-        if ((!mask || mask[p]) && band[p] >= levels && p < bad)
-            bad = p;
-    if (bad != SIZE_MAX)
-        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
-                             "level %u at pixel (%zu, %zu) is not below %u",
-                             (unsigned)band[bad], bad % width, bad / width, levels);
+    for (size_t b = 0; b < nbands; b++) {
+        const uint16_t *band = bands + b * n;
+        #pragma omp parallel for reduction(min : bad) num_threads(hyprof__threads(ctx))
+        for (size_t p = 0; p < n; p++)
+            if ((!mask || mask[p]) && band[p] >= levels && p < bad)
+                bad = p;
+        if (bad != SIZE_MAX)
+            return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                                 "level %u at pixel (%zu, %zu)%s is not below %u",
+                                 (unsigned)band[bad], bad % width, bad / width,
+                                 nbands > 1 ? " of a band" : "", levels);
+    }
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *band,
+                                          const uint8_t *mask, size_t width, size_t height,
+                                          unsigned levels, int connectivity,
+                                          const hyprof_attribute_filter_t *filters,
+                                          size_t nfilters, uint16_t nodata, uint16_t *out)
+{
+    hyprof_status_t st = check_bands(ctx, band, 1, mask, width, height, levels, connectivity,
+                                     filters, nfilters, out);
+    if (st != HYPROF_OK)
+        return st;
     hyprof_eap_args_t a = {band, mask, width, height, 1, levels, connectivity, filters,
                            nfilters, hyprof_attribute_planes(filters, nfilters), out, NULL,
-                           nodata, 0.0f, OP};
+                           nodata, 0.0f, OP, NULL, NULL};
+    return dispatch(ctx, &a);
+}
+
+hyprof_status_t hyprof_attribute_profiles_bands(hyprof_ctx_t *ctx, const uint16_t *bands,
+                                                size_t nbands, const uint8_t *mask,
+                                                size_t width, size_t height, unsigned levels,
+                                                int connectivity,
+                                                const hyprof_attribute_filter_t *filters,
+                                                size_t nfilters, uint16_t nodata, uint16_t *out,
+                                                hyprof_attribute_band_fn fn, void *user)
+{
+    hyprof_status_t st = check_bands(ctx, bands, nbands, mask, width, height, levels,
+                                     connectivity, filters, nfilters, out);
+    if (st != HYPROF_OK)
+        return st;
+    if (!fn)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no function to hand the bands to");
+    hyprof_eap_args_t a = {bands, mask, width, height, nbands, levels, connectivity, filters,
+                           nfilters, hyprof_attribute_planes(filters, nfilters), out, NULL,
+                           nodata, 0.0f, OP, fn, user};
     return dispatch(ctx, &a);
 }
 
@@ -360,7 +424,7 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         out->nodata = x->nodata;
         hyprof_eap_args_t a = {q, x->mask, x->width, x->height, x->bands, p->levels,
                                p->connectivity, p->filters, p->nfilters, planes, NULL,
-                               out->data, 0, hyprof__nodata_f32(x), OP};
+                               out->data, 0, hyprof__nodata_f32(x), OP, NULL, NULL};
         st = dispatch(ctx, &a);
     }
     free(q);

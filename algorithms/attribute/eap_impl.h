@@ -50,6 +50,10 @@ typedef struct {
     uint16_t nodata16;          /* what masked pixels receive */
     float nodata32;
     const char *op;             /* name in messages and progress */
+    /* hyprof_attribute_profiles_bands: out16 holds one band's planes, handed
+     * to each(each_user, band, out16) after every band (NULL otherwise) */
+    hyprof_attribute_band_fn each;
+    void *each_user;
 } hyprof_eap_args_t;
 
 hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args);

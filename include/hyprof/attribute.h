@@ -87,6 +87,28 @@ hyprof_status_t hyprof_attribute_profiles(hyprof_ctx_t *ctx, const uint16_t *ban
                                           const hyprof_attribute_filter_t *filters,
                                           size_t nfilters, uint16_t nodata, uint16_t *out);
 
+/* Receives band `band`'s planes (hyprof_attribute_planes planes of
+ * width*height levels) from hyprof_attribute_profiles_bands; they are
+ * overwritten by the next band's after it returns. Non-zero stops the call
+ * (HYPROF_ERR_CANCELLED). */
+typedef int (*hyprof_attribute_band_fn)(void *user, size_t band, const uint16_t *planes);
+
+/* hyprof_attribute_profiles for `nbands` bands (`bands`: nbands BSQ bands of
+ * width*height levels, one mask for all), one band at a time through the
+ * one band's planes of `out`, each handed to `fn` in band order: for scenes
+ * whose whole profile would not fit the host. The planes are those of
+ * hyprof_attribute_profiles, band by band. With CUDA the bands are
+ * pipelined: the next band's trees are built while a band's planes are
+ * copied to `out` and handed over, and the device buffers are allocated
+ * once. */
+hyprof_status_t hyprof_attribute_profiles_bands(hyprof_ctx_t *ctx, const uint16_t *bands,
+                                                size_t nbands, const uint8_t *mask,
+                                                size_t width, size_t height, unsigned levels,
+                                                int connectivity,
+                                                const hyprof_attribute_filter_t *filters,
+                                                size_t nfilters, uint16_t nodata, uint16_t *out,
+                                                hyprof_attribute_band_fn fn, void *user);
+
 /* Linear quantisation of every band of `in` to 0..levels-1 from the band's
  * min and max over the valid pixels:
  *   q = floor((x - min) * (levels - 1) / (max - min) + 0.5)   (double arithmetic)

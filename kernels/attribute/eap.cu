@@ -65,6 +65,13 @@
  *   in the output's type on the device (as below); =1: 8-bit planes also
  *   for 16-bit output; $HYPROF_EAP_STAGE=N: staging pieces of N bytes.
  *   The levels are page-locked for their upload ($HYPROF_EAP_PIN_IN=0: not).
+ * hyprof_attribute_profiles_bands (a->each): one band at a time, the device
+ *   buffers allocated once for all bands, two planes buffers (slots): band
+ *   b's trees and planes on stream 0 while band b - 1's planes are copied
+ *   (on their own stream) to the caller's one-band buffer, page-locked once
+ *   for the call, and handed to its function; $HYPROF_EAP_PIPELINE=0 (or
+ *   too little device memory for two slots): each band's download after
+ *   its planes, as in a batch of one band.
  * Memory: per band about 2 x (25 + accumulators) + planes x 1, 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
  *   diagonal; + 4 for the flooding's order of pixels); bands are processed
@@ -1193,6 +1200,10 @@ class EapCuda {
     }
     ~EapCuda()
     {
+        copy_.reset();
+        for (cudaEvent_t &e : dl_)
+            if (e)
+                (void)cudaEventDestroy(e);
         if (trace_start_)
             (void)cudaEventDestroy(trace_start_);
         if (trace_now_)
@@ -1213,6 +1224,7 @@ class EapCuda {
             nthr_ += a->filters[f].nthresholds;
         }
         esize_ = a->out16 ? sizeof(uint16_t) : sizeof(float);
+        each_ = a->each != nullptr;
         /* 8-bit planes on the device, widened on the host: by default for
          * float output ($HYPROF_EAP_NARROW=0: the planes in the output's
          * type, =1: 8-bit also for 16-bit output) */
@@ -1236,7 +1248,7 @@ class EapCuda {
          * GB (the large scene's is 63 GB), where pinning would hold that much
          * of the host memory at once. Prepared while the first trees build. */
         OutputPrep prep;
-        size_t out_bytes = a->bands * a->planes * n_ * esize_;
+        size_t out_bytes = (each_ ? 1 : a->bands) * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pageable_ = env_is("HYPROF_EAP_PIN", "0");
         pinned_ = !narrow_ && !pageable_ && out_bytes <= kPinAll &&
@@ -1257,29 +1269,48 @@ class EapCuda {
         /* the levels page-locked: their upload at the bus speed
          * ($HYPROF_EAP_PIN_IN=0: pageable) */
         HostPin in_pin;
+        auto h2 = std::chrono::steady_clock::now();
         if (!env_is("HYPROF_EAP_PIN_IN", "0"))
             in_pin.pin((void *)a->q, a->bands * n_ * sizeof(uint16_t));
-        for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
-            size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
-            HYPROF_TRY(batch(b0, nb));
-            HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
+        double in_pin_ms = ms_since(h2);
+        if (each_ && slots_ == 2) {
+            HYPROF_TRY(run_each());
+        } else {
+            for (size_t b0 = 0; b0 < a->bands; b0 += nb_) {
+                size_t nb = a->bands - b0 < nb_ ? a->bands - b0 : nb_;
+                HYPROF_TRY(batch(b0, nb));
+                if (each_ && a->each(a->each_user, b0, a->out16))
+                    return hyprof__error(ctx, HYPROF_ERR_CANCELLED, a->op,
+                                         "stopped after band %zu", b0 + 1);
+                HYPROF_TRY(hyprof__progress(ctx, (double)(b0 + nb) / (double)a->bands, a->op));
+            }
         }
-        const double *t = timer_.ms();
+        double t[StageTimer::kStages];
+        for (int i = 0; i < StageTimer::kStages; i++)
+            t[i] = timer_.ms()[i];
+        if (each_ && slots_ == 2)
+            t[4] = each_dl_ms_; /* on copy_, overlapping the next band's stages */
         auto h1 = std::chrono::steady_clock::now();
         release();
         prep.join();
         prep.unlock();
         double release_ms = ms_since(h1);
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s; device ms: upload "
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s%s; device ms: upload "
                     "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
                     "output preparation %.1f ms (page faults %.1f, page-lock %.1f); host ms: "
-                    "device allocations %.1f, staging %.1f, waits for the copies %.1f, "
+                    "device allocations %.1f, input page-lock %.1f, staging %.1f, waits for "
+                    "the copies %.1f, "
                     "widening %.1f, release %.1f",
                     a->op, a->bands, a->width, a->height, nb_,
-                    narrow_ ? ", 8-bit planes widened on the host" : "", t[0], t[1], t[2],
+                    narrow_ ? ", 8-bit planes widened on the host" : "",
+                    each_ ? (slots_ == 2 ? ", handed over band by band, downloads overlapping "
+                                           "the next band"
+                                         : ", handed over band by band")
+                          : "",
+                    t[0], t[1], t[2],
                     t[3], t[4], prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms(),
-                    alloc_ms_, stage_ms_, wait_ms_, widen_ms_, release_ms);
+                    alloc_ms_, in_pin_ms, stage_ms_, wait_ms_, widen_ms_, release_ms);
         return HYPROF_OK;
     }
 
@@ -1321,6 +1352,11 @@ class EapCuda {
     size_t piece_ = 1;
     size_t n_ = 0, nb_ = 0, esize_ = 4, nthr_ = 0;
     bool narrow_ = false; /* 8-bit planes on the device, widened on the host */
+    bool each_ = false;   /* hyprof_attribute_profiles_bands: a band at a time */
+    int slots_ = 1;       /* device planes buffers (each_: 2, pipelined) */
+    Stream copy_;         /* each_: the planes' downloads */
+    Event done_[2];       /* each_: a slot's planes computed */
+    cudaEvent_t dl_[2] = {NULL, NULL}; /* each_: timing of a band's download */
     size_t dsize_ = 4;    /* bytes of a plane element on the device */
     /* narrow_: page-locked staging of the downloads, widened while the next
      * copies run */
@@ -1330,6 +1366,7 @@ class EapCuda {
     Event stage_ev_[kStages];
     size_t stage_bytes_ = 0;
     double alloc_ms_ = 0.0, stage_ms_ = 0.0, wait_ms_ = 0.0, widen_ms_ = 0.0;
+    double each_dl_ms_ = 0.0; /* each_ pipelined: the downloads on copy_ */
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
     size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
@@ -1366,6 +1403,13 @@ class EapCuda {
         size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
         nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
         oc_ = n_;
+        slots_ = 1;
+        if (each_) { /* a band at a time; two planes buffers when they fit */
+            nb_ = nb_ ? 1 : 0;
+            if (budget > fixed && budget - fixed >= tree + 2 * planes &&
+                !env_is("HYPROF_EAP_PIPELINE", "0"))
+                slots_ = 2;
+        }
         size_t forced_oc = env_size("HYPROF_EAP_OUT_CHUNK");
         if (nb_ == 0 || (forced_oc && forced_oc < n_)) {
             if (narrow_) { /* the chunks go straight to the output */
@@ -1373,6 +1417,7 @@ class EapCuda {
                 dsize_ = esize_;
                 return plan();
             }
+            slots_ = 1;
             /* one band at a time, its planes computed and downloaded in
              * chunks of pixels: only its trees must fit */
             size_t room = budget > fixed + tree ? budget - fixed - tree : 0;
@@ -1422,7 +1467,7 @@ class EapCuda {
             HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
         if (need_box_)
             HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, nb_ * a_->planes * oc_ * dsize_));
+        HYPROF_TRY(out_.alloc(ctx, op, slots_ * nb_ * a_->planes * oc_ * dsize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
         if (flood_) {
             HYPROF_TRY(ord_.alloc(ctx, op, m));
@@ -1739,8 +1784,8 @@ class EapCuda {
         const char *op = a_->op;
         prep_->join();
         size_t rows = 2 * (size_t)f.nt + (size_t)f.first;
-        T *dst = (T *)(a_->out16 ? (void *)a_->out16 : (void *)a_->out32) +
-                 (b0_ * a_->planes + f.off) * n_ + f.p0;
+        T *dst = (T *)(a_->out16 ? (void *)a_->out16 : (void *)a_->out32) + out_index(b0_) +
+                 f.off * n_ + f.p0;
         HYPROF_CUDA_CHECK(cudaMemcpy2D(dst, n_ * sizeof(T), out + f.off * oc_, oc_ * sizeof(T),
                                        (f.p1 - f.p0) * sizeof(T), rows,
                                        cudaMemcpyDeviceToHost));
@@ -1784,7 +1829,8 @@ class EapCuda {
      * staging, each piece widened into the output (on the context's
      * threads) while the next ones copy. `first`: the batch's first element
      * in the output. */
-    hyprof_status_t download_narrow(size_t first, size_t count)
+    hyprof_status_t download_narrow(size_t first, size_t count, const uint8_t *src,
+                                    cudaStream_t stream)
     {
         const char *op = a_->op;
         if (!stage_bytes_) {
@@ -1799,7 +1845,6 @@ class EapCuda {
             }
             stage_ms_ = ms_since(t0);
         }
-        const uint8_t *src = out_.get();
         size_t pieces = (count + stage_bytes_ - 1) / stage_bytes_;
         auto len = [&](size_t k) {
             return count - k * stage_bytes_ < stage_bytes_ ? count - k * stage_bytes_
@@ -1808,8 +1853,8 @@ class EapCuda {
         auto issue = [&](size_t k) -> hyprof_status_t {
             int s = (int)(k % kStages);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(stage_[s].get(), src + k * stage_bytes_, len(k),
-                                              cudaMemcpyDeviceToHost, 0));
-            HYPROF_CUDA_CHECK(cudaEventRecord(stage_ev_[s].get(), 0));
+                                              cudaMemcpyDeviceToHost, stream));
+            HYPROF_CUDA_CHECK(cudaEventRecord(stage_ev_[s].get(), stream));
             return HYPROF_OK;
         };
         for (size_t k = 0; k < pieces && k < (size_t)kStages; k++)
@@ -1830,7 +1875,78 @@ class EapCuda {
         return HYPROF_OK;
     }
 
-    hyprof_status_t batch(size_t b0, size_t nb)
+    /* each_ with two planes buffers: band b's trees and planes (slot b % 2)
+     * on stream 0 while band b - 1's planes go to the host on copy_ and to
+     * the caller. Band b + 1 only writes its slot once band b - 1 has been
+     * handed over (the host waits for that before queuing band b + 1). */
+    hyprof_status_t run_each()
+    {
+        const char *op = a_->op;
+        const hyprof_eap_args_t *a = a_;
+        HYPROF_TRY(copy_.create(ctx, op));
+        for (int i = 0; i < 2; i++) {
+            HYPROF_TRY(done_[i].create(ctx, op));
+            HYPROF_CUDA_CHECK(cudaEventCreate(&dl_[i]));
+        }
+        size_t slot_bytes = a->planes * n_ * dsize_;
+        for (size_t b = 0; b <= a->bands; b++) {
+            if (b < a->bands) {
+                if (b > 0) /* band b - 1's stage times (it is complete before band b's sort) */
+                    HYPROF_TRY(finish_stages());
+                HYPROF_TRY(compute(b, 1, out_.get() + (b % 2) * slot_bytes));
+                HYPROF_CUDA_CHECK(cudaEventRecord(done_[b % 2].get(), 0));
+            }
+            if (b > 0)
+                HYPROF_TRY(deliver(b - 1, out_.get() + ((b - 1) % 2) * slot_bytes));
+        }
+        return finish_stages();
+    }
+
+    /* Marks 5 (no download on stream 0) and adds the band's stage times. */
+    hyprof_status_t finish_stages()
+    {
+        const char *op = a_->op;
+        HYPROF_TRY(timer_.mark(ctx, op, 5));
+        return timer_.add(ctx, op);
+    }
+
+    /* each_: band b's planes (in `dev`, computed once done_[b % 2] fires) to
+     * out16 on copy_, then to the caller. */
+    hyprof_status_t deliver(size_t b, const unsigned char *dev)
+    {
+        const char *op = a_->op;
+        cudaStream_t cs = copy_.get();
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, done_[b % 2].get(), 0));
+        HYPROF_CUDA_CHECK(cudaEventRecord(dl_[0], cs));
+        size_t count = a_->planes * n_;
+        if (narrow_) {
+            HYPROF_TRY(download_narrow(0, count, dev, cs));
+        } else {
+            prep_->join(); /* out16 page-locked */
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(a_->out16, dev, count * esize_,
+                                              cudaMemcpyDeviceToHost, cs));
+        }
+        HYPROF_CUDA_CHECK(cudaEventRecord(dl_[1], cs));
+        int err = 0;
+        HYPROF_CUDA_CHECK(
+            cudaMemcpyAsync(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost, cs));
+        HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs));
+        float ms = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventElapsedTime(&ms, dl_[0], dl_[1]));
+        each_dl_ms_ += ms;
+        HYPROF_TRY(check_error(err, b, 1));
+        if (a_->each(a_->each_user, b, a_->out16))
+            return hyprof__error(ctx, HYPROF_ERR_CANCELLED, op, "stopped after band %zu", b + 1);
+        return hyprof__progress(ctx, (double)(b + 1) / (double)a_->bands, op);
+    }
+
+    /* The batch's planes: to the output, or (each_) to the one band's planes
+     * of out16, handed over after each band. */
+    size_t out_index(size_t b0) const { return each_ ? 0 : b0 * a_->planes * n_; }
+
+    /* Bands [b0, b0 + nb) on stream 0, up to their planes in `dev` (device);
+     * stage marks 0 to 4. */
+    hyprof_status_t compute(size_t b0, size_t nb, unsigned char *dev)
     {
         const char *op = a_->op;
         int nimg = (int)(2 * nb);
@@ -1847,24 +1963,37 @@ class EapCuda {
         HYPROF_TRY(timer_.mark(ctx, op, 2));
         HYPROF_TRY(accumulate(nimg));
         HYPROF_TRY(timer_.mark(ctx, op, 3));
-        size_t count = nb * a_->planes * n_;
         if (narrow_)
-            HYPROF_TRY(filters<uint8_t>(nimg, out_.get()));
+            HYPROF_TRY(filters<uint8_t>(nimg, dev));
         else if (a_->out16)
-            HYPROF_TRY(filters<uint16_t>(nimg, (uint16_t *)out_.get()));
+            HYPROF_TRY(filters<uint16_t>(nimg, (uint16_t *)dev));
         else
-            HYPROF_TRY(filters<float>(nimg, (float *)out_.get()));
+            HYPROF_TRY(filters<float>(nimg, (float *)dev));
         HYPROF_TRY(timer_.mark(ctx, op, 4));
-        unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + b0 * a_->planes * n_)
-                                       : (unsigned char *)(a_->out32 + b0 * a_->planes * n_);
+        return HYPROF_OK;
+    }
+
+    hyprof_status_t batch(size_t b0, size_t nb)
+    {
+        const char *op = a_->op;
+        HYPROF_TRY(compute(b0, nb, out_.get()));
+        size_t count = nb * a_->planes * n_, first = out_index(b0);
+        unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + first)
+                                       : (unsigned char *)(a_->out32 + first);
         if (narrow_)
-            HYPROF_TRY(download_narrow(b0 * a_->planes * n_, count));
+            HYPROF_TRY(download_narrow(first, count, out_.get(), 0));
         else if (oc_ == n_) /* else filters() has downloaded the chunks */
             HYPROF_TRY(download(dst, out_.get(), count * esize_));
         HYPROF_TRY(timer_.mark(ctx, op, 5));
         HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;
         HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        return check_error(err, b0, nb);
+    }
+
+    hyprof_status_t check_error(int err, size_t b0, size_t nb)
+    {
+        const char *op = a_->op;
         if (err)
             return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
                                  "internal error (bands %zu..%zu):%s%s%s%s", b0 + 1, b0 + nb,
