@@ -173,7 +173,43 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     fl.ord = ord.data();
     fl.uf = aux2.data();
     fl.levels = L;
+    fl.stride = n;
+    /* 8-bit levels, all kinds but one: the edge list (k_ehist, k_escatter,
+     * k_flood_eunite), its edges shuffled within each level */
+    const bool elist = L <= 256 && kind != 1;
+    const size_t ecap = n * (eight ? 4 : 2);
+    std::vector<uint32_t> eord(nimg * ecap);
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
+    if (elist) {
+        fl.ord = eord.data();
+        fl.stride = ecap;
+        std::vector<size_t> maxe(L, 0);
+        for (size_t img = 0; img < nimg; img++) {
+            std::vector<std::vector<uint32_t>> b(L);
+            for (size_t p = 0; p < n; p++)
+                if (valid(a, p))
+                    for (unsigned m = active_edges(a, img * n, (uint32_t)p); m; m &= m - 1)
+                        b[lev[img * n + p]].push_back((uint32_t)p << 3 |
+                                                      (uint32_t)__builtin_ctz(m));
+            uint32_t s = 0;
+            for (unsigned l = 0; l < L; l++) {
+                std::shuffle(b[l].begin(), b[l].end(), rng);
+                off[img * (L + 1) + l] = s;
+                for (uint32_t e : b[l])
+                    eord[img * ecap + s++] = e;
+                maxe[l] = std::max(maxe[l], b[l].size());
+            }
+            off[img * (L + 1) + L] = s;
+            if (s > ecap) {
+                printf("edge list overflow: %u > %zu\n", s, ecap);
+                return 1;
+            }
+        }
+        for (int l = L - 1; l >= 0; l--)
+            for (int img = 0; img < (int)nimg; img++)
+                for (size_t i = 0; i < maxe[l]; i++)
+                    body_flood_eunite(a, fl, img, i, (unsigned)l);
+    }
     std::vector<size_t> maxc(L, 0);
     for (size_t img = 0; img < nimg; img++) {
         std::vector<std::vector<uint32_t>> b(L);
@@ -191,7 +227,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
         off[img * (L + 1) + L] = s;
     }
     const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
-    for (int l = L - 1; l >= 0; l--)
+    for (int l = L - 1; l >= 0 && !elist; l--)
         for (int img = 0; img < (int)nimg; img++)
             for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
                 body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
@@ -268,8 +304,9 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     for (size_t i = 0; i < planes * n; i++)
         if (out[i] != ref[i] && !diff++)
             first = i;
-    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s: %s", w, h, kind, L, eight ? 8 : 4,
-           masked ? ", masked" : "", narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
+    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
+           masked ? ", masked" : "", elist ? ", edge list" : "",
+           narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
                first % n);

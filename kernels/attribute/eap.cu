@@ -12,8 +12,12 @@
  *   as below. With 8-bit levels at most 256 short launches, every one as
  *   parallel as its level is large; with 16-bit levels one launch per level
  *   present in any image of the batch (tens of thousands: slower than the
- *   CPU, but far faster than the tiles). $HYPROF_EAP_FLOOD_EDGES=0 runs a
- *   thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
+ *   CPU, but far faster than the tiles). With 8-bit levels the sort
+ *   buckets the edges to unite rather than the pixels (see active_edges):
+ *   a level's launch has a thread per such edge only.
+ *   $HYPROF_EAP_FLOOD_LIST=pixels buckets the pixels (a thread per edge of
+ *   each, half of them with nothing to unite), $HYPROF_EAP_FLOOD_EDGES=0
+ *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
  *
  * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
  * merged along the tile borders, after Blin et al., "Max-tree computation
@@ -462,9 +466,10 @@ EAP_FN void body_canon2(const Args &a, int img, size_t p)
  * ancestor back at it: a cycle, it hung). */
 struct Flood {
     const uint32_t *off; /* per image, levels + 1: the start of each level in ord */
-    uint32_t *ord;       /* per image, its valid pixels by level */
+    uint32_t *ord;       /* per image, its valid pixels by level (or its edges, see below) */
     uint32_t *uf;        /* union-find over the flooded pixels */
     unsigned levels;
+    size_t stride;       /* of ord per image: n, or the edges' capacity */
 };
 
 /* The roots of a and b, given pa = uf[a] and pb = uf[b] as read: both walks
@@ -524,7 +529,7 @@ EAP_FN uint32_t flood_pixel(const Args &a, const Flood &fl, int img, size_t i, u
 {
     const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
     uint32_t b = off[t], e = off[t + 1];
-    return i < e - b ? fl.ord[(size_t)img * a.n + b + i] : UINT32_MAX;
+    return i < e - b ? fl.ord[(size_t)img * fl.stride + b + i] : UINT32_MAX;
 }
 
 EAP_FN void body_flood_prepare(const Args &a, const Flood &fl, int img, size_t p)
@@ -578,6 +583,59 @@ EAP_FN void body_flood_unite(const Args &a, const Flood &fl, int img, size_t i, 
     else
         for (int j = 0; j < e; j++)
             flood_edge(a, fl, o, p, j, t);
+}
+
+/* ---- the flooding over a list of edges (8-bit levels) ----
+ * The edges that unite something: edge j of p is united at p's level when
+ * the neighbour is above it or of its level with a smaller index (each
+ * edge between valid pixels once, from its end of smaller key): at most 2
+ * (4-connectivity) or 4 (8) a pixel. The counting sort buckets these edges,
+ * as p << 3 | j, by p's level, so that a level's launch has a thread per
+ * edge to unite and none for the others (about half of a pixel's), and
+ * no thread loads a neighbour's level. */
+EAP_FN unsigned active_edges(const Args &a, size_t o, uint32_t p)
+{
+    unsigned m = 0, l = a.lev[o + p];
+    int e = a.eight ? 8 : 4;
+    for (int j = 0; j < e; j++) {
+        uint32_t q;
+        if (neighbour(a, p, j, q)) {
+            unsigned lq = a.lev[o + q];
+            if (lq > l || (lq == l && q < p))
+                m |= 1u << j;
+        }
+    }
+    return m;
+}
+
+/* The offset of neighbour j (as in neighbour()). */
+EAP_FN int64_t edge_delta(const Args &a, unsigned j)
+{
+    int64_t w = a.width;
+    switch (j) {
+    case 0: return -1;
+    case 1: return 1;
+    case 2: return -w;
+    case 3: return w;
+    case 4: return -w - 1;
+    case 5: return -w + 1;
+    case 6: return w - 1;
+    default: return w + 1;
+    }
+}
+
+/* Thread i: the i-th edge of level t of image img. */
+EAP_FN void body_flood_eunite(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
+{
+    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
+    uint32_t b = off[t], e = off[t + 1];
+    if (i >= e - b)
+        return;
+    uint32_t v = fl.ord[(size_t)img * fl.stride + b + i];
+    uint32_t p = v >> 3, q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
+    size_t o = (size_t)img * a.n;
+    uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
+    uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -949,6 +1007,65 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
             fl.ord[o + base[l] + atomicAdd(&h[l], 1u)] = (uint32_t)p;
         }
 }
+/* The edge list's counting sort: as k_hist and k_scatter (8-bit levels),
+ * each pixel counting and placing its edges to unite. */
+__device__ void chunk_ehist(const Args &a, int img, uint32_t *h)
+{
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            unsigned c = __popc(active_edges(a, o, (uint32_t)p));
+            if (c)
+                atomicAdd(&h[a.lev[o + p]], c);
+        }
+}
+__global__ void k_ehist(Args a, uint32_t *hist)
+{
+    __shared__ uint32_t h[kFloodLevels];
+    int img = (int)blockIdx.y;
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_ehist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        if (h[i])
+            atomicAdd(&hist[(size_t)img * kFloodLevels + i], h[i]);
+}
+__global__ void k_escatter(Args a, Flood fl, uint32_t *cursor)
+{
+    __shared__ uint32_t h[kFloodLevels], base[kFloodLevels];
+    int img = (int)blockIdx.y;
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    chunk_ehist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < kFloodLevels; i += blockDim.x) {
+        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * kFloodLevels + i], h[i]) : 0;
+        h[i] = 0;
+    }
+    __syncthreads();
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    uint32_t *ord = fl.ord + (size_t)img * fl.stride;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            unsigned m = active_edges(a, o, (uint32_t)p);
+            if (!m)
+                continue;
+            unsigned l = a.lev[o + p];
+            uint32_t at = base[l] + atomicAdd(&h[l], (unsigned)__popc(m));
+            for (; m; m &= m - 1)
+                ord[at++] = (uint32_t)p << 3 | (uint32_t)(__ffs(m) - 1);
+        }
+}
+__global__ void k_flood_eunite(Args a, Flood fl, unsigned t)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    body_flood_eunite(a, fl, (int)blockIdx.y, i, t);
+}
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
@@ -1233,6 +1350,13 @@ class EapCuda {
         dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
+        /* the edge list: 8-bit levels, p << 3 | j in 32 bits
+         * ($HYPROF_EAP_FLOOD_LIST=pixels: the pixel list, a thread an edge
+         * of each) */
+        elist_ = flood_ && a->levels <= kFloodLevels && n_ < ((size_t)1 << 29) &&
+                 !env_is("HYPROF_EAP_FLOOD_LIST", "pixels") &&
+                 !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
+        ecap_ = elist_ ? n_ * (a->connectivity == 8 ? 4 : 2) : n_;
         HYPROF_TRY(plan());
         auto h0 = std::chrono::steady_clock::now();
         HYPROF_TRY(alloc());
@@ -1372,6 +1496,8 @@ class EapCuda {
     int rounds_ = 8;
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
     bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
+    bool elist_ = false; /* flooding over the list of edges to unite (8-bit levels) */
+    size_t ecap_ = 0;    /* ord per image: n, or the edges' capacity */
     DeviceBuffer<uint32_t> ord_, hist_, off_;
     std::vector<uint32_t> hist_h_, off_h_, maxc_;
 
@@ -1388,7 +1514,8 @@ class EapCuda {
     /* device bytes per pixel of one image (not counting the output planes) */
     size_t image_bytes() const
     {
-        return 2 + 4 * 4 + 3 + (flood_ ? 4 : 0) + (need_cnt_ ? 4 : 0) + (need_std_ ? 16 : 0) +
+        return 2 + 4 * 4 + 3 + (flood_ ? 4 * ecap_ / (n_ ? n_ : 1) : 0) + (need_cnt_ ? 4 : 0) +
+               (need_std_ ? 16 : 0) +
                (need_inertia_ ? 32 : 0) + (need_box_ ? 16 : 0);
     }
 
@@ -1470,7 +1597,7 @@ class EapCuda {
         HYPROF_TRY(out_.alloc(ctx, op, slots_ * nb_ * a_->planes * oc_ * dsize_));
         HYPROF_TRY(error_.alloc(ctx, op, 1));
         if (flood_) {
-            HYPROF_TRY(ord_.alloc(ctx, op, m));
+            HYPROF_TRY(ord_.alloc(ctx, op, 2 * nb_ * ecap_));
             size_t L = a_->levels;
             HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * L));
             HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (L + 1)));
@@ -1546,13 +1673,17 @@ class EapCuda {
         fl.ord = ord_.get();
         fl.uf = g.aux2;
         fl.levels = L;
+        fl.stride = ecap_;
         dim3 gr = grid(nimg);
         k_flood_prepare<<<gr, kThreads>>>(g, fl);
         HYPROF_CUDA_CHECK_LAUNCH("k_flood_prepare");
         size_t nh = (size_t)nimg * L;
         HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
         dim3 gs((unsigned)((n_ + kSortChunk - 1) / kSortChunk), nimg);
-        k_hist<<<gs, kThreads>>>(g, hist_.get(), L);
+        if (elist_)
+            k_ehist<<<gs, kThreads>>>(g, hist_.get());
+        else
+            k_hist<<<gs, kThreads>>>(g, hist_.get(), L);
         HYPROF_CUDA_CHECK_LAUNCH("k_hist");
         HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
                                      cudaMemcpyDeviceToHost));
@@ -1574,9 +1705,22 @@ class EapCuda {
                                      cudaMemcpyHostToDevice));
         HYPROF_CUDA_CHECK(cudaMemcpy(hist_.get(), hist_h_.data(), nh * sizeof(uint32_t),
                                      cudaMemcpyHostToDevice));
-        k_scatter<<<gs, kThreads>>>(g, fl, hist_.get(), L);
+        if (elist_)
+            k_escatter<<<gs, kThreads>>>(g, fl, hist_.get());
+        else
+            k_scatter<<<gs, kThreads>>>(g, fl, hist_.get(), L);
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
+        if (elist_) { /* a thread an edge to unite */
+            for (int l = (int)L - 1; l >= 0; l--)
+                if (maxc[l]) {
+                    k_flood_eunite<<<dim3((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg),
+                                     kThreads>>>(g, fl, (unsigned)l);
+                    HYPROF_CUDA_CHECK_LAUNCH("k_flood_eunite");
+                }
+            HYPROF_TRY(traced("flood levels"));
+            return canon(nimg);
+        }
         /* $HYPROF_EAP_FLOOD_EDGES=0: a thread a pixel (to measure) */
         int per_edge = !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
         size_t edges = per_edge ? (g.eight ? 8 : 4) : 1;
