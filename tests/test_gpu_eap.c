@@ -303,7 +303,8 @@ static int bands_check(void *user, size_t band, const uint16_t *planes)
 }
 
 /* variant 0: pipelined (16-bit planes), 1: 8-bit planes widened
- * ($HYPROF_EAP_NARROW=1), 2: not pipelined ($HYPROF_EAP_PIPELINE=0), 3: planes in
+ * ($HYPROF_EAP_NARROW=1), each band's levels uploaded in turn
+ * ($HYPROF_EAP_PREFETCH=0), 2: not pipelined ($HYPROF_EAP_PIPELINE=0), 3: planes in
  * chunks of 1000 pixels, 4: stopped by the function after 2 bands. */
 static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h, size_t nb,
                        uint64_t seed)
@@ -328,15 +329,18 @@ static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h,
             FAIL("bands: cpu: %s", hyprof_ctx_last_error(cpu));
             goto done;
         }
-    static const char *const names[] = {"pipelined", "8-bit planes widened", "not pipelined",
+    static const char *const names[] = {"pipelined", "8-bit planes widened, no prefetch",
+                                         "not pipelined",
                                          "planes in chunks of 1000 pixels",
                                          "stopped after 2 bands"};
     for (int v = 0; v < 5; v++) {
         bands_check_t c = {ref, planes * n, planes, w, h, 0, v == 4 ? 2 : 0, 0, ""};
         snprintf(c.label, sizeof c.label, "bands %zux%zux%zu masked, 4 attributes, 8-conn, %s",
                  w, h, nb, names[v]);
-        if (v == 1)
+        if (v == 1) {
             setenv("HYPROF_EAP_NARROW", "1", 1);
+            setenv("HYPROF_EAP_PREFETCH", "0", 1);
+        }
         if (v == 2)
             setenv("HYPROF_EAP_PIPELINE", "0", 1);
         if (v == 3)
@@ -346,6 +350,7 @@ static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h,
                                                              777, buf, bands_check, &c);
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_PIPELINE");
+        unsetenv("HYPROF_EAP_PREFETCH");
         unsetenv("HYPROF_EAP_OUT_CHUNK");
         g_checks++;
         size_t want = v == 4 ? 2 : nb;

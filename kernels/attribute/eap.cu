@@ -75,7 +75,8 @@
  *   (on their own stream) to the caller's one-band buffer, page-locked once
  *   for the call, and handed to its function; $HYPROF_EAP_PIPELINE=0 (or
  *   too little device memory for two slots): each band's download after
- *   its planes, as in a batch of one band.
+ *   its planes, as in a batch of one band. The next band's levels go up
+ *   on a third stream meanwhile ($HYPROF_EAP_PREFETCH=0: not).
  * Memory: per band about 2 x (25 + accumulators) + planes x 1, 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
  *   diagonal; + 4 for the flooding's order of pixels); bands are processed
@@ -1318,6 +1319,7 @@ class EapCuda {
     ~EapCuda()
     {
         copy_.reset();
+        up_.reset();
         for (cudaEvent_t &e : dl_)
             if (e)
                 (void)cudaEventDestroy(e);
@@ -1464,6 +1466,7 @@ class EapCuda {
         s64_.reset();
         thr_.reset();
         out_.reset();
+        lev_next_.reset();
     }
     bool trace_ = false;
     cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
@@ -1479,6 +1482,10 @@ class EapCuda {
     bool each_ = false;   /* hyprof_attribute_profiles_bands: a band at a time */
     int slots_ = 1;       /* device planes buffers (each_: 2, pipelined) */
     Stream copy_;         /* each_: the planes' downloads */
+    Stream up_;           /* each_: the next band's upload */
+    Event up_done_, lev_free_;
+    DeviceBuffer<uint16_t> lev_next_; /* each_: the next band's levels */
+    size_t prefetched_ = 0; /* band + 1 whose levels are in lev_next_ (0: none) */
     Event done_[2];       /* each_: a slot's planes computed */
     cudaEvent_t dl_[2] = {NULL, NULL}; /* each_: timing of a band's download */
     size_t dsize_ = 4;    /* bytes of a plane element on the device */
@@ -1533,7 +1540,7 @@ class EapCuda {
         slots_ = 1;
         if (each_) { /* a band at a time; two planes buffers when they fit */
             nb_ = nb_ ? 1 : 0;
-            if (budget > fixed && budget - fixed >= tree + 2 * planes &&
+            if (budget > fixed && budget - fixed >= tree + 2 * planes + n_ * sizeof(uint16_t) &&
                 !env_is("HYPROF_EAP_PIPELINE", "0"))
                 slots_ = 2;
         }
@@ -2028,6 +2035,12 @@ class EapCuda {
         const char *op = a_->op;
         const hyprof_eap_args_t *a = a_;
         HYPROF_TRY(copy_.create(ctx, op));
+        if (!env_is("HYPROF_EAP_PREFETCH", "0")) { /* the next band's levels go up early */
+            HYPROF_TRY(up_.create(ctx, op));
+            HYPROF_TRY(up_done_.create(ctx, op));
+            HYPROF_TRY(lev_free_.create(ctx, op));
+            HYPROF_TRY(lev_next_.alloc(ctx, op, n_));
+        }
         for (int i = 0; i < 2; i++) {
             HYPROF_TRY(done_[i].create(ctx, op));
             HYPROF_CUDA_CHECK(cudaEventCreate(&dl_[i]));
@@ -2084,6 +2097,34 @@ class EapCuda {
         return hyprof__progress(ctx, (double)(b + 1) / (double)a_->bands, op);
     }
 
+    /* The batch's levels to images 0, 2, 4, ... of lev_ (stream 0). each_
+     * pipelined: band b0 + 1's levels go up on up_ into lev_next_ meanwhile,
+     * and band b0's, when they came that way, are a copy on the device. */
+    hyprof_status_t upload(size_t b0, size_t nb)
+    {
+        const char *op = a_->op;
+        if (prefetched_ == b0 + 1) {
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(0, up_done_.get(), 0));
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get(), lev_next_.get(), n_ * sizeof(uint16_t),
+                                              cudaMemcpyDeviceToDevice, 0));
+            HYPROF_CUDA_CHECK(cudaEventRecord(lev_free_.get(), 0));
+        } else {
+            for (size_t i = 0; i < nb; i++)
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_,
+                                                  a_->q + (b0 + i) * n_, n_ * sizeof(uint16_t),
+                                                  cudaMemcpyHostToDevice));
+        }
+        if (lev_next_.get() && b0 + 1 < a_->bands) {
+            cudaStream_t us = up_.get();
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, lev_free_.get(), 0));
+            HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_next_.get(), a_->q + (b0 + 1) * n_,
+                                              n_ * sizeof(uint16_t), cudaMemcpyHostToDevice, us));
+            HYPROF_CUDA_CHECK(cudaEventRecord(up_done_.get(), us));
+            prefetched_ = b0 + 2;
+        }
+        return HYPROF_OK;
+    }
+
     /* The batch's planes: to the output, or (each_) to the one band's planes
      * of out16, handed over after each band. */
     size_t out_index(size_t b0) const { return each_ ? 0 : b0 * a_->planes * n_; }
@@ -2099,9 +2140,7 @@ class EapCuda {
         HYPROF_TRY(timer_.mark(ctx, op, 0));
         if (trace_)
             HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
-        for (size_t i = 0; i < nb; i++)
-            HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_.get() + 2 * i * n_, a_->q + (b0 + i) * n_,
-                                              n_ * sizeof(uint16_t), cudaMemcpyHostToDevice));
+        HYPROF_TRY(upload(b0, nb));
         HYPROF_TRY(timer_.mark(ctx, op, 1));
         HYPROF_TRY(build(nimg));
         HYPROF_TRY(timer_.mark(ctx, op, 2));
