@@ -1467,8 +1467,9 @@ def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
         notes.append(f"{name} eap: no peers at this size (its 63 GB of planes are not written "
                      "out; scikit-image would take hours)")
         if any(r.get("per_band") for r in done):
-            notes.append(f"{name} eap: hyprof timed band by band (hyprof_attribute_profiles "
-                         "into one reused 16-bit buffer: hyprof_bench --per-band)")
+            notes.append(f"{name} eap: hyprof timed band by band (one call of "
+                         "hyprof_attribute_profiles_bands, each band's planes into one reused "
+                         "16-bit buffer: hyprof_bench --per-band 1)")
     elif ref is None and not outs:
         if not args.no_peers:
             notes.append(f"{name} eap: no hyprof output to take the features from: no peers")
