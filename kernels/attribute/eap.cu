@@ -516,12 +516,18 @@ EAP_FN void uf_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
             a = b;
             b = t;
         }
-        if (EAP_ACAS32(&uf[a], a, b) == a) { /* key(a) > key(b): a under b */
+        uint32_t r = EAP_ACAS32(&uf[a], a, b);
+        if (r == a) { /* key(a) > key(b): a under b */
             par[a] = b;
             return;
         }
-        pa = EAP_LDCG32(&uf[a]);
-        pb = EAP_LDCG32(&uf[b]);
+        /* a has a parent now: r. b is taken for a root without a load. If it
+         * no longer is one, the next link may go under b itself: b is still
+         * a pixel of this level of smaller key in the same component, all
+         * that par needs; and no cycle can form (links go to smaller keys
+         * only, and only from roots). */
+        pa = r;
+        pb = b;
     }
 }
 
