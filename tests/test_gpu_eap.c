@@ -26,7 +26,9 @@
  * pixels: the path for bands whose planes do not fit the device),
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
- * planes, the output page-locked and downloaded in pieces); band cases with
+ * planes, the output page-locked and downloaded in pieces),
+ * $HYPROF_EAP_SMALL_LEVELS=1 (runs of small flooding levels in one launch
+ * each); band cases with
  * $HYPROF_EAP_NARROW=1 (16-bit output from 8-bit planes widened on the
  * host); and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -414,8 +416,11 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 5 : 0); g++) {
-        if (g == 5) { /* the planes as float on the device, pinned output in pieces */
+    for (int g = 0; g <= (groups ? 6 : 0); g++) {
+        if (g == 6) { /* runs of small flooding levels in one launch each */
+            setenv("HYPROF_EAP_SMALL_LEVELS", "1", 1);
+            snprintf(label, sizeof label, "%s, small levels grouped", name);
+        } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
             setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
             snprintf(label, sizeof label,
@@ -453,6 +458,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_TILES");
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_STAGE");
+        unsetenv("HYPROF_EAP_SMALL_LEVELS");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));

@@ -17,7 +17,9 @@
  *   a level's launch has a thread per such edge only.
  *   $HYPROF_EAP_FLOOD_LIST=pixels buckets the pixels (a thread per edge of
  *   each, half of them with nothing to unite), $HYPROF_EAP_FLOOD_EDGES=0
- *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
+ *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead;
+ *   $HYPROF_EAP_SMALL_LEVELS=1 runs each run of levels with at most 1024
+ *   edges an image in one launch (a block an image, a barrier a level).
  *
  * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
  * merged along the tile borders, after Blin et al., "Max-tree computation
@@ -1073,6 +1075,19 @@ __global__ void k_flood_eunite(Args a, Flood fl, unsigned t)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     body_flood_eunite(a, fl, (int)blockIdx.y, i, t);
 }
+/* Consecutive small levels t_hi down to t_lo (at most kSmallLevel edges each
+ * in every image) in one launch: a block an image, a thread an edge, the
+ * levels one after the other with the block's barrier between them (it
+ * makes the level's links visible to the block) instead of a launch each. */
+const unsigned kSmallLevel = 1024;
+__global__ void __launch_bounds__(kSmallLevel) k_flood_small(Args a, Flood fl, unsigned t_hi,
+                                                             unsigned t_lo)
+{
+    for (int t = (int)t_hi; t >= (int)t_lo; t--) {
+        body_flood_eunite(a, fl, (int)blockIdx.y, threadIdx.x, (unsigned)t);
+        __syncthreads();
+    }
+}
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
@@ -1725,12 +1740,27 @@ class EapCuda {
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
         if (elist_) { /* a thread an edge to unite */
-            for (int l = (int)L - 1; l >= 0; l--)
-                if (maxc[l]) {
-                    k_flood_eunite<<<dim3((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg),
-                                     kThreads>>>(g, fl, (unsigned)l);
-                    HYPROF_CUDA_CHECK_LAUNCH("k_flood_eunite");
+            /* $HYPROF_EAP_SMALL_LEVELS=1: runs of small levels in one launch */
+            bool small = env_is("HYPROF_EAP_SMALL_LEVELS", "1");
+            for (int l = (int)L - 1; l >= 0;) {
+                if (!maxc[l]) {
+                    l--;
+                    continue;
                 }
+                if (small && maxc[l] <= kSmallLevel) {
+                    int hi = l;
+                    while (l >= 0 && maxc[l] <= kSmallLevel)
+                        l--;
+                    k_flood_small<<<dim3(1, nimg), kSmallLevel>>>(g, fl, (unsigned)hi,
+                                                                  (unsigned)(l + 1));
+                    HYPROF_CUDA_CHECK_LAUNCH("k_flood_small");
+                    continue;
+                }
+                k_flood_eunite<<<dim3((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg),
+                                 kThreads>>>(g, fl, (unsigned)l);
+                HYPROF_CUDA_CHECK_LAUNCH("k_flood_eunite");
+                l--;
+            }
             HYPROF_TRY(traced("flood levels"));
             return canon(nimg);
         }
