@@ -302,18 +302,29 @@ static size_t band_range(const float *v, const uint8_t *m, size_t p0, size_t p1,
 }
 
 /* Pixels [p0, p1) of one band: their levels from the band's lo and hi. */
+/* floor((x - min) * top / span + 0.5), no multiply-add to fuse: the same
+ * rounding as NumPy's ((x - min) * top / span + 0.5) */
+static double level_exact(double x, double lo, double top, double span)
+{
+    return floor((x - lo) * top / span + 0.5);
+}
+
 static void band_levels(const float *v, const uint8_t *m, size_t p0, size_t p1,
                         unsigned levels, double lo, double hi, uint16_t *q)
 {
-    double top = (double)(levels - 1), span = hi - lo;
+    double top = (double)(levels - 1), span = hi - lo, inv = 1.0 / span;
+    /* The division is the slow part: t * inv is within 2 ulps of t / span
+     * (values below 65536: under 1e-10 apart, and so are the two sums with
+     * 0.5), so its floor is the exact one unless the sum lies within 1e-9
+     * of an integer, where the exact expression is evaluated instead. */
     for (size_t p = p0; p < p1; p++) {
         if ((m && !m[p]) || !(span > 0.0)) {
             q[p] = 0;
             continue;
         }
-        /* (x - min) * top / span + 0.5, no multiply-add to fuse: the same
-         * rounding as NumPy's ((x - min) * top / span + 0.5) */
-        double s = floor(((double)v[p] - lo) * top / span + 0.5);
+        double x = (double)v[p], r = (x - lo) * top * inv + 0.5, s = floor(r);
+        if (r - s < 1e-9 || s + 1.0 - r < 1e-9)
+            s = level_exact(x, lo, top, span);
         q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
     }
 }
