@@ -1381,19 +1381,12 @@ class EapCuda {
                  !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
         ecap_ = elist_ ? n_ * (a->connectivity == 8 ? 4 : 2) : n_;
         HYPROF_TRY(plan());
-        auto h0 = std::chrono::steady_clock::now();
-        HYPROF_TRY(alloc());
-        alloc_ms_ = ms_since(h0);
-        HYPROF_TRY(timer_.create(ctx, a->op));
-        if (trace_) {
-            const char *op = a->op;
-            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_start_));
-            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_now_));
-        }
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
-         * of the host memory at once. Prepared while the first trees build. */
+         * of the host memory at once. Prepared (faulted, and locked unless
+         * the planes are 8-bit) while the device buffers are allocated and
+         * the first trees build. */
         OutputPrep prep;
         size_t out_bytes = (each_ ? 1 : a->bands) * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
@@ -1413,6 +1406,15 @@ class EapCuda {
         if (!piece_ || piece_ > out_bytes)
             piece_ = out_bytes ? out_bytes : 1;
         prep.start(ctx, out_base_, out_bytes, pinned_, device, piece_);
+        auto h0 = std::chrono::steady_clock::now();
+        HYPROF_TRY(alloc());
+        alloc_ms_ = ms_since(h0);
+        HYPROF_TRY(timer_.create(ctx, a->op));
+        if (trace_) {
+            const char *op = a->op;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_start_));
+            HYPROF_CUDA_CHECK(cudaEventCreate(&trace_now_));
+        }
         /* the levels page-locked: their upload at the bus speed
          * ($HYPROF_EAP_PIN_IN=0: pageable) */
         HostPin in_pin;
