@@ -1100,12 +1100,15 @@ __global__ void k_canon1(Args a) { EAP_IDX; body_canon1(a, img, p); }
 __global__ void k_canon2(Args a) { EAP_IDX; body_canon2(a, img, p); }
 /* With the area alone, the lanes of a warp on the same node add their count
  * in one atomic (neighbouring pixels mostly share a node: the root and the
- * large nodes are where the atomics of every pixel would queue). */
+ * large nodes are where the atomics of every pixel would queue). Also each
+ * node's count of children (k_pend's work: one pass fewer). */
 __global__ void k_acc_pixel(Args a)
 {
     size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int img = (int)blockIdx.y;
     bool ok = p < a.n && valid(a, p);
+    if (ok)
+        body_pend(a, img, p);
     if (a.cnt && !a.s1 && !a.sx && !a.x0) {
         unsigned act = __ballot_sync(0xffffffffu, ok);
         if (!ok)
@@ -1120,7 +1123,6 @@ __global__ void k_acc_pixel(Args a)
     if (ok)
         body_acc_pixel(a, img, p);
 }
-__global__ void k_pend(Args a) { EAP_IDX; body_pend(a, img, p); }
 __global__ void k_leaf(Args a) { EAP_IDX; body_leaf(a, img, p); }
 __global__ void k_up(Args a) { EAP_IDX; body_up(a, img, p); }
 __global__ void k_pass(Args a, Filter f) { EAP_IDX; body_pass(a, f, img, p); }
@@ -1142,16 +1144,14 @@ __global__ void k_jump_up(Args a, const uint8_t *k, const uint32_t *uin, uint32_
     if (p >= f.p1)                                                                        \
         return;                                                                           \
     int img = (int)blockIdx.y
+/* The thresholds' planes, and with the first filter the band's plane
+ * (between its closings and openings). */
 template <typename T>
 __global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *out)
 {
     EAP_OUT_IDX;
     body_out<T>(a, f, k, u, out, img, p);
-}
-template <typename T> __global__ void k_band(Args a, Filter f, T *out)
-{
-    EAP_OUT_IDX;
-    if (!(img & 1))
+    if (f.first && !(img & 1))
         body_band<T>(a, f, out, img, p);
 }
 
@@ -1858,9 +1858,6 @@ class EapCuda {
         k_acc_pixel<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_acc_pixel");
         HYPROF_TRY(traced("k_acc_pixel"));
-        k_pend<<<gr, kThreads>>>(g);
-        HYPROF_CUDA_CHECK_LAUNCH("k_pend");
-        HYPROF_TRY(traced("k_pend"));
         k_leaf<<<gr, kThreads>>>(g);
         HYPROF_CUDA_CHECK_LAUNCH("k_leaf");
         HYPROF_TRY(traced("k_leaf"));
@@ -1914,11 +1911,6 @@ class EapCuda {
             k_out<T><<<go, kThreads>>>(g, f, kin, jin, out);
             HYPROF_CUDA_CHECK_LAUNCH("k_out");
             HYPROF_TRY(traced("k_out"));
-            if (f.first) {
-                k_band<T><<<go, kThreads>>>(g, f, out);
-                HYPROF_CUDA_CHECK_LAUNCH("k_band");
-                HYPROF_TRY(traced("k_band"));
-            }
             if (oc_ < n_)
                 HYPROF_TRY(download_chunk(f, out));
         }
