@@ -27,8 +27,8 @@
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
- * $HYPROF_EAP_SMALL_LEVELS=1 (runs of small flooding levels in one launch
- * each); band cases with
+ * $HYPROF_EAP_SMALL_LEVELS=1 with $HYPROF_EAP_L2=1 (runs of small flooding
+ * levels in one launch each, the union-find held in the L2); band cases with
  * $HYPROF_EAP_NARROW=1 (16-bit output from 8-bit planes widened on the
  * host); and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -419,7 +419,9 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
     for (int g = 0; g <= (groups ? 6 : 0); g++) {
         if (g == 6) { /* runs of small flooding levels in one launch each */
             setenv("HYPROF_EAP_SMALL_LEVELS", "1", 1);
-            snprintf(label, sizeof label, "%s, small levels grouped", name);
+            setenv("HYPROF_EAP_L2", "1", 1);
+            snprintf(label, sizeof label, "%s, small levels grouped, union-find L2-persisting",
+                     name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
             setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
@@ -459,6 +461,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_STAGE");
         unsetenv("HYPROF_EAP_SMALL_LEVELS");
+        unsetenv("HYPROF_EAP_L2");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));

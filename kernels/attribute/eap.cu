@@ -19,7 +19,8 @@
  *   each, half of them with nothing to unite), $HYPROF_EAP_FLOOD_EDGES=0
  *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead;
  *   $HYPROF_EAP_SMALL_LEVELS=1 runs each run of levels with at most 1024
- *   edges an image in one launch (a block an image, a barrier a level).
+ *   edges an image in one launch (a block an image, a barrier a level);
+ *   $HYPROF_EAP_L2=1 keeps the union-find in the L2 as persisting lines.
  *
  * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
  * merged along the tile borders, after Blin et al., "Max-tree computation
@@ -1155,6 +1156,62 @@ __global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *
         body_band<T>(a, f, out, img, p);
 }
 
+/* $HYPROF_EAP_L2=1 (to measure): the flooding's union-find held in the L2
+ * cache as persisting lines (the finds' chains of dependent loads hit the
+ * L2 instead of the DRAM), the device's persisting limit restored after. */
+class L2Persist {
+  public:
+    ~L2Persist()
+    {
+        if (!on_)
+            return;
+        (void)cudaCtxResetPersistingL2Cache();
+        (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, old_);
+        (void)cudaGetLastError();
+    }
+    void set(void *base, size_t bytes)
+    {
+        int dev = 0, max_persist = 0, max_window = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev) !=
+                cudaSuccess ||
+            cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev) !=
+                cudaSuccess ||
+            max_persist <= 0 || max_window <= 0 ||
+            cudaDeviceGetLimit(&old_, cudaLimitPersistingL2CacheSize) != cudaSuccess ||
+            cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)max_persist) !=
+                cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
+        size_t win = bytes < (size_t)max_window ? bytes : (size_t)max_window;
+        attr_.id = cudaLaunchAttributeAccessPolicyWindow;
+        attr_.val.accessPolicyWindow.base_ptr = base;
+        attr_.val.accessPolicyWindow.num_bytes = win;
+        attr_.val.accessPolicyWindow.hitRatio =
+            (float)((size_t)max_persist >= win ? 1.0 : (double)max_persist / (double)win);
+        attr_.val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+        attr_.val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+        on_ = true;
+    }
+    bool on() const { return on_; }
+    cudaError_t launch(dim3 grid, unsigned block, const Args &g, const Flood &fl, unsigned t)
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(block);
+        cfg.stream = 0;
+        cfg.attrs = &attr_;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, k_flood_eunite, g, fl, t);
+    }
+
+  private:
+    bool on_ = false;
+    size_t old_ = 0;
+    cudaLaunchAttribute attr_ = {};
+};
+
 bool env_is(const char *name, const char *value)
 {
     const char *s = getenv(name);
@@ -1744,6 +1801,9 @@ class EapCuda {
         if (elist_) { /* a thread an edge to unite */
             /* $HYPROF_EAP_SMALL_LEVELS=1: runs of small levels in one launch */
             bool small = env_is("HYPROF_EAP_SMALL_LEVELS", "1");
+            L2Persist l2;
+            if (env_is("HYPROF_EAP_L2", "1"))
+                l2.set(fl.uf, (size_t)nimg * n_ * sizeof(uint32_t));
             for (int l = (int)L - 1; l >= 0;) {
                 if (!maxc[l]) {
                     l--;
@@ -1758,8 +1818,12 @@ class EapCuda {
                     HYPROF_CUDA_CHECK_LAUNCH("k_flood_small");
                     continue;
                 }
-                k_flood_eunite<<<dim3((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg),
-                                 kThreads>>>(g, fl, (unsigned)l);
+                dim3 ge((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg);
+                if (l2.on()) {
+                    HYPROF_CUDA_CHECK(l2.launch(ge, kThreads, g, fl, (unsigned)l));
+                } else {
+                    k_flood_eunite<<<ge, kThreads>>>(g, fl, (unsigned)l);
+                }
                 HYPROF_CUDA_CHECK_LAUNCH("k_flood_eunite");
                 l--;
             }
