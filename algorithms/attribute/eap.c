@@ -6,6 +6,9 @@
 #include "hyprof/wavelet.h"
 
 #include <math.h>
+#include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +166,35 @@ static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
     return hyprof__dispatch(ctx, OP, a->each ? cpu_each : hyprof__cpu_eap, cuda, a);
 }
 
+/* Elements [first, first + len) of the planes from src, on this thread. */
+static void hyprof__eap_widen_range(const uint8_t *src, size_t len, size_t first, size_t n,
+                                    const uint8_t *mask, float *out32, uint16_t *out16,
+                                    float nodata32, uint16_t nodata16)
+{
+    if (!mask && out32) {
+        float *o = out32 + first;
+        for (size_t i = 0; i < len; i++)
+            o[i] = (float)src[i];
+        return;
+    }
+    if (!mask) {
+        uint16_t *o = out16 + first;
+        for (size_t i = 0; i < len; i++)
+            o[i] = src[i];
+        return;
+    }
+    size_t p = first % n;
+    for (size_t i = 0; i < len; i++) {
+        size_t g = first + i;
+        if (out32)
+            out32[g] = mask[p] ? (float)src[i] : nodata32;
+        else
+            out16[g] = mask[p] ? (uint16_t)src[i] : nodata16;
+        if (++p == n)
+            p = 0;
+    }
+}
+
 void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
                        size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
                        float nodata32, uint16_t nodata16)
@@ -171,30 +203,98 @@ void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, 
     const size_t pieces = (len + piece - 1) / piece;
     #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
     for (size_t k = 0; k < pieces; k++) {
-        size_t i0 = k * piece, i1 = len - i0 < piece ? len : i0 + piece;
-        if (!mask && out32) {
-            float *o = out32 + first;
-            for (size_t i = i0; i < i1; i++)
-                o[i] = (float)src[i];
-            continue;
+        size_t i0 = k * piece, l = len - i0 < piece ? len - i0 : piece;
+        hyprof__eap_widen_range(src + i0, l, first + i0, n, mask, out32, out16, nodata32,
+                                nodata16);
+    }
+}
+
+int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t *s)
+{
+    const size_t unit = (size_t)1 << 20; /* a unit of work: 1 MB of levels */
+    size_t pieces = (s->count + s->piece - 1) / s->piece, upp = (s->piece + unit - 1) / unit;
+    size_t total = pieces * upp;
+    atomic_size_t *done = malloc((pieces ? pieces : 1) * sizeof *done);
+    if (!done)
+        return -1;
+    for (size_t k = 0; k < pieces; k++)
+        atomic_init(&done[k], 0);
+    atomic_size_t avail, next;
+    atomic_init(&avail, 0);
+    atomic_init(&next, 0);
+    atomic_int failed;
+    atomic_init(&failed, 0);
+    int threads = hyprof__threads(ctx);
+    #pragma omp parallel num_threads(threads > 1 ? threads : 2)
+    {
+        int master = omp_get_thread_num() == 0, team = omp_get_num_threads();
+        if (team == 1) { /* alone: each piece in turn */
+            for (size_t k = 0; k < pieces && !atomic_load(&failed); k++) {
+                int r;
+                while ((r = s->ready(s->user, k)) == 0)
+                    sched_yield();
+                if (r < 0) {
+                    atomic_store(&failed, r);
+                    break;
+                }
+                size_t len = s->count - k * s->piece;
+                len = len < s->piece ? len : s->piece;
+                hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages], len,
+                                        s->first + k * s->piece, s->n, s->mask, s->out32,
+                                        s->out16, s->nodata32, s->nodata16);
+                if (k + (size_t)s->nstages < pieces &&
+                    (r = s->issue(s->user, k + (size_t)s->nstages)) != 0)
+                    atomic_store(&failed, r);
+            }
+            atomic_store(&next, total);
         }
-        if (!mask) {
-            uint16_t *o = out16 + first;
-            for (size_t i = i0; i < i1; i++)
-                o[i] = src[i];
-            continue;
+        if (master && team > 1) {
+            /* the copies: which pieces are on the host, which stages are free */
+            size_t ready = 0, issued = pieces < (size_t)s->nstages ? pieces : (size_t)s->nstages;
+            while (ready < pieces || issued < pieces) {
+                int moved = 0;
+                if (atomic_load(&failed)) { /* let the others finish: no more copies */
+                    atomic_store(&avail, pieces);
+                    break;
+                }
+                if (ready < issued) { /* (a stage's event is its last piece's) */
+                    int r = s->ready(s->user, ready);
+                    if (r < 0 && !atomic_load(&failed))
+                        atomic_store(&failed, r);
+                    if (r) {
+                        atomic_store(&avail, ++ready);
+                        moved = 1;
+                    }
+                }
+                if (issued < pieces && atomic_load(&done[issued - s->nstages]) == upp) {
+                    int r = atomic_load(&failed) ? 0 : s->issue(s->user, issued);
+                    if (r && !atomic_load(&failed))
+                        atomic_store(&failed, r);
+                    issued++;
+                    moved = 1;
+                }
+                if (!moved)
+                    sched_yield();
+            }
         }
-        size_t p = (first + i0) % n;
-        for (size_t i = i0; i < i1; i++) {
-            size_t g = first + i;
-            if (out32)
-                out32[g] = mask[p] ? (float)src[i] : nodata32;
-            else
-                out16[g] = mask[p] ? (uint16_t)src[i] : nodata16;
-            if (++p == n)
-                p = 0;
+        for (;;) {
+            size_t u = atomic_fetch_add(&next, 1);
+            if (u >= total)
+                break;
+            size_t k = u / upp, i0 = (u % upp) * unit, len = s->count - k * s->piece;
+            len = len < s->piece ? len : s->piece;
+            while (atomic_load(&avail) <= k)
+                sched_yield();
+            if (i0 < len && !atomic_load(&failed))
+                hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages] + i0,
+                                        (len - i0 < unit ? len - i0 : unit),
+                                        s->first + k * s->piece + i0, s->n, s->mask, s->out32,
+                                        s->out16, s->nodata32, s->nodata16);
+            atomic_fetch_add(&done[k], 1);
         }
     }
+    free(done);
+    return atomic_load(&failed);
 }
 
 /* ---- one band ------------------------------------------------------------------ */

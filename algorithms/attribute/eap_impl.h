@@ -67,6 +67,31 @@ hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof
 void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
                        size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
                        float nodata32, uint16_t nodata16);
+/* The staged download of 8-bit planes, widened as the pieces arrive: piece
+ * k (bytes [k * piece, ...) of `count`) lands in stage[k % nstages] once
+ * ready(user, k) returns 1 (0: not yet, < 0: failed); its stage can take
+ * piece k + nstages, queued by issue(user, k + nstages) (0: ok), once it
+ * has been widened (pieces 0 .. nstages - 1 are queued by the caller).
+ * ready and issue run on the calling thread only. One parallel region on
+ * the context's threads, the work in small units taken in turn, no barrier
+ * a piece: threads that the system runs late (other busy threads on the
+ * cores) delay only their own units. Returns 0, or the failing callback's
+ * value. */
+typedef struct {
+    int (*ready)(void *user, size_t k);
+    int (*issue)(void *user, size_t k);
+    void *user;
+    const uint8_t *const *stage;
+    int nstages;
+    size_t piece, count;
+    size_t first, n; /* as hyprof__eap_widen */
+    const uint8_t *mask;
+    float *out32;
+    uint16_t *out16;
+    float nodata32;
+    uint16_t nodata16;
+} hyprof_eap_stream_t;
+int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t *s);
 /* kernels/attribute/eap.cu (CUDA builds only): the same planes, bit for bit. */
 hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *args);
 

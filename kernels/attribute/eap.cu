@@ -1387,6 +1387,52 @@ class OutputPrep {
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
 
+/* Page-locked staging for the 8-bit planes' downloads, kept for the
+ * process (4 x 8 MB, portable): cudaHostAlloc took 11 to 13 ms for them on
+ * the H200 bench host, once per call, and freeing costs again. A call that
+ * finds it taken (another call at the same time) allocates its own. */
+struct StageCache {
+    std::mutex m;
+    uint8_t *p[4] = {};
+    size_t bytes = 0;
+    bool busy = false, failed = false;
+};
+StageCache &stage_cache()
+{
+    static StageCache c;
+    return c;
+}
+/* The cache's buffers into p (true), or false: allocate your own. */
+bool stage_cache_take(size_t bytes, uint8_t **p)
+{
+    StageCache &c = stage_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    if (c.busy || c.failed || bytes > ((size_t)8 << 20))
+        return false;
+    if (!c.bytes) {
+        for (int i = 0; i < 4; i++)
+            if (cudaHostAlloc((void **)&c.p[i], (size_t)8 << 20, cudaHostAllocPortable) !=
+                cudaSuccess) {
+                (void)cudaGetLastError();
+                for (int j = 0; j < i; j++)
+                    (void)cudaFreeHost(c.p[j]);
+                c.failed = true;
+                return false;
+            }
+        c.bytes = (size_t)8 << 20;
+    }
+    for (int i = 0; i < 4; i++)
+        p[i] = c.p[i];
+    c.busy = true;
+    return true;
+}
+void stage_cache_give()
+{
+    StageCache &c = stage_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    c.busy = false;
+}
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
@@ -1398,6 +1444,12 @@ class EapCuda {
     {
         copy_.reset();
         up_.reset();
+        if (cached_stage_) {
+            for (Event &e : stage_ev_)
+                e.reset(); /* the copies into the cache's buffers are over */
+            (void)cudaDeviceSynchronize();
+            stage_cache_give();
+        }
         for (cudaEvent_t &e : dl_)
             if (e)
                 (void)cudaEventDestroy(e);
@@ -1573,7 +1625,9 @@ class EapCuda {
      * copies run */
     static const int kStages = 4;
     static const size_t kStageBytes = (size_t)8 << 20;
-    PinnedBuffer<uint8_t> stage_[kStages];
+    PinnedBuffer<uint8_t> stage_[kStages]; /* when the cache's are taken */
+    uint8_t *stage_ptr_[kStages] = {};
+    bool cached_stage_ = false;
     Event stage_ev_[kStages];
     size_t stage_bytes_ = 0;
     double alloc_ms_ = 0.0, stage_ms_ = 0.0, wait_ms_ = 0.0, widen_ms_ = 0.0;
@@ -2082,43 +2136,86 @@ class EapCuda {
             auto t0 = std::chrono::steady_clock::now();
             size_t sb = env_size("HYPROF_EAP_STAGE"); /* bytes a piece, to test */
             stage_bytes_ = sb ? sb : kStageBytes;
+            cached_stage_ = stage_cache_take(stage_bytes_, stage_ptr_);
             for (int i = 0; i < kStages; i++) {
-                if (!stage_[i].try_alloc(stage_bytes_))
-                    return hyprof__error(ctx, HYPROF_ERR_NOMEM, op,
-                                         "cannot page-lock %zu bytes of staging", stage_bytes_);
+                if (!cached_stage_) {
+                    if (!stage_[i].try_alloc(stage_bytes_))
+                        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op,
+                                             "cannot page-lock %zu bytes of staging",
+                                             stage_bytes_);
+                    stage_ptr_[i] = stage_[i].get();
+                }
                 HYPROF_TRY(stage_ev_[i].create(ctx, op));
             }
             stage_ms_ = ms_since(t0);
         }
+        NarrowCopy c{this, src, count, stream, std::chrono::steady_clock::now(), cudaSuccess};
+        const uint8_t *stages[kStages];
+        for (int i = 0; i < kStages; i++)
+            stages[i] = stage_ptr_[i];
         size_t pieces = (count + stage_bytes_ - 1) / stage_bytes_;
-        auto len = [&](size_t k) {
-            return count - k * stage_bytes_ < stage_bytes_ ? count - k * stage_bytes_
-                                                           : stage_bytes_;
-        };
-        auto issue = [&](size_t k) -> hyprof_status_t {
-            int s = (int)(k % kStages);
-            HYPROF_CUDA_CHECK(cudaMemcpyAsync(stage_[s].get(), src + k * stage_bytes_, len(k),
-                                              cudaMemcpyDeviceToHost, stream));
-            HYPROF_CUDA_CHECK(cudaEventRecord(stage_ev_[s].get(), stream));
-            return HYPROF_OK;
-        };
         for (size_t k = 0; k < pieces && k < (size_t)kStages; k++)
-            HYPROF_TRY(issue(k));
+            if (issue_cb(&c, k))
+                break;
         prep_->join(); /* the output's pages faulted */
-        for (size_t k = 0; k < pieces; k++) {
-            int s = (int)(k % kStages);
-            auto t0 = std::chrono::steady_clock::now();
-            HYPROF_CUDA_CHECK(cudaEventSynchronize(stage_ev_[s].get()));
-            auto t1 = std::chrono::steady_clock::now();
-            wait_ms_ += std::chrono::duration<double, std::milli>(t1 - t0).count();
-            hyprof__eap_widen(ctx, stage_[s].get(), len(k), first + k * stage_bytes_, n_,
-                              a_->mask, a_->out32, a_->out16, a_->nodata32, a_->nodata16);
-            widen_ms_ += ms_since(t1);
-            if (k + kStages < pieces)
-                HYPROF_TRY(issue(k + kStages));
+        hyprof_eap_stream_t st = {ready_cb, issue_cb, &c, stages, kStages, stage_bytes_, count,
+                                  first, n_, a_->mask, a_->out32, a_->out16, a_->nodata32,
+                                  a_->nodata16};
+        int r = c.err == cudaSuccess ? hyprof__eap_widen_stream(ctx, &st) : -1;
+        widen_ms_ += ms_since(c.t0) - c.wait_ms;
+        wait_ms_ += c.wait_ms;
+        if (r || c.err != cudaSuccess) {
+            if (c.err != cudaSuccess) {
+                (void)cudaGetLastError();
+                return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "download of the planes: %s",
+                                     cudaGetErrorString(c.err));
+            }
+            return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory in the download");
         }
         return HYPROF_OK;
     }
+
+    /* download_narrow's copies, called by hyprof__eap_widen_stream on this
+     * thread. */
+    struct NarrowCopy {
+        EapCuda *self;
+        const uint8_t *src;
+        size_t count;
+        cudaStream_t stream;
+        std::chrono::steady_clock::time_point t0;
+        cudaError_t err;
+        double wait_ms;
+    };
+    static int ready_cb(void *user, size_t k)
+    {
+        NarrowCopy *c = (NarrowCopy *)user;
+        cudaError_t e = cudaEventQuery(c->self->stage_ev_[k % kStages].get());
+        if (e == cudaSuccess) {
+            if (k == 0) /* until the first piece: the rest of the device's work */
+                c->wait_ms = ms_since(c->t0);
+            return 1;
+        }
+        if (e == cudaErrorNotReady)
+            return 0;
+        c->err = e;
+        return -1;
+    }
+    static int issue_cb(void *user, size_t k)
+    {
+        NarrowCopy *c = (NarrowCopy *)user;
+        EapCuda *self = c->self;
+        size_t sb = self->stage_bytes_, len = c->count - k * sb < sb ? c->count - k * sb : sb;
+        int s = (int)(k % kStages);
+        cudaError_t e = cudaMemcpyAsync((void *)self->stage_ptr_[s], c->src + k * sb, len,
+                                        cudaMemcpyDeviceToHost, c->stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(self->stage_ev_[s].get(), c->stream);
+        if (e == cudaSuccess)
+            return 0;
+        c->err = e;
+        return -1;
+    }
+
 
     /* each_ with two planes buffers: band b's trees and planes (slot b % 2)
      * on stream 0 while band b - 1's planes go to the host on copy_ and to
