@@ -2,11 +2,14 @@
  * definitions): argument checks, quantisation, the dispatch, and the `eap`
  * operation. The tree and the filters are in maxtree.c; the exact semantics
  * in eap_impl.h. */
+#define _DEFAULT_SOURCE /* madvise, sched_yield */
 #include "eap_impl.h"
 #include "hyprof/wavelet.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -164,6 +167,28 @@ static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
                     "%s: auto runs 16-bit levels on the CPU (faster than the CUDA path there; "
                     "--backend cuda runs that one)", OP);
     return hyprof__dispatch(ctx, OP, a->each ? cpu_each : hyprof__cpu_eap, cuda, a);
+}
+
+void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
+{
+    const size_t chunk = (size_t)2 << 20;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (e > a)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#endif
+    const size_t nchunks = (bytes + chunk - 1) / chunk;
+    /* dynamic: a thread the system runs late holds up one chunk, not a
+     * thirty-second of the output */
+    #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
+    for (size_t c = 0; c < nchunks; c++) {
+        size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
+        volatile char *q = (char *)p + c * chunk;
+        for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
+            q[off] = 0;
+    }
 }
 
 /* Elements [first, first + len) of the planes from src, on this thread. */

@@ -67,6 +67,9 @@ hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof
 void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
                        size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
                        float nodata32, uint16_t nodata16);
+/* Touches every page of a fresh output (zero: it is overwritten), huge
+ * pages where the kernel allows, on the context's threads. */
+void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes);
 /* The staged download of 8-bit planes, widened as the pieces arrive: piece
  * k (bytes [k * piece, ...) of `count`) lands in stage[k % nstages] once
  * ready(user, k) returns 1 (0: not yet, < 0: failed); its stage can take

@@ -107,7 +107,6 @@
 #ifndef EAP_BODIES_ONLY
 #include "../core/cuda_util.h"
 #include "attribute/eap_impl.h"
-#include "morphology/emp_impl.h" /* hyprof__prefault */
 #endif
 
 #include <cmath>
@@ -1361,7 +1360,7 @@ class OutputPrep {
             size_t off = bound(k), b = bound(k + 1) - off;
             auto t1 = std::chrono::steady_clock::now();
             if (fault)
-                hyprof__prefault(ctx, p + off, b);
+                hyprof__eap_prefault(ctx, p + off, b);
             prefault_ms_ += ms_since(t1);
             if (pin && cudaHostRegister(p + off, b, cudaHostRegisterDefault) == cudaSuccess)
                 locked_.push_back(p + off);
