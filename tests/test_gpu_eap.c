@@ -29,8 +29,8 @@
  * planes, the output page-locked and downloaded in pieces),
  * $HYPROF_EAP_SMALL_LEVELS=1 with $HYPROF_EAP_L2=1 (runs of small flooding
  * levels in one launch each, the union-find held in the L2); band cases with
- * $HYPROF_EAP_NARROW=1 (16-bit output from 8-bit planes widened on the
- * host); and, optionally, the first 4 bands of a real cube given as raw
+ * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
+ * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
  *
  * Checks: the CUDA planes equal the CPU planes bit for bit (the CPU backend
@@ -304,8 +304,8 @@ static int bands_check(void *user, size_t band, const uint16_t *planes)
     return c->stop_after && c->next >= c->stop_after;
 }
 
-/* variant 0: pipelined (16-bit planes), 1: 8-bit planes widened
- * ($HYPROF_EAP_NARROW=1), each band's levels uploaded in turn
+/* variant 0: pipelined (8-bit planes widened on the host), 1: 16-bit planes
+ * ($HYPROF_EAP_NARROW=0), each band's levels uploaded in turn
  * ($HYPROF_EAP_PREFETCH=0), 2: not pipelined ($HYPROF_EAP_PIPELINE=0), 3: planes in
  * chunks of 1000 pixels, 4: stopped by the function after 2 bands. */
 static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h, size_t nb,
@@ -331,7 +331,7 @@ static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h,
             FAIL("bands: cpu: %s", hyprof_ctx_last_error(cpu));
             goto done;
         }
-    static const char *const names[] = {"pipelined", "8-bit planes widened, no prefetch",
+    static const char *const names[] = {"pipelined", "16-bit planes, no prefetch",
                                          "not pipelined",
                                          "planes in chunks of 1000 pixels",
                                          "stopped after 2 bands"};
@@ -340,7 +340,7 @@ static void bands_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, size_t w, size_t h,
         snprintf(c.label, sizeof c.label, "bands %zux%zux%zu masked, 4 attributes, 8-conn, %s",
                  w, h, nb, names[v]);
         if (v == 1) {
-            setenv("HYPROF_EAP_NARROW", "1", 1);
+            setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PREFETCH", "0", 1);
         }
         if (v == 2)
@@ -623,10 +623,10 @@ int main(int argc, char **argv)
             for (int k = FEW; k <= CONSTANT; k++)
                 band_case(cpu, gpu, (kind_t)k, sizes[s][0], sizes[s][1], levels, seed++,
                           sizes[s][0] * sizes[s][1] >= 1000 ? 15u : 9u);
-    /* 16-bit output from 8-bit planes widened on the host (the default for
-     * float output only), nodata under the masks */
-    setenv("HYPROF_EAP_NARROW", "1", 1);
-    g_note = ", 8-bit planes widened to 16 bits";
+    /* 16-bit output from 16-bit planes on the device (the default: 8-bit
+     * planes widened on the host), nodata under the masks */
+    setenv("HYPROF_EAP_NARROW", "0", 1);
+    g_note = ", 16-bit planes on the device";
     for (int k = FEW; k <= PLATEAUS; k++)
         band_case(cpu, gpu, (kind_t)k, 145, 145, 256, seed++, 15u);
     unsetenv("HYPROF_EAP_NARROW");
