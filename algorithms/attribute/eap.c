@@ -234,6 +234,13 @@ void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, 
     }
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t *s)
 {
     const size_t unit = (size_t)1 << 20; /* a unit of work: 1 MB of levels */
@@ -298,8 +305,8 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                     issued++;
                     moved = 1;
                 }
-                if (!moved)
-                    sched_yield();
+                if (!moved) /* spin on the core: a yield could hand it to a busy thread */
+                    cpu_relax();
             }
         }
         for (;;) {
