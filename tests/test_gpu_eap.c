@@ -28,7 +28,9 @@
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
  * $HYPROF_EAP_SMALL_LEVELS=1 with $HYPROF_EAP_L2=1 (runs of small flooding
- * levels in one launch each, the union-find held in the L2); band cases with
+ * levels in one launch each, the union-find held in the L2),
+ * $HYPROF_EAP_WARP_UNITE=1 (the unions of a warp's lanes on one root
+ * pooled; also on the larger bands); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -416,8 +418,11 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 6 : 0); g++) {
-        if (g == 6) { /* runs of small flooding levels in one launch each */
+    for (int g = 0; g <= (groups ? 7 : 0); g++) {
+        if (g == 7) { /* the lanes of a warp linking the same root pooled */
+            setenv("HYPROF_EAP_WARP_UNITE", "1", 1);
+            snprintf(label, sizeof label, "%s, warp-pooled unions", name);
+        } else if (g == 6) { /* runs of small flooding levels in one launch each */
             setenv("HYPROF_EAP_SMALL_LEVELS", "1", 1);
             setenv("HYPROF_EAP_L2", "1", 1);
             snprintf(label, sizeof label, "%s, small levels grouped, union-find L2-persisting",
@@ -462,6 +467,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_STAGE");
         unsetenv("HYPROF_EAP_SMALL_LEVELS");
         unsetenv("HYPROF_EAP_L2");
+        unsetenv("HYPROF_EAP_WARP_UNITE");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
@@ -637,6 +643,13 @@ int main(int argc, char **argv)
     if (!quick && !over_budget()) { /* larger bands: long chains, big plateaus */
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
+        setenv("HYPROF_EAP_WARP_UNITE", "1", 1);
+        g_note = ", warp-pooled unions";
+        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 15);
+        band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 3);
+        band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);
+        unsetenv("HYPROF_EAP_WARP_UNITE");
+        g_note = "";
         if (!over_budget())
             band_case(cpu, gpu, SMOOTH, 640, 480, 65536, seed++, 1);
     }

@@ -20,7 +20,9 @@
  *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead;
  *   $HYPROF_EAP_SMALL_LEVELS=1 runs each run of levels with at most 1024
  *   edges an image in one launch (a block an image, a barrier a level);
- *   $HYPROF_EAP_L2=1 keeps the union-find in the L2 as persisting lines.
+ *   $HYPROF_EAP_L2=1 keeps the union-find in the L2 as persisting lines;
+ *   $HYPROF_EAP_WARP_UNITE=1 pools the unions of a warp's lanes that would
+ *   link the same root (see uf_unite_warp).
  *
  * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
  * merged along the tile borders, after Blin et al., "Max-tree computation
@@ -1075,6 +1077,66 @@ __global__ void k_flood_eunite(Args a, Flood fl, unsigned t)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     body_flood_eunite(a, fl, (int)blockIdx.y, i, t);
 }
+/* $HYPROF_EAP_WARP_UNITE=1 (to measure): uf_unite with the lanes of a warp
+ * that would link the same root pooled. The edges of a level come in pixel
+ * order, so the lanes of a warp are neighbours and mostly reach the same
+ * root (the component that the level's pixels join): their compare-and-swaps
+ * on it would succeed one a round. Here the lanes with the same root a elect
+ * the one whose b is smallest (all the b are pixels of the current level, of
+ * smaller key than a: any of them may be a's parent) and it links a under
+ * bmin; then each other lane links its own b under bmin (its own root: no
+ * contention), taking both for roots as after a lost compare-and-swap. */
+__device__ void uf_unite_warp(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a,
+                              uint32_t b, uint32_t pa, uint32_t pb)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    for (;;) {
+        uf_find2(uf, a, b, pa, pb);
+        if (a == b)
+            return;
+        if (higher(lev, b, a)) {
+            uint32_t t = a;
+            a = b;
+            b = t;
+        }
+        unsigned m = __activemask();
+        unsigned g = __match_any_sync(m, a);
+        uint32_t bmin = __reduce_min_sync(g, b);
+        unsigned at_min = __ballot_sync(g, b == bmin);
+        int leader = __ffs(at_min) - 1;
+        uint32_t r = 0;
+        if (lane == leader)
+            r = atomicCAS(&uf[a], a, bmin);
+        r = __shfl_sync(g, r, leader);
+        if (r == a) {
+            if (lane == leader)
+                par[a] = bmin;
+            if (b == bmin)
+                return;
+            a = b;
+            b = bmin;
+            pa = a;
+            pb = b;
+        } else {
+            pa = r;
+            pb = b;
+        }
+    }
+}
+__global__ void k_flood_eunite_warp(Args a, Flood fl, unsigned t)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int img = (int)blockIdx.y;
+    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
+    uint32_t b = off[t], e = off[t + 1];
+    if (i >= e - b)
+        return;
+    uint32_t v = fl.ord[(size_t)img * fl.stride + b + i];
+    uint32_t p = v >> 3, q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
+    size_t o = (size_t)img * a.n;
+    uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
+    uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+}
 /* Consecutive small levels t_hi down to t_lo (at most kSmallLevel edges each
  * in every image) in one launch: a block an image, a thread an edge, the
  * levels one after the other with the block's barrier between them (it
@@ -1856,6 +1918,7 @@ class EapCuda {
         if (elist_) { /* a thread an edge to unite */
             /* $HYPROF_EAP_SMALL_LEVELS=1: runs of small levels in one launch */
             bool small = env_is("HYPROF_EAP_SMALL_LEVELS", "1");
+            bool warp = env_is("HYPROF_EAP_WARP_UNITE", "1");
             L2Persist l2;
             if (env_is("HYPROF_EAP_L2", "1"))
                 l2.set(fl.uf, (size_t)nimg * n_ * sizeof(uint32_t));
@@ -1874,7 +1937,9 @@ class EapCuda {
                     continue;
                 }
                 dim3 ge((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg);
-                if (l2.on()) {
+                if (warp) {
+                    k_flood_eunite_warp<<<ge, kThreads>>>(g, fl, (unsigned)l);
+                } else if (l2.on()) {
                     HYPROF_CUDA_CHECK(l2.launch(ge, kThreads, g, fl, (unsigned)l));
                 } else {
                     k_flood_eunite<<<ge, kThreads>>>(g, fl, (unsigned)l);
