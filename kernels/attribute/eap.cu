@@ -118,6 +118,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -1591,8 +1592,11 @@ class EapCuda {
          * ($HYPROF_EAP_PIN_IN=0: pageable) */
         HostPin in_pin;
         auto h2 = std::chrono::steady_clock::now();
+        /* each_ pipelined: a band at a time, just before its upload is
+         * queued (while the device works on the band before) */
+        pin_each_ = each_ && slots_ == 2 && !env_is("HYPROF_EAP_PIN_IN", "0");
         if (!env_is("HYPROF_EAP_PIN_IN", "0"))
-            in_pin.pin((void *)a->q, a->bands * n_ * sizeof(uint16_t));
+            in_pin.pin((void *)a->q, (pin_each_ ? 1 : a->bands) * n_ * sizeof(uint16_t));
         double in_pin_ms = ms_since(h2);
         if (each_ && slots_ == 2) {
             HYPROF_TRY(run_each());
@@ -1631,7 +1635,8 @@ class EapCuda {
                           : "",
                     t[0], t[1], t[2],
                     t[3], t[4], prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms(),
-                    alloc_ms_, in_pin_ms, stage_ms_, wait_ms_, widen_ms_, release_ms);
+                    alloc_ms_, in_pin_ms + pin_each_ms_, stage_ms_, wait_ms_, widen_ms_,
+                    release_ms);
         return HYPROF_OK;
     }
 
@@ -1681,6 +1686,9 @@ class EapCuda {
     Event up_done_, lev_free_;
     DeviceBuffer<uint16_t> lev_next_; /* each_: the next band's levels */
     size_t prefetched_ = 0; /* band + 1 whose levels are in lev_next_ (0: none) */
+    bool pin_each_ = false; /* each_: the levels page-locked band by band */
+    std::vector<std::unique_ptr<HostPin>> in_pins_;
+    double pin_each_ms_ = 0.0;
     Event done_[2];       /* each_: a slot's planes computed */
     cudaEvent_t dl_[2] = {NULL, NULL}; /* each_: timing of a band's download */
     size_t dsize_ = 4;    /* bytes of a plane element on the device */
@@ -2373,6 +2381,12 @@ class EapCuda {
         }
         if (lev_next_.get() && b0 + 1 < a_->bands) {
             cudaStream_t us = up_.get();
+            if (pin_each_) {
+                auto t0 = std::chrono::steady_clock::now();
+                in_pins_.emplace_back(new HostPin);
+                in_pins_.back()->pin((void *)(a_->q + (b0 + 1) * n_), n_ * sizeof(uint16_t));
+                pin_each_ms_ += ms_since(t0);
+            }
             HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, lev_free_.get(), 0));
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(lev_next_.get(), a_->q + (b0 + 1) * n_,
                                               n_ * sizeof(uint16_t), cudaMemcpyHostToDevice, us));
