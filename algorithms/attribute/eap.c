@@ -220,20 +220,6 @@ static void hyprof__eap_widen_range(const uint8_t *src, size_t len, size_t first
     }
 }
 
-void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
-                       size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
-                       float nodata32, uint16_t nodata16)
-{
-    const size_t piece = (size_t)1 << 16;
-    const size_t pieces = (len + piece - 1) / piece;
-    #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
-    for (size_t k = 0; k < pieces; k++) {
-        size_t i0 = k * piece, l = len - i0 < piece ? len - i0 : piece;
-        hyprof__eap_widen_range(src + i0, l, first + i0, n, mask, out32, out16, nodata32,
-                                nodata16);
-    }
-}
-
 static inline void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)

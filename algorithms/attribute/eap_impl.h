@@ -60,13 +60,6 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args);
 /* hyprof_quantise with the messages tagged by `op` (emp and wmcd reuse it). */
 hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
                                  unsigned levels, uint16_t *out, double *range);
-/* The CUDA path's 8-bit planes to the output: src holds elements [first,
- * first + len) of the output's planes (pixel = index % n), written to out32
- * or out16 (one is NULL) at the same index, nodata where mask is 0. On the
- * context's threads. */
-void hyprof__eap_widen(const hyprof_ctx_t *ctx, const uint8_t *src, size_t len, size_t first,
-                       size_t n, const uint8_t *mask, float *out32, uint16_t *out16,
-                       float nodata32, uint16_t nodata16);
 /* Touches every page of a fresh output (zero: it is overwritten), huge
  * pages where the kernel allows, on the context's threads. */
 void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes);
@@ -87,7 +80,9 @@ typedef struct {
     const uint8_t *const *stage;
     int nstages;
     size_t piece, count;
-    size_t first, n; /* as hyprof__eap_widen */
+    size_t first, n; /* src holds elements [first, first + count) of the output's
+                      * planes (pixel = index % n): written to out32 or out16
+                      * (one is NULL) at the same index, nodata where mask is 0 */
     const uint8_t *mask;
     float *out32;
     uint16_t *out16;
