@@ -27,10 +27,8 @@
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
- * $HYPROF_EAP_SMALL_LEVELS=1 with $HYPROF_EAP_L2=1 (runs of small flooding
- * levels in one launch each, the union-find held in the L2),
- * $HYPROF_EAP_WARP_UNITE=1 (the unions of a warp's lanes on one root
- * pooled; also on the larger bands); band cases with
+ * $HYPROF_EAP_WARP_UNITE=0 (each lane's unions on its own, rather than a
+ * warp's on one root pooled; also on the larger bands); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -418,15 +416,10 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 7 : 0); g++) {
-        if (g == 7) { /* the lanes of a warp linking the same root pooled */
-            setenv("HYPROF_EAP_WARP_UNITE", "1", 1);
-            snprintf(label, sizeof label, "%s, warp-pooled unions", name);
-        } else if (g == 6) { /* runs of small flooding levels in one launch each */
-            setenv("HYPROF_EAP_SMALL_LEVELS", "1", 1);
-            setenv("HYPROF_EAP_L2", "1", 1);
-            snprintf(label, sizeof label, "%s, small levels grouped, union-find L2-persisting",
-                     name);
+    for (int g = 0; g <= (groups ? 6 : 0); g++) {
+        if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
+            setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
+            snprintf(label, sizeof label, "%s, unions lane by lane", name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
             setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
@@ -465,8 +458,6 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_TILES");
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_STAGE");
-        unsetenv("HYPROF_EAP_SMALL_LEVELS");
-        unsetenv("HYPROF_EAP_L2");
         unsetenv("HYPROF_EAP_WARP_UNITE");
         g_checks++;
         if (st != HYPROF_OK) {
@@ -643,8 +634,8 @@ int main(int argc, char **argv)
     if (!quick && !over_budget()) { /* larger bands: long chains, big plateaus */
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
-        setenv("HYPROF_EAP_WARP_UNITE", "1", 1);
-        g_note = ", warp-pooled unions";
+        setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
+        g_note = ", unions lane by lane";
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 15);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 3);
         band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);

@@ -17,12 +17,15 @@
  *   a level's launch has a thread per such edge only.
  *   $HYPROF_EAP_FLOOD_LIST=pixels buckets the pixels (a thread per edge of
  *   each, half of them with nothing to unite), $HYPROF_EAP_FLOOD_EDGES=0
- *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead;
- *   $HYPROF_EAP_SMALL_LEVELS=1 runs each run of levels with at most 1024
- *   edges an image in one launch (a block an image, a barrier a level);
- *   $HYPROF_EAP_L2=1 keeps the union-find in the L2 as persisting lines;
- *   $HYPROF_EAP_WARP_UNITE=1 pools the unions of a warp's lanes that would
- *   link the same root (see uf_unite_warp).
+ *   runs a thread a pixel, $HYPROF_EAP_TILES=1 the tile path below instead.
+ *   The unions of a warp's lanes that would link the same root are pooled
+ *   (uf_unite_warp; $HYPROF_EAP_WARP_UNITE=0: not). Measured on an H200 at
+ *   Pavia Centre size (PCA features): trees 14.4 ms with the pixel list,
+ *   13.0 with the edge list, 11.6 with the pooled unions; the large scene's
+ *   8 bands 962, 974 and 869 ms. Tried and dropped there: runs of small
+ *   levels in one launch with a block barrier a level (no faster: a level
+ *   is the latency of its chains of loads, not of its launch) and the
+ *   union-find as an L2-persisting window (no faster).
  *
  * Tree by tiles ($HYPROF_EAP_TILES=1, the former path: tile-local trees
  * merged along the tile borders, after Blin et al., "Max-tree computation
@@ -1078,7 +1081,7 @@ __global__ void k_flood_eunite(Args a, Flood fl, unsigned t)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     body_flood_eunite(a, fl, (int)blockIdx.y, i, t);
 }
-/* $HYPROF_EAP_WARP_UNITE=1 (to measure): uf_unite with the lanes of a warp
+/* uf_unite with the lanes of a warp
  * that would link the same root pooled. The edges of a level come in pixel
  * order, so the lanes of a warp are neighbours and mostly reach the same
  * root (the component that the level's pixels join): their compare-and-swaps
@@ -1137,19 +1140,6 @@ __global__ void k_flood_eunite_warp(Args a, Flood fl, unsigned t)
     size_t o = (size_t)img * a.n;
     uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
     uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
-}
-/* Consecutive small levels t_hi down to t_lo (at most kSmallLevel edges each
- * in every image) in one launch: a block an image, a thread an edge, the
- * levels one after the other with the block's barrier between them (it
- * makes the level's links visible to the block) instead of a launch each. */
-const unsigned kSmallLevel = 1024;
-__global__ void __launch_bounds__(kSmallLevel) k_flood_small(Args a, Flood fl, unsigned t_hi,
-                                                             unsigned t_lo)
-{
-    for (int t = (int)t_hi; t >= (int)t_lo; t--) {
-        body_flood_eunite(a, fl, (int)blockIdx.y, threadIdx.x, (unsigned)t);
-        __syncthreads();
-    }
 }
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
@@ -1217,62 +1207,6 @@ __global__ void k_out(Args a, Filter f, const uint8_t *k, const uint32_t *u, T *
     if (f.first && !(img & 1))
         body_band<T>(a, f, out, img, p);
 }
-
-/* $HYPROF_EAP_L2=1 (to measure): the flooding's union-find held in the L2
- * cache as persisting lines (the finds' chains of dependent loads hit the
- * L2 instead of the DRAM), the device's persisting limit restored after. */
-class L2Persist {
-  public:
-    ~L2Persist()
-    {
-        if (!on_)
-            return;
-        (void)cudaCtxResetPersistingL2Cache();
-        (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, old_);
-        (void)cudaGetLastError();
-    }
-    void set(void *base, size_t bytes)
-    {
-        int dev = 0, max_persist = 0, max_window = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&max_persist, cudaDevAttrMaxPersistingL2CacheSize, dev) !=
-                cudaSuccess ||
-            cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, dev) !=
-                cudaSuccess ||
-            max_persist <= 0 || max_window <= 0 ||
-            cudaDeviceGetLimit(&old_, cudaLimitPersistingL2CacheSize) != cudaSuccess ||
-            cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)max_persist) !=
-                cudaSuccess) {
-            (void)cudaGetLastError();
-            return;
-        }
-        size_t win = bytes < (size_t)max_window ? bytes : (size_t)max_window;
-        attr_.id = cudaLaunchAttributeAccessPolicyWindow;
-        attr_.val.accessPolicyWindow.base_ptr = base;
-        attr_.val.accessPolicyWindow.num_bytes = win;
-        attr_.val.accessPolicyWindow.hitRatio =
-            (float)((size_t)max_persist >= win ? 1.0 : (double)max_persist / (double)win);
-        attr_.val.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
-        attr_.val.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-        on_ = true;
-    }
-    bool on() const { return on_; }
-    cudaError_t launch(dim3 grid, unsigned block, const Args &g, const Flood &fl, unsigned t)
-    {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(block);
-        cfg.stream = 0;
-        cfg.attrs = &attr_;
-        cfg.numAttrs = 1;
-        return cudaLaunchKernelEx(&cfg, k_flood_eunite, g, fl, t);
-    }
-
-  private:
-    bool on_ = false;
-    size_t old_ = 0;
-    cudaLaunchAttribute attr_ = {};
-};
 
 bool env_is(const char *name, const char *value)
 {
@@ -1924,34 +1858,18 @@ class EapCuda {
         HYPROF_CUDA_CHECK_LAUNCH("k_scatter");
         HYPROF_TRY(traced("k_scatter"));
         if (elist_) { /* a thread an edge to unite */
-            /* $HYPROF_EAP_SMALL_LEVELS=1: runs of small levels in one launch */
-            bool small = env_is("HYPROF_EAP_SMALL_LEVELS", "1");
-            bool warp = env_is("HYPROF_EAP_WARP_UNITE", "1");
-            L2Persist l2;
-            if (env_is("HYPROF_EAP_L2", "1"))
-                l2.set(fl.uf, (size_t)nimg * n_ * sizeof(uint32_t));
+            /* $HYPROF_EAP_WARP_UNITE=0: a lane's unions on its own */
+            bool warp = !env_is("HYPROF_EAP_WARP_UNITE", "0");
             for (int l = (int)L - 1; l >= 0;) {
                 if (!maxc[l]) {
                     l--;
                     continue;
                 }
-                if (small && maxc[l] <= kSmallLevel) {
-                    int hi = l;
-                    while (l >= 0 && maxc[l] <= kSmallLevel)
-                        l--;
-                    k_flood_small<<<dim3(1, nimg), kSmallLevel>>>(g, fl, (unsigned)hi,
-                                                                  (unsigned)(l + 1));
-                    HYPROF_CUDA_CHECK_LAUNCH("k_flood_small");
-                    continue;
-                }
                 dim3 ge((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg);
-                if (warp) {
+                if (warp)
                     k_flood_eunite_warp<<<ge, kThreads>>>(g, fl, (unsigned)l);
-                } else if (l2.on()) {
-                    HYPROF_CUDA_CHECK(l2.launch(ge, kThreads, g, fl, (unsigned)l));
-                } else {
+                else
                     k_flood_eunite<<<ge, kThreads>>>(g, fl, (unsigned)l);
-                }
                 HYPROF_CUDA_CHECK_LAUNCH("k_flood_eunite");
                 l--;
             }
