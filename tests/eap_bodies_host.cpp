@@ -104,6 +104,83 @@ static void make_band(int kind, int w, int h, bool masked, std::vector<uint16_t>
     }
 }
 
+/* kernels/attribute/eap.cu's uf_unite_warp, on every edge of level t of
+ * image img, the warps (32 edges each) in lockstep: every lane finds its
+ * two roots (a of the larger key); then, the groups of lanes with the same
+ * a in a warp in a shuffled order, each group's lane with the smallest b
+ * links a under it (compare-and-swap: it fails when another warp's group
+ * linked a since the find) and the others then link their b under that
+ * smallest b, taking both for roots. The warp's votes and shuffles as
+ * loops over its lanes. */
+static void warp_unite_host(const Args &A, const Flood &fl, int img, unsigned t)
+{
+    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
+    uint32_t beg = off[t], cnt = off[t + 1] - beg;
+    size_t o = (size_t)img * A.n;
+    uint32_t *uf = fl.uf + o, *par = A.par + o;
+    const uint16_t *lev = A.lev + o;
+    struct Lane {
+        uint32_t a, b, pa, pb;
+        bool live;
+    };
+    std::vector<Lane> ln(cnt);
+    for (uint32_t i = 0; i < cnt; i++) {
+        uint32_t v = fl.ord[(size_t)img * fl.stride + beg + i];
+        uint32_t p = v >> 3, q = (uint32_t)((int64_t)p + edge_delta(A, v & 7));
+        ln[i] = {p, q, uf[p], uf[q], true};
+    }
+    std::vector<uint32_t> order(cnt);
+    for (uint32_t k = 0; k < cnt; k++)
+        order[k] = k;
+    for (bool any = true; any;) {
+        any = false;
+        for (Lane &l : ln) { /* find, order the pair */
+            if (!l.live)
+                continue;
+            uf_find2(uf, l.a, l.b, l.pa, l.pb);
+            if (l.a == l.b) {
+                l.live = false;
+                continue;
+            }
+            if (higher(lev, l.b, l.a))
+                std::swap(l.a, l.b);
+            any = true;
+        }
+        if (!any)
+            break;
+        std::shuffle(order.begin(), order.end(), rng);
+        std::vector<bool> seen(cnt, false);
+        for (uint32_t k : order) { /* a group: the lanes of k's warp with k's a */
+            if (!ln[k].live || seen[k])
+                continue;
+            uint32_t root = ln[k].a, bmin = UINT32_MAX, w0 = k / 32 * 32;
+            uint32_t w1 = w0 + 32 < cnt ? w0 + 32 : cnt;
+            for (uint32_t j = w0; j < w1; j++)
+                if (ln[j].live && ln[j].a == root && ln[j].b < bmin)
+                    bmin = ln[j].b;
+            uint32_t r = h_cas(&uf[root], root, bmin);
+            if (r == root)
+                par[root] = bmin;
+            for (uint32_t j = w0; j < w1; j++) {
+                if (!ln[j].live || ln[j].a != root)
+                    continue;
+                seen[j] = true;
+                if (r != root) {
+                    ln[j].pa = r;
+                    ln[j].pb = ln[j].b;
+                } else if (ln[j].b == bmin) {
+                    ln[j].live = false;
+                } else {
+                    ln[j].a = ln[j].b;
+                    ln[j].b = bmin;
+                    ln[j].pa = ln[j].a;
+                    ln[j].pb = ln[j].b;
+                }
+            }
+        }
+    }
+}
+
 /* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
 static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels)
 {
@@ -177,6 +254,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     /* 8-bit levels, all kinds but one: the edge list (k_ehist, k_escatter,
      * k_flood_eunite), its edges shuffled within each level */
     const bool elist = L <= 256 && kind != 1;
+    const bool pooled = elist && (w + h + eight) % 2 == 0; /* the warp-pooled unions */
     const size_t ecap = n * (eight ? 4 : 2);
     std::vector<uint32_t> eord(nimg * ecap);
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
@@ -206,9 +284,13 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
             }
         }
         for (int l = L - 1; l >= 0; l--)
-            for (int img = 0; img < (int)nimg; img++)
-                for (size_t i = 0; i < maxe[l]; i++)
-                    body_flood_eunite(a, fl, img, i, (unsigned)l);
+            for (int img = 0; img < (int)nimg; img++) {
+                if (pooled) /* k_flood_eunite_warp's rule */
+                    warp_unite_host(a, fl, img, (unsigned)l);
+                else
+                    for (size_t i = 0; i < maxe[l]; i++)
+                        body_flood_eunite(a, fl, img, i, (unsigned)l);
+            }
     }
     std::vector<size_t> maxc(L, 0);
     for (size_t img = 0; img < nimg; img++) {
@@ -305,7 +387,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
         if (out[i] != ref[i] && !diff++)
             first = i;
     printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
-           masked ? ", masked" : "", elist ? ", edge list" : "",
+           masked ? ", masked" : "", elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
            narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
