@@ -68,30 +68,35 @@
  *   of threshold j at a pixel is the level of the first node on the chain
  *   C, up(C), up(up(C)), ... whose kept > j, 0 if none: at most
  *   nthresholds + 1 steps.
- * Output: with 8-bit levels the planes are 8-bit on the
- *   device (a quarter of the download) and each batch's go to the host
- *   through page-locked staging, 4 pieces of 8 MB in flight, each widened to
- *   float (nodata under the mask) on the context's threads while the next
- *   ones copy; the output itself is only prefaulted (on the helper thread,
- *   during the trees), never page-locked. The same for 16-bit output.
+ * Output: with 8-bit levels the planes are 8-bit on the device (a quarter
+ *   of the float download, half the 16-bit one) and each batch's go to the
+ *   host through page-locked staging (kept for the process), 4 pieces of
+ *   8 MB in flight, each widened to float or 16 bits (nodata under the
+ *   mask) on the context's threads while the next ones copy
+ *   (hyprof__eap_widen_stream: one parallel region, no barrier a piece);
+ *   the output itself is only prefaulted (on the helper thread, during the
+ *   trees), never page-locked.
  *   $HYPROF_EAP_NARROW=0: the planes in the output's type on the device
  *   (as below); $HYPROF_EAP_STAGE=N: staging pieces of N bytes.
  *   The levels are page-locked for their upload ($HYPROF_EAP_PIN_IN=0: not).
  * hyprof_attribute_profiles_bands (a->each): one band at a time, the device
  *   buffers allocated once for all bands, two planes buffers (slots): band
  *   b's trees and planes on stream 0 while band b - 1's planes are copied
- *   (on their own stream) to the caller's one-band buffer, page-locked once
- *   for the call, and handed to its function; $HYPROF_EAP_PIPELINE=0 (or
+ *   (on their own stream, staged as above; with 16-bit planes into the
+ *   caller's one-band buffer, page-locked once for the call) and handed
+ *   to its function; $HYPROF_EAP_PIPELINE=0 (or
  *   too little device memory for two slots): each band's download after
  *   its planes, as in a batch of one band. The next band's levels go up
  *   on a third stream meanwhile ($HYPROF_EAP_PREFETCH=0: not).
  * Memory: per band about 2 x (25 + accumulators) + planes x 1, 2 or 4 bytes a
  *   pixel (accumulators: 4 for the area, + 16 std, + 32 inertia, 16
- *   diagonal; + 4 for the flooding's order of pixels); bands are processed
- *   in batches that fit the free device memory, each batch's profile planes
- *   going to the host in one copy, into the output page-locked for the call
- *   (up to 8 GB, on a helper thread while the trees build; larger outputs
- *   are pinned 1 GB at a time for their copies). When one band's planes do
+ *   diagonal; + 8 or 16 for the flooding's edge list, 4 for a pixel list);
+ *   bands are processed in batches that fit the free device memory. With
+ *   planes in the output's type ($HYPROF_EAP_NARROW=0, or 16-bit levels)
+ *   each batch's planes go to the host in one copy, into the output
+ *   page-locked for the call (up to 8 GB, on a helper thread while the
+ *   trees build; larger outputs are pinned 1 GB at a time for their
+ *   copies). When one band's planes do
  *   not fit next to its trees, one band at a time with its planes computed
  *   and downloaded in chunks of pixels ($HYPROF_EAP_OUT_CHUNK=N forces
  *   chunks of N pixels); when not even its trees fit, the call fails with
@@ -102,7 +107,7 @@
  *   the page faults to the page-locking (or the copies),
  *   $HYPROF_EAP_PIN_PIECE=N prepares the output N bytes at a time, each
  *   piece downloaded when ready. Measured on an H100 at Pavia Centre size
- *   (376 MB of output): the default 42-54 ms host to host; pageable 55 ms;
+ *   (376 MB of float planes): 42-54 ms host to host; pageable 55 ms;
  *   no prefault 133 ms (the locking faults 4 KB pages on one thread);
  *   32 MB pieces 71 ms.
  *
