@@ -39,7 +39,7 @@
  * last bit may differ between CUDA and the C library).
  * $HYPROF_EADP_FMA=1 lets the FED step use fused multiply-adds (fewer
  * double-precision instructions; no longer bit-identical to the CPU, the
- * difference being rounding-level with the kappa-cycle step order).
+ * difference being rounding-level with the Leja step order).
  * Memory: 28 bytes per pixel and band (x, u ping-pong, g) + 4 per output slot;
  * bands are processed in groups when they do not all fit.
  *
