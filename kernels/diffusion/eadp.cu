@@ -226,6 +226,38 @@ HYPROF_EADP_FN double fed_update(double u, double ue, double uw, double us, doub
     return add_rn(u, mul_rn(tau, f));
 }
 
+/* The float FED path ($HYPROF_EADP_PRECISION, default): u, g and the
+ * arithmetic in float. Written with explicit _rn intrinsics and a fixed FMA
+ * pattern so that every kernel variant (fused or not, any tile) rounds the
+ * same way and their results stay bit-identical to each other. */
+HYPROF_EADP_FN float edge_c(float ga, float gb)
+{
+#ifdef __CUDA_ARCH__
+    return (ga < 0.0f || gb < 0.0f) ? 0.0f : __fmul_rn(0.5f, __fadd_rn(ga, gb));
+#else
+    return (ga < 0.0f || gb < 0.0f) ? 0.0f : 0.5f * (ga + gb);
+#endif
+}
+
+template <bool Fma>
+HYPROF_EADP_FN float fed_update(float u, float ue, float uw, float us, float un, float ce,
+                                float cw, float cs, float cn, float tau)
+{
+#ifdef __CUDA_ARCH__
+    float f = __fmul_rn(ce, __fsub_rn(ue, u));
+    f = __fmaf_rn(cw, __fsub_rn(uw, u), f);
+    f = __fmaf_rn(cs, __fsub_rn(us, u), f);
+    f = __fmaf_rn(cn, __fsub_rn(un, u), f);
+    return __fmaf_rn(tau, f, u);
+#else
+    float f = ce * (ue - u);
+    f = std::fma(cw, uw - u, f);
+    f = std::fma(cs, us - u, f);
+    f = std::fma(cn, un - u, f);
+    return std::fma(tau, f, u);
+#endif
+}
+
 /* Sort key of G >= 0: its bit pattern (NaN last). */
 HYPROF_EADP_FN u64 sel_key(double g)
 {
@@ -495,10 +527,12 @@ HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState 
     k[b] = v;
 }
 
-/* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked) over G. */
+/* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked), both
+ * as T (u may overwrite G: each element is read before it is written). */
+template <typename T>
 HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *mask, int W, int H,
-                                 size_t npix, const double *k, int diffusivity, double *GU,
-                                 double *gm)
+                                 size_t npix, const double *k, int diffusivity, const double *G,
+                                 T *u, T *gm)
 {
     const int b = t.bz;
     const int xx = t.bx * t.bdx + t.tx;
@@ -508,11 +542,11 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
     for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
         const size_t p = (size_t)y * W + xx, i = (size_t)b * npix + p;
         if (mask && !mask[p]) {
-            gm[i] = -1.0;
-            GU[i] = 0.0;
+            gm[i] = (T)-1.0;
+            u[i] = (T)0.0;
             continue;
         }
-        const double r = GU[i] / k2;
+        const double r = G[i] / k2;
         double g;
         if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
             g = exp(-r);
@@ -520,33 +554,34 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             g = r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
         else
             g = 1.0 / add_rn(1.0, r);
-        gm[i] = g;
-        GU[i] = (double)x[i];
+        gm[i] = (T)g;
+        u[i] = (T)x[i];
     }
 }
 
 /* One FED step over all bands, straight from device memory. */
-template <bool Fma>
-HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout, const double *gm,
-                                  int W, int H, size_t npix, double tau)
+template <bool Fma, typename T>
+HYPROF_EADP_FN void fed_step_body(const Thr &t, const T *uin, T *uout, const T *gm, int W, int H,
+                                  size_t npix, T tau)
 {
     const int x = t.bx * t.bdx + t.tx;
     if (x >= W)
         return;
     const size_t off = (size_t)t.bz * npix;
-    const double *u = uin + off, *g = gm + off;
+    const T *u = uin + off, *g = gm + off;
+    const T none = (T)-1.0, zero = (T)0.0;
     for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
         const size_t p = (size_t)y * W + x;
-        const double up = u[p], gp = g[p];
-        if (gp < 0.0) {
+        const T up = u[p], gp = g[p];
+        if (gp < zero) {
             uout[off + p] = up;
             continue;
         }
         const bool e = x + 1 < W, w = x > 0, s = y + 1 < H, n = y > 0;
-        const double ce = edge_c(gp, e ? g[p + 1] : -1.0), cw = edge_c(w ? g[p - 1] : -1.0, gp);
-        const double cs = edge_c(gp, s ? g[p + W] : -1.0), cn = edge_c(n ? g[p - W] : -1.0, gp);
-        uout[off + p] = fed_update<Fma>(up, e ? u[p + 1] : 0.0, w ? u[p - 1] : 0.0,
-                                        s ? u[p + W] : 0.0, n ? u[p - W] : 0.0, ce, cw, cs, cn,
+        const T ce = edge_c(gp, e ? g[p + 1] : none), cw = edge_c(w ? g[p - 1] : none, gp);
+        const T cs = edge_c(gp, s ? g[p + W] : none), cn = edge_c(n ? g[p - W] : none, gp);
+        uout[off + p] = fed_update<Fma>(up, e ? u[p + 1] : zero, w ? u[p - 1] : zero,
+                                        s ? u[p + W] : zero, n ? u[p - W] : zero, ce, cw, cs, cn,
                                         tau);
     }
 }
@@ -556,10 +591,10 @@ HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout,
  * ty*R .. ty*R+R-1 of the region. Pixels outside the image or masked have
  * g = -1 (no flux) and u = 0. After step s the values at distance >= s from the
  * region's edge are exact; the tile at distance >= K is written. */
-template <int K, int BY, int R, bool Fma>
-HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
-                                   const double *uin, double *uout, const double *gm, int W,
-                                   int H, size_t npix, const FedSteps &steps)
+template <int K, int BY, int R, bool Fma, typename T>
+HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const T *uin,
+                                   T *uout, const T *gm, int W, int H, size_t npix,
+                                   const FedSteps &steps)
 {
     const int RW = kFedRW, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
@@ -568,39 +603,40 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
     const int x = t.bx * OW - K + c;
     const int y0 = t.by * OH - K + rb;
     const bool colin = x >= 0 && x < W;
+    const T none = (T)-1.0, zero = (T)0.0;
 
-    double u[R], g[R], ce[R], cw[R], cs[R];
+    T u[R], g[R], ce[R], cw[R], cs[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         const int y = y0 + i;
         const bool in = colin && y >= 0 && y < H;
         const size_t p = in ? off + (size_t)y * W + x : 0;
-        u[i] = in ? uin[p] : 0.0;
-        g[i] = in ? gm[p] : -1.0;
+        u[i] = in ? uin[p] : zero;
+        g[i] = in ? gm[p] : none;
         buf[1][rb + i][c] = g[i];
     }
     HYPROF_EADP_SYNC();
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const double ge = c + 1 < RW ? buf[1][rb + i][c + 1] : -1.0;
-        const double gw = c > 0 ? buf[1][rb + i][c - 1] : -1.0;
-        const double gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R][c] : -1.0);
+        const T ge = c + 1 < RW ? buf[1][rb + i][c + 1] : none;
+        const T gw = c > 0 ? buf[1][rb + i][c - 1] : none;
+        const T gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R][c] : none);
         ce[i] = edge_c(g[i], ge);
         cw[i] = edge_c(gw, g[i]);
         cs[i] = edge_c(g[i], gs);
     }
-    const double cn0 = edge_c(rb > 0 ? buf[1][rb - 1][c] : -1.0, g[0]);
+    const T cn0 = edge_c(rb > 0 ? buf[1][rb - 1][c] : none, g[0]);
     /* No barrier needed here: step 0 writes plane 0, and plane 1 (read just
      * above) is written again only after step 0's barrier. */
     for (int s = 0; s < steps.n; ++s) {
-        double(*b)[kFedRW] = buf[s & 1];
+        T(*b)[kFedRW] = buf[s & 1];
 #pragma unroll
         for (int i = 0; i < R; ++i)
             b[rb + i][c] = u[i];
         HYPROF_EADP_SYNC();
-        const double tau = steps.tau[s];
-        double un = rb > 0 ? b[rb - 1][c] : 0.0; /* old value of the north neighbour */
-        const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+        const T tau = (T)steps.tau[s];
+        T un = rb > 0 ? b[rb - 1][c] : zero; /* old value of the north neighbour */
+        const T us_end = rb + R < RH ? b[rb + R][c] : zero;
         /* Only rows at distance >= s + 1 from the region's top and bottom can
          * still reach the written tile: the first and last strips skip the
          * others (the same rows for a whole warp, which is one thread row).
@@ -609,12 +645,12 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
         const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const double old = u[i];
+            const T old = u[i];
             if (i >= lo && i < hi) {
-                const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
-                const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
-                const double us = i + 1 < R ? u[i + 1] : us_end;
-                const double cn = i == 0 ? cn0 : cs[i - 1];
+                const T ue = c + 1 < RW ? b[rb + i][c + 1] : zero;
+                const T uw = c > 0 ? b[rb + i][c - 1] : zero;
+                const T us = i + 1 < R ? u[i + 1] : us_end;
+                const T cn = i == 0 ? cn0 : cs[i - 1];
                 u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
             }
             un = old;
@@ -841,34 +877,35 @@ __global__ void fill_kernel(double *__restrict__ k, int nb, double v)
         k[b] = v;
 }
 
+/* G and u may be the same buffer (double: u overwrites G). */
+template <typename T>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     diffuse_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
-                   size_t npix, const double *__restrict__ k, int diffusivity,
-                   double *__restrict__ GU, double *__restrict__ gm)
+                   size_t npix, const double *__restrict__ k, int diffusivity, const double *G,
+                   T *u, T *__restrict__ gm)
 {
-    diffuse_body(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, GU, gm);
+    diffuse_body<T>(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, G, u, gm);
 }
 
-template <bool Fma>
+template <bool Fma, typename T>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
-    fed_step_kernel(const double *__restrict__ uin, double *__restrict__ uout,
-                    const double *__restrict__ gm, int W, int H, size_t npix, double tau)
+    fed_step_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                    int W, int H, size_t npix, T tau)
 {
-    fed_step_body<Fma>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
+    fed_step_body<Fma, T>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
 }
 
-/* Dynamic shared memory: 2 * BY * R * kFedRW doubles (64 KiB for 64-row
- * regions); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
-template <int K, int BY, int R, bool Fma>
+/* Dynamic shared memory: 2 * BY * R * kFedRW T (64 KiB for 64-row regions
+ * of double); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
+template <int K, int BY, int R, bool Fma, typename T>
 __global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
-    fed_fused_kernel(const double *__restrict__ uin, double *__restrict__ uout,
-                     const double *__restrict__ gm, int W, int H, size_t npix,
-                     const __grid_constant__ FedSteps steps)
+    fed_fused_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                     int W, int H, size_t npix, const __grid_constant__ FedSteps steps)
 {
     extern __shared__ double fed_smem[];
-    fed_fused_body<K, BY, R, Fma>(HYPROF_EADP_THR,
-                                  reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
-                                  uout, gm, W, H, npix, steps);
+    fed_fused_body<K, BY, R, Fma, T>(HYPROF_EADP_THR,
+                                     reinterpret_cast<T(*)[BY * R][kFedRW]>(fed_smem), uin, uout,
+                                     gm, W, H, npix, steps);
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
@@ -906,10 +943,10 @@ template <int BY, int R, bool F, int CW> const void *fused_kernel_ptr_k(int K)
         default: return (const void *)fed_persist_kernel<4, BY, R, (CW ? CW : 1), F>;
         }
     switch (K) {
-    case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
-    case 6: return (const void *)fed_fused_kernel<6, BY, R, F>;
-    case 8: return (const void *)fed_fused_kernel<8, BY, R, F>;
-    default: return (const void *)fed_fused_kernel<4, BY, R, F>;
+    case 2: return (const void *)fed_fused_kernel<2, BY, R, F, double>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, R, F, double>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, R, F, double>;
+    default: return (const void *)fed_fused_kernel<4, BY, R, F, double>;
     }
 }
 
@@ -938,6 +975,26 @@ const void *fused_kernel_ptr(int K, int rows, int R, bool fma, int cw)
 {
     return fma ? fused_kernel_ptr_c<true>(K, rows, R, cw)
                : fused_kernel_ptr_c<false>(K, rows, R, cw);
+}
+
+/* The float path's fused kernel (no FMA choice, no persistent grid). */
+template <int BY, int R> const void *fused_f32_ptr_k(int K)
+{
+    switch (K) {
+    case 2: return (const void *)fed_fused_kernel<2, BY, R, false, float>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, R, false, float>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, R, false, float>;
+    default: return (const void *)fed_fused_kernel<4, BY, R, false, float>;
+    }
+}
+
+const void *fused_f32_ptr(int K, int rows, int R)
+{
+    if (R == 2)
+        return fused_f32_ptr_k<16, 2>(K);
+    if (R == 4)
+        return rows == 64 ? fused_f32_ptr_k<16, 4>(K) : fused_f32_ptr_k<8, 4>(K);
+    return rows == 64 ? fused_f32_ptr_k<8, 8>(K) : fused_f32_ptr_k<4, 8>(K);
 }
 
 int env_int(const char *name, int dflt)
@@ -1032,6 +1089,7 @@ class EadpCuda {
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 4; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
+    bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
@@ -1063,7 +1121,12 @@ class EadpCuda {
     {
         return reinterpret_cast<T *>(arena.get() + off);
     }
-    double *ubuf(int which) const { return which ? dev<double>(L.B) : dev<double>(L.A); }
+    /* u's ping-pong buffers: A and B in double; in float both inside B (free
+     * once the gradient is computed; it holds `group` bands of double). */
+    template <typename T> T *ubuf(int which) const;
+    template <typename T>
+    hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
+                               int *cur);
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -1076,6 +1139,15 @@ class EadpCuda {
     hyprof_status_t run_group(size_t g0, size_t nb);
     void report();
 };
+
+template <> double *EadpCuda::ubuf<double>(int which) const
+{
+    return which ? dev<double>(L.B) : dev<double>(L.A);
+}
+template <> float *EadpCuda::ubuf<float>(int which) const
+{
+    return dev<float>(L.B) + (which ? group * npix : 0);
+}
 
 hyprof_status_t EadpCuda::check_args()
 {
@@ -1139,7 +1211,11 @@ hyprof_status_t EadpCuda::plan()
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
     l2_bands = l2 > 0 ? (size_t)l2 : 0;
-    fma = env_int("HYPROF_EADP_FMA", 0) != 0;
+    /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
+     * data (DESIGN.md's bound: 1e-4); half the bytes per step. */
+    const char *prec = getenv("HYPROF_EADP_PRECISION");
+    f32 = !(prec && strcmp(prec, "double") == 0);
+    fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
@@ -1153,12 +1229,14 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     persist = env_int("HYPROF_EADP_PERSIST", 0);
-    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2)
+    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW * (int)sizeof(double);
-        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW *
+                          (int)(f32 ? sizeof(float) : sizeof(double));
+        const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
+                             : fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         if (persist) {
@@ -1251,10 +1329,11 @@ hyprof_status_t EadpCuda::plan()
     }
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: CUDA %zu x %zu x %zu, %zu increment(s) x %d cycle(s), %zu group(s) of up "
-                "to %zu band(s), %zu output slot(s), %s, %zu graph(s)%s, %zu bytes on the device",
+                "to %zu band(s), %zu output slot(s), %s in %s, %zu graph(s)%s, %zu bytes on the "
+                "device",
                 a->width, a->height, a->bands, C, a->cycles, (a->bands + group - 1) / group,
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
-                graphs.size(), fma ? ", FMA" : "", L.total);
+                f32 ? "float" : "double", graphs.size(), fma ? ", FMA" : "", L.total);
     if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
@@ -1327,8 +1406,13 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
-    diffuse_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(x, mask, W, H, npix, k,
-                                                          (int)a->diffusivity, A, gm);
+    if (f32) /* B (s) is free now: u goes there */
+        diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
+            reinterpret_cast<float *>(gm));
+    else
+        diffuse_kernel<double><<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, A, gm);
     HYPROF_CUDA_CHECK_LAUNCH("diffuse_kernel");
     return clock.end(ctx, op, tid, st);
 }
@@ -1353,19 +1437,26 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
 hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
                                             size_t nb, int *cur)
 {
+    return f32 ? launch_fed<float>(steps, b0, nb, cur) : launch_fed<double>(steps, b0, nb, cur);
+}
+
+template <typename T>
+hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
+                                     int *cur)
+{
     cudaStream_t st = cs.get();
-    const double *gm = dev<double>(L.gm) + b0 * npix;
+    const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
-        const double *uin = ubuf(*cur) + b0 * npix;
-        double *uout = ubuf(*cur ^ 1) + b0 * npix;
+        const T *uin = ubuf<T>(*cur) + b0 * npix;
+        T *uout = ubuf<T>(*cur ^ 1) + b0 * npix;
         if (fuse <= 1) {
             if (fma)
-                fed_step_kernel<true><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-                    uin, uout, gm, W, H, npix, steps[s0]);
+                fed_step_kernel<true, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, (T)steps[s0]);
             else
-                fed_step_kernel<false><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-                    uin, uout, gm, W, H, npix, steps[s0]);
+                fed_step_kernel<false, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, (T)steps[s0]);
             HYPROF_CUDA_CHECK_LAUNCH("fed_step_kernel");
         } else {
             FedSteps fs;
@@ -1378,7 +1469,8 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
                             (unsigned)nb);
             const dim3 block((unsigned)(kFedBX / (persist ? persist : 1)),
                              (unsigned)(tile_rows / strip));
-            const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+            const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
+                                 : fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
             if (persist) {
                 int gx = (int)grid.x, gy = (int)grid.y, gz = (int)nb;
                 const long long tiles = (long long)gx * gy * gz;
@@ -1390,7 +1482,7 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
                                   (void *)&gz,  (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, dim3(ctas), block, params, shmem, st));
             } else {
-                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
+                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(T);
                 void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
                                   (void *)&H,   (void *)&npix, (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
@@ -1477,9 +1569,12 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     if (i == 0)
         to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
                                                        a->nodata, slot);
+    else if (f32)
+        to_float_kernel<float><<<grid, block, 0, st>>>(ubuf<float>(cur), mask, W, H, npix,
+                                                       a->nodata, slot);
     else
-        to_float_kernel<double><<<grid, block, 0, st>>>(ubuf(cur), mask, W, H, npix, a->nodata,
-                                                        slot);
+        to_float_kernel<double><<<grid, block, 0, st>>>(ubuf<double>(cur), mask, W, H, npix,
+                                                        a->nodata, slot);
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
@@ -1535,7 +1630,7 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
 
 /* Device stage times and the FED kernel's bandwidth, at debug level. Bytes
  * counted per FED launch: u and g read, u written, 8 bytes each per pixel
- * and band (what a launch must move at least; halo re-reads come from L2);
+ * and band (4 in float) (what a launch must move at least; halo re-reads come from L2);
  * the unfused equivalent counts those 24 bytes per step instead. */
 void EadpCuda::report()
 {
@@ -1547,14 +1642,15 @@ void EadpCuda::report()
                 clock.ms(kDownload), clock.span_ms());
     if (!(fed_ms > 0.0))
         return;
-    const double gb = 24.0 * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
-    const double eq = 24.0 * fed_step_pix / 1e9 / (fed_ms * 1e-3);
+    const double bytes = f32 ? 12.0 : 24.0; /* u and g read, u written */
+    const double gb = bytes * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    const double eq = bytes * fed_step_pix / 1e9 / (fed_ms * 1e-3);
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
                 "launches of up to %zu steps, %.3f GB in %.3f ms); %.0f GB/s unfused-equivalent "
-                "(24 B per pixel and step), %.3g pixel-steps/s",
+                "(%.0f B per pixel and step, %s), %.3g pixel-steps/s",
                 gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
-                gb, fed_ms, eq, fed_step_pix / (fed_ms * 1e-3));
+                gb, fed_ms, eq, bytes, f32 ? "float" : "double", fed_step_pix / (fed_ms * 1e-3));
 }
 
 hyprof_status_t EadpCuda::run()
