@@ -324,6 +324,125 @@ __global__ void __launch_bounds__(kGramThreads, 2)
               reinterpret_cast<unsigned char *>(gram_smem), x, n, bands, mask, mean, partial);
 }
 
+/* The same covariance numerator on the FP64 tensor cores ($HYPROF_PCA_GRAM=mma):
+ * the stages of pixels are copied and centred as in gram_body, but into
+ * cen[b][q] (band-major, a row stride of kMmaLdq = kGramP + 4 doubles: the
+ * fragment loads below hit every bank pair exactly twice, the minimum for 32
+ * doubles), and each warp owns a 24 x 24 block (3 x 3 tiles of 8 x 8) of the
+ * lower triangle of X^T X, accumulated with mma.sync m8n8k4 f64 (A = X^T rows
+ * of its tiles, B = X columns of its tiles; both fragments are
+ * cen[tile row + lane / 4][k + lane % 4]). Bands are padded to a multiple of
+ * 24 with zero rows. Per pixel the products are the same doubles; only the
+ * order of the additions differs from gram_body (rounding-level). */
+const int kMmaLdq = kGramP + 4;
+
+__host__ __device__ inline int mma_rows(int bands) { return 24 * ((bands + 23) / 24); }
+inline int mma_warps(int bands)
+{
+    const int wt = mma_rows(bands) / 24;
+    return wt * (wt + 1) / 2;
+}
+inline size_t gram_mma_smem_bytes(int bands)
+{
+    return 2 * (size_t)bands * kGramP * sizeof(float) + 2 * kGramP +
+           (size_t)mma_rows(bands) * kMmaLdq * sizeof(double);
+}
+
+__device__ __forceinline__ void dmma_8x8x4(double (&c)[2], double a, double b)
+{
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(c[0]), "+d"(c[1])
+                 : "d"(a), "d"(b));
+}
+
+/* Dynamic shared memory: gram_mma_smem_bytes(bands); 32 mma_warps(bands) threads. */
+__global__ void __launch_bounds__(32 * 21, 1)
+    gram_mma_kernel(const float *__restrict__ x, size_t n, int bands,
+                    const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                    double *__restrict__ partial)
+{
+    extern __shared__ double gram_smem[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(gram_smem);
+    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x, cta = (int)blockIdx.x;
+    const int ncta = (int)gridDim.x, rows = mma_rows(bands);
+    float *raw = reinterpret_cast<float *>(smem);                     /* [2][bands][kGramP] */
+    unsigned char *msk = smem + 2 * (size_t)bands * kGramP * sizeof(float); /* [2][kGramP] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP);       /* [rows][kMmaLdq] */
+    const int warp = tid >> 5, lane = tid & 31;
+    int I = 0, J = warp;
+    while (J > I) { /* warp -> block (I, J), I >= J */
+        J -= I + 1;
+        I++;
+    }
+    double acc[3][3][2];
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+            acc[a][b][0] = acc[a][b][1] = 0.0;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
+    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
+
+    auto issue = [&](size_t p0, int buf) {
+        float *rb = raw + (size_t)buf * bands * kGramP;
+        for (int e = tid; e < kGramP * bands; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            if (p0 + (size_t)q < p_end)
+                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
+        }
+        HYPROF_PCA_COMMIT();
+        if (tid < kGramP)
+            msk[buf * kGramP + tid] =
+                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
+    };
+
+    const int ra = (I * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
+    const int rbo = (J * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
+    int buf = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, buf ^= 1) {
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC(); /* stage p0 is in raw[buf]; the last compute is done */
+        const float *rw = raw + (size_t)buf * bands * kGramP;
+        for (int e = tid; e < kGramP * rows; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            double v = 0.0;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rw[b * kGramP + q] - mean[b];
+            cen[b * kMmaLdq + q] = v;
+        }
+        HYPROF_PCA_SYNC(); /* cen is ready; raw[buf] and msk[buf] are free */
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1);
+#pragma unroll 2
+        for (int k0 = 0; k0 < kGramP; k0 += 4) {
+            double fa[3], fb[3];
+#pragma unroll
+            for (int t = 0; t < 3; ++t) {
+                fa[t] = cen[ra + t * 8 * kMmaLdq + k0];
+                fb[t] = cen[rbo + t * 8 * kMmaLdq + k0];
+            }
+#pragma unroll
+            for (int a = 0; a < 3; ++a)
+#pragma unroll
+                for (int b = 0; b < 3; ++b)
+                    dmma_8x8x4(acc[a][b], fa[a], fb[b]);
+        }
+    }
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = I * 24 + a * 8 + (lane >> 2), j = J * 24 + b * 8 + (lane & 3) * 2 + h;
+                if (i < bands && j < bands && i >= j) /* I > J: always i > j */
+                    out[i + (size_t)j * bands] = acc[a][b][h];
+            }
+}
+
 /* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
 __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta, int bands,
                                    double *__restrict__ c)
@@ -453,8 +572,9 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     return HYPROF_OK;
 }
 
-/* The covariance numerator of a resident cube with gram_kernel, into c (on
- * stream st); *done false when it does not apply (more than 8 kGramG bands,
+/* The covariance numerator of a resident cube with gram_kernel (or
+ * gram_mma_kernel with $HYPROF_PCA_GRAM=mma), into c (on stream st); *done
+ * false when it does not apply (more than 8 kGramG bands,
  * $HYPROF_PCA_GRAM=gemm, or no memory for the per-CTA slices). */
 static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
                                      const uint8_t *d_mask, const double *d_mean, double *c,
@@ -477,12 +597,27 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
         ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
         return HYPROF_OK;
     }
-    const size_t shmem = gram_smem_bytes((int)B);
-    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)shmem));
-    gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask, d_mean,
-                                                            partial.get());
-    HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    if (how && strcmp(how, "mma") == 0) {
+        const size_t shmem = gram_mma_smem_bytes((int)B);
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        /* As many CTAs as are resident at once (one per SM for 144 bands). */
+        int per_sm = 0;
+        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gram_mma_kernel, 32 * mma_warps((int)B), shmem));
+        const size_t resident = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)(sms > 0 ? sms : 1);
+        ncta = resident < ncta ? resident : ncta;
+        gram_mma_kernel<<<(unsigned)ncta, 32 * mma_warps((int)B), shmem, st>>>(
+            d_cube, n, (int)B, d_mask, d_mean, partial.get());
+        HYPROF_CUDA_CHECK_LAUNCH("gram_mma_kernel");
+    } else {
+        const size_t shmem = gram_smem_bytes((int)B);
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask,
+                                                                d_mean, partial.get());
+        HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    }
     gram_reduce_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         partial.get(), (int)ncta, (int)B, c);
     HYPROF_CUDA_CHECK_LAUNCH("gram_reduce_kernel");
