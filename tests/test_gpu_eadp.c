@@ -19,8 +19,9 @@
  * bit-identical results to the default run of the same precision, in float
  * and in double (and 8- or 2-row strips, $HYPROF_EADP_STRIP=8, 2, the
  * persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns per
- * thread (double only), and FED launches by chunks of bands,
- * $HYPROF_EADP_L2_BANDS=1, 2); $HYPROF_EADP_FMA=1 (double only) only has to
+ * thread (double only), FED launches by chunks of bands,
+ * $HYPROF_EADP_L2_BANDS=1, 2, and the smoothing and gradient as three kernels
+ * instead of one, $HYPROF_EADP_PREP=split); $HYPROF_EADP_FMA=1 (double only) only has to
  * meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
  * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
@@ -151,6 +152,7 @@ static const variant_t g_variants[] = {
     {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},
     {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
     {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
+    {"prepsplit", "HYPROF_EADP_PREP", "split", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

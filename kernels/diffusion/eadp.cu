@@ -4,9 +4,13 @@
  * (grid z = band); the cube is uploaded once and nothing but the float profile
  * bands and the contrasts come back.
  *
+ *   prep        per 32 x 16 tile: H = Gx * (m u) and Gx * m of the rows it
+ *               needs (shared memory), s = Gy * H / Gy * Hm (0 where the
+ *               denominator is 0), G = gx^2 + gy^2 (Scharr); per band counts
+ *               of valid, G == 0 and G > 0. For sigma > 8/3 (radius > 8):
  *   gauss_h     H = Gx * (m u) for every band, and Gx * m as one extra "band"
- *   gauss_v     s = Gy * H_band / Gy * H_mask (0 where the denominator is 0)
- *   scharr      G = gx^2 + gy^2; per band counts of valid, G == 0 and G > 0
+ *   gauss_v     s = Gy * H_band / Gy * H_mask
+ *   scharr      G and the counts
  *   selection   the contrast k per band on the device: an exact radix select
  *               (6 passes of 9/11 bits over the bit patterns of G, which order
  *               like the values since G >= 0) of the order statistics that
@@ -14,7 +18,9 @@
  *               percentile and for the G > 0 fallback at once; then k as in
  *               eadp.c (lo + t (hi - lo), the same fallbacks)
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked)
- *   FED         per increment, cycles x nsteps Jacobi steps, fused K steps per
+ *   FED         per increment, cycles x nsteps Jacobi steps, in float by
+ *               default (u and g stored as float: 12 bytes per pixel and
+ *               launch; $HYPROF_EADP_PRECISION=double for double), fused K steps per
  *               launch (K = 4 by default): a block loads a 64 x 32 region of u
  *               and g (the output tile plus a halo of K), computes its edge
  *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
@@ -33,10 +39,14 @@
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
  *
- * Arithmetic: double throughout, and in the order of the CPU backend
- * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that with g2
- * the two backends normally agree bit for bit (g1 and g3 call exp(), whose
- * last bit may differ between CUDA and the C library).
+ * Arithmetic: double up to the diffusivity, in the order of the CPU backend
+ * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that the
+ * contrast k and, with $HYPROF_EADP_PRECISION=double and g2, the whole
+ * profile agree with the CPU bit for bit (g1 and g3 call exp(), whose last
+ * bit may differ between CUDA and the C library). The float FED (default)
+ * stays within 1e-4 of the CPU's double result (DESIGN.md's bound; the Leja
+ * step order keeps float rounding from being amplified: ~1e-6 measured with
+ * NumPy on Indian Pines and Samson).
  * $HYPROF_EADP_FMA=1 lets the FED step use fused multiply-adds (fewer
  * double-precision instructions; no longer bit-identical to the CPU, the
  * difference being rounding-level with the Leja step order).
@@ -54,6 +64,8 @@
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
  * FED launches of an increment n bands at a time (their data stays in L2);
+ * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
+ * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -349,6 +361,87 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
                 else if (g > 0.0)
                     HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
             }
+        }
+    }
+    HYPROF_EADP_SYNC();
+    if (tid < 3 && cnt_sh[tid])
+        HYPROF_EADP_ATOMIC_ADD_U64(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
+}
+
+/* gauss_h, gauss_v and scharr in one pass for a kPrepTX x kPrepTY tile of
+ * band t.bz: the horizontal sums of the rows the tile's smoothing needs go
+ * to shared memory (Hn: of m x, Hd: of m; row k holds image row
+ * reflect(y0 - 1 - r + k)), then s over the tile plus a 1-pixel border (S),
+ * then G and the counts. The same operations in the same order as the three
+ * kernels, so the same bits; r <= kPrepMaxR. */
+const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
+const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
+
+HYPROF_EADP_FN void prep_body(const Thr &t, double (*Hn)[kPrepSW], double (*Hd)[kPrepSW],
+                              double (*S)[kPrepSW], unsigned *cnt_sh, const float *x,
+                              const uint8_t *mask, int W, int H, size_t npix, const double *w,
+                              int r, double *G, u64 *cnt)
+{
+    const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
+    const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
+    const float *xb = x + (size_t)b * npix;
+    if (tid < 3)
+        cnt_sh[tid] = 0;
+    const int nh = kPrepTY + 2 + 2 * r;
+    for (int e = tid; e < nh * kPrepSW; e += nthr) {
+        const int k = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx;
+        if (xs < 0 || xs >= W)
+            continue;
+        const size_t row = (size_t)reflect_index(y0 - 1 - r + k, H) * W;
+        double an = 0.0, ad = 0.0;
+        for (int j = -r; j <= r; ++j) {
+            const size_t q = row + reflect_index(xs + j, W);
+            const bool m = !mask || mask[q];
+            an = add_rn(an, mul_rn(w[j + r], m ? (double)xb[q] : 0.0));
+            ad = add_rn(ad, mul_rn(w[j + r], m ? 1.0 : 0.0));
+        }
+        Hn[k][cx] = an;
+        Hd[k][cx] = ad;
+    }
+    HYPROF_EADP_SYNC();
+    for (int e = tid; e < (kPrepTY + 2) * kPrepSW; e += nthr) {
+        const int ky = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx, ys = y0 - 1 + ky;
+        if (xs < 0 || xs >= W || ys < 0 || ys >= H)
+            continue;
+        double sn = 0.0, sd = 0.0;
+        for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
+            sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
+            sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
+        }
+        S[ky][cx] = sd > 0.0 ? sn / sd : 0.0;
+    }
+    HYPROF_EADP_SYNC();
+    for (int e = tid; e < kPrepTY * kPrepTX; e += nthr) {
+        const int xx = x0 + e % kPrepTX, y = y0 + e / kPrepTX;
+        if (xx >= W || y >= H)
+            continue;
+        /* s at image (Y, X) is S[Y - y0 + 1][X - x0 + 1] */
+        const int xm = reflect_index(xx - 1, W) - x0 + 1, xp = reflect_index(xx + 1, W) - x0 + 1;
+        const int xc = xx - x0 + 1;
+        const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
+                     *rp = S[reflect_index(y + 1, H) - y0 + 1];
+        double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
+                                  mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
+                           mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
+        gx = gx / 32.0;
+        double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
+                                  mul_rn(10.0, sub_rn(rp[xc], rm[xc]))),
+                           mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
+        gy = gy / 32.0;
+        const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
+        const size_t p = (size_t)y * W + xx;
+        G[(size_t)b * npix + p] = g;
+        if (!mask || mask[p]) {
+            HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
+            if (g == 0.0)
+                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
+            else if (g > 0.0)
+                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
         }
     }
     HYPROF_EADP_SYNC();
@@ -842,6 +935,16 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
 }
 
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
+                size_t npix, const double *__restrict__ w, int r, double *__restrict__ G,
+                u64 *__restrict__ cnt)
+{
+    __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
+    __shared__ unsigned cnt_sh[3];
+    prep_body(HYPROF_EADP_THR, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
+}
+
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
                                  SelState *__restrict__ st)
 {
@@ -1090,6 +1193,7 @@ class EadpCuda {
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
     bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
+    bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
@@ -1216,6 +1320,8 @@ hyprof_status_t EadpCuda::plan()
     const char *prec = getenv("HYPROF_EADP_PRECISION");
     f32 = !(prec && strcmp(prec, "double") == 0);
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
+    const char *prep = getenv("HYPROF_EADP_PREP");
+    fused_prep = !(prep && strcmp(prep, "split") == 0);
     tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
@@ -1367,14 +1473,21 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
-    gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb, w, r,
-                                                              A);
-    HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
-    gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
-    HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
-    scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
-    HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
+    const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
+    if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
+        const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
+        prep_kernel<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, r, A, cnt);
+        HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
+    } else {
+        gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
+                                                                  w, r, A);
+        HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
+        gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
+        HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
+        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
+        HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
+    }
 
     const unsigned sb = (unsigned)((nb + 127) / 128);
     if (a->contrast > 0.0) {
