@@ -153,6 +153,10 @@ __host__ __device__ inline bool proj_smem_fits(size_t bands, int nk)
     return ((size_t)nk + 1) * bands * sizeof(double) <= 48 * 1024;
 }
 
+/* PX pixels per thread (p, p + blockDim.x, ...: loads stay coalesced), so
+ * that each shared-memory load of V and the mean serves PX pixels
+ * ($HYPROF_PCA_PROJECT=pair: PX = 2). The same operations per pixel. */
+template <int PX>
 __global__ void __launch_bounds__(kThreads)
     project_kernel(const float *__restrict__ x, size_t n, size_t bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ mean,
@@ -174,46 +178,68 @@ __global__ void __launch_bounds__(kThreads)
         v = proj_smem;
         mu = proj_smem + (size_t)nk * bands;
     }
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n)
-        return;
-    if (mask && !mask[p]) {
-        for (int k = 0; k < nk; ++k)
-            out[p + (k0 + (size_t)k) * n] = nodata;
-        return;
-    }
-    double acc[kProjK];
+    size_t p[PX];
+    bool on[PX], any = false;
 #pragma unroll
-    for (int k = 0; k < kProjK; ++k)
-        acc[k] = 0.0;
+    for (int q = 0; q < PX; ++q) {
+        p[q] = ((size_t)blockIdx.x * PX + q) * blockDim.x + threadIdx.x;
+        on[q] = p[q] < n && (!mask || mask[p[q]]);
+        any = any || on[q];
+        if (p[q] < n && !on[q])
+            for (int k = 0; k < nk; ++k)
+                out[p[q] + (k0 + (size_t)k) * n] = nodata;
+    }
+    if (!any)
+        return;
+    double acc[PX][kProjK];
+#pragma unroll
+    for (int q = 0; q < PX; ++q)
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k)
+            acc[q][k] = 0.0;
     /* Eight bands' loads issued together: a latency-bound loop otherwise
      * (measured 1.2 TB/s on an H100 with one load per iteration in flight). */
     size_t b = 0;
     for (; b + 8 <= bands; b += 8) {
-        float xv[8];
+        float xv[PX][8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            xv[j] = x[p + (b + (size_t)j) * n];
+        for (int q = 0; q < PX; ++q)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                xv[q][j] = on[q] ? x[p[q] + (b + (size_t)j) * n] : 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const double xb = (double)xv[j] - mu[b + (size_t)j];
+            const double m = mu[b + (size_t)j];
+            double vk[kProjK];
 #pragma unroll
             for (int k = 0; k < kProjK; ++k)
-                if (k < nk)
-                    acc[k] = fma(xb, v[b + (size_t)j + (size_t)k * bands], acc[k]);
+                vk[k] = k < nk ? v[b + (size_t)j + (size_t)k * bands] : 0.0;
+#pragma unroll
+            for (int q = 0; q < PX; ++q) {
+                const double xb = (double)xv[q][j] - m;
+#pragma unroll
+                for (int k = 0; k < kProjK; ++k)
+                    if (k < nk)
+                        acc[q][k] = fma(xb, vk[k], acc[q][k]);
+            }
         }
     }
     for (; b < bands; ++b) {
-        const double xb = (double)x[p + b * n] - mu[b];
 #pragma unroll
-        for (int k = 0; k < kProjK; ++k)
-            if (k < nk)
-                acc[k] = fma(xb, v[b + (size_t)k * bands], acc[k]);
+        for (int q = 0; q < PX; ++q) {
+            const double xb = (double)(on[q] ? x[p[q] + b * n] : 0.0f) - mu[b];
+#pragma unroll
+            for (int k = 0; k < kProjK; ++k)
+                if (k < nk)
+                    acc[q][k] = fma(xb, v[b + (size_t)k * bands], acc[q][k]);
+        }
     }
 #pragma unroll
-    for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
-        if (k < nk)
-            out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+    for (int q = 0; q < PX; ++q)
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
+            if (k < nk && on[q])
+                out[p[q] + (k0 + (size_t)k) * n] = (float)acc[q][k];
 }
 
 /* Covariance numerator of a resident cube in one pass over it (float in,
@@ -702,11 +728,17 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
+    const bool pair = how && strcmp(how, "pair") == 0;
     for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
         const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
         const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
-        project_kernel<<<(unsigned)div_up(N, kThreads), kThreads, shmem, pipe.stream(0)>>>(
-            d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
+        if (pair)
+            project_kernel<2><<<(unsigned)div_up(N, 2 * kThreads), kThreads, shmem,
+                                pipe.stream(0)>>>(d_cube, N, B, d_cmask, d_mean.get(), d_V.get(),
+                                                  k0, nk, ap->nodata, d_out.get());
+        else
+            project_kernel<1><<<(unsigned)div_up(N, kThreads), kThreads, shmem, pipe.stream(0)>>>(
+                d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
     }
     for (size_t i = 0; !fused && i < nch; ++i) {
