@@ -759,6 +759,108 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const
     }
 }
 
+/* fed_fused_body for the float path, with fewer instructions per pixel and
+ * step: the two shared planes have a border of one zero cell on each side
+ * (written once), so the neighbours of the region's edge pixels are read
+ * without a condition, and the thread rows that compute all their rows at a
+ * step (all but the first and last ones, warp-uniform) skip the per-row
+ * test. The same values and operations as fed_fused_body, so the same bits.
+ * Shared memory: 2 planes of (BY R + 2) x (kFedRW + 2) T. */
+const int kFedPW = kFedRW + 2;
+
+template <int K, int BY, int R, typename T>
+HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW], const T *uin,
+                                       T *uout, const T *gm, int W, int H, size_t npix,
+                                       const FedSteps &steps)
+{
+    const int RW = kFedRW, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int c = t.tx, rb = t.ty * R;
+    const size_t off = (size_t)t.bz * npix;
+    const int x = t.bx * OW - K + c;
+    const int y0 = t.by * OH - K + rb;
+    const bool colin = x >= 0 && x < W;
+    const T none = (T)-1.0, zero = (T)0.0;
+
+    T u[R], g[R], ce[R], cw[R], cs[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int y = y0 + i;
+        const bool in = colin && y >= 0 && y < H;
+        const size_t p = in ? off + (size_t)y * W + x : 0;
+        u[i] = in ? uin[p] : zero;
+        g[i] = in ? gm[p] : none;
+        buf[1][rb + i + 1][c + 1] = g[i];
+#pragma unroll
+        for (int pl = 0; pl < 2; ++pl) { /* the zero border, never written again */
+            if (c == 0)
+                buf[pl][rb + i + 1][0] = zero;
+            if (c == RW - 1)
+                buf[pl][rb + i + 1][RW + 1] = zero;
+        }
+    }
+#pragma unroll
+    for (int pl = 0; pl < 2; ++pl) {
+        if (rb == 0)
+            buf[pl][0][c + 1] = zero;
+        if (rb + R == RH)
+            buf[pl][RH + 1][c + 1] = zero;
+    }
+    HYPROF_EADP_SYNC();
+#pragma unroll
+    for (int i = 0; i < R; ++i) { /* plane 1's interior holds g (its border: not read) */
+        const T ge = c + 1 < RW ? buf[1][rb + i + 1][c + 2] : none;
+        const T gw = c > 0 ? buf[1][rb + i + 1][c] : none;
+        const T gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R + 1][c + 1] : none);
+        ce[i] = edge_c(g[i], ge);
+        cw[i] = edge_c(gw, g[i]);
+        cs[i] = edge_c(g[i], gs);
+    }
+    const T cn0 = edge_c(rb > 0 ? buf[1][rb][c + 1] : none, g[0]);
+    for (int s = 0; s < steps.n; ++s) {
+        T(*b)[kFedPW] = buf[s & 1];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            b[rb + i + 1][c + 1] = u[i];
+        HYPROF_EADP_SYNC();
+        const T tau = (T)steps.tau[s];
+        T un = b[rb][c + 1]; /* old value of the north neighbour (0 above the region) */
+        const T us_end = b[rb + R + 1][c + 1];
+        if (rb >= s + 1 && rb + R <= RH - 1 - s) { /* every row of the strip */
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const T old = u[i];
+                const T us = i + 1 < R ? u[i + 1] : us_end;
+                const T cn = i == 0 ? cn0 : cs[i - 1];
+                u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us, un,
+                                         ce[i], cw[i], cs[i], cn, tau);
+                un = old;
+            }
+        } else { /* rows within s of the region's edge cannot reach the tile */
+            const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const T old = u[i];
+                if (i >= lo && i < hi) {
+                    const T us = i + 1 < R ? u[i + 1] : us_end;
+                    const T cn = i == 0 ? cn0 : cs[i - 1];
+                    u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us,
+                                             un, ce[i], cw[i], cs[i], cn, tau);
+                }
+                un = old;
+            }
+        }
+    }
+    if (c < K || c >= RW - K || !colin)
+        return;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = rb + i, y = y0 + i;
+        if (r >= K && r < RH - K && y >= 0 && y < H)
+            uout[off + (size_t)y * W + x] = u[i];
+    }
+}
+
 /* The fused FED steps with a persistent grid: each CTA takes tiles
  * blockIdx.x, + gridDim.x, ... of the (bands x rows x columns of tiles)
  * sequence and, while it runs the K steps of one tile, copies the next
@@ -1011,6 +1113,20 @@ __global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
                                      gm, W, H, npix, steps);
 }
 
+/* Dynamic shared memory: 2 * (BY * R + 2) * kFedPW T; 4 blocks per SM for
+ * 32-row regions of 8- or 16-row strips (64 or 128 registers at most).
+ * More strips per region: as fed_fused_kernel. */
+template <int K, int BY, int R, typename T>
+__global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
+    fed_fused_pad_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                         int W, int H, size_t npix, const __grid_constant__ FedSteps steps)
+{
+    extern __shared__ double fed_smem[];
+    fed_fused_pad_body<K, BY, R, T>(HYPROF_EADP_THR,
+                                    reinterpret_cast<T(*)[BY * R + 2][kFedPW]>(fed_smem), uin,
+                                    uout, gm, W, H, npix, steps);
+}
+
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
 template <int K, int BY, int R, int CW, bool Fma>
 __global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
@@ -1080,14 +1196,22 @@ const void *fused_kernel_ptr(int K, int rows, int R, bool fma, int cw)
                : fused_kernel_ptr_c<false>(K, rows, R, cw);
 }
 
-/* The float path's fused kernel (no FMA choice, no persistent grid). */
+/* The float path's fused kernel (padded planes; no FMA choice, no persistent
+ * grid) and the dynamic shared memory of a fused launch. */
+size_t fed_smem_bytes(bool f32, int rows, bool persist)
+{
+    if (f32)
+        return (size_t)2 * (size_t)(rows + 2) * kFedPW * sizeof(float);
+    return (size_t)(persist ? 4 : 2) * (size_t)rows * kFedRW * sizeof(double);
+}
+
 template <int BY, int R> const void *fused_f32_ptr_k(int K)
 {
     switch (K) {
-    case 2: return (const void *)fed_fused_kernel<2, BY, R, false, float>;
-    case 6: return (const void *)fed_fused_kernel<6, BY, R, false, float>;
-    case 8: return (const void *)fed_fused_kernel<8, BY, R, false, float>;
-    default: return (const void *)fed_fused_kernel<4, BY, R, false, float>;
+    case 2: return (const void *)fed_fused_pad_kernel<2, BY, R, float>;
+    case 6: return (const void *)fed_fused_pad_kernel<6, BY, R, float>;
+    case 8: return (const void *)fed_fused_pad_kernel<8, BY, R, float>;
+    default: return (const void *)fed_fused_pad_kernel<4, BY, R, float>;
     }
 }
 
@@ -1344,8 +1468,7 @@ hyprof_status_t EadpCuda::plan()
         persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW *
-                          (int)(f32 ? sizeof(float) : sizeof(double));
+        const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
         const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
                              : fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
         HYPROF_CUDA_CHECK(
@@ -1600,7 +1723,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                                   (void *)&gz,  (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, dim3(ctas), block, params, shmem, st));
             } else {
-                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(T);
+                const size_t shmem = fed_smem_bytes(f32, tile_rows, false);
                 void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
                                   (void *)&H,   (void *)&npix, (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
