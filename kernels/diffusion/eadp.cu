@@ -1012,6 +1012,22 @@ HYPROF_EADP_FN void to_float_body(const Thr &t, const T *src, const uint8_t *mas
     }
 }
 
+/* The float source as it is, nodata where masked, over the bands as one flat
+ * array of n values (4 at a time: src and out are 16-byte aligned). */
+HYPROF_EADP_FN void copy_out_body(const Thr &t, const float *src, const uint8_t *mask,
+                                  size_t npix, size_t n, float nodata, float *out)
+{
+    const size_t stride = (size_t)t.gdx * t.bdx * 4;
+    for (size_t i = ((size_t)t.bx * t.bdx + t.tx) * 4; i < n; i += stride) {
+        if (i + 4 <= n && !mask) {
+            *reinterpret_cast<float4 *>(out + i) = *reinterpret_cast<const float4 *>(src + i);
+            continue;
+        }
+        for (size_t j = i; j < i + 4 && j < n; ++j)
+            out[j] = (!mask || mask[j % npix]) ? src[j] : nodata;
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
@@ -1138,6 +1154,13 @@ __global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
     fed_persist_body<K, BY, R, CW, Fma>(HYPROF_EADP_THR,
                                         reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem),
                                         uin, uout, gm, W, H, npix, gx, gy, nb, steps);
+}
+
+__global__ void __launch_bounds__(256)
+    copy_out_kernel(const float *__restrict__ src, const uint8_t *__restrict__ mask, size_t npix,
+                    size_t n, float nodata, float *__restrict__ out)
+{
+    copy_out_body(HYPROF_EADP_THR, src, mask, npix, n, nodata, out);
 }
 
 template <typename T>
@@ -1287,7 +1310,7 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.w = take(&off, (size_t)(2 * r + 1) * sizeof(double));
     L.x = take(&off, mul_sat(fband, nb));
     L.A = take(&off, mul_sat(dband, nb + 1));
-    L.B = take(&off, mul_sat(dband, nb));
+    L.B = take(&off, mul_sat(dband, nb) + 256); /* + 256: the float u buffers (ubuf) */
     L.gm = take(&off, mul_sat(dband, nb));
     L.cnt = take(&off, nb * 3 * sizeof(u64));
     L.st = take(&off, nb * kSelQueries * sizeof(SelState));
@@ -1376,7 +1399,9 @@ template <> double *EadpCuda::ubuf<double>(int which) const
 }
 template <> float *EadpCuda::ubuf<float>(int which) const
 {
-    return dev<float>(L.B) + (which ? group * npix : 0);
+    /* The second one 256-byte aligned (copy_out_kernel reads float4). */
+    const size_t second = (group * npix * sizeof(float) + 255) & ~(size_t)255;
+    return reinterpret_cast<float *>(arena.get() + L.B + (which ? second : 0));
 }
 
 hyprof_status_t EadpCuda::check_args()
@@ -1807,13 +1832,14 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     const dim3 grid = pix_grid(W, H, nb), block(kPixBX, kPixBY);
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kOutput, st, &tid));
-    if (i == 0)
-        to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
-                                                       a->nodata, slot);
-    else if (f32)
-        to_float_kernel<float><<<grid, block, 0, st>>>(ubuf<float>(cur), mask, W, H, npix,
-                                                       a->nodata, slot);
-    else
+    if (i == 0 || f32) { /* float already: a flat copy (nodata where masked) */
+        const size_t n = nb * npix;
+        size_t blocks = (n + 4 * 256 - 1) / (4 * 256);
+        blocks = blocks < 4096 ? blocks : 4096;
+        copy_out_kernel<<<(unsigned)blocks, 256, 0, st>>>(i == 0 ? dev<float>(L.x)
+                                                                 : ubuf<float>(cur),
+                                                          mask, npix, n, a->nodata, slot);
+    } else
         to_float_kernel<double><<<grid, block, 0, st>>>(ubuf<double>(cur), mask, W, H, npix,
                                                         a->nodata, slot);
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
