@@ -509,25 +509,14 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
     HYPROF_EADP_SYNC();
     const double *gb = G + (size_t)b * npix;
     for (size_t p = (size_t)t.bx * nthr + tid; p < npix; p += (size_t)t.gdx * nthr) {
-        int bin = -1;
-        if (!mask || mask[p]) {
-            const u64 key = sel_key(gb[p]), km = key & hmask;
-            for (int q = 0; q < kSelQueries; ++q)
-                if (act[q] && km == pre[q]) {
-                    bin = q * kSelBins + (int)((key >> shift) & dmask);
-                    break;
-                }
-        }
-#ifdef __CUDA_ARCH__
-        /* The first passes put most keys of a warp into a few bins: one atomic
-         * per distinct bin of the warp (counts, so the same result). */
-        const unsigned peers = __match_any_sync(__activemask(), bin);
-        if (bin >= 0 && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
-            atomicAdd(&sh[bin], (unsigned)__popc(peers));
-#else
-        if (bin >= 0)
-            HYPROF_EADP_ATOMIC_ADD_U32(&sh[bin], 1u);
-#endif
+        if (mask && !mask[p])
+            continue;
+        const u64 key = sel_key(gb[p]), km = key & hmask;
+        for (int q = 0; q < kSelQueries; ++q)
+            if (act[q] && km == pre[q]) {
+                HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+                break;
+            }
     }
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
