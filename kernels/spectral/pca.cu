@@ -5,7 +5,8 @@
  *           mean = sum / nvalid;
  *   pass 2  each chunk centred to double (masked rows zeroed), C += Xc^T Xc with
  *           cuBLAS (a batched DGEMM); a resident cube of up to 144 bands
- *           instead goes through gram_kernel in one pass;
+ *           instead goes through gram_mma_kernel in one pass (FP64 tensor
+ *           cores; gram_kernel on the CUDA cores with $HYPROF_PCA_GRAM=fp64);
  *   then    C / (nvalid - 1), LAPACK's dsyevd on the host (ascending, as the
  *           CPU backend; cuSOLVER's syevd with $HYPROF_PCA_EIGH=device).
  * When the whole cube fits in device memory it is uploaded once during pass 1
@@ -154,8 +155,10 @@ __host__ __device__ inline bool proj_smem_fits(size_t bands, int nk)
 }
 
 /* PX pixels per thread (p, p + blockDim.x, ...: loads stay coalesced), so
- * that each shared-memory load of V and the mean serves PX pixels
- * ($HYPROF_PCA_PROJECT=pair: PX = 2). The same operations per pixel. */
+ * that each shared-memory load of V and the mean serves PX pixels: PX = 2 by
+ * default (Houston size on an H200, 09:40 round: 193 us a call, against 376
+ * for PX = 1 and 238 for the kernel before), $HYPROF_PCA_PROJECT=one: PX = 1.
+ * The same operations per pixel. */
 template <int PX>
 __global__ void __launch_bounds__(kThreads)
     project_kernel(const float *__restrict__ x, size_t n, size_t bands,
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(kGramThreads, 2)
               reinterpret_cast<unsigned char *>(gram_smem), x, n, bands, mask, mean, partial);
 }
 
-/* The same covariance numerator on the FP64 tensor cores ($HYPROF_PCA_GRAM=mma):
+/* The same covariance numerator on the FP64 tensor cores (the default):
  * the stages of pixels are copied and centred as in gram_body, but into
  * cen[b][q] (band-major, a row stride of kMmaLdq = kGramP + 4 doubles: the
  * fragment loads below hit every bank pair exactly twice, the minimum for 32
@@ -614,9 +617,10 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     return HYPROF_OK;
 }
 
-/* The covariance numerator of a resident cube with gram_kernel (or
- * gram_mma_kernel with $HYPROF_PCA_GRAM=mma), into c (on stream st); *done
- * false when it does not apply (more than 8 kGramG bands,
+/* The covariance numerator of a resident cube with gram_mma_kernel (FP64
+ * tensor cores; 0.88 ms against 1.18 for gram_kernel, Houston size on an
+ * H200, 09:40 round; $HYPROF_PCA_GRAM=fp64 keeps gram_kernel), into c (on
+ * stream st); *done false when it does not apply (more than 8 kGramG bands,
  * $HYPROF_PCA_GRAM=gemm, or no memory for the per-CTA slices). */
 static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
                                      const uint8_t *d_mask, const double *d_mean, double *c,
@@ -624,6 +628,7 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
 {
     static const char op[] = "pca";
     const char *how = getenv("HYPROF_PCA_GRAM");
+    const bool mma = !(how && strcmp(how, "fp64") == 0);
     *done = false;
     if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
         return HYPROF_OK;
@@ -639,7 +644,7 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
         ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
         return HYPROF_OK;
     }
-    if (how && strcmp(how, "mma") == 0) {
+    if (mma) {
         const size_t shmem = gram_mma_smem_bytes((int)B);
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
             gram_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
@@ -728,7 +733,7 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
-    const bool pair = how && strcmp(how, "pair") == 0;
+    const bool pair = !(how && strcmp(how, "one") == 0); /* 193 against 376 us (H200) */
     for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
         const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
         const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
