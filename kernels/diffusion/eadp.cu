@@ -376,29 +376,38 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
  * kernels, so the same bits; r <= kPrepMaxR. */
 const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
 const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
+const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
 
-HYPROF_EADP_FN void prep_body(const Thr &t, double (*Hn)[kPrepSW], double (*Hd)[kPrepSW],
-                              double (*S)[kPrepSW], unsigned *cnt_sh, const float *x,
-                              const uint8_t *mask, int W, int H, size_t npix, const double *w,
-                              int r, double *G, u64 *cnt)
+HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
+                              double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
+                              unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
+                              int H, size_t npix, const double *w, int r, double *G, u64 *cnt)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
     const float *xb = x + (size_t)b * npix;
     if (tid < 3)
         cnt_sh[tid] = 0;
-    const int nh = kPrepTY + 2 + 2 * r;
+    /* The input the tile needs, staged once: row k, column cc hold image
+     * (reflect(y0 - 1 - r + k), reflect(x0 - 1 - r + cc)), 0 where masked. */
+    const int nh = kPrepTY + 2 + 2 * r, nxw = kPrepTX + 2 + 2 * r;
+    for (int e = tid; e < nh * nxw; e += nthr) {
+        const int k = e / nxw, cc = e % nxw;
+        const size_t q = (size_t)reflect_index(y0 - 1 - r + k, H) * W +
+                         reflect_index(x0 - 1 - r + cc, W);
+        const bool m = !mask || mask[q];
+        Xv[k][cc] = m ? xb[q] : 0.0f;
+        Xm[k][cc] = m ? 1 : 0;
+    }
+    HYPROF_EADP_SYNC();
     for (int e = tid; e < nh * kPrepSW; e += nthr) {
         const int k = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx;
         if (xs < 0 || xs >= W)
             continue;
-        const size_t row = (size_t)reflect_index(y0 - 1 - r + k, H) * W;
         double an = 0.0, ad = 0.0;
-        for (int j = -r; j <= r; ++j) {
-            const size_t q = row + reflect_index(xs + j, W);
-            const bool m = !mask || mask[q];
-            an = add_rn(an, mul_rn(w[j + r], m ? (double)xb[q] : 0.0));
-            ad = add_rn(ad, mul_rn(w[j + r], m ? 1.0 : 0.0));
+        for (int j = -r; j <= r; ++j) { /* image column xs + j is staged column cx + r + j */
+            an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
+            ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
         }
         Hn[k][cx] = an;
         Hd[k][cx] = ad;
@@ -1059,8 +1068,10 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
                 u64 *__restrict__ cnt)
 {
     __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
+    __shared__ float Xv[kPrepHR][kPrepXW];
+    __shared__ unsigned char Xm[kPrepHR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body(HYPROF_EADP_THR, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
+    prep_body(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
 }
 
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
