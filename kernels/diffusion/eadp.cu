@@ -30,12 +30,16 @@
  *               (64-2K) x (32-2K) tile is written back. One launch moves u and
  *               g through device memory once for K steps instead of K times.
  *               At step s the first and last thread rows skip the rows within
- *               s of the region's edge, which can no longer reach the tile.
+ *               s of the region's edge, which can no longer reach the tile
+ *               (double); the float kernel (fed_fused_pad_body) updates every
+ *               row and reads edge neighbours from a zero border instead
+ *               (fewer instructions: it is issue-bound).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
  *               ping-pong buffer).
- *   output      u -> float, nodata where masked, into a ring of device slots;
+ *   output      u -> float (float u: a flat copy), nodata where masked, into a
+ *               ring of device slots;
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
  *
