@@ -390,7 +390,7 @@ inline int mma_warps(int bands)
 inline size_t gram_mma_smem_bytes(int bands)
 {
     return 2 * (size_t)bands * kGramP * sizeof(float) + 2 * kGramP +
-           (size_t)mma_rows(bands) * kMmaLdq * sizeof(double);
+           2 * (size_t)mma_rows(bands) * kMmaLdq * sizeof(double);
 }
 
 __device__ __forceinline__ void dmma_8x8x4(double (&c)[2], double a, double b)
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(32 * 21, 1)
     const int ncta = (int)gridDim.x, rows = mma_rows(bands);
     float *raw = reinterpret_cast<float *>(smem);                     /* [2][bands][kGramP] */
     unsigned char *msk = smem + 2 * (size_t)bands * kGramP * sizeof(float); /* [2][kGramP] */
-    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP);       /* [rows][kMmaLdq] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP); /* [2][rows][kMmaLdq] */
     const int warp = tid >> 5, lane = tid & 31;
     int I = 0, J = warp;
     while (J > I) { /* warp -> block (I, J), I >= J */
@@ -443,30 +443,15 @@ __global__ void __launch_bounds__(32 * 21, 1)
 
     const int ra = (I * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
     const int rbo = (J * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
-    int buf = 0;
-    if (p_begin < p_end)
-        issue(p_begin, 0);
-    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, buf ^= 1) {
-        HYPROF_PCA_WAIT();
-        HYPROF_PCA_SYNC(); /* stage p0 is in raw[buf]; the last compute is done */
-        const float *rw = raw + (size_t)buf * bands * kGramP;
-        for (int e = tid; e < kGramP * rows; e += nthreads) {
-            const int q = e % kGramP, b = e / kGramP;
-            double v = 0.0;
-            if (b < bands && msk[buf * kGramP + q])
-                v = (double)rw[b * kGramP + q] - mean[b];
-            cen[b * kMmaLdq + q] = v;
-        }
-        HYPROF_PCA_SYNC(); /* cen is ready; raw[buf] and msk[buf] are free */
-        if (p0 + kGramP < p_end)
-            issue(p0 + kGramP, buf ^ 1);
+    const size_t plane = (size_t)rows * kMmaLdq;
+    auto products = [&](const double *c) { /* this warp's block over one stage */
 #pragma unroll 2
         for (int k0 = 0; k0 < kGramP; k0 += 4) {
             double fa[3], fb[3];
 #pragma unroll
             for (int t = 0; t < 3; ++t) {
-                fa[t] = cen[ra + t * 8 * kMmaLdq + k0];
-                fb[t] = cen[rbo + t * 8 * kMmaLdq + k0];
+                fa[t] = c[ra + t * 8 * kMmaLdq + k0];
+                fb[t] = c[rbo + t * 8 * kMmaLdq + k0];
             }
 #pragma unroll
             for (int a = 0; a < 3; ++a)
@@ -474,7 +459,34 @@ __global__ void __launch_bounds__(32 * 21, 1)
                 for (int b = 0; b < 3; ++b)
                     dmma_8x8x4(acc[a][b], fa[a], fb[b]);
         }
+    };
+    /* Two cen planes, one barrier per stage: stage n is centred into plane
+     * n & 1 while the warps that are done multiply stage n - 1 (plane
+     * (n - 1) & 1, complete at this stage's barrier). */
+    int stage = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, ++stage) {
+        const int buf = stage & 1;
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC(); /* raw[buf] is in; stage n - 1's centring and n - 2's products are done */
+        const float *rw = raw + (size_t)buf * bands * kGramP;
+        double *cb = cen + (size_t)buf * plane;
+        for (int e = tid; e < kGramP * rows; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            double v = 0.0;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rw[b * kGramP + q] - mean[b];
+            cb[b * kMmaLdq + q] = v;
+        }
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1); /* raw[buf ^ 1] was centred before the barrier */
+        if (stage > 0)
+            products(cen + (size_t)(buf ^ 1) * plane);
     }
+    HYPROF_PCA_SYNC();
+    if (stage > 0)
+        products(cen + (size_t)((stage - 1) & 1) * plane);
     double *out = partial + (size_t)cta * bands * bands;
 #pragma unroll
     for (int a = 0; a < 3; ++a)
