@@ -122,6 +122,7 @@ const int kSelThreads = 256;             /* selection kernels */
 const int kSelBins = 2048;               /* 11-bit digits */
 const int kSelQueries = 4;               /* lo, hi; lo, hi of the G > 0 fallback */
 const int kSelPasses = 6;
+const int kSelCollect = 2; /* the pass that collects the candidate keys */
 const int kSelShift[kSelPasses] = {55, 44, 33, 22, 11, 0};
 const int kSelWidth[kSelPasses] = {9, 11, 11, 11, 11, 11};
 const int kMaxFuse = 8;
@@ -507,7 +508,8 @@ HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double 
  * counters. grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const uint8_t *mask, size_t npix, const SelState *st,
-                                  u64 hmask, int shift, unsigned dmask, u64 *ghist)
+                                  u64 hmask, int shift, unsigned dmask, u64 *ghist,
+                                  const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
@@ -520,14 +522,21 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
         pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
     }
     HYPROF_EADP_SYNC();
+    /* The keys: of G's valid pixels, or (list) the band's candidates that an
+     * earlier pass collected; with cand, the keys that match a query also go
+     * to the band's candidate list (ncand[b] counts them). */
     const double *gb = G + (size_t)b * npix;
-    for (size_t p = (size_t)t.bx * nthr + tid; p < npix; p += (size_t)t.gdx * nthr) {
-        if (mask && !mask[p])
+    const u64 *lb = list ? list + (size_t)b * npix : NULL;
+    const size_t n = list ? (size_t)ncand[b] : npix;
+    for (size_t p = (size_t)t.bx * nthr + tid; p < n; p += (size_t)t.gdx * nthr) {
+        if (!list && mask && !mask[p])
             continue;
-        const u64 key = sel_key(gb[p]), km = key & hmask;
+        const u64 key = list ? lb[p] : sel_key(gb[p]), km = key & hmask;
         for (int q = 0; q < kSelQueries; ++q)
             if (act[q] && km == pre[q]) {
                 HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+                if (cand)
+                    cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
                 break;
             }
     }
@@ -1072,10 +1081,11 @@ __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct
 __global__ void __launch_bounds__(kSelThreads)
     sel_hist_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask, size_t npix,
                     const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
-                    u64 *__restrict__ ghist)
+                    u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist);
+    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
+                  ncand);
 }
 
 __global__ void __launch_bounds__(kSelThreads)
@@ -1286,7 +1296,7 @@ class GraphExec {
 
 /* Byte offsets of the device buffers inside one allocation. */
 struct Layout {
-    size_t mask, w, x, A, B, gm, cnt, st, hist, k, slot0, slot_bytes, total;
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, slot0, slot_bytes, total;
 };
 
 const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
@@ -1316,6 +1326,7 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.st = take(&off, nb * kSelQueries * sizeof(SelState));
     L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
     L.k = take(&off, nb * sizeof(double));
+    L.ncand = take(&off, nb * sizeof(u64));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
@@ -1658,12 +1669,18 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
             nblk = 1;
         if (nblk > 512)
             nblk = 512;
+        /* Pass kSelCollect also copies the keys that match a query (20 bits
+         * decided: normally a few thousand) into B, free here; the later
+         * passes read that list instead of G. */
+        u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
         for (int pass = 0; pass < kSelPasses; ++pass) {
             const int shift = kSelShift[pass], width = kSelWidth[pass];
             const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
             const unsigned dmask = (1u << width) - 1u;
             sel_hist_kernel<<<dim3((unsigned)nblk, 1, (unsigned)nb), kSelThreads, 0, st>>>(
-                A, mask, npix, sst, hmask, shift, dmask, hist);
+                A, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
+                pass == kSelCollect ? cand : NULL, ncand);
             HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
             sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
                                                                              hist);
