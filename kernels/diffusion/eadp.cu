@@ -13,7 +13,8 @@
  *   scharr      G and the counts
  *   selection   the contrast k per band on the device: an exact radix select
  *               (6 passes of 9/11 bits over the bit patterns of G, which order
- *               like the values since G >= 0) of the order statistics that
+ *               like the values since G >= 0; the last three over the keys
+ *               the third one collects) of the order statistics that
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
  *               eadp.c (lo + t (hi - lo), the same fallbacks)
