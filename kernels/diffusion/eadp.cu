@@ -786,10 +786,9 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const
  * step (the kernel is issue-bound: 76 % of the issue slots, 3.2 IPC, an H200,
  * 09:40 round): the two shared planes have a border of one zero cell on each
  * side (written once), so the neighbours of the region's edge pixels are
- * read without a condition; every row is updated at every step (rows within
- * s of the region's edge get values that no row of the output tile depends
- * on: the halo argument of fed_fused_body, without its per-row test); row
- * offsets are carried from row to row. The output tile gets the same values
+ * read without a condition; only the first and last strips test their rows
+ * (as fed_fused_body: rows within s of the region's edge are skipped), the
+ * others update all of theirs; row offsets are carried from row to row. The output tile gets the same values
  * by the same operations as fed_fused_body, so the same bits.
  * Shared memory: 2 planes of (BY R + 2) x (kFedRW + 2) T. */
 const int kFedPW = kFedRW + 2;
@@ -847,14 +846,29 @@ HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW
         const T tau = (T)steps.tau[s];
         T un = b[rb][c + 1]; /* old value of the north neighbour (0 above the region) */
         const T us_end = b[rb + R + 1][c + 1];
+        if (rb >= s + 1 && rb + R <= RH - 1 - s) { /* every row of the strip */
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const T old = u[i];
-            const T us = i + 1 < R ? u[i + 1] : us_end;
-            const T cn = i == 0 ? cn0 : cs[i - 1];
-            u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us, un, ce[i],
-                                     cw[i], cs[i], cn, tau);
-            un = old;
+            for (int i = 0; i < R; ++i) {
+                const T old = u[i];
+                const T us = i + 1 < R ? u[i + 1] : us_end;
+                const T cn = i == 0 ? cn0 : cs[i - 1];
+                u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us, un,
+                                         ce[i], cw[i], cs[i], cn, tau);
+                un = old;
+            }
+        } else { /* the first and last strips: rows within s of the edge are skipped */
+            const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const T old = u[i];
+                if (i >= lo && i < hi) {
+                    const T us = i + 1 < R ? u[i + 1] : us_end;
+                    const T cn = i == 0 ? cn0 : cs[i - 1];
+                    u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us,
+                                             un, ce[i], cw[i], cs[i], cn, tau);
+                }
+                un = old;
+            }
         }
     }
     if (c < K || c >= RW - K || !colin)
@@ -1472,7 +1486,11 @@ hyprof_status_t EadpCuda::plan()
             }
     }
 
-    fuse = env_int("HYPROF_EADP_FUSE", 4);
+    /* Float: 6 steps per launch on 64 x 64 regions (FED 1.94 ms against 2.29
+     * for 4 steps on 64 x 32, an H200, 10:04 round); double: 4 on 64 x 32. */
+    const char *prec0 = getenv("HYPROF_EADP_PRECISION");
+    const bool float_fed = !(prec0 && strcmp(prec0, "double") == 0);
+    fuse = env_int("HYPROF_EADP_FUSE", float_fed ? 6 : 4);
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
@@ -1485,7 +1503,7 @@ hyprof_status_t EadpCuda::plan()
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     const char *prep = getenv("HYPROF_EADP_PREP");
     fused_prep = !(prep && strcmp(prep, "split") == 0);
-    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
+    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32) == 64 ? 64 : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
      * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
