@@ -22,7 +22,8 @@
  *   FED         per increment, cycles x nsteps Jacobi steps, in float by
  *               default (u and g stored as float: 12 bytes per pixel and
  *               launch; $HYPROF_EADP_PRECISION=double for double), fused K steps per
- *               launch (K = 4 by default): a block loads a 64 x 32 region of u
+ *               launch (float: K = 6 on 64 x 64 regions; double: K = 4 on
+ *               64 x 32 regions, the sizes below): a block loads a 64 x 32 region of u
  *               and g (the output tile plus a halo of K), computes its edge
  *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
  *               steps in shared memory, each thread holding a vertical strip
