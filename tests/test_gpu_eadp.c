@@ -17,7 +17,8 @@
  * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
  * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
  * bit-identical results to the default run of the same precision, in float
- * and in double (and 8- or 2-row strips, $HYPROF_EADP_STRIP=8, 2, the
+ * and in double (and 2-, 4-, 8- or 16-row strips (16: float only),
+ * $HYPROF_EADP_STRIP, 4 steps and 64 x 32 regions (the double defaults), the
  * persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns per
  * thread (double only), FED launches by chunks of bands,
  * $HYPROF_EADP_L2_BANDS=1, 2, and the smoothing and gradient as three kernels
@@ -150,6 +151,8 @@ static const variant_t g_variants[] = {
     {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
     {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
     {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},
+    {"strip4", "HYPROF_EADP_STRIP", "4", 1},      {"strip16", "HYPROF_EADP_STRIP", "16", 1},
+    {"fuse4", "HYPROF_EADP_FUSE", "4", 1},        {"rows32", "HYPROF_EADP_TILE_ROWS", "32", 1},
     {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
     {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
     {"prepsplit", "HYPROF_EADP_PREP", "split", 1},
