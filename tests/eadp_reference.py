@@ -40,17 +40,45 @@ G3_CONSTANT = 3.315     # Weickert's C_m for m = 4
 
 # ---- FED schedule (Eqs. 7 and 8 of the EADP paper) ---------------------------
 
-# The order of the steps inside a cycle. "ascending" is what eadp_impl.h specifies
-# today. Mathematically the order does not matter (the diffusivity is fixed, so the
-# steps commute), but rounding errors made early in the cycle are multiplied by the
-# later factors (1 - tau_j lambda), and in ascending order the long steps all come
-# last: the worst-case amplification max_lambda |prod_(j >= J) (1 - tau_j lambda)|
-# is ~1e12 for n = 28 steps (t = 65), 6e17 for n = 39 (t = 130), 3e37 for n = 79
-# (t = 520). "kappa" is the kappa-cycle permutation (kappa = n // 2, modulo the next
-# prime above n) that the KAZE/AKAZE FED code (fed.cpp, fed_tau_internal) -- where
-# the paper's `fed_tau_by_process_time` comes from -- applies by default
-# (reordering_ = true); it keeps that amplification at 1 (n = 28) to ~300 (n = 79).
-FED_ORDER = "kappa"
+# The order of the steps inside a cycle. Mathematically the order does not matter (the
+# diffusivity is fixed, so the steps commute), but the partial products of the factors
+# (1 - tau_j lambda) do: those of the steps already done grow the intermediate values
+# (and with them the absolute rounding errors), those of the steps still to come multiply
+# an error made mid-cycle. "ascending" puts every long step last: an early error grows by
+# ~1e12 for n = 28 steps (t = 65), 3e37 for n = 79 (t = 520). "kappa" is the kappa-cycle
+# permutation (kappa = n // 2, modulo the next prime above n) of the KAZE/AKAZE FED code
+# (fed.cpp, fed_tau_internal), which the paper's `fed_tau_by_process_time` comes from: it
+# keeps the later products near 1 but lets the intermediate values grow by 7.7e6 for
+# n = 28 and 5e58 for n = 190 (t = 3000: NaN even in float64). "leja" (the default, what
+# eadp.c's hyprof_fed_steps does) is the Leja ordering of the roots lambda_j = 1/tau_j
+# (Reichel 1991, for Richardson iterations): both kinds of products stay below ~1e3 up to
+# n = 190 (amplification() and growth() below), and float32 arithmetic stays within 1e-5
+# of float64 on Indian Pines and Samson (test_eadp.py::test_fed_order_float32).
+FED_ORDER = "leja"
+
+
+def leja_order(lam):
+    """Leja ordering of the values lam: the largest first, then each next one maximises
+    the product of its distances to those taken (a sum of logs, accumulated in the
+    order taken, ties to the lower index: as eadp.c)."""
+    n = len(lam)
+    acc = np.zeros(n)
+    used = np.zeros(n, bool)
+    last = int(np.argmax(lam))
+    idx = [last]
+    used[last] = True
+    for _ in range(1, n):
+        best = -1
+        for j in range(n):  # a plain loop: the same additions in the same order as eadp.c
+            if used[j]:
+                continue
+            acc[j] += math.log(abs(lam[j] - lam[last]))
+            if best < 0 or acc[j] > acc[best]:
+                best = j
+        last = best
+        used[last] = True
+        idx.append(last)
+    return np.array(idx, dtype=np.intp)
 
 
 def _is_prime(p):
@@ -76,8 +104,8 @@ def fed_steps(t, tau_max=TAU_MAX, order=None):
     """(n, tau) of one FED cycle of length t: n = ceil(-1/2 + sqrt(1 + 12 t / tau_max) / 2)
     steps (Eq. 8 with M = 1: t is one cycle's time), tau_j = tau_max / (2 cos^2(pi (2j+1)
     / (4n+2))) for j = 0..n-1 (Eq. 7, ascending), scaled so that they sum to t exactly
-    (unscaled they sum to tau_max (n^2+n)/3 >= t). order: "ascending" (default: FED_ORDER)
-    or "kappa" (see FED_ORDER)."""
+    (unscaled they sum to tau_max (n^2+n)/3 >= t). order: "ascending", "kappa" or "leja"
+    (default: FED_ORDER, see there)."""
     if not t > 0:
         raise ValueError("FED cycle time must be > 0, got %r" % (t,))
     n = int(math.ceil(-0.5 + 0.5 * math.sqrt(1.0 + 12.0 * t / tau_max)))
@@ -88,21 +116,33 @@ def fed_steps(t, tau_max=TAU_MAX, order=None):
     order = order or FED_ORDER
     if order == "kappa":
         tau = tau[kappa_order(n)]
+    elif order == "leja":
+        tau = tau[leja_order(1.0 / tau)]
     elif order != "ascending":
-        raise ValueError("order must be ascending or kappa, got %r" % (order,))
+        raise ValueError("order must be ascending, kappa or leja, got %r" % (order,))
     return n, tau
+
+
+def _partial_products(tau, lam_max, samples):
+    lam = np.linspace(0.0, lam_max, samples)
+    p, worst = np.ones_like(lam), 0.0
+    for t in tau:
+        p *= 1.0 - t * lam
+        worst = max(worst, float(np.abs(p).max()))
+    return worst
 
 
 def amplification(tau, lam_max=8.0, samples=20001):
     """Worst-case growth of a rounding error made before step J of the cycle:
     max over J and lambda in [0, lam_max] of |prod_(j >= J) (1 - tau_j lambda)|
     (lam_max = 8: the largest eigenvalue magnitude of the 2-D operator with g <= 1)."""
-    lam = np.linspace(0.0, lam_max, samples)
-    p, worst = np.ones_like(lam), 0.0
-    for t in tau[::-1]:
-        p *= 1.0 - t * lam
-        worst = max(worst, float(np.abs(p).max()))
-    return worst
+    return _partial_products(np.asarray(tau)[::-1], lam_max, samples)
+
+
+def growth(tau, lam_max=8.0, samples=20001):
+    """Worst-case growth of the intermediate values inside the cycle (and of their
+    absolute rounding errors): max over J and lambda of |prod_(j < J) (1 - tau_j lambda)|."""
+    return _partial_products(tau, lam_max, samples)
 
 
 # ---- borders, smoothing, derivatives -----------------------------------------
@@ -213,7 +253,7 @@ class Conductances:
 
 
 def fed_cycle(u, cond, tau):
-    """One FED cycle: the explicit steps u <- u + tau_j A u, j ascending."""
+    """One FED cycle: the explicit steps u <- u + tau_j A u, in the order given."""
     for t in tau:
         u = u + t * cond.flux(u)
     return u

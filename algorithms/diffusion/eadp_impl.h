@@ -21,7 +21,7 @@
  *      g1 = exp(-r),  g2 = 1 / (1 + r),  g3 = r > 0 ? 1 - exp(-3.315 / r^4) : 1.
  * 5. Profile: out band 0 = u; then for i = 1..ntimes, starting from the
  *    previous result, `cycles` FED cycles, each the steps tau[0..nsteps-1]
- *    (the schedule of increment i, in hyprof_fed_steps' kappa-cycle order:
+ *    (the schedule of increment i, in hyprof_fed_steps' Leja order:
  *    apply them in the order given), each step Jacobi:
  *      u'(p) = u(p) + tau * sum over the 4-neighbours q inside the image with
  *              m(p) and m(q) of (g(p) + g(q))/2 * (u(q) - u(p))

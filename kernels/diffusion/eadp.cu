@@ -4,42 +4,58 @@
  * (grid z = band); the cube is uploaded once and nothing but the float profile
  * bands and the contrasts come back.
  *
+ *   prep        per 32 x 16 tile: H = Gx * (m u) and Gx * m of the rows it
+ *               needs (shared memory), s = Gy * H / Gy * Hm (0 where the
+ *               denominator is 0), G = gx^2 + gy^2 (Scharr); per band counts
+ *               of valid, G == 0 and G > 0. For sigma > 8/3 (radius > 8):
  *   gauss_h     H = Gx * (m u) for every band, and Gx * m as one extra "band"
- *   gauss_v     s = Gy * H_band / Gy * H_mask (0 where the denominator is 0)
- *   scharr      G = gx^2 + gy^2; per band counts of valid, G == 0 and G > 0
+ *   gauss_v     s = Gy * H_band / Gy * H_mask
+ *   scharr      G and the counts
  *   selection   the contrast k per band on the device: an exact radix select
  *               (6 passes of 9/11 bits over the bit patterns of G, which order
- *               like the values since G >= 0) of the order statistics that
+ *               like the values since G >= 0; the last three over the keys
+ *               the third one collects) of the order statistics that
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
  *               eadp.c (lo + t (hi - lo), the same fallbacks)
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked)
- *   FED         per increment, cycles x nsteps Jacobi steps, fused K steps per
- *               launch (K = 4 by default): a block loads a 64 x 32 region of u
+ *   FED         per increment, cycles x nsteps Jacobi steps, in float by
+ *               default (u and g stored as float: 12 bytes per pixel and
+ *               launch; $HYPROF_EADP_PRECISION=double for double), fused K steps per
+ *               launch (float: K = 6 on 64 x 64 regions; double: K = 4 on
+ *               64 x 32 regions, the sizes below): a block loads a 64 x 32 region of u
  *               and g (the output tile plus a halo of K), computes its edge
  *               conductances (g(p) + g(q)) / 2 once into registers, and runs K
  *               steps in shared memory, each thread holding a vertical strip
- *               of 4 pixels in registers (neighbours across strips through
+ *               of 8 pixels (float; 4 in double) in registers (neighbours across strips through
  *               shared memory, one barrier per step); only the inner
  *               (64-2K) x (32-2K) tile is written back. One launch moves u and
  *               g through device memory once for K steps instead of K times.
  *               At step s the first and last thread rows skip the rows within
- *               s of the region's edge, which can no longer reach the tile.
+ *               s of the region's edge, which can no longer reach the tile
+ *               (double); the float kernel (fed_fused_pad_body) updates every
+ *               row and reads edge neighbours from a zero border instead
+ *               (fewer instructions: it is issue-bound).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
  *               ping-pong buffer).
- *   output      u -> float, nodata where masked, into a ring of device slots;
+ *   output      u -> float (float u: a flat copy), nodata where masked, into a
+ *               ring of device slots;
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
  *
- * Arithmetic: double throughout, and in the order of the CPU backend
- * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that with g2
- * the two backends normally agree bit for bit (g1 and g3 call exp(), whose
- * last bit may differ between CUDA and the C library).
+ * Arithmetic: double up to the diffusivity, in the order of the CPU backend
+ * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that the
+ * contrast k and, with $HYPROF_EADP_PRECISION=double and g2, the whole
+ * profile agree with the CPU bit for bit (g1 and g3 call exp(), whose last
+ * bit may differ between CUDA and the C library). The float FED (default)
+ * stays within 1e-4 of the CPU's double result (DESIGN.md's bound; the Leja
+ * step order keeps float rounding from being amplified: ~1e-6 measured with
+ * NumPy on Indian Pines and Samson).
  * $HYPROF_EADP_FMA=1 lets the FED step use fused multiply-adds (fewer
  * double-precision instructions; no longer bit-identical to the CPU, the
- * difference being rounding-level with the kappa-cycle step order).
+ * difference being rounding-level with the Leja step order).
  * Memory: 28 bytes per pixel and band (x, u ping-pong, g) + 4 per output slot;
  * bands are processed in groups when they do not all fit.
  *
@@ -54,6 +70,8 @@
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
  * FED launches of an increment n bands at a time (their data stays in L2);
+ * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
+ * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -106,6 +124,7 @@ const int kSelThreads = 256;             /* selection kernels */
 const int kSelBins = 2048;               /* 11-bit digits */
 const int kSelQueries = 4;               /* lo, hi; lo, hi of the G > 0 fallback */
 const int kSelPasses = 6;
+const int kSelCollect = 2; /* the pass that collects the candidate keys */
 const int kSelShift[kSelPasses] = {55, 44, 33, 22, 11, 0};
 const int kSelWidth[kSelPasses] = {9, 11, 11, 11, 11, 11};
 const int kMaxFuse = 8;
@@ -226,6 +245,38 @@ HYPROF_EADP_FN double fed_update(double u, double ue, double uw, double us, doub
     return add_rn(u, mul_rn(tau, f));
 }
 
+/* The float FED path ($HYPROF_EADP_PRECISION, default): u, g and the
+ * arithmetic in float. Written with explicit _rn intrinsics and a fixed FMA
+ * pattern so that every kernel variant (fused or not, any tile) rounds the
+ * same way and their results stay bit-identical to each other. */
+HYPROF_EADP_FN float edge_c(float ga, float gb)
+{
+#ifdef __CUDA_ARCH__
+    return (ga < 0.0f || gb < 0.0f) ? 0.0f : __fmul_rn(0.5f, __fadd_rn(ga, gb));
+#else
+    return (ga < 0.0f || gb < 0.0f) ? 0.0f : 0.5f * (ga + gb);
+#endif
+}
+
+template <bool Fma>
+HYPROF_EADP_FN float fed_update(float u, float ue, float uw, float us, float un, float ce,
+                                float cw, float cs, float cn, float tau)
+{
+#ifdef __CUDA_ARCH__
+    float f = __fmul_rn(ce, __fsub_rn(ue, u));
+    f = __fmaf_rn(cw, __fsub_rn(uw, u), f);
+    f = __fmaf_rn(cs, __fsub_rn(us, u), f);
+    f = __fmaf_rn(cn, __fsub_rn(un, u), f);
+    return __fmaf_rn(tau, f, u);
+#else
+    float f = ce * (ue - u);
+    f = std::fma(cw, uw - u, f);
+    f = std::fma(cs, us - u, f);
+    f = std::fma(cn, un - u, f);
+    return std::fma(tau, f, u);
+#endif
+}
+
 /* Sort key of G >= 0: its bit pattern (NaN last). */
 HYPROF_EADP_FN u64 sel_key(double g)
 {
@@ -324,6 +375,96 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
         HYPROF_EADP_ATOMIC_ADD_U64(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
 }
 
+/* gauss_h, gauss_v and scharr in one pass for a kPrepTX x kPrepTY tile of
+ * band t.bz: the horizontal sums of the rows the tile's smoothing needs go
+ * to shared memory (Hn: of m x, Hd: of m; row k holds image row
+ * reflect(y0 - 1 - r + k)), then s over the tile plus a 1-pixel border (S),
+ * then G and the counts. The same operations in the same order as the three
+ * kernels, so the same bits; r <= kPrepMaxR. */
+const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
+const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
+const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
+
+HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
+                              double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
+                              unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
+                              int H, size_t npix, const double *w, int r, double *G, u64 *cnt)
+{
+    const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
+    const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
+    const float *xb = x + (size_t)b * npix;
+    if (tid < 3)
+        cnt_sh[tid] = 0;
+    /* The input the tile needs, staged once: row k, column cc hold image
+     * (reflect(y0 - 1 - r + k), reflect(x0 - 1 - r + cc)), 0 where masked. */
+    const int nh = kPrepTY + 2 + 2 * r, nxw = kPrepTX + 2 + 2 * r;
+    for (int e = tid; e < nh * nxw; e += nthr) {
+        const int k = e / nxw, cc = e % nxw;
+        const size_t q = (size_t)reflect_index(y0 - 1 - r + k, H) * W +
+                         reflect_index(x0 - 1 - r + cc, W);
+        const bool m = !mask || mask[q];
+        Xv[k][cc] = m ? xb[q] : 0.0f;
+        Xm[k][cc] = m ? 1 : 0;
+    }
+    HYPROF_EADP_SYNC();
+    for (int e = tid; e < nh * kPrepSW; e += nthr) {
+        const int k = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx;
+        if (xs < 0 || xs >= W)
+            continue;
+        double an = 0.0, ad = 0.0;
+        for (int j = -r; j <= r; ++j) { /* image column xs + j is staged column cx + r + j */
+            an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
+            ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
+        }
+        Hn[k][cx] = an;
+        Hd[k][cx] = ad;
+    }
+    HYPROF_EADP_SYNC();
+    for (int e = tid; e < (kPrepTY + 2) * kPrepSW; e += nthr) {
+        const int ky = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx, ys = y0 - 1 + ky;
+        if (xs < 0 || xs >= W || ys < 0 || ys >= H)
+            continue;
+        double sn = 0.0, sd = 0.0;
+        for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
+            sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
+            sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
+        }
+        S[ky][cx] = sd > 0.0 ? sn / sd : 0.0;
+    }
+    HYPROF_EADP_SYNC();
+    for (int e = tid; e < kPrepTY * kPrepTX; e += nthr) {
+        const int xx = x0 + e % kPrepTX, y = y0 + e / kPrepTX;
+        if (xx >= W || y >= H)
+            continue;
+        /* s at image (Y, X) is S[Y - y0 + 1][X - x0 + 1] */
+        const int xm = reflect_index(xx - 1, W) - x0 + 1, xp = reflect_index(xx + 1, W) - x0 + 1;
+        const int xc = xx - x0 + 1;
+        const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
+                     *rp = S[reflect_index(y + 1, H) - y0 + 1];
+        double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
+                                  mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
+                           mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
+        gx = gx / 32.0;
+        double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
+                                  mul_rn(10.0, sub_rn(rp[xc], rm[xc]))),
+                           mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
+        gy = gy / 32.0;
+        const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
+        const size_t p = (size_t)y * W + xx;
+        G[(size_t)b * npix + p] = g;
+        if (!mask || mask[p]) {
+            HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
+            if (g == 0.0)
+                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
+            else if (g > 0.0)
+                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
+        }
+    }
+    HYPROF_EADP_SYNC();
+    if (tid < 3 && cnt_sh[tid])
+        HYPROF_EADP_ATOMIC_ADD_U64(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
+}
+
 /* Position of a NumPy-linear percentile among n sorted values: rank of the
  * lower order statistic and of the upper one (equal when no interpolation). */
 HYPROF_EADP_FN void pct_ranks(double pct, u64 n, long long *lo, long long *hi, double *pos)
@@ -369,7 +510,8 @@ HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double 
  * counters. grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const uint8_t *mask, size_t npix, const SelState *st,
-                                  u64 hmask, int shift, unsigned dmask, u64 *ghist)
+                                  u64 hmask, int shift, unsigned dmask, u64 *ghist,
+                                  const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
@@ -382,14 +524,21 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
         pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
     }
     HYPROF_EADP_SYNC();
+    /* The keys: of G's valid pixels, or (list) the band's candidates that an
+     * earlier pass collected; with cand, the keys that match a query also go
+     * to the band's candidate list (ncand[b] counts them). */
     const double *gb = G + (size_t)b * npix;
-    for (size_t p = (size_t)t.bx * nthr + tid; p < npix; p += (size_t)t.gdx * nthr) {
-        if (mask && !mask[p])
+    const u64 *lb = list ? list + (size_t)b * npix : NULL;
+    const size_t n = list ? (size_t)ncand[b] : npix;
+    for (size_t p = (size_t)t.bx * nthr + tid; p < n; p += (size_t)t.gdx * nthr) {
+        if (!list && mask && !mask[p])
             continue;
-        const u64 key = sel_key(gb[p]), km = key & hmask;
+        const u64 key = list ? lb[p] : sel_key(gb[p]), km = key & hmask;
         for (int q = 0; q < kSelQueries; ++q)
             if (act[q] && km == pre[q]) {
                 HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+                if (cand)
+                    cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
                 break;
             }
     }
@@ -495,10 +644,12 @@ HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState 
     k[b] = v;
 }
 
-/* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked) over G. */
+/* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked), both
+ * as T (u may overwrite G: each element is read before it is written). */
+template <typename T>
 HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *mask, int W, int H,
-                                 size_t npix, const double *k, int diffusivity, double *GU,
-                                 double *gm)
+                                 size_t npix, const double *k, int diffusivity, const double *G,
+                                 T *u, T *gm)
 {
     const int b = t.bz;
     const int xx = t.bx * t.bdx + t.tx;
@@ -508,11 +659,11 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
     for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
         const size_t p = (size_t)y * W + xx, i = (size_t)b * npix + p;
         if (mask && !mask[p]) {
-            gm[i] = -1.0;
-            GU[i] = 0.0;
+            gm[i] = (T)-1.0;
+            u[i] = (T)0.0;
             continue;
         }
-        const double r = GU[i] / k2;
+        const double r = G[i] / k2;
         double g;
         if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
             g = exp(-r);
@@ -520,33 +671,34 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             g = r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
         else
             g = 1.0 / add_rn(1.0, r);
-        gm[i] = g;
-        GU[i] = (double)x[i];
+        gm[i] = (T)g;
+        u[i] = (T)x[i];
     }
 }
 
 /* One FED step over all bands, straight from device memory. */
-template <bool Fma>
-HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout, const double *gm,
-                                  int W, int H, size_t npix, double tau)
+template <bool Fma, typename T>
+HYPROF_EADP_FN void fed_step_body(const Thr &t, const T *uin, T *uout, const T *gm, int W, int H,
+                                  size_t npix, T tau)
 {
     const int x = t.bx * t.bdx + t.tx;
     if (x >= W)
         return;
     const size_t off = (size_t)t.bz * npix;
-    const double *u = uin + off, *g = gm + off;
+    const T *u = uin + off, *g = gm + off;
+    const T none = (T)-1.0, zero = (T)0.0;
     for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
         const size_t p = (size_t)y * W + x;
-        const double up = u[p], gp = g[p];
-        if (gp < 0.0) {
+        const T up = u[p], gp = g[p];
+        if (gp < zero) {
             uout[off + p] = up;
             continue;
         }
         const bool e = x + 1 < W, w = x > 0, s = y + 1 < H, n = y > 0;
-        const double ce = edge_c(gp, e ? g[p + 1] : -1.0), cw = edge_c(w ? g[p - 1] : -1.0, gp);
-        const double cs = edge_c(gp, s ? g[p + W] : -1.0), cn = edge_c(n ? g[p - W] : -1.0, gp);
-        uout[off + p] = fed_update<Fma>(up, e ? u[p + 1] : 0.0, w ? u[p - 1] : 0.0,
-                                        s ? u[p + W] : 0.0, n ? u[p - W] : 0.0, ce, cw, cs, cn,
+        const T ce = edge_c(gp, e ? g[p + 1] : none), cw = edge_c(w ? g[p - 1] : none, gp);
+        const T cs = edge_c(gp, s ? g[p + W] : none), cn = edge_c(n ? g[p - W] : none, gp);
+        uout[off + p] = fed_update<Fma>(up, e ? u[p + 1] : zero, w ? u[p - 1] : zero,
+                                        s ? u[p + W] : zero, n ? u[p - W] : zero, ce, cw, cs, cn,
                                         tau);
     }
 }
@@ -556,10 +708,10 @@ HYPROF_EADP_FN void fed_step_body(const Thr &t, const double *uin, double *uout,
  * ty*R .. ty*R+R-1 of the region. Pixels outside the image or masked have
  * g = -1 (no flux) and u = 0. After step s the values at distance >= s from the
  * region's edge are exact; the tile at distance >= K is written. */
-template <int K, int BY, int R, bool Fma>
-HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
-                                   const double *uin, double *uout, const double *gm, int W,
-                                   int H, size_t npix, const FedSteps &steps)
+template <int K, int BY, int R, bool Fma, typename T>
+HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const T *uin,
+                                   T *uout, const T *gm, int W, int H, size_t npix,
+                                   const FedSteps &steps)
 {
     const int RW = kFedRW, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
@@ -568,39 +720,40 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
     const int x = t.bx * OW - K + c;
     const int y0 = t.by * OH - K + rb;
     const bool colin = x >= 0 && x < W;
+    const T none = (T)-1.0, zero = (T)0.0;
 
-    double u[R], g[R], ce[R], cw[R], cs[R];
+    T u[R], g[R], ce[R], cw[R], cs[R];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         const int y = y0 + i;
         const bool in = colin && y >= 0 && y < H;
         const size_t p = in ? off + (size_t)y * W + x : 0;
-        u[i] = in ? uin[p] : 0.0;
-        g[i] = in ? gm[p] : -1.0;
+        u[i] = in ? uin[p] : zero;
+        g[i] = in ? gm[p] : none;
         buf[1][rb + i][c] = g[i];
     }
     HYPROF_EADP_SYNC();
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const double ge = c + 1 < RW ? buf[1][rb + i][c + 1] : -1.0;
-        const double gw = c > 0 ? buf[1][rb + i][c - 1] : -1.0;
-        const double gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R][c] : -1.0);
+        const T ge = c + 1 < RW ? buf[1][rb + i][c + 1] : none;
+        const T gw = c > 0 ? buf[1][rb + i][c - 1] : none;
+        const T gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R][c] : none);
         ce[i] = edge_c(g[i], ge);
         cw[i] = edge_c(gw, g[i]);
         cs[i] = edge_c(g[i], gs);
     }
-    const double cn0 = edge_c(rb > 0 ? buf[1][rb - 1][c] : -1.0, g[0]);
+    const T cn0 = edge_c(rb > 0 ? buf[1][rb - 1][c] : none, g[0]);
     /* No barrier needed here: step 0 writes plane 0, and plane 1 (read just
      * above) is written again only after step 0's barrier. */
     for (int s = 0; s < steps.n; ++s) {
-        double(*b)[kFedRW] = buf[s & 1];
+        T(*b)[kFedRW] = buf[s & 1];
 #pragma unroll
         for (int i = 0; i < R; ++i)
             b[rb + i][c] = u[i];
         HYPROF_EADP_SYNC();
-        const double tau = steps.tau[s];
-        double un = rb > 0 ? b[rb - 1][c] : 0.0; /* old value of the north neighbour */
-        const double us_end = rb + R < RH ? b[rb + R][c] : 0.0;
+        const T tau = (T)steps.tau[s];
+        T un = rb > 0 ? b[rb - 1][c] : zero; /* old value of the north neighbour */
+        const T us_end = rb + R < RH ? b[rb + R][c] : zero;
         /* Only rows at distance >= s + 1 from the region's top and bottom can
          * still reach the written tile: the first and last strips skip the
          * others (the same rows for a whole warp, which is one thread row).
@@ -609,12 +762,12 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
         const int lo = s + 1 - rb, hi = RH - 1 - s - rb;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const double old = u[i];
+            const T old = u[i];
             if (i >= lo && i < hi) {
-                const double ue = c + 1 < RW ? b[rb + i][c + 1] : 0.0;
-                const double uw = c > 0 ? b[rb + i][c - 1] : 0.0;
-                const double us = i + 1 < R ? u[i + 1] : us_end;
-                const double cn = i == 0 ? cn0 : cs[i - 1];
+                const T ue = c + 1 < RW ? b[rb + i][c + 1] : zero;
+                const T uw = c > 0 ? b[rb + i][c - 1] : zero;
+                const T us = i + 1 < R ? u[i + 1] : us_end;
+                const T cn = i == 0 ? cn0 : cs[i - 1];
                 u[i] = fed_update<Fma>(old, ue, uw, us, un, ce[i], cw[i], cs[i], cn, tau);
             }
             un = old;
@@ -627,6 +780,94 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, double (*buf)[BY * R][kFedRW],
         const int r = rb + i, y = y0 + i;
         if (r >= K && r < RH - K && y >= 0 && y < H)
             uout[off + (size_t)y * W + x] = u[i];
+    }
+}
+
+/* fed_fused_body for the float path, with fewer instructions per pixel and
+ * step (the kernel is issue-bound: 76 % of the issue slots, 3.2 IPC, an H200,
+ * 09:40 round): the two shared planes have a border of one zero cell on each
+ * side (written once), so the neighbours of the region's edge pixels are
+ * read without a condition; every row is updated at every step (rows within
+ * s of the region's edge get values that no row of the output tile depends
+ * on: the halo argument of fed_fused_body, without its per-row test; with
+ * the test back, 6 steps on 64 x 64 regions took 2.32 ms instead of 1.94,
+ * an H200, 10:04 and 10:40 rounds); row offsets are carried from row to row. The output tile gets the same values
+ * by the same operations as fed_fused_body, so the same bits.
+ * Shared memory: 2 planes of (BY R + 2) x (kFedRW + 2) T. */
+const int kFedPW = kFedRW + 2;
+
+template <int K, int BY, int R, typename T>
+HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW], const T *uin,
+                                       T *uout, const T *gm, int W, int H, size_t npix,
+                                       const FedSteps &steps)
+{
+    const int RW = kFedRW, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int c = t.tx, rb = t.ty * R;
+    const int x = t.bx * OW - K + c;
+    const int y0 = t.by * OH - K + rb;
+    const bool colin = x >= 0 && x < W;
+    const T none = (T)-1.0, zero = (T)0.0;
+    const T *ub = uin + (size_t)t.bz * npix, *gb = gm + (size_t)t.bz * npix;
+
+    T u[R], g[R], ce[R], cw[R], cs[R];
+    long long ro = (long long)y0 * W + x; /* offset of (y0 + i, x) in the band */
+#pragma unroll
+    for (int i = 0; i < R; ++i, ro += W) {
+        const bool in = colin && (unsigned)(y0 + i) < (unsigned)H;
+        u[i] = in ? ub[ro] : zero;
+        g[i] = in ? gb[ro] : none;
+        buf[1][rb + i + 1][c + 1] = g[i];
+    }
+    if (t.ty == 0) /* the zero border (never written again): columns, then rows */
+        for (int e = c; e < 4 * RH; e += RW) {
+            const int pl = e / (2 * RH), side = (e / RH) & 1;
+            buf[pl][e % RH + 1][side ? RW + 1 : 0] = zero;
+        }
+    if (rb == 0 || rb + R == RH) {
+        const int row = rb == 0 ? 0 : RH + 1;
+        buf[0][row][c + 1] = zero;
+        buf[1][row][c + 1] = zero;
+    }
+    HYPROF_EADP_SYNC();
+#pragma unroll
+    for (int i = 0; i < R; ++i) { /* plane 1's interior holds g (its border: not read) */
+        const T ge = c + 1 < RW ? buf[1][rb + i + 1][c + 2] : none;
+        const T gw = c > 0 ? buf[1][rb + i + 1][c] : none;
+        const T gs = i + 1 < R ? g[i + 1] : (rb + R < RH ? buf[1][rb + R + 1][c + 1] : none);
+        ce[i] = edge_c(g[i], ge);
+        cw[i] = edge_c(gw, g[i]);
+        cs[i] = edge_c(g[i], gs);
+    }
+    const T cn0 = edge_c(rb > 0 ? buf[1][rb][c + 1] : none, g[0]);
+    for (int s = 0; s < steps.n; ++s) {
+        T(*b)[kFedPW] = buf[s & 1];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            b[rb + i + 1][c + 1] = u[i];
+        HYPROF_EADP_SYNC();
+        const T tau = (T)steps.tau[s];
+        T un = b[rb][c + 1]; /* old value of the north neighbour (0 above the region) */
+        const T us_end = b[rb + R + 1][c + 1];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const T old = u[i];
+            const T us = i + 1 < R ? u[i + 1] : us_end;
+            const T cn = i == 0 ? cn0 : cs[i - 1];
+            u[i] = fed_update<false>(old, b[rb + i + 1][c + 2], b[rb + i + 1][c], us, un, ce[i],
+                                     cw[i], cs[i], cn, tau);
+            un = old;
+        }
+    }
+    if (c < K || c >= RW - K || !colin)
+        return;
+    T *ob = uout + (size_t)t.bz * npix;
+    ro = (long long)y0 * W + x;
+#pragma unroll
+    for (int i = 0; i < R; ++i, ro += W) {
+        const int r = rb + i;
+        if (r >= K && r < RH - K && (unsigned)(y0 + i) < (unsigned)H)
+            ob[ro] = u[i];
     }
 }
 
@@ -781,6 +1022,22 @@ HYPROF_EADP_FN void to_float_body(const Thr &t, const T *src, const uint8_t *mas
     }
 }
 
+/* The float source as it is, nodata where masked, over the bands as one flat
+ * array of n values (4 at a time: src and out are 16-byte aligned). */
+HYPROF_EADP_FN void copy_out_body(const Thr &t, const float *src, const uint8_t *mask,
+                                  size_t npix, size_t n, float nodata, float *out)
+{
+    const size_t stride = (size_t)t.gdx * t.bdx * 4;
+    for (size_t i = ((size_t)t.bx * t.bdx + t.tx) * 4; i < n; i += stride) {
+        if (i + 4 <= n && !mask) {
+            *reinterpret_cast<float4 *>(out + i) = *reinterpret_cast<const float4 *>(src + i);
+            continue;
+        }
+        for (size_t j = i; j < i + 4 && j < n; ++j)
+            out[j] = (!mask || mask[j % npix]) ? src[j] : nodata;
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
@@ -806,6 +1063,18 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
 }
 
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
+                size_t npix, const double *__restrict__ w, int r, double *__restrict__ G,
+                u64 *__restrict__ cnt)
+{
+    __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
+    __shared__ float Xv[kPrepHR][kPrepXW];
+    __shared__ unsigned char Xm[kPrepHR][kPrepXW];
+    __shared__ unsigned cnt_sh[3];
+    prep_body(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
+}
+
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
                                  SelState *__restrict__ st)
 {
@@ -815,10 +1084,11 @@ __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct
 __global__ void __launch_bounds__(kSelThreads)
     sel_hist_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask, size_t npix,
                     const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
-                    u64 *__restrict__ ghist)
+                    u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist);
+    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
+                  ncand);
 }
 
 __global__ void __launch_bounds__(kSelThreads)
@@ -841,34 +1111,49 @@ __global__ void fill_kernel(double *__restrict__ k, int nb, double v)
         k[b] = v;
 }
 
+/* G and u may be the same buffer (double: u overwrites G). */
+template <typename T>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     diffuse_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
-                   size_t npix, const double *__restrict__ k, int diffusivity,
-                   double *__restrict__ GU, double *__restrict__ gm)
+                   size_t npix, const double *__restrict__ k, int diffusivity, const double *G,
+                   T *u, T *__restrict__ gm)
 {
-    diffuse_body(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, GU, gm);
+    diffuse_body<T>(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, G, u, gm);
 }
 
-template <bool Fma>
+template <bool Fma, typename T>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
-    fed_step_kernel(const double *__restrict__ uin, double *__restrict__ uout,
-                    const double *__restrict__ gm, int W, int H, size_t npix, double tau)
+    fed_step_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                    int W, int H, size_t npix, T tau)
 {
-    fed_step_body<Fma>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
+    fed_step_body<Fma, T>(HYPROF_EADP_THR, uin, uout, gm, W, H, npix, tau);
 }
 
-/* Dynamic shared memory: 2 * BY * R * kFedRW doubles (64 KiB for 64-row
- * regions); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
-template <int K, int BY, int R, bool Fma>
+/* Dynamic shared memory: 2 * BY * R * kFedRW T (64 KiB for 64-row regions
+ * of double); 2 blocks per SM for 32-row regions, 1 for 64-row ones. */
+template <int K, int BY, int R, bool Fma, typename T>
 __global__ void __launch_bounds__(kFedBX *BY, 64 / (BY * R))
-    fed_fused_kernel(const double *__restrict__ uin, double *__restrict__ uout,
-                     const double *__restrict__ gm, int W, int H, size_t npix,
-                     const __grid_constant__ FedSteps steps)
+    fed_fused_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                     int W, int H, size_t npix, const __grid_constant__ FedSteps steps)
 {
     extern __shared__ double fed_smem[];
-    fed_fused_body<K, BY, R, Fma>(HYPROF_EADP_THR,
-                                  reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem), uin,
-                                  uout, gm, W, H, npix, steps);
+    fed_fused_body<K, BY, R, Fma, T>(HYPROF_EADP_THR,
+                                     reinterpret_cast<T(*)[BY * R][kFedRW]>(fed_smem), uin, uout,
+                                     gm, W, H, npix, steps);
+}
+
+/* Dynamic shared memory: 2 * (BY * R + 2) * kFedPW T; 4 blocks per SM for
+ * 32-row regions of 8- or 16-row strips (64 or 128 registers at most).
+ * More strips per region: as fed_fused_kernel. */
+template <int K, int BY, int R, typename T>
+__global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
+    fed_fused_pad_kernel(const T *__restrict__ uin, T *__restrict__ uout, const T *__restrict__ gm,
+                         int W, int H, size_t npix, const __grid_constant__ FedSteps steps)
+{
+    extern __shared__ double fed_smem[];
+    fed_fused_pad_body<K, BY, R, T>(HYPROF_EADP_THR,
+                                    reinterpret_cast<T(*)[BY * R + 2][kFedPW]>(fed_smem), uin,
+                                    uout, gm, W, H, npix, steps);
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
@@ -882,6 +1167,13 @@ __global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
     fed_persist_body<K, BY, R, CW, Fma>(HYPROF_EADP_THR,
                                         reinterpret_cast<double(*)[BY * R][kFedRW]>(fed_smem),
                                         uin, uout, gm, W, H, npix, gx, gy, nb, steps);
+}
+
+__global__ void __launch_bounds__(256)
+    copy_out_kernel(const float *__restrict__ src, const uint8_t *__restrict__ mask, size_t npix,
+                    size_t n, float nodata, float *__restrict__ out)
+{
+    copy_out_body(HYPROF_EADP_THR, src, mask, npix, n, nodata, out);
 }
 
 template <typename T>
@@ -906,10 +1198,10 @@ template <int BY, int R, bool F, int CW> const void *fused_kernel_ptr_k(int K)
         default: return (const void *)fed_persist_kernel<4, BY, R, (CW ? CW : 1), F>;
         }
     switch (K) {
-    case 2: return (const void *)fed_fused_kernel<2, BY, R, F>;
-    case 6: return (const void *)fed_fused_kernel<6, BY, R, F>;
-    case 8: return (const void *)fed_fused_kernel<8, BY, R, F>;
-    default: return (const void *)fed_fused_kernel<4, BY, R, F>;
+    case 2: return (const void *)fed_fused_kernel<2, BY, R, F, double>;
+    case 6: return (const void *)fed_fused_kernel<6, BY, R, F, double>;
+    case 8: return (const void *)fed_fused_kernel<8, BY, R, F, double>;
+    default: return (const void *)fed_fused_kernel<4, BY, R, F, double>;
     }
 }
 
@@ -938,6 +1230,36 @@ const void *fused_kernel_ptr(int K, int rows, int R, bool fma, int cw)
 {
     return fma ? fused_kernel_ptr_c<true>(K, rows, R, cw)
                : fused_kernel_ptr_c<false>(K, rows, R, cw);
+}
+
+/* The float path's fused kernel (padded planes; no FMA choice, no persistent
+ * grid) and the dynamic shared memory of a fused launch. */
+size_t fed_smem_bytes(bool f32, int rows, bool persist)
+{
+    if (f32)
+        return (size_t)2 * (size_t)(rows + 2) * kFedPW * sizeof(float);
+    return (size_t)(persist ? 4 : 2) * (size_t)rows * kFedRW * sizeof(double);
+}
+
+template <int BY, int R> const void *fused_f32_ptr_k(int K)
+{
+    switch (K) {
+    case 2: return (const void *)fed_fused_pad_kernel<2, BY, R, float>;
+    case 6: return (const void *)fed_fused_pad_kernel<6, BY, R, float>;
+    case 8: return (const void *)fed_fused_pad_kernel<8, BY, R, float>;
+    default: return (const void *)fed_fused_pad_kernel<4, BY, R, float>;
+    }
+}
+
+const void *fused_f32_ptr(int K, int rows, int R)
+{
+    if (R == 2)
+        return fused_f32_ptr_k<16, 2>(K);
+    if (R == 4)
+        return rows == 64 ? fused_f32_ptr_k<16, 4>(K) : fused_f32_ptr_k<8, 4>(K);
+    if (R == 16)
+        return rows == 64 ? fused_f32_ptr_k<4, 16>(K) : fused_f32_ptr_k<2, 16>(K);
+    return rows == 64 ? fused_f32_ptr_k<8, 8>(K) : fused_f32_ptr_k<4, 8>(K);
 }
 
 int env_int(const char *name, int dflt)
@@ -977,7 +1299,7 @@ class GraphExec {
 
 /* Byte offsets of the device buffers inside one allocation. */
 struct Layout {
-    size_t mask, w, x, A, B, gm, cnt, st, hist, k, slot0, slot_bytes, total;
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, slot0, slot_bytes, total;
 };
 
 const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
@@ -1001,12 +1323,13 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.w = take(&off, (size_t)(2 * r + 1) * sizeof(double));
     L.x = take(&off, mul_sat(fband, nb));
     L.A = take(&off, mul_sat(dband, nb + 1));
-    L.B = take(&off, mul_sat(dband, nb));
+    L.B = take(&off, mul_sat(dband, nb) + 256); /* + 256: the float u buffers (ubuf) */
     L.gm = take(&off, mul_sat(dband, nb));
     L.cnt = take(&off, nb * 3 * sizeof(u64));
     L.st = take(&off, nb * kSelQueries * sizeof(SelState));
     L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
     L.k = take(&off, nb * sizeof(double));
+    L.ncand = take(&off, nb * sizeof(u64));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
@@ -1032,6 +1355,8 @@ class EadpCuda {
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 4; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
+    bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
+    bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
@@ -1063,7 +1388,12 @@ class EadpCuda {
     {
         return reinterpret_cast<T *>(arena.get() + off);
     }
-    double *ubuf(int which) const { return which ? dev<double>(L.B) : dev<double>(L.A); }
+    /* u's ping-pong buffers: A and B in double; in float both inside B (free
+     * once the gradient is computed; it holds `group` bands of double). */
+    template <typename T> T *ubuf(int which) const;
+    template <typename T>
+    hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
+                               int *cur);
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -1076,6 +1406,17 @@ class EadpCuda {
     hyprof_status_t run_group(size_t g0, size_t nb);
     void report();
 };
+
+template <> double *EadpCuda::ubuf<double>(int which) const
+{
+    return which ? dev<double>(L.B) : dev<double>(L.A);
+}
+template <> float *EadpCuda::ubuf<float>(int which) const
+{
+    /* The second one 256-byte aligned (copy_out_kernel reads float4). */
+    const size_t second = (group * npix * sizeof(float) + 255) & ~(size_t)255;
+    return reinterpret_cast<float *>(arena.get() + L.B + (which ? second : 0));
+}
 
 hyprof_status_t EadpCuda::check_args()
 {
@@ -1133,19 +1474,32 @@ hyprof_status_t EadpCuda::plan()
             }
     }
 
-    fuse = env_int("HYPROF_EADP_FUSE", 4);
+    /* Float: 6 steps per launch on 64 x 64 regions (FED 1.94 ms against 2.29
+     * for 4 steps on 64 x 32, an H200, 10:04 round); double: 4 on 64 x 32. */
+    const char *prec0 = getenv("HYPROF_EADP_PRECISION");
+    const bool float_fed = !(prec0 && strcmp(prec0, "double") == 0);
+    fuse = env_int("HYPROF_EADP_FUSE", float_fed ? 6 : 4);
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
     l2_bands = l2 > 0 ? (size_t)l2 : 0;
-    fma = env_int("HYPROF_EADP_FMA", 0) != 0;
-    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", 32) == 64 ? 64 : 32;
+    /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
+     * data (DESIGN.md's bound: 1e-4); half the bytes per step. */
+    const char *prec = getenv("HYPROF_EADP_PRECISION");
+    f32 = !(prec && strcmp(prec, "double") == 0);
+    fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
+    const char *prep = getenv("HYPROF_EADP_PREP");
+    fused_prep = !(prep && strcmp(prep, "split") == 0);
+    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32) == 64 ? 64 : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
      * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
-    strip = env_int("HYPROF_EADP_STRIP", 4);
-    if (strip != 2 && strip != 8)
+    /* Float: 8-row strips (256 threads per region) by default, measured 9 %
+     * faster than 4-row ones on an H200 (FED 2.27 against 2.50 ms of event
+     * time, Houston size, 7 bands); 16-row ones for float only. */
+    strip = env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
+    if (strip != 2 && strip != 8 && !(strip == 16 && f32))
         strip = 4;
     if (strip == 2) /* 1024 threads per 64 x 32 region: no 64-row regions */
         tile_rows = 32;
@@ -1153,12 +1507,13 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     persist = env_int("HYPROF_EADP_PERSIST", 0);
-    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2)
+    if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
     if (fuse > 1) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
-        const int bytes = (persist ? 4 : 2) * tile_rows * kFedRW * (int)sizeof(double);
-        const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+        const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
+        const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
+                             : fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         if (persist) {
@@ -1251,10 +1606,11 @@ hyprof_status_t EadpCuda::plan()
     }
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: CUDA %zu x %zu x %zu, %zu increment(s) x %d cycle(s), %zu group(s) of up "
-                "to %zu band(s), %zu output slot(s), %s, %zu graph(s)%s, %zu bytes on the device",
+                "to %zu band(s), %zu output slot(s), %s in %s, %zu graph(s)%s, %zu bytes on the "
+                "device",
                 a->width, a->height, a->bands, C, a->cycles, (a->bands + group - 1) / group,
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
-                graphs.size(), fma ? ", FMA" : "", L.total);
+                f32 ? "float" : "double", graphs.size(), fma ? ", FMA" : "", L.total);
     if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
@@ -1288,14 +1644,21 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
-    gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb, w, r,
-                                                              A);
-    HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
-    gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
-    HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
-    scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
-    HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
+    const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
+    if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
+        const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
+        prep_kernel<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, r, A, cnt);
+        HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
+    } else {
+        gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
+                                                                  w, r, A);
+        HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
+        gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
+        HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
+        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
+        HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
+    }
 
     const unsigned sb = (unsigned)((nb + 127) / 128);
     if (a->contrast > 0.0) {
@@ -1313,12 +1676,18 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
             nblk = 1;
         if (nblk > 512)
             nblk = 512;
+        /* Pass kSelCollect also copies the keys that match a query (20 bits
+         * decided: normally a few thousand) into B, free here; the later
+         * passes read that list instead of G. */
+        u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
         for (int pass = 0; pass < kSelPasses; ++pass) {
             const int shift = kSelShift[pass], width = kSelWidth[pass];
             const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
             const unsigned dmask = (1u << width) - 1u;
             sel_hist_kernel<<<dim3((unsigned)nblk, 1, (unsigned)nb), kSelThreads, 0, st>>>(
-                A, mask, npix, sst, hmask, shift, dmask, hist);
+                A, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
+                pass == kSelCollect ? cand : NULL, ncand);
             HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
             sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
                                                                              hist);
@@ -1327,8 +1696,13 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
-    diffuse_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(x, mask, W, H, npix, k,
-                                                          (int)a->diffusivity, A, gm);
+    if (f32) /* B (s) is free now: u goes there */
+        diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
+            reinterpret_cast<float *>(gm));
+    else
+        diffuse_kernel<double><<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, A, gm);
     HYPROF_CUDA_CHECK_LAUNCH("diffuse_kernel");
     return clock.end(ctx, op, tid, st);
 }
@@ -1353,19 +1727,26 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
 hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
                                             size_t nb, int *cur)
 {
+    return f32 ? launch_fed<float>(steps, b0, nb, cur) : launch_fed<double>(steps, b0, nb, cur);
+}
+
+template <typename T>
+hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
+                                     int *cur)
+{
     cudaStream_t st = cs.get();
-    const double *gm = dev<double>(L.gm) + b0 * npix;
+    const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
-        const double *uin = ubuf(*cur) + b0 * npix;
-        double *uout = ubuf(*cur ^ 1) + b0 * npix;
+        const T *uin = ubuf<T>(*cur) + b0 * npix;
+        T *uout = ubuf<T>(*cur ^ 1) + b0 * npix;
         if (fuse <= 1) {
             if (fma)
-                fed_step_kernel<true><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-                    uin, uout, gm, W, H, npix, steps[s0]);
+                fed_step_kernel<true, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, (T)steps[s0]);
             else
-                fed_step_kernel<false><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-                    uin, uout, gm, W, H, npix, steps[s0]);
+                fed_step_kernel<false, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+                    uin, uout, gm, W, H, npix, (T)steps[s0]);
             HYPROF_CUDA_CHECK_LAUNCH("fed_step_kernel");
         } else {
             FedSteps fs;
@@ -1378,7 +1759,8 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
                             (unsigned)nb);
             const dim3 block((unsigned)(kFedBX / (persist ? persist : 1)),
                              (unsigned)(tile_rows / strip));
-            const void *fn = fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
+            const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
+                                 : fused_kernel_ptr(fuse, tile_rows, strip, fma, persist);
             if (persist) {
                 int gx = (int)grid.x, gy = (int)grid.y, gz = (int)nb;
                 const long long tiles = (long long)gx * gy * gz;
@@ -1390,7 +1772,7 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
                                   (void *)&gz,  (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, dim3(ctas), block, params, shmem, st));
             } else {
-                const size_t shmem = (size_t)2 * tile_rows * kFedRW * sizeof(double);
+                const size_t shmem = fed_smem_bytes(f32, tile_rows, false);
                 void *params[] = {(void *)&uin, (void *)&uout, (void *)&gm, (void *)&W,
                                   (void *)&H,   (void *)&npix, (void *)&fs};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
@@ -1474,12 +1856,16 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     const dim3 grid = pix_grid(W, H, nb), block(kPixBX, kPixBY);
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kOutput, st, &tid));
-    if (i == 0)
-        to_float_kernel<float><<<grid, block, 0, st>>>(dev<float>(L.x), mask, W, H, npix,
-                                                       a->nodata, slot);
-    else
-        to_float_kernel<double><<<grid, block, 0, st>>>(ubuf(cur), mask, W, H, npix, a->nodata,
-                                                        slot);
+    if (i == 0 || f32) { /* float already: a flat copy (nodata where masked) */
+        const size_t n = nb * npix;
+        size_t blocks = (n + 4 * 256 - 1) / (4 * 256);
+        blocks = blocks < 4096 ? blocks : 4096;
+        copy_out_kernel<<<(unsigned)blocks, 256, 0, st>>>(i == 0 ? dev<float>(L.x)
+                                                                 : ubuf<float>(cur),
+                                                          mask, npix, n, a->nodata, slot);
+    } else
+        to_float_kernel<double><<<grid, block, 0, st>>>(ubuf<double>(cur), mask, W, H, npix,
+                                                        a->nodata, slot);
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
@@ -1535,7 +1921,7 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
 
 /* Device stage times and the FED kernel's bandwidth, at debug level. Bytes
  * counted per FED launch: u and g read, u written, 8 bytes each per pixel
- * and band (what a launch must move at least; halo re-reads come from L2);
+ * and band (4 in float) (what a launch must move at least; halo re-reads come from L2);
  * the unfused equivalent counts those 24 bytes per step instead. */
 void EadpCuda::report()
 {
@@ -1547,14 +1933,15 @@ void EadpCuda::report()
                 clock.ms(kDownload), clock.span_ms());
     if (!(fed_ms > 0.0))
         return;
-    const double gb = 24.0 * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
-    const double eq = 24.0 * fed_step_pix / 1e9 / (fed_ms * 1e-3);
+    const double bytes = f32 ? 12.0 : 24.0; /* u and g read, u written */
+    const double gb = bytes * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    const double eq = bytes * fed_step_pix / 1e9 / (fed_ms * 1e-3);
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
                 "launches of up to %zu steps, %.3f GB in %.3f ms); %.0f GB/s unfused-equivalent "
-                "(24 B per pixel and step), %.3g pixel-steps/s",
+                "(%.0f B per pixel and step, %s), %.3g pixel-steps/s",
                 gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
-                gb, fed_ms, eq, fed_step_pix / (fed_ms * 1e-3));
+                gb, fed_ms, eq, bytes, f32 ? "float" : "double", fed_step_pix / (fed_ms * 1e-3));
 }
 
 hyprof_status_t EadpCuda::run()

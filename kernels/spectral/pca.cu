@@ -5,7 +5,8 @@
  *           mean = sum / nvalid;
  *   pass 2  each chunk centred to double (masked rows zeroed), C += Xc^T Xc with
  *           cuBLAS (a batched DGEMM); a resident cube of up to 144 bands
- *           instead goes through gram_kernel in one pass;
+ *           instead goes through gram_mma_kernel in one pass (FP64 tensor
+ *           cores; gram_kernel on the CUDA cores with $HYPROF_PCA_GRAM=fp64);
  *   then    C / (nvalid - 1), LAPACK's dsyevd on the host (ascending, as the
  *           CPU backend; cuSOLVER's syevd with $HYPROF_PCA_EIGH=device).
  * When the whole cube fits in device memory it is uploaded once during pass 1
@@ -48,9 +49,25 @@ __global__ void band_sum_kernel(const float *__restrict__ src, size_t ld,
     __shared__ double warp_sums[kThreads / 32];
     for (size_t b = blockIdx.y; b < bands; b += gridDim.y) {
         const float *col = src + b * ld;
+        const size_t stride = (size_t)gridDim.x * kThreads;
         double acc = 0.0;
-        for (size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x; i < m;
-             i += (size_t)gridDim.x * kThreads)
+        size_t i = (size_t)blockIdx.x * kThreads + threadIdx.x;
+        /* Four loads in flight, added in the same order as one at a time (a
+         * latency-bound loop otherwise: 1.7 TB/s on an H100). */
+        for (; i + 3 * stride < m; i += 4 * stride) {
+            float v[4];
+            bool ok[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[j] = col[i + (size_t)j * stride];
+                ok[j] = !mask || mask[i + (size_t)j * stride];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (ok[j])
+                    acc += (double)v[j];
+        }
+        for (; i < m; i += stride)
             if (!mask || mask[i])
                 acc += (double)col[i];
         for (int off = 16; off > 0; off >>= 1)
@@ -137,6 +154,12 @@ __host__ __device__ inline bool proj_smem_fits(size_t bands, int nk)
     return ((size_t)nk + 1) * bands * sizeof(double) <= 48 * 1024;
 }
 
+/* PX pixels per thread (p, p + blockDim.x, ...: loads stay coalesced), so
+ * that each shared-memory load of V and the mean serves PX pixels: PX = 2 by
+ * default (Houston size on an H200, 09:40 round: 193 us a call, against 376
+ * for PX = 1 and 238 for the kernel before), $HYPROF_PCA_PROJECT=one: PX = 1.
+ * The same operations per pixel. */
+template <int PX>
 __global__ void __launch_bounds__(kThreads)
     project_kernel(const float *__restrict__ x, size_t n, size_t bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ mean,
@@ -158,46 +181,68 @@ __global__ void __launch_bounds__(kThreads)
         v = proj_smem;
         mu = proj_smem + (size_t)nk * bands;
     }
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n)
-        return;
-    if (mask && !mask[p]) {
-        for (int k = 0; k < nk; ++k)
-            out[p + (k0 + (size_t)k) * n] = nodata;
-        return;
-    }
-    double acc[kProjK];
+    size_t p[PX];
+    bool on[PX], any = false;
 #pragma unroll
-    for (int k = 0; k < kProjK; ++k)
-        acc[k] = 0.0;
+    for (int q = 0; q < PX; ++q) {
+        p[q] = ((size_t)blockIdx.x * PX + q) * blockDim.x + threadIdx.x;
+        on[q] = p[q] < n && (!mask || mask[p[q]]);
+        any = any || on[q];
+        if (p[q] < n && !on[q])
+            for (int k = 0; k < nk; ++k)
+                out[p[q] + (k0 + (size_t)k) * n] = nodata;
+    }
+    if (!any)
+        return;
+    double acc[PX][kProjK];
+#pragma unroll
+    for (int q = 0; q < PX; ++q)
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k)
+            acc[q][k] = 0.0;
     /* Eight bands' loads issued together: a latency-bound loop otherwise
      * (measured 1.2 TB/s on an H100 with one load per iteration in flight). */
     size_t b = 0;
     for (; b + 8 <= bands; b += 8) {
-        float xv[8];
+        float xv[PX][8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-            xv[j] = x[p + (b + (size_t)j) * n];
+        for (int q = 0; q < PX; ++q)
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                xv[q][j] = on[q] ? x[p[q] + (b + (size_t)j) * n] : 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            const double xb = (double)xv[j] - mu[b + (size_t)j];
+            const double m = mu[b + (size_t)j];
+            double vk[kProjK];
 #pragma unroll
             for (int k = 0; k < kProjK; ++k)
-                if (k < nk)
-                    acc[k] = fma(xb, v[b + (size_t)j + (size_t)k * bands], acc[k]);
+                vk[k] = k < nk ? v[b + (size_t)j + (size_t)k * bands] : 0.0;
+#pragma unroll
+            for (int q = 0; q < PX; ++q) {
+                const double xb = (double)xv[q][j] - m;
+#pragma unroll
+                for (int k = 0; k < kProjK; ++k)
+                    if (k < nk)
+                        acc[q][k] = fma(xb, vk[k], acc[q][k]);
+            }
         }
     }
     for (; b < bands; ++b) {
-        const double xb = (double)x[p + b * n] - mu[b];
 #pragma unroll
-        for (int k = 0; k < kProjK; ++k)
-            if (k < nk)
-                acc[k] = fma(xb, v[b + (size_t)k * bands], acc[k]);
+        for (int q = 0; q < PX; ++q) {
+            const double xb = (double)(on[q] ? x[p[q] + b * n] : 0.0f) - mu[b];
+#pragma unroll
+            for (int k = 0; k < kProjK; ++k)
+                if (k < nk)
+                    acc[q][k] = fma(xb, v[b + (size_t)k * bands], acc[q][k]);
+        }
     }
 #pragma unroll
-    for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
-        if (k < nk)
-            out[p + (k0 + (size_t)k) * n] = (float)acc[k];
+    for (int q = 0; q < PX; ++q)
+#pragma unroll
+        for (int k = 0; k < kProjK; ++k) /* unrolled: acc stays in registers */
+            if (k < nk && on[q])
+                out[p[q] + (k0 + (size_t)k) * n] = (float)acc[q][k];
 }
 
 /* Covariance numerator of a resident cube in one pass over it (float in,
@@ -322,6 +367,285 @@ __global__ void __launch_bounds__(kGramThreads, 2)
     extern __shared__ double gram_smem[];
     gram_body((int)threadIdx.x, (int)blockIdx.x, (int)gridDim.x,
               reinterpret_cast<unsigned char *>(gram_smem), x, n, bands, mask, mean, partial);
+}
+
+/* The same covariance numerator on the FP64 tensor cores (the default):
+ * the stages of pixels are copied and centred as in gram_body, but into
+ * cen[b][q] (band-major, a row stride of kMmaLdq = kGramP + 4 doubles: the
+ * fragment loads below hit every bank pair exactly twice, the minimum for 32
+ * doubles), and each warp owns a 24 x 24 block (3 x 3 tiles of 8 x 8) of the
+ * lower triangle of X^T X, accumulated with mma.sync m8n8k4 f64 (A = X^T rows
+ * of its tiles, B = X columns of its tiles; both fragments are
+ * cen[tile row + lane / 4][k + lane % 4]). Bands are padded to a multiple of
+ * 24 with zero rows. Per pixel the products are the same doubles; only the
+ * order of the additions differs from gram_body (rounding-level). */
+const int kMmaLdq = kGramP + 4;
+
+__host__ __device__ inline int mma_rows(int bands) { return 24 * ((bands + 23) / 24); }
+inline int mma_warps(int bands)
+{
+    const int wt = mma_rows(bands) / 24;
+    return wt * (wt + 1) / 2;
+}
+inline size_t gram_mma_smem_bytes(int bands)
+{
+    return 2 * (size_t)bands * kGramP * sizeof(float) + 2 * kGramP +
+           2 * (size_t)mma_rows(bands) * kMmaLdq * sizeof(double);
+}
+
+__device__ __forceinline__ void dmma_8x8x4(double (&c)[2], double a, double b)
+{
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(c[0]), "+d"(c[1])
+                 : "d"(a), "d"(b));
+}
+
+/* Dynamic shared memory: gram_mma_smem_bytes(bands); 32 mma_warps(bands) threads. */
+__global__ void __launch_bounds__(32 * 21, 1)
+    gram_mma_kernel(const float *__restrict__ x, size_t n, int bands,
+                    const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                    double *__restrict__ partial)
+{
+    extern __shared__ double gram_smem[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(gram_smem);
+    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x, cta = (int)blockIdx.x;
+    const int ncta = (int)gridDim.x, rows = mma_rows(bands);
+    float *raw = reinterpret_cast<float *>(smem);                     /* [2][bands][kGramP] */
+    unsigned char *msk = smem + 2 * (size_t)bands * kGramP * sizeof(float); /* [2][kGramP] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP); /* [2][rows][kMmaLdq] */
+    const int warp = tid >> 5, lane = tid & 31;
+    int I = 0, J = warp;
+    while (J > I) { /* warp -> block (I, J), I >= J */
+        J -= I + 1;
+        I++;
+    }
+    double acc[3][3][2];
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+            acc[a][b][0] = acc[a][b][1] = 0.0;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
+    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
+
+    auto issue = [&](size_t p0, int buf) {
+        float *rb = raw + (size_t)buf * bands * kGramP;
+        for (int e = tid; e < kGramP * bands; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            if (p0 + (size_t)q < p_end)
+                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
+        }
+        HYPROF_PCA_COMMIT();
+        if (tid < kGramP)
+            msk[buf * kGramP + tid] =
+                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
+    };
+
+    const int ra = (I * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
+    const int rbo = (J * 24 + (lane >> 2)) * kMmaLdq + (lane & 3);
+    const size_t plane = (size_t)rows * kMmaLdq;
+    auto products = [&](const double *c) { /* this warp's block over one stage */
+#pragma unroll 2
+        for (int k0 = 0; k0 < kGramP; k0 += 4) {
+            double fa[3], fb[3];
+#pragma unroll
+            for (int t = 0; t < 3; ++t) {
+                fa[t] = c[ra + t * 8 * kMmaLdq + k0];
+                fb[t] = c[rbo + t * 8 * kMmaLdq + k0];
+            }
+#pragma unroll
+            for (int a = 0; a < 3; ++a)
+#pragma unroll
+                for (int b = 0; b < 3; ++b)
+                    dmma_8x8x4(acc[a][b], fa[a], fb[b]);
+        }
+    };
+    /* Two cen planes, one barrier per stage: stage n is centred into plane
+     * n & 1 while the warps that are done multiply stage n - 1 (plane
+     * (n - 1) & 1, complete at this stage's barrier). */
+    int stage = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, ++stage) {
+        const int buf = stage & 1;
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC(); /* raw[buf] is in; stage n - 1's centring and n - 2's products are done */
+        const float *rw = raw + (size_t)buf * bands * kGramP;
+        double *cb = cen + (size_t)buf * plane;
+        for (int e = tid; e < kGramP * rows; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            double v = 0.0;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rw[b * kGramP + q] - mean[b];
+            cb[b * kMmaLdq + q] = v;
+        }
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1); /* raw[buf ^ 1] was centred before the barrier */
+        if (stage > 0)
+            products(cen + (size_t)(buf ^ 1) * plane);
+    }
+    HYPROF_PCA_SYNC();
+    if (stage > 0)
+        products(cen + (size_t)((stage - 1) & 1) * plane);
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int a = 0; a < 3; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = I * 24 + a * 8 + (lane >> 2), j = J * 24 + b * 8 + (lane & 3) * 2 + h;
+                if (i < bands && j < bands && i >= j) /* I > J: always i > j */
+                    out[i + (size_t)j * bands] = acc[a][b][h];
+            }
+}
+
+/* The same with mma.sync m16n8k8 f64 ($HYPROF_PCA_GRAM=mma16, to time against
+ * m8n8k4): each warp owns a 32 x 24 block (2 x 3 tiles of 16 x 8) of the
+ * lower triangle, blocks (I, J) with 32 I + 31 >= 24 J; rows padded to a
+ * multiple of 32 with zeros. Fragments (g = lane / 4, t = lane % 4): A rows
+ * g and g + 8, columns (pixels) t and t + 4; B column g, rows t and t + 4;
+ * C rows g and g + 8, columns 2 t and 2 t + 1. */
+__host__ __device__ inline int mma16_rows(int bands)
+{
+    const int r32 = 32 * ((bands + 31) / 32), r24 = 24 * ((bands + 23) / 24);
+    return r32 > r24 ? r32 : r24;
+}
+__host__ __device__ inline int mma16_warps(int bands)
+{
+    const int nI = (bands + 31) / 32, nJ = (bands + 23) / 24;
+    int w = 0;
+    for (int I = 0; I < nI; ++I) {
+        const int last = (32 * I + 31) / 24;
+        w += (last < nJ - 1 ? last : nJ - 1) + 1;
+    }
+    return w;
+}
+inline size_t gram_mma16_smem_bytes(int bands)
+{
+    return 2 * (size_t)bands * kGramP * sizeof(float) + 2 * kGramP +
+           2 * (size_t)mma16_rows(bands) * kMmaLdq * sizeof(double);
+}
+
+__device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4],
+                                            const double (&b)[2])
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+}
+
+/* Dynamic shared memory: gram_mma16_smem_bytes(bands); 32 mma16_warps(bands) threads. */
+__global__ void __maxnreg__(96)
+    gram_mma16_kernel(const float *__restrict__ x, size_t n, int bands,
+                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                      double *__restrict__ partial)
+{
+    extern __shared__ double gram_smem[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(gram_smem);
+    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x, cta = (int)blockIdx.x;
+    const int ncta = (int)gridDim.x, rows = mma16_rows(bands);
+    float *raw = reinterpret_cast<float *>(smem);                     /* [2][bands][kGramP] */
+    unsigned char *msk = smem + 2 * (size_t)bands * kGramP * sizeof(float); /* [2][kGramP] */
+    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP); /* [2][rows][kMmaLdq] */
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
+    const int nJ = (bands + 23) / 24;
+    int I = 0, J = warp;
+    for (;;) { /* warp -> block (I, J) */
+        const int last = (32 * I + 31) / 24, nj = (last < nJ - 1 ? last : nJ - 1) + 1;
+        if (J < nj)
+            break;
+        J -= nj;
+        I++;
+    }
+    double acc[2][3][4];
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+                acc[a][b][h] = 0.0;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
+    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
+
+    auto issue = [&](size_t p0, int buf) {
+        float *rb = raw + (size_t)buf * bands * kGramP;
+        for (int e = tid; e < kGramP * bands; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            if (p0 + (size_t)q < p_end)
+                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
+        }
+        HYPROF_PCA_COMMIT();
+        if (tid < kGramP)
+            msk[buf * kGramP + tid] =
+                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
+    };
+
+    const int ra = (I * 32 + g) * kMmaLdq + tg, rbo = (J * 24 + g) * kMmaLdq + tg;
+    const size_t plane = (size_t)rows * kMmaLdq;
+    auto products = [&](const double *c) {
+#pragma unroll 1
+        for (int k0 = 0; k0 < kGramP; k0 += 8) {
+            double fa[2][4], fb[3][2];
+#pragma unroll
+            for (int a = 0; a < 2; ++a) {
+                const double *p = c + ra + a * 16 * kMmaLdq + k0;
+                fa[a][0] = p[0];
+                fa[a][1] = p[8 * kMmaLdq];
+                fa[a][2] = p[4];
+                fa[a][3] = p[8 * kMmaLdq + 4];
+            }
+#pragma unroll
+            for (int b = 0; b < 3; ++b) {
+                const double *p = c + rbo + b * 8 * kMmaLdq + k0;
+                fb[b][0] = p[0];
+                fb[b][1] = p[4];
+            }
+#pragma unroll
+            for (int a = 0; a < 2; ++a)
+#pragma unroll
+                for (int b = 0; b < 3; ++b)
+                    dmma_16x8x8(acc[a][b], fa[a], fb[b]);
+        }
+    };
+    int stage = 0;
+    if (p_begin < p_end)
+        issue(p_begin, 0);
+    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, ++stage) {
+        const int buf = stage & 1;
+        HYPROF_PCA_WAIT();
+        HYPROF_PCA_SYNC();
+        const float *rw = raw + (size_t)buf * bands * kGramP;
+        double *cb = cen + (size_t)buf * plane;
+        for (int e = tid; e < kGramP * rows; e += nthreads) {
+            const int q = e % kGramP, b = e / kGramP;
+            double v = 0.0;
+            if (b < bands && msk[buf * kGramP + q])
+                v = (double)rw[b * kGramP + q] - mean[b];
+            cb[b * kMmaLdq + q] = v;
+        }
+        if (p0 + kGramP < p_end)
+            issue(p0 + kGramP, buf ^ 1);
+        if (stage > 0)
+            products(cen + (size_t)(buf ^ 1) * plane);
+    }
+    HYPROF_PCA_SYNC();
+    if (stage > 0)
+        products(cen + (size_t)((stage - 1) & 1) * plane);
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 3; ++b)
+#pragma unroll
+            for (int h = 0; h < 4; ++h) {
+                const int i = I * 32 + a * 16 + g + (h >> 1) * 8;
+                const int j = J * 24 + b * 8 + tg * 2 + (h & 1);
+                if (i < bands && j < bands && i >= j)
+                    out[i + (size_t)j * bands] = acc[a][b][h];
+            }
 }
 
 /* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
@@ -453,7 +777,9 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     return HYPROF_OK;
 }
 
-/* The covariance numerator of a resident cube with gram_kernel, into c (on
+/* The covariance numerator of a resident cube with gram_mma_kernel (FP64
+ * tensor cores; 0.88 ms against 1.18 for gram_kernel, Houston size on an
+ * H200, 09:40 round; $HYPROF_PCA_GRAM=fp64 keeps gram_kernel), into c (on
  * stream st); *done false when it does not apply (more than 8 kGramG bands,
  * $HYPROF_PCA_GRAM=gemm, or no memory for the per-CTA slices). */
 static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
@@ -462,6 +788,8 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
 {
     static const char op[] = "pca";
     const char *how = getenv("HYPROF_PCA_GRAM");
+    const bool mma = !(how && strcmp(how, "fp64") == 0);
+    const bool mma16 = how && strcmp(how, "mma16") == 0;
     *done = false;
     if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
         return HYPROF_OK;
@@ -477,12 +805,39 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
         ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
         return HYPROF_OK;
     }
-    const size_t shmem = gram_smem_bytes((int)B);
-    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)shmem));
-    gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask, d_mean,
-                                                            partial.get());
-    HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    if (mma16) {
+        const size_t shmem = gram_mma16_smem_bytes((int)B);
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_mma16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        int per_sm = 0;
+        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gram_mma16_kernel, 32 * mma16_warps((int)B), shmem));
+        const size_t resident = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)(sms > 0 ? sms : 1);
+        ncta = resident < ncta ? resident : ncta;
+        gram_mma16_kernel<<<(unsigned)ncta, 32 * mma16_warps((int)B), shmem, st>>>(
+            d_cube, n, (int)B, d_mask, d_mean, partial.get());
+        HYPROF_CUDA_CHECK_LAUNCH("gram_mma16_kernel");
+    } else if (mma) {
+        const size_t shmem = gram_mma_smem_bytes((int)B);
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        /* As many CTAs as are resident at once (one per SM for 144 bands). */
+        int per_sm = 0;
+        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gram_mma_kernel, 32 * mma_warps((int)B), shmem));
+        const size_t resident = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)(sms > 0 ? sms : 1);
+        ncta = resident < ncta ? resident : ncta;
+        gram_mma_kernel<<<(unsigned)ncta, 32 * mma_warps((int)B), shmem, st>>>(
+            d_cube, n, (int)B, d_mask, d_mean, partial.get());
+        HYPROF_CUDA_CHECK_LAUNCH("gram_mma_kernel");
+    } else {
+        const size_t shmem = gram_smem_bytes((int)B);
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        gram_kernel<<<(unsigned)ncta, kGramThreads, shmem, st>>>(d_cube, n, (int)B, d_mask,
+                                                                d_mean, partial.get());
+        HYPROF_CUDA_CHECK_LAUNCH("gram_kernel");
+    }
     gram_reduce_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         partial.get(), (int)ncta, (int)B, c);
     HYPROF_CUDA_CHECK_LAUNCH("gram_reduce_kernel");
@@ -551,11 +906,17 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
+    const bool pair = !(how && strcmp(how, "one") == 0); /* 193 against 376 us (H200) */
     for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
         const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
         const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
-        project_kernel<<<(unsigned)div_up(N, kThreads), kThreads, shmem, pipe.stream(0)>>>(
-            d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
+        if (pair)
+            project_kernel<2><<<(unsigned)div_up(N, 2 * kThreads), kThreads, shmem,
+                                pipe.stream(0)>>>(d_cube, N, B, d_cmask, d_mean.get(), d_V.get(),
+                                                  k0, nk, ap->nodata, d_out.get());
+        else
+            project_kernel<1><<<(unsigned)div_up(N, kThreads), kThreads, shmem, pipe.stream(0)>>>(
+                d_cube, N, B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("project_kernel");
     }
     for (size_t i = 0; !fused && i < nch; ++i) {
