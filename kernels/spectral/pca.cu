@@ -30,6 +30,10 @@
 #include <cuda_pipeline.h>
 #include <lapacke.h>
 
+/* OpenBLAS's pool (weak: any LAPACK works, then its own settings apply). */
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
+
 using namespace hyprof_cuda;
 
 namespace {
@@ -766,8 +770,17 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* One BLAS thread: a B x B eigh gains nothing from the pool, and its
+     * threads keep spinning on every core after the call, slowing the host
+     * work that follows (EAP's plane widening took 15-25 ms instead of 4-7 on
+     * a 32-core H200 host, 10:40 round). */
+    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
     lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)B, a->eigenvectors,
                                      (lapack_int)B, a->eigenvalues);
+    if (openblas_set_num_threads && blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: host eigh (LAPACK dsyevd, %zu x %zu): %.3f ms", B, B,
                 (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
