@@ -13,6 +13,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 void hyprof__se_rows(hyprof_se_t se, int r, int *hw)
 {
@@ -356,15 +359,49 @@ void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
     }
 }
 
+/* memcpy with streaming stores: the destination (page-locked staging the DMA
+ * reads next, or the output) is not read back by this core, so its lines
+ * need not be fetched first; a third less memory traffic than memcpy's
+ * cached stores below its non-temporal threshold. */
+static void copy_stream(void *dst, const void *src, size_t bytes)
+{
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)s + 1),
+                c = _mm_loadu_si128((const __m128i *)s + 2), e = _mm_loadu_si128((const __m128i *)s + 3);
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)d + 1, b);
+        _mm_stream_si128((__m128i *)d + 2, c);
+        _mm_stream_si128((__m128i *)d + 3, e);
+    }
+    memcpy(d, s, bytes);
+    _mm_sfence(); /* visible to the next reader (another thread, the DMA) */
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
 void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld, size_t m,
                        size_t cols)
 {
     /* pieces of at least 256 KiB: one column can be split among threads */
     const size_t piece = (size_t)64 << 10, per = (m + piece - 1) / piece, total = per * cols;
+    const char *env = getenv("HYPROF_EMP_NT"); /* 0: memcpy (to compare) */
+    const int nt = !(env && strcmp(env, "0") == 0);
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t t = 0; t < total; t++) {
         size_t c = t / per, i0 = (t % per) * piece, len = m - i0 < piece ? m - i0 : piece;
-        memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
+        if (nt)
+            copy_stream(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
+        else
+            memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
     }
 }
 

@@ -704,8 +704,10 @@ class OutputPrep {
     {
         const auto t0 = std::chrono::steady_clock::now();
         const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
-        hyprof_ctx_t *c = hyprof_ctx_new(); /* a thread count of its own */
-        if (c) {
+        hyprof_ctx_t *c = env_is("HYPROF_EMP_PREFAULT", "0") ? NULL : hyprof_ctx_new();
+        if (env_is("HYPROF_EMP_PREFAULT", "0")) {
+            /* the copies into the output take the faults (to compare) */
+        } else if (c) { /* a thread count of its own */
             c->threads = env && atoi(env) > 0 ? atoi(env) : ctx->threads;
             hyprof__prefault(c, p, bytes);
             hyprof_ctx_free(&c);
@@ -954,6 +956,61 @@ static bool tracing()
     return env && strcmp(env, "0") != 0;
 }
 
+/* Event pairs around each kernel or copy of one kind (tracing only): their
+ * durations add up to that kind's device time without the waits in between
+ * (the compute stream waiting for an upload, a copy for the host). */
+class Spans {
+  public:
+    Spans() = default;
+    Spans(const Spans &) = delete;
+    Spans &operator=(const Spans &) = delete;
+    ~Spans()
+    {
+        for (auto &p : v_) {
+            (void)cudaEventDestroy(p.first);
+            (void)cudaEventDestroy(p.second);
+        }
+        (void)cudaGetLastError();
+    }
+    void enable() { on_ = true; }
+    int begin(cudaStream_t s)
+    {
+        if (!on_)
+            return -1;
+        cudaEvent_t b = NULL, e = NULL;
+        if (cudaEventCreate(&b) != cudaSuccess || cudaEventCreate(&e) != cudaSuccess) {
+            if (b)
+                (void)cudaEventDestroy(b);
+            (void)cudaGetLastError();
+            return -1; /* the trace misses a span, the run goes on */
+        }
+        v_.push_back(std::make_pair(b, e));
+        (void)cudaEventRecord(b, s);
+        return (int)v_.size() - 1;
+    }
+    void end(int i, cudaStream_t s) const
+    {
+        if (i >= 0)
+            (void)cudaEventRecord(v_[(size_t)i].second, s);
+    }
+    /* after the device has finished */
+    double ms() const
+    {
+        double t = 0.0;
+        for (const auto &p : v_) {
+            float x = 0.0f;
+            if (cudaEventElapsedTime(&x, p.first, p.second) == cudaSuccess)
+                t += x;
+        }
+        (void)cudaGetLastError();
+        return t;
+    }
+
+  private:
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> v_;
+    bool on_ = false;
+};
+
 /* The filter of a zero-level transform (a copy): never applied. */
 static const double kCopyFilter[2] = {0.0, 0.0};
 
@@ -992,9 +1049,12 @@ class EmpDevice {
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
     double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
-           loop_ms = 0.0;
+           loop_ms = 0.0, unpack_ms = 0.0;
     size_t chunks = 0;
     const char *upload_mode = "none";
+    /* traced device time: spectral transforms, statistics and quantisation,
+     * host-to-device, device-to-host and device-to-device copies */
+    Spans k_spec, k_quant, h2d, d2h, peer;
     void mark(int i, cudaStream_t st)
     {
         if (ev[i])
@@ -1139,15 +1199,21 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
             const auto p = std::chrono::steady_clock::now();
             hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B);
             pack_ms += ms_since(p);
+            const int u = h2d.begin(us);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(din[k].get(), stg[k].get(), mi * B * sizeof(float),
                                               cudaMemcpyHostToDevice, us));
+            h2d.end(u, us);
         } else {
+            const int u = h2d.begin(us);
             HYPROF_CUDA_CHECK(copy_cols_h2d(din[k].get(), mi, a->x + p0, n, mi, B, us));
+            h2d.end(u, us);
         }
         HYPROF_CUDA_CHECK(cudaEventRecord(loaded[k].get(), us));
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, loaded[k].get(), 0));
+        const int kk = k_spec.begin(st);
         HYPROF_TRY(hyprof__cuda_dwt_launch(ctx, op, din[k].get(), mi, mi, B, a->spec_levels, lo,
                                            flen, K, F.get() + (p0 - P0), np, st));
+        k_spec.end(kk, st);
         HYPROF_CUDA_CHECK(cudaEventRecord(used[k].get(), st));
         if ((i & 3) == 3)
             HYPROF_TRY(cancelled());
@@ -1174,9 +1240,11 @@ hyprof_status_t EmpDevice::exchange(const DeviceBuffer<uint8_t> &qreg)
         if (npd == 0 || nb == 0)
             continue;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, o.quantised, 0));
+        const int pe = peer.begin(st);
         for (size_t k = b0; k < b0 + nb; ++k)
             HYPROF_CUDA_CHECK(cudaMemcpyPeerAsync(q.get() + (k - b0) * n + p0, sp.device,
                                                   o.qreg + k * npd, o.device, npd, st));
+        peer.end(pe, st);
     }
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return meet(); /* nobody reads another share's rows any more */
@@ -1200,8 +1268,10 @@ hyprof_status_t EmpDevice::features()
     const uint8_t *m = a->mask ? mask.get() + P0 : NULL;
     if (np) {
         const unsigned blocks = (unsigned)(np / 8192 < 1 ? 1 : np / 8192 > 128 ? 128 : np / 8192);
+        const int kq = k_quant.begin(st);
         stats_kernel<<<dim3(blocks, (unsigned)K), 256, 0, st>>>(F.get(), np, m, P0, stats.get());
         HYPROF_CUDA_CHECK_LAUNCH("stats_kernel");
+        k_quant.end(kq, st);
     }
     mark(1, st);
     sp.stats.resize(K);
@@ -1226,9 +1296,11 @@ hyprof_status_t EmpDevice::features()
     if (!single)
         HYPROF_TRY(qreg.alloc(ctx, op, K * np));
     if (np) {
+        const int kq = k_quant.begin(st);
         quantise_kernel<<<dim3((unsigned)div_up(np, 256), (unsigned)K), 256, 0, st>>>(
             F.get(), np, m, lohi.get(), single ? q.get() : qreg.get());
         HYPROF_CUDA_CHECK_LAUNCH("quantise_kernel");
+        k_quant.end(kq, st);
     }
     if (!single)
         HYPROF_TRY(exchange(qreg));
@@ -1320,9 +1392,11 @@ hyprof_status_t EmpDevice::emp_out()
                                    Ready(1, std::make_pair(nb * P * n, computed.get()))));
     } else {
         wait_output();
+        const int dd = d2h.begin(st);
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(),
                                           nb * P * n * sizeof(float), cudaMemcpyDeviceToHost,
                                           st));
+        d2h.end(dd, st);
     }
     mark(7, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -1467,8 +1541,18 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
     return HYPROF_OK;
 }
 
+/* Download pieces: $HYPROF_EMP_PIECE_MB MiB (default 16). */
+static size_t piece_floats()
+{
+    const char *env = getenv("HYPROF_EMP_PIECE_MB");
+    long mb = env ? strtol(env, NULL, 10) : 16;
+    if (mb < 1 || mb > 1024)
+        mb = 16;
+    return ((size_t)mb << 20) / sizeof(float);
+}
+
 /* Downloads `count` floats from the device at src to the host at dst through
- * three pinned staging slots of 16 MiB: the copy of one slot (on cs) runs
+ * three pinned staging slots of piece_floats(): the copy of one slot (on cs) runs
  * while host threads copy the previous one out. Each piece first waits for
  * the event of the first group whose end (offset in floats, increasing in
  * `ready`) covers it. */
@@ -1476,7 +1560,7 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
                                            cudaStream_t cs, const Ready &ready)
 {
     constexpr int NS = 3;
-    const size_t piece = ((size_t)16 << 20) / sizeof(float), np = div_up(count, piece);
+    const size_t piece = piece_floats(), np = div_up(count, piece);
     Staging stg[NS];
     Event got[NS];
     bool pinned = true;
@@ -1492,7 +1576,9 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             wait_output();
             waited = true;
         }
+        const auto u0 = std::chrono::steady_clock::now();
         hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1);
+        unpack_ms += ms_since(u0);
     };
     size_t r = 0;
     for (size_t j = 0; j < np; ++j) {
@@ -1501,8 +1587,10 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             ++r;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, ready[r].second, 0));
         if (!pinned) {
+            const int dd = d2h.begin(cs);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, len * sizeof(float),
                                               cudaMemcpyDeviceToHost, cs));
+            d2h.end(dd, cs);
             continue;
         }
         const int k = (int)(j % NS);
@@ -1511,8 +1599,10 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
             out(o, piece, k);
         }
+        const int dd = d2h.begin(cs);
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(stg[k].get(), src + off, len * sizeof(float),
                                           cudaMemcpyDeviceToHost, cs));
+        d2h.end(dd, cs);
         HYPROF_CUDA_CHECK(cudaEventRecord(got[k].get(), cs));
     }
     for (size_t j = np > (size_t)NS ? np - NS : 0; pinned && j < np; ++j) {
@@ -1576,9 +1666,11 @@ hyprof_status_t EmpDevice::denoise()
     auto download = [&](size_t i, const float *src) -> hyprof_status_t {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[i].get(), 0));
+        const int dd = d2h.begin(cs.get());
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, src,
                                           3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
                                           cs.get()));
+        d2h.end(dd, cs.get());
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
         return HYPROF_OK;
     };
@@ -1634,9 +1726,12 @@ hyprof_status_t EmpDevice::run()
     const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
     HYPROF_TRY(up.create(ctx, op));
-    if (tracing())
+    if (tracing()) {
         for (int i = 0; i < kEvents; ++i)
             HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
+        for (Spans *sp : {&k_spec, &k_quant, &h2d, &d2h, &peer})
+            sp->enable();
+    }
     mark(0, s.get());
     HYPROF_TRY(setup());
     HYPROF_TRY(features());
@@ -1664,18 +1759,24 @@ void EmpDevice::report(double wall_ms)
     if (cudaEventElapsedTime(&total, ev[0], ev[nb ? kEvents - 1 : 2]) != cudaSuccess)
         total = -1.0f;
     (void)cudaGetLastError();
+    /* the kernels alone: the spectral transforms and the quantisation
+     * without the waits for the uploads, the EMP and denoising stages */
+    const double spec_k = k_spec.ms(), quant_k = k_quant.ms();
+    const double kernels = spec_k + quant_k + (nb ? (double)t[3] + t[4] + t[5] + t[6] : 0.0);
     hyprof__log(ctx, HYPROF_LOG_INFO,
                 "%s stages: share=%zu shares=%zu device=%d rows=%zu-%zu bands=%zu-%zu "
                 "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
-                "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
-                "spectral_host_ms=%.3f loop_ms=%.3f "
+                "wall_ms=%.3f kernels_ms=%.3f spectral_kernels_ms=%.3f quantise_kernels_ms=%.3f "
+                "h2d_ms=%.3f d2h_ms=%.3f peer_ms=%.3f "
+                "upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
+                "spectral_host_ms=%.3f loop_ms=%.3f unpack_ms=%.3f "
                 "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
-                wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
-                spectral_host_ms, loop_ms,
-                waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
+                wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
+                chunks, c.pack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
+                unpack_ms, waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms());
 }
 
