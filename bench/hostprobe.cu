@@ -234,36 +234,85 @@ void probe_dma(size_t bytes, char *src, char *dst, char *pin, size_t pin_bytes, 
         printf("probe dma_pageable d2h gpus=%d %.1f ms (%.1f GB/s in all)\n", G, s2 * 1e3,
                gbs(bytes, s2));
     }
-    /* registering the (resident) source: by one thread, then by one per GPU */
-    for (int T = 1; T <= ngpu; ++T) {
-        double t_reg = par(T, [&](int t, int TT) {
-            size_t a, b;
-            range(bytes, t, TT, &a, &b);
-            if (cudaHostRegister(src + a, b - a, cudaHostRegisterPortable) != cudaSuccess)
-                printf("probe register failed\n");
+    /* registering the (resident) source in T page-aligned pieces, T threads */
+    const uintptr_t pg = 4096;
+    char *lo = (char *)(((uintptr_t)src + pg - 1) / pg * pg);
+    const size_t span = (size_t)(((uintptr_t)src + bytes) / pg * pg - (uintptr_t)lo);
+    auto reg = [&](char *base, size_t len, int T, unsigned flags, int *fails) {
+        *fails = 0;
+        std::vector<int> bad(T, 0);
+        const double s = par(T, [&](int t, int TT) {
+            const size_t a = len / pg * (size_t)t / (size_t)TT * pg,
+                         b = len / pg * (size_t)(t + 1) / (size_t)TT * pg;
+            if (b > a && cudaHostRegister(base + a, b - a, flags) != cudaSuccess) {
+                bad[t] = 1;
+                (void)cudaGetLastError();
+            }
         });
-        const double s = dma(ngpu, true, src, bytes, piece, dbuf, st);
-        double t_unreg = par(T, [&](int t, int TT) {
-            size_t a, b;
-            range(bytes, t, TT, &a, &b);
-            (void)cudaHostUnregister(src + a);
+        for (int x : bad)
+            *fails += x;
+        return s;
+    };
+    auto unreg = [&](char *base, size_t len, int T) {
+        return par(T, [&](int t, int TT) {
+            const size_t a = len / pg * (size_t)t / (size_t)TT * pg,
+                         b = len / pg * (size_t)(t + 1) / (size_t)TT * pg;
+            if (b > a)
+                (void)cudaHostUnregister(base + a);
+            (void)cudaGetLastError();
         });
-        printf("probe register threads=%d %.1f ms (%.1f GB/s), h2d from it gpus=%d %.1f ms "
-               "(%.1f GB/s in all), unregister %.1f ms\n",
-               T, t_reg * 1e3, gbs(bytes, t_reg), ngpu, s * 1e3, gbs(bytes, s), t_unreg * 1e3);
-    }
-    /* registering fresh memory (the output): faults + locking */
+    };
+    for (unsigned flags : {(unsigned)cudaHostRegisterDefault, (unsigned)cudaHostRegisterReadOnly})
+        for (int T : {1, 2, 4, 8, 16}) {
+            int fails = 0;
+            const double t_reg = reg(lo, span, T, flags, &fails);
+            const double s = fails ? 0.0 : dma(ngpu, true, lo, span, piece, dbuf, st);
+            const double t_unreg = unreg(lo, span, T);
+            printf("probe register%s threads=%d %.1f ms (%.1f GB/s)%s, h2d from it gpus=%d %.1f "
+                   "ms (%.1f GB/s in all), unregister %.1f ms\n",
+                   flags ? "_readonly" : "", T, t_reg * 1e3, gbs(span, t_reg),
+                   fails ? " FAILED" : "", ngpu, s * 1e3, gbs(span, s), t_unreg * 1e3);
+        }
+    /* a copy across two registrations: still direct (and right)? */
     {
+        int fails = 0;
+        reg(lo, span, 2, cudaHostRegisterDefault, &fails);
+        const size_t mid = span / pg / 2 * pg, len = (size_t)16 << 20;
+        cudaSetDevice(0);
+        double t_in = 0.0, t_across = 0.0;
+        for (int r = 0; r < 5; ++r) {
+            double t0 = now();
+            cudaMemcpyAsync(dbuf[0], lo + mid - 2 * len, len, cudaMemcpyHostToDevice, st[0]);
+            cudaStreamSynchronize(st[0]);
+            t_in += now() - t0;
+            t0 = now();
+            cudaMemcpyAsync(dbuf[0], lo + mid - len / 2, len, cudaMemcpyHostToDevice, st[0]);
+            cudaStreamSynchronize(st[0]);
+            t_across += now() - t0;
+        }
+        std::vector<char> back(len);
+        cudaMemcpy(back.data(), dbuf[0], len, cudaMemcpyDeviceToHost);
+        const bool same = memcmp(back.data(), lo + mid - len / 2, len) == 0;
+        unreg(lo, span, 2);
+        printf("probe register 2 pieces%s: 16 MiB h2d inside one %.1f GB/s, across both %.1f "
+               "GB/s, %s\n",
+               fails ? " FAILED" : "", gbs(5 * len, t_in), gbs(5 * len, t_across),
+               same ? "right" : "WRONG DATA");
+    }
+    /* registering fresh memory (the output): the faults + the locking */
+    for (int T : {1, 4, 8, 16}) {
         char *p = (char *)malloc(bytes);
         madv_huge(p, bytes);
-        const double t0 = now();
-        const bool ok = cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess;
-        const double s = now() - t0;
-        const double t1 = now();
-        if (ok)
-            (void)cudaHostUnregister(p);
-        printf("probe register_fresh %.1f ms, unregister %.1f ms%s\n", s * 1e3,
-               (now() - t1) * 1e3, ok ? "" : " (failed)");
+        char *flo = (char *)(((uintptr_t)p + pg - 1) / pg * pg);
+        const size_t fspan = (size_t)(((uintptr_t)p + bytes) / pg * pg - (uintptr_t)flo);
+        int fails = 0;
+        const double s = reg(flo, fspan, T, cudaHostRegisterDefault, &fails);
+        const double d = fails ? 0.0 : dma(ngpu, false, flo, fspan, piece, dbuf, st);
+        const double u = unreg(flo, fspan, T);
+        printf("probe register_fresh threads=%d %.1f ms (%.1f GB/s)%s, d2h into it gpus=%d %.1f "
+               "ms (%.1f GB/s in all), unregister %.1f ms\n",
+               T, s * 1e3, gbs(fspan, s), fails ? " FAILED" : "", ngpu, d * 1e3, gbs(fspan, d),
+               u * 1e3);
         free(p);
     }
     /* host copies while every GPU uploads from page-locked memory */
