@@ -444,6 +444,12 @@ int main(void)
     run_case(cpu, gpu, &cases[1], ndev);
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
         run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
+    printf("input locked, output staged (HYPROF_EMP_PIN=register_in):\n");
+    setenv("HYPROF_EMP_PIN", "register_in", 1);
+    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
+    printf("input staged, output locked (HYPROF_EMP_PIN=register_out):\n");
+    setenv("HYPROF_EMP_PIN", "register_out", 1);
+    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2);
     unsetenv("HYPROF_EMP_LOCK_PIECE_KB");
     unsetenv("HYPROF_EMP_PIN");
     const char *tm = getenv("HYPROF_TEST_TIMING");

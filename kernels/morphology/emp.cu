@@ -644,7 +644,17 @@ static bool staged_output()
     return !(e && (strcmp(e, "lock") == 0 || strcmp(e, "late") == 0 || strcmp(e, "0") == 0));
 }
 
-static bool registered_io() { return env_is("HYPROF_EMP_PIN", "register"); }
+/* $HYPROF_EMP_PIN=register: input and output locked in place (below);
+ * register_in / register_out: only that side (the other one staged). */
+static bool register_input()
+{
+    return env_is("HYPROF_EMP_PIN", "register") || env_is("HYPROF_EMP_PIN", "register_in");
+}
+
+static bool register_output()
+{
+    return env_is("HYPROF_EMP_PIN", "register") || env_is("HYPROF_EMP_PIN", "register_out");
+}
 
 static bool locked_output()
 {
@@ -712,7 +722,7 @@ class OutputPrep {
         const auto t0 = std::chrono::steady_clock::now();
         const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
         hyprof_ctx_t *c = env_is("HYPROF_EMP_PREFAULT", "0") ? NULL : hyprof_ctx_new();
-        if (env_is("HYPROF_EMP_PREFAULT", "0") || registered_io()) {
+        if (env_is("HYPROF_EMP_PREFAULT", "0") || register_output()) {
             /* the copies into the output take the faults (to compare), or
              * the page-locking does */
         } else if (c) { /* a thread count of its own */
@@ -1278,7 +1288,7 @@ class EmpDevice {
     Spans k_spec, k_quant, h2d, d2h, peer;
     /* $HYPROF_EMP_PIN=register: the locked input bands (ranges 0..B-1) and
      * output planes (range out_range); helpers after locks (joined first) */
-    bool reg = false;
+    bool reg = false, reg_in = false, reg_out = false;
     size_t out_range = 0;
     double lock_wait_ms = 0.0, unlock_wall_ms = 0.0;
     LockSet locks;
@@ -1400,7 +1410,7 @@ static size_t chunk_pixels(size_t bands, size_t np)
  * slots), copied on the upload stream, transformed on the compute stream. */
 hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
 {
-    if (reg)
+    if (reg_in)
         return spectral_locked(F);
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
@@ -1497,9 +1507,9 @@ void EmpDevice::plan_locks()
         in_flags |= cudaHostRegisterReadOnly; /* nothing to mark dirty; read-only input works */
     (void)cudaGetLastError();
     (void)helpers.start(sp.device, lock_threads(main, c.sh.size()));
-    for (size_t i = 0; i < locks.first(out_range); ++i)
+    for (size_t i = 0; reg_in && i < locks.first(out_range); ++i)
         helpers.post([this, i, in_flags] { locks.lock(i, in_flags, false); });
-    for (size_t i = locks.first(out_range); i < locks.count(); ++i)
+    for (size_t i = locks.first(out_range); reg_out && i < locks.count(); ++i)
         helpers.post([this, i] { locks.lock(i, cudaHostRegisterDefault, true); });
 }
 
@@ -1787,7 +1797,7 @@ hyprof_status_t EmpDevice::emp_out()
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     mark(6, st);
-    if (reg) {
+    if (reg_out) {
         Event computed;
         HYPROF_TRY(computed.create(ctx, op));
         HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
@@ -2084,7 +2094,7 @@ hyprof_status_t EmpDevice::denoise()
         return HYPROF_OK;
     };
     size_t queued = 0; /* groups whose download is queued (whole output) */
-    const bool staged = staged_output() && !reg;
+    const bool staged = staged_output() && !reg_out;
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
@@ -2097,13 +2107,13 @@ hyprof_status_t EmpDevice::denoise()
             if (i == 0)
                 wait_output();
             HYPROF_TRY(download(i, dst));
-        } else if (!staged && !reg && prep->ready()) { /* the host is ready: overlap the copies */
+        } else if (!staged && !reg_out && prep->ready()) { /* the host is ready: overlap the copies */
             for (; queued <= i; ++queued)
                 HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
         }
     }
     mark(6, s.get());
-    if (whole && reg) {
+    if (whole && reg_out) {
         Ready ready;
         for (size_t i = 0; i < ngroups; ++i)
             ready.push_back(std::make_pair(3 * (i * G + (planes - i * G < G ? planes - i * G : G)) * n,
@@ -2150,10 +2160,12 @@ hyprof_status_t EmpDevice::run()
     }
     mark(0, s.get());
     HYPROF_TRY(setup());
-    if ((reg = registered_io()))
+    reg_in = register_input();
+    reg_out = register_output();
+    if ((reg = reg_in || reg_out))
         plan_locks();
     HYPROF_TRY(features());
-    if (reg) /* every upload is done: unlock the input while the device computes */
+    if (reg_in) /* every upload is done: unlock the input while the device computes */
         unlock_range(0, a->in_bands);
     HYPROF_TRY(cancelled());
     if (nb) {
@@ -2204,7 +2216,8 @@ void EmpDevice::report(double wall_ms)
                 wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
                 chunks, c.pack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
                 unpack_ms, waited_ms, prep->prefault_ms(),
-                reg ? "register" : prep->pinned() ? "yes" : "no", prep->ms() - prep->prefault_ms(),
+                reg_in && reg_out ? "register" : reg_in ? "register_in" : reg_out ? "register_out"
+                : prep->pinned() ? "yes" : "no", prep->ms() - prep->prefault_ms(),
                 locks.lock_ms(), lock_wait_ms, locks.unlock_ms(), unlock_wall_ms);
 }
 
