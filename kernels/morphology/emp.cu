@@ -631,34 +631,35 @@ static bool env_is(const char *name, const char *value)
     return env && strcmp(env, value) == 0;
 }
 
-/* How the output comes down ($HYPROF_EMP_PIN): through the pinned staging
- * pool, host threads copying it out (default: EmpDevice::download_staged);
- * lock: straight into the output, page-locked by OutputPrep; late: the same,
- * locked once the devices have queued their computations; 0: straight into
- * pageable memory. Measured on an H100 (Pavia Centre size, W-MCD): 33 ms
- * host to host staged against 47 ms locked and 54 ms late: locking holds the
- * driver (the uploads stall meanwhile) and unlocking costs at the end. */
-static bool staged_output()
+/* How the input goes up and the output comes down ($HYPROF_EMP_PIN):
+ * staged: the input packed by host threads into the pinned staging pool, the
+ * output through it, host threads copying it out (EmpDevice::download_staged);
+ * register: both locked in place, no host copies (LockSet below);
+ * register_in / register_out: that side locked, the other staged;
+ * lock: staged input, the output page-locked whole by OutputPrep and copied
+ * into directly; late: the same, locked once the devices have queued their
+ * computations; 0: staged input, the output copied into pageable memory.
+ * Measured on an H100 (Pavia Centre size, W-MCD): 33 ms host to host staged
+ * against 47 ms locked and 54 ms late: locking the whole output at once holds
+ * the driver (the uploads stall meanwhile) and unlocking costs at the end. */
+static const char kDefaultPin[] = "staged";
+
+static bool pin_is(const char *mode)
 {
     const char *e = getenv("HYPROF_EMP_PIN");
-    return !(e && (strcmp(e, "lock") == 0 || strcmp(e, "late") == 0 || strcmp(e, "0") == 0));
+    return strcmp(e && *e ? e : kDefaultPin, mode) == 0;
 }
 
-/* $HYPROF_EMP_PIN=register: input and output locked in place (below);
- * register_in / register_out: only that side (the other one staged). */
-static bool register_input()
-{
-    return env_is("HYPROF_EMP_PIN", "register") || env_is("HYPROF_EMP_PIN", "register_in");
-}
+static bool register_input() { return pin_is("register") || pin_is("register_in"); }
 
-static bool register_output()
-{
-    return env_is("HYPROF_EMP_PIN", "register") || env_is("HYPROF_EMP_PIN", "register_out");
-}
+static bool register_output() { return pin_is("register") || pin_is("register_out"); }
 
-static bool locked_output()
+static bool locked_output() { return pin_is("lock") || pin_is("late"); }
+
+/* the output through the staging pool (with an unknown mode too) */
+static bool staged_output()
 {
-    return env_is("HYPROF_EMP_PIN", "lock") || env_is("HYPROF_EMP_PIN", "late");
+    return !(locked_output() || pin_is("0") || register_output());
 }
 
 /* The host side of the output, on a helper thread while the devices compute:
@@ -690,7 +691,7 @@ class OutputPrep {
      * locking holds the driver, and the devices then compute meanwhile. */
     void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares)
     {
-        late_ = env_is("HYPROF_EMP_PIN", "late");
+        late_ = pin_is("late");
         went_.assign(shares, 0);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
@@ -2094,7 +2095,7 @@ hyprof_status_t EmpDevice::denoise()
         return HYPROF_OK;
     };
     size_t queued = 0; /* groups whose download is queued (whole output) */
-    const bool staged = staged_output() && !reg_out;
+    const bool staged = staged_output();
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
