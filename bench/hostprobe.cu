@@ -234,6 +234,45 @@ void probe_dma(size_t bytes, char *src, char *dst, char *pin, size_t pin_bytes, 
         printf("probe dma_pageable d2h gpus=%d %.1f ms (%.1f GB/s in all)\n", G, s2 * 1e3,
                gbs(bytes, s2));
     }
+    /* pageable, several host threads per GPU, each with its own stream */
+    for (int T : {4, 8}) {
+        std::vector<cudaStream_t> ms((size_t)ngpu * T);
+        std::vector<void *> mb((size_t)ngpu * T);
+        bool ok = true;
+        for (int g = 0; g < ngpu; ++g) {
+            cudaSetDevice(g);
+            for (int t = 0; t < T; ++t) {
+                ok = ok && cudaStreamCreateWithFlags(&ms[g * T + t], cudaStreamNonBlocking) ==
+                               cudaSuccess;
+                ok = ok && cudaMalloc(&mb[g * T + t], piece) == cudaSuccess;
+            }
+        }
+        for (int dir = 0; ok && dir < 2; ++dir) {
+            const double sp = par(ngpu * T, [&](int i, int I) {
+                size_t a, b;
+                range(bytes, i, I, &a, &b);
+                cudaSetDevice(i / T);
+                for (size_t o = a; o < b; o += piece) {
+                    const size_t len = b - o < piece ? b - o : piece;
+                    if (dir == 0)
+                        cudaMemcpyAsync(mb[i], src + o, len, cudaMemcpyHostToDevice, ms[i]);
+                    else
+                        cudaMemcpyAsync(dst + o, mb[i], len, cudaMemcpyDeviceToHost, ms[i]);
+                }
+                cudaStreamSynchronize(ms[i]);
+            });
+            printf("probe dma_pageable %s gpus=%d threads_per_gpu=%d %.1f ms (%.1f GB/s in all)\n",
+                   dir ? "d2h" : "h2d", ngpu, T, sp * 1e3, gbs(bytes, sp));
+        }
+        for (int g = 0; g < ngpu; ++g) {
+            cudaSetDevice(g);
+            for (int t = 0; t < T; ++t) {
+                cudaStreamDestroy(ms[g * T + t]);
+                cudaFree(mb[g * T + t]);
+            }
+        }
+        (void)cudaGetLastError();
+    }
     /* registering the (resident) source in T page-aligned pieces, T threads */
     const uintptr_t pg = 4096;
     char *lo = (char *)(((uintptr_t)src + pg - 1) / pg * pg);
