@@ -31,7 +31,9 @@
  *               2-D DWT (rows/columns kernels, filters in constant memory),
  *               the median of |HH1| per plane by an exact radix select (8
  *               passes of 8 bits over the bit patterns), universal threshold,
- *               thresholding, inverse per level
+ *               thresholding, inverse per level (the first forward step
+ *               reads the 8-bit planes, the last inverse step writes the
+ *               float output planes)
  *
  * Several devices (--devices, the seed's Fig. 5): one host thread per share.
  * Share d takes rows [H d/D, H (d+1)/D) for the spectral stage (it uploads
@@ -313,27 +315,23 @@ __device__ __forceinline__ int pmod(int a, int m)
     return r < 0 ? r + m : r;
 }
 
-__global__ void u8_to_double_kernel(const uint8_t *__restrict__ src, size_t n, double *dst)
-{
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p < n)
-        dst[(size_t)blockIdx.y * n + p] = (double)src[(size_t)blockIdx.y * n + p];
-}
-
-/* Analysis along columns: x h x w -> lo, hi half_up(h) x w. */
-__global__ void fwd0_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
+/* Analysis along columns: x h x w -> lo, hi half_up(h) x w. The first level
+ * reads the 8-bit EMP planes themselves (exact in double), the next ones the
+ * previous approximation. */
+template <typename T>
+__global__ void fwd0_kernel(const T *__restrict__ x, size_t xs, int h, int w, int F,
                             double *lo, double *hi, size_t os)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, o = blockIdx.y * blockDim.y + threadIdx.y;
     const int np = h + (h & 1);
     if (i >= w || o >= np / 2)
         return;
-    const double *xp = x + blockIdx.z * xs;
+    const T *xp = x + blockIdx.z * xs;
     double sl = 0.0, sh = 0.0;
     for (int j = 0; j < F; ++j) {
         int row = pmod(F / 2 + 2 * o - j, np);
         row = row < h ? row : h - 1;
-        const double v = xp[(size_t)row * w + i];
+        const double v = (double)xp[(size_t)row * w + i];
         sl += c_lo[j] * v;
         sh += c_hi[j] * v;
     }
@@ -382,9 +380,13 @@ __global__ void inv1_kernel(const double *__restrict__ a, const double *__restri
     out[blockIdx.z * os + (size_t)y * wout + c] = s;
 }
 
-/* Synthesis along columns: a, d h2 x w -> out hout x w. */
+/* Synthesis along columns: a, d h2 x w -> out hout x w (plane stride os) or,
+ * for the last step (plane stride os) (fo not NULL), straight into the float output planes: plane z's version
+ * `band` of 3 at fo + (3 z + band) os, masked pixels nodata (a float
+ * conversion, without the double plane in between). */
 __global__ void inv0_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
-                            int h2, int w, int hout, int F, double *out, size_t os)
+                            int h2, int w, int hout, int F, double *out, size_t os,
+                            float *fo, const uint8_t *__restrict__ mask, float nodata, int band)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= w || k >= hout)
@@ -399,7 +401,11 @@ __global__ void inv0_kernel(const double *__restrict__ a, const double *__restri
         const size_t r = (size_t)(t / 2) * w + i;
         s += c_lo[j] * ap[r] + c_hi[j] * dp[r];
     }
-    out[blockIdx.z * os + (size_t)k * w + i] = s;
+    const size_t p = (size_t)k * w + i;
+    if (fo)
+        fo[((size_t)3 * blockIdx.z + band) * os + p] = (mask && !mask[p]) ? nodata : (float)s;
+    else
+        out[blockIdx.z * os + p] = s;
 }
 
 /* The median of |HH1| per plane by an exact radix select on the bit patterns
@@ -514,16 +520,6 @@ __global__ void threshold_kernel(double *d, size_t is, size_t count,
 }
 
 /* Denoised plane g at level index k -> float output plane 3 g + k. */
-__global__ void out_kernel(const double *__restrict__ src, size_t n,
-                           const uint8_t *__restrict__ mask, float nodata, int k, float *dst)
-{
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n)
-        return;
-    dst[((size_t)3 * blockIdx.y + k) * n + p] =
-        (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
-}
-
 /* ---- the features: statistics and quantisation ----------------------------------------- */
 
 /* Per feature band: its valid min and max as order-preserving unsigned keys
@@ -1839,10 +1835,10 @@ struct Pyramid {
         }
     }
     size_t m(int l) const { return hs[l] * ws[l]; }
-    /* doubles per plane: x, the pyramid, L/H, two inverse buffers */
+    /* doubles per plane: the pyramid, L/H, two inverse buffers */
     size_t doubles(size_t n) const
     {
-        size_t t = n + 2 * hs[1] * ws[0] + 2 * n;
+        size_t t = 2 * hs[1] * ws[0] + 2 * n;
         for (int l = 1; l <= J; ++l)
             t += 4 * m(l);
         return t;
@@ -1852,7 +1848,7 @@ struct Pyramid {
 /* The work buffers of a group of at most G planes, allocated once (a
  * cudaFree inside the loop would stall the overlapped downloads). */
 struct EmpDevice::Bufs {
-    DeviceBuffer<double> x, lh, t1, t2, lambda;
+    DeviceBuffer<double> lh, t1, t2, lambda;
     std::vector<DeviceBuffer<double>> lev;
     DeviceBuffer<SelQ> sel;
     DeviceBuffer<unsigned long long> hist;
@@ -1860,7 +1856,6 @@ struct EmpDevice::Bufs {
                           size_t G)
     {
         lev = std::vector<DeviceBuffer<double>>(py.J + 1);
-        HYPROF_TRY(x.alloc(ctx, op, G * n));
         HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
         HYPROF_TRY(t1.alloc(ctx, op, G * n));
         HYPROF_TRY(t2.alloc(ctx, op, G * n));
@@ -1880,23 +1875,24 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
     const int F = (int)a->wavelet->length;
-    DeviceBuffer<double> &x = bf.x, &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
+    DeviceBuffer<double> &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
     std::vector<DeviceBuffer<double>> &lev = bf.lev;
     DeviceBuffer<SelQ> &sel = bf.sel;
     DeviceBuffer<unsigned long long> &hist = bf.hist;
     const size_t m1 = py.m(1);
     const dim3 b2(32, 8), b1(256);
-    u8_to_double_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
-        emp.get() + t0 * n, n, x.get());
-    HYPROF_CUDA_CHECK_LAUNCH("u8_to_double_kernel");
     /* forward to the deepest level: [A | AD | DA | DD] per level, plane stride m */
-    const double *prev = x.get();
+    const double *prev = NULL;
     size_t prev_stride = n;
     for (int l = 1; l <= py.J; ++l) {
         const size_t h = py.hs[l - 1], w = py.ws[l - 1], m = py.m(l), hw2 = py.hs[l] * w;
         double *L = lh.get(), *Hh = lh.get() + G * hw2, *A = lev[l].get();
-        fwd0_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(prev, prev_stride, (int)h, (int)w,
-                                                              F, L, Hh, hw2);
+        if (l == 1) /* from the 8-bit planes */
+            fwd0_kernel<uint8_t><<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                emp.get() + t0 * n, n, (int)h, (int)w, F, L, Hh, hw2);
+        else
+            fwd0_kernel<double><<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                prev, prev_stride, (int)h, (int)w, F, L, Hh, hw2);
         HYPROF_CUDA_CHECK_LAUNCH("fwd0_kernel");
         fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
             L, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, m);
@@ -1947,16 +1943,16 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
             inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
                 D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, Hh, hw2);
             HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
-            inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(L, Hh, hw2, (int)py.hs[l], (int)w,
-                                                           (int)h, F, dst, h * w);
+            /* the last step writes the float output planes */
+            inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(
+                L, Hh, hw2, (int)py.hs[l], (int)w, (int)h, F, dst, h * w, l == 1 ? outd : NULL,
+                a->mask ? mask.get() : NULL, a->nodata, k);
             HYPROF_CUDA_CHECK_LAUNCH("inv0_kernel");
             A = dst;
             astride = h * w;
         }
         (void)astride;
-        out_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
-            t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, outd);
-        HYPROF_CUDA_CHECK_LAUNCH("out_kernel");
+
     }
     return HYPROF_OK;
 }
