@@ -381,9 +381,9 @@ __global__ void inv1_kernel(const double *__restrict__ a, const double *__restri
 }
 
 /* Synthesis along columns: a, d h2 x w -> out hout x w (plane stride os) or,
- * for the last step (plane stride os) (fo not NULL), straight into the float output planes: plane z's version
- * `band` of 3 at fo + (3 z + band) os, masked pixels nodata (a float
- * conversion, without the double plane in between). */
+ * for the last step (fo not NULL), straight into the float output planes:
+ * plane z's version `band` of 3 at fo + (3 z + band) os, masked pixels
+ * nodata (a float conversion, without the double plane in between). */
 __global__ void inv0_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
                             int h2, int w, int hout, int F, double *out, size_t os,
                             float *fo, const uint8_t *__restrict__ mask, float nodata, int band)
