@@ -989,19 +989,20 @@ class LockSet {
         lock_ms_ += ms_since(t0);
         cv_.notify_all();
     }
+    /* unlocks piece i if it is locked (once, whoever asks first) */
     void unlock(size_t i)
     {
+        {
+            std::lock_guard<std::mutex> l(m_);
+            if (pc[i].state != 1)
+                return;
+            pc[i].state = 3;
+        }
         const auto t0 = std::chrono::steady_clock::now();
         (void)cudaHostUnregister(pc[i].p);
         (void)cudaGetLastError();
         std::lock_guard<std::mutex> l(m_);
-        pc[i].state = 3;
         unlock_ms_ += ms_since(t0);
-    }
-    bool locked(size_t i) const
-    {
-        std::lock_guard<std::mutex> l(m_);
-        return pc[i].state == 1;
     }
     /* waits until piece i is decided: true if it is locked */
     bool wait(size_t i) const
@@ -1032,6 +1033,7 @@ class LockSet {
         return HYPROF_OK;
     }
     size_t count() const { return pc.size(); }
+    const Piece &piece(size_t i) const { return pc[i]; }
     double lock_ms() const
     {
         std::lock_guard<std::mutex> l(m_);
@@ -1252,8 +1254,10 @@ class EmpDevice {
             helpers.drain();
             (void)cudaDeviceSynchronize();
             for (size_t i = 0; i < locks.count(); ++i)
-                if (locks.locked(i))
-                    locks.unlock(i);
+                locks.unlock(i);
+            for (cudaEvent_t e : unlock_ev)
+                (void)cudaEventDestroy(e);
+            (void)cudaGetLastError();
         }
     }
     hyprof_status_t run();
@@ -1288,6 +1292,7 @@ class EmpDevice {
     bool reg = false, reg_in = false, reg_out = false;
     size_t out_range = 0;
     double lock_wait_ms = 0.0, unlock_wall_ms = 0.0;
+    std::vector<cudaEvent_t> unlock_ev; /* a piece's downloads done: unlock it */
     LockSet locks;
     Helpers helpers;
     bool wait_lock(size_t k)
@@ -1516,10 +1521,7 @@ void EmpDevice::unlock_range(size_t r0, size_t r1)
 {
     for (size_t r = r0; r < r1; ++r)
         for (size_t i = locks.first(r); i < locks.first(r) + locks.pieces(r); ++i)
-            helpers.post([this, i] {
-                if (locks.locked(i))
-                    locks.unlock(i);
-            });
+            helpers.post([this, i] { locks.unlock(i); });
 }
 
 /* The spectral stage with the input locked in place: the share's rows of
@@ -1593,7 +1595,7 @@ hyprof_status_t EmpDevice::download_locked(const float *src, float *dst, size_t 
                                            cudaStream_t cs, const Ready &ready)
 {
     std::vector<std::pair<size_t, size_t>> rest; /* offset, count */
-    size_t from = 0;
+    size_t from = 0, next_unlock = locks.first(out_range);
     for (size_t r = 0; r < ready.size() && from < count; ++r) {
         const size_t end = ready[r].first < count ? ready[r].first : count;
         if (end <= from)
@@ -1613,6 +1615,25 @@ hyprof_status_t EmpDevice::download_locked(const float *src, float *dst, size_t 
             return HYPROF_OK;
         }));
         from = end;
+        /* the pieces now wholly queued: unlocked by a helper once their
+         * copies are done, while the next ones download */
+        const char *upto = (const char *)(dst + from);
+        for (; next_unlock < locks.first(out_range) + locks.pieces(out_range); ++next_unlock) {
+            const LockSet::Piece &pc = locks.piece(next_unlock);
+            cudaEvent_t e = NULL;
+            if (pc.p + pc.bytes > upto ||
+                cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
+                break;
+            unlock_ev.push_back(e);
+            HYPROF_CUDA_CHECK(cudaEventRecord(e, cs));
+            const size_t i = next_unlock;
+            helpers.post([this, i, e] {
+                if (cudaEventSynchronize(e) == cudaSuccess)
+                    locks.unlock(i);
+                (void)cudaGetLastError();
+            });
+        }
+        (void)cudaGetLastError();
     }
     const size_t cap = 2 * (size_t)LockSet::page();
     Staging bounce;
