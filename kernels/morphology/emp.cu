@@ -339,15 +339,19 @@ __global__ void fwd0_kernel(const T *__restrict__ x, size_t xs, int h, int w, in
     hi[blockIdx.z * os + (size_t)o * w + i] = sh;
 }
 
-/* Analysis along rows: x h x w -> lo, hi h x half_up(w). */
-__global__ void fwd1_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
-                            double *lo, double *hi, size_t os)
+/* Analysis along rows: x h x w -> lo, hi h x half_up(w), for two sets of G
+ * planes in one launch (grid z: 2 G; set 1: the column analysis' high band). */
+__global__ void fwd1_kernel(const double *__restrict__ x0, const double *__restrict__ x1,
+                            size_t xs, int h, int w, int F, double *lo0, double *hi0,
+                            double *lo1, double *hi1, size_t os, unsigned G)
 {
     const int o = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     const int np = w + (w & 1), w2 = np / 2;
     if (o >= w2 || y >= h)
         return;
-    const double *xr = x + blockIdx.z * xs + (size_t)y * w;
+    const bool one = blockIdx.z >= G;
+    const unsigned g = one ? blockIdx.z - G : blockIdx.z;
+    const double *xr = (one ? x1 : x0) + g * xs + (size_t)y * w;
     double sl = 0.0, sh = 0.0;
     for (int j = 0; j < F; ++j) {
         int c = pmod(F / 2 + 2 * o - j, np);
@@ -356,20 +360,26 @@ __global__ void fwd1_kernel(const double *__restrict__ x, size_t xs, int h, int 
         sl += c_lo[j] * v;
         sh += c_hi[j] * v;
     }
-    lo[blockIdx.z * os + (size_t)y * w2 + o] = sl;
-    hi[blockIdx.z * os + (size_t)y * w2 + o] = sh;
+    (one ? lo1 : lo0)[g * os + (size_t)y * w2 + o] = sl;
+    (one ? hi1 : hi0)[g * os + (size_t)y * w2 + o] = sh;
 }
 
 /* Synthesis along rows: a, d h x w2 -> out h x wout (the transpose of the
- * analysis, gathered: output c receives from o with 2o = c + j - F/2 mod 2 w2). */
-__global__ void inv1_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
-                            int h, int w2, int wout, int F, double *out, size_t os)
+ * analysis, gathered: output c receives from o with 2o = c + j - F/2 mod 2 w2),
+ * for two sets of G planes in one launch (grid z: 2 G). */
+__global__ void inv1_kernel(const double *__restrict__ a0, const double *__restrict__ d0,
+                            const double *__restrict__ a1, const double *__restrict__ d1,
+                            size_t is, int h, int w2, int wout, int F, double *out0,
+                            double *out1, size_t os, unsigned G)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= wout || y >= h)
         return;
+    const bool one = blockIdx.z >= G;
+    const unsigned g = one ? blockIdx.z - G : blockIdx.z;
     const int np = 2 * w2;
-    const double *ar = a + blockIdx.z * is + (size_t)y * w2, *dr = d + blockIdx.z * is + (size_t)y * w2;
+    const double *ar = (one ? a1 : a0) + g * is + (size_t)y * w2,
+                 *dr = (one ? d1 : d0) + g * is + (size_t)y * w2;
     double s = 0.0;
     for (int j = 0; j < F; ++j) {
         const int t = pmod(c + j - F / 2, np);
@@ -377,7 +387,7 @@ __global__ void inv1_kernel(const double *__restrict__ a, const double *__restri
             continue;
         s += c_lo[j] * ar[t / 2] + c_hi[j] * dr[t / 2];
     }
-    out[blockIdx.z * os + (size_t)y * wout + c] = s;
+    (one ? out1 : out0)[g * os + (size_t)y * wout + c] = s;
 }
 
 /* Synthesis along columns: a, d h2 x w -> out hout x w (plane stride os) or,
@@ -504,14 +514,15 @@ __global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, doubl
     lambda[g] = med / 0.6745 * sqrt(2.0 * log(npix));
 }
 
-/* Soft or hard thresholding of `count` coefficients per plane. */
-__global__ void threshold_kernel(double *d, size_t is, size_t count,
+/* Soft or hard thresholding of `count` coefficients per plane (grid y), of
+ * the three detail subbands (grid z, stride zs) of a level. */
+__global__ void threshold_kernel(double *d, size_t is, size_t zs, size_t count,
                                  const double *__restrict__ lambda, int hard)
 {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count)
         return;
-    double *v = d + blockIdx.y * is + i;
+    double *v = d + blockIdx.z * zs + blockIdx.y * is + i;
     const double a = fabs(*v), l = lambda[blockIdx.y];
     if (hard)
         *v = a >= l ? *v : 0.0;
@@ -519,7 +530,6 @@ __global__ void threshold_kernel(double *d, size_t is, size_t count,
         *v = a > l ? copysign(a - l, *v) : 0.0;
 }
 
-/* Denoised plane g at level index k -> float output plane 3 g + k. */
 /* ---- the features: statistics and quantisation ----------------------------------------- */
 
 /* Per feature band: its valid min and max as order-preserving unsigned keys
@@ -660,7 +670,7 @@ static bool staged_output()
 
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies; $HYPROF_EMP_PREFAULT_THREADS, default the context's) and, with
+ * copies; $HYPROF_EMP_PREFAULT_THREADS, default at most 8) and, with
  * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
  * Best effort: when locking fails the output stays pageable. Every download
  * waits for it. */
@@ -723,7 +733,12 @@ class OutputPrep {
             /* the copies into the output take the faults (to compare), or
              * the page-locking does */
         } else if (c) { /* a thread count of its own */
-            c->threads = env && atoi(env) > 0 ? atoi(env) : ctx->threads;
+            /* default at most 8: it runs while the input is packed, and more
+             * threads only take memory bandwidth from the packing (2 x H200
+             * host, 1.3 GB cube: 8 prefault threads 83 ms host to host, 32
+             * threads 88 ms) */
+            const int all = hyprof__threads(ctx);
+            c->threads = env && atoi(env) > 0 ? atoi(env) : all < 8 ? all : 8;
             hyprof__prefault(c, p, bytes);
             hyprof_ctx_free(&c);
         } else {
@@ -1134,13 +1149,17 @@ struct Chain {
             s.b0 = a->bands * d / nshares;
             s.b1 = a->bands * (d + 1) / nshares;
         }
-        /* host threads packing the input chunks: the context's threads over
-         * the shares, at most 8 each (memory bandwidth, not cores, limits a
-         * copy), or $HYPROF_EMP_PACK_THREADS over the shares */
+        /* host threads packing the input chunks and copying the output out:
+         * half the context's threads, at most 16, over the shares (memory
+         * bandwidth, not cores, limits a copy, and the prefault and the
+         * device threads need cores meanwhile: on a 32-core 2 x H200 host 16
+         * packing threads took 37 ms for the 1.3 GB cube, 8 took 41-54 ms and
+         * 32 took 99 ms), or $HYPROF_EMP_PACK_THREADS over the shares */
         const char *env = getenv("HYPROF_EMP_PACK_THREADS");
-        const long total = env && atol(env) > 0 ? atol(env) : hyprof__threads(main);
+        const long half = hyprof__threads(main) / 2;
+        const long total = env && atol(env) > 0 ? atol(env) : half < 1 ? 1 : half > 16 ? 16 : half;
         const long t = total / (long)nshares;
-        pack_threads = t < 1 ? 1 : t > 8 && !env ? 8 : (int)t;
+        pack_threads = t < 1 ? 1 : (int)t;
     }
     size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
     /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
@@ -1451,7 +1470,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
         }
         if (pinned) {
             const auto p = std::chrono::steady_clock::now();
-            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B);
+            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B, 0);
             pack_ms += ms_since(p);
             const int u = h2d.begin(us);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(din[k].get(), stg[k].get(), mi * B * sizeof(float),
@@ -1915,11 +1934,9 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
             fwd0_kernel<double><<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
                 prev, prev_stride, (int)h, (int)w, F, L, Hh, hw2);
         HYPROF_CUDA_CHECK_LAUNCH("fwd0_kernel");
-        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
-            L, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, m);
-        HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
-        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
-            Hh, hw2, (int)py.hs[l], (int)w, F, A + 2 * G * m, A + 3 * G * m, m);
+        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], 2 * G, b2), b2, 0, st>>>(
+            L, Hh, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, A + 2 * G * m, A + 3 * G * m, m,
+            (unsigned)G);
         HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
         prev = A;
         prev_stride = m;
@@ -1941,11 +1958,9 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
     HYPROF_CUDA_CHECK_LAUNCH("lambda_kernel");
     for (int l = 1; l <= py.J; ++l) {
         const size_t m = py.m(l);
-        for (int sb = 1; sb < 4; ++sb) {
-            threshold_kernel<<<dim3((unsigned)div_up(m, 256), (unsigned)G), b1, 0, st>>>(
-                lev[l].get() + sb * G * m, m, m, lambda.get(), a->hard);
-            HYPROF_CUDA_CHECK_LAUNCH("threshold_kernel");
-        }
+        threshold_kernel<<<dim3((unsigned)div_up(m, 256), (unsigned)G, 3), b1, 0, st>>>(
+            lev[l].get() + G * m, m, G * m, m, lambda.get(), a->hard);
+        HYPROF_CUDA_CHECK_LAUNCH("threshold_kernel");
     }
     /* the inverse from each level j */
     for (int k = 0; k < 3; ++k) {
@@ -1957,12 +1972,10 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
             const double *D = lev[l].get();
             double *L = lh.get(), *Hh = lh.get() + G * hw2;
             double *dst = (l & 1) ? t1.get() : t2.get();
-            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
-                A, D + G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, L, hw2);
-            HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
-            /* A's plane stride is astride; D's subbands have stride m (== astride at l == j) */
-            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
-                D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, Hh, hw2);
+            /* A's plane stride is astride; D's subbands have stride m (== astride) */
+            inv1_kernel<<<grid2(w, py.hs[l], 2 * G, b2), b2, 0, st>>>(
+                A, D + G * m, D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l],
+                (int)w, F, L, Hh, hw2, (unsigned)G);
             HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
             /* the last step writes the float output planes */
             inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(
@@ -2014,7 +2027,7 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             waited = true;
         }
         const auto u0 = std::chrono::steady_clock::now();
-        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1);
+        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1, 1);
         unpack_ms += ms_since(u0);
     };
     size_t r = 0;
@@ -2074,13 +2087,15 @@ hyprof_status_t EmpDevice::denoise()
         return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
                              "%zu bytes of device memory per plane are not available",
                              per_plane);
-    if (G > 65535) /* grid y/z */
-        G = 65535;
-    /* groups of about a quarter of the planes, each downloaded (copy stream)
-     * while the next is computed */
-    const size_t quarter = (planes + 3) / 4;
-    if (G > quarter)
-        G = quarter;
+    if (G > 32767) /* grid z: 2 G for the paired row transforms */
+        G = 32767;
+    /* groups of about a quarter of the planes ($HYPROF_EMP_GROUPS groups), each
+     * downloaded (copy stream) while the next is computed */
+    const char *genv = getenv("HYPROF_EMP_GROUPS");
+    const long ng = genv && atol(genv) > 0 && atol(genv) <= 64 ? atol(genv) : 4;
+    const size_t per_group = (planes + (size_t)ng - 1) / (size_t)ng;
+    if (G > per_group)
+        G = per_group;
     const size_t ngroups = div_up(planes, G);
     /* The whole float output on the device when it fits: the transforms then
      * never wait for a download (nor for the host's page-locking), and the
