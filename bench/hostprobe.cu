@@ -102,7 +102,7 @@ double gbs(size_t bytes, double s) { return (double)bytes / s / 1e9; }
  * a full copy into fresh pages (the fault inside the copy). */
 void probe_faults(size_t bytes, const char *src)
 {
-    const int ts[] = {1, 8, 16, 32};
+    const int ts[] = {8, 16, 32};
     for (int huge = 0; huge < 2; ++huge)
         for (int T : ts) {
             char *p = (char *)malloc(bytes);
@@ -134,7 +134,7 @@ void probe_faults(size_t bytes, const char *src)
 
 void probe_copies(size_t bytes, char *src, char *dst, char *pin, size_t pin_bytes)
 {
-    for (int T : {1, 2, 4, 8, 16, 32}) {
+    for (int T : {4, 8, 16, 32}) {
         double best = 1e9;
         for (int r = 0; r < 2; ++r) {
             const double s = pcopy(T, dst, src, bytes);
