@@ -338,6 +338,20 @@ void probe_dma(size_t bytes, char *src, char *dst, char *pin, size_t pin_bytes, 
                fails ? " FAILED" : "", gbs(5 * len, t_in), gbs(5 * len, t_across),
                same ? "right" : "WRONG DATA");
     }
+    /* registering resident memory in 2 MiB pages (prefaulted with huge pages) */
+    for (int T : {1, 4, 8, 16}) {
+        char *p = (char *)malloc(bytes);
+        madv_huge(p, bytes);
+        touch(p, bytes, 32);
+        char *flo = (char *)(((uintptr_t)p + pg - 1) / pg * pg);
+        const size_t fspan = (size_t)(((uintptr_t)p + bytes) / pg * pg - (uintptr_t)flo);
+        int fails = 0;
+        const double s = reg(flo, fspan, T, cudaHostRegisterDefault, &fails);
+        const double u = unreg(flo, fspan, T);
+        printf("probe register_resident_huge threads=%d %.1f ms (%.1f GB/s)%s, unregister %.1f ms\n",
+               T, s * 1e3, gbs(fspan, s), fails ? " FAILED" : "", u * 1e3);
+        free(p);
+    }
     /* registering fresh memory (the output): the faults + the locking */
     for (int T : {1, 4, 8, 16}) {
         char *p = (char *)malloc(bytes);
