@@ -1300,7 +1300,7 @@ class EmpDevice {
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
     double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
-           loop_ms = 0.0, unpack_ms = 0.0;
+           loop_ms = 0.0, unpack_ms = 0.0, alloc_ms = 0.0;
     size_t chunks = 0;
     const char *upload_mode = "none";
     /* traced device time: spectral transforms, statistics and quantisation,
@@ -1371,6 +1371,17 @@ class EmpDevice {
     hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
 };
 
+/* An allocation whose host time counts in alloc_ms (cudaMalloc of the large
+ * buffers can take milliseconds while the stream waits). */
+#define HYPROF_TIMED_ALLOC(expr)                                                   \
+    do {                                                                           \
+        const auto ta_ = std::chrono::steady_clock::now();                         \
+        hyprof_status_t sa_ = (expr);                                              \
+        alloc_ms += ms_since(ta_);                                                 \
+        if (sa_ != HYPROF_OK)                                                      \
+            return sa_;                                                            \
+    } while (0)
+
 /* Peer access to the other shares' devices, the mask, the structuring
  * elements and the share's 8-bit bands. */
 hyprof_status_t EmpDevice::setup()
@@ -1383,10 +1394,10 @@ hyprof_status_t EmpDevice::setup()
             (void)cudaDeviceEnablePeerAccess(o.device, 0); /* or already enabled */
         (void)cudaGetLastError();
     }
-    HYPROF_TRY(q.alloc(ctx, op, nb * n));
-    HYPROF_TRY(emp.alloc(ctx, op, nb * P * n));
+    HYPROF_TIMED_ALLOC(q.alloc(ctx, op, nb * n));
+    HYPROF_TIMED_ALLOC(emp.alloc(ctx, op, nb * P * n));
     if (a->mask) {
-        HYPROF_TRY(mask.alloc(ctx, op, n));
+        HYPROF_TIMED_ALLOC(mask.alloc(ctx, op, n));
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(mask.get(), a->mask, n, cudaMemcpyHostToDevice, st));
     }
     /* the structuring elements' row half-widths, one table per radius */
@@ -1436,7 +1447,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     cudaStream_t st = s.get(), us = up.get();
-    HYPROF_TRY(F.alloc(ctx, op, K * np));
+    HYPROF_TIMED_ALLOC(F.alloc(ctx, op, K * np));
     if (np == 0)
         return HYPROF_OK;
     constexpr int NS = 3;
@@ -1447,7 +1458,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     Staging stg[NS];
     bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
     for (int k = 0; k < NS && (size_t)k < nch; ++k) {
-        HYPROF_TRY(din[k].alloc(ctx, op, m * B));
+        HYPROF_TIMED_ALLOC(din[k].alloc(ctx, op, m * B));
         HYPROF_TRY(loaded[k].create(ctx, op));
         HYPROF_TRY(used[k].create(ctx, op));
         if (pinned && !stg[k].take(m * B * sizeof(float), us))
@@ -1552,11 +1563,11 @@ hyprof_status_t EmpDevice::spectral_locked(DeviceBuffer<float> &F)
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     cudaStream_t st = s.get(), us = up.get();
-    HYPROF_TRY(F.alloc(ctx, op, K * np));
+    HYPROF_TIMED_ALLOC(F.alloc(ctx, op, K * np));
     if (np == 0)
         return HYPROF_OK;
     DeviceBuffer<float> din;
-    HYPROF_TRY(din.alloc(ctx, op, B * np));
+    HYPROF_TIMED_ALLOC(din.alloc(ctx, op, B * np));
     constexpr size_t NBLK = 4;
     Event loaded[NBLK];
     for (size_t k = 0; k < NBLK; ++k)
@@ -1744,7 +1755,7 @@ hyprof_status_t EmpDevice::features()
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(lohi.get(), lh.data(), 2 * K * sizeof(double),
                                       cudaMemcpyHostToDevice, st));
     if (!single)
-        HYPROF_TRY(qreg.alloc(ctx, op, K * np));
+        HYPROF_TIMED_ALLOC(qreg.alloc(ctx, op, K * np));
     if (np) {
         const int kq = k_quant.begin(st);
         quantise_kernel<<<dim3((unsigned)div_up(np, 256), (unsigned)K), 256, 0, st>>>(
@@ -1802,7 +1813,7 @@ hyprof_status_t EmpDevice::profiles()
     const uint8_t *m = a->mask ? mask.get() : NULL;
     const int rmax = a->radii[a->nradii - 1];
     DeviceBuffer<uint8_t> hm;
-    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
+    HYPROF_TIMED_ALLOC(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
     const dim3 eb(32, 8);
     for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
         hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
@@ -1829,7 +1840,7 @@ hyprof_status_t EmpDevice::emp_out()
 {
     cudaStream_t st = s.get();
     DeviceBuffer<float> out;
-    HYPROF_TRY(out.alloc(ctx, op, nb * P * n));
+    HYPROF_TIMED_ALLOC(out.alloc(ctx, op, nb * P * n));
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
@@ -2103,11 +2114,11 @@ hyprof_status_t EmpDevice::denoise()
      * buffers take turns. */
     const bool whole = 3 * planes * n * sizeof(float) + G * per_plane < budget / 2;
     Bufs bf;
-    HYPROF_TRY(bf.alloc(ctx, op, py, n, G));
+    HYPROF_TIMED_ALLOC(bf.alloc(ctx, op, py, n, G));
     DeviceBuffer<float> outb[2];
-    HYPROF_TRY(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
+    HYPROF_TIMED_ALLOC(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
     if (!whole)
-        HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
+        HYPROF_TIMED_ALLOC(outb[1].alloc(ctx, op, 3 * G * n));
     Stream cs;
     std::vector<Event> done(ngroups), copied(2);
     HYPROF_TRY(cs.create(ctx, op));
@@ -2243,7 +2254,7 @@ void EmpDevice::report(double wall_ms)
                 "upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
                 "spectral_host_ms=%.3f loop_ms=%.3f unpack_ms=%.3f "
                 "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f lock_ms=%.3f "
-                "lock_wait_ms=%.3f unlock_ms=%.3f unlock_wall_ms=%.3f",
+                "lock_wait_ms=%.3f unlock_ms=%.3f unlock_wall_ms=%.3f alloc_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
@@ -2251,7 +2262,7 @@ void EmpDevice::report(double wall_ms)
                 unpack_ms, waited_ms, prep->prefault_ms(),
                 reg_in && reg_out ? "register" : reg_in ? "register_in" : reg_out ? "register_out"
                 : prep->pinned() ? "yes" : "no", prep->ms() - prep->prefault_ms(),
-                locks.lock_ms(), lock_wait_ms, locks.unlock_ms(), unlock_wall_ms);
+                locks.lock_ms(), lock_wait_ms, locks.unlock_ms(), unlock_wall_ms, alloc_ms);
 }
 
 /* Share `i` on its device; any failure breaks the rendezvous. */
