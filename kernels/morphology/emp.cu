@@ -2100,10 +2100,15 @@ hyprof_status_t EmpDevice::denoise()
                              per_plane);
     if (G > 32767) /* grid z: 2 G for the paired row transforms */
         G = 32767;
-    /* groups of about a quarter of the planes ($HYPROF_EMP_GROUPS groups), each
-     * downloaded (copy stream) while the next is computed */
+    /* groups of planes, each downloaded (copy stream) while the next is
+     * computed: 4 for an output share of 512 MB or more, else 2, or
+     * $HYPROF_EMP_GROUPS (more groups, more launches of small kernels, the
+     * stage's fixed cost: on 2 x H200 the 1096x715 W-MCD took 19.1 ms host to
+     * host in 2 groups, 20.4 in 4 or 8; the 2192x1430 one 69.8 ms in 4, 74.6
+     * in 2) */
     const char *genv = getenv("HYPROF_EMP_GROUPS");
-    const long ng = genv && atol(genv) > 0 && atol(genv) <= 64 ? atol(genv) : 4;
+    const bool big = 3 * planes * n * sizeof(float) >= ((size_t)512 << 20);
+    const long ng = genv && atol(genv) > 0 && atol(genv) <= 64 ? atol(genv) : big ? 4 : 2;
     const size_t per_group = (planes + (size_t)ng - 1) / (size_t)ng;
     if (G > per_group)
         G = per_group;
