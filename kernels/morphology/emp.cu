@@ -47,6 +47,7 @@
 #include "../core/cuda_util.h"
 #include "../../algorithms/wavelet/dwt_impl.h"
 
+#include <atomic>
 #include <climits>
 #include <math.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <future>
@@ -672,8 +674,11 @@ static bool staged_output()
  * touches its fresh pages (in parallel: faults no longer serialise inside the
  * copies; $HYPROF_EMP_PREFAULT_THREADS, default at most 8) and, with
  * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
- * Best effort: when locking fails the output stays pageable. Every download
- * waits for it. */
+ * Best effort: when locking fails the output stays pageable. The pages are
+ * touched in 2 MiB chunks in the order the downloads need them (the shares'
+ * ranges taken in turn, each from its start): the staged downloads wait only
+ * for the chunks they write (ensure(), which touches a chunk itself when no
+ * prefault thread has taken it yet); the other modes wait for all of it. */
 class OutputPrep {
   public:
     OutputPrep() : fut_(pr_.get_future().share()) {}
@@ -695,10 +700,12 @@ class OutputPrep {
     /* $HYPROF_EMP_PIN=late: lock only once every one of `shares` shares has
      * said go() (it has queued its computations and waits for the output):
      * locking holds the driver, and the devices then compute meanwhile. */
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares)
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares,
+               const std::vector<std::pair<size_t, size_t>> &ranges)
     {
         late_ = pin_is("late");
         went_.assign(shares, 0);
+        plan(p, bytes, ranges);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
         } catch (...) {
@@ -715,6 +722,22 @@ class OutputPrep {
         }
     }
     void wait() const { fut_.wait(); }
+    /* the pages of [q, q + len) inside the output are touched */
+    void ensure(const void *q, size_t len) const
+    {
+        if (!touch_ || len == 0)
+            return;
+        const size_t c0 = chunk_of(q), c1 = chunk_of((const char *)q + len - 1);
+        for (size_t c = c0; c <= c1 && c < nchunk_; ++c) {
+            if (st_[c].load(std::memory_order_acquire) == 2)
+                continue;
+            if (claim(c))
+                touch(c);
+            else
+                while (st_[c].load(std::memory_order_acquire) != 2)
+                    std::this_thread::yield();
+        }
+    }
     bool ready() const
     {
         return fut_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -724,26 +747,91 @@ class OutputPrep {
     bool pinned() const { return p_ != NULL; }
 
   private:
+    static constexpr size_t kChunk = (size_t)2 << 20;
+    /* the chunks and the order the prefault threads take them in */
+    void plan(void *p, size_t bytes, const std::vector<std::pair<size_t, size_t>> &ranges)
+    {
+        touch_ = bytes > 0 && !env_is("HYPROF_EMP_PREFAULT", "0") && !register_output();
+        if (!touch_)
+            return;
+        p_lo_ = (char *)p;
+        p_hi_ = p_lo_ + bytes;
+        first_ = (uintptr_t)p / kChunk;
+        nchunk_ = (size_t)((uintptr_t)(p_hi_ - 1) / kChunk - first_ + 1);
+        st_.reset(new std::atomic<unsigned char>[nchunk_]);
+        for (size_t c = 0; c < nchunk_; ++c)
+            st_[c].store(0, std::memory_order_relaxed);
+        std::vector<std::pair<size_t, size_t>> at; /* per share: next chunk, last chunk */
+        for (const auto &r : ranges)
+            if (r.second > r.first)
+                at.push_back(std::make_pair(chunk_of(p_lo_ + r.first), chunk_of(p_lo_ + r.second - 1)));
+        for (bool more = true; more;) { /* the shares in turn */
+            more = false;
+            for (auto &x : at)
+                if (x.first <= x.second) {
+                    order_.push_back(x.first++);
+                    more = true;
+                }
+        }
+        for (size_t c = 0; c < nchunk_; ++c) /* anything outside the ranges */
+            order_.push_back(c);
+    }
+    size_t chunk_of(const void *q) const { return (size_t)((uintptr_t)q / kChunk - first_); }
+    bool claim(size_t c) const
+    {
+        unsigned char e = 0;
+        return st_[c].compare_exchange_strong(e, 1, std::memory_order_acq_rel);
+    }
+    void touch(size_t c) const
+    {
+        const uintptr_t a = (first_ + c) * kChunk, b = a + kChunk;
+        char *lo = (uintptr_t)p_lo_ > a ? p_lo_ : (char *)a;
+        char *hi = (uintptr_t)p_hi_ < b ? p_hi_ : (char *)b;
+        for (volatile char *q = lo; q < hi; q += 4096) /* one write per page: it is zero */
+            *q = 0;
+        if (hi > lo)
+            hi[-1] = 0; /* the last page when lo is not page-aligned */
+        st_[c].store(2, std::memory_order_release);
+    }
+    void prefault(const hyprof_ctx_t *ctx)
+    {
+        /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
+        const uintptr_t a = ((uintptr_t)p_lo_ + kChunk - 1) & ~(kChunk - 1),
+                        e = (uintptr_t)p_hi_ & ~(kChunk - 1);
+        if (e > a)
+            (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+        /* default at most 8: it runs while the input is packed, and more
+         * threads only take memory bandwidth from the packing (2 x H200
+         * host, 1.3 GB cube: 8 prefault threads 83 ms host to host, 32
+         * threads 88 ms) */
+        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
+        const int all = hyprof__threads(ctx);
+        const int T = env && atoi(env) > 0 ? atoi(env) : all < 8 ? all : 8;
+        auto loop = [this] {
+            for (;;) {
+                const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+                if (i >= order_.size())
+                    return;
+                if (claim(order_[i]))
+                    touch(order_[i]);
+            }
+        };
+        std::vector<std::thread> th;
+        try {
+            for (int t = 1; t < T; ++t)
+                th.emplace_back(loop);
+        } catch (...) { /* fewer threads */
+        }
+        loop();
+        for (auto &t : th)
+            t.join();
+    }
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
-        hyprof_ctx_t *c = env_is("HYPROF_EMP_PREFAULT", "0") ? NULL : hyprof_ctx_new();
-        if (env_is("HYPROF_EMP_PREFAULT", "0") || register_output()) {
-            /* the copies into the output take the faults (to compare), or
-             * the page-locking does */
-        } else if (c) { /* a thread count of its own */
-            /* default at most 8: it runs while the input is packed, and more
-             * threads only take memory bandwidth from the packing (2 x H200
-             * host, 1.3 GB cube: 8 prefault threads 83 ms host to host, 32
-             * threads 88 ms) */
-            const int all = hyprof__threads(ctx);
-            c->threads = env && atoi(env) > 0 ? atoi(env) : all < 8 ? all : 8;
-            hyprof__prefault(c, p, bytes);
-            hyprof_ctx_free(&c);
-        } else {
-            hyprof__prefault(ctx, p, bytes);
-        }
+        if (touch_) /* else the copies into the output take the faults (to
+                     * compare), or the page-locking does */
+            prefault(ctx);
         prefault_ms_ = ms_since(t0);
         bool stop;
         {
@@ -763,6 +851,13 @@ class OutputPrep {
     std::promise<void> pr_;
     std::shared_future<void> fut_;
     std::thread t_;
+    bool touch_ = false;
+    char *p_lo_ = NULL, *p_hi_ = NULL;
+    uintptr_t first_ = 0;
+    size_t nchunk_ = 0;
+    std::unique_ptr<std::atomic<unsigned char>[]> st_;
+    std::vector<size_t> order_;
+    std::atomic<size_t> next_{0};
     void *p_ = NULL;
     double ms_ = 0.0, prefault_ms_ = 0.0;
     bool late_ = false;
@@ -2031,12 +2126,11 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
     }
     if (!pinned)
         wait_output(); /* the prefault writes the pages: it must be done */
-    bool waited = !pinned;
+    prep->go(id);
     auto out = [&](size_t o, size_t len, int k) {
-        if (!waited) {
-            wait_output();
-            waited = true;
-        }
+        const auto w0 = std::chrono::steady_clock::now();
+        prep->ensure(dst + o, len * sizeof(float)); /* only these pages */
+        waited_ms += ms_since(w0);
         const auto u0 = std::chrono::steady_clock::now();
         hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1, 1);
         unpack_ms += ms_since(u0);
@@ -2357,7 +2451,13 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
     try {
         OutputPrep prep; /* joined and unlocked after every device is done */
         Chain c(a, ctx, &prep, nshares);
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares);
+        /* each share's output planes (bytes): the prefault's order */
+        const size_t plane = a->width * a->height * (a->wavelet ? 3 : 1) *
+                             hyprof__emp_planes(a->nradii) * sizeof(float);
+        std::vector<std::pair<size_t, size_t>> ranges;
+        for (const Share &s : c.sh)
+            ranges.push_back(std::make_pair(s.b0 * plane, s.b1 * plane));
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares, ranges);
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;
