@@ -19,10 +19,9 @@
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
  * Some checks again with the output page-locked and copied into directly
- * ($HYPROF_EMP_PIN=lock), locked late ($HYPROF_EMP_PIN=late), with
- * pageable input copies ($HYPROF_EMP_STAGING=0), and with the input and
- * output locked in place in pieces, no host copies ($HYPROF_EMP_PIN=register,
- * 8 KiB output pieces so that the copies cross pieces and page edges).
+ * ($HYPROF_EMP_PIN=lock), locked late ($HYPROF_EMP_PIN=late) and with
+ * pageable input copies
+ * ($HYPROF_EMP_STAGING=0).
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
@@ -437,21 +436,6 @@ int main(void)
     setenv("HYPROF_EMP_STAGING", "0", 1);
     run_chain_case(cpu, gpu, &chain_cases[2], multi, 1);
     unsetenv("HYPROF_EMP_STAGING");
-    printf("input and output locked in place (HYPROF_EMP_PIN=register):\n");
-    setenv("HYPROF_EMP_PIN", "register", 1);
-    setenv("HYPROF_EMP_LOCK_PIECE_KB", "8", 1);
-    run_case(cpu, gpu, &cases[0], ndev);
-    run_case(cpu, gpu, &cases[1], ndev);
-    for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
-        run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
-    printf("input locked, output staged (HYPROF_EMP_PIN=register_in):\n");
-    setenv("HYPROF_EMP_PIN", "register_in", 1);
-    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
-    printf("input staged, output locked (HYPROF_EMP_PIN=register_out):\n");
-    setenv("HYPROF_EMP_PIN", "register_out", 1);
-    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2);
-    unsetenv("HYPROF_EMP_LOCK_PIECE_KB");
-    unsetenv("HYPROF_EMP_PIN");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);

@@ -54,8 +54,6 @@
 #include <string.h>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -66,7 +64,6 @@
 #include <vector>
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 namespace {
 
@@ -642,8 +639,6 @@ static bool env_is(const char *name, const char *value)
 /* How the input goes up and the output comes down ($HYPROF_EMP_PIN):
  * staged: the input packed by host threads into the pinned staging pool, the
  * output through it, host threads copying it out (EmpDevice::download_staged);
- * register: both locked in place, no host copies (LockSet below);
- * register_in / register_out: that side locked, the other staged;
  * lock: staged input, the output page-locked whole by OutputPrep and copied
  * into directly; late: the same, locked once the devices have queued their
  * computations; 0: staged input, the output copied into pageable memory.
@@ -658,16 +653,12 @@ static bool pin_is(const char *mode)
     return strcmp(e && *e ? e : kDefaultPin, mode) == 0;
 }
 
-static bool register_input() { return pin_is("register") || pin_is("register_in"); }
-
-static bool register_output() { return pin_is("register") || pin_is("register_out"); }
-
 static bool locked_output() { return pin_is("lock") || pin_is("late"); }
 
 /* the output through the staging pool (with an unknown mode too) */
 static bool staged_output()
 {
-    return !(locked_output() || pin_is("0") || register_output());
+    return !(locked_output() || pin_is("0"));
 }
 
 /* The host side of the output, on a helper thread while the devices compute:
@@ -751,7 +742,7 @@ class OutputPrep {
     /* the chunks and the order the prefault threads take them in */
     void plan(void *p, size_t bytes, const std::vector<std::pair<size_t, size_t>> &ranges)
     {
-        touch_ = bytes > 0 && !env_is("HYPROF_EMP_PREFAULT", "0") && !register_output();
+        touch_ = bytes > 0 && !env_is("HYPROF_EMP_PREFAULT", "0");
         if (!touch_)
             return;
         p_lo_ = (char *)p;
@@ -829,8 +820,7 @@ class OutputPrep {
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        if (touch_) /* else the copies into the output take the faults (to
-                     * compare), or the page-locking does */
+        if (touch_) /* else the copies into the output take the faults (to compare) */
             prefault(ctx);
         prefault_ms_ = ms_since(t0);
         bool stop;
@@ -962,214 +952,6 @@ class Staging {
   private:
     StagingPool::Buf b_;
     cudaStream_t s_ = NULL;
-};
-
-/* $HYPROF_EMP_PIN=register: no host copies at all. Each share page-locks
- * its own rows of every input band and its own output planes in place
- * (cudaHostRegister, rounded inward to whole pages so that no page is
- * locked twice; the few bytes outside go through a small page-locked
- * bounce buffer), on helper threads, the input first, band by band while
- * the uploads of the bands already locked run, then the output while the
- * device computes; the copies go straight between the caller's memory and
- * the device, and the pages are unlocked at the end. */
-/* A share's helper threads: tasks run in the order posted. */
-class Helpers {
-  public:
-    Helpers() = default;
-    Helpers(const Helpers &) = delete;
-    Helpers &operator=(const Helpers &) = delete;
-    ~Helpers()
-    {
-        {
-            std::lock_guard<std::mutex> l(m_);
-            stop_ = true;
-            cv_.notify_all();
-        }
-        for (auto &t : t_)
-            t.join();
-    }
-    /* false when no thread could start: post() then runs tasks inline */
-    bool start(int device, int n)
-    {
-        dev_ = device;
-        try {
-            for (int i = 0; i < n; ++i)
-                t_.emplace_back(&Helpers::loop, this);
-        } catch (...) {
-        }
-        return !t_.empty();
-    }
-    void post(std::function<void()> f)
-    {
-        if (t_.empty()) {
-            f();
-            return;
-        }
-        std::lock_guard<std::mutex> l(m_);
-        q_.push_back(std::move(f));
-        ++pending_;
-        cv_.notify_one();
-    }
-    void drain()
-    {
-        std::unique_lock<std::mutex> l(m_);
-        done_.wait(l, [&] { return pending_ == 0; });
-    }
-
-  private:
-    void loop()
-    {
-        (void)cudaSetDevice(dev_); /* registrations belong to the share's device */
-        for (;;) {
-            std::function<void()> f;
-            {
-                std::unique_lock<std::mutex> l(m_);
-                cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-                if (q_.empty())
-                    return;
-                f = std::move(q_.front());
-                q_.pop_front();
-            }
-            f();
-            std::lock_guard<std::mutex> l(m_);
-            if (--pending_ == 0)
-                done_.notify_all();
-        }
-    }
-    int dev_ = 0;
-    std::vector<std::thread> t_;
-    std::deque<std::function<void()>> q_;
-    size_t pending_ = 0;
-    bool stop_ = false;
-    std::mutex m_;
-    std::condition_variable cv_, done_;
-};
-
-/* Host ranges page-locked in pieces: each range rounded inward to whole
- * pages, cut into pieces of at most `piece` bytes, each piece locked (or
- * failed: its copies then go through the driver's pageable path) by a
- * helper. */
-class LockSet {
-  public:
-    struct Piece {
-        char *p;
-        size_t bytes;
-        int state; /* 0 pending, 1 locked, 2 failed, 3 unlocked */
-    };
-    /* Before any lock(): returns the range's id. */
-    size_t add(const void *p, size_t bytes, size_t piece)
-    {
-        const uintptr_t pg = page(), a = (uintptr_t)p, e = a + bytes;
-        uintptr_t lo = (a + pg - 1) / pg * pg, hi = e / pg * pg;
-        if (hi < lo)
-            hi = lo;
-        piece = piece < pg ? pg : piece / pg * pg;
-        Range r = {(char *)lo, (char *)hi, piece, pc.size()};
-        for (uintptr_t q = lo; q < hi;) {
-            const size_t len = hi - q < piece ? (size_t)(hi - q) : piece;
-            pc.push_back(Piece{(char *)q, len, 0});
-            q += len;
-        }
-        rg.push_back(r);
-        return rg.size() - 1;
-    }
-    size_t pieces(size_t r) const
-    {
-        return (r + 1 < rg.size() ? rg[r + 1].first : pc.size()) - rg[r].first;
-    }
-    size_t first(size_t r) const { return rg[r].first; }
-    /* on a helper (the share's device current) */
-    void lock(size_t i, unsigned flags, bool huge)
-    {
-        const auto t0 = std::chrono::steady_clock::now();
-        if (huge) { /* fresh pages: 2 MiB ones fault 512 times less */
-            const uintptr_t h = (uintptr_t)2 << 20, a = (uintptr_t)pc[i].p;
-            const uintptr_t lo = (a + h - 1) & ~(h - 1), hi = (a + pc[i].bytes) & ~(h - 1);
-            if (hi > lo)
-                (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-        }
-        cudaError_t e = cudaHostRegister(pc[i].p, pc[i].bytes, flags);
-        if (e != cudaSuccess && (flags & cudaHostRegisterReadOnly)) {
-            (void)cudaGetLastError();
-            e = cudaHostRegister(pc[i].p, pc[i].bytes, flags & ~cudaHostRegisterReadOnly);
-        }
-        (void)cudaGetLastError();
-        std::lock_guard<std::mutex> l(m_);
-        pc[i].state = e == cudaSuccess ? 1 : 2;
-        lock_ms_ += ms_since(t0);
-        cv_.notify_all();
-    }
-    /* unlocks piece i if it is locked (once, whoever asks first) */
-    void unlock(size_t i)
-    {
-        {
-            std::lock_guard<std::mutex> l(m_);
-            if (pc[i].state != 1)
-                return;
-            pc[i].state = 3;
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        (void)cudaHostUnregister(pc[i].p);
-        (void)cudaGetLastError();
-        std::lock_guard<std::mutex> l(m_);
-        unlock_ms_ += ms_since(t0);
-    }
-    /* waits until piece i is decided: true if it is locked */
-    bool wait(size_t i) const
-    {
-        std::unique_lock<std::mutex> l(m_);
-        cv_.wait(l, [&] { return pc[i].state != 0; });
-        return pc[i].state == 1;
-    }
-    /* [q, q + len) of range r cut at its pieces: f(p, len, piece or -1 outside them) */
-    template <typename F> hyprof_status_t split(size_t r, const char *q, size_t len, F f) const
-    {
-        const Range &R = rg[r];
-        const char *e = q + len;
-        while (q < e) {
-            if (q < R.lo || q >= R.hi) { /* outside the locked pages */
-                const char *stop = q < R.lo ? (e < R.lo ? e : R.lo) : e;
-                HYPROF_TRY(f(q, (size_t)(stop - q), -1L));
-                q = stop;
-                continue;
-            }
-            const size_t k = (size_t)(q - R.lo) / R.piece, start = k * R.piece,
-                         all = (size_t)(R.hi - R.lo);
-            const char *pe = all - start <= R.piece ? R.hi : R.lo + start + R.piece;
-            const char *stop = e < pe ? e : pe;
-            HYPROF_TRY(f(q, (size_t)(stop - q), (long)(R.first + k)));
-            q = stop;
-        }
-        return HYPROF_OK;
-    }
-    size_t count() const { return pc.size(); }
-    const Piece &piece(size_t i) const { return pc[i]; }
-    double lock_ms() const
-    {
-        std::lock_guard<std::mutex> l(m_);
-        return lock_ms_;
-    }
-    double unlock_ms() const
-    {
-        std::lock_guard<std::mutex> l(m_);
-        return unlock_ms_;
-    }
-    static uintptr_t page()
-    {
-        const long p = sysconf(_SC_PAGESIZE);
-        return p > 0 ? (uintptr_t)p : 4096;
-    }
-
-  private:
-    struct Range {
-        char *lo, *hi;
-        size_t piece, first;
-    };
-    std::vector<Piece> pc;
-    std::vector<Range> rg;
-    mutable std::mutex m_;
-    mutable std::condition_variable cv_;
-    double lock_ms_ = 0.0, unlock_ms_ = 0.0;
 };
 
 /* A barrier for the device threads. A failing thread breaks it, so that the
@@ -1364,15 +1146,6 @@ class EmpDevice {
         for (int i = 0; i < kEvents; ++i)
             if (ev[i])
                 (void)cudaEventDestroy(ev[i]);
-        if (reg) { /* after a failure: no copy may still use the locked pages */
-            helpers.drain();
-            (void)cudaDeviceSynchronize();
-            for (size_t i = 0; i < locks.count(); ++i)
-                locks.unlock(i);
-            for (cudaEvent_t e : unlock_ev)
-                (void)cudaEventDestroy(e);
-            (void)cudaGetLastError();
-        }
     }
     hyprof_status_t run();
 
@@ -1401,26 +1174,6 @@ class EmpDevice {
     /* traced device time: spectral transforms, statistics and quantisation,
      * host-to-device, device-to-host and device-to-device copies */
     Spans k_spec, k_quant, h2d, d2h, peer;
-    /* $HYPROF_EMP_PIN=register: the locked input bands (ranges 0..B-1) and
-     * output planes (range out_range); helpers after locks (joined first) */
-    bool reg = false, reg_in = false, reg_out = false;
-    size_t out_range = 0;
-    double lock_wait_ms = 0.0, unlock_wall_ms = 0.0;
-    std::vector<cudaEvent_t> unlock_ev; /* a piece's downloads done: unlock it */
-    LockSet locks;
-    Helpers helpers;
-    bool wait_lock(size_t k)
-    {
-        const auto t0 = std::chrono::steady_clock::now();
-        const bool ok = locks.wait(k);
-        lock_wait_ms += ms_since(t0);
-        return ok;
-    }
-    void plan_locks();
-    void unlock_range(size_t r0, size_t r1);
-    hyprof_status_t spectral_locked(DeviceBuffer<float> &F);
-    hyprof_status_t download_locked(const float *src, float *dst, size_t count, cudaStream_t cs,
-                                    const std::vector<std::pair<size_t, cudaEvent_t>> &ready);
     void mark(int i, cudaStream_t st)
     {
         if (ev[i])
@@ -1537,8 +1290,6 @@ static size_t chunk_pixels(size_t bands, size_t np)
  * slots), copied on the upload stream, transformed on the compute stream. */
 hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
 {
-    if (reg_in)
-        return spectral_locked(F);
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     cudaStream_t st = s.get(), us = up.get();
@@ -1599,183 +1350,6 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     }
     loop_ms = ms_since(l0);
     spectral_host_ms = ms_since(t0);
-    return HYPROF_OK;
-}
-
-/* Locking threads per share: $HYPROF_EMP_LOCK_THREADS over the shares, else
- * the context's threads over the shares, at most 8. */
-static int lock_threads(const hyprof_ctx_t *main, size_t shares)
-{
-    const char *env = getenv("HYPROF_EMP_LOCK_THREADS");
-    const long total = env && atol(env) > 0 ? atol(env) : hyprof__threads(main);
-    const long t = total / (long)shares;
-    return t < 1 ? 1 : t > 8 && !env ? 8 : (int)t;
-}
-
-/* The share's ranges (its rows of each input band, its output planes) and
- * their locking on the helpers: the input first, in band order (the uploads
- * follow it), then the output. */
-void EmpDevice::plan_locks()
-{
-    const size_t B = a->in_bands, np = c.pixels(id), P0 = sp.r0 * a->width;
-    const size_t per = a->wavelet ? 3 : 1;
-    for (size_t b = 0; b < B; ++b) /* range b: one piece per band */
-        (void)locks.add(a->x + b * n + P0, np * sizeof(float), (size_t)-1 / 2);
-    /* output pieces of $HYPROF_EMP_LOCK_PIECE_KB KiB (default 64 MiB): the
-     * first downloads need only the first pieces */
-    const char *env = getenv("HYPROF_EMP_LOCK_PIECE_KB");
-    const long kb = env ? atol(env) : 0;
-    const size_t piece = kb > 0 ? (size_t)kb << 10 : (size_t)64 << 20;
-    out_range = locks.add(a->out + per * b0 * P * n, per * nb * P * n * sizeof(float), piece);
-    int ro = 0;
-    unsigned in_flags = cudaHostRegisterDefault;
-    if (cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, sp.device) ==
-            cudaSuccess && ro)
-        in_flags |= cudaHostRegisterReadOnly; /* nothing to mark dirty; read-only input works */
-    (void)cudaGetLastError();
-    (void)helpers.start(sp.device, lock_threads(main, c.sh.size()));
-    for (size_t i = 0; reg_in && i < locks.first(out_range); ++i)
-        helpers.post([this, i, in_flags] { locks.lock(i, in_flags, false); });
-    for (size_t i = locks.first(out_range); reg_out && i < locks.count(); ++i)
-        helpers.post([this, i] { locks.lock(i, cudaHostRegisterDefault, true); });
-}
-
-/* Unlocks the locked pieces of ranges [r0, r1) on the helpers; their copies
- * must be done. */
-void EmpDevice::unlock_range(size_t r0, size_t r1)
-{
-    for (size_t r = r0; r < r1; ++r)
-        for (size_t i = locks.first(r); i < locks.first(r) + locks.pieces(r); ++i)
-            helpers.post([this, i] { locks.unlock(i); });
-}
-
-/* The spectral stage with the input locked in place: the share's rows of
- * every band straight to the device (each band's copy once its pages are
- * locked; the bytes outside whole pages through a page-locked bounce), in
- * four blocks of pixels, each transformed once its bands are in. */
-hyprof_status_t EmpDevice::spectral_locked(DeviceBuffer<float> &F)
-{
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
-    cudaStream_t st = s.get(), us = up.get();
-    HYPROF_TIMED_ALLOC(F.alloc(ctx, op, K * np));
-    if (np == 0)
-        return HYPROF_OK;
-    DeviceBuffer<float> din;
-    HYPROF_TIMED_ALLOC(din.alloc(ctx, op, B * np));
-    constexpr size_t NBLK = 4;
-    Event loaded[NBLK];
-    for (size_t k = 0; k < NBLK; ++k)
-        HYPROF_TRY(loaded[k].create(ctx, op));
-    const size_t cap = B * (2 * (size_t)LockSet::page() + 32);
-    Staging bounce;
-    const bool have_bounce = bounce.take(cap, us);
-    char *bb = reinterpret_cast<char *>(bounce.get());
-    size_t used = 0;
-    upload_mode = "registered";
-    const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
-    const size_t flen = a->spec_levels ? a->spec_flen : 2;
-    chunks = NBLK;
-    for (size_t blk = 0; blk < NBLK; ++blk) {
-        const size_t q0 = np * blk / NBLK, q1 = np * (blk + 1) / NBLK;
-        for (size_t b = 0; b < B && q1 > q0; ++b) {
-            const float *seg = a->x + b * n + P0;
-            HYPROF_TRY(locks.split(b, (const char *)(seg + q0), (q1 - q0) * sizeof(float),
-                                   [&](const char *p, size_t len, long k) -> hyprof_status_t {
-                float *d = din.get() + b * np + ((const float *)p - seg);
-                const int u = h2d.begin(us);
-                if (k >= 0 && wait_lock((size_t)k)) {
-                    HYPROF_CUDA_CHECK(cudaMemcpyAsync(d, p, len, cudaMemcpyHostToDevice, us));
-                } else if (k < 0 && have_bounce && used + len <= cap) {
-                    memcpy(bb + used, p, len);
-                    HYPROF_CUDA_CHECK(cudaMemcpyAsync(d, bb + used, len, cudaMemcpyHostToDevice,
-                                                      us));
-                    used += (len + 15) & ~(size_t)15;
-                } else { /* not locked: the driver's pageable path */
-                    HYPROF_CUDA_CHECK(cudaMemcpyAsync(d, p, len, cudaMemcpyHostToDevice, us));
-                }
-                h2d.end(u, us);
-                return HYPROF_OK;
-            }));
-        }
-        HYPROF_CUDA_CHECK(cudaEventRecord(loaded[blk].get(), us));
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, loaded[blk].get(), 0));
-        if (q1 > q0) {
-            const int kk = k_spec.begin(st);
-            HYPROF_TRY(hyprof__cuda_dwt_launch(ctx, op, din.get() + q0, np, q1 - q0, B,
-                                               a->spec_levels, lo, flen, K, F.get() + q0, np,
-                                               st));
-            k_spec.end(kk, st);
-        }
-        HYPROF_TRY(cancelled());
-    }
-    loop_ms = spectral_host_ms = ms_since(t0);
-    return HYPROF_OK;
-}
-
-/* download_staged's contract with the output locked in place: each group's
- * planes straight into it once their pieces are locked; the bytes outside
- * whole pages (and any piece that could not be locked) at the end. */
-hyprof_status_t EmpDevice::download_locked(const float *src, float *dst, size_t count,
-                                           cudaStream_t cs, const Ready &ready)
-{
-    std::vector<std::pair<size_t, size_t>> rest; /* offset, count */
-    size_t from = 0, next_unlock = locks.first(out_range);
-    for (size_t r = 0; r < ready.size() && from < count; ++r) {
-        const size_t end = ready[r].first < count ? ready[r].first : count;
-        if (end <= from)
-            continue;
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, ready[r].second, 0));
-        HYPROF_TRY(locks.split(out_range, (const char *)(dst + from), (end - from) * sizeof(float),
-                               [&](const char *p, size_t len, long k) -> hyprof_status_t {
-            const size_t o = (size_t)((const float *)p - dst);
-            if (k >= 0 && wait_lock((size_t)k)) {
-                const int dd = d2h.begin(cs);
-                HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + o, src + o, len, cudaMemcpyDeviceToHost,
-                                                  cs));
-                d2h.end(dd, cs);
-            } else {
-                rest.push_back(std::make_pair(o, len / sizeof(float)));
-            }
-            return HYPROF_OK;
-        }));
-        from = end;
-        /* the pieces now wholly queued: unlocked by a helper once their
-         * copies are done, while the next ones download */
-        const char *upto = (const char *)(dst + from);
-        for (; next_unlock < locks.first(out_range) + locks.pieces(out_range); ++next_unlock) {
-            const LockSet::Piece &pc = locks.piece(next_unlock);
-            cudaEvent_t e = NULL;
-            if (pc.p + pc.bytes > upto ||
-                cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess)
-                break;
-            unlock_ev.push_back(e);
-            HYPROF_CUDA_CHECK(cudaEventRecord(e, cs));
-            const size_t i = next_unlock;
-            helpers.post([this, i, e] {
-                if (cudaEventSynchronize(e) == cudaSuccess)
-                    locks.unlock(i);
-                (void)cudaGetLastError();
-            });
-        }
-        (void)cudaGetLastError();
-    }
-    const size_t cap = 2 * (size_t)LockSet::page();
-    Staging bounce;
-    const bool have_bounce = !rest.empty() && bounce.take(cap, cs);
-    for (const auto &x : rest) {
-        const size_t bytes = x.second * sizeof(float);
-        if (have_bounce && bytes <= cap) {
-            HYPROF_CUDA_CHECK(cudaMemcpyAsync(bounce.get(), src + x.first, bytes,
-                                              cudaMemcpyDeviceToHost, cs));
-            HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs));
-            memcpy(dst + x.first, bounce.get(), bytes);
-        } else { /* pageable: the driver's path */
-            HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + x.first, src + x.first, bytes,
-                                              cudaMemcpyDeviceToHost, cs));
-        }
-    }
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(cs));
     return HYPROF_OK;
 }
 
@@ -1940,13 +1514,7 @@ hyprof_status_t EmpDevice::emp_out()
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     mark(6, st);
-    if (reg_out) {
-        Event computed;
-        HYPROF_TRY(computed.create(ctx, op));
-        HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
-        HYPROF_TRY(download_locked(out.get(), a->out + b0 * P * n, nb * P * n, st,
-                                   Ready(1, std::make_pair(nb * P * n, computed.get()))));
-    } else if (staged_output()) {
+    if (staged_output()) {
         Event computed;
         HYPROF_TRY(computed.create(ctx, op));
         HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
@@ -2250,20 +1818,13 @@ hyprof_status_t EmpDevice::denoise()
             if (i == 0)
                 wait_output();
             HYPROF_TRY(download(i, dst));
-        } else if (!staged && !reg_out && prep->ready()) { /* the host is ready: overlap the copies */
+        } else if (!staged && prep->ready()) { /* the host is ready: overlap the copies */
             for (; queued <= i; ++queued)
                 HYPROF_TRY(download(queued, outb[0].get() + 3 * queued * G * n));
         }
     }
     mark(6, s.get());
-    if (whole && reg_out) {
-        Ready ready;
-        for (size_t i = 0; i < ngroups; ++i)
-            ready.push_back(std::make_pair(3 * (i * G + (planes - i * G < G ? planes - i * G : G)) * n,
-                                           done[i].get()));
-        HYPROF_TRY(download_locked(outb[0].get(), a->out + 3 * b0 * P * n, 3 * planes * n,
-                                   cs.get(), ready));
-    } else if (whole && staged) {
+    if (whole && staged) {
         Ready ready;
         for (size_t i = 0; i < ngroups; ++i)
             ready.push_back(std::make_pair(3 * (i * G + (planes - i * G < G ? planes - i * G : G)) * n,
@@ -2303,24 +1864,12 @@ hyprof_status_t EmpDevice::run()
     }
     mark(0, s.get());
     HYPROF_TRY(setup());
-    reg_in = register_input();
-    reg_out = register_output();
-    if ((reg = reg_in || reg_out))
-        plan_locks();
     HYPROF_TRY(features());
-    if (reg_in) /* every upload is done: unlock the input while the device computes */
-        unlock_range(0, a->in_bands);
     HYPROF_TRY(cancelled());
     if (nb) {
         HYPROF_TRY(profiles());
         HYPROF_TRY(cancelled());
         HYPROF_TRY(a->wavelet ? denoise() : emp_out());
-    }
-    if (reg) {
-        const auto u0 = std::chrono::steady_clock::now();
-        unlock_range(out_range, out_range + 1);
-        helpers.drain();
-        unlock_wall_ms = ms_since(u0);
     }
     if (ev[0])
         report(ms_since(t0));
@@ -2352,16 +1901,13 @@ void EmpDevice::report(double wall_ms)
                 "h2d_ms=%.3f d2h_ms=%.3f peer_ms=%.3f "
                 "upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
                 "spectral_host_ms=%.3f loop_ms=%.3f unpack_ms=%.3f "
-                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f lock_ms=%.3f "
-                "lock_wait_ms=%.3f unlock_ms=%.3f unlock_wall_ms=%.3f alloc_ms=%.3f",
+                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f alloc_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
                 chunks, c.pack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
-                unpack_ms, waited_ms, prep->prefault_ms(),
-                reg_in && reg_out ? "register" : reg_in ? "register_in" : reg_out ? "register_out"
-                : prep->pinned() ? "yes" : "no", prep->ms() - prep->prefault_ms(),
-                locks.lock_ms(), lock_wait_ms, locks.unlock_ms(), unlock_wall_ms, alloc_ms);
+                unpack_ms, waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
+                prep->ms() - prep->prefault_ms(), alloc_ms);
 }
 
 /* Share `i` on its device; any failure breaks the rendezvous. */
