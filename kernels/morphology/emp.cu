@@ -1013,10 +1013,10 @@ struct Chain {
     const OutputPrep *prep;
     std::vector<Share> sh;
     Rendezvous rv;
-    int pack_threads;
+    int pack_threads, unpack_threads;
     Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
           size_t nshares)
-        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
+        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1), unpack_threads(1)
     {
         for (size_t d = 0; d < nshares; ++d) {
             Share &s = sh[d];
@@ -1037,6 +1037,11 @@ struct Chain {
         const long total = env && atol(env) > 0 ? atol(env) : half < 1 ? 1 : half > 16 ? 16 : half;
         const long t = total / (long)nshares;
         pack_threads = t < 1 ? 1 : (int)t;
+        /* copying the output out: as many, or $HYPROF_EMP_UNPACK_THREADS over
+         * the shares (the packing and most of the prefault are over by then) */
+        const char *uenv = getenv("HYPROF_EMP_UNPACK_THREADS");
+        const long u = uenv && atol(uenv) > 0 ? atol(uenv) / (long)nshares : pack_threads;
+        unpack_threads = u < 1 ? 1 : (int)u;
     }
     size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
     /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
@@ -1700,7 +1705,7 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
         prep->ensure(dst + o, len * sizeof(float)); /* only these pages */
         waited_ms += ms_since(w0);
         const auto u0 = std::chrono::steady_clock::now();
-        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1, 1);
+        hyprof__pack_cols(c.unpack_threads, dst + o, stg[k].get(), len, len, 1, 1);
         unpack_ms += ms_since(u0);
     };
     size_t r = 0;
@@ -1899,13 +1904,14 @@ void EmpDevice::report(double wall_ms)
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
                 "wall_ms=%.3f kernels_ms=%.3f spectral_kernels_ms=%.3f quantise_kernels_ms=%.3f "
                 "h2d_ms=%.3f d2h_ms=%.3f peer_ms=%.3f "
-                "upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
+                "upload=%s chunks=%zu pack_threads=%d unpack_threads=%d pack_ms=%.3f "
+                "staging_wait_ms=%.3f "
                 "spectral_host_ms=%.3f loop_ms=%.3f unpack_ms=%.3f "
                 "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f alloc_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
-                chunks, c.pack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
+                chunks, c.pack_threads, c.unpack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
                 unpack_ms, waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms(), alloc_ms);
 }
