@@ -1138,6 +1138,55 @@ class Spans {
 /* The filter of a zero-level transform (a copy): never applied. */
 static const double kCopyFilter[2] = {0.0, 0.0};
 
+/* Level sizes of the 2-D pyramid. */
+struct Pyramid {
+    int J;
+    size_t hs[64], ws[64];
+    Pyramid(size_t h, size_t w, const int levels[3])
+    {
+        J = levels[0] > levels[1] ? levels[0] : levels[1];
+        J = levels[2] > J ? levels[2] : J;
+        hs[0] = h;
+        ws[0] = w;
+        for (int l = 1; l <= J; ++l) {
+            hs[l] = (hs[l - 1] + 1) / 2;
+            ws[l] = (ws[l - 1] + 1) / 2;
+        }
+    }
+    size_t m(int l) const { return hs[l] * ws[l]; }
+    /* doubles per plane: the pyramid, L/H, two inverse buffers */
+    size_t doubles(size_t n) const
+    {
+        size_t t = 2 * hs[1] * ws[0] + 2 * n;
+        for (int l = 1; l <= J; ++l)
+            t += 4 * m(l);
+        return t;
+    }
+};
+
+/* The work buffers of a group of at most G planes, allocated once (a
+ * cudaFree inside the loop would stall the overlapped downloads). */
+struct DenoiseBufs {
+    DeviceBuffer<double> lh, t1, t2, lambda;
+    std::vector<DeviceBuffer<double>> lev;
+    DeviceBuffer<SelQ> sel;
+    DeviceBuffer<unsigned long long> hist;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
+                          size_t G)
+    {
+        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
+        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
+        HYPROF_TRY(t1.alloc(ctx, op, G * n));
+        HYPROF_TRY(t2.alloc(ctx, op, G * n));
+        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
+        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
+        HYPROF_TRY(lambda.alloc(ctx, op, G));
+        for (int l = 1; l <= py.J; ++l)
+            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
+        return HYPROF_OK;
+    }
+};
+
 class EmpDevice {
   public:
     EmpDevice(hyprof_ctx_t *ctx, Chain &c, size_t share)
@@ -1220,8 +1269,13 @@ class EmpDevice {
     typedef std::vector<std::pair<size_t, cudaEvent_t>> Ready;
     hyprof_status_t download_staged(const float *src, float *dst, size_t count,
                                     cudaStream_t cs, const Ready &ready);
-    struct Bufs;
-    hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
+    hyprof_status_t denoise_prepare();
+    hyprof_status_t denoise_group(size_t t0, size_t G, DenoiseBufs &b, float *out);
+    /* the denoising's buffers, allocated while the EMP computes */
+    DenoiseBufs dbf;
+    DeviceBuffer<float> doutb[2];
+    size_t dG = 0;
+    bool dwhole = false, dready = false;
 };
 
 /* An allocation whose host time counts in alloc_ms (cudaMalloc of the large
@@ -1499,6 +1553,8 @@ hyprof_status_t EmpDevice::profiles()
         HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
     }
     mark(3, st);
+    if (a->wavelet) /* while the markers compute */
+        HYPROF_TRY(denoise_prepare());
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
     HYPROF_TRY(reconstruct_bar(tiles));
@@ -1538,58 +1594,9 @@ hyprof_status_t EmpDevice::emp_out()
     return HYPROF_OK;
 }
 
-/* Level sizes of the 2-D pyramid. */
-struct Pyramid {
-    int J;
-    size_t hs[64], ws[64];
-    Pyramid(size_t h, size_t w, const int levels[3])
-    {
-        J = levels[0] > levels[1] ? levels[0] : levels[1];
-        J = levels[2] > J ? levels[2] : J;
-        hs[0] = h;
-        ws[0] = w;
-        for (int l = 1; l <= J; ++l) {
-            hs[l] = (hs[l - 1] + 1) / 2;
-            ws[l] = (ws[l - 1] + 1) / 2;
-        }
-    }
-    size_t m(int l) const { return hs[l] * ws[l]; }
-    /* doubles per plane: the pyramid, L/H, two inverse buffers */
-    size_t doubles(size_t n) const
-    {
-        size_t t = 2 * hs[1] * ws[0] + 2 * n;
-        for (int l = 1; l <= J; ++l)
-            t += 4 * m(l);
-        return t;
-    }
-};
-
-/* The work buffers of a group of at most G planes, allocated once (a
- * cudaFree inside the loop would stall the overlapped downloads). */
-struct EmpDevice::Bufs {
-    DeviceBuffer<double> lh, t1, t2, lambda;
-    std::vector<DeviceBuffer<double>> lev;
-    DeviceBuffer<SelQ> sel;
-    DeviceBuffer<unsigned long long> hist;
-    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
-                          size_t G)
-    {
-        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
-        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
-        HYPROF_TRY(t1.alloc(ctx, op, G * n));
-        HYPROF_TRY(t2.alloc(ctx, op, G * n));
-        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
-        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
-        HYPROF_TRY(lambda.alloc(ctx, op, G));
-        for (int l = 1; l <= py.J; ++l)
-            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
-        return HYPROF_OK;
-    }
-};
-
 /* Enqueues the W-MCD of planes [t0, t0 + G) on the compute stream; the float
  * planes go to `outd` (3 G planes, in output order). */
-hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *outd)
+hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, DenoiseBufs &bf, float *outd)
 {
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
@@ -1743,18 +1750,15 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
     return HYPROF_OK;
 }
 
-hyprof_status_t EmpDevice::denoise()
+/* The denoising's group size and buffers and its filters (queued): called
+ * while the device computes the EMP, so that the allocations (milliseconds
+ * for a large output, longer with several devices allocating at once) do not
+ * hold the stream. */
+hyprof_status_t EmpDevice::denoise_prepare()
 {
     if (a->wavelet->length > (size_t)kMaxFilter)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "filter of %zu taps: at most %d",
                              a->wavelet->length, kMaxFilter);
-    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_lo, a->wavelet->dec_lo,
-                                              a->wavelet->length * sizeof(double), 0,
-                                              cudaMemcpyHostToDevice, s.get()));
-    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_hi, a->wavelet->dec_hi,
-                                              a->wavelet->length * sizeof(double), 0,
-                                              cudaMemcpyHostToDevice, s.get()));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     const Pyramid py(a->height, a->width, a->levels);
     const size_t per_plane = py.doubles(n) * sizeof(double) + 6 * n * sizeof(float) + 4200;
     size_t budget = 0;
@@ -1779,18 +1783,36 @@ hyprof_status_t EmpDevice::denoise()
     const size_t per_group = (planes + (size_t)ng - 1) / (size_t)ng;
     if (G > per_group)
         G = per_group;
-    const size_t ngroups = div_up(planes, G);
     /* The whole float output on the device when it fits: the transforms then
      * never wait for a download (nor for the host's page-locking), and the
      * downloads follow as the host side gets ready. Otherwise two group
      * buffers take turns. */
     const bool whole = 3 * planes * n * sizeof(float) + G * per_plane < budget / 2;
-    Bufs bf;
-    HYPROF_TIMED_ALLOC(bf.alloc(ctx, op, py, n, G));
-    DeviceBuffer<float> outb[2];
-    HYPROF_TIMED_ALLOC(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
+    HYPROF_TIMED_ALLOC(dbf.alloc(ctx, op, py, n, G));
+    HYPROF_TIMED_ALLOC(doutb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
     if (!whole)
-        HYPROF_TIMED_ALLOC(outb[1].alloc(ctx, op, 3 * G * n));
+        HYPROF_TIMED_ALLOC(doutb[1].alloc(ctx, op, 3 * G * n));
+    /* the filters' sources are the wavelet's own tables: no wait for the copies */
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_lo, a->wavelet->dec_lo,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_hi, a->wavelet->dec_hi,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    dG = G;
+    dwhole = whole;
+    dready = true;
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::denoise()
+{
+    if (!dready)
+        HYPROF_TRY(denoise_prepare());
+    const size_t planes = nb * P, G = dG, ngroups = div_up(planes, G);
+    const bool whole = dwhole;
+    DenoiseBufs &bf = dbf;
+    DeviceBuffer<float> *outb = doutb;
     Stream cs;
     std::vector<Event> done(ngroups), copied(2);
     HYPROF_TRY(cs.create(ctx, op));
