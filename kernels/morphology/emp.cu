@@ -1027,15 +1027,19 @@ struct Chain {
             s.b1 = a->bands * (d + 1) / nshares;
         }
         /* host threads packing the input chunks and copying the output out:
-         * half the context's threads, at most 16, over the shares (memory
-         * bandwidth, not cores, limits a copy, and the prefault and the
-         * device threads need cores meanwhile: on a 32-core 2 x H200 host 16
-         * packing threads took 37 ms for the 1.3 GB cube, 8 took 41-54 ms and
-         * 32 took 99 ms), or $HYPROF_EMP_PACK_THREADS over the shares */
+         * three quarters of the context's threads over the shares, at most 16
+         * each, or $HYPROF_EMP_PACK_THREADS over the shares (memory bandwidth,
+         * not cores, limits a copy, and the prefault and the device threads
+         * need cores meanwhile; 2 x H200, 32 cores, the 1.3 GB W-MCD, runs of
+         * 09:39 and 10:04: one GPU 69.8 ms with 16 threads, 75.7 with 24, and
+         * 99 ms to pack with 32; two GPUs 51.6 ms with 12 threads each, 53.7
+         * with 8) */
         const char *env = getenv("HYPROF_EMP_PACK_THREADS");
-        const long half = hyprof__threads(main) / 2;
-        const long total = env && atol(env) > 0 ? atol(env) : half < 1 ? 1 : half > 16 ? 16 : half;
-        const long t = total / (long)nshares;
+        const long most = hyprof__threads(main) * 3 / 4;
+        const long total = env && atol(env) > 0 ? atol(env) : most < 1 ? 1 : most;
+        long t = total / (long)nshares;
+        if (!env && t > 16)
+            t = 16;
         pack_threads = t < 1 ? 1 : (int)t;
         /* copying the output out: as many, or $HYPROF_EMP_UNPACK_THREADS over
          * the shares (the packing and most of the prefault are over by then) */
