@@ -1142,6 +1142,93 @@ class Spans {
 /* The filter of a zero-level transform (a copy): never applied. */
 static const double kCopyFilter[2] = {0.0, 0.0};
 
+/* The large per-call device buffers come from the device's stream-ordered
+ * pool: allocated and freed on the share's compute stream (t_pool_stream,
+ * set by the share's thread), the pool keeping up to an eighth of the
+ * device's memory between calls. cudaMalloc and cudaFree of the ~2 GB a
+ * large W-MCD needs took milliseconds per call on the stream's path (alloc_ms
+ * 2.5 ms on one H200, 5 ms per device on two). $HYPROF_EMP_POOL=0: cudaMalloc
+ * and cudaFree. */
+thread_local cudaStream_t t_pool_stream = NULL;
+
+static bool pool_on(int device)
+{
+    if (env_is("HYPROF_EMP_POOL", "0"))
+        return false;
+    int ok = 0;
+    if (cudaDeviceGetAttribute(&ok, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess ||
+        !ok) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    static std::mutex m;
+    static std::vector<char> set;
+    std::lock_guard<std::mutex> l(m);
+    if ((size_t)device >= set.size())
+        set.resize((size_t)device + 1, 0);
+    if (!set[(size_t)device]) {
+        cudaMemPool_t pool;
+        size_t free_b = 0, total = 0;
+        if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+            cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        uint64_t keep = total / 8;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        (void)cudaGetLastError();
+        set[(size_t)device] = 1;
+    }
+    return true;
+}
+
+template <typename T> class PoolBuffer {
+  public:
+    PoolBuffer() = default;
+    ~PoolBuffer() { reset(); }
+    PoolBuffer(const PoolBuffer &) = delete;
+    PoolBuffer &operator=(const PoolBuffer &) = delete;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, size_t count)
+    {
+        reset();
+        if (count == 0)
+            count = 1;
+        if (count > (size_t)-1 / sizeof(T))
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                 "device allocation of %zu elements overflows", count);
+        s_ = t_pool_stream;
+        void *p = NULL;
+        const cudaError_t e = s_ ? cudaMallocAsync(&p, count * sizeof(T), s_)
+                                 : cudaMalloc(&p, count * sizeof(T));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return hyprof__error(ctx,
+                                 e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
+                                                                : HYPROF_ERR_DEVICE,
+                                 op, "%s of %zu bytes failed: %s",
+                                 s_ ? "cudaMallocAsync" : "cudaMalloc", count * sizeof(T),
+                                 cudaGetErrorString(e));
+        }
+        p_ = static_cast<T *>(p);
+        return HYPROF_OK;
+    }
+    /* queued after the stream's work so far: later users of the memory wait
+     * for the stream (the other streams' uses of it are over by then) */
+    void reset()
+    {
+        if (p_) {
+            (void)(s_ ? cudaFreeAsync(p_, s_) : cudaFree(p_));
+            (void)cudaGetLastError();
+            p_ = NULL;
+        }
+    }
+    T *get() const { return p_; }
+
+  private:
+    T *p_ = NULL;
+    cudaStream_t s_ = NULL;
+};
+
 /* Level sizes of the 2-D pyramid. */
 struct Pyramid {
     int J;
@@ -1171,14 +1258,14 @@ struct Pyramid {
 /* The work buffers of a group of at most G planes, allocated once (a
  * cudaFree inside the loop would stall the overlapped downloads). */
 struct DenoiseBufs {
-    DeviceBuffer<double> lh, t1, t2, lambda;
-    std::vector<DeviceBuffer<double>> lev;
+    PoolBuffer<double> lh, t1, t2, lambda;
+    std::vector<PoolBuffer<double>> lev;
     DeviceBuffer<SelQ> sel;
     DeviceBuffer<unsigned long long> hist;
     hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
                           size_t G)
     {
-        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
+        lev = std::vector<PoolBuffer<double>>(py.J + 1);
         HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
         HYPROF_TRY(t1.alloc(ctx, op, G * n));
         HYPROF_TRY(t2.alloc(ctx, op, G * n));
@@ -1263,7 +1350,7 @@ class EmpDevice {
         return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "stopped: another device failed");
     }
     hyprof_status_t setup();
-    hyprof_status_t spectral(DeviceBuffer<float> &F);
+    hyprof_status_t spectral(PoolBuffer<float> &F);
     hyprof_status_t features();
     hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
@@ -1277,7 +1364,7 @@ class EmpDevice {
     hyprof_status_t denoise_group(size_t t0, size_t G, DenoiseBufs &b, float *out);
     /* the denoising's buffers, allocated while the EMP computes */
     DenoiseBufs dbf;
-    DeviceBuffer<float> doutb[2];
+    PoolBuffer<float> doutb[2];
     size_t dG = 0;
     bool dwhole = false, dready = false;
 };
@@ -1351,7 +1438,7 @@ static size_t chunk_pixels(size_t bands, size_t np)
 /* The spectral stage of the share's rows into F (features x rows' pixels):
  * chunks of pixels packed by the host into page-locked staging (three
  * slots), copied on the upload stream, transformed on the compute stream. */
-hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
+hyprof_status_t EmpDevice::spectral(PoolBuffer<float> &F)
 {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
@@ -1362,7 +1449,7 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
     constexpr int NS = 3;
     const size_t m = chunk_pixels(B, np), nch = div_up(np, m);
     chunks = nch;
-    DeviceBuffer<float> din[NS];
+    PoolBuffer<float> din[NS];
     Event loaded[NS], used[NS];
     Staging stg[NS];
     bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
@@ -1374,6 +1461,12 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
             pinned = false; /* pageable copies: slower, still right */
     }
     upload_mode = pinned ? "pinned" : "pageable";
+    { /* the chunk buffers come from the compute stream's pool: the uploads wait for it */
+        Event allocated;
+        HYPROF_TRY(allocated.create(ctx, op));
+        HYPROF_CUDA_CHECK(cudaEventRecord(allocated.get(), st));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, allocated.get(), 0));
+    }
     const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
     const size_t flen = a->spec_levels ? a->spec_flen : 2;
     const auto l0 = std::chrono::steady_clock::now();
@@ -1450,7 +1543,7 @@ hyprof_status_t EmpDevice::features()
     cudaStream_t st = s.get();
     const size_t K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     const bool single = c.sh.size() == 1;
-    DeviceBuffer<float> F;
+    PoolBuffer<float> F;
     DeviceBuffer<FeatStats> stats;
     DeviceBuffer<double> lohi;
     DeviceBuffer<uint8_t> qreg;
@@ -1544,7 +1637,7 @@ hyprof_status_t EmpDevice::profiles()
     const size_t nrec = nb * 2 * a->nradii;
     const uint8_t *m = a->mask ? mask.get() : NULL;
     const int rmax = a->radii[a->nradii - 1];
-    DeviceBuffer<uint8_t> hm;
+    PoolBuffer<uint8_t> hm;
     HYPROF_TIMED_ALLOC(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
     const dim3 eb(32, 8);
     for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
@@ -1573,7 +1666,7 @@ hyprof_status_t EmpDevice::profiles()
 hyprof_status_t EmpDevice::emp_out()
 {
     cudaStream_t st = s.get();
-    DeviceBuffer<float> out;
+    PoolBuffer<float> out;
     HYPROF_TIMED_ALLOC(out.alloc(ctx, op, nb * P * n));
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
@@ -1605,8 +1698,8 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, DenoiseBufs &bf, f
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
     const int F = (int)a->wavelet->length;
-    DeviceBuffer<double> &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
-    std::vector<DeviceBuffer<double>> &lev = bf.lev;
+    PoolBuffer<double> &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
+    std::vector<PoolBuffer<double>> &lev = bf.lev;
     DeviceBuffer<SelQ> &sel = bf.sel;
     DeviceBuffer<unsigned long long> &hist = bf.hist;
     const size_t m1 = py.m(1);
@@ -1816,7 +1909,7 @@ hyprof_status_t EmpDevice::denoise()
     const size_t planes = nb * P, G = dG, ngroups = div_up(planes, G);
     const bool whole = dwhole;
     DenoiseBufs &bf = dbf;
-    DeviceBuffer<float> *outb = doutb;
+    PoolBuffer<float> *outb = doutb;
     Stream cs;
     std::vector<Event> done(ngroups), copied(2);
     HYPROF_TRY(cs.create(ctx, op));
@@ -1887,6 +1980,7 @@ hyprof_status_t EmpDevice::run()
     const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
     HYPROF_TRY(up.create(ctx, op));
+    t_pool_stream = pool_on(sp.device) ? s.get() : NULL;
     if (tracing()) {
         for (int i = 0; i < kEvents; ++i)
             HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
@@ -1956,6 +2050,7 @@ static hyprof_status_t run_share(hyprof_ctx_t *ctx, Chain &c, size_t i)
             } catch (...) { /* std::vector growth */
                 st = hyprof__error(ctx, HYPROF_ERR_NOMEM, c.a->op, "out of host memory");
             }
+            t_pool_stream = NULL; /* the buffers have been freed on it */
         }
     }
     c.prep->go(i); /* never keeps a late locking waiting */
