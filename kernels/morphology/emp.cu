@@ -663,7 +663,8 @@ static bool staged_output()
 
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies; $HYPROF_EMP_PREFAULT_THREADS, default at most 8) and, with
+ * copies; $HYPROF_EMP_PREFAULT_THREADS, default a quarter of the threads, at
+ * most 8) and, with
  * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
  * Best effort: when locking fails the output stays pageable. The pages are
  * touched in 2 MiB chunks in the order the downloads need them (the shares'
@@ -791,13 +792,14 @@ class OutputPrep {
                         e = (uintptr_t)p_hi_ & ~(kChunk - 1);
         if (e > a)
             (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-        /* default at most 8: it runs while the input is packed, and more
+        /* default a quarter of the threads, at most 8 (the packing has the
+         * other three quarters): it runs while the input is packed, and more
          * threads only take memory bandwidth from the packing (2 x H200
          * host, 1.3 GB cube: 8 prefault threads 83 ms host to host, 32
          * threads 88 ms) */
         const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
-        const int all = hyprof__threads(ctx);
-        const int T = env && atoi(env) > 0 ? atoi(env) : all < 8 ? all : 8;
+        const int q = hyprof__threads(ctx) / 4;
+        const int T = env && atoi(env) > 0 ? atoi(env) : q < 1 ? 1 : q > 8 ? 8 : q;
         auto loop = [this] {
             for (;;) {
                 const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
