@@ -664,8 +664,8 @@ static bool staged_output()
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
  * copies; $HYPROF_EMP_PREFAULT_THREADS, default a quarter of the threads, at
- * most 8) and, with
- * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
+ * most 8) and, with $HYPROF_EMP_PIN=lock or late, page-locks it for every
+ * device (portable).
  * Best effort: when locking fails the output stays pageable. The pages are
  * touched in 2 MiB chunks in the order the downloads need them (the shares'
  * ranges taken in turn, each from its start): the staged downloads wait only
