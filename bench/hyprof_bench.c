@@ -92,7 +92,7 @@ typedef struct {
  * (pca: fit, apply; eadp: fit = the PCA, apply = the diffusion; eap: fit = the
  * reduction, apply = the profile; emp/wmcd: fit = the reduction, apply = the
  * EMP, denoise; sspp/unmix: named stages). */
-#define MAX_STAGES 8
+#define MAX_STAGES 12
 
 typedef struct {
     double total, fit, apply, denoise;
@@ -536,6 +536,10 @@ static const struct {
     {"download", {"download_tail_ms"}},
     {"device", {"device_ms"}},
     {"wall", {"wall_ms"}},
+    /* device time apart: the kernels, the host-device copies (traced spans) */
+    {"kernels", {"kernels_ms"}},
+    {"h2d", {"h2d_ms"}},
+    {"d2h", {"d2h_ms"}},
 };
 
 static void chain_stages(timing_t *t)

@@ -47,9 +47,11 @@ hyprof_status_t hyprof__emp_quantise(hyprof_ctx_t *ctx, const hyprof_emp_args_t 
 
 /* Copies `cols` columns of m floats (column c from src + c*src_ld) into
  * dst + c*m on `threads` OpenMP threads: the CUDA backend's packing of a
- * pixel chunk into page-locked staging. */
+ * pixel chunk into page-locked staging, and its copying of the output out of
+ * it. `stream`: streaming stores (for a destination nobody reads soon: the
+ * output; staging that the DMA reads next is better left in the cache). */
 void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld, size_t m,
-                       size_t cols);
+                       size_t cols, int stream);
 
 /* Planes of one band's EMP: 2 nradii + 1. */
 static inline size_t hyprof__emp_planes(size_t nradii) { return 2 * nradii + 1; }

@@ -13,6 +13,9 @@
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 void hyprof__se_rows(hyprof_se_t se, int r, int *hw)
 {
@@ -356,15 +359,52 @@ void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
     }
 }
 
+/* memcpy with streaming stores: the destination's lines are not fetched
+ * first, a third less memory traffic than memcpy's cached stores below its
+ * non-temporal threshold, for a destination nobody reads soon (measured on a
+ * 2 x H200 host, W-MCD of 1.3 GB: copying the output out of the staging 21
+ * ms instead of 31; packing the input into staging that the DMA reads next
+ * 54 ms instead of 41, which stays with memcpy). */
+static void copy_stream(void *dst, const void *src, size_t bytes)
+{
+#if defined(__SSE2__)
+    char *d = dst;
+    const char *s = src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > bytes)
+        head = bytes;
+    memcpy(d, s, head);
+    d += head, s += head, bytes -= head;
+    for (; bytes >= 64; d += 64, s += 64, bytes -= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)s + 1),
+                c = _mm_loadu_si128((const __m128i *)s + 2), e = _mm_loadu_si128((const __m128i *)s + 3);
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)d + 1, b);
+        _mm_stream_si128((__m128i *)d + 2, c);
+        _mm_stream_si128((__m128i *)d + 3, e);
+    }
+    memcpy(d, s, bytes);
+    _mm_sfence(); /* visible to the next reader (another thread, the DMA) */
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
 void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld, size_t m,
-                       size_t cols)
+                       size_t cols, int stream)
 {
     /* pieces of at least 256 KiB: one column can be split among threads */
     const size_t piece = (size_t)64 << 10, per = (m + piece - 1) / piece, total = per * cols;
+    /* $HYPROF_EMP_NT (to compare): 0 never streaming stores, all always */
+    const char *env = getenv("HYPROF_EMP_NT");
+    const int nt = env && strcmp(env, "0") == 0 ? 0 : env && strcmp(env, "all") == 0 ? 1 : stream;
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t t = 0; t < total; t++) {
         size_t c = t / per, i0 = (t % per) * piece, len = m - i0 < piece ? m - i0 : piece;
-        memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
+        if (nt)
+            copy_stream(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
+        else
+            memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
     }
 }
 

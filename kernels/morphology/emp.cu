@@ -31,7 +31,9 @@
  *               2-D DWT (rows/columns kernels, filters in constant memory),
  *               the median of |HH1| per plane by an exact radix select (8
  *               passes of 8 bits over the bit patterns), universal threshold,
- *               thresholding, inverse per level
+ *               thresholding, inverse per level (the first forward step
+ *               reads the 8-bit planes, the last inverse step writes the
+ *               float output planes)
  *
  * Several devices (--devices, the seed's Fig. 5): one host thread per share.
  * Share d takes rows [H d/D, H (d+1)/D) for the spectral stage (it uploads
@@ -45,12 +47,14 @@
 #include "../core/cuda_util.h"
 #include "../../algorithms/wavelet/dwt_impl.h"
 
+#include <atomic>
 #include <climits>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <future>
@@ -58,6 +62,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace {
 
@@ -308,27 +314,23 @@ __device__ __forceinline__ int pmod(int a, int m)
     return r < 0 ? r + m : r;
 }
 
-__global__ void u8_to_double_kernel(const uint8_t *__restrict__ src, size_t n, double *dst)
-{
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p < n)
-        dst[(size_t)blockIdx.y * n + p] = (double)src[(size_t)blockIdx.y * n + p];
-}
-
-/* Analysis along columns: x h x w -> lo, hi half_up(h) x w. */
-__global__ void fwd0_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
+/* Analysis along columns: x h x w -> lo, hi half_up(h) x w. The first level
+ * reads the 8-bit EMP planes themselves (exact in double), the next ones the
+ * previous approximation. */
+template <typename T>
+__global__ void fwd0_kernel(const T *__restrict__ x, size_t xs, int h, int w, int F,
                             double *lo, double *hi, size_t os)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, o = blockIdx.y * blockDim.y + threadIdx.y;
     const int np = h + (h & 1);
     if (i >= w || o >= np / 2)
         return;
-    const double *xp = x + blockIdx.z * xs;
+    const T *xp = x + blockIdx.z * xs;
     double sl = 0.0, sh = 0.0;
     for (int j = 0; j < F; ++j) {
         int row = pmod(F / 2 + 2 * o - j, np);
         row = row < h ? row : h - 1;
-        const double v = xp[(size_t)row * w + i];
+        const double v = (double)xp[(size_t)row * w + i];
         sl += c_lo[j] * v;
         sh += c_hi[j] * v;
     }
@@ -336,15 +338,19 @@ __global__ void fwd0_kernel(const double *__restrict__ x, size_t xs, int h, int 
     hi[blockIdx.z * os + (size_t)o * w + i] = sh;
 }
 
-/* Analysis along rows: x h x w -> lo, hi h x half_up(w). */
-__global__ void fwd1_kernel(const double *__restrict__ x, size_t xs, int h, int w, int F,
-                            double *lo, double *hi, size_t os)
+/* Analysis along rows: x h x w -> lo, hi h x half_up(w), for two sets of G
+ * planes in one launch (grid z: 2 G; set 1: the column analysis' high band). */
+__global__ void fwd1_kernel(const double *__restrict__ x0, const double *__restrict__ x1,
+                            size_t xs, int h, int w, int F, double *lo0, double *hi0,
+                            double *lo1, double *hi1, size_t os, unsigned G)
 {
     const int o = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     const int np = w + (w & 1), w2 = np / 2;
     if (o >= w2 || y >= h)
         return;
-    const double *xr = x + blockIdx.z * xs + (size_t)y * w;
+    const bool one = blockIdx.z >= G;
+    const unsigned g = one ? blockIdx.z - G : blockIdx.z;
+    const double *xr = (one ? x1 : x0) + g * xs + (size_t)y * w;
     double sl = 0.0, sh = 0.0;
     for (int j = 0; j < F; ++j) {
         int c = pmod(F / 2 + 2 * o - j, np);
@@ -353,20 +359,26 @@ __global__ void fwd1_kernel(const double *__restrict__ x, size_t xs, int h, int 
         sl += c_lo[j] * v;
         sh += c_hi[j] * v;
     }
-    lo[blockIdx.z * os + (size_t)y * w2 + o] = sl;
-    hi[blockIdx.z * os + (size_t)y * w2 + o] = sh;
+    (one ? lo1 : lo0)[g * os + (size_t)y * w2 + o] = sl;
+    (one ? hi1 : hi0)[g * os + (size_t)y * w2 + o] = sh;
 }
 
 /* Synthesis along rows: a, d h x w2 -> out h x wout (the transpose of the
- * analysis, gathered: output c receives from o with 2o = c + j - F/2 mod 2 w2). */
-__global__ void inv1_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
-                            int h, int w2, int wout, int F, double *out, size_t os)
+ * analysis, gathered: output c receives from o with 2o = c + j - F/2 mod 2 w2),
+ * for two sets of G planes in one launch (grid z: 2 G). */
+__global__ void inv1_kernel(const double *__restrict__ a0, const double *__restrict__ d0,
+                            const double *__restrict__ a1, const double *__restrict__ d1,
+                            size_t is, int h, int w2, int wout, int F, double *out0,
+                            double *out1, size_t os, unsigned G)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= wout || y >= h)
         return;
+    const bool one = blockIdx.z >= G;
+    const unsigned g = one ? blockIdx.z - G : blockIdx.z;
     const int np = 2 * w2;
-    const double *ar = a + blockIdx.z * is + (size_t)y * w2, *dr = d + blockIdx.z * is + (size_t)y * w2;
+    const double *ar = (one ? a1 : a0) + g * is + (size_t)y * w2,
+                 *dr = (one ? d1 : d0) + g * is + (size_t)y * w2;
     double s = 0.0;
     for (int j = 0; j < F; ++j) {
         const int t = pmod(c + j - F / 2, np);
@@ -374,12 +386,16 @@ __global__ void inv1_kernel(const double *__restrict__ a, const double *__restri
             continue;
         s += c_lo[j] * ar[t / 2] + c_hi[j] * dr[t / 2];
     }
-    out[blockIdx.z * os + (size_t)y * wout + c] = s;
+    (one ? out1 : out0)[g * os + (size_t)y * wout + c] = s;
 }
 
-/* Synthesis along columns: a, d h2 x w -> out hout x w. */
+/* Synthesis along columns: a, d h2 x w -> out hout x w (plane stride os) or,
+ * for the last step (fo not NULL), straight into the float output planes:
+ * plane z's version `band` of 3 at fo + (3 z + band) os, masked pixels
+ * nodata (a float conversion, without the double plane in between). */
 __global__ void inv0_kernel(const double *__restrict__ a, const double *__restrict__ d, size_t is,
-                            int h2, int w, int hout, int F, double *out, size_t os)
+                            int h2, int w, int hout, int F, double *out, size_t os,
+                            float *fo, const uint8_t *__restrict__ mask, float nodata, int band)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y * blockDim.y + threadIdx.y;
     if (i >= w || k >= hout)
@@ -394,7 +410,11 @@ __global__ void inv0_kernel(const double *__restrict__ a, const double *__restri
         const size_t r = (size_t)(t / 2) * w + i;
         s += c_lo[j] * ap[r] + c_hi[j] * dp[r];
     }
-    out[blockIdx.z * os + (size_t)k * w + i] = s;
+    const size_t p = (size_t)k * w + i;
+    if (fo)
+        fo[((size_t)3 * blockIdx.z + band) * os + p] = (mask && !mask[p]) ? nodata : (float)s;
+    else
+        out[blockIdx.z * os + p] = s;
 }
 
 /* The median of |HH1| per plane by an exact radix select on the bit patterns
@@ -493,30 +513,20 @@ __global__ void lambda_kernel(const SelQ *__restrict__ q, size_t m, int G, doubl
     lambda[g] = med / 0.6745 * sqrt(2.0 * log(npix));
 }
 
-/* Soft or hard thresholding of `count` coefficients per plane. */
-__global__ void threshold_kernel(double *d, size_t is, size_t count,
+/* Soft or hard thresholding of `count` coefficients per plane (grid y), of
+ * the three detail subbands (grid z, stride zs) of a level. */
+__global__ void threshold_kernel(double *d, size_t is, size_t zs, size_t count,
                                  const double *__restrict__ lambda, int hard)
 {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count)
         return;
-    double *v = d + blockIdx.y * is + i;
+    double *v = d + blockIdx.z * zs + blockIdx.y * is + i;
     const double a = fabs(*v), l = lambda[blockIdx.y];
     if (hard)
         *v = a >= l ? *v : 0.0;
     else
         *v = a > l ? copysign(a - l, *v) : 0.0;
-}
-
-/* Denoised plane g at level index k -> float output plane 3 g + k. */
-__global__ void out_kernel(const double *__restrict__ src, size_t n,
-                           const uint8_t *__restrict__ mask, float nodata, int k, float *dst)
-{
-    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= n)
-        return;
-    dst[((size_t)3 * blockIdx.y + k) * n + p] =
-        (mask && !mask[p]) ? nodata : (float)src[(size_t)blockIdx.y * n + p];
 }
 
 /* ---- the features: statistics and quantisation ----------------------------------------- */
@@ -626,30 +636,41 @@ static bool env_is(const char *name, const char *value)
     return env && strcmp(env, value) == 0;
 }
 
-/* How the output comes down ($HYPROF_EMP_PIN): through the pinned staging
- * pool, host threads copying it out (default: EmpDevice::download_staged);
- * lock: straight into the output, page-locked by OutputPrep; late: the same,
- * locked once the devices have queued their computations; 0: straight into
- * pageable memory. Measured on an H100 (Pavia Centre size, W-MCD): 33 ms
- * host to host staged against 47 ms locked and 54 ms late: locking holds the
- * driver (the uploads stall meanwhile) and unlocking costs at the end. */
-static bool staged_output()
+/* How the input goes up and the output comes down ($HYPROF_EMP_PIN):
+ * staged: the input packed by host threads into the pinned staging pool, the
+ * output through it, host threads copying it out (EmpDevice::download_staged);
+ * lock: staged input, the output page-locked whole by OutputPrep and copied
+ * into directly; late: the same, locked once the devices have queued their
+ * computations; 0: staged input, the output copied into pageable memory.
+ * Measured on an H100 (Pavia Centre size, W-MCD): 33 ms host to host staged
+ * against 47 ms locked and 54 ms late: locking the whole output at once holds
+ * the driver (the uploads stall meanwhile) and unlocking costs at the end. */
+static const char kDefaultPin[] = "staged";
+
+static bool pin_is(const char *mode)
 {
     const char *e = getenv("HYPROF_EMP_PIN");
-    return !(e && (strcmp(e, "lock") == 0 || strcmp(e, "late") == 0 || strcmp(e, "0") == 0));
+    return strcmp(e && *e ? e : kDefaultPin, mode) == 0;
 }
 
-static bool locked_output()
+static bool locked_output() { return pin_is("lock") || pin_is("late"); }
+
+/* the output through the staging pool (with an unknown mode too) */
+static bool staged_output()
 {
-    return env_is("HYPROF_EMP_PIN", "lock") || env_is("HYPROF_EMP_PIN", "late");
+    return !(locked_output() || pin_is("0"));
 }
 
 /* The host side of the output, on a helper thread while the devices compute:
  * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies; $HYPROF_EMP_PREFAULT_THREADS, default the context's) and, with
- * $HYPROF_EMP_PIN=lock or late, page-locks it for every device (portable).
- * Best effort: when locking fails the output stays pageable. Every download
- * waits for it. */
+ * copies; $HYPROF_EMP_PREFAULT_THREADS, default a quarter of the threads, at
+ * most 8) and, with $HYPROF_EMP_PIN=lock or late, page-locks it for every
+ * device (portable).
+ * Best effort: when locking fails the output stays pageable. The pages are
+ * touched in 2 MiB chunks in the order the downloads need them (the shares'
+ * ranges taken in turn, each from its start): the staged downloads wait only
+ * for the chunks they write (ensure(), which touches a chunk itself when no
+ * prefault thread has taken it yet); the other modes wait for all of it. */
 class OutputPrep {
   public:
     OutputPrep() : fut_(pr_.get_future().share()) {}
@@ -671,10 +692,12 @@ class OutputPrep {
     /* $HYPROF_EMP_PIN=late: lock only once every one of `shares` shares has
      * said go() (it has queued its computations and waits for the output):
      * locking holds the driver, and the devices then compute meanwhile. */
-    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares)
+    void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares,
+               const std::vector<std::pair<size_t, size_t>> &ranges)
     {
-        late_ = env_is("HYPROF_EMP_PIN", "late");
+        late_ = pin_is("late");
         went_.assign(shares, 0);
+        plan(p, bytes, ranges);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
         } catch (...) {
@@ -691,6 +714,22 @@ class OutputPrep {
         }
     }
     void wait() const { fut_.wait(); }
+    /* the pages of [q, q + len) inside the output are touched */
+    void ensure(const void *q, size_t len) const
+    {
+        if (!touch_ || len == 0)
+            return;
+        const size_t c0 = chunk_of(q), c1 = chunk_of((const char *)q + len - 1);
+        for (size_t c = c0; c <= c1 && c < nchunk_; ++c) {
+            if (st_[c].load(std::memory_order_acquire) == 2)
+                continue;
+            if (claim(c))
+                touch(c);
+            else
+                while (st_[c].load(std::memory_order_acquire) != 2)
+                    std::this_thread::yield();
+        }
+    }
     bool ready() const
     {
         return fut_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -700,18 +739,91 @@ class OutputPrep {
     bool pinned() const { return p_ != NULL; }
 
   private:
+    static constexpr size_t kChunk = (size_t)2 << 20;
+    /* the chunks and the order the prefault threads take them in */
+    void plan(void *p, size_t bytes, const std::vector<std::pair<size_t, size_t>> &ranges)
+    {
+        touch_ = bytes > 0 && !env_is("HYPROF_EMP_PREFAULT", "0");
+        if (!touch_)
+            return;
+        p_lo_ = (char *)p;
+        p_hi_ = p_lo_ + bytes;
+        first_ = (uintptr_t)p / kChunk;
+        nchunk_ = (size_t)((uintptr_t)(p_hi_ - 1) / kChunk - first_ + 1);
+        st_.reset(new std::atomic<unsigned char>[nchunk_]);
+        for (size_t c = 0; c < nchunk_; ++c)
+            st_[c].store(0, std::memory_order_relaxed);
+        std::vector<std::pair<size_t, size_t>> at; /* per share: next chunk, last chunk */
+        for (const auto &r : ranges)
+            if (r.second > r.first)
+                at.push_back(std::make_pair(chunk_of(p_lo_ + r.first), chunk_of(p_lo_ + r.second - 1)));
+        for (bool more = true; more;) { /* the shares in turn */
+            more = false;
+            for (auto &x : at)
+                if (x.first <= x.second) {
+                    order_.push_back(x.first++);
+                    more = true;
+                }
+        }
+        for (size_t c = 0; c < nchunk_; ++c) /* anything outside the ranges */
+            order_.push_back(c);
+    }
+    size_t chunk_of(const void *q) const { return (size_t)((uintptr_t)q / kChunk - first_); }
+    bool claim(size_t c) const
+    {
+        unsigned char e = 0;
+        return st_[c].compare_exchange_strong(e, 1, std::memory_order_acq_rel);
+    }
+    void touch(size_t c) const
+    {
+        const uintptr_t a = (first_ + c) * kChunk, b = a + kChunk;
+        char *lo = (uintptr_t)p_lo_ > a ? p_lo_ : (char *)a;
+        char *hi = (uintptr_t)p_hi_ < b ? p_hi_ : (char *)b;
+        for (volatile char *q = lo; q < hi; q += 4096) /* one write per page: it is zero */
+            *q = 0;
+        if (hi > lo)
+            hi[-1] = 0; /* the last page when lo is not page-aligned */
+        st_[c].store(2, std::memory_order_release);
+    }
+    void prefault(const hyprof_ctx_t *ctx)
+    {
+        /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
+        const uintptr_t a = ((uintptr_t)p_lo_ + kChunk - 1) & ~(kChunk - 1),
+                        e = (uintptr_t)p_hi_ & ~(kChunk - 1);
+        if (e > a)
+            (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+        /* default a quarter of the threads, at most 8 (the packing has the
+         * other three quarters): it runs while the input is packed, and more
+         * threads only take memory bandwidth from the packing (2 x H200
+         * host, 1.3 GB cube: 8 prefault threads 83 ms host to host, 32
+         * threads 88 ms) */
+        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
+        const int q = hyprof__threads(ctx) / 4;
+        const int T = env && atoi(env) > 0 ? atoi(env) : q < 1 ? 1 : q > 8 ? 8 : q;
+        auto loop = [this] {
+            for (;;) {
+                const size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+                if (i >= order_.size())
+                    return;
+                if (claim(order_[i]))
+                    touch(order_[i]);
+            }
+        };
+        std::vector<std::thread> th;
+        try {
+            for (int t = 1; t < T; ++t)
+                th.emplace_back(loop);
+        } catch (...) { /* fewer threads */
+        }
+        loop();
+        for (auto &t : th)
+            t.join();
+    }
     void work(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        const char *env = getenv("HYPROF_EMP_PREFAULT_THREADS");
-        hyprof_ctx_t *c = hyprof_ctx_new(); /* a thread count of its own */
-        if (c) {
-            c->threads = env && atoi(env) > 0 ? atoi(env) : ctx->threads;
-            hyprof__prefault(c, p, bytes);
-            hyprof_ctx_free(&c);
-        } else {
-            hyprof__prefault(ctx, p, bytes);
-        }
+        if (touch_) /* else the copies into the output take the faults (to compare) */
+            prefault(ctx);
         prefault_ms_ = ms_since(t0);
         bool stop;
         {
@@ -731,6 +843,13 @@ class OutputPrep {
     std::promise<void> pr_;
     std::shared_future<void> fut_;
     std::thread t_;
+    bool touch_ = false;
+    char *p_lo_ = NULL, *p_hi_ = NULL;
+    uintptr_t first_ = 0;
+    size_t nchunk_ = 0;
+    std::unique_ptr<std::atomic<unsigned char>[]> st_;
+    std::vector<size_t> order_;
+    std::atomic<size_t> next_{0};
     void *p_ = NULL;
     double ms_ = 0.0, prefault_ms_ = 0.0;
     bool late_ = false;
@@ -896,10 +1015,10 @@ struct Chain {
     const OutputPrep *prep;
     std::vector<Share> sh;
     Rendezvous rv;
-    int pack_threads;
+    int pack_threads, unpack_threads;
     Chain(const hyprof_emp_args_t *a, const hyprof_ctx_t *main, const OutputPrep *prep,
           size_t nshares)
-        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1)
+        : a(a), main(main), prep(prep), sh(nshares), rv(nshares), pack_threads(1), unpack_threads(1)
     {
         for (size_t d = 0; d < nshares; ++d) {
             Share &s = sh[d];
@@ -909,13 +1028,26 @@ struct Chain {
             s.b0 = a->bands * d / nshares;
             s.b1 = a->bands * (d + 1) / nshares;
         }
-        /* host threads packing the input chunks: the context's threads over
-         * the shares, at most 8 each (memory bandwidth, not cores, limits a
-         * copy), or $HYPROF_EMP_PACK_THREADS over the shares */
+        /* host threads packing the input chunks and copying the output out:
+         * three quarters of the context's threads over the shares, at most 16
+         * each, or $HYPROF_EMP_PACK_THREADS over the shares (memory bandwidth,
+         * not cores, limits a copy, and the prefault and the device threads
+         * need cores meanwhile; 2 x H200, 32 cores, the 1.3 GB W-MCD, runs of
+         * 09:39 and 10:04: one GPU 69.8 ms with 16 threads, 75.7 with 24, and
+         * 99 ms to pack with 32; two GPUs 51.6 ms with 12 threads each, 53.7
+         * with 8) */
         const char *env = getenv("HYPROF_EMP_PACK_THREADS");
-        const long total = env && atol(env) > 0 ? atol(env) : hyprof__threads(main);
-        const long t = total / (long)nshares;
-        pack_threads = t < 1 ? 1 : t > 8 && !env ? 8 : (int)t;
+        const long most = hyprof__threads(main) * 3 / 4;
+        const long total = env && atol(env) > 0 ? atol(env) : most < 1 ? 1 : most;
+        long t = total / (long)nshares;
+        if (!env && t > 16)
+            t = 16;
+        pack_threads = t < 1 ? 1 : (int)t;
+        /* copying the output out: as many, or $HYPROF_EMP_UNPACK_THREADS over
+         * the shares (the packing and most of the prefault are over by then) */
+        const char *uenv = getenv("HYPROF_EMP_UNPACK_THREADS");
+        const long u = uenv && atol(uenv) > 0 ? atol(uenv) / (long)nshares : pack_threads;
+        unpack_threads = u < 1 ? 1 : (int)u;
     }
     size_t pixels(size_t d) const { return (sh[d].r1 - sh[d].r0) * a->width; }
     /* The pooled statistics: each feature's min and max (lohi, 2 per feature)
@@ -954,8 +1086,199 @@ static bool tracing()
     return env && strcmp(env, "0") != 0;
 }
 
+/* Event pairs around each kernel or copy of one kind (tracing only): their
+ * durations add up to that kind's device time without the waits in between
+ * (the compute stream waiting for an upload, a copy for the host). */
+class Spans {
+  public:
+    Spans() = default;
+    Spans(const Spans &) = delete;
+    Spans &operator=(const Spans &) = delete;
+    ~Spans()
+    {
+        for (auto &p : v_) {
+            (void)cudaEventDestroy(p.first);
+            (void)cudaEventDestroy(p.second);
+        }
+        (void)cudaGetLastError();
+    }
+    void enable() { on_ = true; }
+    int begin(cudaStream_t s)
+    {
+        if (!on_)
+            return -1;
+        cudaEvent_t b = NULL, e = NULL;
+        if (cudaEventCreate(&b) != cudaSuccess || cudaEventCreate(&e) != cudaSuccess) {
+            if (b)
+                (void)cudaEventDestroy(b);
+            (void)cudaGetLastError();
+            return -1; /* the trace misses a span, the run goes on */
+        }
+        v_.push_back(std::make_pair(b, e));
+        (void)cudaEventRecord(b, s);
+        return (int)v_.size() - 1;
+    }
+    void end(int i, cudaStream_t s) const
+    {
+        if (i >= 0)
+            (void)cudaEventRecord(v_[(size_t)i].second, s);
+    }
+    /* after the device has finished */
+    double ms() const
+    {
+        double t = 0.0;
+        for (const auto &p : v_) {
+            float x = 0.0f;
+            if (cudaEventElapsedTime(&x, p.first, p.second) == cudaSuccess)
+                t += x;
+        }
+        (void)cudaGetLastError();
+        return t;
+    }
+
+  private:
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> v_;
+    bool on_ = false;
+};
+
 /* The filter of a zero-level transform (a copy): never applied. */
 static const double kCopyFilter[2] = {0.0, 0.0};
+
+/* The large per-call device buffers come from the device's stream-ordered
+ * pool: allocated and freed on the share's compute stream (t_pool_stream,
+ * set by the share's thread), the pool keeping up to an eighth of the
+ * device's memory between calls. cudaMalloc and cudaFree of the ~2 GB a
+ * large W-MCD needs took milliseconds per call on the stream's path (alloc_ms
+ * 2.5 ms on one H200, 5 ms per device on two). $HYPROF_EMP_POOL=0: cudaMalloc
+ * and cudaFree. */
+thread_local cudaStream_t t_pool_stream = NULL;
+
+static bool pool_on(int device)
+{
+    if (env_is("HYPROF_EMP_POOL", "0"))
+        return false;
+    int ok = 0;
+    if (cudaDeviceGetAttribute(&ok, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess ||
+        !ok) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    static std::mutex m;
+    static std::vector<char> set;
+    std::lock_guard<std::mutex> l(m);
+    if ((size_t)device >= set.size())
+        set.resize((size_t)device + 1, 0);
+    if (!set[(size_t)device]) {
+        cudaMemPool_t pool;
+        size_t free_b = 0, total = 0;
+        if (cudaDeviceGetDefaultMemPool(&pool, device) != cudaSuccess ||
+            cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        uint64_t keep = total / 8;
+        (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        (void)cudaGetLastError();
+        set[(size_t)device] = 1;
+    }
+    return true;
+}
+
+template <typename T> class PoolBuffer {
+  public:
+    PoolBuffer() = default;
+    ~PoolBuffer() { reset(); }
+    PoolBuffer(const PoolBuffer &) = delete;
+    PoolBuffer &operator=(const PoolBuffer &) = delete;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, size_t count)
+    {
+        reset();
+        if (count == 0)
+            count = 1;
+        if (count > (size_t)-1 / sizeof(T))
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
+                                 "device allocation of %zu elements overflows", count);
+        s_ = t_pool_stream;
+        void *p = NULL;
+        const cudaError_t e = s_ ? cudaMallocAsync(&p, count * sizeof(T), s_)
+                                 : cudaMalloc(&p, count * sizeof(T));
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return hyprof__error(ctx,
+                                 e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
+                                                                : HYPROF_ERR_DEVICE,
+                                 op, "%s of %zu bytes failed: %s",
+                                 s_ ? "cudaMallocAsync" : "cudaMalloc", count * sizeof(T),
+                                 cudaGetErrorString(e));
+        }
+        p_ = static_cast<T *>(p);
+        return HYPROF_OK;
+    }
+    /* queued after the stream's work so far: later users of the memory wait
+     * for the stream (the other streams' uses of it are over by then) */
+    void reset()
+    {
+        if (p_) {
+            (void)(s_ ? cudaFreeAsync(p_, s_) : cudaFree(p_));
+            (void)cudaGetLastError();
+            p_ = NULL;
+        }
+    }
+    T *get() const { return p_; }
+
+  private:
+    T *p_ = NULL;
+    cudaStream_t s_ = NULL;
+};
+
+/* Level sizes of the 2-D pyramid. */
+struct Pyramid {
+    int J;
+    size_t hs[64], ws[64];
+    Pyramid(size_t h, size_t w, const int levels[3])
+    {
+        J = levels[0] > levels[1] ? levels[0] : levels[1];
+        J = levels[2] > J ? levels[2] : J;
+        hs[0] = h;
+        ws[0] = w;
+        for (int l = 1; l <= J; ++l) {
+            hs[l] = (hs[l - 1] + 1) / 2;
+            ws[l] = (ws[l - 1] + 1) / 2;
+        }
+    }
+    size_t m(int l) const { return hs[l] * ws[l]; }
+    /* doubles per plane: the pyramid, L/H, two inverse buffers */
+    size_t doubles(size_t n) const
+    {
+        size_t t = 2 * hs[1] * ws[0] + 2 * n;
+        for (int l = 1; l <= J; ++l)
+            t += 4 * m(l);
+        return t;
+    }
+};
+
+/* The work buffers of a group of at most G planes, allocated once (a
+ * cudaFree inside the loop would stall the overlapped downloads). */
+struct DenoiseBufs {
+    PoolBuffer<double> lh, t1, t2, lambda;
+    std::vector<PoolBuffer<double>> lev;
+    DeviceBuffer<SelQ> sel;
+    DeviceBuffer<unsigned long long> hist;
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
+                          size_t G)
+    {
+        lev = std::vector<PoolBuffer<double>>(py.J + 1);
+        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
+        HYPROF_TRY(t1.alloc(ctx, op, G * n));
+        HYPROF_TRY(t2.alloc(ctx, op, G * n));
+        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
+        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
+        HYPROF_TRY(lambda.alloc(ctx, op, G));
+        for (int l = 1; l <= py.J; ++l)
+            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
+        return HYPROF_OK;
+    }
+};
 
 class EmpDevice {
   public:
@@ -992,9 +1315,12 @@ class EmpDevice {
     cudaEvent_t ev[kEvents] = {};
     int launches = 0;
     double waited_ms = 0.0, pack_ms = 0.0, wait_staging_ms = 0.0, spectral_host_ms = 0.0,
-           loop_ms = 0.0;
+           loop_ms = 0.0, unpack_ms = 0.0, alloc_ms = 0.0;
     size_t chunks = 0;
     const char *upload_mode = "none";
+    /* traced device time: spectral transforms, statistics and quantisation,
+     * host-to-device, device-to-host and device-to-device copies */
+    Spans k_spec, k_quant, h2d, d2h, peer;
     void mark(int i, cudaStream_t st)
     {
         if (ev[i])
@@ -1026,7 +1352,7 @@ class EmpDevice {
         return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "stopped: another device failed");
     }
     hyprof_status_t setup();
-    hyprof_status_t spectral(DeviceBuffer<float> &F);
+    hyprof_status_t spectral(PoolBuffer<float> &F);
     hyprof_status_t features();
     hyprof_status_t exchange(const DeviceBuffer<uint8_t> &qreg);
     hyprof_status_t profiles();
@@ -1036,9 +1362,25 @@ class EmpDevice {
     typedef std::vector<std::pair<size_t, cudaEvent_t>> Ready;
     hyprof_status_t download_staged(const float *src, float *dst, size_t count,
                                     cudaStream_t cs, const Ready &ready);
-    struct Bufs;
-    hyprof_status_t denoise_group(size_t t0, size_t G, Bufs &b, float *out);
+    hyprof_status_t denoise_prepare();
+    hyprof_status_t denoise_group(size_t t0, size_t G, DenoiseBufs &b, float *out);
+    /* the denoising's buffers, allocated while the EMP computes */
+    DenoiseBufs dbf;
+    PoolBuffer<float> doutb[2];
+    size_t dG = 0;
+    bool dwhole = false, dready = false;
 };
+
+/* An allocation whose host time counts in alloc_ms (cudaMalloc of the large
+ * buffers can take milliseconds while the stream waits). */
+#define HYPROF_TIMED_ALLOC(expr)                                                   \
+    do {                                                                           \
+        const auto ta_ = std::chrono::steady_clock::now();                         \
+        hyprof_status_t sa_ = (expr);                                              \
+        alloc_ms += ms_since(ta_);                                                 \
+        if (sa_ != HYPROF_OK)                                                      \
+            return sa_;                                                            \
+    } while (0)
 
 /* Peer access to the other shares' devices, the mask, the structuring
  * elements and the share's 8-bit bands. */
@@ -1052,10 +1394,10 @@ hyprof_status_t EmpDevice::setup()
             (void)cudaDeviceEnablePeerAccess(o.device, 0); /* or already enabled */
         (void)cudaGetLastError();
     }
-    HYPROF_TRY(q.alloc(ctx, op, nb * n));
-    HYPROF_TRY(emp.alloc(ctx, op, nb * P * n));
+    HYPROF_TIMED_ALLOC(q.alloc(ctx, op, nb * n));
+    HYPROF_TIMED_ALLOC(emp.alloc(ctx, op, nb * P * n));
     if (a->mask) {
-        HYPROF_TRY(mask.alloc(ctx, op, n));
+        HYPROF_TIMED_ALLOC(mask.alloc(ctx, op, n));
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(mask.get(), a->mask, n, cudaMemcpyHostToDevice, st));
     }
     /* the structuring elements' row half-widths, one table per radius */
@@ -1098,29 +1440,35 @@ static size_t chunk_pixels(size_t bands, size_t np)
 /* The spectral stage of the share's rows into F (features x rows' pixels):
  * chunks of pixels packed by the host into page-locked staging (three
  * slots), copied on the upload stream, transformed on the compute stream. */
-hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
+hyprof_status_t EmpDevice::spectral(PoolBuffer<float> &F)
 {
     const auto t0 = std::chrono::steady_clock::now();
     const size_t B = a->in_bands, K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     cudaStream_t st = s.get(), us = up.get();
-    HYPROF_TRY(F.alloc(ctx, op, K * np));
+    HYPROF_TIMED_ALLOC(F.alloc(ctx, op, K * np));
     if (np == 0)
         return HYPROF_OK;
     constexpr int NS = 3;
     const size_t m = chunk_pixels(B, np), nch = div_up(np, m);
     chunks = nch;
-    DeviceBuffer<float> din[NS];
+    PoolBuffer<float> din[NS];
     Event loaded[NS], used[NS];
     Staging stg[NS];
     bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
     for (int k = 0; k < NS && (size_t)k < nch; ++k) {
-        HYPROF_TRY(din[k].alloc(ctx, op, m * B));
+        HYPROF_TIMED_ALLOC(din[k].alloc(ctx, op, m * B));
         HYPROF_TRY(loaded[k].create(ctx, op));
         HYPROF_TRY(used[k].create(ctx, op));
         if (pinned && !stg[k].take(m * B * sizeof(float), us))
             pinned = false; /* pageable copies: slower, still right */
     }
     upload_mode = pinned ? "pinned" : "pageable";
+    { /* the chunk buffers come from the compute stream's pool: the uploads wait for it */
+        Event allocated;
+        HYPROF_TRY(allocated.create(ctx, op));
+        HYPROF_CUDA_CHECK(cudaEventRecord(allocated.get(), st));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(us, allocated.get(), 0));
+    }
     const double *lo = a->spec_levels ? a->spec_lo : kCopyFilter;
     const size_t flen = a->spec_levels ? a->spec_flen : 2;
     const auto l0 = std::chrono::steady_clock::now();
@@ -1137,17 +1485,23 @@ hyprof_status_t EmpDevice::spectral(DeviceBuffer<float> &F)
         }
         if (pinned) {
             const auto p = std::chrono::steady_clock::now();
-            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B);
+            hyprof__pack_cols(c.pack_threads, stg[k].get(), a->x + p0, n, mi, B, 0);
             pack_ms += ms_since(p);
+            const int u = h2d.begin(us);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(din[k].get(), stg[k].get(), mi * B * sizeof(float),
                                               cudaMemcpyHostToDevice, us));
+            h2d.end(u, us);
         } else {
+            const int u = h2d.begin(us);
             HYPROF_CUDA_CHECK(copy_cols_h2d(din[k].get(), mi, a->x + p0, n, mi, B, us));
+            h2d.end(u, us);
         }
         HYPROF_CUDA_CHECK(cudaEventRecord(loaded[k].get(), us));
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, loaded[k].get(), 0));
+        const int kk = k_spec.begin(st);
         HYPROF_TRY(hyprof__cuda_dwt_launch(ctx, op, din[k].get(), mi, mi, B, a->spec_levels, lo,
                                            flen, K, F.get() + (p0 - P0), np, st));
+        k_spec.end(kk, st);
         HYPROF_CUDA_CHECK(cudaEventRecord(used[k].get(), st));
         if ((i & 3) == 3)
             HYPROF_TRY(cancelled());
@@ -1174,9 +1528,11 @@ hyprof_status_t EmpDevice::exchange(const DeviceBuffer<uint8_t> &qreg)
         if (npd == 0 || nb == 0)
             continue;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, o.quantised, 0));
+        const int pe = peer.begin(st);
         for (size_t k = b0; k < b0 + nb; ++k)
             HYPROF_CUDA_CHECK(cudaMemcpyPeerAsync(q.get() + (k - b0) * n + p0, sp.device,
                                                   o.qreg + k * npd, o.device, npd, st));
+        peer.end(pe, st);
     }
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return meet(); /* nobody reads another share's rows any more */
@@ -1189,7 +1545,7 @@ hyprof_status_t EmpDevice::features()
     cudaStream_t st = s.get();
     const size_t K = a->bands, np = c.pixels(id), P0 = sp.r0 * a->width;
     const bool single = c.sh.size() == 1;
-    DeviceBuffer<float> F;
+    PoolBuffer<float> F;
     DeviceBuffer<FeatStats> stats;
     DeviceBuffer<double> lohi;
     DeviceBuffer<uint8_t> qreg;
@@ -1200,8 +1556,10 @@ hyprof_status_t EmpDevice::features()
     const uint8_t *m = a->mask ? mask.get() + P0 : NULL;
     if (np) {
         const unsigned blocks = (unsigned)(np / 8192 < 1 ? 1 : np / 8192 > 128 ? 128 : np / 8192);
+        const int kq = k_quant.begin(st);
         stats_kernel<<<dim3(blocks, (unsigned)K), 256, 0, st>>>(F.get(), np, m, P0, stats.get());
         HYPROF_CUDA_CHECK_LAUNCH("stats_kernel");
+        k_quant.end(kq, st);
     }
     mark(1, st);
     sp.stats.resize(K);
@@ -1224,11 +1582,13 @@ hyprof_status_t EmpDevice::features()
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(lohi.get(), lh.data(), 2 * K * sizeof(double),
                                       cudaMemcpyHostToDevice, st));
     if (!single)
-        HYPROF_TRY(qreg.alloc(ctx, op, K * np));
+        HYPROF_TIMED_ALLOC(qreg.alloc(ctx, op, K * np));
     if (np) {
+        const int kq = k_quant.begin(st);
         quantise_kernel<<<dim3((unsigned)div_up(np, 256), (unsigned)K), 256, 0, st>>>(
             F.get(), np, m, lohi.get(), single ? q.get() : qreg.get());
         HYPROF_CUDA_CHECK_LAUNCH("quantise_kernel");
+        k_quant.end(kq, st);
     }
     if (!single)
         HYPROF_TRY(exchange(qreg));
@@ -1279,8 +1639,8 @@ hyprof_status_t EmpDevice::profiles()
     const size_t nrec = nb * 2 * a->nradii;
     const uint8_t *m = a->mask ? mask.get() : NULL;
     const int rmax = a->radii[a->nradii - 1];
-    DeviceBuffer<uint8_t> hm;
-    HYPROF_TRY(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
+    PoolBuffer<uint8_t> hm;
+    HYPROF_TIMED_ALLOC(hm.alloc(ctx, op, 2 * (size_t)(rmax + 1) * n));
     const dim3 eb(32, 8);
     for (size_t b = 0; b < nb; ++b) { /* one band at a time: hm is (rmax + 1) planes */
         hmin_kernel<<<dim3((unsigned)div_up(a->width, 128), (unsigned)a->height, 2), 128, 0,
@@ -1292,6 +1652,8 @@ hyprof_status_t EmpDevice::profiles()
         HYPROF_CUDA_CHECK_LAUNCH("marker_kernel");
     }
     mark(3, st);
+    if (a->wavelet) /* while the markers compute */
+        HYPROF_TRY(denoise_prepare());
     const dim3 tiles((unsigned)div_up(a->width, kTile), (unsigned)div_up(a->height, kTile),
                      (unsigned)nrec);
     HYPROF_TRY(reconstruct_bar(tiles));
@@ -1306,8 +1668,8 @@ hyprof_status_t EmpDevice::profiles()
 hyprof_status_t EmpDevice::emp_out()
 {
     cudaStream_t st = s.get();
-    DeviceBuffer<float> out;
-    HYPROF_TRY(out.alloc(ctx, op, nb * P * n));
+    PoolBuffer<float> out;
+    HYPROF_TIMED_ALLOC(out.alloc(ctx, op, nb * P * n));
     to_float_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)(nb * P)), 256, 0, st>>>(
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
@@ -1320,95 +1682,46 @@ hyprof_status_t EmpDevice::emp_out()
                                    Ready(1, std::make_pair(nb * P * n, computed.get()))));
     } else {
         wait_output();
+        const int dd = d2h.begin(st);
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + b0 * P * n, out.get(),
                                           nb * P * n * sizeof(float), cudaMemcpyDeviceToHost,
                                           st));
+        d2h.end(dd, st);
     }
     mark(7, st);
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
     return HYPROF_OK;
 }
 
-/* Level sizes of the 2-D pyramid. */
-struct Pyramid {
-    int J;
-    size_t hs[64], ws[64];
-    Pyramid(size_t h, size_t w, const int levels[3])
-    {
-        J = levels[0] > levels[1] ? levels[0] : levels[1];
-        J = levels[2] > J ? levels[2] : J;
-        hs[0] = h;
-        ws[0] = w;
-        for (int l = 1; l <= J; ++l) {
-            hs[l] = (hs[l - 1] + 1) / 2;
-            ws[l] = (ws[l - 1] + 1) / 2;
-        }
-    }
-    size_t m(int l) const { return hs[l] * ws[l]; }
-    /* doubles per plane: x, the pyramid, L/H, two inverse buffers */
-    size_t doubles(size_t n) const
-    {
-        size_t t = n + 2 * hs[1] * ws[0] + 2 * n;
-        for (int l = 1; l <= J; ++l)
-            t += 4 * m(l);
-        return t;
-    }
-};
-
-/* The work buffers of a group of at most G planes, allocated once (a
- * cudaFree inside the loop would stall the overlapped downloads). */
-struct EmpDevice::Bufs {
-    DeviceBuffer<double> x, lh, t1, t2, lambda;
-    std::vector<DeviceBuffer<double>> lev;
-    DeviceBuffer<SelQ> sel;
-    DeviceBuffer<unsigned long long> hist;
-    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, const Pyramid &py, size_t n,
-                          size_t G)
-    {
-        lev = std::vector<DeviceBuffer<double>>(py.J + 1);
-        HYPROF_TRY(x.alloc(ctx, op, G * n));
-        HYPROF_TRY(lh.alloc(ctx, op, 2 * G * py.hs[1] * py.ws[0]));
-        HYPROF_TRY(t1.alloc(ctx, op, G * n));
-        HYPROF_TRY(t2.alloc(ctx, op, G * n));
-        HYPROF_TRY(sel.alloc(ctx, op, 2 * G));
-        HYPROF_TRY(hist.alloc(ctx, op, 512 * G));
-        HYPROF_TRY(lambda.alloc(ctx, op, G));
-        for (int l = 1; l <= py.J; ++l)
-            HYPROF_TRY(lev[l].alloc(ctx, op, 4 * G * py.m(l)));
-        return HYPROF_OK;
-    }
-};
-
 /* Enqueues the W-MCD of planes [t0, t0 + G) on the compute stream; the float
  * planes go to `outd` (3 G planes, in output order). */
-hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *outd)
+hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, DenoiseBufs &bf, float *outd)
 {
     cudaStream_t st = s.get();
     const Pyramid py(a->height, a->width, a->levels);
     const int F = (int)a->wavelet->length;
-    DeviceBuffer<double> &x = bf.x, &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
-    std::vector<DeviceBuffer<double>> &lev = bf.lev;
+    PoolBuffer<double> &lh = bf.lh, &t1 = bf.t1, &t2 = bf.t2, &lambda = bf.lambda;
+    std::vector<PoolBuffer<double>> &lev = bf.lev;
     DeviceBuffer<SelQ> &sel = bf.sel;
     DeviceBuffer<unsigned long long> &hist = bf.hist;
     const size_t m1 = py.m(1);
     const dim3 b2(32, 8), b1(256);
-    u8_to_double_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
-        emp.get() + t0 * n, n, x.get());
-    HYPROF_CUDA_CHECK_LAUNCH("u8_to_double_kernel");
     /* forward to the deepest level: [A | AD | DA | DD] per level, plane stride m */
-    const double *prev = x.get();
+    const double *prev = NULL;
     size_t prev_stride = n;
     for (int l = 1; l <= py.J; ++l) {
         const size_t h = py.hs[l - 1], w = py.ws[l - 1], m = py.m(l), hw2 = py.hs[l] * w;
         double *L = lh.get(), *Hh = lh.get() + G * hw2, *A = lev[l].get();
-        fwd0_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(prev, prev_stride, (int)h, (int)w,
-                                                              F, L, Hh, hw2);
+        if (l == 1) /* from the 8-bit planes */
+            fwd0_kernel<uint8_t><<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                emp.get() + t0 * n, n, (int)h, (int)w, F, L, Hh, hw2);
+        else
+            fwd0_kernel<double><<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
+                prev, prev_stride, (int)h, (int)w, F, L, Hh, hw2);
         HYPROF_CUDA_CHECK_LAUNCH("fwd0_kernel");
-        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
-            L, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, m);
-        HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
-        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], G, b2), b2, 0, st>>>(
-            Hh, hw2, (int)py.hs[l], (int)w, F, A + 2 * G * m, A + 3 * G * m, m);
+        fwd1_kernel<<<grid2(py.ws[l], py.hs[l], 2 * G, b2), b2, 0, st>>>(
+            L, Hh, hw2, (int)py.hs[l], (int)w, F, A, A + G * m, A + 2 * G * m, A + 3 * G * m, m,
+            (unsigned)G);
         HYPROF_CUDA_CHECK_LAUNCH("fwd1_kernel");
         prev = A;
         prev_stride = m;
@@ -1430,11 +1743,9 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
     HYPROF_CUDA_CHECK_LAUNCH("lambda_kernel");
     for (int l = 1; l <= py.J; ++l) {
         const size_t m = py.m(l);
-        for (int sb = 1; sb < 4; ++sb) {
-            threshold_kernel<<<dim3((unsigned)div_up(m, 256), (unsigned)G), b1, 0, st>>>(
-                lev[l].get() + sb * G * m, m, m, lambda.get(), a->hard);
-            HYPROF_CUDA_CHECK_LAUNCH("threshold_kernel");
-        }
+        threshold_kernel<<<dim3((unsigned)div_up(m, 256), (unsigned)G, 3), b1, 0, st>>>(
+            lev[l].get() + G * m, m, G * m, m, lambda.get(), a->hard);
+        HYPROF_CUDA_CHECK_LAUNCH("threshold_kernel");
     }
     /* the inverse from each level j */
     for (int k = 0; k < 3; ++k) {
@@ -1446,29 +1757,37 @@ hyprof_status_t EmpDevice::denoise_group(size_t t0, size_t G, Bufs &bf, float *o
             const double *D = lev[l].get();
             double *L = lh.get(), *Hh = lh.get() + G * hw2;
             double *dst = (l & 1) ? t1.get() : t2.get();
-            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
-                A, D + G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, L, hw2);
+            /* A's plane stride is astride; D's subbands have stride m (== astride) */
+            inv1_kernel<<<grid2(w, py.hs[l], 2 * G, b2), b2, 0, st>>>(
+                A, D + G * m, D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l],
+                (int)w, F, L, Hh, hw2, (unsigned)G);
             HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
-            /* A's plane stride is astride; D's subbands have stride m (== astride at l == j) */
-            inv1_kernel<<<grid2(w, py.hs[l], G, b2), b2, 0, st>>>(
-                D + 2 * G * m, D + 3 * G * m, m, (int)py.hs[l], (int)py.ws[l], (int)w, F, Hh, hw2);
-            HYPROF_CUDA_CHECK_LAUNCH("inv1_kernel");
-            inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(L, Hh, hw2, (int)py.hs[l], (int)w,
-                                                           (int)h, F, dst, h * w);
+            /* the last step writes the float output planes */
+            inv0_kernel<<<grid2(w, h, G, b2), b2, 0, st>>>(
+                L, Hh, hw2, (int)py.hs[l], (int)w, (int)h, F, dst, h * w, l == 1 ? outd : NULL,
+                a->mask ? mask.get() : NULL, a->nodata, k);
             HYPROF_CUDA_CHECK_LAUNCH("inv0_kernel");
             A = dst;
             astride = h * w;
         }
         (void)astride;
-        out_kernel<<<dim3((unsigned)div_up(n, 256), (unsigned)G), b1, 0, st>>>(
-            t1.get(), n, a->mask ? mask.get() : NULL, a->nodata, k, outd);
-        HYPROF_CUDA_CHECK_LAUNCH("out_kernel");
+
     }
     return HYPROF_OK;
 }
 
+/* Download pieces: $HYPROF_EMP_PIECE_MB MiB (default 16). */
+static size_t piece_floats()
+{
+    const char *env = getenv("HYPROF_EMP_PIECE_MB");
+    long mb = env ? strtol(env, NULL, 10) : 16;
+    if (mb < 1 || mb > 1024)
+        mb = 16;
+    return ((size_t)mb << 20) / sizeof(float);
+}
+
 /* Downloads `count` floats from the device at src to the host at dst through
- * three pinned staging slots of 16 MiB: the copy of one slot (on cs) runs
+ * three pinned staging slots of piece_floats(): the copy of one slot (on cs) runs
  * while host threads copy the previous one out. Each piece first waits for
  * the event of the first group whose end (offset in floats, increasing in
  * `ready`) covers it. */
@@ -1476,7 +1795,7 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
                                            cudaStream_t cs, const Ready &ready)
 {
     constexpr int NS = 3;
-    const size_t piece = ((size_t)16 << 20) / sizeof(float), np = div_up(count, piece);
+    const size_t piece = piece_floats(), np = div_up(count, piece);
     Staging stg[NS];
     Event got[NS];
     bool pinned = true;
@@ -1486,13 +1805,14 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
     }
     if (!pinned)
         wait_output(); /* the prefault writes the pages: it must be done */
-    bool waited = !pinned;
+    prep->go(id);
     auto out = [&](size_t o, size_t len, int k) {
-        if (!waited) {
-            wait_output();
-            waited = true;
-        }
-        hyprof__pack_cols(c.pack_threads, dst + o, stg[k].get(), len, len, 1);
+        const auto w0 = std::chrono::steady_clock::now();
+        prep->ensure(dst + o, len * sizeof(float)); /* only these pages */
+        waited_ms += ms_since(w0);
+        const auto u0 = std::chrono::steady_clock::now();
+        hyprof__pack_cols(c.unpack_threads, dst + o, stg[k].get(), len, len, 1, 1);
+        unpack_ms += ms_since(u0);
     };
     size_t r = 0;
     for (size_t j = 0; j < np; ++j) {
@@ -1501,8 +1821,10 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             ++r;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, ready[r].second, 0));
         if (!pinned) {
+            const int dd = d2h.begin(cs);
             HYPROF_CUDA_CHECK(cudaMemcpyAsync(dst + off, src + off, len * sizeof(float),
                                               cudaMemcpyDeviceToHost, cs));
+            d2h.end(dd, cs);
             continue;
         }
         const int k = (int)(j % NS);
@@ -1511,8 +1833,10 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
             HYPROF_CUDA_CHECK(cudaEventSynchronize(got[k].get()));
             out(o, piece, k);
         }
+        const int dd = d2h.begin(cs);
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(stg[k].get(), src + off, len * sizeof(float),
                                           cudaMemcpyDeviceToHost, cs));
+        d2h.end(dd, cs);
         HYPROF_CUDA_CHECK(cudaEventRecord(got[k].get(), cs));
     }
     for (size_t j = np > (size_t)NS ? np - NS : 0; pinned && j < np; ++j) {
@@ -1525,18 +1849,15 @@ hyprof_status_t EmpDevice::download_staged(const float *src, float *dst, size_t 
     return HYPROF_OK;
 }
 
-hyprof_status_t EmpDevice::denoise()
+/* The denoising's group size and buffers and its filters (queued): called
+ * while the device computes the EMP, so that the allocations (milliseconds
+ * for a large output, longer with several devices allocating at once) do not
+ * hold the stream. */
+hyprof_status_t EmpDevice::denoise_prepare()
 {
     if (a->wavelet->length > (size_t)kMaxFilter)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "filter of %zu taps: at most %d",
                              a->wavelet->length, kMaxFilter);
-    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_lo, a->wavelet->dec_lo,
-                                              a->wavelet->length * sizeof(double), 0,
-                                              cudaMemcpyHostToDevice, s.get()));
-    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_hi, a->wavelet->dec_hi,
-                                              a->wavelet->length * sizeof(double), 0,
-                                              cudaMemcpyHostToDevice, s.get()));
-    HYPROF_CUDA_CHECK(cudaStreamSynchronize(s.get()));
     const Pyramid py(a->height, a->width, a->levels);
     const size_t per_plane = py.doubles(n) * sizeof(double) + 6 * n * sizeof(float) + 4200;
     size_t budget = 0;
@@ -1547,25 +1868,50 @@ hyprof_status_t EmpDevice::denoise()
         return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
                              "%zu bytes of device memory per plane are not available",
                              per_plane);
-    if (G > 65535) /* grid y/z */
-        G = 65535;
-    /* groups of about a quarter of the planes, each downloaded (copy stream)
-     * while the next is computed */
-    const size_t quarter = (planes + 3) / 4;
-    if (G > quarter)
-        G = quarter;
-    const size_t ngroups = div_up(planes, G);
+    if (G > 32767) /* grid z: 2 G for the paired row transforms */
+        G = 32767;
+    /* groups of planes, each downloaded (copy stream) while the next is
+     * computed: 4 for an output share of 512 MB or more, else 2, or
+     * $HYPROF_EMP_GROUPS (more groups, more launches of small kernels, the
+     * stage's fixed cost: on 2 x H200 the 1096x715 W-MCD took 19.1 ms host to
+     * host in 2 groups, 20.4 in 4 or 8; the 2192x1430 one 69.8 ms in 4, 74.6
+     * in 2) */
+    const char *genv = getenv("HYPROF_EMP_GROUPS");
+    const bool big = 3 * planes * n * sizeof(float) >= ((size_t)512 << 20);
+    const long ng = genv && atol(genv) > 0 && atol(genv) <= 64 ? atol(genv) : big ? 4 : 2;
+    const size_t per_group = (planes + (size_t)ng - 1) / (size_t)ng;
+    if (G > per_group)
+        G = per_group;
     /* The whole float output on the device when it fits: the transforms then
      * never wait for a download (nor for the host's page-locking), and the
      * downloads follow as the host side gets ready. Otherwise two group
      * buffers take turns. */
     const bool whole = 3 * planes * n * sizeof(float) + G * per_plane < budget / 2;
-    Bufs bf;
-    HYPROF_TRY(bf.alloc(ctx, op, py, n, G));
-    DeviceBuffer<float> outb[2];
-    HYPROF_TRY(outb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
+    HYPROF_TIMED_ALLOC(dbf.alloc(ctx, op, py, n, G));
+    HYPROF_TIMED_ALLOC(doutb[0].alloc(ctx, op, whole ? 3 * planes * n : 3 * G * n));
     if (!whole)
-        HYPROF_TRY(outb[1].alloc(ctx, op, 3 * G * n));
+        HYPROF_TIMED_ALLOC(doutb[1].alloc(ctx, op, 3 * G * n));
+    /* the filters' sources are the wavelet's own tables: no wait for the copies */
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_lo, a->wavelet->dec_lo,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    HYPROF_CUDA_CHECK(cudaMemcpyToSymbolAsync(c_hi, a->wavelet->dec_hi,
+                                              a->wavelet->length * sizeof(double), 0,
+                                              cudaMemcpyHostToDevice, s.get()));
+    dG = G;
+    dwhole = whole;
+    dready = true;
+    return HYPROF_OK;
+}
+
+hyprof_status_t EmpDevice::denoise()
+{
+    if (!dready)
+        HYPROF_TRY(denoise_prepare());
+    const size_t planes = nb * P, G = dG, ngroups = div_up(planes, G);
+    const bool whole = dwhole;
+    DenoiseBufs &bf = dbf;
+    PoolBuffer<float> *outb = doutb;
     Stream cs;
     std::vector<Event> done(ngroups), copied(2);
     HYPROF_TRY(cs.create(ctx, op));
@@ -1576,9 +1922,11 @@ hyprof_status_t EmpDevice::denoise()
     auto download = [&](size_t i, const float *src) -> hyprof_status_t {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), done[i].get(), 0));
+        const int dd = d2h.begin(cs.get());
         HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->out + 3 * (b0 * P + t0) * n, src,
                                           3 * g * n * sizeof(float), cudaMemcpyDeviceToHost,
                                           cs.get()));
+        d2h.end(dd, cs.get());
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[i & 1].get(), cs.get()));
         return HYPROF_OK;
     };
@@ -1634,9 +1982,13 @@ hyprof_status_t EmpDevice::run()
     const auto t0 = std::chrono::steady_clock::now();
     HYPROF_TRY(s.create(ctx, op));
     HYPROF_TRY(up.create(ctx, op));
-    if (tracing())
+    t_pool_stream = pool_on(sp.device) ? s.get() : NULL;
+    if (tracing()) {
         for (int i = 0; i < kEvents; ++i)
             HYPROF_CUDA_CHECK(cudaEventCreate(&ev[i]));
+        for (Spans *sp : {&k_spec, &k_quant, &h2d, &d2h, &peer})
+            sp->enable();
+    }
     mark(0, s.get());
     HYPROF_TRY(setup());
     HYPROF_TRY(features());
@@ -1664,19 +2016,26 @@ void EmpDevice::report(double wall_ms)
     if (cudaEventElapsedTime(&total, ev[0], ev[nb ? kEvents - 1 : 2]) != cudaSuccess)
         total = -1.0f;
     (void)cudaGetLastError();
+    /* the kernels alone: the spectral transforms and the quantisation
+     * without the waits for the uploads, the EMP and denoising stages */
+    const double spec_k = k_spec.ms(), quant_k = k_quant.ms();
+    const double kernels = spec_k + quant_k + (nb ? (double)t[3] + t[4] + t[5] + t[6] : 0.0);
     hyprof__log(ctx, HYPROF_LOG_INFO,
                 "%s stages: share=%zu shares=%zu device=%d rows=%zu-%zu bands=%zu-%zu "
                 "spectral_ms=%.3f exchange_ms=%.3f markers_ms=%.3f reconstruction_ms=%.3f "
                 "launches=%d finish_ms=%.3f %s_ms=%.3f download_tail_ms=%.3f device_ms=%.3f "
-                "wall_ms=%.3f upload=%s chunks=%zu pack_threads=%d pack_ms=%.3f staging_wait_ms=%.3f "
-                "spectral_host_ms=%.3f loop_ms=%.3f "
-                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f",
+                "wall_ms=%.3f kernels_ms=%.3f spectral_kernels_ms=%.3f quantise_kernels_ms=%.3f "
+                "h2d_ms=%.3f d2h_ms=%.3f peer_ms=%.3f "
+                "upload=%s chunks=%zu pack_threads=%d unpack_threads=%d pack_ms=%.3f "
+                "staging_wait_ms=%.3f "
+                "spectral_host_ms=%.3f loop_ms=%.3f unpack_ms=%.3f "
+                "output_wait_ms=%.3f prefault_ms=%.3f pin=%s pin_ms=%.3f alloc_ms=%.3f",
                 op, id, c.sh.size(), sp.device, sp.r0, sp.r1, b0, b0 + nb, t[1], t[2], t[3],
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
-                wall_ms, upload_mode, chunks, c.pack_threads, pack_ms, wait_staging_ms,
-                spectral_host_ms, loop_ms,
-                waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
-                prep->ms() - prep->prefault_ms());
+                wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
+                chunks, c.pack_threads, c.unpack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
+                unpack_ms, waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
+                prep->ms() - prep->prefault_ms(), alloc_ms);
 }
 
 /* Share `i` on its device; any failure breaks the rendezvous. */
@@ -1693,6 +2052,7 @@ static hyprof_status_t run_share(hyprof_ctx_t *ctx, Chain &c, size_t i)
             } catch (...) { /* std::vector growth */
                 st = hyprof__error(ctx, HYPROF_ERR_NOMEM, c.a->op, "out of host memory");
             }
+            t_pool_stream = NULL; /* the buffers have been freed on it */
         }
     }
     c.prep->go(i); /* never keeps a late locking waiting */
@@ -1766,7 +2126,13 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
     try {
         OutputPrep prep; /* joined and unlocked after every device is done */
         Chain c(a, ctx, &prep, nshares);
-        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares);
+        /* each share's output planes (bytes): the prefault's order */
+        const size_t plane = a->width * a->height * (a->wavelet ? 3 : 1) *
+                             hyprof__emp_planes(a->nradii) * sizeof(float);
+        std::vector<std::pair<size_t, size_t>> ranges;
+        for (const Share &s : c.sh)
+            ranges.push_back(std::make_pair(s.b0 * plane, s.b1 * plane));
+        prep.start(ctx, a->out, out_floats(a) * sizeof(float), c.sh[0].device, nshares, ranges);
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;
