@@ -534,10 +534,17 @@ inline size_t gram_mma16_smem_bytes(int bands)
 __device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4],
                                             const double (&b)[2])
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
                  : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+#else
+    /* m16n8k8 f64 needs sm_90: gram_resident never launches this kernel on
+     * older devices (the build also targets sm_80) */
+    (void)c; (void)a; (void)b;
+    __trap();
+#endif
 }
 
 /* Dynamic shared memory: gram_mma16_smem_bytes(bands); 32 mma16_warps(bands) threads. */
@@ -802,13 +809,15 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     static const char op[] = "pca";
     const char *how = getenv("HYPROF_PCA_GRAM");
     const bool mma = !(how && strcmp(how, "fp64") == 0);
-    const bool mma16 = how && strcmp(how, "mma16") == 0;
+    bool mma16 = how && strcmp(how, "mma16") == 0;
     *done = false;
     if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
         return HYPROF_OK;
-    int dev = 0, sms = 0;
+    int dev = 0, sms = 0, major = 0;
     HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
     HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    mma16 = mma16 && major >= 9; /* m16n8k8 f64 is sm_90's; m8n8k4 serves sm_80 */
     size_t ncta = 2 * (size_t)(sms > 0 ? sms : 1);
     const size_t min_px = 4 * (size_t)kGramP; /* a few stages per CTA at least */
     if (ncta > n / min_px)
