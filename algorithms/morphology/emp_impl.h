@@ -61,11 +61,6 @@ static inline size_t hyprof__emp_planes(size_t nradii) { return 2 * nradii + 1; 
 void hyprof__se_rows(hyprof_se_t se, int r, int *hw);
 
 hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args);
-/* Touches every page of a fresh, zeroed (calloc'd) buffer with a zero, on the
- * context's threads, after asking for huge pages: the CUDA backend does it
- * while the device computes, so that page faults do not serialise inside the
- * page-locking or the copies. */
-void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes);
 hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *args);
 
 /* CPU W-MCD of one plane (row-major width x height, n = w*h, as double):

@@ -2,7 +2,7 @@
  * reconstruction by dilation (Vincent's hybrid raster + FIFO algorithm,
  * 8-connected), openings and closings by reconstruction, and the W-MCD of
  * the planes. OpenMP over bands x radii. Semantics: include/hyprof/morphology.h. */
-#define _DEFAULT_SOURCE /* madvise, clock_gettime */
+#define _DEFAULT_SOURCE /* clock_gettime */
 #include "emp_impl.h"
 #include "../wavelet/dwt_impl.h"
 
@@ -10,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -336,27 +333,6 @@ static hyprof_status_t cpu_denoise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a
     if (failed == 2)
         return hyprof__error(ctx, HYPROF_ERR_CANCELLED, a->op, "cancelled");
     return HYPROF_OK;
-}
-
-void hyprof__prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
-{
-    const size_t chunk = (size_t)4 << 20;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    /* 2 MiB pages where the kernel allows them: 512 times fewer faults here
-     * and fewer pages to lock for the DMA */
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (e > a)
-        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#endif
-    const size_t nchunks = (bytes + chunk - 1) / chunk;
-    #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
-        volatile char *q = (char *)p + c * chunk;
-        for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
-            q[off] = 0;
-    }
 }
 
 /* memcpy with streaming stores: the destination's lines are not fetched
