@@ -504,161 +504,6 @@ __global__ void __launch_bounds__(32 * 21, 1)
             }
 }
 
-/* The same with mma.sync m16n8k8 f64 ($HYPROF_PCA_GRAM=mma16, to time against
- * m8n8k4): each warp owns a 32 x 24 block (2 x 3 tiles of 16 x 8) of the
- * lower triangle, blocks (I, J) with 32 I + 31 >= 24 J; rows padded to a
- * multiple of 32 with zeros. Fragments (g = lane / 4, t = lane % 4): A rows
- * g and g + 8, columns (pixels) t and t + 4; B column g, rows t and t + 4;
- * C rows g and g + 8, columns 2 t and 2 t + 1. */
-__host__ __device__ inline int mma16_rows(int bands)
-{
-    const int r32 = 32 * ((bands + 31) / 32), r24 = 24 * ((bands + 23) / 24);
-    return r32 > r24 ? r32 : r24;
-}
-__host__ __device__ inline int mma16_warps(int bands)
-{
-    const int nI = (bands + 31) / 32, nJ = (bands + 23) / 24;
-    int w = 0;
-    for (int I = 0; I < nI; ++I) {
-        const int last = (32 * I + 31) / 24;
-        w += (last < nJ - 1 ? last : nJ - 1) + 1;
-    }
-    return w;
-}
-inline size_t gram_mma16_smem_bytes(int bands)
-{
-    return 2 * (size_t)bands * kGramP * sizeof(float) + 2 * kGramP +
-           2 * (size_t)mma16_rows(bands) * kMmaLdq * sizeof(double);
-}
-
-__device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4],
-                                            const double (&b)[2])
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
-                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
-#else
-    /* m16n8k8 f64 needs sm_90: gram_resident never launches this kernel on
-     * older devices (the build also targets sm_80) */
-    (void)c; (void)a; (void)b;
-    __trap();
-#endif
-}
-
-/* Dynamic shared memory: gram_mma16_smem_bytes(bands); 32 mma16_warps(bands) threads. */
-__global__ void __maxnreg__(96)
-    gram_mma16_kernel(const float *__restrict__ x, size_t n, int bands,
-                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
-                      double *__restrict__ partial)
-{
-    extern __shared__ double gram_smem[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(gram_smem);
-    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x, cta = (int)blockIdx.x;
-    const int ncta = (int)gridDim.x, rows = mma16_rows(bands);
-    float *raw = reinterpret_cast<float *>(smem);                     /* [2][bands][kGramP] */
-    unsigned char *msk = smem + 2 * (size_t)bands * kGramP * sizeof(float); /* [2][kGramP] */
-    double *cen = reinterpret_cast<double *>(msk + 2 * kGramP); /* [2][rows][kMmaLdq] */
-    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, tg = lane & 3;
-    const int nJ = (bands + 23) / 24;
-    int I = 0, J = warp;
-    for (;;) { /* warp -> block (I, J) */
-        const int last = (32 * I + 31) / 24, nj = (last < nJ - 1 ? last : nJ - 1) + 1;
-        if (J < nj)
-            break;
-        J -= nj;
-        I++;
-    }
-    double acc[2][3][4];
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 3; ++b)
-#pragma unroll
-            for (int h = 0; h < 4; ++h)
-                acc[a][b][h] = 0.0;
-    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kGramP - 1) / kGramP * kGramP;
-    const size_t p_begin = (size_t)cta * per, p_end = p_begin + per < n ? p_begin + per : n;
-
-    auto issue = [&](size_t p0, int buf) {
-        float *rb = raw + (size_t)buf * bands * kGramP;
-        for (int e = tid; e < kGramP * bands; e += nthreads) {
-            const int q = e % kGramP, b = e / kGramP;
-            if (p0 + (size_t)q < p_end)
-                HYPROF_PCA_COPY4(rb + b * kGramP + q, x + p0 + (size_t)q + (size_t)b * n);
-        }
-        HYPROF_PCA_COMMIT();
-        if (tid < kGramP)
-            msk[buf * kGramP + tid] =
-                p0 + (size_t)tid < p_end && (!mask || mask[p0 + (size_t)tid]) ? 1 : 0;
-    };
-
-    const int ra = (I * 32 + g) * kMmaLdq + tg, rbo = (J * 24 + g) * kMmaLdq + tg;
-    const size_t plane = (size_t)rows * kMmaLdq;
-    auto products = [&](const double *c) {
-#pragma unroll 1
-        for (int k0 = 0; k0 < kGramP; k0 += 8) {
-            double fa[2][4], fb[3][2];
-#pragma unroll
-            for (int a = 0; a < 2; ++a) {
-                const double *p = c + ra + a * 16 * kMmaLdq + k0;
-                fa[a][0] = p[0];
-                fa[a][1] = p[8 * kMmaLdq];
-                fa[a][2] = p[4];
-                fa[a][3] = p[8 * kMmaLdq + 4];
-            }
-#pragma unroll
-            for (int b = 0; b < 3; ++b) {
-                const double *p = c + rbo + b * 8 * kMmaLdq + k0;
-                fb[b][0] = p[0];
-                fb[b][1] = p[4];
-            }
-#pragma unroll
-            for (int a = 0; a < 2; ++a)
-#pragma unroll
-                for (int b = 0; b < 3; ++b)
-                    dmma_16x8x8(acc[a][b], fa[a], fb[b]);
-        }
-    };
-    int stage = 0;
-    if (p_begin < p_end)
-        issue(p_begin, 0);
-    for (size_t p0 = p_begin; p0 < p_end; p0 += kGramP, ++stage) {
-        const int buf = stage & 1;
-        HYPROF_PCA_WAIT();
-        HYPROF_PCA_SYNC();
-        const float *rw = raw + (size_t)buf * bands * kGramP;
-        double *cb = cen + (size_t)buf * plane;
-        for (int e = tid; e < kGramP * rows; e += nthreads) {
-            const int q = e % kGramP, b = e / kGramP;
-            double v = 0.0;
-            if (b < bands && msk[buf * kGramP + q])
-                v = (double)rw[b * kGramP + q] - mean[b];
-            cb[b * kMmaLdq + q] = v;
-        }
-        if (p0 + kGramP < p_end)
-            issue(p0 + kGramP, buf ^ 1);
-        if (stage > 0)
-            products(cen + (size_t)(buf ^ 1) * plane);
-    }
-    HYPROF_PCA_SYNC();
-    if (stage > 0)
-        products(cen + (size_t)((stage - 1) & 1) * plane);
-    double *out = partial + (size_t)cta * bands * bands;
-#pragma unroll
-    for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 3; ++b)
-#pragma unroll
-            for (int h = 0; h < 4; ++h) {
-                const int i = I * 32 + a * 16 + g + (h >> 1) * 8;
-                const int j = J * 24 + b * 8 + tg * 2 + (h & 1);
-                if (i < bands && j < bands && i >= j)
-                    out[i + (size_t)j * bands] = acc[a][b][h];
-            }
-}
-
 /* c (B x B, both triangles) += the sum of the ncta slices' lower triangles. */
 __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta, int bands,
                                    double *__restrict__ c)
@@ -809,15 +654,12 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     static const char op[] = "pca";
     const char *how = getenv("HYPROF_PCA_GRAM");
     const bool mma = !(how && strcmp(how, "fp64") == 0);
-    bool mma16 = how && strcmp(how, "mma16") == 0;
     *done = false;
     if (B > (size_t)(8 * kGramG) || (how && strcmp(how, "gemm") == 0))
         return HYPROF_OK;
-    int dev = 0, sms = 0, major = 0;
+    int dev = 0, sms = 0;
     HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
     HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    mma16 = mma16 && major >= 9; /* m16n8k8 f64 is sm_90's; m8n8k4 serves sm_80 */
     size_t ncta = 2 * (size_t)(sms > 0 ? sms : 1);
     const size_t min_px = 4 * (size_t)kGramP; /* a few stages per CTA at least */
     if (ncta > n / min_px)
@@ -827,19 +669,7 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
         ctx->error[0] = '\0'; /* not an error: the DGEMM path follows */
         return HYPROF_OK;
     }
-    if (mma16) {
-        const size_t shmem = gram_mma16_smem_bytes((int)B);
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
-            gram_mma16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-        int per_sm = 0;
-        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, gram_mma16_kernel, 32 * mma16_warps((int)B), shmem));
-        const size_t resident = (size_t)(per_sm > 0 ? per_sm : 1) * (size_t)(sms > 0 ? sms : 1);
-        ncta = resident < ncta ? resident : ncta;
-        gram_mma16_kernel<<<(unsigned)ncta, 32 * mma16_warps((int)B), shmem, st>>>(
-            d_cube, n, (int)B, d_mask, d_mean, partial.get());
-        HYPROF_CUDA_CHECK_LAUNCH("gram_mma16_kernel");
-    } else if (mma) {
+    if (mma) {
         const size_t shmem = gram_mma_smem_bytes((int)B);
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
             gram_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
