@@ -730,7 +730,8 @@ def eadp_device_markdown(er):
              "(upload of the cube overlapped with the band sums) counted as a transfer; "
              "diffusion = smoothing, gradient, contrast, diffusivity + FED + float outputs; "
              "transfers = the cube's upload, the PCs' download, their upload and the profile's "
-             "download; FED GB/s = (u, g read + u written, 8 B each, per pixel and band and "
+             "download; FED GB/s = (u, g read + u written, 4 B each in float (the CUDA default), 8 B in "
+             "double, per pixel and band and "
              "per launch) / FED time, next to the device's theoretical peak):", "",
              "| scene | device | PCA dev ms | diffusion dev ms | of which FED ms | "
              "kernels ms (PCA + diffusion) | transfers ms | FED GB/s (% of peak) | "
