@@ -331,6 +331,33 @@ HYPROF_EADP_FN void gauss_v_body(const Thr &t, const double *Hin, int W, int H, 
     }
 }
 
+/* The Scharr gradient at one pixel from its three rows of s (rm, r0, rp at
+ * columns xm, xc, xp, reflected by the caller): Gb[p] = gx^2 + gy^2, and
+ * the pixel counted in `cnt_sh` (valid, valid with G == 0, with G > 0). The
+ * one place of this arithmetic, so scharr_body and prep_body give the same bits. */
+HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *rp, int xm,
+                              int xc, int xp, const uint8_t *mask, size_t p, double *Gb,
+                              unsigned *cnt_sh)
+{
+    double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
+                              mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
+                       mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
+    gx = gx / 32.0;
+    double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
+                              mul_rn(10.0, sub_rn(rp[xc], rm[xc]))),
+                       mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
+    gy = gy / 32.0;
+    const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
+    Gb[p] = g;
+    if (!mask || mask[p]) {
+        HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
+        if (g == 0.0)
+            HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
+        else if (g > 0.0)
+            HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
+    }
+}
+
 /* G[b] = gx^2 + gy^2 of s[b]; cnt[3b..3b+2] += valid, valid with G == 0, with G > 0.
  * `cnt_sh` is three shared counters. */
 HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
@@ -350,24 +377,8 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
             const int ym = reflect_index(y - 1, H), yp = reflect_index(y + 1, H);
             const double *rm = sb + (size_t)ym * W, *r0 = sb + (size_t)y * W,
                          *rp = sb + (size_t)yp * W;
-            double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
-                                      mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
-                               mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
-            gx = gx / 32.0;
-            double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
-                                      mul_rn(10.0, sub_rn(rp[x], rm[x]))),
-                               mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
-            gy = gy / 32.0;
-            const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
-            const size_t p = (size_t)y * W + x;
-            G[(size_t)b * npix + p] = g;
-            if (!mask || mask[p]) {
-                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
-                if (g == 0.0)
-                    HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
-                else if (g > 0.0)
-                    HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
-            }
+            scharr_at(rm, r0, rp, xm, x, xp, mask, (size_t)y * W + x, G + (size_t)b * npix,
+                      cnt_sh);
         }
     }
     HYPROF_EADP_SYNC();
@@ -441,24 +452,8 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         const int xc = xx - x0 + 1;
         const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
                      *rp = S[reflect_index(y + 1, H) - y0 + 1];
-        double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
-                                  mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
-                           mul_rn(3.0, sub_rn(rp[xp], rp[xm])));
-        gx = gx / 32.0;
-        double gy = add_rn(add_rn(mul_rn(3.0, sub_rn(rp[xm], rm[xm])),
-                                  mul_rn(10.0, sub_rn(rp[xc], rm[xc]))),
-                           mul_rn(3.0, sub_rn(rp[xp], rm[xp])));
-        gy = gy / 32.0;
-        const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
-        const size_t p = (size_t)y * W + xx;
-        G[(size_t)b * npix + p] = g;
-        if (!mask || mask[p]) {
-            HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
-            if (g == 0.0)
-                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[1], 1u);
-            else if (g > 0.0)
-                HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[2], 1u);
-        }
+        scharr_at(rm, r0, rp, xm, xc, xp, mask, (size_t)y * W + xx, G + (size_t)b * npix,
+                  cnt_sh);
     }
     HYPROF_EADP_SYNC();
     if (tid < 3 && cnt_sh[tid])
