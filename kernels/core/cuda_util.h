@@ -274,7 +274,12 @@ template <typename T> class DeviceBuffer {
     DeviceBuffer(const DeviceBuffer &) = delete;
     DeviceBuffer &operator=(const DeviceBuffer &) = delete;
 
-    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, size_t count)
+    /* With a stream: stream-ordered (cudaMallocAsync, and cudaFreeAsync queued
+     * after the stream's work so far, so later users of the memory wait for
+     * that stream), from the device's memory pool, without cudaFree's
+     * device-wide synchronisation. */
+    hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, size_t count,
+                          cudaStream_t stream = NULL)
     {
         reset();
         if (count == 0)
@@ -283,25 +288,33 @@ template <typename T> class DeviceBuffer {
             return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
                                  "device allocation of %zu elements overflows", count);
         void *p = NULL;
-        cudaError_t e = cudaMalloc(&p, count * sizeof(T));
+        cudaError_t e = stream ? cudaMallocAsync(&p, count * sizeof(T), stream)
+                               : cudaMalloc(&p, count * sizeof(T));
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             return hyprof__error(ctx,
                                  e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
                                                                 : HYPROF_ERR_DEVICE,
-                                 op, "cudaMalloc of %zu bytes failed: %s", count * sizeof(T),
+                                 op, "%s of %zu bytes failed: %s",
+                                 stream ? "cudaMallocAsync" : "cudaMalloc", count * sizeof(T),
                                  cudaGetErrorString(e));
         }
         ptr_ = static_cast<T *>(p);
         count_ = count;
+        stream_ = stream;
         return HYPROF_OK;
     }
     void reset()
     {
-        if (ptr_)
+        if (ptr_ && stream_) {
+            (void)cudaFreeAsync(ptr_, stream_);
+            (void)cudaGetLastError();
+        } else if (ptr_) {
             (void)cudaFree(ptr_);
+        }
         ptr_ = NULL;
         count_ = 0;
+        stream_ = NULL;
     }
     T *get() const { return ptr_; }
     size_t size() const { return count_; }
@@ -309,6 +322,7 @@ template <typename T> class DeviceBuffer {
   private:
     T *ptr_ = NULL;
     size_t count_ = 0;
+    cudaStream_t stream_ = NULL;
 };
 
 /* Page-locked host memory. try_alloc() returns false (and leaves no error) when

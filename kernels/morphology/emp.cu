@@ -1184,51 +1184,14 @@ static bool pool_on(int device)
     return true;
 }
 
-template <typename T> class PoolBuffer {
+/* A DeviceBuffer on the share's compute stream (t_pool_stream) when the
+ * pool is on: stream-ordered allocation and release. */
+template <typename T> class PoolBuffer : public DeviceBuffer<T> {
   public:
-    PoolBuffer() = default;
-    ~PoolBuffer() { reset(); }
-    PoolBuffer(const PoolBuffer &) = delete;
-    PoolBuffer &operator=(const PoolBuffer &) = delete;
     hyprof_status_t alloc(hyprof_ctx_t *ctx, const char *op, size_t count)
     {
-        reset();
-        if (count == 0)
-            count = 1;
-        if (count > (size_t)-1 / sizeof(T))
-            return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
-                                 "device allocation of %zu elements overflows", count);
-        s_ = t_pool_stream;
-        void *p = NULL;
-        const cudaError_t e = s_ ? cudaMallocAsync(&p, count * sizeof(T), s_)
-                                 : cudaMalloc(&p, count * sizeof(T));
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return hyprof__error(ctx,
-                                 e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
-                                                                : HYPROF_ERR_DEVICE,
-                                 op, "%s of %zu bytes failed: %s",
-                                 s_ ? "cudaMallocAsync" : "cudaMalloc", count * sizeof(T),
-                                 cudaGetErrorString(e));
-        }
-        p_ = static_cast<T *>(p);
-        return HYPROF_OK;
+        return DeviceBuffer<T>::alloc(ctx, op, count, t_pool_stream);
     }
-    /* queued after the stream's work so far: later users of the memory wait
-     * for the stream (the other streams' uses of it are over by then) */
-    void reset()
-    {
-        if (p_) {
-            (void)(s_ ? cudaFreeAsync(p_, s_) : cudaFree(p_));
-            (void)cudaGetLastError();
-            p_ = NULL;
-        }
-    }
-    T *get() const { return p_; }
-
-  private:
-    T *p_ = NULL;
-    cudaStream_t s_ = NULL;
 };
 
 /* Level sizes of the 2-D pyramid. */
