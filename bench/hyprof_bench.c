@@ -86,6 +86,7 @@ typedef struct {
     const char *reduction, *attribute, *thresholds; /* eap */
     long connectivity, quantisation;                /* eap */
     long per_band;                                  /* eap: -1 auto, 0, 1 */
+    long pinned;                                    /* --pinned: page-locked host memory */
 } options_t;
 
 /* What one repetition measured: the total, and the stages when there are several
@@ -129,6 +130,10 @@ static void usage(FILE *f)
           "                    (hyprof_attribute_profiles_bands), 2: a call per band;\n"
           "                    auto: 1 when the float32 output would take more than a\n"
           "                    quarter of the host memory)\n"
+          "                    [--pinned 0|1]   (1: the input cube page-locked\n"
+          "                    (hyprof_cube_alloc_pinned) and the outputs from the\n"
+          "                    page-locked cache (hyprof_pinned_cache_set); first_s then\n"
+          "                    includes the locking of the output)\n"
           "                    [--repeat 5] [--threads 0] [--device 0] [--output OUT.f32]\n"
           "CUBE.f32 is raw float32 band-sequential (B planes of H rows of W), native\n"
           "byte order. Prints one JSON line on stdout. --threads 0 = all cores.\n",
@@ -262,6 +267,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         else if (!strcmp(name, "thresholds")) o->thresholds = v;
         else if (!strcmp(name, "connectivity")) rc = parse_long(name, v, 4, 8, &o->connectivity);
         else if (!strcmp(name, "quantisation")) rc = parse_long(name, v, 8, 16, &o->quantisation);
+        else if (!strcmp(name, "pinned"))
+            rc = parse_long(name, v, 0, 1, &o->pinned);
         else if (!strcmp(name, "per-band")) {
             if (!strcmp(v, "auto"))
                 o->per_band = -1;
@@ -1267,10 +1274,24 @@ int main(int argc, char **argv)
     float *data = read_cube(o.input, count);
     if (!data)
         return EXIT_USAGE;
+    hyprof_cube_t pinned_in = {0};
+    if (o.pinned) { /* the input page-locked, the outputs from the cache */
+        if (hyprof_cube_alloc_pinned(&pinned_in, HYPROF_FLOAT32, o.width, o.height, o.bands) !=
+            HYPROF_OK) {
+            fprintf(stderr, "hyprof_bench: cannot allocate the page-locked input\n");
+            free(data);
+            return EXIT_RUNTIME;
+        }
+        memcpy(pinned_in.data, data, count * sizeof *data);
+        free(data);
+        data = pinned_in.data;
+        hyprof_pinned_cache_set((size_t)64 << 30);
+    }
+#define FREE_INPUT() (pinned_in.data ? hyprof_cube_free(&pinned_in) : free(data))
 
     hyprof_ctx_t *ctx = hyprof_ctx_new();
     if (!ctx) {
-        free(data);
+        FREE_INPUT();
         fprintf(stderr, "hyprof_bench: hyprof_ctx_new failed\n");
         return EXIT_RUNTIME;
     }
@@ -1282,7 +1303,7 @@ int main(int argc, char **argv)
     if (st != HYPROF_OK) {
         int rc = fail(ctx, "context setup", st);
         hyprof_ctx_free(&ctx);
-        free(data);
+        FREE_INPUT();
         return rc;
     }
     hyprof_cube_t in = hyprof_cube_bsq(data, HYPROF_FLOAT32, o.width, o.height, o.bands);
@@ -1295,7 +1316,7 @@ int main(int argc, char **argv)
     if (!strcmp(o.op, "eap")) {
         if (eap_params(&o, &pp, &pf, pthr)) {
             hyprof_ctx_free(&ctx);
-            free(data);
+            FREE_INPUT();
             return EXIT_USAGE;
         }
         hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
@@ -1309,7 +1330,7 @@ int main(int argc, char **argv)
         if (!(times = malloc((size_t)o.count * sizeof *times))) {
             fprintf(stderr, "hyprof_bench: out of memory\n");
             hyprof_ctx_free(&ctx);
-            free(data);
+            FREE_INPUT();
             return EXIT_RUNTIME;
         }
         for (long i = 0; i < o.count; i++)
@@ -1346,6 +1367,7 @@ int main(int argc, char **argv)
         rc = fail(ctx, o.op, st);
         goto done;
     }
+    const double first_s = t.total;
     if (strcmp(o.op, "train"))
         hyprof_cube_free(&out);
     for (size_t r = 0; r < n; r++) {
@@ -1414,6 +1436,9 @@ int main(int argc, char **argv)
     print_head(&o, hyprof_backend_name(used), device);
     printf(",\"threads\":%d,\"repeat\":%zu,\"out_bands\":%zu", threads, n, out_bands);
     printf(",\"median_s\":%.9g,\"min_s\":%.9g", median(tot, scratch, n), min_total);
+    printf(",\"host_memory\":\"%s\"", o.pinned ? "pinned" : "pageable");
+    if (strcmp(o.op, "train"))
+        printf(",\"first_s\":%.9g", first_s);
     if (!strcmp(o.op, "pca"))
         printf(",\"stages\":{\"fit_median_s\":%.9g,\"apply_median_s\":%.9g}",
                median(fit, scratch, n), median(app, scratch, n));
@@ -1496,6 +1521,6 @@ done:
     free(dev);
     free(dstg);
     hyprof_ctx_free(&ctx);
-    free(data);
+    FREE_INPUT();
     return rc;
 }

@@ -133,6 +133,41 @@ static void test_args(void)
     hyprof_args_free(&a);
 }
 
+/* Page-locked cubes and their cache: exact properties that hold with or
+ * without a device (tests/test_gpu_emp.c checks the device copies). */
+static void test_pinned(void)
+{
+    const int dev = hyprof_cuda_device_count() > 0;
+    hyprof_cube_t c;
+    CHECK(hyprof_cube_alloc_pinned(&c, HYPROF_FLOAT32, 0, 1, 1) == HYPROF_OK && c.data,
+          "an empty pinned cube has data");
+    hyprof_cube_free(&c);
+    CHECK(hyprof_cube_alloc_pinned(&c, HYPROF_FLOAT32, SIZE_MAX / 2, 3, 1) == HYPROF_ERR_ARGUMENT,
+          "overflowing size accepted");
+    CHECK(hyprof_cube_alloc_pinned(&c, HYPROF_UINT16, 7, 5, 3) == HYPROF_OK, "alloc_pinned");
+    CHECK(c.width == 7 && c.height == 5 && c.bands == 3 && c.stride_b == 35 && !c.mask,
+          "pinned cube shape");
+    CHECK(!(c.owns & HYPROF_OWNS_PINNED) == !dev, "page-locked only with a device (owns %u)",
+          c.owns);
+    for (size_t i = 0; i < 7 * 5 * 3; i++) /* the whole cube is writable */
+        ((uint16_t *)c.data)[i] = (uint16_t)i;
+    CHECK(hyprof_cube_get(&c, 6, 4, 2) == 104, "pinned element");
+    void *first = c.data;
+    hyprof_pinned_cache_set(1 << 20);
+    CHECK(hyprof_pinned_cache_limit() == 1 << 20, "cache limit");
+    hyprof_cube_free(&c);
+    CHECK(c.data == NULL, "free clears the cube");
+    CHECK(hyprof_pinned_cache_bytes() == (dev ? 7 * 5 * 3 * 2 + 64 : 0u),
+          "cached bytes %zu", hyprof_pinned_cache_bytes());
+    /* a cube of the same size takes the cached block again */
+    CHECK(hyprof_cube_alloc_pinned(&c, HYPROF_UINT16, 5, 7, 3) == HYPROF_OK, "alloc again");
+    CHECK(!dev || (c.data == first && hyprof_pinned_cache_bytes() == 0), "cache not reused");
+    hyprof_cube_free(&c);
+    hyprof_pinned_cache_set(0);
+    CHECK(hyprof_pinned_cache_bytes() == 0 && hyprof_pinned_cache_limit() == 0,
+          "limit 0 empties the cache");
+}
+
 static void test_cubes(void)
 {
     /* A 3x2x2 BIP int16 cube: value = 100*b + 10*y + x. */
@@ -436,6 +471,7 @@ int main(void)
     test_registry();
     test_args();
     test_cubes();
+    test_pinned();
     test_nodata();
     test_dispatch();
     test_pca_known();

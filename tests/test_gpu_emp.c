@@ -292,14 +292,51 @@ static const chain_case_t chain_cases[] = {
     {"91x47x20, 5 features", 91, 47, 20, "5", 0.01},
 };
 
+/* `in` moved into page-locked memory (hyprof_cube_alloc_pinned), mask and
+ * nodata included; 0 on success. */
+static int pin_cube(hyprof_cube_t *in)
+{
+    hyprof_cube_t p;
+    if (hyprof_cube_alloc_pinned(&p, in->dtype, in->width, in->height, in->bands) != HYPROF_OK)
+        return -1;
+    if (!(p.owns & HYPROF_OWNS_PINNED)) {
+        hyprof_cube_free(&p);
+        return -1;
+    }
+    memcpy(p.data, in->data, in->width * in->height * in->bands * hyprof_dtype_size(in->dtype));
+    if (in->mask) {
+        if (hyprof_cube_alloc_mask(&p) != HYPROF_OK) {
+            hyprof_cube_free(&p);
+            return -1;
+        }
+        for (size_t y = 0; y < in->height; y++)
+            memcpy(p.mask + y * p.mask_stride_y, in->mask + y * in->mask_stride_y, in->width);
+    }
+    p.nodata = in->nodata;
+    p.has_nodata = in->has_nodata;
+    hyprof_cube_free(in);
+    *in = p;
+    return 0;
+}
+
+/* pinned: the input page-locked and the outputs from the page-locked cache
+ * (the copies go straight to and from them), checked against the CPU and
+ * the pageable runs alike. */
 static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_case_t *k,
-                           const char *const *multi, size_t nmulti)
+                           const char *const *multi, size_t nmulti, int pinned)
 {
     hyprof_cube_t in;
     if (make_features(&in, k->w, k->h, k->bands, (uint64_t)k->bands * 7 + k->w, k->masked)) {
         FAIL("%s: cannot build the input", k->name);
         return;
     }
+    if (pinned && pin_cube(&in)) {
+        FAIL("%s: cannot page-lock the input", k->name);
+        hyprof_cube_free(&in);
+        return;
+    }
+    if (pinned)
+        hyprof_pinned_cache_set((size_t)1 << 30);
     static const char *const ops[2] = {"emp", "wmcd"};
     char what[256];
     for (int oi = 0; oi < 2; oi++) {
@@ -310,6 +347,9 @@ static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_cas
             FAIL("%s %s: failed (cpu: %s, cuda: %s)", ops[oi], k->name,
                  s1 ? hyprof_ctx_last_error(cpu) : "ok", s2 ? hyprof_ctx_last_error(gpu) : "ok");
         } else if (expect_cuda(gpu, k->name)) {
+            g_checks++;
+            if (pinned && !(rg.cube.owns & HYPROF_OWNS_PINNED))
+                FAIL("%s %s: the output is not page-locked with the cache on", ops[oi], k->name);
             snprintf(what, sizeof what, "%s chain CUDA vs CPU %s", ops[oi], k->name);
             compare(what, &rc.cube, &rg.cube, oi == 0);
             compare_meta(what, &rc, &rg);
@@ -324,6 +364,9 @@ static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_cas
                     compare(what, &rg.cube, &rm.cube, oi == 0);
                     compare_meta(what, &rg, &rm);
                 }
+                if (pinned && rm.cube.data) /* the next run's output gets this garbage */
+                    memset(rm.cube.data, 0xff, rm.cube.width * rm.cube.height * rm.cube.bands *
+                                                   sizeof(float));
                 hyprof_result_free(&rm);
             }
         }
@@ -331,6 +374,14 @@ static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_cas
         hyprof_result_free(&rg);
     }
     hyprof_cube_free(&in);
+    if (pinned) {
+        g_checks++;
+        if (hyprof_pinned_cache_bytes() == 0)
+            FAIL("%s: the freed page-locked cubes did not stay in the cache", k->name);
+        hyprof_pinned_cache_set(0);
+        if (hyprof_pinned_cache_bytes() != 0)
+            FAIL("%s: the cache kept %zu bytes at limit 0", k->name, hyprof_pinned_cache_bytes());
+    }
 }
 
 static double now_ms(void)
@@ -420,21 +471,24 @@ int main(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(cpu, gpu, &cases[i], ndev);
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
-        run_chain_case(cpu, gpu, &chain_cases[i], multi, 2);
+        run_chain_case(cpu, gpu, &chain_cases[i], multi, 2, 0);
+    printf("page-locked input and outputs (hyprof_cube_alloc_pinned, hyprof_pinned_cache_set):\n");
+    for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
+        run_chain_case(cpu, gpu, &chain_cases[i], multi, 2, 1);
     /* and the output page-locked, the copies straight into it */
     printf("page-locked output (HYPROF_EMP_PIN=lock):\n");
     setenv("HYPROF_EMP_PIN", "lock", 1);
     run_case(cpu, gpu, &cases[1], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2);
+    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2, 0);
     unsetenv("HYPROF_EMP_PIN");
     printf("late output locking (HYPROF_EMP_PIN=late):\n");
     setenv("HYPROF_EMP_PIN", "late", 1);
     run_case(cpu, gpu, &cases[0], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2);
+    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2, 0);
     unsetenv("HYPROF_EMP_PIN");
     printf("pageable input copies (HYPROF_EMP_STAGING=0):\n");
     setenv("HYPROF_EMP_STAGING", "0", 1);
-    run_chain_case(cpu, gpu, &chain_cases[2], multi, 1);
+    run_chain_case(cpu, gpu, &chain_cases[2], multi, 1, 0);
     unsetenv("HYPROF_EMP_STAGING");
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)

@@ -39,6 +39,13 @@ static int cube_elems(size_t w, size_t h, size_t b, size_t esize, size_t *bytes)
     return 1;
 }
 
+int hyprof__cube_bytes(hyprof_dtype_t dtype, size_t width, size_t height, size_t bands,
+                       size_t *bytes)
+{
+    return hyprof_dtype_size(dtype) &&
+           cube_elems(width, height, bands, hyprof_dtype_size(dtype), bytes);
+}
+
 hyprof_status_t hyprof_cube_alloc(hyprof_cube_t *cube, hyprof_dtype_t dtype, size_t width,
                                   size_t height, size_t bands)
 {
@@ -73,7 +80,9 @@ void hyprof_cube_free(hyprof_cube_t *cube)
 {
     if (!cube)
         return;
-    if (cube->owns & HYPROF_OWNS_DATA)
+    if (cube->owns & HYPROF_OWNS_PINNED)
+        hyprof__pinned_release(cube->data);
+    else if (cube->owns & HYPROF_OWNS_DATA)
         free(cube->data);
     if (cube->owns & HYPROF_OWNS_MASK)
         free(cube->mask);

@@ -17,6 +17,20 @@ hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
         *free_bytes = 0;
     return HYPROF_ERR_NO_DEVICE;
 }
+
+void *hyprof__cuda_host_alloc(size_t bytes)
+{
+    (void)bytes;
+    return NULL;
+}
+
+void hyprof__cuda_host_free(void *p) { (void)p; }
+
+int hyprof__cuda_is_pinned(const void *p)
+{
+    (void)p;
+    return 0;
+}
 #endif
 
 static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *args)

@@ -81,6 +81,27 @@ hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hypro
  * value (NaN when src has masked pixels but declared no nodata). */
 hyprof_status_t hyprof__cube_copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *src);
 
+/* w * h * b elements of dtype in bytes; 0 on overflow or an unknown type. */
+int hyprof__cube_bytes(hyprof_dtype_t dtype, size_t width, size_t height, size_t bands,
+                       size_t *bytes);
+
+/* Allocates an operation's output cube: page-locked (from the cache of
+ * hyprof_pinned_cache_set, contents undefined: the operation writes every
+ * element) when that cache is on and the operation may run on CUDA, else as
+ * hyprof_cube_alloc. */
+hyprof_status_t hyprof__cube_alloc_out(hyprof_ctx_t *ctx, hyprof_cube_t *cube, hyprof_dtype_t dtype,
+                                       size_t width, size_t height, size_t bands);
+/* Returns a block of alloc_locked to the cache (hyprof_cube_free). */
+void hyprof__pinned_release(void *data);
+
+/* Page-locked host memory for every device (portable), NULL when it cannot be
+ * had (no CUDA build, no device, the system's locked-memory limit); its free;
+ * whether p lies in page-locked memory (then copies from or to it need no
+ * staging). CPU-only builds: NULL, nothing, 0. */
+void *hyprof__cuda_host_alloc(size_t bytes);
+void hyprof__cuda_host_free(void *p);
+int hyprof__cuda_is_pinned(const void *p);
+
 /* The value masked pixels receive in float outputs: the input's nodata, or NaN. */
 float hyprof__nodata_f32(const hyprof_cube_t *in);
 

@@ -113,8 +113,8 @@ hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_
     double *rng = range ? range : malloc(2 * nfeat * sizeof *rng);
     if (!rng)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
-    if (st == HYPROF_OK && (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
-                                                   nfeat * planes)) != HYPROF_OK)
+    if (st == HYPROF_OK && (st = hyprof__cube_alloc_out(ctx, out, HYPROF_FLOAT32, x->width,
+                                                        x->height, nfeat * planes)) != HYPROF_OK)
         hyprof__error(ctx, st, op, "cannot allocate the %zu-band output", nfeat * planes);
     if (st == HYPROF_OK) {
         out->has_nodata = x->has_nodata;

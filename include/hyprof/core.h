@@ -126,6 +126,7 @@ typedef struct {
 
 #define HYPROF_OWNS_DATA 1u
 #define HYPROF_OWNS_MASK 2u
+#define HYPROF_OWNS_PINNED 4u /* the data is page-locked (hyprof_cube_alloc_pinned) */
 
 /* A view on caller memory laid out band-sequentially (no ownership). */
 hyprof_cube_t hyprof_cube_bsq(void *data, hyprof_dtype_t dtype, size_t width,
@@ -136,6 +137,36 @@ hyprof_status_t hyprof_cube_alloc(hyprof_cube_t *cube, hyprof_dtype_t dtype,
 /* Allocates a mask of width*height, all valid, owned by the cube. */
 hyprof_status_t hyprof_cube_alloc_mask(hyprof_cube_t *cube);
 void hyprof_cube_free(hyprof_cube_t *cube);
+
+/* ---- page-locked host memory --------------------------------------------
+ * A CUDA device copies to and from host memory at the full speed of its link
+ * only when that memory is page-locked. The library copies pageable cubes
+ * through page-locked staging buffers of its own, and the host's copies into
+ * and out of them then bound a large operation: on a two-GPU host a
+ * 1.3 GB W-MCD moves 2.6 GB through host memory. A caller that runs
+ * operations on large cubes repeatedly can give the library page-locked
+ * memory instead:
+ *   inputs   a cube of hyprof_cube_alloc_pinned (or any memory the caller
+ *            page-locked with CUDA) goes to the devices directly;
+ *   outputs  with hyprof_pinned_cache_set(bytes > 0), the operations that
+ *            may run on CUDA allocate their output cubes page-locked, and
+ *            the devices copy into them directly (EMP and W-MCD).
+ * Page-locking is slow (of the order of 0.1 s a GB) and takes memory from
+ * the rest of the system, so the memory of freed page-locked cubes is kept
+ * for the next ones, up to the cache's limit, for the process. Without CUDA
+ * or a device, these are plain allocations. */
+
+/* Like hyprof_cube_alloc, but page-locked when a CUDA device is present, and
+ * the contents are undefined (memory may come back from the cache).
+ * hyprof_cube_free returns the memory to the cache (or frees it). */
+hyprof_status_t hyprof_cube_alloc_pinned(hyprof_cube_t *cube, hyprof_dtype_t dtype,
+                                         size_t width, size_t height, size_t bands);
+/* Process-wide: the page-locked memory freed cubes may leave in the cache
+ * (default 0: none, and outputs pageable). Lowering it frees the excess. */
+void hyprof_pinned_cache_set(size_t bytes);
+size_t hyprof_pinned_cache_limit(void);
+/* Page-locked bytes in the cache now, held for the next cube. */
+size_t hyprof_pinned_cache_bytes(void);
 
 /* Checks sizes and strides; returns HYPROF_ERR_ARGUMENT with a reason. */
 hyprof_status_t hyprof_cube_check(const hyprof_cube_t *cube, char *why, size_t why_len);

@@ -65,3 +65,30 @@ extern "C" hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_
     }
     return HYPROF_OK;
 }
+
+extern "C" void *hyprof__cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (hyprof_cuda_device_count() == 0 ||
+        cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void hyprof__cuda_host_free(void *p)
+{
+    if (p && cudaFreeHost(p) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+extern "C" int hyprof__cuda_is_pinned(const void *p)
+{
+    cudaPointerAttributes at;
+    if (!p || cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return at.type == cudaMemoryTypeHost;
+}

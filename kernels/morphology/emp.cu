@@ -695,8 +695,15 @@ class OutputPrep {
     void start(const hyprof_ctx_t *ctx, void *p, size_t bytes, int device, size_t shares,
                const std::vector<std::pair<size_t, size_t>> &ranges)
     {
+        /* the caller's page-locked output (hyprof_pinned_cache_set): resident,
+         * nothing to touch or lock, and the devices copy into it directly */
+        caller_pinned_ = hyprof__cuda_is_pinned(p) != 0;
         late_ = pin_is("late");
         went_.assign(shares, 0);
+        if (caller_pinned_) {
+            pr_.set_value();
+            return;
+        }
         plan(p, bytes, ranges);
         try {
             t_ = std::thread(&OutputPrep::work, this, ctx, p, bytes, device);
@@ -737,6 +744,9 @@ class OutputPrep {
     double ms() const { return ms_; }
     double prefault_ms() const { return prefault_ms_; }
     bool pinned() const { return p_ != NULL; }
+    bool caller_pinned() const { return caller_pinned_; }
+    /* the output through the staging pool */
+    bool staged() const { return staged_output() && !caller_pinned_; }
 
   private:
     static constexpr size_t kChunk = (size_t)2 << 20;
@@ -852,7 +862,7 @@ class OutputPrep {
     std::atomic<size_t> next_{0};
     void *p_ = NULL;
     double ms_ = 0.0, prefault_ms_ = 0.0;
-    bool late_ = false;
+    bool late_ = false, caller_pinned_ = false;
     mutable std::mutex m_;
     mutable std::condition_variable cv_;
     mutable std::vector<char> went_;
@@ -1417,7 +1427,9 @@ hyprof_status_t EmpDevice::spectral(PoolBuffer<float> &F)
     PoolBuffer<float> din[NS];
     Event loaded[NS], used[NS];
     Staging stg[NS];
-    bool pinned = !env_is("HYPROF_EMP_STAGING", "0");
+    /* the caller's page-locked input goes up directly */
+    const bool caller = hyprof__cuda_is_pinned(a->x) != 0;
+    bool pinned = !caller && !env_is("HYPROF_EMP_STAGING", "0");
     for (int k = 0; k < NS && (size_t)k < nch; ++k) {
         HYPROF_TIMED_ALLOC(din[k].alloc(ctx, op, m * B));
         HYPROF_TRY(loaded[k].create(ctx, op));
@@ -1425,7 +1437,7 @@ hyprof_status_t EmpDevice::spectral(PoolBuffer<float> &F)
         if (pinned && !stg[k].take(m * B * sizeof(float), us))
             pinned = false; /* pageable copies: slower, still right */
     }
-    upload_mode = pinned ? "pinned" : "pageable";
+    upload_mode = caller ? "caller-pinned" : pinned ? "pinned" : "pageable";
     { /* the chunk buffers come from the compute stream's pool: the uploads wait for it */
         Event allocated;
         HYPROF_TRY(allocated.create(ctx, op));
@@ -1637,7 +1649,7 @@ hyprof_status_t EmpDevice::emp_out()
         emp.get(), a->mask ? mask.get() : NULL, n, a->nodata, out.get());
     HYPROF_CUDA_CHECK_LAUNCH("to_float_kernel");
     mark(6, st);
-    if (staged_output()) {
+    if (prep->staged()) {
         Event computed;
         HYPROF_TRY(computed.create(ctx, op));
         HYPROF_CUDA_CHECK(cudaEventRecord(computed.get(), st));
@@ -1894,7 +1906,7 @@ hyprof_status_t EmpDevice::denoise()
         return HYPROF_OK;
     };
     size_t queued = 0; /* groups whose download is queued (whole output) */
-    const bool staged = staged_output();
+    const bool staged = prep->staged();
     for (size_t i = 0; i < ngroups; ++i) {
         const size_t t0 = i * G, g = planes - t0 < G ? planes - t0 : G, k = i & 1;
         HYPROF_TRY(cancelled());
@@ -1997,7 +2009,8 @@ void EmpDevice::report(double wall_ms)
                 t[4], launches, t[5], a->wavelet ? "denoise" : "to_float", t[6], t[7], total,
                 wall_ms, kernels, spec_k, quant_k, h2d.ms(), d2h.ms(), peer.ms(), upload_mode,
                 chunks, c.pack_threads, c.unpack_threads, pack_ms, wait_staging_ms, spectral_host_ms, loop_ms,
-                unpack_ms, waited_ms, prep->prefault_ms(), prep->pinned() ? "yes" : "no",
+                unpack_ms, waited_ms, prep->prefault_ms(),
+                prep->caller_pinned() ? "caller" : prep->pinned() ? "yes" : "no",
                 prep->ms() - prep->prefault_ms(), alloc_ms);
 }
 
