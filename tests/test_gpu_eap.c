@@ -416,8 +416,18 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 6 : 0); g++) {
-        if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
+    for (int g = 0; g <= (groups ? 7 : 0); g++) {
+        if (g == 7) { /* the output from the page-locked cache, primed with garbage */
+            hyprof_cube_t junk;
+            hyprof_pinned_cache_set((size_t)1 << 30);
+            if (hyprof_cube_alloc_pinned(&junk, HYPROF_FLOAT32, ref.width, ref.height,
+                                         ref.bands) == HYPROF_OK) {
+                memset(junk.data, 0xff, ref.width * ref.height * ref.bands * sizeof(float));
+                hyprof_cube_free(&junk);
+            }
+            snprintf(label, sizeof label, "%s, page-locked output (hyprof_pinned_cache_set)",
+                     name);
+        } else if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
             setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
             snprintf(label, sizeof label, "%s, unions lane by lane", name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
@@ -462,11 +472,15 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
+            hyprof_pinned_cache_set(0);
             continue;
         }
+        if (g == 7 && !(got.owns & HYPROF_OWNS_PINNED))
+            FAIL("%s: the output is not page-locked", label);
         if (expect_cuda(gpu, label))
             report_f32(label, &ref, &got, ms);
         hyprof_cube_free(&got);
+        hyprof_pinned_cache_set(0);
     }
     hyprof_cube_free(&ref);
 }

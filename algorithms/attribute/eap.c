@@ -545,8 +545,8 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     if (st == HYPROF_OK)
         st = quantise_f32(ctx, OP, x, p->levels, q, range);
     if (st == HYPROF_OK &&
-        (st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height,
-                                x->bands * planes)) != HYPROF_OK)
+        (st = hyprof__cube_alloc_out(ctx, out, HYPROF_FLOAT32, x->width, x->height,
+                                     x->bands * planes)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", x->bands * planes);
     if (st == HYPROF_OK) {
         out->has_nodata = x->has_nodata;

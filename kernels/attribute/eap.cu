@@ -1318,9 +1318,10 @@ class OutputPrep {
         locked_.clear();
         (void)cudaGetLastError();
     }
-    void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, int device,
-               size_t piece)
+    void start(const hyprof_ctx_t *ctx, unsigned char *p, size_t bytes, bool pin, bool fault,
+               int device, size_t piece)
     {
+        fault_ = fault && !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the locking faults them */
         p_ = p;
         bytes_ = bytes;
         piece_ = piece < kPage ? kPage : piece;
@@ -1355,7 +1356,7 @@ class OutputPrep {
               size_t piece)
     {
         const auto t0 = std::chrono::steady_clock::now();
-        bool fault = !env_is("HYPROF_EAP_PREFAULT", "0"); /* "0": the page-locking faults them */
+        const bool fault = fault_;
         pin = pin && cudaSetDevice(device) == cudaSuccess;
         (void)piece;
         for (size_t k = 0; bound(k) < bytes; k++) {
@@ -1383,7 +1384,7 @@ class OutputPrep {
     std::mutex m_;
     std::condition_variable cv_;
     size_t ready_ = 0;
-    bool finished_ = false;
+    bool finished_ = false, fault_ = true;
     std::vector<void *> locked_;
     double ms_ = 0.0, prefault_ms_ = 0.0;
 };
@@ -1481,7 +1482,12 @@ class EapCuda {
          * (on the H200 the locking of a 10748x12288 band's 4 GB of planes
          * held up the trees' launches: 3.9 s for the large scene, 2.7 s
          * with 8-bit planes) */
-        narrow_ = a->levels <= 256 && !env_is("HYPROF_EAP_NARROW", "0");
+        out_base_ = a->out16 ? (unsigned char *)a->out16 : (unsigned char *)a->out32;
+        /* the caller's page-locked output (hyprof_pinned_cache_set): the
+         * planes in its type, copied straight into it at the bus speed, with
+         * nothing to fault, lock or widen on the host */
+        caller_pinned_ = !each_ && hyprof__cuda_is_pinned(out_base_);
+        narrow_ = a->levels <= 256 && !caller_pinned_ && !env_is("HYPROF_EAP_NARROW", "0");
         dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
@@ -1503,7 +1509,7 @@ class EapCuda {
         size_t out_bytes = (each_ ? 1 : a->bands) * a->planes * n_ * esize_;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pageable_ = env_is("HYPROF_EAP_PIN", "0");
-        pinned_ = !narrow_ && !pageable_ && out_bytes <= kPinAll &&
+        pinned_ = !narrow_ && !pageable_ && !caller_pinned_ && out_bytes <= kPinAll &&
                   !(pin_env && strcmp(pin_env, "0") == 0);
         int device = 0;
         {
@@ -1511,13 +1517,12 @@ class EapCuda {
             HYPROF_CUDA_CHECK(cudaGetDevice(&device));
         }
         prep_ = &prep;
-        out_base_ = a->out16 ? (unsigned char *)a->out16 : (unsigned char *)a->out32;
         /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
          * download as soon as it is ready */
         piece_ = env_size("HYPROF_EAP_PIN_PIECE");
         if (!piece_ || piece_ > out_bytes)
             piece_ = out_bytes ? out_bytes : 1;
-        prep.start(ctx, out_base_, out_bytes, pinned_, device, piece_);
+        prep.start(ctx, out_base_, out_bytes, pinned_, !caller_pinned_, device, piece_);
         auto h0 = std::chrono::steady_clock::now();
         HYPROF_TRY(alloc());
         alloc_ms_ = ms_since(h0);
@@ -1567,7 +1572,8 @@ class EapCuda {
                     "the copies %.1f, "
                     "widening %.1f, release %.1f",
                     a->op, a->bands, a->width, a->height, nb_,
-                    narrow_ ? ", 8-bit planes widened on the host" : "",
+                    narrow_ ? ", 8-bit planes widened on the host"
+                    : caller_pinned_ ? ", into the caller's page-locked output" : "",
                     each_ ? (slots_ == 2 ? ", handed over band by band, downloads overlapping "
                                            "the next band"
                                          : ", handed over band by band")
@@ -1612,7 +1618,7 @@ class EapCuda {
     static const size_t kPinAll = (size_t)8 << 30, kPinChunk = (size_t)1 << 30;
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
-    bool pinned_ = false, pageable_ = false;
+    bool pinned_ = false, pageable_ = false, caller_pinned_ = false;
     OutputPrep *prep_ = nullptr; /* run()'s */
     unsigned char *out_base_ = nullptr;
     size_t piece_ = 1;
@@ -2108,7 +2114,7 @@ class EapCuda {
             return HYPROF_OK;
         }
         prep_->join();
-        if (pinned_ || pageable_) {
+        if (pinned_ || pageable_ || caller_pinned_) {
             HYPROF_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
             return HYPROF_OK;
         }
