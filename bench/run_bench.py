@@ -407,6 +407,8 @@ def run_hyprof(exe, op, backend, cube_path, shape, args, params, out_path):
             extra += ["--components", str(params["components"])]
     else:
         extra += ["--wavelet", params["wavelet"], "--levels", str(params["levels"])]
+    if params.get("pinned"):
+        extra += ["--pinned", "1"]
     return run_bench_exe(exe, op, backend, cube_path, shape, args, extra, out_path)
 
 
@@ -810,6 +812,11 @@ def parse_args(argv):
     ap.add_argument("--ops", default="pca,dwt,eadp,eap,emp,wmcd,sspp,unmix")
     ap.add_argument("--wmcd-scenes", default=",".join(DEFAULT_WMCD_SCENES),
                     help="the scenes that get emp and wmcd rows (default: %(default)s)")
+    ap.add_argument("--pinned", action="store_true",
+                    help="also run hyprof-cuda emp/wmcd/eap with the caller's memory page-locked "
+                         "(hyprof_bench --pinned 1: hyprof_cube_alloc_pinned input, outputs from "
+                         "hyprof_pinned_cache_set's cache; the row's first_s includes the "
+                         "page-locking of the first output)")
     ap.add_argument("--wmcd-devices", default="",
                     help="also run hyprof-cuda emp/wmcd on these devices together (e.g. 0,1)")
     ap.add_argument("--unmix-scenes", default=",".join(DEFAULT_UNMIX_SCENES),
@@ -925,6 +932,9 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
                    checksum_abs=rec.get("checksum_abs"),
                    hyprof_version=rec.get("hyprof_version"),
                    hyprof_build=rec.get("hyprof_build"), threads=rec.get("threads"))
+        if params.get("pinned"):
+            row["impl"] += " (page-locked caller memory)"
+            row["first_s"] = rec.get("first_s")
         for key in ("per_band", "device_ms_all_bands"):  # eap timed band by band
             if key in rec:
                 row[key] = rec[key]
@@ -1179,14 +1189,19 @@ def bench_wmcd(op, base, cube, cube_path, args, exe, tmpdir, rows, notes):
     b, h, w = cube.shape
     levels = min(range(1, max(1, int(math.floor(math.log2(b)))) + 1),
                  key=lambda l: (abs(math.ceil(b / 2 ** l) - 4), -math.ceil(b / 2 ** l)))
-    runs = [(bk, "") for bk in args.backend_list]
+    runs = [(bk, "", 0) for bk in args.backend_list]
     if args.wmcd_devices and "cuda" in args.backend_list:
-        runs.append(("cuda", args.wmcd_devices))
+        runs.append(("cuda", args.wmcd_devices, 0))
+    if args.pinned and "cuda" in args.backend_list:
+        runs += [("cuda", "", 1)] + ([("cuda", args.wmcd_devices, 1)] if args.wmcd_devices else [])
     hy = []
-    for backend, devices in runs:
+    for backend, devices, pinned in runs:
         params = {"features": 4, "levels": levels, "devices": devices}
+        if pinned:
+            params["pinned"] = 1
         time.sleep(args.settle_s)
-        out_path = None if args.no_check else os.path.join(tmpdir, f"{name}.{op}.{backend}.out")
+        out_path = None if args.no_check else os.path.join(
+            tmpdir, f"{name}.{op}.{backend}.{devices or 'one'}.{pinned}.out")
         rec = run_hyprof(exe, op, backend, cube_path, cube.shape, args, params, out_path)
         row = hyprof_row(base, op, params, backend, rec, args, notes)
         if devices and row.get("median_s") is not None:
@@ -1433,12 +1448,16 @@ def bench_eap(base, shape, cube_path, args, exe, tmpdir, rows, notes):
     huge = name in HUGE
     outs = {}
     hy = []
-    for backend in args.backend_list:
+    runs = [(bk, 0) for bk in args.backend_list]
+    if args.pinned and "cuda" in args.backend_list and not huge:
+        runs.append(("cuda", 1))
+    for backend, pinned in runs:
         time.sleep(args.settle_s)
         out_path = (None if args.no_check or huge
-                    else os.path.join(tmpdir, f"{name}.eap.{backend}.out"))
-        rec = run_hyprof(exe, "eap", backend, cube_path, shape, args, params, out_path)
-        row = hyprof_row(base, "eap", params, backend, rec, args, notes)
+                    else os.path.join(tmpdir, f"{name}.eap.{backend}{'.pinned' * pinned}.out"))
+        rp = dict(params, pinned=1) if pinned else params
+        rec = run_hyprof(exe, "eap", backend, cube_path, shape, args, rp, out_path)
+        row = hyprof_row(base, "eap", rp, backend, rec, args, notes)
         hy.append(row)
         if row.get("median_s") is not None:
             st = row.get("stages") or {}
