@@ -402,7 +402,8 @@ static hyprof_status_t setup(hyprof_ctx_t *ctx, const hyprof_eadp_params_t *para
     hyprof_status_t st = make_schedule(ctx, params, nsteps, tau);
     if (st != HYPROF_OK)
         return st;
-    if ((st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, nb)) != HYPROF_OK) {
+    if ((st = hyprof__cube_alloc_out(ctx, out, HYPROF_FLOAT32, x->width, x->height, nb)) !=
+        HYPROF_OK) {
         free_schedule(*nsteps, *tau);
         return hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", nb);
     }

@@ -543,6 +543,8 @@ class HostPin {
     }
     void pin(void *p, size_t bytes)
     {
+        if (p && hyprof__cuda_is_pinned(p)) /* the caller's page-locked memory */
+            return;
         if (p && bytes && cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
             p_ = p;
         else
