@@ -539,7 +539,7 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     if ((st = hyprof__input_f32(ctx, OP, in, &tmp, &x)) != HYPROF_OK)
         return st;
     size_t n = x->width * x->height, planes = hyprof_attribute_planes(p->filters, p->nfilters);
-    uint16_t *q = malloc(n * x->bands * sizeof *q);
+    uint16_t *q = hyprof__host_scratch(ctx, n * x->bands * sizeof *q);
     if (!q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
     if (st == HYPROF_OK)
@@ -556,7 +556,7 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
                                out->data, 0, hyprof__nodata_f32(x), OP, NULL, NULL};
         st = dispatch(ctx, &a);
     }
-    free(q);
+    hyprof__host_scratch_free(q);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);

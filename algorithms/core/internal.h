@@ -91,6 +91,11 @@ int hyprof__cube_bytes(hyprof_dtype_t dtype, size_t width, size_t height, size_t
  * hyprof_cube_alloc. */
 hyprof_status_t hyprof__cube_alloc_out(hyprof_ctx_t *ctx, hyprof_cube_t *cube, hyprof_dtype_t dtype,
                                        size_t width, size_t height, size_t bands);
+/* Host scratch an operation copies to the device (EAP's quantised levels):
+ * from the page-locked cache under the same rule as hyprof__cube_alloc_out,
+ * else malloc'd; freed (or returned to the cache) by hyprof__host_scratch_free. */
+void *hyprof__host_scratch(hyprof_ctx_t *ctx, size_t bytes);
+void hyprof__host_scratch_free(void *p);
 /* Returns a block of alloc_locked to the cache (hyprof_cube_free). */
 void hyprof__pinned_release(void *data);
 

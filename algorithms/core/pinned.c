@@ -145,6 +145,40 @@ hyprof_status_t hyprof_cube_alloc_pinned(hyprof_cube_t *cube, hyprof_dtype_t dty
     return hyprof_cube_alloc(cube, dtype, width, height, bands); /* plain memory */
 }
 
+/* Scratch that goes to the device: a block of the cache (sized in its
+ * header) when the cache is on and a device may run the operation, else
+ * malloc'd memory behind a header of size 0. */
+void *hyprof__host_scratch(hyprof_ctx_t *ctx, size_t bytes)
+{
+    if (bytes > SIZE_MAX - HEADER)
+        return NULL;
+    size_t got = 0;
+    char *p = NULL;
+    if (hyprof_pinned_cache_limit() > 0 && ctx->backend != HYPROF_BACKEND_CPU &&
+        hyprof_cuda_device_count() > ctx->device)
+        p = take(bytes + HEADER, &got);
+    if (!p) {
+        p = malloc(bytes + HEADER);
+        got = 0;
+    }
+    if (!p)
+        return NULL;
+    memcpy(p, &got, sizeof got);
+    return p + HEADER;
+}
+
+void hyprof__host_scratch_free(void *data)
+{
+    if (!data)
+        return;
+    size_t got;
+    memcpy(&got, (char *)data - HEADER, sizeof got);
+    if (got)
+        hyprof__pinned_release(data);
+    else
+        free((char *)data - HEADER);
+}
+
 hyprof_status_t hyprof__cube_alloc_out(hyprof_ctx_t *ctx, hyprof_cube_t *cube, hyprof_dtype_t dtype,
                                        size_t width, size_t height, size_t bands)
 {
