@@ -28,7 +28,9 @@
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
  * $HYPROF_EAP_WARP_UNITE=0 (each lane's unions on its own, rather than a
- * warp's on one root pooled; also on the larger bands); band cases with
+ * warp's on one root pooled; also on the larger bands),
+ * $HYPROF_EAP_TILE_FLOOD=0 (8-bit trees by flooding the pixels, without the
+ * tile floods; also on larger bands); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -416,8 +418,11 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 6 : 0); g++) {
-        if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
+    for (int g = 0; g <= (groups ? 7 : 0); g++) {
+        if (g == 7) { /* the 8-bit trees by the pixels' flooding (no tile floods) */
+            setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+            snprintf(label, sizeof label, "%s, pixels' flooding", name);
+        } else if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
             setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
             snprintf(label, sizeof label, "%s, unions lane by lane", name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
@@ -459,6 +464,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_STAGE");
         unsetenv("HYPROF_EAP_WARP_UNITE");
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
@@ -640,6 +646,11 @@ int main(int argc, char **argv)
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 3);
         band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);
         unsetenv("HYPROF_EAP_WARP_UNITE");
+        setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+        g_note = ", pixels' flooding";
+        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 5);
+        band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 1);
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
         g_note = "";
         if (!over_budget())
             band_case(cpu, gpu, SMOOTH, 640, 480, 65536, seed++, 1);
