@@ -1624,6 +1624,31 @@ __global__ void k_ftflood_warp(Args a, Flood fl, unsigned t)
     uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
     uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
+/* Levels hi down to lo of the global flooding in one launch, a block an
+ * image, a barrier a level: for runs of levels with few edges (after the
+ * tile floods most levels have a few hundred an image), where a launch a
+ * level would cost more than the level's work. */
+const int kRunThreads = 1024;
+__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo,
+                                                             int warp)
+{
+    const int img = (int)blockIdx.y;
+    const size_t o = (size_t)img * a.n;
+    const uint32_t *off = fl.off + (size_t)img * (2 * fl.levels + 1);
+    for (int t = hi; t >= lo; t--) {
+        uint32_t cnt = off[2 * t + 2] - off[2 * t];
+        for (uint32_t i = threadIdx.x; i < cnt; i += blockDim.x) {
+            uint32_t p, q;
+            ft_global_edge(a, fl, img, i, (unsigned)t, p, q);
+            uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
+            if (warp)
+                uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+            else
+                uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+        }
+        __syncthreads();
+    }
+}
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
@@ -2394,6 +2419,7 @@ class EapCuda {
         fl.stride = ecap_;
         k_flood_prepare<<<grid(nimg), kThreads>>>(g, fl);
         HYPROF_CUDA_CHECK_LAUNCH("k_flood_prepare");
+        HYPROF_TRY(traced("k_flood_prepare"));
         size_t nh = (size_t)nimg * nb;
         HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
         size_t smem = ft_bytes(g.eight);
@@ -2434,15 +2460,30 @@ class EapCuda {
         HYPROF_CUDA_CHECK_LAUNCH("k_ftscatter");
         HYPROF_TRY(traced("k_ftscatter"));
         bool warp = !env_is("HYPROF_EAP_WARP_UNITE", "0");
-        for (int l = (int)L - 1; l >= 0; l--) {
-            if (!maxc[l])
+        /* $HYPROF_EAP_FLOOD_RUN=N: levels of at most N edges an image go in
+         * runs (k_ftflood_run), 0: a launch a level */
+        const char *rs = getenv("HYPROF_EAP_FLOOD_RUN");
+        uint32_t cap = rs ? (uint32_t)strtoul(rs, nullptr, 10) : 2048u;
+        for (int l = (int)L - 1; l >= 0;) {
+            if (!maxc[l]) {
+                l--;
                 continue;
+            }
+            if (maxc[l] <= cap) {
+                int hi = l;
+                while (l >= 0 && maxc[l] <= cap)
+                    l--;
+                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1, warp);
+                HYPROF_CUDA_CHECK_LAUNCH("k_ftflood_run");
+                continue;
+            }
             dim3 ge((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg);
             if (warp)
                 k_ftflood_warp<<<ge, kThreads>>>(g, fl, (unsigned)l);
             else
                 k_ftflood<<<ge, kThreads>>>(g, fl, (unsigned)l);
             HYPROF_CUDA_CHECK_LAUNCH("k_ftflood");
+            l--;
         }
         HYPROF_TRY(traced("global flood levels"));
         return canon(nimg);
