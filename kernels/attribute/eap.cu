@@ -1627,25 +1627,70 @@ __global__ void k_ftflood_warp(Args a, Flood fl, unsigned t)
 /* Levels hi down to lo of the global flooding in one launch, a block an
  * image, a barrier a level: for runs of levels with few edges (after the
  * tile floods most levels have a few hundred an image), where a launch a
- * level would cost more than the level's work. */
+ * level would cost more than the level's work. The level's offsets are
+ * in shared memory; with `pre`, each thread loads its first edge of the
+ * next level (its ends, and their union-find parents) before the barrier,
+ * so that these loads' latency overlaps the level's and the barrier's: a
+ * parent read early may be stale, which costs a step more of the find but
+ * nothing else (a link is only made by a compare-and-swap from a root). */
 const int kRunThreads = 1024;
-__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo,
-                                                             int warp)
+__device__ __forceinline__ bool run_edge(const Args &a, const uint32_t *so, const uint32_t *ord,
+                                         size_t o, int t, uint32_t i, uint32_t &p, uint32_t &q)
 {
+    uint32_t b = so[2 * t], m = so[2 * t + 1], e = so[2 * t + 2];
+    if (i >= e - b)
+        return false;
+    uint32_t v = __ldcg(&ord[b + i]);
+    if (i < m - b) {
+        p = v;
+        q = __ldcg(&a.aux[o + p]);
+    } else {
+        p = v >> 3;
+        q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
+    }
+    return true;
+}
+__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo,
+                                                             int warp, int pre)
+{
+    __shared__ uint32_t so[2 * kFloodLevels + 1];
     const int img = (int)blockIdx.y;
     const size_t o = (size_t)img * a.n;
-    const uint32_t *off = fl.off + (size_t)img * (2 * fl.levels + 1);
+    const unsigned nb = 2 * fl.levels;
+    for (unsigned k = threadIdx.x; k <= nb; k += blockDim.x)
+        so[k] = fl.off[(size_t)img * (nb + 1) + k];
+    __syncthreads();
+    const uint32_t *ord = fl.ord + (size_t)img * fl.stride;
+    uint32_t *uf = fl.uf + o, *par = a.par + o;
+    const uint16_t *lev = a.lev + o;
+    uint32_t p = 0, q = 0, pp = 0, pq = 0;
+    bool have = pre && run_edge(a, so, ord, o, hi, threadIdx.x, p, q);
+    if (have) {
+        pp = __ldcg(&uf[p]);
+        pq = __ldcg(&uf[q]);
+    }
     for (int t = hi; t >= lo; t--) {
-        uint32_t cnt = off[2 * t + 2] - off[2 * t];
+        uint32_t np = 0, nq = 0;
+        bool next = pre && t > lo && run_edge(a, so, ord, o, t - 1, threadIdx.x, np, nq);
+        uint32_t cnt = so[2 * t + 2] - so[2 * t];
         for (uint32_t i = threadIdx.x; i < cnt; i += blockDim.x) {
-            uint32_t p, q;
-            ft_global_edge(a, fl, img, i, (unsigned)t, p, q);
-            uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
+            if (!(have && i == threadIdx.x)) {
+                run_edge(a, so, ord, o, t, i, p, q);
+                pp = __ldcg(&uf[p]);
+                pq = __ldcg(&uf[q]);
+            }
             if (warp)
-                uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+                uf_unite_warp(uf, par, lev, p, q, pp, pq);
             else
-                uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+                uf_unite(uf, par, lev, p, q, pp, pq);
         }
+        if (next) {
+            pp = __ldcg(&uf[np]);
+            pq = __ldcg(&uf[nq]);
+            p = np;
+            q = nq;
+        }
+        have = next;
         __syncthreads();
     }
 }
@@ -2464,6 +2509,7 @@ class EapCuda {
          * runs (k_ftflood_run), 0: a launch a level */
         const char *rs = getenv("HYPROF_EAP_FLOOD_RUN");
         uint32_t cap = rs ? (uint32_t)strtoul(rs, nullptr, 10) : 2048u;
+        int pre = !env_is("HYPROF_EAP_RUN_PREFETCH", "0"); /* to measure */
         for (int l = (int)L - 1; l >= 0;) {
             if (!maxc[l]) {
                 l--;
@@ -2473,7 +2519,7 @@ class EapCuda {
                 int hi = l;
                 while (l >= 0 && maxc[l] <= cap)
                     l--;
-                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1, warp);
+                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1, warp, pre);
                 HYPROF_CUDA_CHECK_LAUNCH("k_ftflood_run");
                 continue;
             }
