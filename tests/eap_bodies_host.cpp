@@ -69,7 +69,14 @@ static inline int h_or(int *p, int v)
 #define EAP_LDCG32(p) (*(p))
 #define EAP_LDCG64(p) (*(p))
 #define EAP_SADD32(p, v) h_add<uint32_t>((p), (v))
-#define EAP_SCAS32(p, o, n) h_cas((p), (o), (n))
+template <class T> static inline uint32_t h_scas(T *p, uint32_t o, uint32_t n)
+{
+    uint32_t v = *p;
+    if (v == o)
+        *p = (T)n;
+    return v;
+}
+#define EAP_SCAS32(p, o, n) h_scas((p), (o), (n))
 #define ft_popc(m) __builtin_popcount(m)
 #define ft_ctz(m) __builtin_ctz(m)
 #include "../kernels/attribute/eap.cu"
@@ -189,12 +196,13 @@ static void warp_unite_host(const Args &A, const Flood &fl, int img, const Edges
  * shuffled order (each level's unions too); then the global edges bucketed
  * by bin (each bin shuffled; their counts must be the tiles' counts) and
  * the global flooding, a level after the other. */
+template <class I>
 static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, size_t ecap,
                       bool pooled)
 {
     const size_t n = a.n, nb = 2 * (size_t)L;
     const uint32_t tx = (a.width + kFT - 1) / kFT, ty = (a.height + kFT - 1) / kFT;
-    std::vector<uint32_t> mem(ft_bytes(a.eight) / 4 + 1), ghist(a.nimg * nb, 0);
+    std::vector<uint32_t> mem(ft_bytes<I>(a.eight) / 4 + 1), ghist(a.nimg * nb, 0);
     std::vector<uint32_t> order(kFTN);
     auto shuffled = [&](uint32_t count) {
         order.resize(count);
@@ -208,7 +216,7 @@ static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, siz
     fl.levels = L;
     for (int img = 0; img < a.nimg; img++)
         for (uint32_t blk = 0; blk < tx * ty; blk++) {
-            FTile s = ft_carve(mem.data(), a, blk, img);
+            FTile<I> s = ft_carve<I>(mem.data(), a, blk, img);
             for (uint32_t i = 0; i < (uint32_t)kFTN; i++)
                 ft_load(a, s, L, i);
             for (uint32_t i = 0; i < (uint32_t)kFTN; i++)
@@ -279,7 +287,8 @@ static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, siz
 }
 
 /* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
-static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels, bool tflood)
+/* tflood: 0 the pixels' flooding, 1 the tile floods (32-bit local indices), 2 (16-bit) */
+static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels, int tflood)
 {
     L = levels;
     for (int j = 0; j < kNt[3]; j++) /* std thresholds in levels: the same filter */
@@ -356,7 +365,8 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     std::vector<uint32_t> eord(nimg * ecap);
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
     if (tflood) { /* the tile floods, then the global flooding */
-        if (ftile_host(a, fl, eord, ecap, pooled))
+        if (tflood == 2 ? ftile_host<uint16_t>(a, fl, eord, ecap, pooled)
+                        : ftile_host<uint32_t>(a, fl, eord, ecap, pooled))
             return 1;
     } else {
         if (elist) {
@@ -495,7 +505,8 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
         if (out[i] != ref[i] && !diff++)
             first = i;
     printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
-           masked ? ", masked" : "", tflood ? ", tile floods" : "",
+           masked ? ", masked" : "",
+           tflood == 2 ? ", tile floods (16-bit)" : tflood ? ", tile floods" : "",
            elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
            narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
@@ -576,11 +587,11 @@ int main()
         for (int kind = 0; kind < 4; kind++)
             for (int eight = 0; eight < 2; eight++)
                 for (int masked = 0; masked < 2; masked++)
-                    for (int tflood = 0; tflood < 2; tflood++)
-                        bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256, tflood != 0);
+                    for (int tflood = 0; tflood < 3; tflood++)
+                        bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256, tflood);
     for (int kind = 0; kind < 4; kind++) /* 16-bit levels: as many launches as levels */
         for (int eight = 0; eight < 2; eight++)
-            bad |= run_case(95, 95, kind, eight, kind == 2, 65536, false);
+            bad |= run_case(95, 95, kind, eight, kind == 2, 65536, 0);
     bad |= bands_api();
     printf(bad ? "SOME FAILED\n" : "all ok\n");
     return bad;

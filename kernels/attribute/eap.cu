@@ -164,7 +164,15 @@ __device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint3
 #define EAP_LDCG64(p) __ldcg(p)
 /* shared memory (the tile floods) */
 #define EAP_SADD32(p, v) atomicAdd((p), (v))
-#define EAP_SCAS32(p, o, n) atomicCAS((p), (o), (n))
+__device__ __forceinline__ uint32_t eap_scas(uint32_t *p, uint32_t o, uint32_t n)
+{
+    return atomicCAS(p, o, n);
+}
+__device__ __forceinline__ uint32_t eap_scas(uint16_t *p, uint32_t o, uint32_t n)
+{
+    return atomicCAS((unsigned short *)p, (unsigned short)o, (unsigned short)n);
+}
+#define EAP_SCAS32(p, o, n) eap_scas((p), (o), (n))
 #define ft_popc(m) __popc(m)
 #define ft_ctz(m) (__ffs(m) - 1)
 #endif
@@ -242,7 +250,7 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
  * as it goes (a pixel skips its parent for its same-level grandparent), so
  * that long chains of tile roots (large plateaus) shrink for the threads
  * that come later. */
-EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x, int &bad)
+template <class I> EAP_FN uint32_t levelroot(I *par, const uint16_t *lev, uint32_t x, int &bad)
 {
     uint16_t l = lev[x];
     uint32_t r = x;
@@ -700,11 +708,13 @@ const int kFT = 64;                 /* tile side */
 const int kFTN = kFT * kFT;         /* local index ly * kFT + lx: orders like the global one */
 const uint16_t kFTNone = 0xffff;    /* no pixel: outside the image, or masked */
 
-/* One tile's shared memory (host buffers in the test harness). */
-struct FTile {
+/* One tile's shared memory (host buffers in the test harness); I: the
+ * type of the local indices in uf and par (uint16_t: less shared memory a
+ * block, more blocks an SM). */
+template <class I> struct FTile {
     uint16_t *lev;  /* kFTN */
-    uint32_t *uf;   /* kFTN: union-find, then each pixel's level root */
-    uint32_t *par;  /* kFTN: the tile's tree, local indices */
+    I *uf;          /* kFTN: union-find, then each pixel's level root */
+    I *par;         /* kFTN: the tile's tree, local indices */
     uint32_t *off;  /* 257: the tile's edges by level, counts then offsets */
     uint32_t *cur;  /* 256: scatter cursors */
     uint32_t *bins; /* 2 * levels: the tile's global edges by bin */
@@ -715,22 +725,22 @@ struct FTile {
 };
 
 /* Shared bytes of a tile (the layout of ft_carve). */
-EAP_HD size_t ft_bytes(int eight)
+template <class I> EAP_HD size_t ft_bytes(int eight)
 {
-    return (size_t)kFTN * 4 * 2 + (257 + 256 + 512 + 3) * 4 + (size_t)kFTN * 2 * (eight ? 5 : 3) +
-           kFTN;
+    return (257 + 256 + 512 + 3) * 4 + (size_t)kFTN * sizeof(I) * 2 +
+           (size_t)kFTN * 2 * (eight ? 5 : 3) + kFTN;
 }
 
-EAP_FN FTile ft_carve(void *mem, const Args &a, unsigned block, int img)
+template <class I> EAP_FN FTile<I> ft_carve(void *mem, const Args &a, unsigned block, int img)
 {
-    FTile s;
+    FTile<I> s;
     uint32_t *u = (uint32_t *)mem;
-    s.uf = u;
-    s.par = u + kFTN;
-    s.off = u + 2 * kFTN;
+    s.off = u;
     s.cur = s.off + 260;
     s.bins = s.cur + 256;
-    uint16_t *h = (uint16_t *)(s.bins + 512);
+    s.uf = (I *)(s.bins + 512);
+    s.par = s.uf + kFTN;
+    uint16_t *h = (uint16_t *)(s.par + kFTN);
     s.lev = h;
     s.edge = h + kFTN;
     s.mark = (uint8_t *)(s.edge + (size_t)kFTN * (a.eight ? 4 : 2));
@@ -744,12 +754,12 @@ EAP_FN FTile ft_carve(void *mem, const Args &a, unsigned block, int img)
 }
 
 /* The global index of local pixel i. */
-EAP_FN uint32_t ft_global(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN uint32_t ft_global(const Args &a, const FTile<I> &s, uint32_t i)
 {
     return (s.y0 + i / kFT) * a.width + s.x0 + i % kFT;
 }
 
-EAP_FN void ft_load(const Args &a, const FTile &s, unsigned levels, uint32_t i)
+template <class I> EAP_FN void ft_load(const Args &a, const FTile<I> &s, unsigned levels, uint32_t i)
 {
     uint32_t lx = i % kFT, ly = i / kFT;
     uint16_t l = kFTNone;
@@ -768,7 +778,7 @@ EAP_FN void ft_load(const Args &a, const FTile &s, unsigned levels, uint32_t i)
 }
 
 /* Neighbour j of local pixel i inside the tile, when it is a pixel. */
-EAP_FN int ft_neighbour(const FTile &s, uint32_t i, int j, uint32_t &q)
+template <class I> EAP_FN int ft_neighbour(const FTile<I> &s, uint32_t i, int j, uint32_t &q)
 {
     int x = (int)(i % kFT), y = (int)(i / kFT);
     int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
@@ -782,7 +792,7 @@ EAP_FN int ft_neighbour(const FTile &s, uint32_t i, int j, uint32_t &q)
 }
 
 /* The tile edges that local pixel i unites (as active_edges). */
-EAP_FN unsigned ft_active(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN unsigned ft_active(const Args &a, const FTile<I> &s, uint32_t i)
 {
     unsigned m = 0, l = s.lev[i];
     if (l == kFTNone)
@@ -799,7 +809,7 @@ EAP_FN unsigned ft_active(const Args &a, const FTile &s, uint32_t i)
     return m;
 }
 
-EAP_FN void ft_count(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN void ft_count(const Args &a, const FTile<I> &s, uint32_t i)
 {
     unsigned c = ft_popc(ft_active(a, s, i));
     if (c)
@@ -807,7 +817,7 @@ EAP_FN void ft_count(const Args &a, const FTile &s, uint32_t i)
 }
 
 /* off: counts to offsets (off[256] the total), cur a copy (one thread). */
-EAP_FN void ft_scan_seq(const FTile &s)
+template <class I> EAP_FN void ft_scan_seq(const FTile<I> &s)
 {
     uint32_t sum = 0;
     for (int l = 0; l < 256; l++) {
@@ -818,7 +828,7 @@ EAP_FN void ft_scan_seq(const FTile &s)
     s.off[256] = sum;
 }
 
-EAP_FN void ft_scatter(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN void ft_scatter(const Args &a, const FTile<I> &s, uint32_t i)
 {
     unsigned m = ft_active(a, s, i);
     if (!m)
@@ -845,9 +855,9 @@ EAP_FN int ft_delta(unsigned j)
 
 /* uf_find2 and uf_unite in shared memory (volatile: other threads' links
  * must be seen; no atomics but the compare-and-swap). */
-EAP_FN void ft_unite(const FTile &s, uint32_t k)
+template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
 {
-    volatile uint32_t *uf = s.uf;
+    volatile I *uf = s.uf;
     uint32_t v = s.edge[k];
     uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
     uint32_t pa = uf[a], pb = uf[b];
@@ -887,7 +897,7 @@ EAP_FN void ft_unite(const FTile &s, uint32_t k)
 
 /* uf becomes each pixel's level root (levelroot compresses par within a
  * level only: the level roots' links stay). */
-EAP_FN void ft_levelroot(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN void ft_levelroot(const Args &a, const FTile<I> &s, uint32_t i)
 {
     if (s.lev[i] == kFTNone)
         return;
@@ -899,7 +909,7 @@ EAP_FN void ft_levelroot(const Args &a, const FTile &s, uint32_t i)
 
 /* Whether local pixel i has a neighbour outside the tile; with `active`,
  * the mask of such edges that p unites (as active_edges). */
-EAP_FN unsigned ft_crossing(const Args &a, const FTile &s, uint32_t i, uint32_t p, int active)
+template <class I> EAP_FN unsigned ft_crossing(const Args &a, const FTile<I> &s, uint32_t i, uint32_t p, int active)
 {
     size_t o = (size_t)s.img * a.n;
     unsigned m = 0, l = s.lev[i];
@@ -923,7 +933,7 @@ EAP_FN unsigned ft_crossing(const Args &a, const FTile &s, uint32_t i, uint32_t 
 
 /* From each pixel next to the border, its node and their ancestors get a
  * mark (a walk stops at a marked node: whoever marked it walks on). */
-EAP_FN void ft_mark(const Args &a, const FTile &s, uint32_t i)
+template <class I> EAP_FN void ft_mark(const Args &a, const FTile<I> &s, uint32_t i)
 {
     if (s.lev[i] == kFTNone || !ft_crossing(a, s, i, ft_global(a, s, i), 0))
         return;
@@ -941,7 +951,7 @@ EAP_FN void ft_mark(const Args &a, const FTile &s, uint32_t i)
  * root, or itself), its global union-find entry (its level root), its
  * tree edge (k0, aux) and its border edges (node: the mask), counted in
  * the tile's bins. */
-EAP_FN void ft_emit(const Args &a, const Flood &fl, const FTile &s, uint32_t i)
+template <class I> EAP_FN void ft_emit(const Args &a, const Flood &fl, const FTile<I> &s, uint32_t i)
 {
     uint32_t lx = i % kFT, ly = i / kFT;
     if (lx >= s.w || ly >= s.h)
@@ -1505,7 +1515,7 @@ __global__ void k_flood_eunite_warp(Args a, Flood fl, unsigned t)
  * the tile. */
 const int kFTThreads = 512;
 /* off: counts to offsets, by warp 0 (8 levels a lane) */
-__device__ void ft_scan_warp(const FTile &s)
+template <class I> __device__ void ft_scan_warp(const FTile<I> &s)
 {
     const int lane = (int)(threadIdx.x & 31);
     uint32_t v[8], sum = 0;
@@ -1532,10 +1542,11 @@ __device__ void ft_scan_warp(const FTile &s)
         body;                                                                             \
     __syncthreads()
 /* ghist: per image, 2 * levels bins of global edges (counts) */
+template <class I>
 __global__ void __launch_bounds__(kFTThreads) k_ftile(Args a, Flood fl, uint32_t *ghist)
 {
     extern __shared__ uint32_t ft_mem[];
-    const FTile s = ft_carve(ft_mem, a, blockIdx.x, (int)blockIdx.y);
+    const FTile<I> s = ft_carve<I>(ft_mem, a, blockIdx.x, (int)blockIdx.y);
     const unsigned L = fl.levels;
     FT_EACH(ft_load(a, s, L, i));
     FT_EACH(ft_count(a, s, i));
@@ -2467,11 +2478,14 @@ class EapCuda {
         HYPROF_TRY(traced("k_flood_prepare"));
         size_t nh = (size_t)nimg * nb;
         HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
-        size_t smem = ft_bytes(g.eight);
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(k_ftile, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        /* $HYPROF_EAP_FTILE_U16=1: 16-bit local indices (less shared memory) */
+        bool u16 = env_is("HYPROF_EAP_FTILE_U16", "1");
+        size_t smem = u16 ? ft_bytes<uint16_t>(g.eight) : ft_bytes<uint32_t>(g.eight);
+        auto kern = u16 ? k_ftile<uint16_t> : k_ftile<uint32_t>;
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
         unsigned tiles = (unsigned)(((a_->width + kFT - 1) / kFT) * ((a_->height + kFT - 1) / kFT));
-        k_ftile<<<dim3(tiles, nimg), kFTThreads, smem>>>(g, fl, hist_.get());
+        kern<<<dim3(tiles, nimg), kFTThreads, smem>>>(g, fl, hist_.get());
         HYPROF_CUDA_CHECK_LAUNCH("k_ftile");
         HYPROF_TRY(traced("k_ftile"));
         HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
