@@ -197,8 +197,7 @@ static void warp_unite_host(const Args &A, const Flood &fl, int img, const Edges
  * by bin (each bin shuffled; their counts must be the tiles' counts) and
  * the global flooding, a level after the other. */
 template <class I>
-static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, size_t ecap,
-                      bool pooled)
+static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, size_t ecap)
 {
     const size_t n = a.n, nb = 2 * (size_t)L;
     const uint32_t tx = (a.width + kFT - 1) / kFT, ty = (a.height + kFT - 1) / kFT;
@@ -272,22 +271,18 @@ static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, siz
     }
     for (int l = (int)L - 1; l >= 0; l--)
         for (int img = 0; img < a.nimg; img++) {
-            if (pooled) { /* k_ftflood_warp */
-                Edges ed;
-                uint32_t p, q;
-                for (size_t i = 0; ft_global_edge(a, fl, img, i, (unsigned)l, p, q); i++)
-                    ed.push_back({p, q});
-                warp_unite_host(a, fl, img, ed);
-            } else {
-                for (size_t i = 0; i < maxc[l]; i++)
-                    body_ft_unite(a, fl, img, i, (unsigned)l);
-            }
+            std::vector<uint32_t> order(maxc[l]);
+            for (uint32_t k = 0; k < maxc[l]; k++)
+                order[k] = k;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (uint32_t i : order)
+                body_ft_unite(a, fl, img, i, (unsigned)l);
         }
     return 0;
 }
 
 /* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
-/* tflood: 0 the pixels' flooding, 1 the tile floods (32-bit local indices), 2 (16-bit) */
+/* tflood: 0 the pixels' flooding, 1 the tile floods */
 static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels, int tflood)
 {
     L = levels;
@@ -365,8 +360,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     std::vector<uint32_t> eord(nimg * ecap);
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
     if (tflood) { /* the tile floods, then the global flooding */
-        if (tflood == 2 ? ftile_host<uint16_t>(a, fl, eord, ecap, pooled)
-                        : ftile_host<uint32_t>(a, fl, eord, ecap, pooled))
+        if (ftile_host<uint32_t>(a, fl, eord, ecap))
             return 1;
     } else {
         if (elist) {
@@ -506,8 +500,8 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
             first = i;
     printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
            masked ? ", masked" : "",
-           tflood == 2 ? ", tile floods (16-bit)" : tflood ? ", tile floods" : "",
-           elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
+           tflood ? ", tile floods" : "",
+           tflood ? "" : elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
            narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
@@ -587,7 +581,7 @@ int main()
         for (int kind = 0; kind < 4; kind++)
             for (int eight = 0; eight < 2; eight++)
                 for (int masked = 0; masked < 2; masked++)
-                    for (int tflood = 0; tflood < 3; tflood++)
+                    for (int tflood = 0; tflood < 2; tflood++)
                         bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256, tflood);
     for (int kind = 0; kind < 4; kind++) /* 16-bit levels: as many launches as levels */
         for (int eight = 0; eight < 2; eight++)
