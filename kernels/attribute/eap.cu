@@ -710,8 +710,8 @@ const uint16_t kFTNone = 0xffff;    /* no pixel: outside the image, or masked */
 const uint32_t kUfRoot = 0xffffffffu; /* a root's union-find entry (see mu_unite) */
 
 /* One tile's shared memory (host buffers in the test harness); I: the
- * type of the local indices in uf and par (uint16_t: less shared memory a
- * block, more blocks an SM). */
+ * type of the local indices in uf and par (uint32_t: mu_unite's atomicMin
+ * has no 16-bit form). */
 template <class I> struct FTile {
     uint16_t *lev;  /* kFTN */
     I *uf;          /* kFTN: union-find, then each pixel's level root */
