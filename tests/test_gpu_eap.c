@@ -32,8 +32,7 @@
  * $HYPROF_EAP_TILE_FLOOD=0 (8-bit trees by flooding the pixels, without the
  * tile floods; also on larger bands); larger bands with
  * $HYPROF_EAP_FLOOD_RUN=0 and 1000000 (after the tile floods, a launch for
- * every level, or every level in one launch) and $HYPROF_EAP_RUN_PREFETCH=0;
- * band cases with
+ * every level, or every level in one launch); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -657,11 +656,6 @@ int main(int argc, char **argv)
         g_note = ", tile floods, then every level in one launch";
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
         unsetenv("HYPROF_EAP_FLOOD_RUN");
-        setenv("HYPROF_EAP_RUN_PREFETCH", "0", 1);
-        g_note = ", tile floods, runs without prefetch";
-        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 15);
-        band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);
-        unsetenv("HYPROF_EAP_RUN_PREFETCH");
         setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
         g_note = ", pixels' flooding";
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 5);

@@ -208,6 +208,7 @@ struct Args {
     u64 *sx, *sy, *sxx, *syy; /* inertia */
     uint32_t *x0, *x1, *y0, *y1; /* diagonal: bounding box */
     int *error;             /* set when a merge does not finish */
+    int compress;           /* tile floods: finds put their first two nodes under the root */
 };
 
 /* Parameters of one filter's launches. */
@@ -811,11 +812,13 @@ template <class I> EAP_FN unsigned ft_active(const Args &a, const FTile<I> &s, u
     return m;
 }
 
+/* (mark holds each pixel's active edges from ft_count to ft_scatter) */
 template <class I> EAP_FN void ft_count(const Args &a, const FTile<I> &s, uint32_t i)
 {
-    unsigned c = ft_popc(ft_active(a, s, i));
-    if (c)
-        EAP_SADD32(&s.off[s.lev[i]], c);
+    unsigned m = ft_active(a, s, i);
+    s.mark[i] = (uint8_t)m;
+    if (m)
+        EAP_SADD32(&s.off[s.lev[i]], ft_popc(m));
 }
 
 /* off: counts to offsets (off[256] the total), cur a copy (one thread). */
@@ -832,9 +835,10 @@ template <class I> EAP_FN void ft_scan_seq(const FTile<I> &s)
 
 template <class I> EAP_FN void ft_scatter(const Args &a, const FTile<I> &s, uint32_t i)
 {
-    unsigned m = ft_active(a, s, i);
+    unsigned m = s.mark[i];
     if (!m)
         return;
+    s.mark[i] = 0;
     uint32_t at = EAP_SADD32(&s.cur[s.lev[i]], ft_popc(m));
     for (; m; m &= m - 1)
         s.edge[at++] = (uint16_t)(i << 3 | (uint32_t)ft_ctz(m));
@@ -873,9 +877,16 @@ EAP_FN int ft_delta(unsigned j)
  * a pixel of the level it was linked at, in its component. */
 
 /* The roots of a and b, given pa = uf[a] and pb = uf[b] as read (both
- * walks at once, path splitting: as uf_find2). */
-EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
+ * walks at once, path splitting: as uf_find2). With cz, the first two
+ * nodes of each walk then go straight under the root found: a find from
+ * a border pixel passes its tile node and that node's chain of hooks,
+ * one a level it grew at, shared by the finds of the levels after (a
+ * node that was passed is no root, and the root found is of smaller
+ * key: as in path splitting, no cycle can form). */
+EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb,
+                     int cz)
 {
+    const uint32_t a0 = a, a1 = pa, b0 = b, b1 = pb;
     while (pa != kUfRoot || pb != kUfRoot) {
         uint32_t ga = kUfRoot, gb = kUfRoot;
         if (pa != kUfRoot)
@@ -895,13 +906,25 @@ EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t p
             pb = gb;
         }
     }
+    if (!cz)
+        return;
+    if (a0 != a) {
+        uf[a0] = a;
+        if (a1 != a)
+            uf[a1] = a;
+    }
+    if (b0 != b) {
+        uf[b0] = b;
+        if (b1 != b)
+            uf[b1] = b;
+    }
 }
 
 EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b,
-                     uint32_t pa, uint32_t pb)
+                     uint32_t pa, uint32_t pb, int cz)
 {
     for (;;) {
-        mu_find2(uf, a, b, pa, pb);
+        mu_find2(uf, a, b, pa, pb, cz);
         if (a == b)
             return;
         if (higher(lev, b, a)) {
@@ -921,12 +944,12 @@ EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
     }
 }
 
-template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
+template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k, int cz)
 {
     volatile uint32_t *uf = s.uf;
     uint32_t v = s.edge[k];
     uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
-    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b]);
+    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b], cz);
 }
 
 /* uf becomes each pixel's level root (levelroot compresses par within a
@@ -945,16 +968,23 @@ template <class I> EAP_FN void ft_levelroot(const Args &a, const FTile<I> &s, ui
  * the mask of such edges that p unites (as active_edges). */
 template <class I> EAP_FN unsigned ft_crossing(const Args &a, const FTile<I> &s, uint32_t i, uint32_t p, int active)
 {
+    int x = (int)(i % kFT), y = (int)(i / kFT);
+    if (x > 0 && y > 0 && x + 1 < (int)s.w && y + 1 < (int)s.h)
+        return 0; /* inside: every neighbour in the tile */
     size_t o = (size_t)s.img * a.n;
     unsigned m = 0, l = s.lev[i];
     int e = a.eight ? 8 : 4;
-    uint32_t w = a.width;
     for (int j = 0; j < e; j++) {
-        uint32_t q;
-        if (!neighbour(a, p, j, q))
+        int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
+        int dy = j == 2 || j == 4 || j == 5 ? -1 : j == 3 || j == 6 || j == 7 ? 1 : 0;
+        int nx = x + dx, ny = y + dy;
+        if (nx >= 0 && ny >= 0 && nx < (int)s.w && ny < (int)s.h)
+            continue; /* in the tile */
+        int64_t gx = (int64_t)s.x0 + nx, gy = (int64_t)s.y0 + ny;
+        if (gx < 0 || gy < 0 || gx >= (int64_t)a.width || gy >= (int64_t)a.height)
             continue;
-        uint32_t qx = q % w, qy = q / w;
-        if (qx >= s.x0 && qx < s.x0 + s.w && qy >= s.y0 && qy < s.y0 + s.h)
+        uint32_t q = (uint32_t)(gy * a.width + gx);
+        if (!valid(a, q))
             continue;
         if (!active)
             return 1;
@@ -1053,7 +1083,7 @@ EAP_FN void body_ft_unite(const Args &a, const Flood &fl, int img, size_t i, uns
         return;
     size_t o = (size_t)img * a.n;
     uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
-    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq, a.compress);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -1593,7 +1623,7 @@ __global__ void __launch_bounds__(kFTThreads) k_ftile(Args a, Flood fl, uint32_t
         if (b == e)
             continue;
         for (uint32_t k = b + threadIdx.x; k < e; k += blockDim.x)
-            ft_unite(s, k);
+            ft_unite(s, k, a.compress);
         __syncthreads();
     }
     FT_EACH(ft_levelroot(a, s, i));
@@ -1660,32 +1690,12 @@ __global__ void k_ftflood(Args a, Flood fl, unsigned t)
 }
 /* Levels hi down to lo of the global flooding in one launch, a block an
  * image, a barrier a level: for runs of levels with few edges (after the
- * tile floods most levels have a few hundred an image), where a launch a
- * level would cost more than the level's work. The level's offsets are
- * in shared memory; with `pre`, each thread loads its first edge of the
- * next level (its ends, and their union-find parents) before the barrier,
- * so that these loads' latency overlaps the level's and the barrier's: a
- * parent read early may be stale, which costs a step more of the find but
- * nothing else (a link is only made by a compare-and-swap from a root). */
+ * tile floods a level has a few hundred to a few thousand an image at
+ * Pavia Centre size), where a launch a level costs more than the level's
+ * work. The levels' offsets are in shared memory. (Loading each thread's
+ * first edge of the next level before the barrier was no faster.) */
 const int kRunThreads = 1024;
-__device__ __forceinline__ bool run_edge(const Args &a, const uint32_t *so, const uint32_t *ord,
-                                         size_t o, int t, uint32_t i, uint32_t &p, uint32_t &q)
-{
-    uint32_t b = so[2 * t], m = so[2 * t + 1], e = so[2 * t + 2];
-    if (i >= e - b)
-        return false;
-    uint32_t v = __ldcg(&ord[b + i]);
-    if (i < m - b) {
-        p = v;
-        q = __ldcg(&a.aux[o + p]);
-    } else {
-        p = v >> 3;
-        q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
-    }
-    return true;
-}
-__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo,
-                                                             int pre)
+__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo)
 {
     __shared__ uint32_t so[2 * kFloodLevels + 1];
     const int img = (int)blockIdx.y;
@@ -1695,33 +1705,20 @@ __global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, i
         so[k] = fl.off[(size_t)img * (nb + 1) + k];
     __syncthreads();
     const uint32_t *ord = fl.ord + (size_t)img * fl.stride;
-    uint32_t *uf = fl.uf + o, *par = a.par + o;
-    const uint16_t *lev = a.lev + o;
-    uint32_t p = 0, q = 0, pp = 0, pq = 0;
-    bool have = pre && run_edge(a, so, ord, o, hi, threadIdx.x, p, q);
-    if (have) {
-        pp = __ldcg(&uf[p]);
-        pq = __ldcg(&uf[q]);
-    }
+    uint32_t *uf = fl.uf + o;
     for (int t = hi; t >= lo; t--) {
-        uint32_t np = 0, nq = 0;
-        bool next = pre && t > lo && run_edge(a, so, ord, o, t - 1, threadIdx.x, np, nq);
-        uint32_t cnt = so[2 * t + 2] - so[2 * t];
+        uint32_t b = so[2 * t], m = so[2 * t + 1] - b, cnt = so[2 * t + 2] - b;
         for (uint32_t i = threadIdx.x; i < cnt; i += blockDim.x) {
-            if (!(have && i == threadIdx.x)) {
-                run_edge(a, so, ord, o, t, i, p, q);
-                pp = __ldcg(&uf[p]);
-                pq = __ldcg(&uf[q]);
+            uint32_t v = __ldcg(&ord[b + i]), p, q;
+            if (i < m) { /* a tree edge */
+                p = v;
+                q = __ldcg(&a.aux[o + p]);
+            } else {
+                p = v >> 3;
+                q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
             }
-            mu_unite(uf, par, lev, p, q, pp, pq);
+            mu_unite(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]), a.compress);
         }
-        if (next) {
-            pp = __ldcg(&uf[np]);
-            pq = __ldcg(&uf[nq]);
-            p = np;
-            q = nq;
-        }
-        have = next;
         __syncthreads();
     }
 }
@@ -2389,6 +2386,8 @@ class EapCuda {
             g.y1 = g.x0 + 3 * m;
         }
         g.error = error_.get();
+        /* $HYPROF_EAP_FIND_COMPRESS=0: the tile floods' finds split paths only */
+        g.compress = !env_is("HYPROF_EAP_FIND_COMPRESS", "0");
         return HYPROF_OK;
     }
 
@@ -2539,8 +2538,7 @@ class EapCuda {
         /* $HYPROF_EAP_FLOOD_RUN=N: levels of at most N edges an image go in
          * runs (k_ftflood_run), 0: a launch a level */
         const char *rs = getenv("HYPROF_EAP_FLOOD_RUN");
-        uint32_t cap = rs ? (uint32_t)strtoul(rs, nullptr, 10) : 2048u;
-        int pre = !env_is("HYPROF_EAP_RUN_PREFETCH", "0"); /* to measure */
+        uint32_t cap = rs ? (uint32_t)strtoul(rs, nullptr, 10) : 4096u;
         for (int l = (int)L - 1; l >= 0;) {
             if (!maxc[l]) {
                 l--;
@@ -2550,7 +2548,7 @@ class EapCuda {
                 int hi = l;
                 while (l >= 0 && maxc[l] <= cap)
                     l--;
-                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1, pre);
+                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1);
                 HYPROF_CUDA_CHECK_LAUNCH("k_ftflood_run");
                 continue;
             }
