@@ -27,12 +27,14 @@
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
- * $HYPROF_EAP_WARP_UNITE=0 (each lane's unions on its own, rather than a
- * warp's on one root pooled; also on the larger bands),
+ * $HYPROF_EAP_WARP_UNITE=0 with $HYPROF_EAP_TILE_FLOOD=0 (the pixels'
+ * flooding, each lane's unions on its own, rather than a warp's on one
+ * root pooled; also on the larger bands),
  * $HYPROF_EAP_TILE_FLOOD=0 (8-bit trees by flooding the pixels, without the
  * tile floods; also on larger bands); larger bands with
- * $HYPROF_EAP_FLOOD_RUN=0 and 1000000 (after the tile floods, a launch for
- * every level, or every level in one launch); band cases with
+ * $HYPROF_EAP_FLOOD_RUN=0 and 64 (after the tile floods, a launch for
+ * every level, or runs only of the levels of at most 64 edges an image, the
+ * others a launch each); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -425,8 +427,9 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
             snprintf(label, sizeof label, "%s, pixels' flooding", name);
         } else if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
-            setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
-            snprintf(label, sizeof label, "%s, unions lane by lane", name);
+            setenv("HYPROF_EAP_WARP_UNITE", "0", 1); /* (the pixels' flooding's) */
+            setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+            snprintf(label, sizeof label, "%s, pixels' flooding, unions lane by lane", name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
             setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
@@ -643,17 +646,19 @@ int main(int argc, char **argv)
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
         setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
-        g_note = ", unions lane by lane";
+        setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+        g_note = ", pixels' flooding, unions lane by lane";
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 15);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 3);
         band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);
         unsetenv("HYPROF_EAP_WARP_UNITE");
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
         setenv("HYPROF_EAP_FLOOD_RUN", "0", 1);
         g_note = ", tile floods, then a launch a level";
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 5);
         band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 1);
-        setenv("HYPROF_EAP_FLOOD_RUN", "1000000", 1);
-        g_note = ", tile floods, then every level in one launch";
+        setenv("HYPROF_EAP_FLOOD_RUN", "64", 1);
+        g_note = ", tile floods, then runs of the levels of up to 64 edges";
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
         unsetenv("HYPROF_EAP_FLOOD_RUN");
         setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
