@@ -225,7 +225,7 @@ static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, siz
                 ft_scatter(a, s, i);
             for (int t = (int)L - 1; t >= 0; t--)
                 for (uint32_t k : shuffled(s.off[t + 1] - s.off[t]))
-                    ft_unite(s, s.off[t] + k, a.compress);
+                    ft_unite(s, s.off[t] + k);
             for (uint32_t i : shuffled(kFTN))
                 ft_levelroot(a, s, i);
             for (uint32_t i : shuffled(kFTN))
@@ -342,7 +342,6 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     a.y0 = box.data() + 2 * m;
     a.y1 = box.data() + 3 * m;
     a.error = &err;
-    a.compress = (w + kind) % 2; /* the tile floods' finds: both forms */
     std::copy(band.begin(), band.end(), lev.begin());
 #define EACH_PIXEL for (int img = 0; img < (int)nimg; img++) for (size_t p = 0; p < n; p++)
 

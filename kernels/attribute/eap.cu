@@ -9,8 +9,21 @@
  *   per 64 x 64 tile floods its pixels level by level in shared memory
  *   (the tile's max-tree), then the flooding below runs over what crosses
  *   the tiles' borders only (the edges across, and the links of the tile
- *   nodes that reach a border to their tile parents), a launch a level.
+ *   nodes that reach a border to their tile parents: 0.118 edges a pixel
+ *   instead of 2), the levels with few edges in runs of one launch; both
+ *   with a union-find linked by atomicMin (mu_unite).
  *   $HYPROF_EAP_TILE_FLOOD=0: the flooding of all the pixels, as follows.
+ *   Measured on an H100 at Pavia Centre size (16 images of 1096 x 715,
+ *   PCA features, 4-connectivity), in the same run: trees 6.2 to 6.5 ms
+ *   against 12.7 for the pixels' flooding (8-connectivity: 9.4 against
+ *   19.0); of them the tiles 3.6 ms (1.05 G instructions; 78 % of the
+ *   warps' time waiting at the level barriers: a tile's level has about
+ *   50 edges, 2 of the 16 warps), the global levels 2.1 ms (one launch,
+ *   about 8 us a level), the counting sort 0.3 and the canonical form 0.6.
+ *   With compare-and-swap links instead of atomicMin the tiles took 3.9 ms
+ *   and the global levels 4.8; a launch a global level 7.7 ms of trees
+ *   instead of 6.5; loading a thread's next edge before a run's barrier,
+ *   or compressing the finds' first nodes, was no faster.
  * Tree, by flooding level by level (see Flood below): a counting sort of
  *   the pixels by level, then, from the top level down, one launch a level
  *   over that level's pixels only, a thread an edge (unite with a lock-free
@@ -208,7 +221,6 @@ struct Args {
     u64 *sx, *sy, *sxx, *syy; /* inertia */
     uint32_t *x0, *x1, *y0, *y1; /* diagonal: bounding box */
     int *error;             /* set when a merge does not finish */
-    int compress;           /* tile floods: finds put their first two nodes under the root */
 };
 
 /* Parameters of one filter's launches. */
@@ -882,16 +894,12 @@ EAP_FN int ft_delta(unsigned j)
  * a pixel of the level it was linked at, in its component. */
 
 /* The roots of a and b, given pa = uf[a] and pb = uf[b] as read (both
- * walks at once, path splitting: as uf_find2). With cz, the first two
- * nodes of each walk then go straight under the root found: a find from
- * a border pixel passes its tile node and that node's chain of hooks,
- * one a level it grew at, shared by the finds of the levels after (a
- * node that was passed is no root, and the root found is of smaller
- * key: as in path splitting, no cycle can form). */
-EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb,
-                     int cz)
+ * walks at once, path splitting: as uf_find2). (Also putting the first two
+ * nodes of each walk straight under the root found was no faster: 6.5 ms
+ * of trees against 6.2 at Pavia Centre size on an H100; a find takes
+ * about 2 steps, counted on the host.) */
+EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
 {
-    const uint32_t a0 = a, a1 = pa, b0 = b, b1 = pb;
     while (pa != kUfRoot || pb != kUfRoot) {
         uint32_t ga = kUfRoot, gb = kUfRoot;
         if (pa != kUfRoot)
@@ -911,25 +919,13 @@ EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t p
             pb = gb;
         }
     }
-    if (!cz)
-        return;
-    if (a0 != a) {
-        uf[a0] = a;
-        if (a1 != a)
-            uf[a1] = a;
-    }
-    if (b0 != b) {
-        uf[b0] = b;
-        if (b1 != b)
-            uf[b1] = b;
-    }
 }
 
 EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b,
-                     uint32_t pa, uint32_t pb, int cz)
+                     uint32_t pa, uint32_t pb)
 {
     for (;;) {
-        mu_find2(uf, a, b, pa, pb, cz);
+        mu_find2(uf, a, b, pa, pb);
         if (a == b)
             return;
         if (higher(lev, b, a)) {
@@ -949,12 +945,12 @@ EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
     }
 }
 
-template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k, int cz)
+template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
 {
     volatile uint32_t *uf = s.uf;
     uint32_t v = s.edge[k];
     uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
-    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b], cz);
+    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b]);
 }
 
 /* uf becomes each pixel's level root (levelroot compresses par within a
@@ -1088,7 +1084,7 @@ EAP_FN void body_ft_unite(const Args &a, const Flood &fl, int img, size_t i, uns
         return;
     size_t o = (size_t)img * a.n;
     uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
-    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq, a.compress);
+    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -1628,7 +1624,7 @@ __global__ void __launch_bounds__(kFTThreads) k_ftile(Args a, Flood fl, uint32_t
         if (b == e)
             continue;
         for (uint32_t k = b + threadIdx.x; k < e; k += blockDim.x)
-            ft_unite(s, k, a.compress);
+            ft_unite(s, k);
         __syncthreads();
     }
     FT_EACH(ft_levelroot(a, s, i));
@@ -1722,7 +1718,7 @@ __global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, i
                 p = v >> 3;
                 q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
             }
-            mu_unite(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]), a.compress);
+            mu_unite(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]));
         }
         __syncthreads();
     }
@@ -2391,8 +2387,6 @@ class EapCuda {
             g.y1 = g.x0 + 3 * m;
         }
         g.error = error_.get();
-        /* $HYPROF_EAP_FIND_COMPRESS=0: the tile floods' finds split paths only */
-        g.compress = !env_is("HYPROF_EAP_FIND_COMPRESS", "0");
         return HYPROF_OK;
     }
 
