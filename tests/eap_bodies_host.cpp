@@ -69,14 +69,6 @@ static inline int h_or(int *p, int v)
 #define EAP_LDCG32(p) (*(p))
 #define EAP_LDCG64(p) (*(p))
 #define EAP_SADD32(p, v) h_add<uint32_t>((p), (v))
-template <class T> static inline uint32_t h_scas(T *p, uint32_t o, uint32_t n)
-{
-    uint32_t v = *p;
-    if (v == o)
-        *p = (T)n;
-    return v;
-}
-#define EAP_SCAS32(p, o, n) h_scas((p), (o), (n))
 #define ft_popc(m) __builtin_popcount(m)
 #define ft_ctz(m) __builtin_ctz(m)
 #include "../kernels/attribute/eap.cu"

@@ -177,15 +177,6 @@ __device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint3
 #define EAP_LDCG64(p) __ldcg(p)
 /* shared memory (the tile floods) */
 #define EAP_SADD32(p, v) atomicAdd((p), (v))
-__device__ __forceinline__ uint32_t eap_scas(uint32_t *p, uint32_t o, uint32_t n)
-{
-    return atomicCAS(p, o, n);
-}
-__device__ __forceinline__ uint32_t eap_scas(uint16_t *p, uint32_t o, uint32_t n)
-{
-    return atomicCAS((unsigned short *)p, (unsigned short)o, (unsigned short)n);
-}
-#define EAP_SCAS32(p, o, n) eap_scas((p), (o), (n))
 #define ft_popc(m) __popc(m)
 #define ft_ctz(m) (__ffs(m) - 1)
 #endif
