@@ -68,6 +68,9 @@ static inline int h_or(int *p, int v)
 #define EAP_OR32(p, v) h_or((p), (v))
 #define EAP_LDCG32(p) (*(p))
 #define EAP_LDCG64(p) (*(p))
+#define EAP_SADD32(p, v) h_add<uint32_t>((p), (v))
+#define ft_popc(m) __builtin_popcount(m)
+#define ft_ctz(m) __builtin_ctz(m)
 #include "../kernels/attribute/eap.cu"
 
 #include "hyprof/attribute.h"
@@ -112,10 +115,10 @@ static void make_band(int kind, int w, int h, bool masked, std::vector<uint16_t>
  * linked a since the find) and the others then link their b under that
  * smallest b, taking both for roots. The warp's votes and shuffles as
  * loops over its lanes. */
-static void warp_unite_host(const Args &A, const Flood &fl, int img, unsigned t)
+typedef std::vector<std::pair<uint32_t, uint32_t>> Edges;
+static void warp_unite_host(const Args &A, const Flood &fl, int img, const Edges &edges)
 {
-    const uint32_t *off = fl.off + (size_t)img * (fl.levels + 1);
-    uint32_t beg = off[t], cnt = off[t + 1] - beg;
+    uint32_t cnt = (uint32_t)edges.size();
     size_t o = (size_t)img * A.n;
     uint32_t *uf = fl.uf + o, *par = A.par + o;
     const uint16_t *lev = A.lev + o;
@@ -125,8 +128,7 @@ static void warp_unite_host(const Args &A, const Flood &fl, int img, unsigned t)
     };
     std::vector<Lane> ln(cnt);
     for (uint32_t i = 0; i < cnt; i++) {
-        uint32_t v = fl.ord[(size_t)img * fl.stride + beg + i];
-        uint32_t p = v >> 3, q = (uint32_t)((int64_t)p + edge_delta(A, v & 7));
+        uint32_t p = edges[i].first, q = edges[i].second;
         ln[i] = {p, q, uf[p], uf[q], true};
     }
     std::vector<uint32_t> order(cnt);
@@ -181,8 +183,99 @@ static void warp_unite_host(const Args &A, const Flood &fl, int img, unsigned t)
     }
 }
 
+/* The tile floods (k_ftile, k_ftscatter, k_ftflood[_warp]) on the host: a
+ * block after the other, its phases in turn, the threads of a phase in a
+ * shuffled order (each level's unions too); then the global edges bucketed
+ * by bin (each bin shuffled; their counts must be the tiles' counts) and
+ * the global flooding, a level after the other. */
+template <class I>
+static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, size_t ecap)
+{
+    const size_t n = a.n, nb = 2 * (size_t)L;
+    const uint32_t tx = (a.width + kFT - 1) / kFT, ty = (a.height + kFT - 1) / kFT;
+    std::vector<uint32_t> mem(ft_bytes<I>(a.eight) / 4 + 1), ghist(a.nimg * nb, 0);
+    std::vector<uint32_t> order(kFTN);
+    auto shuffled = [&](uint32_t count) {
+        order.resize(count);
+        for (uint32_t k = 0; k < count; k++)
+            order[k] = k;
+        std::shuffle(order.begin(), order.end(), rng);
+        return order;
+    };
+    fl.ord = eord.data();
+    fl.stride = ecap;
+    fl.levels = L;
+    for (int img = 0; img < a.nimg; img++)
+        for (uint32_t blk = 0; blk < tx * ty; blk++) {
+            FTile<I> s = ft_carve<I>(mem.data(), a, blk, img);
+            for (uint32_t i = 0; i < (uint32_t)kFTN; i++)
+                ft_load(a, s, L, i);
+            for (uint32_t i = 0; i < (uint32_t)kFTN; i++)
+                ft_count(a, s, i);
+            ft_scan_seq(s);
+            for (uint32_t i : shuffled(kFTN))
+                ft_scatter(a, s, i);
+            for (int t = (int)L - 1; t >= 0; t--)
+                for (uint32_t k : shuffled(s.off[t + 1] - s.off[t]))
+                    ft_unite(s, s.off[t] + k);
+            for (uint32_t i : shuffled(kFTN))
+                ft_levelroot(a, s, i);
+            for (uint32_t i : shuffled(kFTN))
+                ft_mark(a, s, i);
+            for (uint32_t i = 0; i < (uint32_t)kFTN; i++)
+                ft_emit(a, fl, s, i);
+            for (size_t k = 0; k < nb; k++)
+                ghist[img * nb + k] += s.bins[k];
+        }
+    uint32_t *off = const_cast<uint32_t *>(fl.off);
+    std::vector<size_t> maxc(L, 0);
+    for (int img = 0; img < a.nimg; img++) {
+        size_t o = (size_t)img * n;
+        std::vector<std::vector<uint32_t>> b(nb);
+        for (size_t p = 0; p < n; p++)
+            if (valid(a, p)) {
+                if (a.k0[o + p])
+                    b[ft_tree_bin(a, o, (uint32_t)p)].push_back((uint32_t)p);
+                for (unsigned m = a.node[o + p]; m; m &= m - 1)
+                    b[2 * a.lev[o + p] + 1].push_back((uint32_t)p << 3 |
+                                                      (uint32_t)__builtin_ctz(m));
+            }
+        uint32_t s = 0;
+        for (size_t k = 0; k < nb; k++) {
+            if (b[k].size() != ghist[img * nb + k]) {
+                printf("tile floods: bin %zu of image %d holds %zu edges, the tiles counted %u\n",
+                       k, img, b[k].size(), ghist[img * nb + k]);
+                return 1;
+            }
+            std::shuffle(b[k].begin(), b[k].end(), rng);
+            off[img * (nb + 1) + k] = s;
+            for (uint32_t e : b[k])
+                eord[img * ecap + s++] = e;
+        }
+        off[img * (nb + 1) + nb] = s;
+        if (s > ecap) {
+            printf("tile floods: edge list overflow: %u > %zu\n", s, ecap);
+            return 1;
+        }
+        for (unsigned l = 0; l < L; l++)
+            maxc[l] = std::max(maxc[l], (size_t)(off[img * (nb + 1) + 2 * l + 2] -
+                                                  off[img * (nb + 1) + 2 * l]));
+    }
+    for (int l = (int)L - 1; l >= 0; l--)
+        for (int img = 0; img < a.nimg; img++) {
+            std::vector<uint32_t> order(maxc[l]);
+            for (uint32_t k = 0; k < maxc[l]; k++)
+                order[k] = k;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (uint32_t i : order)
+                body_ft_unite(a, fl, img, i, (unsigned)l);
+        }
+    return 0;
+}
+
 /* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
-static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels)
+/* tflood: 0 the pixels' flooding, 1 the tile floods */
+static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels, int tflood)
 {
     L = levels;
     for (int j = 0; j < kNt[3]; j++) /* std thresholds in levels: the same filter */
@@ -209,7 +302,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
 
     std::vector<uint16_t> lev(m);
     std::vector<uint32_t> par(m), aux(m), aux2(m), pend(m), cnt(m), box(4 * m), ord(m),
-        off(nimg * (L + 1));
+        off(nimg * (2 * L + 1));
     std::vector<uint8_t> k0(m), k1(m), node(m);
     std::vector<unsigned long long> s64(6 * m);
     int err = 0;
@@ -253,66 +346,77 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     fl.stride = n;
     /* 8-bit levels, all kinds but one: the edge list (k_ehist, k_escatter,
      * k_flood_eunite), its edges shuffled within each level */
-    const bool elist = L <= 256 && kind != 1;
+    const bool elist = L <= 256 && (kind != 1 || tflood);
     const bool pooled = elist && (w + h + eight) % 2 == 0; /* the warp-pooled unions */
     const size_t ecap = n * (eight ? 4 : 2);
     std::vector<uint32_t> eord(nimg * ecap);
     EACH_PIXEL body_flood_prepare(a, fl, img, p);
-    if (elist) {
-        fl.ord = eord.data();
-        fl.stride = ecap;
-        std::vector<size_t> maxe(L, 0);
+    if (tflood) { /* the tile floods, then the global flooding */
+        if (ftile_host<uint32_t>(a, fl, eord, ecap))
+            return 1;
+    } else {
+        if (elist) {
+            fl.ord = eord.data();
+            fl.stride = ecap;
+            std::vector<size_t> maxe(L, 0);
+            for (size_t img = 0; img < nimg; img++) {
+                std::vector<std::vector<uint32_t>> b(L);
+                for (size_t p = 0; p < n; p++)
+                    if (valid(a, p))
+                        for (unsigned m = active_edges(a, img * n, (uint32_t)p); m; m &= m - 1)
+                            b[lev[img * n + p]].push_back((uint32_t)p << 3 |
+                                                          (uint32_t)__builtin_ctz(m));
+                uint32_t s = 0;
+                for (unsigned l = 0; l < L; l++) {
+                    std::shuffle(b[l].begin(), b[l].end(), rng);
+                    off[img * (L + 1) + l] = s;
+                    for (uint32_t e : b[l])
+                        eord[img * ecap + s++] = e;
+                    maxe[l] = std::max(maxe[l], b[l].size());
+                }
+                off[img * (L + 1) + L] = s;
+                if (s > ecap) {
+                    printf("edge list overflow: %u > %zu\n", s, ecap);
+                    return 1;
+                }
+            }
+            for (int l = L - 1; l >= 0; l--)
+                for (int img = 0; img < (int)nimg; img++) {
+                    if (pooled) { /* k_flood_eunite_warp's rule */
+                        const uint32_t *o = fl.off + (size_t)img * (L + 1);
+                        Edges ed;
+                        for (uint32_t i = o[l]; i < o[l + 1]; i++) {
+                            uint32_t v = eord[img * ecap + i];
+                            ed.push_back({v >> 3, (uint32_t)((int64_t)(v >> 3) + edge_delta(a, v & 7))});
+                        }
+                        warp_unite_host(a, fl, img, ed);
+                    } else
+                        for (size_t i = 0; i < maxe[l]; i++)
+                            body_flood_eunite(a, fl, img, i, (unsigned)l);
+                }
+        }
+        std::vector<size_t> maxc(L, 0);
         for (size_t img = 0; img < nimg; img++) {
             std::vector<std::vector<uint32_t>> b(L);
             for (size_t p = 0; p < n; p++)
                 if (valid(a, p))
-                    for (unsigned m = active_edges(a, img * n, (uint32_t)p); m; m &= m - 1)
-                        b[lev[img * n + p]].push_back((uint32_t)p << 3 |
-                                                      (uint32_t)__builtin_ctz(m));
+                    b[lev[img * n + p]].push_back((uint32_t)p);
             uint32_t s = 0;
             for (unsigned l = 0; l < L; l++) {
                 std::shuffle(b[l].begin(), b[l].end(), rng);
                 off[img * (L + 1) + l] = s;
-                for (uint32_t e : b[l])
-                    eord[img * ecap + s++] = e;
-                maxe[l] = std::max(maxe[l], b[l].size());
+                for (uint32_t p : b[l])
+                    ord[img * n + s++] = p;
+                maxc[l] = std::max(maxc[l], b[l].size());
             }
             off[img * (L + 1) + L] = s;
-            if (s > ecap) {
-                printf("edge list overflow: %u > %zu\n", s, ecap);
-                return 1;
-            }
         }
-        for (int l = L - 1; l >= 0; l--)
-            for (int img = 0; img < (int)nimg; img++) {
-                if (pooled) /* k_flood_eunite_warp's rule */
-                    warp_unite_host(a, fl, img, (unsigned)l);
-                else
-                    for (size_t i = 0; i < maxe[l]; i++)
-                        body_flood_eunite(a, fl, img, i, (unsigned)l);
-            }
+        const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
+        for (int l = L - 1; l >= 0 && !elist; l--)
+            for (int img = 0; img < (int)nimg; img++)
+                for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
+                    body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
     }
-    std::vector<size_t> maxc(L, 0);
-    for (size_t img = 0; img < nimg; img++) {
-        std::vector<std::vector<uint32_t>> b(L);
-        for (size_t p = 0; p < n; p++)
-            if (valid(a, p))
-                b[lev[img * n + p]].push_back((uint32_t)p);
-        uint32_t s = 0;
-        for (unsigned l = 0; l < L; l++) {
-            std::shuffle(b[l].begin(), b[l].end(), rng);
-            off[img * (L + 1) + l] = s;
-            for (uint32_t p : b[l])
-                ord[img * n + s++] = p;
-            maxc[l] = std::max(maxc[l], b[l].size());
-        }
-        off[img * (L + 1) + L] = s;
-    }
-    const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
-    for (int l = L - 1; l >= 0 && !elist; l--)
-        for (int img = 0; img < (int)nimg; img++)
-            for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
-                body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
     EACH_PIXEL body_canon1(a, img, p);
     EACH_PIXEL body_canon2(a, img, p);
 
@@ -386,8 +490,10 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     for (size_t i = 0; i < planes * n; i++)
         if (out[i] != ref[i] && !diff++)
             first = i;
-    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
-           masked ? ", masked" : "", elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
+    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
+           masked ? ", masked" : "",
+           tflood ? ", tile floods" : "",
+           tflood ? "" : elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
            narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,
@@ -467,10 +573,11 @@ int main()
         for (int kind = 0; kind < 4; kind++)
             for (int eight = 0; eight < 2; eight++)
                 for (int masked = 0; masked < 2; masked++)
-                    bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256);
+                    for (int tflood = 0; tflood < 2; tflood++)
+                        bad |= run_case(s[0], s[1], kind, eight, masked != 0, 256, tflood);
     for (int kind = 0; kind < 4; kind++) /* 16-bit levels: as many launches as levels */
         for (int eight = 0; eight < 2; eight++)
-            bad |= run_case(95, 95, kind, eight, kind == 2, 65536);
+            bad |= run_case(95, 95, kind, eight, kind == 2, 65536, 0);
     bad |= bands_api();
     printf(bad ? "SOME FAILED\n" : "all ok\n");
     return bad;

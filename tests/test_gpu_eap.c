@@ -27,8 +27,14 @@
  * $HYPROF_EAP_TILES=1 (8-bit trees by tiles and border joins instead of
  * flooding), $HYPROF_EAP_NARROW=0 with $HYPROF_EAP_PIN_PIECE=100000 (float
  * planes, the output page-locked and downloaded in pieces),
- * $HYPROF_EAP_WARP_UNITE=0 (each lane's unions on its own, rather than a
- * warp's on one root pooled; also on the larger bands); band cases with
+ * $HYPROF_EAP_WARP_UNITE=0 with $HYPROF_EAP_TILE_FLOOD=0 (the pixels'
+ * flooding, each lane's unions on its own, rather than a warp's on one
+ * root pooled; also on the larger bands),
+ * $HYPROF_EAP_TILE_FLOOD=0 (8-bit trees by flooding the pixels, without the
+ * tile floods; also on larger bands); larger bands with
+ * $HYPROF_EAP_FLOOD_RUN=0 and 64 (after the tile floods, a launch for
+ * every level, or runs only of the levels of at most 64 edges an image, the
+ * others a launch each); band cases with
  * $HYPROF_EAP_NARROW=0 (16-bit output from 16-bit planes on the device);
  * and, optionally, the first 4 bands of a real cube given as raw
  * float32 BSQ (RAW, width W, height H, bands B).
@@ -416,8 +422,8 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 7 : 0); g++) {
-        if (g == 7) { /* the output from the page-locked cache, primed with garbage */
+    for (int g = 0; g <= (groups ? 8 : 0); g++) {
+        if (g == 8) { /* the output from the page-locked cache, primed with garbage */
             hyprof_cube_t junk;
             hyprof_pinned_cache_set((size_t)1 << 30);
             if (hyprof_cube_alloc_pinned(&junk, HYPROF_FLOAT32, ref.width, ref.height,
@@ -427,9 +433,13 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             }
             snprintf(label, sizeof label, "%s, page-locked output (hyprof_pinned_cache_set)",
                      name);
+        } else if (g == 7) { /* the 8-bit trees by the pixels' flooding (no tile floods) */
+            setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+            snprintf(label, sizeof label, "%s, pixels' flooding", name);
         } else if (g == 6) { /* each lane's unions on its own (the default pools a warp's) */
-            setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
-            snprintf(label, sizeof label, "%s, unions lane by lane", name);
+            setenv("HYPROF_EAP_WARP_UNITE", "0", 1); /* (the pixels' flooding's) */
+            setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+            snprintf(label, sizeof label, "%s, pixels' flooding, unions lane by lane", name);
         } else if (g == 5) { /* the planes as float on the device, pinned output in pieces */
             setenv("HYPROF_EAP_NARROW", "0", 1);
             setenv("HYPROF_EAP_PIN_PIECE", "100000", 1);
@@ -469,13 +479,14 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_NARROW");
         unsetenv("HYPROF_EAP_STAGE");
         unsetenv("HYPROF_EAP_WARP_UNITE");
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
             hyprof_pinned_cache_set(0);
             continue;
         }
-        if (g == 7 && !(got.owns & HYPROF_OWNS_PINNED))
+        if (g == 8 && !(got.owns & HYPROF_OWNS_PINNED))
             FAIL("%s: the output is not page-locked", label);
         if (expect_cuda(gpu, label))
             report_f32(label, &ref, &got, ms);
@@ -649,11 +660,26 @@ int main(int argc, char **argv)
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 9);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
         setenv("HYPROF_EAP_WARP_UNITE", "0", 1);
-        g_note = ", unions lane by lane";
+        setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+        g_note = ", pixels' flooding, unions lane by lane";
         band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 15);
         band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 3);
         band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 3);
         unsetenv("HYPROF_EAP_WARP_UNITE");
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
+        setenv("HYPROF_EAP_FLOOD_RUN", "0", 1);
+        g_note = ", tile floods, then a launch a level";
+        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 5);
+        band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 1);
+        setenv("HYPROF_EAP_FLOOD_RUN", "64", 1);
+        g_note = ", tile floods, then runs of the levels of up to 64 edges";
+        band_case(cpu, gpu, FEW, 1000, 700, 256, seed++, 1);
+        unsetenv("HYPROF_EAP_FLOOD_RUN");
+        setenv("HYPROF_EAP_TILE_FLOOD", "0", 1);
+        g_note = ", pixels' flooding";
+        band_case(cpu, gpu, PLATEAUS, 640, 480, 256, seed++, 5);
+        band_case(cpu, gpu, SMOOTH, 1000, 700, 256, seed++, 1);
+        unsetenv("HYPROF_EAP_TILE_FLOOD");
         g_note = "";
         if (!over_budget())
             band_case(cpu, gpu, SMOOTH, 640, 480, 65536, seed++, 1);

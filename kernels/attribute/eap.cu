@@ -5,6 +5,25 @@
  * closing image L-1-f). Every threshold of every attribute is derived from
  * that one tree.
  *
+ * Tree, 8-bit levels (the default): tile floods (see FTile below): a block
+ *   per 64 x 64 tile floods its pixels level by level in shared memory
+ *   (the tile's max-tree), then the flooding below runs over what crosses
+ *   the tiles' borders only (the edges across, and the links of the tile
+ *   nodes that reach a border to their tile parents: 0.118 edges a pixel
+ *   instead of 2), the levels with few edges in runs of one launch; both
+ *   with a union-find linked by atomicMin (mu_unite).
+ *   $HYPROF_EAP_TILE_FLOOD=0: the flooding of all the pixels, as follows.
+ *   Measured on an H100 at Pavia Centre size (16 images of 1096 x 715,
+ *   PCA features, 4-connectivity), in the same run: trees 6.2 to 6.5 ms
+ *   against 12.7 for the pixels' flooding (8-connectivity: 9.4 against
+ *   19.0); of them the tiles 3.6 ms (1.05 G instructions; 78 % of the
+ *   warps' time waiting at the level barriers: a tile's level has about
+ *   50 edges, 2 of the 16 warps), the global levels 2.1 ms (one launch,
+ *   about 8 us a level), the counting sort 0.3 and the canonical form 0.6.
+ *   With compare-and-swap links instead of atomicMin the tiles took 3.9 ms
+ *   and the global levels 4.8; a launch a global level 7.7 ms of trees
+ *   instead of 6.5; loading a thread's next edge before a run's barrier,
+ *   or compressing the finds' first nodes, was no faster.
  * Tree, by flooding level by level (see Flood below): a counting sort of
  *   the pixels by level, then, from the top level down, one launch a level
  *   over that level's pixels only, a thread an edge (unite with a lock-free
@@ -156,6 +175,16 @@ __device__ __forceinline__ uint32_t eap_cas_plain(uint32_t *p, uint32_t o, uint3
 }
 #define EAP_LDCG32(p) __ldcg(p)
 #define EAP_LDCG64(p) __ldcg(p)
+/* shared memory (the tile floods) */
+#define EAP_SADD32(p, v) atomicAdd((p), (v))
+#define ft_popc(m) __popc(m)
+#define ft_ctz(m) (__ffs(m) - 1)
+#endif
+
+#ifdef __CUDACC__
+#define EAP_HD __host__ __device__ inline
+#else
+#define EAP_HD inline
 #endif
 
 namespace eap {
@@ -225,7 +254,7 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
  * as it goes (a pixel skips its parent for its same-level grandparent), so
  * that long chains of tile roots (large plateaus) shrink for the threads
  * that come later. */
-EAP_FN uint32_t levelroot(uint32_t *par, const uint16_t *lev, uint32_t x, int &bad)
+template <class I> EAP_FN uint32_t levelroot(I *par, const uint16_t *lev, uint32_t x, int &bad)
 {
     uint16_t l = lev[x];
     uint32_t r = x;
@@ -656,6 +685,397 @@ EAP_FN void body_flood_eunite(const Args &a, const Flood &fl, int img, size_t i,
     size_t o = (size_t)img * a.n;
     uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
     uf_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+}
+
+/* ---- the tree by tile floods (8-bit levels, the default) ----
+ * The flooding above, in two stages. First a block per kFT x kFT tile
+ * floods its own pixels, every level from the top down, in shared memory
+ * (a barrier a level present in the tile, about 170 of 256 at Pavia
+ * Centre size): the tile's max-tree, each of its nodes a component of the
+ * tile's upper level set. Then the flooding over the whole image with only
+ * what the tiles leave open: the edges that cross a tile border, and the
+ * links of the tile nodes that reach a border to their tile parents
+ * (tree edges): 0.118 edges a pixel at Pavia Centre size (0.087 tree,
+ * 0.031 border; 32 x 32 tiles: 0.24), against 2.0 for the pixels'
+ * flooding. Levels with up to 4096 of them an image go in runs of one
+ * launch, a block an image and a barrier a level (k_ftflood_run; at
+ * Pavia Centre size every level), the others a launch each (k_ftflood).
+ * Both stages use the union-find of mu_unite (atomicMin). In the global union-find every pixel starts under its
+ * tile node's canonical element (its level root), so the finds of a
+ * border edge start one step from it. A node that reaches no border is a
+ * component of the whole image's level set too: its parent is its tile
+ * parent's node, as the tile wrote it, and it takes no part in the global
+ * flooding. The par[] that comes out has links to smaller keys and the
+ * same canonical elements as the pixel flooding's (the tile edges are
+ * replaced by edges that join the same sets at every level: a node's
+ * pixels to its level root at its level, a node to its parent at the
+ * parent's level), so canon1 and canon2 finish it alike.
+ * Global edges: bins 2t (tree edges: the child's pixel index, its tile
+ * parent's level root in aux) and 2t + 1 (border edges, p << 3 | j) of
+ * level t, per image 2 * levels + 1 offsets. */
+const int kFT = 64;                 /* tile side */
+const int kFTN = kFT * kFT;         /* local index ly * kFT + lx: orders like the global one */
+const uint16_t kFTNone = 0xffff;    /* no pixel: outside the image, or masked */
+const uint32_t kUfRoot = 0xffffffffu; /* a root's union-find entry (see mu_unite) */
+
+/* One tile's shared memory (host buffers in the test harness); I: the
+ * type of the local indices in uf and par (uint32_t: mu_unite's atomicMin
+ * has no 16-bit form). */
+template <class I> struct FTile {
+    uint16_t *lev;  /* kFTN */
+    I *uf;          /* kFTN: union-find, then each pixel's level root */
+    I *par;         /* kFTN: the tile's tree, local indices */
+    uint32_t *off;  /* 257: the tile's edges by level, counts then offsets */
+    uint32_t *cur;  /* 256: scatter cursors */
+    uint32_t *bins; /* 2 * levels: the tile's global edges by bin */
+    uint16_t *edge; /* kFTN * (2 or 4): i << 3 | j by level */
+    uint8_t *mark;  /* kFTN: 1 at the level root of a node that reaches a border */
+    uint32_t x0, y0, w, h;
+    int img;
+};
+
+/* Shared bytes of a tile (the layout of ft_carve). */
+template <class I> EAP_HD size_t ft_bytes(int eight)
+{
+    return (257 + 256 + 512 + 3) * 4 + (size_t)kFTN * sizeof(I) * 2 +
+           (size_t)kFTN * 2 * (eight ? 5 : 3) + kFTN;
+}
+
+template <class I> EAP_FN FTile<I> ft_carve(void *mem, const Args &a, unsigned block, int img)
+{
+    FTile<I> s;
+    uint32_t *u = (uint32_t *)mem;
+    s.off = u;
+    s.cur = s.off + 260;
+    s.bins = s.cur + 256;
+    s.uf = (I *)(s.bins + 512);
+    s.par = s.uf + kFTN;
+    uint16_t *h = (uint16_t *)(s.par + kFTN);
+    s.lev = h;
+    s.edge = h + kFTN;
+    s.mark = (uint8_t *)(s.edge + (size_t)kFTN * (a.eight ? 4 : 2));
+    uint32_t tx = (a.width + kFT - 1) / kFT;
+    s.x0 = block % tx * kFT;
+    s.y0 = block / tx * kFT;
+    s.w = a.width - s.x0 < (uint32_t)kFT ? a.width - s.x0 : kFT;
+    s.h = a.height - s.y0 < (uint32_t)kFT ? a.height - s.y0 : kFT;
+    s.img = img;
+    return s;
+}
+
+/* The global index of local pixel i. */
+template <class I> EAP_FN uint32_t ft_global(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    return (s.y0 + i / kFT) * a.width + s.x0 + i % kFT;
+}
+
+template <class I> EAP_FN void ft_load(const Args &a, const FTile<I> &s, unsigned levels, uint32_t i)
+{
+    uint32_t lx = i % kFT, ly = i / kFT;
+    uint16_t l = kFTNone;
+    if (lx < s.w && ly < s.h) {
+        size_t p = ft_global(a, s, i);
+        if (valid(a, p))
+            l = a.lev[(size_t)s.img * a.n + p];
+    }
+    s.lev[i] = l;
+    s.uf[i] = kUfRoot;
+    s.par[i] = i;
+    s.mark[i] = 0;
+    if (i < 257)
+        s.off[i] = 0;
+    if (i < 2 * levels)
+        s.bins[i] = 0;
+}
+
+/* Neighbour j of local pixel i inside the tile, when it is a pixel. */
+template <class I> EAP_FN int ft_neighbour(const FTile<I> &s, uint32_t i, int j, uint32_t &q)
+{
+    int x = (int)(i % kFT), y = (int)(i / kFT);
+    int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
+    int dy = j == 2 || j == 4 || j == 5 ? -1 : j == 3 || j == 6 || j == 7 ? 1 : 0;
+    x += dx;
+    y += dy;
+    if (x < 0 || y < 0 || x >= (int)s.w || y >= (int)s.h)
+        return 0;
+    q = (uint32_t)(y * kFT + x);
+    return s.lev[q] != kFTNone;
+}
+
+/* The tile edges that local pixel i unites (as active_edges). */
+template <class I> EAP_FN unsigned ft_active(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    unsigned m = 0, l = s.lev[i];
+    if (l == kFTNone)
+        return 0;
+    int e = a.eight ? 8 : 4;
+    for (int j = 0; j < e; j++) {
+        uint32_t q;
+        if (ft_neighbour(s, i, j, q)) {
+            unsigned lq = s.lev[q];
+            if (lq > l || (lq == l && q < i))
+                m |= 1u << j;
+        }
+    }
+    return m;
+}
+
+/* (mark holds each pixel's active edges from ft_count to ft_scatter) */
+template <class I> EAP_FN void ft_count(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    unsigned m = ft_active(a, s, i);
+    s.mark[i] = (uint8_t)m;
+    if (m)
+        EAP_SADD32(&s.off[s.lev[i]], ft_popc(m));
+}
+
+/* off: counts to offsets (off[256] the total), cur a copy (one thread). */
+template <class I> EAP_FN void ft_scan_seq(const FTile<I> &s)
+{
+    uint32_t sum = 0;
+    for (int l = 0; l < 256; l++) {
+        uint32_t c = s.off[l];
+        s.off[l] = s.cur[l] = sum;
+        sum += c;
+    }
+    s.off[256] = sum;
+}
+
+template <class I> EAP_FN void ft_scatter(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    unsigned m = s.mark[i];
+    if (!m)
+        return;
+    s.mark[i] = 0;
+    uint32_t at = EAP_SADD32(&s.cur[s.lev[i]], ft_popc(m));
+    for (; m; m &= m - 1)
+        s.edge[at++] = (uint16_t)(i << 3 | (uint32_t)ft_ctz(m));
+}
+
+/* The local offset of neighbour j. */
+EAP_FN int ft_delta(unsigned j)
+{
+    switch (j) {
+    case 0: return -1;
+    case 1: return 1;
+    case 2: return -kFT;
+    case 3: return kFT;
+    case 4: return -kFT - 1;
+    case 5: return -kFT + 1;
+    case 6: return kFT - 1;
+    default: return kFT + 1;
+    }
+}
+
+/* The union-find of the tile floods (in shared memory for a tile, in
+ * global memory after): a root's entry is kUfRoot, and a root goes under
+ * another by atomicMin, not compare-and-swap. A level's edges mostly join
+ * the same few components: with compare-and-swap the threads that would
+ * link the same root succeed one a round, each loser finding its roots
+ * again (measured on an H100 at Pavia Centre size: 3.9 ms of tiles and
+ * 4.8 ms of global levels, 19 us a level). atomicMin never fails: the
+ * first to lower a root's entry links it (and records it in par), a later
+ * one lowers the entry to a smaller index if it can and goes on uniting
+ * the parent it read with its own root. Every link made joins pixels that
+ * are connected at this level, and goes to a smaller key (the new parent
+ * is the smaller-key root of the pair; all links made at level t go to
+ * pixels of level t, among which the index orders like the key), so no
+ * cycle can form, the root of a component stays its pixel of smallest key,
+ * and every pixel's par is written once, when it stops being a root, with
+ * a pixel of the level it was linked at, in its component. */
+
+/* The roots of a and b, given pa = uf[a] and pb = uf[b] as read (both
+ * walks at once, path splitting: as uf_find2). (Also putting the first two
+ * nodes of each walk straight under the root found was no faster: 6.5 ms
+ * of trees against 6.2 at Pavia Centre size on an H100; a find takes
+ * about 2 steps, counted on the host.) */
+EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
+{
+    while (pa != kUfRoot || pb != kUfRoot) {
+        uint32_t ga = kUfRoot, gb = kUfRoot;
+        if (pa != kUfRoot)
+            ga = uf[pa];
+        if (pb != kUfRoot)
+            gb = uf[pb];
+        if (pa != kUfRoot) {
+            if (ga != kUfRoot)
+                uf[a] = ga;
+            a = pa;
+            pa = ga;
+        }
+        if (pb != kUfRoot) {
+            if (gb != kUfRoot)
+                uf[b] = gb;
+            b = pb;
+            pb = gb;
+        }
+    }
+}
+
+EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b,
+                     uint32_t pa, uint32_t pb)
+{
+    for (;;) {
+        mu_find2(uf, a, b, pa, pb);
+        if (a == b)
+            return;
+        if (higher(lev, b, a)) {
+            uint32_t t = a;
+            a = b;
+            b = t;
+        }
+        uint32_t r = EAP_MIN32(&uf[a], b);
+        if (r == kUfRoot) { /* key(a) > key(b): a under b */
+            par[a] = b;
+            return;
+        }
+        /* a had a parent, r: unite r and b, both taken for roots (the next
+         * atomicMin tells) */
+        a = r;
+        pa = pb = kUfRoot;
+    }
+}
+
+template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
+{
+    volatile uint32_t *uf = s.uf;
+    uint32_t v = s.edge[k];
+    uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
+    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b]);
+}
+
+/* uf becomes each pixel's level root (levelroot compresses par within a
+ * level only: the level roots' links stay). */
+template <class I> EAP_FN void ft_levelroot(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    if (s.lev[i] == kFTNone)
+        return;
+    int bad = 0;
+    s.uf[i] = levelroot(s.par, s.lev, i, bad);
+    if (bad)
+        EAP_OR32(a.error, bad);
+}
+
+/* Whether local pixel i has a neighbour outside the tile; with `active`,
+ * the mask of such edges that p unites (as active_edges). */
+template <class I> EAP_FN unsigned ft_crossing(const Args &a, const FTile<I> &s, uint32_t i, uint32_t p, int active)
+{
+    int x = (int)(i % kFT), y = (int)(i / kFT);
+    if (x > 0 && y > 0 && x + 1 < (int)s.w && y + 1 < (int)s.h)
+        return 0; /* inside: every neighbour in the tile */
+    size_t o = (size_t)s.img * a.n;
+    unsigned m = 0, l = s.lev[i];
+    int e = a.eight ? 8 : 4;
+    for (int j = 0; j < e; j++) {
+        int dx = j == 0 || j == 4 || j == 6 ? -1 : j == 1 || j == 5 || j == 7 ? 1 : 0;
+        int dy = j == 2 || j == 4 || j == 5 ? -1 : j == 3 || j == 6 || j == 7 ? 1 : 0;
+        int nx = x + dx, ny = y + dy;
+        if (nx >= 0 && ny >= 0 && nx < (int)s.w && ny < (int)s.h)
+            continue; /* in the tile */
+        int64_t gx = (int64_t)s.x0 + nx, gy = (int64_t)s.y0 + ny;
+        if (gx < 0 || gy < 0 || gx >= (int64_t)a.width || gy >= (int64_t)a.height)
+            continue;
+        uint32_t q = (uint32_t)(gy * a.width + gx);
+        if (!valid(a, q))
+            continue;
+        if (!active)
+            return 1;
+        unsigned lq = a.lev[o + q];
+        if (lq > l || (lq == l && q < p))
+            m |= 1u << j;
+    }
+    return m;
+}
+
+/* From each pixel next to the border, its node and their ancestors get a
+ * mark (a walk stops at a marked node: whoever marked it walks on). */
+template <class I> EAP_FN void ft_mark(const Args &a, const FTile<I> &s, uint32_t i)
+{
+    if (s.lev[i] == kFTNone || !ft_crossing(a, s, i, ft_global(a, s, i), 0))
+        return;
+    uint32_t x = s.uf[i];
+    for (int it = 0; it < kFTN && !s.mark[x]; it++) {
+        s.mark[x] = 1;
+        uint32_t q = s.par[x];
+        if (q == x)
+            break;
+        x = s.uf[q];
+    }
+}
+
+/* Pixel i's par (its level root; a level root: its tile parent's level
+ * root, or itself), its global union-find entry (its level root), its
+ * tree edge (k0, aux) and its border edges (node: the mask), counted in
+ * the tile's bins. */
+template <class I> EAP_FN void ft_emit(const Args &a, const Flood &fl, const FTile<I> &s, uint32_t i)
+{
+    uint32_t lx = i % kFT, ly = i / kFT;
+    if (lx >= s.w || ly >= s.h)
+        return;
+    size_t o = (size_t)s.img * a.n;
+    uint32_t p = ft_global(a, s, i);
+    if (s.lev[i] == kFTNone) {
+        a.k0[o + p] = 0;
+        a.node[o + p] = 0;
+        return;
+    }
+    uint32_t r = s.uf[i], q = s.par[i], pg;
+    int tree = 0;
+    if (r != i)
+        pg = ft_global(a, s, r);
+    else if (q == i)
+        pg = p;
+    else {
+        pg = ft_global(a, s, s.uf[q]);
+        tree = s.mark[i];
+    }
+    a.par[o + p] = pg;
+    fl.uf[o + p] = r == i ? kUfRoot : pg;
+    a.k0[o + p] = (uint8_t)tree;
+    if (tree) {
+        a.aux[o + p] = pg;
+        EAP_SADD32(&s.bins[2 * s.lev[q]], 1u);
+    }
+    unsigned m = ft_crossing(a, s, i, p, 1);
+    a.node[o + p] = (uint8_t)m;
+    if (m)
+        EAP_SADD32(&s.bins[2 * s.lev[i] + 1], ft_popc(m));
+}
+
+/* The global edges' bin of pixel p's tree edge, and of its border edges. */
+EAP_FN unsigned ft_tree_bin(const Args &a, size_t o, uint32_t p)
+{
+    return 2u * a.lev[o + a.aux[o + p]];
+}
+
+/* Thread i of level t's launch: the i-th global edge of level t of image
+ * img (tree edges first); its two ends in p, q. 0 past the end. */
+EAP_FN int ft_global_edge(const Args &a, const Flood &fl, int img, size_t i, unsigned t,
+                          uint32_t &p, uint32_t &q)
+{
+    const uint32_t *off = fl.off + (size_t)img * (2 * fl.levels + 1);
+    uint32_t b = off[2 * t], m = off[2 * t + 1], e = off[2 * t + 2];
+    if (i >= e - b)
+        return 0;
+    uint32_t v = fl.ord[(size_t)img * fl.stride + b + i];
+    if (i < m - b) {
+        p = v;
+        q = a.aux[(size_t)img * a.n + p];
+    } else {
+        p = v >> 3;
+        q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
+    }
+    return 1;
+}
+
+EAP_FN void body_ft_unite(const Args &a, const Flood &fl, int img, size_t i, unsigned t)
+{
+    uint32_t p, q;
+    if (!ft_global_edge(a, fl, img, i, t, p, q))
+        return;
+    size_t o = (size_t)img * a.n;
+    uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
+    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
 
 /* The canonical element of p's node (after canon2). */
@@ -1146,6 +1566,154 @@ __global__ void k_flood_eunite_warp(Args a, Flood fl, unsigned t)
     uint32_t pp = __ldcg(&fl.uf[o + p]), pq = __ldcg(&fl.uf[o + q]);
     uf_unite_warp(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
+/* The tile floods (see FTile): a block a tile, its shared memory laid out
+ * by ft_carve; a barrier after each phase and after each level present in
+ * the tile. */
+const int kFTThreads = 512;
+/* off: counts to offsets, by warp 0 (8 levels a lane) */
+template <class I> __device__ void ft_scan_warp(const FTile<I> &s)
+{
+    const int lane = (int)(threadIdx.x & 31);
+    uint32_t v[8], sum = 0;
+    for (int k = 0; k < 8; k++) {
+        v[k] = s.off[lane * 8 + k];
+        sum += v[k];
+    }
+    uint32_t inc = sum;
+    for (int d = 1; d < 32; d <<= 1) {
+        uint32_t y = __shfl_up_sync(0xffffffffu, inc, d);
+        if (lane >= d)
+            inc += y;
+    }
+    uint32_t run = inc - sum;
+    for (int k = 0; k < 8; k++) {
+        s.off[lane * 8 + k] = s.cur[lane * 8 + k] = run;
+        run += v[k];
+    }
+    if (lane == 31)
+        s.off[256] = inc;
+}
+#define FT_EACH(body)                                                                     \
+    for (uint32_t i = threadIdx.x; i < (uint32_t)kFTN; i += blockDim.x)                   \
+        body;                                                                             \
+    __syncthreads()
+/* ghist: per image, 2 * levels bins of global edges (counts) */
+template <class I>
+__global__ void __launch_bounds__(kFTThreads) k_ftile(Args a, Flood fl, uint32_t *ghist)
+{
+    extern __shared__ uint32_t ft_mem[];
+    const FTile<I> s = ft_carve<I>(ft_mem, a, blockIdx.x, (int)blockIdx.y);
+    const unsigned L = fl.levels;
+    FT_EACH(ft_load(a, s, L, i));
+    FT_EACH(ft_count(a, s, i));
+    if (threadIdx.x < 32)
+        ft_scan_warp(s);
+    __syncthreads();
+    FT_EACH(ft_scatter(a, s, i));
+    for (int t = (int)L - 1; t >= 0; t--) {
+        uint32_t b = s.off[t], e = s.off[t + 1];
+        if (b == e)
+            continue;
+        for (uint32_t k = b + threadIdx.x; k < e; k += blockDim.x)
+            ft_unite(s, k);
+        __syncthreads();
+    }
+    FT_EACH(ft_levelroot(a, s, i));
+    FT_EACH(ft_mark(a, s, i));
+    FT_EACH(ft_emit(a, fl, s, i));
+    uint32_t *g = ghist + (size_t)blockIdx.y * 2 * L;
+    for (uint32_t k = threadIdx.x; k < 2 * L; k += blockDim.x)
+        if (s.bins[k])
+            atomicAdd(&g[k], s.bins[k]);
+}
+#undef FT_EACH
+/* The global edges' counting sort, as k_escatter (2 * levels bins). */
+__device__ void ft_chunk_hist(const Args &a, int img, uint32_t *h)
+{
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            if (a.k0[o + p])
+                atomicAdd(&h[ft_tree_bin(a, o, (uint32_t)p)], 1u);
+            unsigned m = a.node[o + p];
+            if (m)
+                atomicAdd(&h[2 * a.lev[o + p] + 1], (unsigned)__popc(m));
+        }
+}
+__global__ void k_ftscatter(Args a, Flood fl, uint32_t *cursor)
+{
+    __shared__ uint32_t h[2 * kFloodLevels], base[2 * kFloodLevels];
+    const unsigned nb = 2 * fl.levels;
+    int img = (int)blockIdx.y;
+    for (unsigned i = threadIdx.x; i < nb; i += blockDim.x)
+        h[i] = 0;
+    __syncthreads();
+    ft_chunk_hist(a, img, h);
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < nb; i += blockDim.x) {
+        base[i] = h[i] ? atomicAdd(&cursor[(size_t)img * nb + i], h[i]) : 0;
+        h[i] = 0;
+    }
+    __syncthreads();
+    size_t o = (size_t)img * a.n, p0 = (size_t)blockIdx.x * kSortChunk;
+    size_t p1 = p0 + kSortChunk < a.n ? p0 + kSortChunk : a.n;
+    uint32_t *ord = fl.ord + (size_t)img * fl.stride;
+    for (size_t p = p0 + threadIdx.x; p < p1; p += blockDim.x)
+        if (valid(a, p)) {
+            if (a.k0[o + p]) {
+                unsigned bin = ft_tree_bin(a, o, (uint32_t)p);
+                ord[base[bin] + atomicAdd(&h[bin], 1u)] = (uint32_t)p;
+            }
+            unsigned m = a.node[o + p];
+            if (!m)
+                continue;
+            unsigned bin = 2 * a.lev[o + p] + 1;
+            uint32_t at = base[bin] + atomicAdd(&h[bin], (unsigned)__popc(m));
+            for (; m; m &= m - 1)
+                ord[at++] = (uint32_t)p << 3 | (uint32_t)(__ffs(m) - 1);
+        }
+}
+/* The global flooding's level t: its tree and border edges. */
+__global__ void k_ftflood(Args a, Flood fl, unsigned t)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    body_ft_unite(a, fl, (int)blockIdx.y, i, t);
+}
+/* Levels hi down to lo of the global flooding in one launch, a block an
+ * image, a barrier a level: for runs of levels with few edges (after the
+ * tile floods a level has a few hundred to a few thousand an image at
+ * Pavia Centre size), where a launch a level costs more than the level's
+ * work. The levels' offsets are in shared memory. (Loading each thread's
+ * first edge of the next level before the barrier was no faster.) */
+const int kRunThreads = 1024;
+__global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, int hi, int lo)
+{
+    __shared__ uint32_t so[2 * kFloodLevels + 1];
+    const int img = (int)blockIdx.y;
+    const size_t o = (size_t)img * a.n;
+    const unsigned nb = 2 * fl.levels;
+    for (unsigned k = threadIdx.x; k <= nb; k += blockDim.x)
+        so[k] = fl.off[(size_t)img * (nb + 1) + k];
+    __syncthreads();
+    const uint32_t *ord = fl.ord + (size_t)img * fl.stride;
+    uint32_t *uf = fl.uf + o;
+    for (int t = hi; t >= lo; t--) {
+        uint32_t b = so[2 * t], m = so[2 * t + 1] - b, cnt = so[2 * t + 2] - b;
+        for (uint32_t i = threadIdx.x; i < cnt; i += blockDim.x) {
+            uint32_t v = __ldcg(&ord[b + i]), p, q;
+            if (i < m) { /* a tree edge */
+                p = v;
+                q = __ldcg(&a.aux[o + p]);
+            } else {
+                p = v >> 3;
+                q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
+            }
+            mu_unite(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]));
+        }
+        __syncthreads();
+    }
+}
 #define EAP_LEVEL_IDX                                                                     \
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;                             \
     int img = (int)blockIdx.y
@@ -1498,6 +2066,8 @@ class EapCuda {
                  !env_is("HYPROF_EAP_FLOOD_LIST", "pixels") &&
                  !env_is("HYPROF_EAP_FLOOD_EDGES", "0");
         ecap_ = elist_ ? n_ * (a->connectivity == 8 ? 4 : 2) : n_;
+        /* the tile floods ($HYPROF_EAP_TILE_FLOOD=0: the pixels' flooding) */
+        ftile_ = elist_ && !env_is("HYPROF_EAP_TILE_FLOOD", "0");
         HYPROF_TRY(plan());
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
@@ -1654,6 +2224,7 @@ class EapCuda {
     bool need_cnt_ = false, need_std_ = false, need_inertia_ = false, need_box_ = false;
     bool flood_ = false; /* 8-bit levels: the tree by flooding, else by tiles */
     bool elist_ = false; /* flooding over the list of edges to unite (8-bit levels) */
+    bool ftile_ = false; /* the tile floods, then the global flooding of what they leave */
     size_t ecap_ = 0;    /* ord per image: n, or the edges' capacity */
     DeviceBuffer<uint32_t> ord_, hist_, off_;
     std::vector<uint32_t> hist_h_, off_h_, maxc_;
@@ -1682,7 +2253,7 @@ class EapCuda {
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
         /* + per band with flooding: the histograms and offsets of its two images */
-        size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * ((size_t)a_->levels + 1) * 8 : 0);
+        size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * (2 * (size_t)a_->levels + 1) * 8 : 0);
         size_t planes = n_ * a_->planes * dsize_;
         size_t fixed = n_ + nthr_ * sizeof(double) + 4096;
         nb_ = budget > fixed ? (budget - fixed) / (tree + planes) : 0;
@@ -1756,10 +2327,11 @@ class EapCuda {
         if (flood_) {
             HYPROF_TRY(ord_.alloc(ctx, op, 2 * nb_ * ecap_));
             size_t L = a_->levels;
-            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * L));
-            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (L + 1)));
-            hist_h_.resize(2 * nb_ * L);
-            off_h_.resize(2 * nb_ * (L + 1));
+            size_t bins = ftile_ ? 2 * L : L; /* the tile floods: tree and border edges */
+            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * bins));
+            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (bins + 1)));
+            hist_h_.resize(2 * nb_ * bins);
+            off_h_.resize(2 * nb_ * (bins + 1));
             maxc_.resize(L);
         }
         HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
@@ -1901,6 +2473,90 @@ class EapCuda {
         return canon(nimg);
     }
 
+    /* The tile floods (see FTile): the tiles' trees (one launch, their
+     * global edges counted by bin), one small copy to the host (each
+     * level's grid, the empty levels skipped), the global edges' counting
+     * sort, a launch a level of the global flooding, the canonical form. */
+    hyprof_status_t build_ftile(int nimg)
+    {
+        const char *op = a_->op;
+        Args &g = args_;
+        const unsigned L = a_->levels, nb = 2 * L;
+        Flood fl;
+        fl.off = off_.get();
+        fl.ord = ord_.get();
+        fl.uf = g.aux2;
+        fl.levels = L;
+        fl.stride = ecap_;
+        k_flood_prepare<<<grid(nimg), kThreads>>>(g, fl);
+        HYPROF_CUDA_CHECK_LAUNCH("k_flood_prepare");
+        HYPROF_TRY(traced("k_flood_prepare"));
+        size_t nh = (size_t)nimg * nb;
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(hist_.get(), 0, nh * sizeof(uint32_t)));
+        size_t smem = ft_bytes<uint32_t>(g.eight);
+        auto kern = k_ftile<uint32_t>;
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem));
+        unsigned tiles = (unsigned)(((a_->width + kFT - 1) / kFT) * ((a_->height + kFT - 1) / kFT));
+        kern<<<dim3(tiles, nimg), kFTThreads, smem>>>(g, fl, hist_.get());
+        HYPROF_CUDA_CHECK_LAUNCH("k_ftile");
+        HYPROF_TRY(traced("k_ftile"));
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_h_.data(), hist_.get(), nh * sizeof(uint32_t),
+                                     cudaMemcpyDeviceToHost));
+        uint32_t *maxc = maxc_.data();
+        std::fill(maxc_.begin(), maxc_.end(), 0u);
+        size_t total = 0;
+        for (int i = 0; i < nimg; i++) {
+            uint32_t *h = hist_h_.data() + (size_t)i * nb, *o = off_h_.data() + (size_t)i * (nb + 1);
+            uint32_t sum = 0;
+            for (unsigned k = 0; k < nb; k++) {
+                uint32_t c = h[k];
+                o[k] = h[k] = sum; /* hist becomes the scatter's cursor */
+                sum += c;
+            }
+            o[nb] = sum;
+            total += sum;
+            for (unsigned l = 0; l < L; l++)
+                maxc[l] = std::max(maxc[l], o[2 * l + 2] - o[2 * l]);
+        }
+        if (trace_)
+            hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: trace: %zu global edges, %.3f a pixel", op,
+                        total, (double)total / ((double)nimg * (double)n_));
+        HYPROF_CUDA_CHECK(cudaMemcpy(off_.get(), off_h_.data(),
+                                     (size_t)nimg * (nb + 1) * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        HYPROF_CUDA_CHECK(cudaMemcpy(hist_.get(), hist_h_.data(), nh * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice));
+        dim3 gs((unsigned)((n_ + kSortChunk - 1) / kSortChunk), nimg);
+        k_ftscatter<<<gs, kThreads>>>(g, fl, hist_.get());
+        HYPROF_CUDA_CHECK_LAUNCH("k_ftscatter");
+        HYPROF_TRY(traced("k_ftscatter"));
+        /* $HYPROF_EAP_FLOOD_RUN=N: levels of at most N edges an image go in
+         * runs (k_ftflood_run), 0: a launch a level */
+        const char *rs = getenv("HYPROF_EAP_FLOOD_RUN");
+        uint32_t cap = rs ? (uint32_t)strtoul(rs, nullptr, 10) : 4096u;
+        for (int l = (int)L - 1; l >= 0;) {
+            if (!maxc[l]) {
+                l--;
+                continue;
+            }
+            if (maxc[l] <= cap) {
+                int hi = l;
+                while (l >= 0 && maxc[l] <= cap)
+                    l--;
+                k_ftflood_run<<<dim3(1, nimg), kRunThreads>>>(g, fl, hi, l + 1);
+                HYPROF_CUDA_CHECK_LAUNCH("k_ftflood_run");
+                continue;
+            }
+            dim3 ge((unsigned)((maxc[l] + kThreads - 1) / kThreads), nimg);
+            k_ftflood<<<ge, kThreads>>>(g, fl, (unsigned)l);
+            HYPROF_CUDA_CHECK_LAUNCH("k_ftflood");
+            l--;
+        }
+        HYPROF_TRY(traced("global flood levels"));
+        return canon(nimg);
+    }
+
     /* The canonical form of a tree in par (links to smaller keys). */
     hyprof_status_t canon(int nimg)
     {
@@ -1919,6 +2575,8 @@ class EapCuda {
     hyprof_status_t build(int nimg)
     {
         const char *op = a_->op;
+        if (ftile_)
+            return build_ftile(nimg);
         if (flood_)
             return build_flood(nimg);
         Args &g = args_;
