@@ -18,7 +18,11 @@
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
  *               eadp.c (lo + t (hi - lo), the same fallbacks)
- *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked)
+ *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
+ *               for the float FED's default kernel (fed_shfl_body) the edge
+ *               conductances towards the east and south neighbours instead
+ *               of g (diffuse_cond_body: g is fixed per band, so they are
+ *               computed once per band instead of once per FED launch)
  *   FED         per increment, cycles x nsteps Jacobi steps, in float by
  *               default (u and g stored as float: 12 bytes per pixel and
  *               launch; $HYPROF_EADP_PRECISION=double for double), fused K steps per
@@ -36,6 +40,12 @@
  *               (double); the float kernel (fed_fused_pad_body) updates every
  *               row and reads edge neighbours from a zero border instead
  *               (fewer instructions: it is issue-bound).
+ *               Float default since the 12:35 round: fed_shfl_body, K = 6
+ *               steps on 128 x 64 regions, each thread 4 columns x 4 rows in
+ *               registers, the conductances loaded (not computed) per launch,
+ *               east/west neighbours across threads by warp shuffles and only
+ *               the strips' first and last rows through shared memory;
+ *               $HYPROF_EADP_FED=pad: the padded kernel above.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -72,6 +82,9 @@
  * FED launches of an increment n bands at a time (their data stays in L2);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
+ * $HYPROF_EADP_COLS=2 gives fed_shfl_body's threads 2 columns instead of 4
+ * (64 x 64 regions), $HYPROF_EADP_STRIP=8 8 rows instead of 4 (8 warps
+ * per region instead of 16); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -639,6 +652,17 @@ HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState 
     k[b] = v;
 }
 
+/* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
+HYPROF_EADP_FN double diffusivity_of(double Gv, double k2, int diffusivity)
+{
+    const double r = Gv / k2;
+    if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
+        return exp(-r);
+    if (diffusivity == (int)HYPROF_DIFFUSIVITY_G3)
+        return r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
+    return 1.0 / add_rn(1.0, r);
+}
+
 /* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked), both
  * as T (u may overwrite G: each element is read before it is written). */
 template <typename T>
@@ -658,16 +682,49 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             u[i] = (T)0.0;
             continue;
         }
-        const double r = G[i] / k2;
-        double g;
-        if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
-            g = exp(-r);
-        else if (diffusivity == (int)HYPROF_DIFFUSIVITY_G3)
-            g = r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
-        else
-            g = 1.0 / add_rn(1.0, r);
-        gm[i] = (T)g;
+        gm[i] = (T)diffusivity_of(G[i], k2, diffusivity);
         u[i] = (T)x[i];
+    }
+}
+
+/* The float g of pixel p (band offset off), -1 where masked. */
+HYPROF_EADP_FN float g_f32(const uint8_t *mask, const double *G, size_t off, size_t p, double k2,
+                           int diffusivity)
+{
+    return (mask && !mask[p]) ? -1.0f : (float)diffusivity_of(G[off + p], k2, diffusivity);
+}
+
+/* For the float FED of fed_shfl_body: u = x (0 where masked) and the fixed
+ * edge conductances of each pixel towards its east and south neighbours,
+ * ce = edge_c(g_p, g_east) and cs = edge_c(g_p, g_south) (0 at the image's
+ * edge and next to masked pixels), from the same float g as diffuse_body:
+ * the FED then multiplies the same conductances, bit for bit. The g of the
+ * east and south neighbours is computed again here (no g plane, no second
+ * pass). G, u, ce and cs must not overlap. */
+HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, const float *x, const uint8_t *mask, int W,
+                                      int H, size_t npix, const double *k, int diffusivity,
+                                      const double *G, float *u, float *ce, float *cs)
+{
+    const int b = t.bz;
+    const int xx = t.bx * t.bdx + t.tx;
+    if (xx >= W)
+        return;
+    const double kb = k[b], k2 = mul_rn(kb, kb);
+    const size_t off = (size_t)b * npix;
+    for (int y = t.by * t.bdy + t.ty; y < H; y += t.gdy * t.bdy) {
+        const size_t p = (size_t)y * W + xx, i = off + p;
+        const float gp = g_f32(mask, G, off, p, k2, diffusivity);
+        if (gp < 0.0f) {
+            u[i] = 0.0f;
+            ce[i] = 0.0f;
+            cs[i] = 0.0f;
+            continue;
+        }
+        const float ge = xx + 1 < W ? g_f32(mask, G, off, p + 1, k2, diffusivity) : -1.0f;
+        const float gs = y + 1 < H ? g_f32(mask, G, off, p + (size_t)W, k2, diffusivity) : -1.0f;
+        ce[i] = edge_c(gp, ge);
+        cs[i] = edge_c(gp, gs);
+        u[i] = x[i];
     }
 }
 
@@ -863,6 +920,152 @@ HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW
         const int r = rb + i;
         if (r >= K && r < RH - K && (unsigned)(y0 + i) < (unsigned)H)
             ob[ro] = u[i];
+    }
+}
+
+/* The float FED's default kernel: K fused steps on a (32 C) x (BY R) region
+ * (output tile + halo K) with the edge conductances precomputed
+ * (diffuse_cond_body) and the horizontal neighbours exchanged by warp
+ * shuffles. Warp w (thread row) owns rows w R .. w R + R - 1 of the region,
+ * lane l the C adjacent columns C l .. C l + C - 1: a pixel's other
+ * neighbours are in the thread's registers, except its north and south ones
+ * at the strip's top and bottom rows, which go through shared memory (two
+ * rows of the strip per step instead of all of them, one barrier per step),
+ * and its west and east ones at the thread's first and last column (a
+ * shuffle each). The region's edge columns (lanes 0 and 31) and rows
+ * (warps 0 and BY - 1) get a neighbour that is not theirs (a finite value:
+ * their own or zero): like every pixel within s of the region's edge after s
+ * steps, they are wrong but never reach the output tile. Per pixel and
+ * step: the nine float operations of fed_update, 2 / C shuffles and 4 / R
+ * shared accesses per column (fed_fused_pad_body: one store and two loads).
+ * Pixels outside the image have u = 0 and zero conductances (they stay 0).
+ * Same operations in the same order as fed_fused_pad_body on the same
+ * conductances: the same bits. Device code only (shuffles): no host
+ * harness runs it. */
+struct FedStepsF {
+    float tau[kMaxFuse];
+    int n;
+};
+
+template <int K, int BY, int R, int C> struct FedShflSmem {
+    float top[2][BY + 1][32 * C]; /* [plane][w]: warp w's first row; [BY]: zeros */
+    float bot[2][BY + 1][32 * C]; /* [plane][w + 1]: warp w's last row; [0]: zeros */
+};
+
+template <int C> __device__ __forceinline__ void sm_store(float *p, const float (&v)[C])
+{
+    if (C == 4)
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else if (C == 2)
+        *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+    else
+        for (int j = 0; j < C; ++j)
+            p[j] = v[j];
+}
+template <int C> __device__ __forceinline__ void sm_load(const float *p, float (&v)[C])
+{
+    if (C == 4) {
+        const float4 q = *reinterpret_cast<const float4 *>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else if (C == 2) {
+        const float2 q = *reinterpret_cast<const float2 *>(p);
+        v[0] = q.x, v[1] = q.y;
+    } else
+        for (int j = 0; j < C; ++j)
+            v[j] = p[j];
+}
+
+template <int K, int BY, int R, int C>
+__device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
+                                              float *uout, const float *ceg, const float *csg,
+                                              int W, int H, size_t npix, const FedStepsF &steps)
+{
+    const int RW = 32 * C, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const int x0 = (int)blockIdx.x * OW - K + c0;
+    const int y0 = (int)blockIdx.y * OH - K + rb;
+    const size_t boff = (size_t)blockIdx.z * npix;
+    const float *ub = uin + boff, *eb = ceg + boff, *sb = csg + boff;
+
+    float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
+    bool colin[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+        colin[j] = (unsigned)(x0 + j) < (unsigned)W;
+    /* Row pointers formed unconditionally (never dereferenced outside the
+     * image): one address per row and array, the columns at immediate
+     * offsets (the prologue is a third of the kernel's instructions). */
+    const int ro = y0 * W + x0; /* offset of (y0, x0) in the band (< 2^31: checked on the host) */
+    const float *pu = ub + ro, *pe = eb + ro, *ps = sb + ro;
+    {
+        const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = rin && colin[j] ? __ldg(ps + j - W) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+        const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+            const bool in = rin && colin[j];
+            u[i][j] = in ? __ldg(pu + j) : 0.0f;
+            ce[i][j] = in ? __ldg(pe + j) : 0.0f;
+            cs[i][j] = in ? __ldg(ps + j) : 0.0f;
+        }
+        cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
+    }
+    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
+        float z[C];
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            z[j] = 0.0f;
+        for (int p = 0; p < 2; ++p)
+            sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
+    }
+    for (int s = 0; s < steps.n; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C];
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            float nu[C];
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
+                const float uw = j > 0 ? u[i][j - 1] : uw0;
+                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
+                const float cw = j > 0 ? ce[i][j - 1] : cwl[i];
+                const float cn = i > 0 ? cs[i - 1][j] : cn0[j];
+                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], ce[i][j], cw, cs[i][j], cn,
+                                          tau);
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                un[j] = u[i][j];
+                u[i][j] = nu[j];
+            }
+        }
+    }
+    float *po = uout + boff + ro;
+#pragma unroll
+    for (int i = 0; i < R; ++i, po += W) {
+        const int r = rb + i;
+        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
+            continue;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            if (c0 + j >= K && c0 + j < RW - K && colin[j])
+                po[j] = u[i][j];
     }
 }
 
@@ -1151,6 +1354,27 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
                                     uout, gm, W, H, npix, steps);
 }
 
+/* Static shared memory (FedShflSmem, 35 KiB at most); at least 16 / BY
+ * blocks of 32 BY threads per SM: 128 registers at most. */
+template <int K, int BY, int R, int C>
+__global__ void __launch_bounds__(32 * BY, 16 / BY)
+    fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
+                    const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
+                    size_t npix, const __grid_constant__ FedStepsF steps)
+{
+    __shared__ FedShflSmem<K, BY, R, C> sm;
+    fed_shfl_body<K, BY, R, C>(sm, uin, uout, ceg, csg, W, H, npix, steps);
+}
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    diffuse_cond_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W,
+                        int H, size_t npix, const double *__restrict__ k, int diffusivity,
+                        const double *__restrict__ G, float *__restrict__ u,
+                        float *__restrict__ ce, float *__restrict__ cs)
+{
+    diffuse_cond_body(HYPROF_EADP_THR, x, mask, W, H, npix, k, diffusivity, G, u, ce, cs);
+}
+
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
 template <int K, int BY, int R, int CW, bool Fma>
 __global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
@@ -1257,6 +1481,24 @@ const void *fused_f32_ptr(int K, int rows, int R)
     return rows == 64 ? fused_f32_ptr_k<8, 8>(K) : fused_f32_ptr_k<4, 8>(K);
 }
 
+/* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
+ * per thread. */
+template <int R, int C> const void *fed_shfl_ptr_k(int K)
+{
+    switch (K) {
+    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C>;
+    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C>;
+    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C>;
+    }
+}
+
+const void *fed_shfl_ptr(int K, int R, int C)
+{
+    if (R == 8)
+        return C == 2 ? fed_shfl_ptr_k<8, 2>(K) : fed_shfl_ptr_k<8, 4>(K);
+    return C == 2 ? fed_shfl_ptr_k<4, 2>(K) : fed_shfl_ptr_k<4, 4>(K);
+}
+
 int env_int(const char *name, int dflt)
 {
     const char *s = getenv(name);
@@ -1351,6 +1593,8 @@ class EadpCuda {
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
     bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
+    bool shfl = false;    /* float FED on precomputed conductances (fed_shfl_kernel) */
+    int cols = 4;         /* fed_shfl_kernel: columns per thread */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1493,7 +1737,16 @@ hyprof_status_t EadpCuda::plan()
     /* Float: 8-row strips (256 threads per region) by default, measured 9 %
      * faster than 4-row ones on an H200 (FED 2.27 against 2.50 ms of event
      * time, Houston size, 7 bands); 16-row ones for float only. */
-    strip = env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
+    /* The float default: fed_shfl_kernel ($HYPROF_EADP_FED=pad: the padded
+     * shared-memory kernel), 64-row regions only, 4 or 8 rows per thread, 2
+     * or 4 columns, K >= 4; offsets in int. */
+    const char *fedk = getenv("HYPROF_EADP_FED");
+    const int sstrip = env_int("HYPROF_EADP_STRIP", 4);
+    shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || sstrip == 8) &&
+           !(fedk && strcmp(fedk, "pad") == 0) &&
+           (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
+    cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
+    strip = shfl ? sstrip : env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
     if (strip != 2 && strip != 8 && !(strip == 16 && f32))
         strip = 4;
     if (strip == 2) /* 1024 threads per 64 x 32 region: no 64-row regions */
@@ -1504,7 +1757,7 @@ hyprof_status_t EadpCuda::plan()
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
-    if (fuse > 1) {
+    if (fuse > 1 && !shfl) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
         const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
@@ -1606,7 +1859,12 @@ hyprof_status_t EadpCuda::plan()
                 a->width, a->height, a->bands, C, a->cycles, (a->bands + group - 1) / group,
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
                 f32 ? "float" : "double", graphs.size(), fma ? ", FMA" : "", L.total);
-    if (fuse > 1)
+    if (shfl)
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "eadp: %d FED steps per launch on %d x 64 regions, %d x %d pixels per "
+                    "thread, precomputed conductances, shuffles",
+                    fuse, 32 * cols, cols, strip);
+    else if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
                     fuse, tile_rows, strip,
@@ -1691,7 +1949,11 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
-    if (f32) /* B (s) is free now: u goes there */
+    if (shfl) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
+        diffuse_cond_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
+            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix);
+    else if (f32) /* B (s) is free now: u goes there */
         diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
             x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
             reinterpret_cast<float *>(gm));
@@ -1749,6 +2011,27 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
             fs.n = (int)(steps.size() - s0 < per ? steps.size() - s0 : per);
             for (int j = 0; j < fs.n; ++j)
                 fs.tau[j] = steps[s0 + (size_t)j];
+            if (shfl) {
+                FedStepsF ff;
+                memset(&ff, 0, sizeof ff);
+                ff.n = fs.n;
+                for (int j = 0; j < fs.n; ++j)
+                    ff.tau[j] = (float)fs.tau[j];
+                const int ow = 32 * cols - 2 * fuse, oh = 64 - 2 * fuse;
+                const dim3 grid((unsigned)((W + ow - 1) / ow), (unsigned)((H + oh - 1) / oh),
+                                (unsigned)nb);
+                const float *ce = dev<float>(L.gm) + b0 * npix;
+                const float *cs = ce + group * npix;
+                const float *ui = reinterpret_cast<const float *>(uin);
+                float *uo = reinterpret_cast<float *>(uout);
+                void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce, (void *)&cs,
+                                  (void *)&W,  (void *)&H,  (void *)&npix, (void *)&ff};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols), grid,
+                                                  dim3(32, (unsigned)(64 / strip)), params, 0,
+                                                  st));
+                *cur ^= 1;
+                continue;
+            }
             const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
@@ -1929,7 +2212,8 @@ void EadpCuda::report()
     if (!(fed_ms > 0.0))
         return;
     const double bytes = f32 ? 12.0 : 24.0; /* u and g read, u written */
-    const double gb = bytes * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    /* fed_shfl_kernel reads u, ce and cs: 16 bytes per pixel and launch */
+    const double gb = (shfl ? 16.0 : bytes) * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
     const double eq = bytes * fed_step_pix / 1e9 / (fed_ms * 1e-3);
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
