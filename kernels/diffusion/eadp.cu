@@ -83,8 +83,10 @@
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
  * $HYPROF_EADP_COLS=2 gives fed_shfl_body's threads 2 columns instead of 4
- * (64 x 64 regions), $HYPROF_EADP_STRIP=8 8 rows instead of 4 (8 warps
- * per region instead of 16); $HYPROF_EADP_FED=pad the padded kernel;
+ * (64 x 64 regions), with $HYPROF_EADP_STRIP=8 also 8 rows instead of 4 (8
+ * warps per region instead of 16; STRIP=8 alone: the padded kernel);
+ * $HYPROF_EADP_OCC=2 two blocks per SM for 4 x 4 pixels per thread (64
+ * registers); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -1354,10 +1356,11 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
                                     uout, gm, W, H, npix, steps);
 }
 
-/* Static shared memory (FedShflSmem, 35 KiB at most); at least 16 / BY
- * blocks of 32 BY threads per SM: 128 registers at most. */
-template <int K, int BY, int R, int C>
-__global__ void __launch_bounds__(32 * BY, 16 / BY)
+/* Static shared memory (FedShflSmem, 35 KiB at most); at least MinB blocks
+ * of 32 BY threads per SM (512 threads, MinB = 1: 96 registers, one block
+ * per SM; MinB = 2: 64 registers, 40 bytes spilled, two). */
+template <int K, int BY, int R, int C, int MinB>
+__global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
                     size_t npix, const __grid_constant__ FedStepsF steps)
@@ -1482,21 +1485,23 @@ const void *fused_f32_ptr(int K, int rows, int R)
 }
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
- * per thread. */
-template <int R, int C> const void *fed_shfl_ptr_k(int K)
+ * per thread, MinB blocks per SM (see plan()). */
+template <int R, int C, int MinB> const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C>;
-    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C>;
-    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C>;
+    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C, MinB>;
+    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C, MinB>;
+    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C, MinB>;
     }
 }
 
-const void *fed_shfl_ptr(int K, int R, int C)
+const void *fed_shfl_ptr(int K, int R, int C, int occ)
 {
     if (R == 8)
-        return C == 2 ? fed_shfl_ptr_k<8, 2>(K) : fed_shfl_ptr_k<8, 4>(K);
-    return C == 2 ? fed_shfl_ptr_k<4, 2>(K) : fed_shfl_ptr_k<4, 4>(K);
+        return fed_shfl_ptr_k<8, 2, 2>(K);
+    if (C == 2)
+        return fed_shfl_ptr_k<4, 2, 1>(K);
+    return occ == 2 ? fed_shfl_ptr_k<4, 4, 2>(K) : fed_shfl_ptr_k<4, 4, 1>(K);
 }
 
 int env_int(const char *name, int dflt)
@@ -1595,6 +1600,7 @@ class EadpCuda {
     bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
     bool shfl = false;    /* float FED on precomputed conductances (fed_shfl_kernel) */
     int cols = 4;         /* fed_shfl_kernel: columns per thread */
+    int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1742,10 +1748,11 @@ hyprof_status_t EadpCuda::plan()
      * or 4 columns, K >= 4; offsets in int. */
     const char *fedk = getenv("HYPROF_EADP_FED");
     const int sstrip = env_int("HYPROF_EADP_STRIP", 4);
-    shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || sstrip == 8) &&
+    cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
+    occ = env_int("HYPROF_EADP_OCC", 1) == 2 ? 2 : 1;
+    shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
            (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
-    cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
     strip = shfl ? sstrip : env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
     if (strip != 2 && strip != 8 && !(strip == 16 && f32))
         strip = 4;
@@ -2026,7 +2033,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 float *uo = reinterpret_cast<float *>(uout);
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce, (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix, (void *)&ff};
-                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols), grid,
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols, occ), grid,
                                                   dim3(32, (unsigned)(64 / strip)), params, 0,
                                                   st));
                 *cur ^= 1;
