@@ -1027,6 +1027,7 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
+#pragma unroll 2 /* the planes' addresses and no register moves between steps */
     for (int s = 0; s < steps.n; ++s) {
         const int p = s & 1;
         sm_store<C>(&sm.top[p][w][c0], u[0]);
