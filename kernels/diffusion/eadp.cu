@@ -51,7 +51,10 @@
  *               default times: every increment; two graphs, one per starting
  *               ping-pong buffer).
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
- *               ring of device slots;
+ *               ring of device slots (with fed_shfl_kernel the increment's
+ *               last FED launch writes its slot itself: no copy_out pass,
+ *               the graph holding the launches before it;
+ *               $HYPROF_EADP_FED_OUTPUT=0 for the separate pass);
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
  *
@@ -980,7 +983,8 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
 template <int K, int BY, int R, int C>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
-                                              int W, int H, size_t npix, const FedStepsF &steps)
+                                              int W, int H, size_t npix, const FedStepsF &steps,
+                                              float *out, const uint8_t *mask, float nodata)
 {
     const int RW = 32 * C, RH = BY * R;
     const int OW = RW - 2 * K, OH = RH - 2 * K;
@@ -1059,16 +1063,22 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             }
         }
     }
-    float *po = uout + boff + ro;
+    /* u, and with out (the increment's last launch) also its profile band:
+     * u, nodata where masked (copy_out_body's values, without its pass). */
+    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
+    const uint8_t *pm = mask + ro;
 #pragma unroll
-    for (int i = 0; i < R; ++i, po += W) {
+    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
         const int r = rb + i;
         if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
             continue;
 #pragma unroll
         for (int j = 0; j < C; ++j)
-            if (c0 + j >= K && c0 + j < RW - K && colin[j])
+            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
                 po[j] = u[i][j];
+                if (out)
+                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
+            }
     }
 }
 
@@ -1364,10 +1374,11 @@ template <int K, int BY, int R, int C, int MinB>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
-                    size_t npix, const __grid_constant__ FedStepsF steps)
+                    size_t npix, const __grid_constant__ FedStepsF steps, float *__restrict__ out,
+                    const uint8_t *__restrict__ mask, float nodata)
 {
     __shared__ FedShflSmem<K, BY, R, C> sm;
-    fed_shfl_body<K, BY, R, C>(sm, uin, uout, ceg, csg, W, H, npix, steps);
+    fed_shfl_body<K, BY, R, C>(sm, uin, uout, ceg, csg, W, H, npix, steps, out, mask, nodata);
 }
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
@@ -1602,6 +1613,7 @@ class EadpCuda {
     bool shfl = false;    /* float FED on precomputed conductances (fed_shfl_kernel) */
     int cols = 4;         /* fed_shfl_kernel: columns per thread */
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
+    bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1639,7 +1651,8 @@ class EadpCuda {
     template <typename T> T *ubuf(int which) const;
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                               int *cur);
+                               int *cur, float *out = NULL);
+    bool output_in_fed(size_t nsteps, size_t nb) const;
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -1751,6 +1764,7 @@ hyprof_status_t EadpCuda::plan()
     const int sstrip = env_int("HYPROF_EADP_STRIP", 4);
     cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
     occ = env_int("HYPROF_EADP_OCC", 1) == 2 ? 2 : 1;
+    fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
     shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
            (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
@@ -1997,7 +2011,7 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
 
 template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur)
+                                     int *cur, float *out)
 {
     cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
@@ -2032,8 +2046,12 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 const float *cs = ce + group * npix;
                 const float *ui = reinterpret_cast<const float *>(uin);
                 float *uo = reinterpret_cast<float *>(uout);
-                void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce, (void *)&cs,
-                                  (void *)&W,  (void *)&H,  (void *)&npix, (void *)&ff};
+                float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
+                const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+                float nodata = a->nodata;
+                void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
+                                  (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
+                                  (void *)&o,  (void *)&mask, (void *)&nodata};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols, occ), grid,
                                                   dim3(32, (unsigned)(64 / strip)), params, 0,
                                                   st));
@@ -2081,26 +2099,39 @@ static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t
     *step_pix += (double)nsteps * (double)pix;
 }
 
+/* Whether the increment's last FED launch writes its profile band too
+ * (fed_shfl_kernel, all bands in one chunk, at least one step). */
+bool EadpCuda::output_in_fed(size_t nsteps, size_t nb) const
+{
+    return shfl && fed_output && nsteps > 0 && !(l2_bands > 0 && l2_bands < nb);
+}
+
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
  * when this schedule repeats), then its output. */
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
-    const std::vector<double> &steps = sched[i - 1];
+    const std::vector<double> &all = sched[i - 1];
     size_t tid;
     const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
-    count_fed(steps.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+    count_fed(all.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
               &fed_launch_pix, &fed_step_pix);
+    /* With the output in the last launch, the graph holds the launches
+     * before it, and the last one (its slot changes) is launched here. */
+    const bool fo = output_in_fed(all.size(), nb);
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    const std::vector<double> head(
+        all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
     GraphEntry *ge = NULL;
-    for (size_t e = 0; e < graphs.size(); ++e)
+    for (size_t e = 0; e < graphs.size() && !head.empty(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
             ge = &graphs[e];
     if (ge) {
-        const size_t launches = (steps.size() + (size_t)fuse - 1) / (size_t)fuse;
+        const size_t launches = (head.size() + per - 1) / per;
         if (!ge->valid) {
             cudaStream_t st = cs.get();
             HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             int c = *cur;
-            hyprof_status_t s = enqueue_fed(steps, nb, &c);
+            hyprof_status_t s = enqueue_fed(head, nb, &c);
             cudaGraph_t graph = NULL;
             cudaError_t e = cudaStreamEndCapture(st, &graph);
             if (s != HYPROF_OK) {
@@ -2124,10 +2155,20 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
         *cur ^= (int)(launches & 1);
     } else {
         HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_TRY(enqueue_fed(steps, nb, cur));
+        HYPROF_TRY(enqueue_fed(head, nb, cur));
     }
+    if (!fo) {
+        HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+        return enqueue_output(i, nb, *cur);
+    }
+    const size_t s = i % nslots;
+    if (copy_issued[s]) /* the slot's previous band is on the host */
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
+    const std::vector<double> tail(all.begin() + (ptrdiff_t)head.size(), all.end());
+    HYPROF_TRY(launch_fed<float>(tail, 0, nb, cur, dev<float>(L.slot0 + s * L.slot_bytes)));
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
-    return enqueue_output(i, nb, *cur);
+    HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), cs.get()));
+    return HYPROF_OK;
 }
 
 /* Profile band i of every band of the group into its slot (i = 0: the input). */
