@@ -952,7 +952,7 @@ struct FedStepsF {
     int n;
 };
 
-template <int K, int BY, int R, int C> struct FedShflSmem {
+template <int K, int BY, int R, int C> struct __align__(16) FedShflSmem { /* float4 accesses */
     float top[2][BY + 1][32 * C]; /* [plane][w]: warp w's first row; [BY]: zeros */
     float bot[2][BY + 1][32 * C]; /* [plane][w + 1]: warp w's last row; [0]: zeros */
 };
