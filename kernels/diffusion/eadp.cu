@@ -427,13 +427,25 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
     /* The input the tile needs, staged once: row k, column cc hold image
      * (reflect(y0 - 1 - r + k), reflect(x0 - 1 - r + cc)), 0 where masked. */
     const int nh = kPrepTY + 2 + 2 * r, nxw = kPrepTX + 2 + 2 * r;
-    for (int e = tid; e < nh * nxw; e += nthr) {
-        const int k = e / nxw, cc = e % nxw;
-        const size_t q = (size_t)reflect_index(y0 - 1 - r + k, H) * W +
-                         reflect_index(x0 - 1 - r + cc, W);
-        const bool m = !mask || mask[q];
-        Xv[k][cc] = m ? xb[q] : 0.0f;
-        Xm[k][cc] = m ? 1 : 0;
+    /* Rows by thread rows, columns by lanes (no division by nxw). */
+    for (int k = t.ty; k < nh; k += t.bdy) {
+        const size_t row = (size_t)reflect_index(y0 - 1 - r + k, H) * W;
+        for (int cc = t.tx; cc < nxw; cc += t.bdx) {
+            const size_t q = row + reflect_index(x0 - 1 - r + cc, W);
+            const bool m = !mask || mask[q];
+            Xv[k][cc] = m ? xb[q] : 0.0f;
+            Xm[k][cc] = m ? 1 : 0;
+        }
+    }
+    /* Without a mask every weight sum is the same: Gx * 1 and Gy * (Gx * 1),
+     * summed here in the per-pixel order (the same bits), so only the
+     * numerators are convolved. */
+    double d1 = 0.0, d2 = 0.0;
+    if (!mask) {
+        for (int j = -r; j <= r; ++j)
+            d1 = add_rn(d1, mul_rn(w[j + r], 1.0));
+        for (int j = -r; j <= r; ++j)
+            d2 = add_rn(d2, mul_rn(w[j + r], d1));
     }
     HYPROF_EADP_SYNC();
     for (int e = tid; e < nh * kPrepSW; e += nthr) {
@@ -441,10 +453,14 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         if (xs < 0 || xs >= W)
             continue;
         double an = 0.0, ad = 0.0;
-        for (int j = -r; j <= r; ++j) { /* image column xs + j is staged column cx + r + j */
-            an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
-            ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
-        }
+        if (mask)
+            for (int j = -r; j <= r; ++j) { /* image column xs + j: staged column cx + r + j */
+                an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
+                ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
+            }
+        else
+            for (int j = -r; j <= r; ++j)
+                an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
         Hn[k][cx] = an;
         Hd[k][cx] = ad;
     }
@@ -453,11 +469,16 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         const int ky = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx, ys = y0 - 1 + ky;
         if (xs < 0 || xs >= W || ys < 0 || ys >= H)
             continue;
-        double sn = 0.0, sd = 0.0;
-        for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
-            sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
-            sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
-        }
+        double sn = 0.0, sd = d2;
+        if (mask) {
+            sd = 0.0;
+            for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
+                sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
+                sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
+            }
+        } else
+            for (int j = -r; j <= r; ++j)
+                sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
         S[ky][cx] = sd > 0.0 ? sn / sd : 0.0;
     }
     HYPROF_EADP_SYNC();
