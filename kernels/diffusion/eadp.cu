@@ -1065,8 +1065,14 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
+    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
+     * only: the first and last warps stop computing after step `nc` (and
+     * publishing: only rows that no longer matter would read it) and only
+     * meet the other warps' barriers. A second loop rather than a test in
+     * the first: that one cost register moves. */
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
 #pragma unroll 2 /* the planes' addresses and no register moves between steps */
-    for (int s = 0; s < steps.n; ++s) {
+    for (int s = 0; s < nc; ++s) {
         const int p = s & 1;
         sm_store<C>(&sm.top[p][w][c0], u[0]);
         sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
@@ -1097,6 +1103,8 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             }
         }
     }
+    for (int s = nc; s < steps.n; ++s)
+        __syncthreads();
     /* u, and with out (the increment's last launch) also its profile band:
      * u, nodata where masked (copy_out_body's values, without its pass). */
     float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
@@ -1546,7 +1554,7 @@ const void *fed_shfl_ptr(int K, int R, int C, int occ)
     if (R == 8)
         return fed_shfl_ptr_k<8, 2, 2>(K);
     if (C == 2)
-        return fed_shfl_ptr_k<4, 2, 1>(K);
+        return fed_shfl_ptr_k<4, 2, 2>(K);
     return occ == 2 ? fed_shfl_ptr_k<4, 4, 2>(K) : fed_shfl_ptr_k<4, 4, 1>(K);
 }
 
