@@ -2203,10 +2203,14 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
         HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
         return enqueue_output(i, nb, *cur);
     }
+    /* The wait for the slot outside the timed intervals (the FED stage
+     * would count the download). */
+    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
     const size_t s = i % nslots;
     if (copy_issued[s]) /* the slot's previous band is on the host */
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
     const std::vector<double> tail(all.begin() + (ptrdiff_t)head.size(), all.end());
+    HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
     HYPROF_TRY(launch_fed<float>(tail, 0, nb, cur, dev<float>(L.slot0 + s * L.slot_bytes)));
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), cs.get()));
