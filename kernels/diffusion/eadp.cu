@@ -1818,6 +1818,7 @@ hyprof_status_t EadpCuda::plan()
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
+    shfl = shfl && fuse >= 4;
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
