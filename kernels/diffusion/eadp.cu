@@ -89,7 +89,9 @@
  * (64 x 64 regions), with $HYPROF_EADP_STRIP=8 also 8 rows instead of 4 (8
  * warps per region instead of 16; STRIP=8 alone: the padded kernel);
  * $HYPROF_EADP_OCC=2 two blocks per SM for 4 x 4 pixels per thread (64
- * registers); $HYPROF_EADP_FED=pad the padded kernel;
+ * registers); $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
+ * conductances itself (12 bytes per pixel and launch instead of 16, more
+ * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -1014,7 +1016,7 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
             v[j] = p[j];
 }
 
-template <int K, int BY, int R, int C>
+template <int K, int BY, int R, int C, bool Cond>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1039,23 +1041,56 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
      * offsets (the prologue is a third of the kernel's instructions). */
     const int ro = y0 * W + x0; /* offset of (y0, x0) in the band (< 2^31: checked on the host) */
     const float *pu = ub + ro, *pe = eb + ro, *ps = sb + ro;
-    {
+    if (Cond) {
         const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = rin && colin[j] ? __ldg(ps + j - W) : 0.0f;
-    }
 #pragma unroll
-    for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
-        const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
 #pragma unroll
-        for (int j = 0; j < C; ++j) {
-            const bool in = rin && colin[j];
-            u[i][j] = in ? __ldg(pu + j) : 0.0f;
-            ce[i][j] = in ? __ldg(pe + j) : 0.0f;
-            cs[i][j] = in ? __ldg(ps + j) : 0.0f;
+            for (int j = 0; j < C; ++j) {
+                const bool in = rin && colin[j];
+                u[i][j] = in ? __ldg(pu + j) : 0.0f;
+                ce[i][j] = in ? __ldg(pe + j) : 0.0f;
+                cs[i][j] = in ? __ldg(ps + j) : 0.0f;
+            }
+            cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
         }
-        cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
+    } else {
+        /* ceg is g (-1: masked; outside the image too): the conductances
+         * from it and its neighbours' (one more row above and below, one
+         * more column left and right), 12 bytes per pixel and launch
+         * instead of 16. */
+        const bool cl = (unsigned)(x0 - 1) < (unsigned)W, cr = (unsigned)(x0 + C) < (unsigned)W;
+        float g[R + 2][C], gl[R], gr[R];
+        pe -= W;
+#pragma unroll
+        for (int i = 0; i < R + 2; ++i, pe += W) {
+            const bool rin = (unsigned)(y0 - 1 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                g[i][j] = rin && colin[j] ? __ldg(pe + j) : -1.0f;
+            if (i >= 1 && i <= R) {
+                gl[i - 1] = rin && cl ? __ldg(pe - 1) : -1.0f;
+                gr[i - 1] = rin && cr ? __ldg(pe + C) : -1.0f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W) {
+            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                u[i][j] = rin && colin[j] ? __ldg(pu + j) : 0.0f;
+                ce[i][j] = edge_c(g[i + 1][j], j + 1 < C ? g[i + 1][j + 1] : gr[i]);
+                cs[i][j] = edge_c(g[i + 1][j], g[i + 2][j]);
+            }
+            cwl[i] = edge_c(gl[i], g[i + 1][0]);
+        }
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = edge_c(g[0][j], g[1][j]);
     }
     if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
         float z[C];
@@ -1412,7 +1447,7 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
 /* Static shared memory (FedShflSmem, 35 KiB at most); at least MinB blocks
  * of 32 BY threads per SM (512 threads, MinB = 1: 96 registers, one block
  * per SM; MinB = 2: 64 registers, 40 bytes spilled, two). */
-template <int K, int BY, int R, int C, int MinB>
+template <int K, int BY, int R, int C, int MinB, bool Cond>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -1420,7 +1455,8 @@ __global__ void __launch_bounds__(32 * BY, MinB)
                     const uint8_t *__restrict__ mask, float nodata)
 {
     __shared__ FedShflSmem<K, BY, R, C> sm;
-    fed_shfl_body<K, BY, R, C>(sm, uin, uout, ceg, csg, W, H, npix, steps, out, mask, nodata);
+    fed_shfl_body<K, BY, R, C, Cond>(sm, uin, uout, ceg, csg, W, H, npix, steps, out, mask,
+                                     nodata);
 }
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
@@ -1540,22 +1576,28 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int R, int C, int MinB> const void *fed_shfl_ptr_k(int K)
+template <int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C, MinB>;
-    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C, MinB>;
-    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C, MinB>;
+    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C, MinB, Cond>;
+    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C, MinB, Cond>;
+    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C, MinB, Cond>;
     }
 }
 
-const void *fed_shfl_ptr(int K, int R, int C, int occ)
+template <bool Cond> const void *fed_shfl_ptr_c(int K, int R, int C, int occ)
 {
     if (R == 8)
-        return fed_shfl_ptr_k<8, 2, 2>(K);
+        return fed_shfl_ptr_k<8, 2, 2, Cond>(K);
     if (C == 2)
-        return fed_shfl_ptr_k<4, 2, 2>(K);
-    return occ == 2 ? fed_shfl_ptr_k<4, 4, 2>(K) : fed_shfl_ptr_k<4, 4, 1>(K);
+        return fed_shfl_ptr_k<4, 2, 2, Cond>(K);
+    return occ == 2 ? fed_shfl_ptr_k<4, 4, 2, Cond>(K) : fed_shfl_ptr_k<4, 4, 1, Cond>(K);
+}
+
+/* cond: conductances precomputed (diffuse_cond_body) or from g. */
+const void *fed_shfl_ptr(int K, int R, int C, int occ, bool cond)
+{
+    return cond ? fed_shfl_ptr_c<true>(K, R, C, occ) : fed_shfl_ptr_c<false>(K, R, C, occ);
 }
 
 int env_int(const char *name, int dflt)
@@ -1656,6 +1698,7 @@ class EadpCuda {
     int cols = 4;         /* fed_shfl_kernel: columns per thread */
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
+    bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1807,6 +1850,7 @@ hyprof_status_t EadpCuda::plan()
     cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
     occ = env_int("HYPROF_EADP_OCC", 1) == 2 ? 2 : 1;
     fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
+    cond = env_int("HYPROF_EADP_COND", 1) != 0;
     shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
            (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
@@ -2014,7 +2058,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
-    if (shfl) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
+    if (shfl && cond) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
         diffuse_cond_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(
             x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
             reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix);
@@ -2095,7 +2139,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
-                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols, occ), grid,
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols, occ, cond), grid,
                                                   dim3(32, (unsigned)(64 / strip)), params, 0,
                                                   st));
                 *cur ^= 1;
@@ -2309,7 +2353,8 @@ void EadpCuda::report()
         return;
     const double bytes = f32 ? 12.0 : 24.0; /* u and g read, u written */
     /* fed_shfl_kernel reads u, ce and cs: 16 bytes per pixel and launch */
-    const double gb = (shfl ? 16.0 : bytes) * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    const double gb = (shfl && cond ? 16.0 : bytes) * fed_launch_pix / 1e9;
+    const double gbs = gb / (fed_ms * 1e-3);
     const double eq = bytes * fed_step_pix / 1e9 / (fed_ms * 1e-3);
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
