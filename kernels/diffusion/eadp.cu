@@ -73,7 +73,8 @@
  * bands are processed in groups when they do not all fit.
  *
  * Knobs for tests and tuning (environment): $HYPROF_EADP_FUSE = steps per FED
- * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
+ * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused; 7
+ * for fed_shfl_kernel only: the default 28 steps in 4 launches);
  * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (one block per SM, less
  * halo) instead of 64 x 32 (two blocks per SM);
  * $HYPROF_EADP_STRIP=8 gives each thread 8 rows instead of 4 (half the
@@ -1580,6 +1581,7 @@ template <int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
     case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C, MinB, Cond>;
+    case 7: return (const void *)fed_shfl_kernel<7, 64 / R, R, C, MinB, Cond>;
     case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C, MinB, Cond>;
     default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C, MinB, Cond>;
     }
@@ -1823,7 +1825,7 @@ hyprof_status_t EadpCuda::plan()
     const char *prec0 = getenv("HYPROF_EADP_PRECISION");
     const bool float_fed = !(prec0 && strcmp(prec0, "double") == 0);
     fuse = env_int("HYPROF_EADP_FUSE", float_fed ? 6 : 4);
-    if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
+    if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 7 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
@@ -1863,6 +1865,8 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     shfl = shfl && fuse >= 4;
+    if (fuse == 7 && !shfl) /* 7 (28 steps = 4 launches): fed_shfl_kernel only */
+        fuse = 6;
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
