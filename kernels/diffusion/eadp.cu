@@ -1120,8 +1120,8 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
     /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
-     * only: the first and last warps stop computing after step `nc` (and
-     * publishing: only rows that no longer matter would read it) and only
+     * only: the first and last warps stop computing after step `nc` and
+     * only publish their edge rows (the neighbours' step nc reads u^nc) and
      * meet the other warps' barriers. A second loop rather than a test in
      * the first: that one cost register moves. */
     const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
@@ -1157,8 +1157,12 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             }
         }
     }
-    for (int s = nc; s < steps.n; ++s)
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
         __syncthreads();
+    }
     /* u, and with out (the increment's last launch) also its profile band:
      * u, nodata where masked (copy_out_body's values, without its pass). */
     float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
