@@ -541,22 +541,6 @@ HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double 
     }
 }
 
-/* One more key in shared counter `bin`. On the device the lanes of a warp
- * that count into the same bin add their number at once: the first pass
- * sees the top 9 bits of G, which fall into a few bins for a whole band
- * (same-address shared atomics serialise). */
-HYPROF_EADP_FN void sel_count(unsigned *sh, int bin)
-{
-#ifdef __CUDA_ARCH__
-    const unsigned peers = __match_any_sync(__activemask(), (unsigned)bin);
-    const unsigned lane = (threadIdx.y * blockDim.x + threadIdx.x) & 31u;
-    if ((peers & ((1u << lane) - 1u)) == 0u) /* the lowest lane of the group */
-        atomicAdd(&sh[bin], (unsigned)__popc(peers));
-#else
-    HYPROF_EADP_ATOMIC_ADD_U32(&sh[bin], 1u);
-#endif
-}
-
 /* Histogram of the next digit of the keys that match each query's prefix. Each
  * key counts once, for the first query with its prefix (queries with equal
  * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
@@ -589,7 +573,7 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
         const u64 key = list ? lb[p] : sel_key(gb[p]), km = key & hmask;
         for (int q = 0; q < kSelQueries; ++q)
             if (act[q] && km == pre[q]) {
-                sel_count(sh, q * kSelBins + (int)((key >> shift) & dmask));
+                HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
                 if (cand)
                     cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
                 break;
