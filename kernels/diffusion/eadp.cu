@@ -90,7 +90,9 @@
  * (64 x 64 regions), with $HYPROF_EADP_STRIP=8 also 8 rows instead of 4 (8
  * warps per region instead of 16; STRIP=8 alone: the padded kernel);
  * $HYPROF_EADP_OCC=2 two blocks per SM for 4 x 4 pixels per thread (64
- * registers); $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
+ * registers, the conductances in shared memory: FedShflCond);
+ * $HYPROF_EADP_TILE_ROWS=128 128 x 128 regions of 1024 threads (the same);
+ * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
@@ -996,6 +998,15 @@ template <int K, int BY, int R, int C> struct __align__(16) FedShflSmem { /* flo
     float bot[2][BY + 1][32 * C]; /* [plane][w + 1]: warp w's last row; [0]: zeros */
 };
 
+/* The conductances in shared memory instead of registers (after a
+ * FedShflSmem), for the variants with 64 registers a thread: ce of region
+ * column c at [r][c + 4] ([r][3]: of the column left of the region), cs of
+ * row r at [r + 1][c] ([0]: of the row above). */
+template <int BY, int R, int C> struct __align__(16) FedShflCond {
+    float ce[BY * R][32 * C + 4];
+    float cs[BY * R + 1][32 * C];
+};
+
 template <int C> __device__ __forceinline__ void sm_store(float *p, const float (&v)[C])
 {
     if (C == 4)
@@ -1019,7 +1030,7 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
             v[j] = p[j];
 }
 
-template <int K, int BY, int R, int C, bool Cond>
+template <int K, int BY, int R, int C, bool Cond, bool SmemC>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1095,6 +1106,18 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int j = 0; j < C; ++j)
             cn0[j] = edge_c(g[0][j], g[1][j]);
     }
+    FedShflCond<BY, R, C> &cc = *reinterpret_cast<FedShflCond<BY, R, C> *>(&sm + 1);
+    if (SmemC) { /* read after the first step's barrier */
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            sm_store<C>(&cc.ce[rb + i][c0 + 4], ce[i]);
+            sm_store<C>(&cc.cs[rb + i + 1][c0], cs[i]);
+            if (lane == 0)
+                cc.ce[rb + i][3] = cwl[i];
+        }
+        if (w == 0)
+            sm_store<C>(&cc.cs[0][c0], cn0);
+    }
     if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
         float z[C];
 #pragma unroll
@@ -1116,28 +1139,46 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
         __syncthreads();
         const float tau = steps.tau[s];
-        float un[C], us_end[C];
+        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
         sm_load<C>(&sm.bot[p][w][c0], un);
         sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+        if (SmemC)
+            sm_load<C>(&cc.cs[rb][c0], cnp);
+        else
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                cnp[j] = cn0[j];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
             const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
-            float nu[C];
+            float nu[C], cer[C], csr[C], cwr;
+            if (SmemC) {
+                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
+                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
+                cwr = cc.ce[rb + i][c0 + 3];
+            } else {
+#pragma unroll
+                for (int j = 0; j < C; ++j) {
+                    cer[j] = ce[i][j];
+                    csr[j] = cs[i][j];
+                }
+                cwr = cwl[i];
+            }
 #pragma unroll
             for (int j = 0; j < C; ++j) {
                 const float ue = j + 1 < C ? u[i][j + 1] : ueC;
                 const float uw = j > 0 ? u[i][j - 1] : uw0;
                 const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
-                const float cw = j > 0 ? ce[i][j - 1] : cwl[i];
-                const float cn = i > 0 ? cs[i - 1][j] : cn0[j];
-                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], ce[i][j], cw, cs[i][j], cn,
+                const float cw = j > 0 ? cer[j - 1] : cwr;
+                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
                                           tau);
             }
 #pragma unroll
             for (int j = 0; j < C; ++j) {
                 un[j] = u[i][j];
                 u[i][j] = nu[j];
+                cnp[j] = csr[j];
             }
         }
     }
@@ -1451,9 +1492,10 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
                                     uout, gm, W, H, npix, steps);
 }
 
-/* Static shared memory (FedShflSmem, 35 KiB at most); at least MinB blocks
- * of 32 BY threads per SM (512 threads, MinB = 1: 96 registers, one block
- * per SM; MinB = 2: 64 registers, 40 bytes spilled, two). */
+/* Dynamic shared memory: a FedShflSmem (35 KiB for 64-row regions, 66 for
+ * 128-row ones); at least MinB blocks of 32 BY threads per SM (512 threads,
+ * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
+ * threads: 64 registers, some spilled). */
 template <int K, int BY, int R, int C, int MinB, bool Cond>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
@@ -1461,9 +1503,11 @@ __global__ void __launch_bounds__(32 * BY, MinB)
                     size_t npix, const __grid_constant__ FedStepsF steps, float *__restrict__ out,
                     const uint8_t *__restrict__ mask, float nodata)
 {
-    __shared__ FedShflSmem<K, BY, R, C> sm;
-    fed_shfl_body<K, BY, R, C, Cond>(sm, uin, uout, ceg, csg, W, H, npix, steps, out, mask,
-                                     nodata);
+    extern __shared__ float4 fed_shfl_smem[];
+    constexpr bool SmemC = C == 4 && (MinB >= 2 || BY >= 32); /* 64 registers */
+    fed_shfl_body<K, BY, R, C, Cond, SmemC>(
+        *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
+        npix, steps, out, mask, nodata);
 }
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
@@ -1584,29 +1628,44 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
+template <int BY, int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, 64 / R, R, C, MinB, Cond>;
-    case 7: return (const void *)fed_shfl_kernel<7, 64 / R, R, C, MinB, Cond>;
-    case 8: return (const void *)fed_shfl_kernel<8, 64 / R, R, C, MinB, Cond>;
-    default: return (const void *)fed_shfl_kernel<6, 64 / R, R, C, MinB, Cond>;
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond>;
     }
 }
 
-template <bool Cond> const void *fed_shfl_ptr_c(int K, int R, int C, int occ)
+template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ)
 {
+    if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
+        return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
     if (R == 8)
-        return fed_shfl_ptr_k<8, 2, 2, Cond>(K);
+        return fed_shfl_ptr_k<8, 8, 2, 2, Cond>(K);
     if (C == 2)
-        return fed_shfl_ptr_k<4, 2, 2, Cond>(K);
-    return occ == 2 ? fed_shfl_ptr_k<4, 4, 2, Cond>(K) : fed_shfl_ptr_k<4, 4, 1, Cond>(K);
+        return fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
+    return occ == 2 ? fed_shfl_ptr_k<16, 4, 4, 2, Cond>(K) : fed_shfl_ptr_k<16, 4, 4, 1, Cond>(K);
 }
 
-/* cond: conductances precomputed (diffuse_cond_body) or from g. */
-const void *fed_shfl_ptr(int K, int R, int C, int occ, bool cond)
+/* rows: region height (64, or 128 with 4 x 4 pixels per thread); cond:
+ * conductances precomputed (diffuse_cond_body) or from g. */
+const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond)
 {
-    return cond ? fed_shfl_ptr_c<true>(K, R, C, occ) : fed_shfl_ptr_c<false>(K, R, C, occ);
+    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ)
+                : fed_shfl_ptr_c<false>(K, rows, R, C, occ);
+}
+
+/* sizeof(FedShflSmem) of a region of `rows` rows, R-row strips, C columns,
+ * + sizeof(FedShflCond) for the 64-register variants (occ 2 or 128 rows). */
+size_t fed_shfl_smem_bytes(int rows, int R, int C, int occ)
+{
+    const size_t rw = (size_t)(32 * C);
+    size_t b = (size_t)2 * 2 * (size_t)(rows / R + 1) * rw * sizeof(float);
+    if (C == 4 && (occ == 2 || rows == 128))
+        b += ((size_t)rows * (rw + 4) + (size_t)(rows + 1) * rw) * sizeof(float);
+    return b;
 }
 
 int env_int(const char *name, int dflt)
@@ -1844,7 +1903,8 @@ hyprof_status_t EadpCuda::plan()
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     const char *prep = getenv("HYPROF_EADP_PREP");
     fused_prep = !(prep && strcmp(prep, "split") == 0);
-    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32) == 64 ? 64 : 32;
+    const int rows_env = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32);
+    tile_rows = rows_env == 64 || rows_env == 128 ? rows_env : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
      * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
@@ -1860,9 +1920,12 @@ hyprof_status_t EadpCuda::plan()
     occ = env_int("HYPROF_EADP_OCC", 1) == 2 ? 2 : 1;
     fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
     cond = env_int("HYPROF_EADP_COND", 1) != 0;
-    shfl = f32 && fuse >= 4 && tile_rows == 64 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
+    shfl = f32 && fuse >= 4 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
+           (tile_rows == 64 || (tile_rows == 128 && sstrip == 4 && cols == 4)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
            (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
+    if (tile_rows == 128 && !shfl) /* 128-row regions: fed_shfl_kernel only */
+        tile_rows = 64;
     strip = shfl ? sstrip : env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
     if (strip != 2 && strip != 8 && !(strip == 16 && f32))
         strip = 4;
@@ -1872,11 +1935,18 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     shfl = shfl && fuse >= 4;
+    if (tile_rows == 128 && !shfl)
+        tile_rows = 64;
     if (fuse == 7 && !shfl) /* 7 (28 steps = 4 launches): fed_shfl_kernel only */
         fuse = 6;
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
+    if (shfl)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond),
+            cudaFuncAttributeMaxDynamicSharedMemorySize,
+            (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
     if (fuse > 1 && !shfl) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
@@ -1981,9 +2051,10 @@ hyprof_status_t EadpCuda::plan()
                 f32 ? "float" : "double", graphs.size(), fma ? ", FMA" : "", L.total);
     if (shfl)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "eadp: %d FED steps per launch on %d x 64 regions, %d x %d pixels per "
-                    "thread, precomputed conductances, shuffles",
-                    fuse, 32 * cols, cols, strip);
+                    "eadp: %d FED steps per launch on %d x %d regions, %d x %d pixels per "
+                    "thread, %s, shuffles",
+                    fuse, 32 * cols, tile_rows, cols, strip,
+                    cond ? "precomputed conductances" : "conductances from g");
     else if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
@@ -2137,7 +2208,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 ff.n = fs.n;
                 for (int j = 0; j < fs.n; ++j)
                     ff.tau[j] = (float)fs.tau[j];
-                const int ow = 32 * cols - 2 * fuse, oh = 64 - 2 * fuse;
+                const int ow = 32 * cols - 2 * fuse, oh = tile_rows - 2 * fuse;
                 const dim3 grid((unsigned)((W + ow - 1) / ow), (unsigned)((H + oh - 1) / oh),
                                 (unsigned)nb);
                 const float *ce = dev<float>(L.gm) + b0 * npix;
@@ -2150,9 +2221,10 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
-                HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_shfl_ptr(fuse, strip, cols, occ, cond), grid,
-                                                  dim3(32, (unsigned)(64 / strip)), params, 0,
-                                                  st));
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(
+                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond), grid,
+                    dim3(32, (unsigned)(tile_rows / strip)), params,
+                    fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
                 *cur ^= 1;
                 continue;
             }
