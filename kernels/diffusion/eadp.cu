@@ -40,9 +40,9 @@
  *               (double); the float kernel (fed_fused_pad_body) updates every
  *               row and reads edge neighbours from a zero border instead
  *               (fewer instructions: it is issue-bound).
- *               Float default since the 12:35 round: fed_shfl_body, K = 6
- *               steps on 128 x 64 regions, each thread 4 columns x 4 rows in
- *               registers, the conductances loaded (not computed) per launch,
+ *               Float default: fed_shfl_body, K = 6 steps on 64 x 64
+ *               regions, each thread 2 columns x 4 rows in registers, the
+ *               conductances loaded (not computed) per launch,
  *               east/west neighbours across threads by warp shuffles and only
  *               the strips' first and last rows through shared memory;
  *               $HYPROF_EADP_FED=pad: the padded kernel above.
@@ -86,11 +86,12 @@
  * FED launches of an increment n bands at a time (their data stays in L2);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
- * $HYPROF_EADP_COLS=2 gives fed_shfl_body's threads 2 columns instead of 4
- * (64 x 64 regions), with $HYPROF_EADP_STRIP=8 also 8 rows instead of 4 (8
- * warps per region instead of 16; STRIP=8 alone: the padded kernel);
+ * $HYPROF_EADP_COLS=4 gives fed_shfl_body's threads 4 columns instead of 2
+ * (128 x 64 regions, one block per SM), $HYPROF_EADP_STRIP=8 8 rows instead
+ * of 4 (2 columns: 8 warps per region instead of 16);
  * $HYPROF_EADP_OCC=2 two blocks per SM for 4 x 4 pixels per thread (64
- * registers, the conductances in shared memory: FedShflCond);
+ * registers, the conductances in shared memory: FedShflCond), =3 three for
+ * 2 x 4 pixels (40 registers, the same);
  * $HYPROF_EADP_TILE_ROWS=128 128 x 128 regions of 1024 threads (the same);
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
@@ -1517,7 +1518,9 @@ __global__ void __launch_bounds__(32 * BY, MinB)
                     const uint8_t *__restrict__ mask, float nodata)
 {
     extern __shared__ float4 fed_shfl_smem[];
-    constexpr bool SmemC = C == 4 && (MinB >= 2 || BY >= 32); /* 64 registers */
+    /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
+     * (2 x 4 pixels, three blocks per SM) */
+    constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
     fed_shfl_body<K, BY, R, C, Cond, SmemC>(
         *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
         npix, steps, out, mask, nodata);
@@ -1658,7 +1661,7 @@ template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, i
     if (R == 8)
         return fed_shfl_ptr_k<8, 8, 2, 2, Cond>(K);
     if (C == 2)
-        return fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
+        return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
     return occ == 2 ? fed_shfl_ptr_k<16, 4, 4, 2, Cond>(K) : fed_shfl_ptr_k<16, 4, 4, 1, Cond>(K);
 }
 
@@ -1676,7 +1679,7 @@ size_t fed_shfl_smem_bytes(int rows, int R, int C, int occ)
 {
     const size_t rw = (size_t)(32 * C);
     size_t b = (size_t)2 * 2 * (size_t)(rows / R + 1) * rw * sizeof(float);
-    if (C == 4 && (occ == 2 || rows == 128))
+    if ((C == 4 && (occ == 2 || rows == 128)) || (C == 2 && occ == 3))
         b += ((size_t)rows * (rw + 4) + (size_t)(rows + 1) * rw) * sizeof(float);
     return b;
 }
@@ -1929,11 +1932,24 @@ hyprof_status_t EadpCuda::plan()
      * or 4 columns, K >= 4; offsets in int. */
     const char *fedk = getenv("HYPROF_EADP_FED");
     const int sstrip = env_int("HYPROF_EADP_STRIP", 4);
-    cols = env_int("HYPROF_EADP_COLS", 4) == 2 ? 2 : 4;
-    occ = env_int("HYPROF_EADP_OCC", 1) == 2 ? 2 : 1;
+    /* 2 columns by default: two 512-thread blocks per SM (64 registers);
+     * 4 columns (128 x 64 regions, half the instructions per pixel, 110
+     * registers, one block per SM) measured 2.31 ms of FED against 1.73, an
+     * H100, 12:04 round: the SM idles while its only block loads or waits
+     * at a barrier. */
+    cols = env_int("HYPROF_EADP_COLS", 2) == 4 || tile_rows == 128 ? 4 : 2;
+    occ = env_int("HYPROF_EADP_OCC", 0);
+    if (occ == 0)
+        occ = cols == 2 ? 2 : 1;
+    if (occ != 2 && occ != 3)
+        occ = 1;
+    if (cols == 2 && occ == 1)
+        occ = 2;
+    if (cols == 4 && occ == 3)
+        occ = 2;
     fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
     cond = env_int("HYPROF_EADP_COND", 1) != 0;
-    shfl = f32 && fuse >= 4 && (sstrip == 4 || (sstrip == 8 && cols == 2)) &&
+    shfl = f32 && fuse >= 4 && (sstrip == 4 || (sstrip == 8 && cols == 2 && occ == 2)) &&
            (tile_rows == 64 || (tile_rows == 128 && sstrip == 4 && cols == 4)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
            (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
