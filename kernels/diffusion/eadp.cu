@@ -420,11 +420,18 @@ const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
 const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
 const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
 
+template <int RT>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
                               unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
-                              int H, size_t npix, const double *w, int r, double *G, u64 *cnt)
+                              int H, size_t npix, const double *wg, double *G, u64 *cnt)
 {
+    /* The radius as a constant and the weights in registers: the tap loops
+     * unroll, no weight load per tap. */
+    const int r = RT;
+    double w[2 * RT + 1];
+    for (int j = 0; j < 2 * RT + 1; ++j)
+        w[j] = wg[j];
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
     const float *xb = x + (size_t)b * npix;
@@ -1413,16 +1420,17 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
 }
 
+template <int RT>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
-                size_t npix, const double *__restrict__ w, int r, double *__restrict__ G,
+                size_t npix, const double *__restrict__ w, double *__restrict__ G,
                 u64 *__restrict__ cnt)
 {
     __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
     __shared__ float Xv[kPrepHR][kPrepXW];
     __shared__ unsigned char Xm[kPrepHR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
+    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, cnt);
 }
 
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
@@ -2121,7 +2129,19 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
-        prep_kernel<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, r, A, cnt);
+        void (*pk)(const float *, const uint8_t *, int, int, size_t, const double *, double *,
+                   u64 *) = prep_kernel<8>;
+        switch (r) { /* r <= kPrepMaxR = 8 here */
+        case 1: pk = prep_kernel<1>; break;
+        case 2: pk = prep_kernel<2>; break;
+        case 3: pk = prep_kernel<3>; break;
+        case 4: pk = prep_kernel<4>; break;
+        case 5: pk = prep_kernel<5>; break;
+        case 6: pk = prep_kernel<6>; break;
+        case 7: pk = prep_kernel<7>; break;
+        default: break;
+        }
+        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
     } else {
         gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
