@@ -631,13 +631,15 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
     }
     HYPROF_EADP_SYNC();
     const int per = kSelBins / kSelThreads;
-    const u64 *h[kSelQueries]; /* this thread's bins of the histogram query q counts in */
+    /* This thread's bins of the histogram that query q counts in, loaded
+     * once (all loads in flight together; the bin search reads registers). */
+    u64 hv[kSelQueries][per];
+    bool on[kSelQueries];
     u64 mine[kSelQueries];
+#pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        h[q] = NULL;
         mine[q] = 0;
-        if (sh.cur[q].rank < 0)
-            continue; /* the same for every thread */
+        on[q] = sh.cur[q].rank >= 0; /* the same for every thread */
         int a = q;
         for (int q2 = 0; q2 < q; ++q2)
             if (sh.cur[q2].rank >= 0 &&
@@ -645,9 +647,12 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
                 a = q2;
                 break;
             }
-        h[q] = gh + (size_t)a * kSelBins + (size_t)tid * per;
-        for (int j = 0; j < per; ++j)
-            mine[q] += h[q][j];
+        const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
+#pragma unroll
+        for (int j = 0; j < per; ++j) {
+            hv[q][j] = on[q] ? h[j] : 0;
+            mine[q] += hv[q][j];
+        }
     }
     for (int q = 0; q < kSelQueries; ++q)
         sh.part[q][tid] = mine[q];
@@ -661,20 +666,24 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
             sh.part[q][tid] += v[q];
         HYPROF_EADP_SYNC();
     }
+#pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        if (!h[q])
+        if (!on[q])
             continue;
         const u64 incl = sh.part[q][tid], excl = incl - mine[q], rank = (u64)sh.cur[q].rank;
-        if (rank >= excl && rank < incl) {
-            u64 cum = excl;
+        if (rank >= excl && rank < incl) { /* the first bin whose end passes rank */
+            u64 cum = excl, base = 0;
+            int jj = -1;
+#pragma unroll
             for (int j = 0; j < per; ++j) {
-                if (rank < cum + h[q][j]) {
-                    sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + j) << shift);
-                    sh.nxt[q].rank = (long long)(rank - cum);
-                    break;
+                if (jj < 0 && rank < cum + hv[q][j]) {
+                    jj = j;
+                    base = cum;
                 }
-                cum += h[q][j];
+                cum += hv[q][j];
             }
+            sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + jj) << shift);
+            sh.nxt[q].rank = (long long)(rank - base);
         }
     }
     HYPROF_EADP_SYNC();
