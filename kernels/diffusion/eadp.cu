@@ -779,7 +779,7 @@ HYPROF_EADP_FN float g_f32(const uint8_t *mask, const double *G, size_t off, siz
 HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], const float *x,
                                       const uint8_t *mask, int W, int H, size_t npix,
                                       const double *k, int diffusivity, const double *G,
-                                      float *u, float *ce, float *cs)
+                                      float *u, float *ce, float *cs, float *out, float nodata)
 {
     const int b = t.bz, x0 = t.bx * kPixBX, tid = t.ty * kPixBX + t.tx;
     const double kb = k[b], k2 = mul_rn(kb, kb);
@@ -794,9 +794,11 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
         HYPROF_EADP_SYNC();
         const int xx = x0 + t.tx, y = y0 + t.ty;
         if (xx < W && y < H) {
-            const size_t i = off + (size_t)y * W + xx;
+            const size_t p = (size_t)y * W + xx, i = off + p;
             const float gp = gs[t.ty][t.tx];
             u[i] = gp < 0.0f ? 0.0f : x[i];
+            if (out) /* the profile's first band (copy_out_body's values) */
+                out[i] = mask && !mask[p] ? nodata : x[i];
             ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
             cs[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
         }
@@ -1547,10 +1549,12 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     diffuse_cond_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W,
                         int H, size_t npix, const double *__restrict__ k, int diffusivity,
                         const double *__restrict__ G, float *__restrict__ u,
-                        float *__restrict__ ce, float *__restrict__ cs)
+                        float *__restrict__ ce, float *__restrict__ cs, float *__restrict__ out,
+                        float nodata)
 {
     __shared__ float gs[kPixBY + 1][kPixBX + 1];
-    diffuse_cond_body(HYPROF_EADP_THR, gs, x, mask, W, H, npix, k, diffusivity, G, u, ce, cs);
+    diffuse_cond_body(HYPROF_EADP_THR, gs, x, mask, W, H, npix, k, diffusivity, G, u, ce, cs,
+                      out, nodata);
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
@@ -1800,6 +1804,7 @@ class EadpCuda {
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
+    bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -2198,10 +2203,14 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
+    input_out = shfl && cond && fed_output;
+    if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, copied[0].get(), 0));
     if (shfl && cond) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
         diffuse_cond_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(
             x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
-            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix);
+            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix,
+            input_out ? dev<float>(L.slot0) : NULL, a->nodata);
     else if (f32) /* B (s) is free now: u goes there */
         diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
             x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
@@ -2447,7 +2456,10 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_TRY(prepare(nb));
     int cur = 0; /* u is in A */
-    HYPROF_TRY(enqueue_output(0, nb, cur));
+    if (input_out) /* written by diffuse_cond_kernel */
+        HYPROF_CUDA_CHECK(cudaEventRecord(conv[0].get(), st));
+    else
+        HYPROF_TRY(enqueue_output(0, nb, cur));
     size_t next = 1;
     while (next <= C && next < nslots)
         HYPROF_TRY(enqueue_increment(next++, nb, &cur));
