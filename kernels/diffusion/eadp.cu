@@ -96,6 +96,8 @@
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
+ * $HYPROF_EADP_L2_PERSIST=1 keeps the conductance planes in L2 (an access
+ * policy window, persisting lines given back at the end);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -1820,6 +1822,15 @@ class EadpCuda {
         : ctx(c), a(args), dev_x(d_x)
     {
     }
+    ~EadpCuda()
+    {
+        if (l2_persisting) { /* give the persisting L2 lines back (error paths too) */
+            (void)cudaStreamSynchronize(cs.get());
+            (void)cudaCtxResetPersistingL2Cache();
+            (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+            (void)cudaGetLastError();
+        }
+    }
     hyprof_status_t run();
 
   private:
@@ -1838,6 +1849,7 @@ class EadpCuda {
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
+    bool l2_persisting = false; /* l2_persist() set an access policy window */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1877,6 +1889,7 @@ class EadpCuda {
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
                                int *cur, float *out = NULL);
     bool output_in_fed(size_t nsteps, size_t nb) const;
+    void l2_persist();
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -2094,6 +2107,8 @@ hyprof_status_t EadpCuda::plan()
     L = plan_layout(npix, has_mask, r, group, nslots);
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
+    if (shfl && cond && env_int("HYPROF_EADP_L2_PERSIST", 0) != 0)
+        l2_persist(); /* an experiment: see l2_persist() */
     HYPROF_TRY(xs.create(ctx, op));
     for (size_t s = 0; s < nslots; ++s) {
         HYPROF_TRY(conv[s].create(ctx, op));
@@ -2553,6 +2568,36 @@ void EadpCuda::report()
                 "(%.0f B per pixel and step, %s), %.3g pixel-steps/s",
                 gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
                 gb, fed_ms, eq, bytes, f32 ? "float" : "double", fed_step_pix / (fed_ms * 1e-3));
+}
+
+/* $HYPROF_EADP_L2_PERSIST=1: the conductance planes, which every FED launch
+ * reads again, persist in L2 (as far as the device's persisting share
+ * allows; an access policy window on the compute stream, which the graphs
+ * capture). Undone at the end of run(). Failures only mean no persistence. */
+void EadpCuda::l2_persist()
+{
+    int d = 0, maxp = 0, maxw = 0;
+    if (cudaGetDevice(&d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&maxp, cudaDevAttrMaxPersistingL2CacheSize, d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&maxw, cudaDevAttrMaxAccessPolicyWindowSize, d) != cudaSuccess ||
+        maxp <= 0 || maxw <= 0 ||
+        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)maxp) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    size_t bytes = 2 * group * npix * sizeof(float);
+    bytes = bytes < (size_t)maxw ? bytes : (size_t)maxw;
+    cudaStreamAttrValue v;
+    memset(&v, 0, sizeof v);
+    v.accessPolicyWindow.base_ptr = dev<float>(L.gm);
+    v.accessPolicyWindow.num_bytes = bytes;
+    v.accessPolicyWindow.hitRatio = (float)((double)maxp < (double)bytes ? (double)maxp / bytes : 1.0);
+    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+    v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+    if (cudaStreamSetAttribute(cs.get(), cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess)
+        (void)cudaGetLastError();
+    else
+        l2_persisting = true;
 }
 
 hyprof_status_t EadpCuda::run()
