@@ -40,12 +40,27 @@
  *               (double); the float kernel (fed_fused_pad_body) updates every
  *               row and reads edge neighbours from a zero border instead
  *               (fewer instructions: it is issue-bound).
- *               Float default: fed_shfl_body, K = 6 steps on 64 x 64
- *               regions, each thread 2 columns x 4 rows in registers, the
+ *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
+ *               regions (the default schedule's 28 steps in 4 launches),
+ *               each thread 2 columns x 4 rows in registers, the
  *               conductances loaded (not computed) per launch,
  *               east/west neighbours across threads by warp shuffles and only
- *               the strips' first and last rows through shared memory;
+ *               the strips' first and last rows through shared memory; the
+ *               warps whose rows can no longer reach the tile stop computing;
  *               $HYPROF_EADP_FED=pad: the padded kernel above.
+ *               Measured (H100 80GB HBM3, Houston size x 7 PCs, lead's
+ *               rounds of 12:04 and 12:36, Nsight Compute per launch): the
+ *               padded kernel 48.6 us a 6-step launch (35.3 M instructions,
+ *               72 % issue slots); fed_shfl_body with 2 x 4 pixels 41-43 us
+ *               (23.4 M instructions, 58 % issue: bound by latency, the
+ *               barrier and the loads, 46 % of the warp slots occupied);
+ *               with 4 x 4 pixels (half the shuffles and halo, 110
+ *               registers, one block per SM) 55.8 us; with the conductances
+ *               in shared memory to fit 64 or 40 registers (two 512-thread
+ *               blocks of 4 x 4 or three of 2 x 4 per SM, or 128 x 128
+ *               regions) slower again (more shared loads, spills). Event
+ *               time of the FED per call: 1.61 ms for K = 7, 1.82 for
+ *               K = 6, 1.76 for K = 8, padded kernel 1.97 (main: 1.97).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
