@@ -111,8 +111,6 @@
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
- * $HYPROF_EADP_L2_PERSIST=1 keeps the conductance planes in L2 (an access
- * policy window, persisting lines given back at the end);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -1837,15 +1835,6 @@ class EadpCuda {
         : ctx(c), a(args), dev_x(d_x)
     {
     }
-    ~EadpCuda()
-    {
-        if (l2_persisting) { /* give the persisting L2 lines back (error paths too) */
-            (void)cudaStreamSynchronize(cs.get());
-            (void)cudaCtxResetPersistingL2Cache();
-            (void)cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
-            (void)cudaGetLastError();
-        }
-    }
     hyprof_status_t run();
 
   private:
@@ -1864,7 +1853,6 @@ class EadpCuda {
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
-    bool l2_persisting = false; /* l2_persist() set an access policy window */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1904,7 +1892,6 @@ class EadpCuda {
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
                                int *cur, float *out = NULL);
     bool output_in_fed(size_t nsteps, size_t nb) const;
-    void l2_persist();
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -2014,7 +2001,11 @@ hyprof_status_t EadpCuda::plan()
      * shared-memory kernel), 64-row regions only, 4 or 8 rows per thread, 2
      * or 4 columns, K >= 4; offsets in int. */
     const char *fedk = getenv("HYPROF_EADP_FED");
-    const int sstrip = env_int("HYPROF_EADP_STRIP", 4);
+    /* 8-row strips by default (256 threads per 64 x 64 region, two blocks
+     * per SM): FED 1.58 ms against 1.63 for 4-row ones, an H100, 13:10
+     * round. With STRIP=4 (the padded kernel's other strips too): 4 rows. */
+    const char *strip_env = getenv("HYPROF_EADP_STRIP");
+    int sstrip = env_int("HYPROF_EADP_STRIP", 8);
     /* 2 columns by default: two 512-thread blocks per SM (64 registers);
      * 4 columns (128 x 64 regions, half the instructions per pixel, 110
      * registers, one block per SM) measured 2.31 ms of FED against 1.73, an
@@ -2032,6 +2023,8 @@ hyprof_status_t EadpCuda::plan()
         occ = 2;
     fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
     cond = env_int("HYPROF_EADP_COND", 1) != 0;
+    if (!strip_env && (cols == 4 || occ == 3)) /* 8-row strips: 2 columns, occ 2 only */
+        sstrip = 4;
     shfl = f32 && fuse >= 4 && (sstrip == 4 || (sstrip == 8 && cols == 2 && occ == 2)) &&
            (tile_rows == 64 || (tile_rows == 128 && sstrip == 4 && cols == 4)) &&
            !(fedk && strcmp(fedk, "pad") == 0) &&
@@ -2122,8 +2115,6 @@ hyprof_status_t EadpCuda::plan()
     L = plan_layout(npix, has_mask, r, group, nslots);
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
-    if (shfl && cond && env_int("HYPROF_EADP_L2_PERSIST", 0) != 0)
-        l2_persist(); /* an experiment: see l2_persist() */
     HYPROF_TRY(xs.create(ctx, op));
     for (size_t s = 0; s < nslots; ++s) {
         HYPROF_TRY(conv[s].create(ctx, op));
@@ -2583,36 +2574,6 @@ void EadpCuda::report()
                 "(%.0f B per pixel and step, %s), %.3g pixel-steps/s",
                 gbs, peak > 0.0 ? 100.0 * gbs / peak : 0.0, peak, fed_launches, fed_max_steps,
                 gb, fed_ms, eq, bytes, f32 ? "float" : "double", fed_step_pix / (fed_ms * 1e-3));
-}
-
-/* $HYPROF_EADP_L2_PERSIST=1: the conductance planes, which every FED launch
- * reads again, persist in L2 (as far as the device's persisting share
- * allows; an access policy window on the compute stream, which the graphs
- * capture). Undone at the end of run(). Failures only mean no persistence. */
-void EadpCuda::l2_persist()
-{
-    int d = 0, maxp = 0, maxw = 0;
-    if (cudaGetDevice(&d) != cudaSuccess ||
-        cudaDeviceGetAttribute(&maxp, cudaDevAttrMaxPersistingL2CacheSize, d) != cudaSuccess ||
-        cudaDeviceGetAttribute(&maxw, cudaDevAttrMaxAccessPolicyWindowSize, d) != cudaSuccess ||
-        maxp <= 0 || maxw <= 0 ||
-        cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)maxp) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
-    size_t bytes = 2 * group * npix * sizeof(float);
-    bytes = bytes < (size_t)maxw ? bytes : (size_t)maxw;
-    cudaStreamAttrValue v;
-    memset(&v, 0, sizeof v);
-    v.accessPolicyWindow.base_ptr = dev<float>(L.gm);
-    v.accessPolicyWindow.num_bytes = bytes;
-    v.accessPolicyWindow.hitRatio = (float)((double)maxp < (double)bytes ? (double)maxp / bytes : 1.0);
-    v.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
-    v.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
-    if (cudaStreamSetAttribute(cs.get(), cudaStreamAttributeAccessPolicyWindow, &v) != cudaSuccess)
-        (void)cudaGetLastError();
-    else
-        l2_persisting = true;
 }
 
 hyprof_status_t EadpCuda::run()
