@@ -42,7 +42,8 @@
  *               (fewer instructions: it is issue-bound).
  *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
  *               regions (the default schedule's 28 steps in 4 launches),
- *               each thread 2 columns x 4 rows in registers, the
+ *               each thread 2 columns x 8 rows in registers (256 threads a
+ *               region, two regions per SM), the
  *               conductances loaded (not computed) per launch,
  *               east/west neighbours across threads by warp shuffles and only
  *               the strips' first and last rows through shared memory; the
@@ -60,7 +61,17 @@
  *               blocks of 4 x 4 or three of 2 x 4 per SM, or 128 x 128
  *               regions) slower again (more shared loads, spills). Event
  *               time of the FED per call: 1.61 ms for K = 7, 1.82 for
- *               K = 6, 1.76 for K = 8, padded kernel 1.97 (main: 1.97).
+ *               K = 6, 1.76 for K = 8, padded kernel 1.97 (main: 1.97);
+ *               13:10 round: 1.58 ms with 8-row strips against 1.63 with
+ *               4-row ones; Nsight kernel sum of the FED 1.58 ms a call
+ *               (main 1.95), 12 bytes per pixel and step: 7.9 TB/s
+ *               unfused-equivalent, 236 % of the H100's 3.35 TB/s peak
+ *               (each launch reads 68 MB of DRAM for 7 steps, 1.4 TB/s).
+ *               Not faster: the conductance planes in persisting L2,
+ *               bands in L2-sized chunks ($HYPROF_EADP_L2_BANDS), the
+ *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
+ *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
+ *               + output 0.14 ms).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
