@@ -156,6 +156,10 @@ static const variant_t g_variants[] = {
     {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
     {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
     {"prepsplit", "HYPROF_EADP_PREP", "split", 1},
+    {"fedpad", "HYPROF_EADP_FED", "pad", 1},      {"cols4", "HYPROF_EADP_COLS", "4", 1},
+    {"occ3", "HYPROF_EADP_OCC", "3", 1},          {"fedout0", "HYPROF_EADP_FED_OUTPUT", "0", 1},
+    {"cond0", "HYPROF_EADP_COND", "0", 1},        {"fuse7", "HYPROF_EADP_FUSE", "7", 1},
+    {"rows128", "HYPROF_EADP_TILE_ROWS", "128", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

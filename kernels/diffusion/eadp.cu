@@ -18,7 +18,11 @@
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
  *               eadp.c (lo + t (hi - lo), the same fallbacks)
- *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked)
+ *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
+ *               for the float FED's default kernel (fed_shfl_body) the edge
+ *               conductances towards the east and south neighbours instead
+ *               of g (diffuse_cond_body: g is fixed per band, so they are
+ *               computed once per band instead of once per FED launch)
  *   FED         per increment, cycles x nsteps Jacobi steps, in float by
  *               default (u and g stored as float: 12 bytes per pixel and
  *               launch; $HYPROF_EADP_PRECISION=double for double), fused K steps per
@@ -36,12 +40,47 @@
  *               (double); the float kernel (fed_fused_pad_body) updates every
  *               row and reads edge neighbours from a zero border instead
  *               (fewer instructions: it is issue-bound).
+ *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
+ *               regions (the default schedule's 28 steps in 4 launches),
+ *               each thread 2 columns x 8 rows in registers (256 threads a
+ *               region, two regions per SM), the
+ *               conductances loaded (not computed) per launch,
+ *               east/west neighbours across threads by warp shuffles and only
+ *               the strips' first and last rows through shared memory; the
+ *               warps whose rows can no longer reach the tile stop computing;
+ *               $HYPROF_EADP_FED=pad: the padded kernel above.
+ *               Measured (H100 80GB HBM3, Houston size x 7 PCs, lead's
+ *               rounds of 12:04 and 12:36, Nsight Compute per launch): the
+ *               padded kernel 48.6 us a 6-step launch (35.3 M instructions,
+ *               72 % issue slots); fed_shfl_body with 2 x 4 pixels 41-43 us
+ *               (23.4 M instructions, 58 % issue: bound by latency, the
+ *               barrier and the loads, 46 % of the warp slots occupied);
+ *               with 4 x 4 pixels (half the shuffles and halo, 110
+ *               registers, one block per SM) 55.8 us; with the conductances
+ *               in shared memory to fit 64 or 40 registers (two 512-thread
+ *               blocks of 4 x 4 or three of 2 x 4 per SM, or 128 x 128
+ *               regions) slower again (more shared loads, spills). Event
+ *               time of the FED per call: 1.61 ms for K = 7, 1.82 for
+ *               K = 6, 1.76 for K = 8, padded kernel 1.97 (main: 1.97);
+ *               13:10 round: 1.58 ms with 8-row strips against 1.63 with
+ *               4-row ones; Nsight kernel sum of the FED 1.58 ms a call
+ *               (main 1.95), 12 bytes per pixel and step: 7.9 TB/s
+ *               unfused-equivalent, 236 % of the H100's 3.35 TB/s peak
+ *               (each launch reads 68 MB of DRAM for 7 steps, 1.4 TB/s).
+ *               Not faster: the conductance planes in persisting L2,
+ *               bands in L2-sized chunks ($HYPROF_EADP_L2_BANDS), the
+ *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
+ *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
+ *               + output 0.14 ms).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
  *               ping-pong buffer).
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
- *               ring of device slots;
+ *               ring of device slots (with fed_shfl_kernel the increment's
+ *               last FED launch writes its slot itself: no copy_out pass,
+ *               the graph holding the launches before it;
+ *               $HYPROF_EADP_FED_OUTPUT=0 for the separate pass);
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
  *
@@ -60,7 +99,8 @@
  * bands are processed in groups when they do not all fit.
  *
  * Knobs for tests and tuning (environment): $HYPROF_EADP_FUSE = steps per FED
- * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused);
+ * launch (1 = one plain kernel per step; 2, 4 (default), 6 or 8 = fused; 7
+ * for fed_shfl_kernel only: the default 28 steps in 4 launches);
  * $HYPROF_EADP_TILE_ROWS=64 uses 64 x 64 regions (one block per SM, less
  * halo) instead of 64 x 32 (two blocks per SM);
  * $HYPROF_EADP_STRIP=8 gives each thread 8 rows instead of 4 (half the
@@ -72,6 +112,16 @@
  * FED launches of an increment n bands at a time (their data stays in L2);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
+ * $HYPROF_EADP_COLS=4 gives fed_shfl_body's threads 4 columns instead of 2
+ * (128 x 64 regions, one block per SM), $HYPROF_EADP_STRIP=8 8 rows instead
+ * of 4 (2 columns: 8 warps per region instead of 16);
+ * $HYPROF_EADP_OCC=2 two blocks per SM for 4 x 4 pixels per thread (64
+ * registers, the conductances in shared memory: FedShflCond), =3 three for
+ * 2 x 4 pixels (40 registers, the same);
+ * $HYPROF_EADP_TILE_ROWS=128 128 x 128 regions of 1024 threads (the same);
+ * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
+ * conductances itself (12 bytes per pixel and launch instead of 16, more
+ * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -396,11 +446,18 @@ const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
 const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
 const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
 
+template <int RT>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
                               unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
-                              int H, size_t npix, const double *w, int r, double *G, u64 *cnt)
+                              int H, size_t npix, const double *wg, double *G, u64 *cnt)
 {
+    /* The radius as a constant and the weights in registers: the tap loops
+     * unroll, no weight load per tap. */
+    const int r = RT;
+    double w[2 * RT + 1];
+    for (int j = 0; j < 2 * RT + 1; ++j)
+        w[j] = wg[j];
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
     const float *xb = x + (size_t)b * npix;
@@ -409,13 +466,25 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
     /* The input the tile needs, staged once: row k, column cc hold image
      * (reflect(y0 - 1 - r + k), reflect(x0 - 1 - r + cc)), 0 where masked. */
     const int nh = kPrepTY + 2 + 2 * r, nxw = kPrepTX + 2 + 2 * r;
-    for (int e = tid; e < nh * nxw; e += nthr) {
-        const int k = e / nxw, cc = e % nxw;
-        const size_t q = (size_t)reflect_index(y0 - 1 - r + k, H) * W +
-                         reflect_index(x0 - 1 - r + cc, W);
-        const bool m = !mask || mask[q];
-        Xv[k][cc] = m ? xb[q] : 0.0f;
-        Xm[k][cc] = m ? 1 : 0;
+    /* Rows by thread rows, columns by lanes (no division by nxw). */
+    for (int k = t.ty; k < nh; k += t.bdy) {
+        const size_t row = (size_t)reflect_index(y0 - 1 - r + k, H) * W;
+        for (int cc = t.tx; cc < nxw; cc += t.bdx) {
+            const size_t q = row + reflect_index(x0 - 1 - r + cc, W);
+            const bool m = !mask || mask[q];
+            Xv[k][cc] = m ? xb[q] : 0.0f;
+            Xm[k][cc] = m ? 1 : 0;
+        }
+    }
+    /* Without a mask every weight sum is the same: Gx * 1 and Gy * (Gx * 1),
+     * summed here in the per-pixel order (the same bits), so only the
+     * numerators are convolved. */
+    double d1 = 0.0, d2 = 0.0;
+    if (!mask) {
+        for (int j = -r; j <= r; ++j)
+            d1 = add_rn(d1, mul_rn(w[j + r], 1.0));
+        for (int j = -r; j <= r; ++j)
+            d2 = add_rn(d2, mul_rn(w[j + r], d1));
     }
     HYPROF_EADP_SYNC();
     for (int e = tid; e < nh * kPrepSW; e += nthr) {
@@ -423,10 +492,14 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         if (xs < 0 || xs >= W)
             continue;
         double an = 0.0, ad = 0.0;
-        for (int j = -r; j <= r; ++j) { /* image column xs + j is staged column cx + r + j */
-            an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
-            ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
-        }
+        if (mask)
+            for (int j = -r; j <= r; ++j) { /* image column xs + j: staged column cx + r + j */
+                an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
+                ad = add_rn(ad, mul_rn(w[j + r], Xm[k][cx + r + j] ? 1.0 : 0.0));
+            }
+        else
+            for (int j = -r; j <= r; ++j)
+                an = add_rn(an, mul_rn(w[j + r], (double)Xv[k][cx + r + j]));
         Hn[k][cx] = an;
         Hd[k][cx] = ad;
     }
@@ -435,11 +508,16 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         const int ky = e / kPrepSW, cx = e % kPrepSW, xs = x0 - 1 + cx, ys = y0 - 1 + ky;
         if (xs < 0 || xs >= W || ys < 0 || ys >= H)
             continue;
-        double sn = 0.0, sd = 0.0;
-        for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
-            sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
-            sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
-        }
+        double sn = 0.0, sd = d2;
+        if (mask) {
+            sd = 0.0;
+            for (int j = -r; j <= r; ++j) { /* image row ys + j is shared row ky + r + j */
+                sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
+                sd = add_rn(sd, mul_rn(w[j + r], Hd[ky + r + j][cx]));
+            }
+        } else
+            for (int j = -r; j <= r; ++j)
+                sn = add_rn(sn, mul_rn(w[j + r], Hn[ky + r + j][cx]));
         S[ky][cx] = sd > 0.0 ? sn / sd : 0.0;
     }
     HYPROF_EADP_SYNC();
@@ -499,6 +577,24 @@ HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double 
     }
 }
 
+/* Counts `key` for the first active query whose prefix it has (and with
+ * cand, appends it to the band's candidate list). */
+const int kSelUnroll = 4;
+
+HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsigned dmask,
+                              const bool *act, const u64 *pre, u64 *cand, u64 *ncand, int b,
+                              size_t npix)
+{
+    const u64 km = key & hmask;
+    for (int q = 0; q < kSelQueries; ++q)
+        if (act[q] && km == pre[q]) {
+            HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
+            if (cand)
+                cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
+            break;
+        }
+}
+
 /* Histogram of the next digit of the keys that match each query's prefix. Each
  * key counts once, for the first query with its prefix (queries with equal
  * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
@@ -509,15 +605,26 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
-    for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
-        sh[i] = 0;
     const int b = t.bz;
     u64 pre[kSelQueries];
-    bool act[kSelQueries];
+    bool act[kSelQueries], lead[kSelQueries];
     for (int q = 0; q < kSelQueries; ++q) {
         act[q] = st[(size_t)b * kSelQueries + q].rank >= 0;
         pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
+        lead[q] = act[q];
+        for (int q2 = 0; q2 < q; ++q2)
+            if (act[q2] && pre[q2] == pre[q])
+                lead[q] = false;
     }
+    /* Only the counters that can count: the digit's bins (512 in the first
+     * pass) of the queries whose prefix no earlier query shares (the keys
+     * count for the first one). Zeroing and flushing all 4 x 2048 took more
+     * time than the counting, at 4096 pixels per block. */
+    const int nbins = (int)dmask + 1;
+    for (int q = 0; q < kSelQueries; ++q)
+        if (lead[q])
+            for (int i = tid; i < nbins; i += nthr)
+                sh[q * kSelBins + i] = 0;
     HYPROF_EADP_SYNC();
     /* The keys: of G's valid pixels, or (list) the band's candidates that an
      * earlier pass collected; with cand, the keys that match a query also go
@@ -525,30 +632,42 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
     const double *gb = G + (size_t)b * npix;
     const u64 *lb = list ? list + (size_t)b * npix : NULL;
     const size_t n = list ? (size_t)ncand[b] : npix;
-    for (size_t p = (size_t)t.bx * nthr + tid; p < n; p += (size_t)t.gdx * nthr) {
-        if (!list && mask && !mask[p])
-            continue;
-        const u64 key = list ? lb[p] : sel_key(gb[p]), km = key & hmask;
-        for (int q = 0; q < kSelQueries; ++q)
-            if (act[q] && km == pre[q]) {
-                HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
-                if (cand)
-                    cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
-                break;
-            }
+    /* kSelUnroll keys loaded before any is counted: more loads in flight
+     * (one at a time, a full pass read G at 1.5 TB/s, an H100). */
+    const size_t stride = (size_t)t.gdx * nthr;
+    size_t p = (size_t)t.bx * nthr + tid;
+    for (; p + (kSelUnroll - 1) * stride < n; p += kSelUnroll * stride) {
+        u64 keys[kSelUnroll];
+        bool valid[kSelUnroll];
+        for (int j = 0; j < kSelUnroll; ++j) {
+            const size_t pj = p + (size_t)j * stride;
+            valid[j] = list || !mask || mask[pj];
+            keys[j] = list ? lb[pj] : sel_key(gb[pj]);
+        }
+        for (int j = 0; j < kSelUnroll; ++j)
+            if (valid[j])
+                sel_count(sh, keys[j], hmask, shift, dmask, act, pre, cand, ncand, b, npix);
     }
+    for (; p < n; p += stride)
+        if (list || !mask || mask[p])
+            sel_count(sh, list ? lb[p] : sel_key(gb[p]), hmask, shift, dmask, act, pre, cand,
+                      ncand, b, npix);
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
-    for (int i = tid; i < kSelQueries * kSelBins; i += nthr)
-        if (sh[i])
-            HYPROF_EADP_ATOMIC_ADD_U64(&gh[i], (u64)sh[i]);
+    for (int q = 0; q < kSelQueries; ++q)
+        if (lead[q])
+            for (int i = tid; i < nbins; i += nthr)
+                if (sh[q * kSelBins + i])
+                    HYPROF_EADP_ATOMIC_ADD_U64(&gh[q * kSelBins + i], (u64)sh[q * kSelBins + i]);
 }
 
 /* One block of kSelThreads per band: for each query, the bin that holds its
  * rank; appends the digit to the prefix, makes the rank relative to the bin,
- * and clears the histograms for the next pass. */
+ * and clears the histograms for the next pass. The queries' prefix sums run
+ * side by side (one barrier sequence instead of one per query: the kernel
+ * is latency-bound, 8.7 us a launch with four sequential scans, an H200). */
 struct SelScanShared {
-    u64 part[kSelThreads];
+    u64 part[kSelQueries][kSelThreads];
     SelState cur[kSelQueries], nxt[kSelQueries];
 };
 
@@ -564,9 +683,18 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
     }
     HYPROF_EADP_SYNC();
     const int per = kSelBins / kSelThreads;
+    /* This thread's bins of the histogram that query q counts in, loaded
+     * once (all loads in flight together; the bin search reads registers). */
+    /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
+    const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
+    const bool used = tid * per < nbins;
+    u64 hv[kSelQueries][per];
+    bool on[kSelQueries], lead[kSelQueries];
+    u64 mine[kSelQueries];
+#pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        if (sh.cur[q].rank < 0)
-            continue; /* the same for every thread */
+        mine[q] = 0;
+        on[q] = sh.cur[q].rank >= 0; /* the same for every thread */
         int a = q;
         for (int q2 = 0; q2 < q; ++q2)
             if (sh.cur[q2].rank >= 0 &&
@@ -574,36 +702,54 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
                 a = q2;
                 break;
             }
+        lead[q] = on[q] && a == q;
         const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
-        u64 mine = 0;
-        for (int j = 0; j < per; ++j)
-            mine += h[j];
-        sh.part[tid] = mine;
+#pragma unroll
+        for (int j = 0; j < per; ++j) {
+            hv[q][j] = on[q] && used ? h[j] : 0;
+            mine[q] += hv[q][j];
+        }
+    }
+    for (int q = 0; q < kSelQueries; ++q)
+        sh.part[q][tid] = mine[q];
+    HYPROF_EADP_SYNC();
+    for (int off = 1; off < kSelThreads; off <<= 1) {
+        u64 v[kSelQueries];
+        for (int q = 0; q < kSelQueries; ++q)
+            v[q] = tid >= off ? sh.part[q][tid - off] : 0;
         HYPROF_EADP_SYNC();
-        for (int off = 1; off < kSelThreads; off <<= 1) {
-            const u64 v = tid >= off ? sh.part[tid - off] : 0;
-            HYPROF_EADP_SYNC();
-            sh.part[tid] += v;
-            HYPROF_EADP_SYNC();
-        }
-        const u64 incl = sh.part[tid], excl = incl - mine, rank = (u64)sh.cur[q].rank;
-        if (rank >= excl && rank < incl) {
-            u64 cum = excl;
-            for (int j = 0; j < per; ++j) {
-                if (rank < cum + h[j]) {
-                    sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + j) << shift);
-                    sh.nxt[q].rank = (long long)(rank - cum);
-                    break;
-                }
-                cum += h[j];
-            }
-        }
+        for (int q = 0; q < kSelQueries; ++q)
+            sh.part[q][tid] += v[q];
         HYPROF_EADP_SYNC();
     }
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q) {
+        if (!on[q])
+            continue;
+        const u64 incl = sh.part[q][tid], excl = incl - mine[q], rank = (u64)sh.cur[q].rank;
+        if (rank >= excl && rank < incl) { /* the first bin whose end passes rank */
+            u64 cum = excl, base = 0;
+            int jj = -1;
+#pragma unroll
+            for (int j = 0; j < per; ++j) {
+                if (jj < 0 && rank < cum + hv[q][j]) {
+                    jj = j;
+                    base = cum;
+                }
+                cum += hv[q][j];
+            }
+            sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + jj) << shift);
+            sh.nxt[q].rank = (long long)(rank - base);
+        }
+    }
+    HYPROF_EADP_SYNC();
     if (tid < kSelQueries)
         s[tid] = sh.nxt[tid];
-    for (int i = tid; i < kSelQueries * kSelBins; i += t.bdx)
-        gh[i] = 0;
+    /* Only the histograms sel_hist_body wrote (the other ones stay 0). */
+    for (int q = 0; q < kSelQueries; ++q)
+        if (lead[q])
+            for (int i = tid; i < nbins; i += t.bdx)
+                gh[(size_t)q * kSelBins + i] = 0;
 }
 
 /* eadp.c's percentile from the two selected order statistics. */
@@ -639,6 +785,17 @@ HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState 
     k[b] = v;
 }
 
+/* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
+HYPROF_EADP_FN double diffusivity_of(double Gv, double k2, int diffusivity)
+{
+    const double r = Gv / k2;
+    if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
+        return exp(-r);
+    if (diffusivity == (int)HYPROF_DIFFUSIVITY_G3)
+        return r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
+    return 1.0 / add_rn(1.0, r);
+}
+
 /* Diffusivity (g, -1 where masked) from G, and u = x (0 where masked), both
  * as T (u may overwrite G: each element is read before it is written). */
 template <typename T>
@@ -658,16 +815,53 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             u[i] = (T)0.0;
             continue;
         }
-        const double r = G[i] / k2;
-        double g;
-        if (diffusivity == (int)HYPROF_DIFFUSIVITY_G1)
-            g = exp(-r);
-        else if (diffusivity == (int)HYPROF_DIFFUSIVITY_G3)
-            g = r > 0.0 ? sub_rn(1.0, exp(-3.315 / mul_rn(mul_rn(mul_rn(r, r), r), r))) : 1.0;
-        else
-            g = 1.0 / add_rn(1.0, r);
-        gm[i] = (T)g;
+        gm[i] = (T)diffusivity_of(G[i], k2, diffusivity);
         u[i] = (T)x[i];
+    }
+}
+
+/* The float g of pixel p (band offset off), -1 where masked. */
+HYPROF_EADP_FN float g_f32(const uint8_t *mask, const double *G, size_t off, size_t p, double k2,
+                           int diffusivity)
+{
+    return (mask && !mask[p]) ? -1.0f : (float)diffusivity_of(G[off + p], k2, diffusivity);
+}
+
+/* For the float FED of fed_shfl_body: u = x (0 where masked) and the fixed
+ * edge conductances of each pixel towards its east and south neighbours,
+ * ce = edge_c(g_p, g_east) and cs = edge_c(g_p, g_south) (0 at the image's
+ * edge and next to masked pixels), from the same float g as diffuse_body:
+ * the FED then multiplies the same conductances, bit for bit. Per block of
+ * kPixBX x kPixBY pixels, g of the block plus one column and one row goes
+ * to shared memory `gs` first (1.16 evaluations of g per pixel instead of
+ * 3). G, u, ce and cs must not overlap. */
+HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], const float *x,
+                                      const uint8_t *mask, int W, int H, size_t npix,
+                                      const double *k, int diffusivity, const double *G,
+                                      float *u, float *ce, float *cs, float *out, float nodata)
+{
+    const int b = t.bz, x0 = t.bx * kPixBX, tid = t.ty * kPixBX + t.tx;
+    const double kb = k[b], k2 = mul_rn(kb, kb);
+    const size_t off = (size_t)b * npix;
+    for (int y0 = t.by * kPixBY; y0 < H; y0 += t.gdy * kPixBY) { /* uniform per block */
+        for (int e = tid; e < (kPixBY + 1) * (kPixBX + 1); e += kPixBX * kPixBY) {
+            const int ry = e / (kPixBX + 1), rx = e % (kPixBX + 1), y = y0 + ry, xx = x0 + rx;
+            gs[ry][rx] = y < H && xx < W
+                             ? g_f32(mask, G, off, (size_t)y * W + xx, k2, diffusivity)
+                             : -1.0f;
+        }
+        HYPROF_EADP_SYNC();
+        const int xx = x0 + t.tx, y = y0 + t.ty;
+        if (xx < W && y < H) {
+            const size_t p = (size_t)y * W + xx, i = off + p;
+            const float gp = gs[t.ty][t.tx];
+            u[i] = gp < 0.0f ? 0.0f : x[i];
+            if (out) /* the profile's first band (copy_out_body's values) */
+                out[i] = mask && !mask[p] ? nodata : x[i];
+            ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
+            cs[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
+        }
+        HYPROF_EADP_SYNC();
     }
 }
 
@@ -866,6 +1060,244 @@ HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW
     }
 }
 
+/* The float FED's default kernel: K fused steps on a (32 C) x (BY R) region
+ * (output tile + halo K) with the edge conductances precomputed
+ * (diffuse_cond_body) and the horizontal neighbours exchanged by warp
+ * shuffles. Warp w (thread row) owns rows w R .. w R + R - 1 of the region,
+ * lane l the C adjacent columns C l .. C l + C - 1: a pixel's other
+ * neighbours are in the thread's registers, except its north and south ones
+ * at the strip's top and bottom rows, which go through shared memory (two
+ * rows of the strip per step instead of all of them, one barrier per step),
+ * and its west and east ones at the thread's first and last column (a
+ * shuffle each). The region's edge columns (lanes 0 and 31) and rows
+ * (warps 0 and BY - 1) get a neighbour that is not theirs (a finite value:
+ * their own or zero): like every pixel within s of the region's edge after s
+ * steps, they are wrong but never reach the output tile. Per pixel and
+ * step: the nine float operations of fed_update, 2 / C shuffles and 4 / R
+ * shared accesses per column (fed_fused_pad_body: one store and two loads).
+ * Pixels outside the image have u = 0 and zero conductances (they stay 0).
+ * Same operations in the same order as fed_fused_pad_body on the same
+ * conductances: the same bits. Device code only (shuffles): no host
+ * harness runs it. */
+struct FedStepsF {
+    float tau[kMaxFuse];
+    int n;
+};
+
+template <int K, int BY, int R, int C> struct __align__(16) FedShflSmem { /* float4 accesses */
+    float top[2][BY + 1][32 * C]; /* [plane][w]: warp w's first row; [BY]: zeros */
+    float bot[2][BY + 1][32 * C]; /* [plane][w + 1]: warp w's last row; [0]: zeros */
+};
+
+/* The conductances in shared memory instead of registers (after a
+ * FedShflSmem), for the variants with 64 registers a thread: ce of region
+ * column c at [r][c + 4] ([r][3]: of the column left of the region), cs of
+ * row r at [r + 1][c] ([0]: of the row above). */
+template <int BY, int R, int C> struct __align__(16) FedShflCond {
+    float ce[BY * R][32 * C + 4];
+    float cs[BY * R + 1][32 * C];
+};
+
+template <int C> __device__ __forceinline__ void sm_store(float *p, const float (&v)[C])
+{
+    if (C == 4)
+        *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else if (C == 2)
+        *reinterpret_cast<float2 *>(p) = make_float2(v[0], v[1]);
+    else
+        for (int j = 0; j < C; ++j)
+            p[j] = v[j];
+}
+template <int C> __device__ __forceinline__ void sm_load(const float *p, float (&v)[C])
+{
+    if (C == 4) {
+        const float4 q = *reinterpret_cast<const float4 *>(p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else if (C == 2) {
+        const float2 q = *reinterpret_cast<const float2 *>(p);
+        v[0] = q.x, v[1] = q.y;
+    } else
+        for (int j = 0; j < C; ++j)
+            v[j] = p[j];
+}
+
+template <int K, int BY, int R, int C, bool Cond, bool SmemC>
+__device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
+                                              float *uout, const float *ceg, const float *csg,
+                                              int W, int H, size_t npix, const FedStepsF &steps,
+                                              float *out, const uint8_t *mask, float nodata)
+{
+    const int RW = 32 * C, RH = BY * R;
+    const int OW = RW - 2 * K, OH = RH - 2 * K;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const int x0 = (int)blockIdx.x * OW - K + c0;
+    const int y0 = (int)blockIdx.y * OH - K + rb;
+    const size_t boff = (size_t)blockIdx.z * npix;
+    const float *ub = uin + boff, *eb = ceg + boff, *sb = csg + boff;
+
+    float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
+    bool colin[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+        colin[j] = (unsigned)(x0 + j) < (unsigned)W;
+    /* Row pointers formed unconditionally (never dereferenced outside the
+     * image): one address per row and array, the columns at immediate
+     * offsets (the prologue is a third of the kernel's instructions). */
+    const int ro = y0 * W + x0; /* offset of (y0, x0) in the band (< 2^31: checked on the host) */
+    const float *pu = ub + ro, *pe = eb + ro, *ps = sb + ro;
+    if (Cond) {
+        const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = rin && colin[j] ? __ldg(ps + j - W) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                const bool in = rin && colin[j];
+                u[i][j] = in ? __ldg(pu + j) : 0.0f;
+                ce[i][j] = in ? __ldg(pe + j) : 0.0f;
+                cs[i][j] = in ? __ldg(ps + j) : 0.0f;
+            }
+            cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
+        }
+    } else {
+        /* ceg is g (-1: masked; outside the image too): the conductances
+         * from it and its neighbours' (one more row above and below, one
+         * more column left and right), 12 bytes per pixel and launch
+         * instead of 16. */
+        const bool cl = (unsigned)(x0 - 1) < (unsigned)W, cr = (unsigned)(x0 + C) < (unsigned)W;
+        float g[R + 2][C], gl[R], gr[R];
+        pe -= W;
+#pragma unroll
+        for (int i = 0; i < R + 2; ++i, pe += W) {
+            const bool rin = (unsigned)(y0 - 1 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                g[i][j] = rin && colin[j] ? __ldg(pe + j) : -1.0f;
+            if (i >= 1 && i <= R) {
+                gl[i - 1] = rin && cl ? __ldg(pe - 1) : -1.0f;
+                gr[i - 1] = rin && cr ? __ldg(pe + C) : -1.0f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W) {
+            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                u[i][j] = rin && colin[j] ? __ldg(pu + j) : 0.0f;
+                ce[i][j] = edge_c(g[i + 1][j], j + 1 < C ? g[i + 1][j + 1] : gr[i]);
+                cs[i][j] = edge_c(g[i + 1][j], g[i + 2][j]);
+            }
+            cwl[i] = edge_c(gl[i], g[i + 1][0]);
+        }
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = edge_c(g[0][j], g[1][j]);
+    }
+    FedShflCond<BY, R, C> &cc = *reinterpret_cast<FedShflCond<BY, R, C> *>(&sm + 1);
+    if (SmemC) { /* read after the first step's barrier */
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            sm_store<C>(&cc.ce[rb + i][c0 + 4], ce[i]);
+            sm_store<C>(&cc.cs[rb + i + 1][c0], cs[i]);
+            if (lane == 0)
+                cc.ce[rb + i][3] = cwl[i];
+        }
+        if (w == 0)
+            sm_store<C>(&cc.cs[0][c0], cn0);
+    }
+    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
+        float z[C];
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            z[j] = 0.0f;
+        for (int p = 0; p < 2; ++p)
+            sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
+    }
+    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
+     * only: the first and last warps stop computing after step `nc` and
+     * only publish their edge rows (the neighbours' step nc reads u^nc) and
+     * meet the other warps' barriers. A second loop rather than a test in
+     * the first: that one cost register moves. */
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
+#pragma unroll 2 /* the planes' addresses and no register moves between steps */
+    for (int s = 0; s < nc; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+        if (SmemC)
+            sm_load<C>(&cc.cs[rb][c0], cnp);
+        else
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                cnp[j] = cn0[j];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            float nu[C], cer[C], csr[C], cwr;
+            if (SmemC) {
+                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
+                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
+                cwr = cc.ce[rb + i][c0 + 3];
+            } else {
+#pragma unroll
+                for (int j = 0; j < C; ++j) {
+                    cer[j] = ce[i][j];
+                    csr[j] = cs[i][j];
+                }
+                cwr = cwl[i];
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
+                const float uw = j > 0 ? u[i][j - 1] : uw0;
+                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
+                const float cw = j > 0 ? cer[j - 1] : cwr;
+                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
+                                          tau);
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                un[j] = u[i][j];
+                u[i][j] = nu[j];
+                cnp[j] = csr[j];
+            }
+        }
+    }
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+    }
+    /* u, and with out (the increment's last launch) also its profile band:
+     * u, nodata where masked (copy_out_body's values, without its pass). */
+    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
+    const uint8_t *pm = mask + ro;
+#pragma unroll
+    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
+        const int r = rb + i;
+        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
+            continue;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
+                po[j] = u[i][j];
+                if (out)
+                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
+            }
+    }
+}
+
 /* The fused FED steps with a persistent grid: each CTA takes tiles
  * blockIdx.x, + gridDim.x, ... of the (bands x rows x columns of tiles)
  * sequence and, while it runs the K steps of one tile, copies the next
@@ -1058,16 +1490,17 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
 }
 
+template <int RT>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
-                size_t npix, const double *__restrict__ w, int r, double *__restrict__ G,
+                size_t npix, const double *__restrict__ w, double *__restrict__ G,
                 u64 *__restrict__ cnt)
 {
     __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
     __shared__ float Xv[kPrepHR][kPrepXW];
     __shared__ unsigned char Xm[kPrepHR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, r, G, cnt);
+    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, cnt);
 }
 
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
@@ -1149,6 +1582,38 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
     fed_fused_pad_body<K, BY, R, T>(HYPROF_EADP_THR,
                                     reinterpret_cast<T(*)[BY * R + 2][kFedPW]>(fed_smem), uin,
                                     uout, gm, W, H, npix, steps);
+}
+
+/* Dynamic shared memory: a FedShflSmem (35 KiB for 64-row regions, 66 for
+ * 128-row ones); at least MinB blocks of 32 BY threads per SM (512 threads,
+ * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
+ * threads: 64 registers, some spilled). */
+template <int K, int BY, int R, int C, int MinB, bool Cond>
+__global__ void __launch_bounds__(32 * BY, MinB)
+    fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
+                    const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
+                    size_t npix, const __grid_constant__ FedStepsF steps, float *__restrict__ out,
+                    const uint8_t *__restrict__ mask, float nodata)
+{
+    extern __shared__ float4 fed_shfl_smem[];
+    /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
+     * (2 x 4 pixels, three blocks per SM) */
+    constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
+    fed_shfl_body<K, BY, R, C, Cond, SmemC>(
+        *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
+        npix, steps, out, mask, nodata);
+}
+
+__global__ void __launch_bounds__(kPixBX *kPixBY)
+    diffuse_cond_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W,
+                        int H, size_t npix, const double *__restrict__ k, int diffusivity,
+                        const double *__restrict__ G, float *__restrict__ u,
+                        float *__restrict__ ce, float *__restrict__ cs, float *__restrict__ out,
+                        float nodata)
+{
+    __shared__ float gs[kPixBY + 1][kPixBX + 1];
+    diffuse_cond_body(HYPROF_EADP_THR, gs, x, mask, W, H, npix, k, diffusivity, G, u, ce, cs,
+                      out, nodata);
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
@@ -1257,6 +1722,48 @@ const void *fused_f32_ptr(int K, int rows, int R)
     return rows == 64 ? fused_f32_ptr_k<8, 8>(K) : fused_f32_ptr_k<4, 8>(K);
 }
 
+/* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
+ * per thread, MinB blocks per SM (see plan()). */
+template <int BY, int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
+{
+    switch (K) {
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond>;
+    }
+}
+
+template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ)
+{
+    if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
+        return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
+    if (R == 8)
+        return fed_shfl_ptr_k<8, 8, 2, 2, Cond>(K);
+    if (C == 2)
+        return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
+    return occ == 2 ? fed_shfl_ptr_k<16, 4, 4, 2, Cond>(K) : fed_shfl_ptr_k<16, 4, 4, 1, Cond>(K);
+}
+
+/* rows: region height (64, or 128 with 4 x 4 pixels per thread); cond:
+ * conductances precomputed (diffuse_cond_body) or from g. */
+const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond)
+{
+    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ)
+                : fed_shfl_ptr_c<false>(K, rows, R, C, occ);
+}
+
+/* sizeof(FedShflSmem) of a region of `rows` rows, R-row strips, C columns,
+ * + sizeof(FedShflCond) for the 64-register variants (occ 2 or 128 rows). */
+size_t fed_shfl_smem_bytes(int rows, int R, int C, int occ)
+{
+    const size_t rw = (size_t)(32 * C);
+    size_t b = (size_t)2 * 2 * (size_t)(rows / R + 1) * rw * sizeof(float);
+    if ((C == 4 && (occ == 2 || rows == 128)) || (C == 2 && occ == 3))
+        b += ((size_t)rows * (rw + 4) + (size_t)(rows + 1) * rw) * sizeof(float);
+    return b;
+}
+
 int env_int(const char *name, int dflt)
 {
     const char *s = getenv(name);
@@ -1351,6 +1858,12 @@ class EadpCuda {
     size_t npix = 0, C = 0, nslots = 2, group = 1;
     bool use_graphs = true, fma = false;
     bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
+    bool shfl = false;    /* float FED on precomputed conductances (fed_shfl_kernel) */
+    int cols = 4;         /* fed_shfl_kernel: columns per thread */
+    int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
+    bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
+    bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
+    bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
@@ -1388,7 +1901,8 @@ class EadpCuda {
     template <typename T> T *ubuf(int which) const;
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                               int *cur);
+                               int *cur, float *out = NULL);
+    bool output_in_fed(size_t nsteps, size_t nb) const;
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
@@ -1474,7 +1988,7 @@ hyprof_status_t EadpCuda::plan()
     const char *prec0 = getenv("HYPROF_EADP_PRECISION");
     const bool float_fed = !(prec0 && strcmp(prec0, "double") == 0);
     fuse = env_int("HYPROF_EADP_FUSE", float_fed ? 6 : 4);
-    if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 8)
+    if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 7 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
@@ -1486,14 +2000,54 @@ hyprof_status_t EadpCuda::plan()
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     const char *prep = getenv("HYPROF_EADP_PREP");
     fused_prep = !(prep && strcmp(prep, "split") == 0);
-    tile_rows = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32) == 64 ? 64 : 32;
+    const int rows_env = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32);
+    tile_rows = rows_env == 64 || rows_env == 128 ? rows_env : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
      * SM; 8-row ones (256 threads, 98 registers) measured 12 % slower on an
      * H100 (FED 4.27 -> 3.77 ms of event time, Houston size, 7 bands). */
     /* Float: 8-row strips (256 threads per region) by default, measured 9 %
      * faster than 4-row ones on an H200 (FED 2.27 against 2.50 ms of event
      * time, Houston size, 7 bands); 16-row ones for float only. */
-    strip = env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
+    /* The float default: fed_shfl_kernel ($HYPROF_EADP_FED=pad: the padded
+     * shared-memory kernel), 64-row regions only, 4 or 8 rows per thread, 2
+     * or 4 columns, K >= 4; offsets in int. */
+    const char *fedk = getenv("HYPROF_EADP_FED");
+    /* 8-row strips by default (256 threads per 64 x 64 region, two blocks
+     * per SM): FED 1.58 ms against 1.63 for 4-row ones, an H100, 13:10
+     * round. With STRIP=4 (the padded kernel's other strips too): 4 rows. */
+    const char *strip_env = getenv("HYPROF_EADP_STRIP");
+    int sstrip = env_int("HYPROF_EADP_STRIP", 8);
+    /* 2 columns by default: two 512-thread blocks per SM (64 registers);
+     * 4 columns (128 x 64 regions, half the instructions per pixel, 110
+     * registers, one block per SM) measured 2.31 ms of FED against 1.73, an
+     * H100, 12:04 round: the SM idles while its only block loads or waits
+     * at a barrier. */
+    cols = env_int("HYPROF_EADP_COLS", 2) == 4 || tile_rows == 128 ? 4 : 2;
+    occ = env_int("HYPROF_EADP_OCC", 0);
+    if (occ == 0)
+        occ = cols == 2 ? 2 : 1;
+    if (occ != 2 && occ != 3)
+        occ = 1;
+    if (cols == 2 && occ == 1)
+        occ = 2;
+    if (cols == 4 && occ == 3)
+        occ = 2;
+    fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
+    cond = env_int("HYPROF_EADP_COND", 1) != 0;
+    if (!strip_env && (cols == 4 || occ == 3)) /* 8-row strips: 2 columns, occ 2 only */
+        sstrip = 4;
+    shfl = f32 && fuse >= 4 && (sstrip == 4 || (sstrip == 8 && cols == 2 && occ == 2)) &&
+           (tile_rows == 64 || (tile_rows == 128 && sstrip == 4 && cols == 4)) &&
+           !(fedk && strcmp(fedk, "pad") == 0) &&
+           (double)(H + 2 * kMaxFuse) * (double)(W + 128) < (double)INT_MAX;
+    if (tile_rows == 128 && !shfl) /* 128-row regions: fed_shfl_kernel only */
+        tile_rows = 64;
+    /* fed_shfl_kernel: 7 steps per launch by default (the default schedule's
+     * 28 steps in 4 launches instead of 5): FED 1.61 ms against 1.82 for 6,
+     * 1.76 for 8, an H100, 12:36 round. */
+    if (shfl && !getenv("HYPROF_EADP_FUSE"))
+        fuse = 7;
+    strip = shfl ? sstrip : env_int("HYPROF_EADP_STRIP", f32 ? 8 : 4);
     if (strip != 2 && strip != 8 && !(strip == 16 && f32))
         strip = 4;
     if (strip == 2) /* 1024 threads per 64 x 32 region: no 64-row regions */
@@ -1501,10 +2055,20 @@ hyprof_status_t EadpCuda::plan()
     const int OH = tile_rows - 2 * fuse;
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
+    shfl = shfl && fuse >= 4;
+    if (tile_rows == 128 && !shfl)
+        tile_rows = 64;
+    if (fuse == 7 && !shfl) /* 7 (28 steps = 4 launches): fed_shfl_kernel only */
+        fuse = 6;
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
-    if (fuse > 1) {
+    if (shfl)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond),
+            cudaFuncAttributeMaxDynamicSharedMemorySize,
+            (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
+    if (fuse > 1 && !shfl) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
         const void *fn = f32 ? fused_f32_ptr(fuse, tile_rows, strip)
@@ -1606,7 +2170,13 @@ hyprof_status_t EadpCuda::plan()
                 a->width, a->height, a->bands, C, a->cycles, (a->bands + group - 1) / group,
                 group, nslots, fuse > 1 ? "fused FED steps" : "one kernel per FED step",
                 f32 ? "float" : "double", graphs.size(), fma ? ", FMA" : "", L.total);
-    if (fuse > 1)
+    if (shfl)
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "eadp: %d FED steps per launch on %d x %d regions, %d x %d pixels per "
+                    "thread, %s, shuffles",
+                    fuse, 32 * cols, tile_rows, cols, strip,
+                    cond ? "precomputed conductances" : "conductances from g");
+    else if (fuse > 1)
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "eadp: %d FED steps per launch on 64 x %d regions, %d rows per thread%s",
                     fuse, tile_rows, strip,
@@ -1643,7 +2213,19 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
-        prep_kernel<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, r, A, cnt);
+        void (*pk)(const float *, const uint8_t *, int, int, size_t, const double *, double *,
+                   u64 *) = prep_kernel<8>;
+        switch (r) { /* r <= kPrepMaxR = 8 here */
+        case 1: pk = prep_kernel<1>; break;
+        case 2: pk = prep_kernel<2>; break;
+        case 3: pk = prep_kernel<3>; break;
+        case 4: pk = prep_kernel<4>; break;
+        case 5: pk = prep_kernel<5>; break;
+        case 6: pk = prep_kernel<6>; break;
+        case 7: pk = prep_kernel<7>; break;
+        default: break;
+        }
+        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
     } else {
         gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
@@ -1691,7 +2273,15 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
         HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
     }
-    if (f32) /* B (s) is free now: u goes there */
+    input_out = shfl && cond && fed_output;
+    if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, copied[0].get(), 0));
+    if (shfl && cond) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
+        diffuse_cond_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(
+            x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
+            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix,
+            input_out ? dev<float>(L.slot0) : NULL, a->nodata);
+    else if (f32) /* B (s) is free now: u goes there */
         diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
             x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
             reinterpret_cast<float *>(gm));
@@ -1727,7 +2317,7 @@ hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, si
 
 template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur)
+                                     int *cur, float *out)
 {
     cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
@@ -1749,6 +2339,32 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
             fs.n = (int)(steps.size() - s0 < per ? steps.size() - s0 : per);
             for (int j = 0; j < fs.n; ++j)
                 fs.tau[j] = steps[s0 + (size_t)j];
+            if (shfl) {
+                FedStepsF ff;
+                memset(&ff, 0, sizeof ff);
+                ff.n = fs.n;
+                for (int j = 0; j < fs.n; ++j)
+                    ff.tau[j] = (float)fs.tau[j];
+                const int ow = 32 * cols - 2 * fuse, oh = tile_rows - 2 * fuse;
+                const dim3 grid((unsigned)((W + ow - 1) / ow), (unsigned)((H + oh - 1) / oh),
+                                (unsigned)nb);
+                const float *ce = dev<float>(L.gm) + b0 * npix;
+                const float *cs = ce + group * npix;
+                const float *ui = reinterpret_cast<const float *>(uin);
+                float *uo = reinterpret_cast<float *>(uout);
+                float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
+                const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+                float nodata = a->nodata;
+                void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
+                                  (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
+                                  (void *)&o,  (void *)&mask, (void *)&nodata};
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(
+                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond), grid,
+                    dim3(32, (unsigned)(tile_rows / strip)), params,
+                    fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
+                *cur ^= 1;
+                continue;
+            }
             const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
             const dim3 grid((unsigned)((W + OW - 1) / OW), (unsigned)((H + OH - 1) / OH),
                             (unsigned)nb);
@@ -1790,26 +2406,39 @@ static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t
     *step_pix += (double)nsteps * (double)pix;
 }
 
+/* Whether the increment's last FED launch writes its profile band too
+ * (fed_shfl_kernel, all bands in one chunk, at least one step). */
+bool EadpCuda::output_in_fed(size_t nsteps, size_t nb) const
+{
+    return shfl && fed_output && nsteps > 0 && !(l2_bands > 0 && l2_bands < nb);
+}
+
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
  * when this schedule repeats), then its output. */
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
-    const std::vector<double> &steps = sched[i - 1];
+    const std::vector<double> &all = sched[i - 1];
     size_t tid;
     const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
-    count_fed(steps.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+    count_fed(all.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
               &fed_launch_pix, &fed_step_pix);
+    /* With the output in the last launch, the graph holds the launches
+     * before it, and the last one (its slot changes) is launched here. */
+    const bool fo = output_in_fed(all.size(), nb);
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    const std::vector<double> head(
+        all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
     GraphEntry *ge = NULL;
-    for (size_t e = 0; e < graphs.size(); ++e)
+    for (size_t e = 0; e < graphs.size() && !head.empty(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
             ge = &graphs[e];
     if (ge) {
-        const size_t launches = (steps.size() + (size_t)fuse - 1) / (size_t)fuse;
+        const size_t launches = (head.size() + per - 1) / per;
         if (!ge->valid) {
             cudaStream_t st = cs.get();
             HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             int c = *cur;
-            hyprof_status_t s = enqueue_fed(steps, nb, &c);
+            hyprof_status_t s = enqueue_fed(head, nb, &c);
             cudaGraph_t graph = NULL;
             cudaError_t e = cudaStreamEndCapture(st, &graph);
             if (s != HYPROF_OK) {
@@ -1833,10 +2462,24 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
         *cur ^= (int)(launches & 1);
     } else {
         HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_TRY(enqueue_fed(steps, nb, cur));
+        HYPROF_TRY(enqueue_fed(head, nb, cur));
     }
+    if (!fo) {
+        HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+        return enqueue_output(i, nb, *cur);
+    }
+    /* The wait for the slot outside the timed intervals (the FED stage
+     * would count the download). */
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
-    return enqueue_output(i, nb, *cur);
+    const size_t s = i % nslots;
+    if (copy_issued[s]) /* the slot's previous band is on the host */
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
+    const std::vector<double> tail(all.begin() + (ptrdiff_t)head.size(), all.end());
+    HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
+    HYPROF_TRY(launch_fed<float>(tail, 0, nb, cur, dev<float>(L.slot0 + s * L.slot_bytes)));
+    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+    HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), cs.get()));
+    return HYPROF_OK;
 }
 
 /* Profile band i of every band of the group into its slot (i = 0: the input). */
@@ -1883,7 +2526,10 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_TRY(prepare(nb));
     int cur = 0; /* u is in A */
-    HYPROF_TRY(enqueue_output(0, nb, cur));
+    if (input_out) /* written by diffuse_cond_kernel */
+        HYPROF_CUDA_CHECK(cudaEventRecord(conv[0].get(), st));
+    else
+        HYPROF_TRY(enqueue_output(0, nb, cur));
     size_t next = 1;
     while (next <= C && next < nslots)
         HYPROF_TRY(enqueue_increment(next++, nb, &cur));
@@ -1929,7 +2575,9 @@ void EadpCuda::report()
     if (!(fed_ms > 0.0))
         return;
     const double bytes = f32 ? 12.0 : 24.0; /* u and g read, u written */
-    const double gb = bytes * fed_launch_pix / 1e9, gbs = gb / (fed_ms * 1e-3);
+    /* fed_shfl_kernel reads u, ce and cs: 16 bytes per pixel and launch */
+    const double gb = (shfl && cond ? 16.0 : bytes) * fed_launch_pix / 1e9;
+    const double gbs = gb / (fed_ms * 1e-3);
     const double eq = bytes * fed_step_pix / 1e9 / (fed_ms * 1e-3);
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
                 "eadp: cuda FED bandwidth: %.0f GB/s (%.0f%% of the %.0f GB/s peak; %zu "
