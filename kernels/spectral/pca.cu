@@ -22,6 +22,8 @@
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 #include "spectral/pca_impl.h"
 
@@ -522,6 +524,358 @@ __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta,
         c[j + (size_t)i * bands] += t;
 }
 
+/* ---- the fused covariance (the default for a resident cube of up to
+ * kTcMaxBands bands) ----
+ *
+ * One pass over the cube gives both the band sums and the Gram matrix, about
+ * a shift K (a per-band estimate of the mean from a sample of pixels,
+ * shift_kernel): G = sum (x - K)(x - K)^T and s = sum (x - K) over the valid
+ * pixels, then mean = K + s / n and the covariance numerator G - s s^T / n.
+ * With K within a fraction of a standard deviation of the mean, the
+ * correction s s^T / n is a small fraction of G: no cancellation, the
+ * accuracy of the centred two-pass formula, one pass fewer (the band sums
+ * were 0.2 ms of kernels per call besides the Gram, Houston size, H200).
+ *
+ * Warp-specialised: kTcProducers warps (warps 0-3, one per SM sub-partition)
+ * load stages of kTcP pixels (a lane per pixel, coalesced), convert them to
+ * double minus K (0 where masked) into one of kTcBufs shared planes
+ * cen[band][pixel]; the consumer warps multiply each full plane while the
+ * producers fill the next (named barriers FULL / FREE per plane), so the
+ * conversion no longer stalls the tensor pipe between barriers as in
+ * gram_mma_kernel. The lower triangle is cut into 16 x 8 tiles (tile (r, c)
+ * needed when 16 r + 15 >= 8 c), row by row into groups of up to kTcMaxCols
+ * tiles, one group per consumer warp, the groups spread over the four
+ * sub-partitions by their tile counts (TcPlan). Each tile is a chain of
+ * mma.sync m16n8k8 f64 on sm_90 (fragments: g = lane / 4, t = lane % 4;
+ * A rows g, g + 8 and pixels t, t + 4; B column g, pixels t, t + 4; C rows
+ * g, g + 8, columns 2 t, 2 t + 1), or the same fragments as four m8n8k4
+ * (sm_80, or $HYPROF_PCA_GRAM=tc4 to compare). The warp holding a row's
+ * first group also adds its A fragments: the band sums s. Each CTA writes
+ * its G (lower triangle) and s into its own slice; gram_finish_kernel adds
+ * the slices in CTA order, so the result does not depend on timing. */
+const int kTcP = 32;              /* pixels per stage: a producer lane each */
+const int kTcLd = kTcP + 4;       /* row stride of cen (doubles): 2 wavefronts per fragment load */
+const int kTcBufs = 3;            /* planes: the producers run up to two stages ahead */
+const int kTcProducers = 4;       /* warps */
+const int kTcMaxCols = 7;         /* 16 x 8 tiles per consumer warp */
+const int kTcMaxWarps = 17;       /* consumer warps (17 for 144 bands; 96 registers a thread) */
+const int kTcMaxBands = 144;      /* ceil(144 / 4) = 36 values per producer lane and stage */
+const int kTcPerLane = (kTcMaxBands + kTcProducers - 1) / kTcProducers;
+
+struct TcPlan {
+    int warps; /* consumer warps (some may own no tile: padding for the balance) */
+    int rows;  /* rows of a cen plane (a multiple of 16; zero beyond the bands) */
+    unsigned group[kTcMaxWarps]; /* consumer warp w: r | c0 << 8 | nc << 16 */
+};
+
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan)
+{
+    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double);
+}
+
+/* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
+ * over the four sub-partitions (warp w runs on sub-partition w % 4; the
+ * producers are warps 0-3, consumer warp w is warp kTcProducers + w);
+ * warps 0 when more than kTcMaxWarps would be needed. */
+static TcPlan tc_plan_exact(int bands)
+{
+    struct Group { int r, c0, nc; };
+    std::vector<Group> groups;
+    const int rt = (bands + 15) / 16, ct = (bands + 7) / 8;
+    for (int r = 0; r < rt; ++r) {
+        const int need = 2 * r + 2 < ct ? 2 * r + 2 : ct; /* tiles c <= 2 r + 1 */
+        const int ng = (need + kTcMaxCols - 1) / kTcMaxCols;
+        for (int g = 0, c = 0; g < ng; ++g) {
+            const int nc = (need - c) / (ng - g); /* even sizes: 14 -> 5, 5, 4 */
+            const int take = (need - c) % (ng - g) ? nc + 1 : nc;
+            groups.push_back({r, c, take});
+            c += take;
+        }
+    }
+    /* Longest first into the least loaded sub-partition. */
+    std::vector<int> order(groups.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = (int)i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+        return groups[a].nc != groups[b].nc ? groups[a].nc > groups[b].nc : a < b;
+    });
+    std::vector<int> bin[4];
+    int load[4] = {0, 0, 0, 0};
+    for (int i : order) {
+        int best = 0;
+        for (int s = 1; s < 4; ++s)
+            if (load[s] < load[best] || (load[s] == load[best] && bin[s].size() < bin[best].size()))
+                best = s;
+        bin[best].push_back(i);
+        load[best] += groups[i].nc;
+    }
+    size_t most = 0;
+    for (int s = 0; s < 4; ++s)
+        most = bin[s].size() > most ? bin[s].size() : most;
+    TcPlan p;
+    memset(&p, 0, sizeof p);
+    p.rows = 16 * ((bands + 15) / 16);
+    for (size_t k = 0; k < most; ++k)
+        for (int s = 0; s < 4; ++s) {
+            const int w = (int)(4 * k) + s; /* consumer w: warp 4 + w, sub-partition s */
+            if (k < bin[s].size()) {
+                if (w >= kTcMaxWarps) {
+                    p.warps = 0;
+                    return p;
+                }
+                const Group &g = groups[bin[s][k]];
+                p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.nc << 16;
+                p.warps = w + 1;
+            }
+        }
+    return p;
+}
+
+/* The plan of `bands`, or of the first larger band count (zero rows) whose
+ * plan fits in kTcMaxWarps (129-136 bands take 144's). */
+static TcPlan tc_plan(int bands)
+{
+    for (int b = bands; b <= kTcMaxBands; ++b) {
+        const TcPlan p = tc_plan_exact(b);
+        if (p.warps > 0)
+            return p;
+    }
+    return tc_plan_exact(kTcMaxBands); /* not reached: 144 fits */
+}
+
+__device__ __forceinline__ void bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* c (16 x 8) += a (16 x 8) b (8 x 8) in the m16n8k8 f64 fragments. */
+template <bool kSplit>
+__device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4], double b0,
+                                            double b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!kSplit) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+        return;
+    }
+#endif
+    /* Rows g (c0, c1) and g + 8 (c2, c3); pixels t (a0, a1, b0) then t + 4. */
+    double lo[2] = {c[0], c[1]}, hi[2] = {c[2], c[3]};
+    dmma_8x8x4(lo, a[0], b0);
+    dmma_8x8x4(hi, a[1], b0);
+    dmma_8x8x4(lo, a[2], b1);
+    dmma_8x8x4(hi, a[3], b1);
+    c[0] = lo[0];
+    c[1] = lo[1];
+    c[2] = hi[0];
+    c[3] = hi[1];
+}
+
+/* Per-band shift K: the mean of the valid pixels among up to kShiftSample
+ * evenly spaced ones (0 when none is valid: then the formula is the raw
+ * moments', still exact in exact arithmetic). One block per band. */
+const int kShiftSample = 4096;
+
+__global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_t *__restrict__ mask,
+                             double *__restrict__ shift)
+{
+    __shared__ double ws[kThreads / 32];
+    __shared__ unsigned wc[kThreads / 32];
+    const size_t b = blockIdx.x, S = n < (size_t)kShiftSample ? n : (size_t)kShiftSample;
+    double acc = 0.0;
+    unsigned cnt = 0;
+    for (size_t i = threadIdx.x; i < S; i += kThreads) {
+        const size_t p = i * n / S;
+        if (!mask || mask[p]) {
+            acc += (double)x[p + b * n];
+            cnt++;
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        acc += __shfl_down_sync(0xffffffffu, acc, off);
+        cnt += __shfl_down_sync(0xffffffffu, cnt, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        ws[threadIdx.x >> 5] = acc;
+        wc[threadIdx.x >> 5] = cnt;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        unsigned c = 0;
+        for (int w = 0; w < kThreads / 32; ++w) {
+            t += ws[w];
+            c += wc[w];
+        }
+        shift[b] = c ? t / (double)c : 0.0;
+    }
+}
+
+/* Dynamic shared memory: gram_tc_smem_bytes(bands); 32 (kTcProducers +
+ * plan.warps) threads; bands <= kTcMaxBands. partial: ncta slices of B x B
+ * (lower triangle written), psum: ncta slices of B. */
+template <bool kSplit>
+__global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 65536 / 672 */
+    gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
+                   const uint8_t *__restrict__ mask, const double *__restrict__ shift,
+                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
+{
+    extern __shared__ double tc_smem[];
+    __shared__ unsigned groups[kTcMaxWarps];
+    double *K = tc_smem;              /* [bands] */
+    double *cen = tc_smem + bands;    /* [kTcBufs][rows][kTcLd] */
+    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
+    const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
+    const size_t plane = (size_t)rows * kTcLd;
+    const int cta = (int)blockIdx.x, ncta = (int)gridDim.x;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kTcP - 1) / kTcP * kTcP;
+    const size_t p_begin = (size_t)cta * per < n ? (size_t)cta * per : n;
+    const size_t p_end = p_begin + per < n ? p_begin + per : n;
+    const int nst = (int)((p_end - p_begin + kTcP - 1) / kTcP);
+
+    if (tid == 0) /* constant indices: the plan stays in the parameter space */
+#pragma unroll
+        for (int i = 0; i < kTcMaxWarps; ++i)
+            groups[i] = plan.group[i];
+    for (int i = tid; i < bands; i += nthreads)
+        K[i] = shift[i];
+    for (int i = tid; i < kTcBufs * (rows - bands) * kTcLd; i += nthreads) { /* padding rows */
+        const int bf = i / ((rows - bands) * kTcLd), rest = i % ((rows - bands) * kTcLd);
+        cen[bf * plane + (size_t)bands * kTcLd + rest] = 0.0;
+    }
+    __syncthreads();
+
+    if (warp < kTcProducers) {
+        /* Lane = pixel, bands warp, warp + 4, ... */
+        float xr[kTcPerLane];
+        bool ok = false;
+        auto load = [&](int s) {
+            const size_t p = p_begin + (size_t)s * kTcP + lane;
+            ok = p < p_end && (!mask || mask[p]);
+#pragma unroll
+            for (int j = 0; j < kTcPerLane; ++j) {
+                const int b = warp + kTcProducers * j;
+                xr[j] = ok && b < bands ? x[p + (size_t)b * n] : 0.0f;
+            }
+        };
+        if (nst > 0)
+            load(0);
+        for (int s = 0; s < nst; ++s) {
+            const int buf = s % kTcBufs;
+            if (s >= kTcBufs)
+                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+            double *cb = cen + (size_t)buf * plane + lane;
+#pragma unroll
+            for (int j = 0; j < kTcPerLane; ++j) {
+                const int b = warp + kTcProducers * j;
+                if (b < bands)
+                    cb[b * kTcLd] = ok ? (double)xr[j] - K[b] : 0.0;
+            }
+            bar_arrive(1 + buf, nthreads); /* FULL */
+            if (s + 1 < nst)
+                load(s + 1);
+        }
+        return;
+    }
+
+    const unsigned grp = groups[warp - kTcProducers];
+    const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
+    const int g = lane >> 2, t = lane & 3;
+    const bool sums = nc > 0 && c0 == 0;
+    double acc[kTcMaxCols][4];
+#pragma unroll
+    for (int c = 0; c < kTcMaxCols; ++c)
+        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
+    double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
+    const int ra = (16 * r + g) * kTcLd + t, rb = (8 * c0 + g) * kTcLd + t;
+    for (int s = 0; s < nst; ++s) {
+        const int buf = s % kTcBufs;
+        bar_sync(1 + buf, nthreads); /* FULL */
+        const double *cb = cen + (size_t)buf * plane;
+        if (nc > 0) {
+#pragma unroll 1
+            for (int k0 = 0; k0 < kTcP; k0 += 8) {
+                const double *pa = cb + ra + k0;
+                const double a[4] = {pa[0], pa[8 * kTcLd], pa[4], pa[8 * kTcLd + 4]};
+                if (sums) {
+                    rs0 += a[0] + a[2];
+                    rs1 += a[1] + a[3];
+                }
+#pragma unroll
+                for (int c = 0; c < kTcMaxCols; ++c)
+                    if (c < nc) {
+                        const double *pb = cb + rb + c * 8 * kTcLd + k0;
+                        dmma_16x8x8<kSplit>(acc[c], a, pb[0], pb[4]);
+                    }
+            }
+        }
+        if (s + kTcBufs < nst)
+            bar_arrive(1 + kTcBufs + buf, nthreads); /* FREE */
+    }
+    if (nc == 0)
+        return;
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int c = 0; c < kTcMaxCols; ++c)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
+            if (c < nc && i < bands && j <= i)
+                out[i + (size_t)j * bands] = acc[c][h];
+        }
+    if (sums) {
+        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        double *ps = psum + (size_t)cta * bands;
+        if (t == 0 && 16 * r + g < bands)
+            ps[16 * r + g] = rs0;
+        if (t == 0 && 16 * r + g + 8 < bands)
+            ps[16 * r + g + 8] = rs1;
+    }
+}
+
+/* a (both triangles) = (G - s s^T / n) / (n - 1) and mean = K + s / n from
+ * the ncta slices of gram_tc_kernel, added in CTA order. */
+__global__ void gram_finish_kernel(const double *__restrict__ partial,
+                                   const double *__restrict__ psum, int ncta, int bands,
+                                   const double *__restrict__ shift, double n,
+                                   double *__restrict__ a, double *__restrict__ mean)
+{
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bb = (size_t)bands * bands;
+    if (idx >= bb)
+        return;
+    const int i = (int)(idx % bands), j = (int)(idx / bands);
+    if (i < j)
+        return;
+    double g[4] = {0.0, 0.0, 0.0, 0.0}; /* four chains: independent loads in flight */
+    int k = 0;
+    for (; k + 4 <= ncta; k += 4)
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            g[u] += partial[(size_t)(k + u) * bb + idx];
+    for (; k < ncta; ++k)
+        g[0] += partial[(size_t)k * bb + idx];
+    double si = 0.0, sj = 0.0;
+    for (k = 0; k < ncta; ++k) {
+        si += psum[(size_t)k * bands + i];
+        sj += psum[(size_t)k * bands + j];
+    }
+    const double c = (((g[0] + g[1]) + (g[2] + g[3])) - si * (sj / n)) / (n - 1.0);
+    a[idx] = c;
+    a[j + (size_t)i * bands] = c;
+    if (i == j)
+        mean[i] = shift[i] + si / n;
+}
+
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
 hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
                           size_t ld, const uint8_t *mask, size_t m, size_t bands,
@@ -698,6 +1052,58 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     return HYPROF_OK;
 }
 
+/* The fused covariance of a resident cube (gram_tc_kernel): the shift, the
+ * one pass and the finish, into d_A (the covariance, both triangles) and
+ * d_mean. The caller allocated `partial` (ncta B x B) and `psum` (ncta B)
+ * with ncta = tc_ctas(). */
+static size_t tc_ctas(size_t n)
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms = 1;
+    const size_t min_px = 4 * (size_t)kTcP; /* a few stages per CTA at least */
+    size_t ncta = (size_t)(sms > 0 ? sms : 1);
+    if (ncta > n / min_px)
+        ncta = n / min_px > 0 ? n / min_px : 1;
+    return ncta;
+}
+
+static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
+                                  const uint8_t *d_mask, size_t nvalid, double *d_shift,
+                                  double *partial, double *psum, size_t ncta, double *d_A,
+                                  double *d_mean, cudaStream_t st)
+{
+    static const char op[] = "pca";
+    const char *how = getenv("HYPROF_PCA_GRAM");
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    /* m16n8k8 f64 is sm_90's; four m8n8k4 per tile elsewhere (or when asked). */
+    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    const TcPlan plan = tc_plan((int)B);
+    const int threads = 32 * (kTcProducers + plan.warps);
+    const size_t shmem = gram_tc_smem_bytes((int)B, plan);
+    shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
+    HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
+    if (split) {
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_tc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        gram_tc_kernel<true><<<(unsigned)ncta, threads, shmem, st>>>(
+            d_cube, n, (int)B, d_mask, d_shift, plan, partial, psum);
+    } else {
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
+            gram_tc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
+        gram_tc_kernel<false><<<(unsigned)ncta, threads, shmem, st>>>(
+            d_cube, n, (int)B, d_mask, d_shift, plan, partial, psum);
+    }
+    HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
+    gram_finish_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+        partial, psum, (int)ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
+    HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
+    return HYPROF_OK;
+}
+
 /* $HYPROF_PCA_EIGH=jacobi: cuSOLVER's Jacobi solver (syevj, default tolerance:
  * machine precision) instead of syevd, to compare their device times. */
 static hyprof_status_t eigh_jacobi(hyprof_ctx_t *ctx, cusolverDnHandle_t h, double *d_A, size_t B,
@@ -831,7 +1237,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * streams wait for their work when destroyed), then the library handles
      * (their destruction synchronises the device). */
     DeviceBuffer<double> d_mean, d_sum[2], d_partial[2], d_cov[2], d_A, d_W, d_work;
-    DeviceBuffer<double> d_gram[2], d_ones;
+    DeviceBuffer<double> d_gram[2], d_ones, d_shift, d_tcpart, d_tcsum;
     DeviceBuffer<int> d_info;
     DeviceBuffer<float> d_cube;
     DeviceBuffer<uint8_t> d_cmask;
@@ -908,6 +1314,20 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                                  "(%zu bytes usable)",
                                  B, budget);
     }
+    /* The fused covariance (shift + one pass) for a resident cube of up to
+     * kTcMaxBands bands, unless $HYPROF_PCA_GRAM names another kernel
+     * (mma, fp64, gemm: band sums during the upload, then the centred pass);
+     * without the memory for its slices, the centred pass too. */
+    const char *gram_env = getenv("HYPROF_PCA_GRAM");
+    bool fused = resident && B <= (size_t)kTcMaxBands &&
+                 (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0);
+    const size_t tc_ncta = fused ? tc_ctas(N) : 0;
+    if (fused && (d_shift.alloc(ctx, op, B) != HYPROF_OK ||
+                  d_tcpart.alloc(ctx, op, tc_ncta * B * B) != HYPROF_OK ||
+                  d_tcsum.alloc(ctx, op, tc_ncta * B) != HYPROF_OK)) {
+        ctx->error[0] = '\0'; /* not an error: the two-pass path follows */
+        fused = false;
+    }
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, 0, NULL, m, !resident));
     const size_t nch = pipe.nchunks();
     for (int s = 0; s < (nch > 1 ? 2 : 1); ++s)
@@ -960,23 +1380,30 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         const uint8_t *msk;
         size_t ld;
         HYPROF_TRY(chunk_source(s, p0, mi, true, &src, &msk, &ld));
-        HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
-                             d_sum[s].get()));
+        if (!fused)
+            HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
+                                 d_sum[s].get()));
         HYPROF_TRY(pipe.release(ctx, op, s));
         HYPROF_TRY(
             hyprof__progress(ctx, pscale * 0.45 * (double)(i + 1) / (double)nch, "pca"));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
-    mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
-        d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
-    HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    if (!fused) {
+        mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
+            d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
+        HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    }
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
 
     /* ---- pass 2: covariance ---- */
     HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
-    bool gram_done = false;
-    if (resident)
+    bool gram_done = fused;
+    if (fused)
+        HYPROF_TRY(gram_fused(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL, a->nvalid,
+                              d_shift.get(), d_tcpart.get(), d_tcsum.get(), tc_ncta, d_A.get(),
+                              d_mean.get(), pipe.stream(0)));
+    else if (resident)
         HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
                                  d_mean.get(), d_cov[0].get(), pipe.stream(0), &gram_done));
     for (size_t i = 0; !gram_done && i < nch; ++i) {
@@ -1002,9 +1429,11 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     /* ---- eigen-decomposition ---- */
     cudaStream_t st = pipe.stream(0);
     HYPROF_TRY(clock.begin(ctx, op, kPcaEigh, st, &tid));
-    cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
-        d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
-    HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
+    if (!fused) { /* the fused pass wrote d_A */
+        cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+            d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
+    }
     /* The eigen-decomposition of the small B x B matrix runs on the host by
      * default (LAPACK dsyevd, as the CPU backend): on an H100 cuSOLVER's
      * syevd took 1.25 ms of device time (about 1 ms of kernels, 144 bands)
