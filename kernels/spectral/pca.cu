@@ -554,7 +554,7 @@ __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta,
  * its G (lower triangle) and s into its own slice; gram_finish_kernel adds
  * the slices in CTA order, so the result does not depend on timing. */
 const int kTcP = 32;              /* pixels per stage: a producer lane each */
-const int kTcLd = kTcP + 4;       /* row stride of cen (doubles): 2 wavefronts per fragment load */
+const int kTcLd = kTcP + 8;       /* row stride of cen (doubles): conflict-free 16-byte fragment loads */
 const int kTcBufs = 3;            /* planes: the producers run up to two stages ahead */
 const int kTcProducers = 4;       /* warps */
 const int kTcMaxCols = 7;         /* 16 x 8 tiles per consumer warp */
@@ -727,13 +727,13 @@ __global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 6553
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
 {
-    extern __shared__ double tc_smem[];
+    extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
-    double *K = tc_smem;              /* [bands] */
-    double *cen = tc_smem + bands;    /* [kTcBufs][rows][kTcLd] */
+    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][kTcLd] */
     const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
     const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
     const size_t plane = (size_t)rows * kTcLd;
+    double *K = cen + kTcBufs * plane; /* [bands] */
     const int cta = (int)blockIdx.x, ncta = (int)gridDim.x;
     const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kTcP - 1) / kTcP * kTcP;
     const size_t p_begin = (size_t)cta * per < n ? (size_t)cta * per : n;
@@ -794,7 +794,9 @@ __global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 6553
     for (int c = 0; c < kTcMaxCols; ++c)
         acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
     double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
-    const int ra = (16 * r + g) * kTcLd + t, rb = (8 * c0 + g) * kTcLd + t;
+    /* Pixels t and t + 4 of a step are columns 2 t and 2 t + 1 of the plane
+     * (A and B alike: the same pixels meet), one 16-byte load each. */
+    const int ra = (16 * r + g) * kTcLd + 2 * t, rb = (8 * c0 + g) * kTcLd + 2 * t;
     for (int s = 0; s < nst; ++s) {
         const int buf = s % kTcBufs;
         bar_sync(1 + buf, nthreads); /* FULL */
@@ -802,8 +804,9 @@ __global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 6553
         if (nc > 0) {
 #pragma unroll 1
             for (int k0 = 0; k0 < kTcP; k0 += 8) {
-                const double *pa = cb + ra + k0;
-                const double a[4] = {pa[0], pa[8 * kTcLd], pa[4], pa[8 * kTcLd + 4]};
+                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * kTcLd + k0);
+                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
                 if (sums) {
                     rs0 += a[0] + a[2];
                     rs1 += a[1] + a[3];
@@ -811,8 +814,9 @@ __global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 6553
 #pragma unroll
                 for (int c = 0; c < kTcMaxCols; ++c)
                     if (c < nc) {
-                        const double *pb = cb + rb + c * 8 * kTcLd + k0;
-                        dmma_16x8x8<kSplit>(acc[c], a, pb[0], pb[4]);
+                        const double2 bv =
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * kTcLd + k0);
+                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
                     }
             }
         }
@@ -874,6 +878,89 @@ __global__ void gram_finish_kernel(const double *__restrict__ partial,
     a[j + (size_t)i * bands] = c;
     if (i == j)
         mean[i] = shift[i] + si / n;
+}
+
+/* Y = (X - mean) V of a resident cube on the FP64 tensor cores (the
+ * default): a warp per 16 pixels, their centred values loaded straight from
+ * the cube into the A fragments of m16n8k8 (pixels g and g + 8, bands t and
+ * t + 4 of each step of 8 bands: every 32-byte sector read is used whole),
+ * V (8 components, zero-padded, and the bands padded to a multiple of 8 with
+ * zeros) from shared memory as the B fragments. Per value: a load, a
+ * conversion and a subtraction; the 8 multiply-adds are one eighth of an
+ * mma (project_kernel does them on the CUDA cores, where the FP64 pipe and
+ * the shared loads of V bound it at 2 TB/s: 193 us for Houston on an H200).
+ * The sums run in the tensor cores' order: rounding-level differences from
+ * the CPU's sequential sums. Components k0 .. k0 + nk - 1 (nk <= 8). */
+const int kProjTcWarps = 8;
+const int kProjTcUnroll = 3; /* steps of 8 bands whose loads are issued together */
+
+inline size_t project_tc_smem_bytes(size_t bands)
+{
+    const size_t bp = (bands + 7) / 8 * 8;
+    return (bp * 8 + bp) * sizeof(double);
+}
+
+template <bool kSplit>
+__global__ void __launch_bounds__(32 * kProjTcWarps)
+    project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
+                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                      const double *__restrict__ V, size_t k0, int nk, float nodata,
+                      float *__restrict__ out)
+{
+    extern __shared__ double ptc_smem[];
+    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
+    double *vs = ptc_smem;         /* [bp][8]: V[b][c] of components k0 + c */
+    double *ms = ptc_smem + 8 * bp; /* [bp] */
+    for (int i = threadIdx.x; i < 8 * bp; i += blockDim.x) {
+        const int b = i / 8, c = i % 8;
+        vs[i] = b < bands && c < nk ? V[(size_t)b + (k0 + (size_t)c) * bands] : 0.0;
+    }
+    for (int i = threadIdx.x; i < bp; i += blockDim.x)
+        ms[i] = i < bands ? mean[i] : 0.0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const size_t tile = (size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5);
+    const size_t p0 = tile * 16 + g, p1 = p0 + 8;
+    if (tile * 16 >= n)
+        return;
+    const bool v0 = p0 < n && (!mask || mask[p0]), v1 = p1 < n && (!mask || mask[p1]);
+    /* Masked pixels are read (coalesced) and zeroed; pixels past n read pixel 0. */
+    const float *x0 = x + (p0 < n ? p0 : 0), *x1 = x + (p1 < n ? p1 : 0);
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int s0 = 0; s0 < steps; s0 += kProjTcUnroll) {
+        float f[kProjTcUnroll][4];
+#pragma unroll
+        for (int u = 0; u < kProjTcUnroll; ++u) {
+            const int b = 8 * (s0 + u) + t;
+            const bool in0 = s0 + u < steps && b < bands, in1 = s0 + u < steps && b + 4 < bands;
+            f[u][0] = in0 ? x0[(size_t)b * n] : 0.0f;
+            f[u][1] = in0 ? x1[(size_t)b * n] : 0.0f;
+            f[u][2] = in1 ? x0[(size_t)(b + 4) * n] : 0.0f;
+            f[u][3] = in1 ? x1[(size_t)(b + 4) * n] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kProjTcUnroll; ++u) {
+            if (s0 + u >= steps)
+                break;
+            const int b = 8 * (s0 + u) + t;
+            const double m0 = ms[b], m1 = ms[b + 4];
+            /* (x - mean) for valid pixels and real bands; 0 otherwise
+             * (padding bands have V = 0, but x - mean must not be NaN). */
+            const double a[4] = {v0 && b < bands ? (double)f[u][0] - m0 : 0.0,
+                                 v1 && b < bands ? (double)f[u][1] - m0 : 0.0,
+                                 v0 && b + 4 < bands ? (double)f[u][2] - m1 : 0.0,
+                                 v1 && b + 4 < bands ? (double)f[u][3] - m1 : 0.0};
+            dmma_16x8x8<kSplit>(acc, a, vs[b * 8 + g], vs[(b + 4) * 8 + g]);
+        }
+    }
+    /* c0, c1: pixel p0, components 2t, 2t + 1; c2, c3: pixel p1. */
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const size_t p = h < 2 ? p0 : p1;
+        const int c = 2 * t + (h & 1);
+        if (p < n && c < nk)
+            out[p + (k0 + (size_t)c) * n] = (h < 2 ? v0 : v1) ? (float)acc[h] : nodata;
+    }
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -1055,13 +1142,18 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
 /* The fused covariance of a resident cube (gram_tc_kernel): the shift, the
  * one pass and the finish, into d_A (the covariance, both triangles) and
  * d_mean. The caller allocated `partial` (ncta B x B) and `psum` (ncta B)
- * with ncta = tc_ctas(). */
-static size_t tc_ctas(size_t n)
+ * with ncta = tc_ctas() (a CTA per SM; 0 when the device lacks the shared
+ * memory: 125 KB for 144 bands, sm_86 and sm_89 have 99). */
+static size_t tc_ctas(size_t n, size_t B)
 {
-    int dev = 0, sms = 0;
+    int dev = 0, sms = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        sms = 1;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess)
+        return 0;
+    if (gram_tc_smem_bytes((int)B, tc_plan((int)B)) > (size_t)optin)
+        return 0;
     const size_t min_px = 4 * (size_t)kTcP; /* a few stages per CTA at least */
     size_t ncta = (size_t)(sms > 0 ? sms : 1);
     if (ncta > n / min_px)
@@ -1161,11 +1253,34 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const double one = 1.0, zero = 0.0;
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
-    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
+    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed
+     * apply; =pair or =one: project_kernel<2> or <1> on the CUDA cores;
+     * default: project_tc_kernel (m16n8k8 on sm_90, m8n8k4 elsewhere or
+     * with =tc4). */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
+    const bool cores = how && (strcmp(how, "pair") == 0 || strcmp(how, "one") == 0);
     const bool pair = !(how && strcmp(how, "one") == 0); /* 193 against 376 us (H200) */
-    for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    const size_t tc_shmem = project_tc_smem_bytes(B);
+    const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
+        const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
+        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
+        if (split)
+            project_tc_kernel<true><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        else
+            project_tc_kernel<false><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
+    }
+    for (size_t k0 = 0; fused && !tc && k0 < K; k0 += kProjK) {
         const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
         const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
         if (pair)
@@ -1321,7 +1436,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     const char *gram_env = getenv("HYPROF_PCA_GRAM");
     bool fused = resident && B <= (size_t)kTcMaxBands &&
                  (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0);
-    const size_t tc_ncta = fused ? tc_ctas(N) : 0;
+    const size_t tc_ncta = fused ? tc_ctas(N, B) : 0;
+    fused = fused && tc_ncta > 0;
     if (fused && (d_shift.alloc(ctx, op, B) != HYPROF_OK ||
                   d_tcpart.alloc(ctx, op, tc_ncta * B * B) != HYPROF_OK ||
                   d_tcsum.alloc(ctx, op, tc_ncta * B) != HYPROF_OK)) {
