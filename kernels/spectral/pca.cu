@@ -571,9 +571,11 @@ __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta,
 const int kTcP = 32;              /* pixels per stage: a producer lane each */
 const int kTcLd = kTcP + 8;       /* row stride of cen (doubles): conflict-free 16-byte fragment loads */
 const int kTcBufs = 3;            /* planes: the producers run up to two stages ahead */
-const int kTcProducers = 4;       /* warps */
+const int kTcProducers = 3;       /* warps */
 const int kTcMaxCols = 7;         /* 16 x 8 tiles per consumer warp */
-const int kTcMaxWarps = 17;       /* consumer warps (17 for 144 bands; 96 registers a thread) */
+/* Consumer warps: 17 for 144 bands. Registers are per sub-partition (16K):
+ * 20 warps, 5 on each, leave 96 a thread (21 would leave 80: spills). */
+const int kTcMaxWarps = 17;
 const int kTcMaxBands = 144;      /* ceil(144 / 4) = 36 values per producer lane and stage */
 const int kTcPerLane = (kTcMaxBands + kTcProducers - 1) / kTcProducers;
 
@@ -589,10 +591,14 @@ inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan)
 }
 
 /* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
- * over the four sub-partitions (warp w runs on sub-partition w % 4; the
- * producers are warps 0-3, consumer warp w is warp kTcProducers + w);
- * warps 0 when more than kTcMaxWarps would be needed. */
-static TcPlan tc_plan_exact(int bands)
+ * over the four sub-partitions: warp w runs on sub-partition w % 4, the
+ * producers are warps 0 .. kTcProducers - 1 and consumer warp w is warp
+ * kTcProducers + w, so each sub-partition has a fixed number of consumer
+ * slots; the groups go longest first to the least loaded sub-partition with
+ * a free slot (144 bands: 17 groups, 22, 22, 22 and 24 tiles, the last on
+ * the sub-partition without a producer). warps 0: more groups than
+ * kTcMaxWarps (not for bands <= 144). */
+static TcPlan tc_plan(int bands)
 {
     struct Group { int r, c0, nc; };
     std::vector<Group> groups;
@@ -607,7 +613,15 @@ static TcPlan tc_plan_exact(int bands)
             c += take;
         }
     }
-    /* Longest first into the least loaded sub-partition. */
+    TcPlan p;
+    memset(&p, 0, sizeof p);
+    p.rows = 16 * rt;
+    const int C = (int)groups.size();
+    if (C > kTcMaxWarps)
+        return p;
+    size_t cap[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w)
+        cap[(kTcProducers + w) % 4]++;
     std::vector<int> order(groups.size());
     for (size_t i = 0; i < order.size(); ++i)
         order[i] = (int)i;
@@ -617,45 +631,21 @@ static TcPlan tc_plan_exact(int bands)
     std::vector<int> bin[4];
     int load[4] = {0, 0, 0, 0};
     for (int i : order) {
-        int best = 0;
-        for (int s = 1; s < 4; ++s)
-            if (load[s] < load[best] || (load[s] == load[best] && bin[s].size() < bin[best].size()))
+        int best = -1;
+        for (int s = 0; s < 4; ++s)
+            if (bin[s].size() < cap[s] && (best < 0 || load[s] < load[best]))
                 best = s;
         bin[best].push_back(i);
         load[best] += groups[i].nc;
     }
-    size_t most = 0;
-    for (int s = 0; s < 4; ++s)
-        most = bin[s].size() > most ? bin[s].size() : most;
-    TcPlan p;
-    memset(&p, 0, sizeof p);
-    p.rows = 16 * ((bands + 15) / 16);
-    for (size_t k = 0; k < most; ++k)
-        for (int s = 0; s < 4; ++s) {
-            const int w = (int)(4 * k) + s; /* consumer w: warp 4 + w, sub-partition s */
-            if (k < bin[s].size()) {
-                if (w >= kTcMaxWarps) {
-                    p.warps = 0;
-                    return p;
-                }
-                const Group &g = groups[bin[s][k]];
-                p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.nc << 16;
-                p.warps = w + 1;
-            }
-        }
-    return p;
-}
-
-/* The plan of `bands`, or of the first larger band count (zero rows) whose
- * plan fits in kTcMaxWarps (129-136 bands take 144's). */
-static TcPlan tc_plan(int bands)
-{
-    for (int b = bands; b <= kTcMaxBands; ++b) {
-        const TcPlan p = tc_plan_exact(b);
-        if (p.warps > 0)
-            return p;
+    size_t next[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w) {
+        const int s = (kTcProducers + w) % 4;
+        const Group &g = groups[bin[s][next[s]++]];
+        p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.nc << 16;
     }
-    return tc_plan_exact(kTcMaxBands); /* not reached: 144 fits */
+    p.warps = C;
+    return p;
 }
 
 __device__ __forceinline__ void bar_sync(int id, int count)
@@ -737,7 +727,7 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
  * plan.warps) threads; bands <= kTcMaxBands. partial: ncta slices of B x B
  * (lower triangle written), psum: ncta slices of B. */
 template <bool kSplit>
-__global__ void __maxnreg__(96) /* 32 (kTcProducers + kTcMaxWarps) threads: 65536 / 672 */
+__global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
