@@ -1202,59 +1202,72 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     return HYPROF_OK;
 }
 
-/* The fused covariance of a resident cube (gram_tc_kernel): the shift, the
- * one pass and the finish, into d_A (the covariance, both triangles) and
- * d_mean. The caller allocated `partial` (ncta B x B) and `psum` (ncta B)
- * with ncta = tc_ctas() (a CTA per SM; 0 when the device lacks the shared
- * memory: 125 KB for 144 bands, sm_86 and sm_89 have 99). */
-static size_t tc_ctas(size_t n, size_t B)
+/* How gram_tc_kernel runs for B bands on this device: m16n8k8 on sm_90,
+ * four m8n8k4 per tile elsewhere or with $HYPROF_PCA_GRAM=tc4; a CTA per SM
+ * (fewer for small cubes). ncta 0: it cannot run here (a device with less
+ * shared memory than the 140 KB it takes for 144 bands: sm_86 and sm_89
+ * have 99; or no CTA would fit), then the two-pass path runs. */
+struct TcLaunch {
+    bool split;
+    TcPlan plan;
+    int threads;
+    size_t smem, ncta;
+};
+
+static TcLaunch tc_launch(size_t n, size_t B)
 {
-    int dev = 0, sms = 0, optin = 0;
+    TcLaunch L;
+    memset(&L, 0, sizeof L);
+    int dev = 0, sms = 0, optin = 0, major = 0, per_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess)
-        return 0;
-    if (gram_tc_smem_bytes((int)B, tc_plan((int)B)) > (size_t)optin)
-        return 0;
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        return L;
+    const char *how = getenv("HYPROF_PCA_GRAM");
+    L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    L.plan = tc_plan((int)B);
+    L.threads = 32 * (kTcProducers + L.plan.warps);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan);
+    if (L.plan.warps == 0 || L.smem > (size_t)optin)
+        return L;
+    const void *fn = L.split ? (const void *)gram_tc_kernel<true> : (const void *)gram_tc_kernel<false>;
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, L.threads, L.smem) !=
+            cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError(); /* not an error: the two-pass path follows */
+        return L;
+    }
     const size_t min_px = 4 * (size_t)kTcP; /* a few stages per CTA at least */
-    size_t ncta = (size_t)(sms > 0 ? sms : 1);
-    if (ncta > n / min_px)
-        ncta = n / min_px > 0 ? n / min_px : 1;
-    return ncta;
+    L.ncta = (size_t)sms;
+    if (L.ncta > n / min_px)
+        L.ncta = n / min_px > 0 ? n / min_px : 1;
+    return L;
 }
 
-static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const float *d_cube, size_t n, size_t B,
-                                  const uint8_t *d_mask, size_t nvalid, double *d_shift,
-                                  double *partial, double *psum, size_t ncta, double *d_A,
+/* The fused covariance of a resident cube: the shift, the one pass and the
+ * finish, into d_A (the covariance, both triangles) and d_mean. The caller
+ * allocated `partial` (L.ncta B x B) and `psum` (L.ncta B). */
+static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const float *d_cube,
+                                  size_t n, size_t B, const uint8_t *d_mask, size_t nvalid,
+                                  double *d_shift, double *partial, double *psum, double *d_A,
                                   double *d_mean, cudaStream_t st)
 {
     static const char op[] = "pca";
-    const char *how = getenv("HYPROF_PCA_GRAM");
-    int dev = 0, major = 0;
-    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    /* m16n8k8 f64 is sm_90's; four m8n8k4 per tile elsewhere (or when asked). */
-    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
-    const TcPlan plan = tc_plan((int)B);
-    const int threads = 32 * (kTcProducers + plan.warps);
-    const size_t shmem = gram_tc_smem_bytes((int)B, plan);
     shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
     HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
-    if (split) {
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
-            gram_tc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-        gram_tc_kernel<true><<<(unsigned)ncta, threads, shmem, st>>>(
-            d_cube, n, (int)B, d_mask, d_shift, plan, partial, psum);
-    } else {
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
-            gram_tc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem));
-        gram_tc_kernel<false><<<(unsigned)ncta, threads, shmem, st>>>(
-            d_cube, n, (int)B, d_mask, d_shift, plan, partial, psum);
-    }
+    if (L.split)
+        gram_tc_kernel<true><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(
+            d_cube, n, (int)B, d_mask, d_shift, L.plan, partial, psum);
+    else
+        gram_tc_kernel<false><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(
+            d_cube, n, (int)B, d_mask, d_shift, L.plan, partial, psum);
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
     gram_finish_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
-        partial, psum, (int)ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
+        partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
     HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
     return HYPROF_OK;
 }
@@ -1499,7 +1512,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     const char *gram_env = getenv("HYPROF_PCA_GRAM");
     bool fused = resident && B <= (size_t)kTcMaxBands &&
                  (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0);
-    const size_t tc_ncta = fused ? tc_ctas(N, B) : 0;
+    const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
+    const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
     if (fused && (d_shift.alloc(ctx, op, B) != HYPROF_OK ||
                   d_tcpart.alloc(ctx, op, tc_ncta * B * B) != HYPROF_OK ||
@@ -1579,8 +1593,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
     bool gram_done = fused;
     if (fused)
-        HYPROF_TRY(gram_fused(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL, a->nvalid,
-                              d_shift.get(), d_tcpart.get(), d_tcsum.get(), tc_ncta, d_A.get(),
+        HYPROF_TRY(gram_fused(ctx, tcl, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
+                              a->nvalid, d_shift.get(), d_tcpart.get(), d_tcsum.get(), d_A.get(),
                               d_mean.get(), pipe.stream(0)));
     else if (resident)
         HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
