@@ -585,9 +585,14 @@ struct TcPlan {
     unsigned group[kTcMaxWarps]; /* consumer warp w: r | c0 << 8 | nc << 16 */
 };
 
-inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan)
+/* Producers with a ring of raw stages (the default): kTcRing stages of floats
+ * copied with cp.async, kTcRing - 1 of them in flight. */
+const int kTcRing = 4;
+
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring)
 {
-    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double);
+    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double) +
+           (ring ? (size_t)kTcRing * bands * kTcP * sizeof(float) : 0);
 }
 
 /* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
@@ -686,7 +691,7 @@ __device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4]
 /* Per-band shift K: the mean of the valid pixels among up to kShiftSample
  * evenly spaced ones (0 when none is valid: then the formula is the raw
  * moments', still exact in exact arithmetic). One block per band. */
-const int kShiftSample = 4096;
+const int kShiftSample = 1024; /* 4 a thread, loaded together (24 us a call with 4096 in a dependent loop) */
 
 __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_t *__restrict__ mask,
                              double *__restrict__ shift)
@@ -696,13 +701,20 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     const size_t b = blockIdx.x, S = n < (size_t)kShiftSample ? n : (size_t)kShiftSample;
     double acc = 0.0;
     unsigned cnt = 0;
-    for (size_t i = threadIdx.x; i < S; i += kThreads) {
-        const size_t p = i * n / S;
-        if (!mask || mask[p]) {
-            acc += (double)x[p + b * n];
+    float v[kShiftSample / kThreads];
+    bool ok[kShiftSample / kThreads];
+#pragma unroll
+    for (int u = 0; u < kShiftSample / kThreads; ++u) {
+        const size_t i = threadIdx.x + (size_t)u * kThreads, p = i * n / (S ? S : 1);
+        ok[u] = i < S && (!mask || mask[p]);
+        v[u] = ok[u] ? x[p + b * n] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kShiftSample / kThreads; ++u)
+        if (ok[u]) {
+            acc += (double)v[u];
             cnt++;
         }
-    }
     for (int off = 16; off > 0; off >>= 1) {
         acc += __shfl_down_sync(0xffffffffu, acc, off);
         cnt += __shfl_down_sync(0xffffffffu, cnt, off);
@@ -723,10 +735,13 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     }
 }
 
-/* Dynamic shared memory: gram_tc_smem_bytes(bands); 32 (kTcProducers +
- * plan.warps) threads; bands <= kTcMaxBands. partial: ncta slices of B x B
- * (lower triangle written), psum: ncta slices of B. */
-template <bool kSplit>
+/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
+ * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
+ * slices of B x B (lower triangle written), psum: ncta slices of B. The
+ * producers either copy the next stages into a ring (kRing: kTcRing - 1
+ * stages in flight) or load the next one into registers (one in flight:
+ * 661 us for Houston on an H100, 12:37 round, the producers bound it). */
+template <bool kSplit, bool kRing>
 __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
@@ -757,8 +772,51 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     }
     __syncthreads();
 
+    if (warp < kTcProducers && kRing) {
+        /* Lane = pixel, bands warp, warp + kTcProducers, ...: each lane
+         * converts what it copied itself (no barrier among the producers). */
+        float *raw = reinterpret_cast<float *>(K + bands); /* [kTcRing][bands][kTcP] */
+        /* issue(s) copies stage s into raw[s % kTcRing] and returns whether
+         * this lane's pixel is valid (its mask byte loaded with the stage, read
+         * three stages later: the four values rotate by name in the loop
+         * unrolled by four, so no move waits for a load). */
+        auto issue = [&](int s) -> int {
+            const size_t p = p_begin + (size_t)s * kTcP + lane;
+            if (s < nst && p < p_end) {
+                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
+                for (int b = warp; b < bands; b += kTcProducers)
+                    HYPROF_PCA_COPY4(rb + b * kTcP, x + p + (size_t)b * n);
+            }
+            HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
+            return s < nst && p < p_end ? (mask ? (int)mask[p] : 1) : 0;
+        };
+        auto step = [&](int s, int valid, int &next) {
+            next = issue(s + kTcRing - 1);
+            __pipeline_wait_prior(kTcRing - 1); /* stage s has landed */
+            const int buf = s % kTcBufs;
+            if (s >= kTcBufs)
+                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
+            double *cb = cen + (size_t)buf * plane + lane;
+            for (int b = warp; b < bands; b += kTcProducers)
+                cb[b * kTcLd] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
+            bar_arrive(1 + buf, nthreads); /* FULL */
+        };
+        static_assert(kTcRing == 4, "the loop below rotates four stages");
+        int r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
+        for (int s = 0; s < nst; s += 4) {
+            step(s, r0, r3);
+            if (s + 1 < nst)
+                step(s + 1, r1, r0);
+            if (s + 2 < nst)
+                step(s + 2, r2, r1);
+            if (s + 3 < nst)
+                step(s + 3, r3, r2);
+        }
+        return;
+    }
     if (warp < kTcProducers) {
-        /* Lane = pixel, bands warp, warp + 4, ... */
+        /* Lane = pixel, bands warp, warp + kTcProducers, ... */
         float xr[kTcPerLane];
         bool ok = false;
         auto load = [&](int s) {
@@ -865,24 +923,28 @@ __global__ void gram_finish_kernel(const double *__restrict__ partial,
     const int i = (int)(idx % bands), j = (int)(idx / bands);
     if (i < j)
         return;
-    double g[4] = {0.0, 0.0, 0.0, 0.0}; /* four chains: independent loads in flight */
-    int k = 0;
-    for (; k + 4 <= ncta; k += 4)
+    /* Eight chains each (slices k, k + 8, ...): independent loads in flight
+     * (one chain: 65 us a call for 132 slices of 144 x 144, H100). */
+    double g[8], si[8], sj[8];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
-            g[u] += partial[(size_t)(k + u) * bb + idx];
-    for (; k < ncta; ++k)
-        g[0] += partial[(size_t)k * bb + idx];
-    double si = 0.0, sj = 0.0;
-    for (k = 0; k < ncta; ++k) {
-        si += psum[(size_t)k * bands + i];
-        sj += psum[(size_t)k * bands + j];
-    }
-    const double c = (((g[0] + g[1]) + (g[2] + g[3])) - si * (sj / n)) / (n - 1.0);
+    for (int u = 0; u < 8; ++u)
+        g[u] = si[u] = sj[u] = 0.0;
+    for (int k = 0; k < ncta; k += 8)
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (k + u < ncta) {
+                g[u] += partial[(size_t)(k + u) * bb + idx];
+                si[u] += psum[(size_t)(k + u) * bands + i];
+                sj[u] += psum[(size_t)(k + u) * bands + j];
+            }
+    const double G = ((g[0] + g[1]) + (g[2] + g[3])) + ((g[4] + g[5]) + (g[6] + g[7]));
+    const double Si = ((si[0] + si[1]) + (si[2] + si[3])) + ((si[4] + si[5]) + (si[6] + si[7]));
+    const double Sj = ((sj[0] + sj[1]) + (sj[2] + sj[3])) + ((sj[4] + sj[5]) + (sj[6] + sj[7]));
+    const double c = (G - Si * (Sj / n)) / (n - 1.0);
     a[idx] = c;
     a[j + (size_t)i * bands] = c;
     if (i == j)
-        mean[i] = shift[i] + si / n;
+        mean[i] = shift[i] + Si / n;
 }
 
 /* Y = (X - mean) V of a resident cube on the FP64 tensor cores (the
@@ -1208,7 +1270,7 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
  * shared memory than the 140 KB it takes for 144 bands: sm_86 and sm_89
  * have 99; or no CTA would fit), then the two-pass path runs. */
 struct TcLaunch {
-    bool split;
+    bool split, ring;
     TcPlan plan;
     int threads;
     size_t smem, ncta;
@@ -1229,10 +1291,18 @@ static TcLaunch tc_launch(size_t n, size_t B)
     L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
     L.plan = tc_plan((int)B);
     L.threads = 32 * (kTcProducers + L.plan.warps);
-    L.smem = gram_tc_smem_bytes((int)B, L.plan);
+    L.ring = !(how && strcmp(how, "tcreg") == 0);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring);
+    if (L.ring && L.smem > (size_t)optin) { /* the register producers need less */
+        L.ring = false;
+        L.smem = gram_tc_smem_bytes((int)B, L.plan, false);
+    }
     if (L.plan.warps == 0 || L.smem > (size_t)optin)
         return L;
-    const void *fn = L.split ? (const void *)gram_tc_kernel<true> : (const void *)gram_tc_kernel<false>;
+    const void *fn = L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
+                                       : (const void *)gram_tc_kernel<true, false>)
+                             : (L.ring ? (const void *)gram_tc_kernel<false, true>
+                                       : (const void *)gram_tc_kernel<false, false>);
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, L.threads, L.smem) !=
@@ -1259,12 +1329,19 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
     static const char op[] = "pca";
     shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
     HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
-    if (L.split)
-        gram_tc_kernel<true><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(
-            d_cube, n, (int)B, d_mask, d_shift, L.plan, partial, psum);
+#define HYPROF_GRAM_TC(S, R)                                                                  \
+    gram_tc_kernel<S, R><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(d_cube, n, (int)B, d_mask, \
+                                                                      d_shift, L.plan, partial,  \
+                                                                      psum)
+    if (L.split && L.ring)
+        HYPROF_GRAM_TC(true, true);
+    else if (L.split)
+        HYPROF_GRAM_TC(true, false);
+    else if (L.ring)
+        HYPROF_GRAM_TC(false, true);
     else
-        gram_tc_kernel<false><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(
-            d_cube, n, (int)B, d_mask, d_shift, L.plan, partial, psum);
+        HYPROF_GRAM_TC(false, false);
+#undef HYPROF_GRAM_TC
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
     gram_finish_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
         partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
