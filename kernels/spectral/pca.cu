@@ -959,7 +959,6 @@ __global__ void gram_finish_kernel(const double *__restrict__ partial,
  * The sums run in the tensor cores' order: rounding-level differences from
  * the CPU's sequential sums. Components k0 .. k0 + nk - 1 (nk <= 8). */
 const int kProjTcWarps = 8;
-const int kProjTcUnroll = 3; /* steps of 8 bands whose loads are issued together */
 
 inline size_t project_tc_smem_bytes(size_t bands)
 {
@@ -967,7 +966,11 @@ inline size_t project_tc_smem_bytes(size_t bands)
     return (bp * 8 + bp) * sizeof(double);
 }
 
-template <bool kSplit>
+/* kTiles tiles of 16 pixels a warp (64 consecutive pixels with 4: 256
+ * contiguous bytes of each band per step, as project_kernel<2> reads; with
+ * 1, 64-byte pieces: 174 us for Houston on an H100, 12:37 round); kUnroll
+ * steps of 8 bands whose loads are issued together. */
+template <bool kSplit, int kTiles, int kUnroll>
 __global__ void __launch_bounds__(32 * kProjTcWarps)
     project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                       const uint8_t *__restrict__ mask, const double *__restrict__ mean,
@@ -986,48 +989,66 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
         ms[i] = i < bands ? mean[i] : 0.0;
     __syncthreads();
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const size_t tile = (size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5);
-    const size_t p0 = tile * 16 + g, p1 = p0 + 8;
-    if (tile * 16 >= n)
+    const size_t base = ((size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5)) * 16 * kTiles;
+    if (base >= n)
         return;
-    const bool v0 = p0 < n && (!mask || mask[p0]), v1 = p1 < n && (!mask || mask[p1]);
-    /* Masked pixels are read (coalesced) and zeroed; pixels past n read pixel 0. */
-    const float *x0 = x + (p0 < n ? p0 : 0), *x1 = x + (p1 < n ? p1 : 0);
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int s0 = 0; s0 < steps; s0 += kProjTcUnroll) {
-        float f[kProjTcUnroll][4];
+    /* Pixels of tile q: base + 16 q + g (rows g) and + 8 (rows g + 8);
+     * masked pixels are read (coalesced) and zeroed; those past n read pixel 0. */
+    bool v[kTiles][2];
+    const float *xp[kTiles][2];
+    double acc[kTiles][4];
 #pragma unroll
-        for (int u = 0; u < kProjTcUnroll; ++u) {
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t p = base + 16 * q + g + 8 * h;
+            v[q][h] = p < n && (!mask || mask[p]);
+            xp[q][h] = x + (p < n ? p : 0);
+            acc[q][2 * h] = acc[q][2 * h + 1] = 0.0;
+        }
+    for (int s0 = 0; s0 < steps; s0 += kUnroll) {
+        float f[kUnroll][kTiles][4];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
             const int b = 8 * (s0 + u) + t;
             const bool in0 = s0 + u < steps && b < bands, in1 = s0 + u < steps && b + 4 < bands;
-            f[u][0] = in0 ? x0[(size_t)b * n] : 0.0f;
-            f[u][1] = in0 ? x1[(size_t)b * n] : 0.0f;
-            f[u][2] = in1 ? x0[(size_t)(b + 4) * n] : 0.0f;
-            f[u][3] = in1 ? x1[(size_t)(b + 4) * n] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kTiles; ++q) {
+                f[u][q][0] = in0 ? xp[q][0][(size_t)b * n] : 0.0f;
+                f[u][q][1] = in0 ? xp[q][1][(size_t)b * n] : 0.0f;
+                f[u][q][2] = in1 ? xp[q][0][(size_t)(b + 4) * n] : 0.0f;
+                f[u][q][3] = in1 ? xp[q][1][(size_t)(b + 4) * n] : 0.0f;
+            }
         }
 #pragma unroll
-        for (int u = 0; u < kProjTcUnroll; ++u) {
+        for (int u = 0; u < kUnroll; ++u) {
             if (s0 + u >= steps)
                 break;
             const int b = 8 * (s0 + u) + t;
-            const double m0 = ms[b], m1 = ms[b + 4];
-            /* (x - mean) for valid pixels and real bands; 0 otherwise
-             * (padding bands have V = 0, but x - mean must not be NaN). */
-            const double a[4] = {v0 && b < bands ? (double)f[u][0] - m0 : 0.0,
-                                 v1 && b < bands ? (double)f[u][1] - m0 : 0.0,
-                                 v0 && b + 4 < bands ? (double)f[u][2] - m1 : 0.0,
-                                 v1 && b + 4 < bands ? (double)f[u][3] - m1 : 0.0};
-            dmma_16x8x8<kSplit>(acc, a, vs[b * 8 + g], vs[(b + 4) * 8 + g]);
+            const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
+            const bool r0 = b < bands, r1 = b + 4 < bands;
+#pragma unroll
+            for (int q = 0; q < kTiles; ++q) {
+                /* (x - mean) for valid pixels and real bands; 0 otherwise
+                 * (padding bands have V = 0, but x - mean must not be NaN). */
+                const double a[4] = {v[q][0] && r0 ? (double)f[u][q][0] - m0 : 0.0,
+                                     v[q][1] && r0 ? (double)f[u][q][1] - m0 : 0.0,
+                                     v[q][0] && r1 ? (double)f[u][q][2] - m1 : 0.0,
+                                     v[q][1] && r1 ? (double)f[u][q][3] - m1 : 0.0};
+                dmma_16x8x8<kSplit>(acc[q], a, w0, w1);
+            }
         }
     }
-    /* c0, c1: pixel p0, components 2t, 2t + 1; c2, c3: pixel p1. */
+    /* c0, c1: pixel g of the tile, components 2t, 2t + 1; c2, c3: pixel g + 8. */
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {
-        const size_t p = h < 2 ? p0 : p1;
-        const int c = 2 * t + (h & 1);
-        if (p < n && c < nk)
-            out[p + (k0 + (size_t)c) * n] = (h < 2 ? v0 : v1) ? (float)acc[h] : nodata;
-    }
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const size_t p = base + 16 * q + g + 8 * (h >> 1);
+            const int c = 2 * t + (h & 1);
+            if (p < n && c < nk)
+                out[p + (k0 + (size_t)c) * n] = v[q][h >> 1] ? (float)acc[q][h] : nodata;
+        }
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -1420,17 +1441,24 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    /* =tc1: a tile of 16 pixels a warp instead of 4 (64 pixels). */
+    const bool one_tile = how && strcmp(how, "tc1") == 0;
+    const size_t per_warp = one_tile ? 16 : 64;
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
-        if (split)
-            project_tc_kernel<true><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
-                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
-                d_out.get());
+        const unsigned blocks = (unsigned)div_up(div_up(N, per_warp), (size_t)kProjTcWarps);
+#define HYPROF_PROJECT_TC(S, T, U)                                                            \
+    project_tc_kernel<S, T, U><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(      \
+        d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get())
+        if (split && one_tile)
+            HYPROF_PROJECT_TC(true, 1, 3);
+        else if (split)
+            HYPROF_PROJECT_TC(true, 4, 2);
+        else if (one_tile)
+            HYPROF_PROJECT_TC(false, 1, 3);
         else
-            project_tc_kernel<false><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
-                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
-                d_out.get());
+            HYPROF_PROJECT_TC(false, 4, 2);
+#undef HYPROF_PROJECT_TC
         HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
     }
     for (size_t k0 = 0; fused && !tc && k0 < K; k0 += kProjK) {
