@@ -1851,7 +1851,20 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
                                    &m));
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, K, a->out, m, true));
     const size_t nch = pipe.nchunks();
-    for (int s = 0; s < (nch > 1 ? 2 : 1); ++s) {
+    /* Each chunk through project_tc_kernel (FP64 tensor cores, one pass over
+     * the float chunk) unless $HYPROF_PCA_PROJECT=gemm, pair or one: then
+     * centre + DGEMM + conversion (1.5 ms a call for Houston on an H100, 12:37
+     * round, against 0.17 for project_tc_kernel in the fit-transform). */
+    const char *how = getenv("HYPROF_PCA_PROJECT");
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    const size_t tc_shmem = project_tc_smem_bytes(B);
+    const bool tc = !(how && (strcmp(how, "gemm") == 0 || strcmp(how, "pair") == 0 ||
+                              strcmp(how, "one") == 0)) &&
+                    tc_shmem <= 48 * 1024;
+    for (int s = 0; !tc && s < (nch > 1 ? 2 : 1); ++s) {
         HYPROF_TRY(d_c[s].alloc(ctx, op, m * B));
         HYPROF_TRY(d_y[s].alloc(ctx, op, m * K));
     }
@@ -1871,6 +1884,25 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
         Slot &sl = pipe.slot[s];
         HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
         const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
+        for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
+            const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
+            const unsigned blocks = (unsigned)div_up(div_up(mi, (size_t)64), (size_t)kProjTcWarps);
+            if (split)
+                project_tc_kernel<true, 4, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                    sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
+                    sl.out.get());
+            else
+                project_tc_kernel<false, 4, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                    sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
+                    sl.out.get());
+            HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
+        }
+        if (tc) {
+            HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
+            HYPROF_TRY(pipe.release(ctx, op, s));
+            HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, "pca"));
+            continue;
+        }
         HYPROF_TRY(centre(ctx, op, st, sl.in.get(), mi, msk, mi, B, d_mean.get(), d_c[s].get()));
         HYPROF_CUBLAS_CHECK(cublasDgemm(blas[s].get(), CUBLAS_OP_N, CUBLAS_OP_N, (int)mi, (int)K,
                                         (int)B, &one, d_c[s].get(), (int)mi, d_V.get(), (int)B,
