@@ -31,9 +31,13 @@
  * project_kernel on the CUDA cores with $HYPROF_PCA_PROJECT=pair or one).
  * Stage times from CUDA events go to the debug log.
  *
- * Measured (Nsight Compute kernel times of one call, Houston size 1905 x 349
- * x 144, 7 components): see the figures at gram_tc_kernel and
- * project_tc_kernel. */
+ * Measured (NVIDIA H100 80GB HBM3, lead's rounds of 12:37 and 13:11, Nsight
+ * Compute kernel times of one call of the eadp operation, Houston size 1905
+ * x 349 x 144, 7 components, main's build in the same run): the PCA's
+ * kernels 0.93 ms against 1.33 for main (covariance 0.65 against 0.87 plus
+ * 0.24 of band sums; projection 0.17-0.20 against 0.20; finish 0.08 and
+ * shift 0.01, the finish since rewritten), the whole operation 3.33 ms
+ * against 3.74; the host eigh 1.26 ms against 2.23 (top 7 of 144 vs all). */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
@@ -739,8 +743,14 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
  * slices of B x B (lower triangle written), psum: ncta slices of B. The
  * producers either copy the next stages into a ring (kRing: kTcRing - 1
- * stages in flight) or load the next one into registers (one in flight:
- * 661 us for Houston on an H100, 12:37 round, the producers bound it). */
+ * stages in flight; 646 us for Houston on an H100, 13:11 round) or load the
+ * next one into registers ($HYPROF_PCA_GRAM=tcreg; 661 us, 12:37 round): the
+ * producers do not bound it. With m8n8k4 ($HYPROF_PCA_GRAM=tc4, the sm_80
+ * code): 902 us, the DMMA pipe 68 % busy; with m16n8k8 23.7 % busy (by
+ * Nsight Compute's count of instructions), shared memory 37 %: the consumer
+ * warps' instruction stream (fragment moves, a couple of spilled registers
+ * reloaded each step) rather than the tensor cores is the likely limit,
+ * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
 template <bool kSplit, bool kRing>
 __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
@@ -911,35 +921,44 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
 }
 
 /* a (both triangles) = (G - s s^T / n) / (n - 1) and mean = K + s / n from
- * the ncta slices of gram_tc_kernel, added in CTA order. */
-__global__ void gram_finish_kernel(const double *__restrict__ partial,
-                                   const double *__restrict__ psum, int ncta, int bands,
-                                   const double *__restrict__ shift, double n,
-                                   double *__restrict__ a, double *__restrict__ mean)
+ * the ncta slices of gram_tc_kernel: kFinX entries a block, each summed by
+ * kFinY threads over the slices k = y, y + kFinY, ... (independent loads in
+ * flight; one thread an entry took 65-79 us a call for 132 slices of 144 x
+ * 144 on an H100), then over y in order: a fixed order, the same for s_i
+ * wherever band i appears. */
+const int kFinX = 32, kFinY = 8;
+
+__global__ void __launch_bounds__(kFinX * kFinY)
+    gram_finish_kernel(const double *__restrict__ partial, const double *__restrict__ psum,
+                       int ncta, int bands, const double *__restrict__ shift, double n,
+                       double *__restrict__ a, double *__restrict__ mean)
 {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, bb = (size_t)bands * bands;
-    if (idx >= bb)
+    __shared__ double sg[kFinY][kFinX], ssi[kFinY][kFinX], ssj[kFinY][kFinX];
+    const int tx = (int)threadIdx.x % kFinX, ty = (int)threadIdx.x / kFinX;
+    const size_t idx = (size_t)blockIdx.x * kFinX + tx, bb = (size_t)bands * bands;
+    const int i = idx < bb ? (int)(idx % bands) : 0, j = idx < bb ? (int)(idx / bands) : 0;
+    const bool lower = idx < bb && i >= j;
+    double g = 0.0, si = 0.0, sj = 0.0;
+    if (lower) {
+#pragma unroll 4
+        for (int k = ty; k < ncta; k += kFinY) {
+            g += partial[(size_t)k * bb + idx];
+            si += psum[(size_t)k * bands + i];
+            sj += psum[(size_t)k * bands + j];
+        }
+    }
+    sg[ty][tx] = g;
+    ssi[ty][tx] = si;
+    ssj[ty][tx] = sj;
+    __syncthreads();
+    if (ty != 0 || !lower)
         return;
-    const int i = (int)(idx % bands), j = (int)(idx / bands);
-    if (i < j)
-        return;
-    /* Eight chains each (slices k, k + 8, ...): independent loads in flight
-     * (one chain: 65 us a call for 132 slices of 144 x 144, H100). */
-    double g[8], si[8], sj[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-        g[u] = si[u] = sj[u] = 0.0;
-    for (int k = 0; k < ncta; k += 8)
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-            if (k + u < ncta) {
-                g[u] += partial[(size_t)(k + u) * bb + idx];
-                si[u] += psum[(size_t)(k + u) * bands + i];
-                sj[u] += psum[(size_t)(k + u) * bands + j];
-            }
-    const double G = ((g[0] + g[1]) + (g[2] + g[3])) + ((g[4] + g[5]) + (g[6] + g[7]));
-    const double Si = ((si[0] + si[1]) + (si[2] + si[3])) + ((si[4] + si[5]) + (si[6] + si[7]));
-    const double Sj = ((sj[0] + sj[1]) + (sj[2] + sj[3])) + ((sj[4] + sj[5]) + (sj[6] + sj[7]));
+    double G = 0.0, Si = 0.0, Sj = 0.0;
+    for (int y = 0; y < kFinY; ++y) {
+        G += sg[y][tx];
+        Si += ssi[y][tx];
+        Sj += ssj[y][tx];
+    }
     const double c = (G - Si * (Sj / n)) / (n - 1.0);
     a[idx] = c;
     a[j + (size_t)i * bands] = c;
@@ -966,10 +985,10 @@ inline size_t project_tc_smem_bytes(size_t bands)
     return (bp * 8 + bp) * sizeof(double);
 }
 
-/* kTiles tiles of 16 pixels a warp (64 consecutive pixels with 4: 256
- * contiguous bytes of each band per step, as project_kernel<2> reads; with
- * 1, 64-byte pieces: 174 us for Houston on an H100, 12:37 round); kUnroll
- * steps of 8 bands whose loads are issued together. */
+/* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
+ * are issued together. Used with 1 and 3: 174 us for Houston on an H100
+ * (12:37 round); 4 tiles (64 consecutive pixels, 256 contiguous bytes of each
+ * band a step, but 120 registers: half the warps) took 196 us (13:11). */
 template <bool kSplit, int kTiles, int kUnroll>
 __global__ void __launch_bounds__(32 * kProjTcWarps)
     project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
@@ -1364,7 +1383,7 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
         HYPROF_GRAM_TC(false, false);
 #undef HYPROF_GRAM_TC
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
-    gram_finish_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+    gram_finish_kernel<<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
         partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
     HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
     return HYPROF_OK;
@@ -1441,24 +1460,17 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
-    /* =tc1: a tile of 16 pixels a warp instead of 4 (64 pixels). */
-    const bool one_tile = how && strcmp(how, "tc1") == 0;
-    const size_t per_warp = one_tile ? 16 : 64;
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-        const unsigned blocks = (unsigned)div_up(div_up(N, per_warp), (size_t)kProjTcWarps);
-#define HYPROF_PROJECT_TC(S, T, U)                                                            \
-    project_tc_kernel<S, T, U><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(      \
-        d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get())
-        if (split && one_tile)
-            HYPROF_PROJECT_TC(true, 1, 3);
-        else if (split)
-            HYPROF_PROJECT_TC(true, 4, 2);
-        else if (one_tile)
-            HYPROF_PROJECT_TC(false, 1, 3);
+        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
+        if (split)
+            project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
         else
-            HYPROF_PROJECT_TC(false, 4, 2);
-#undef HYPROF_PROJECT_TC
+            project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
     }
     for (size_t k0 = 0; fused && !tc && k0 < K; k0 += kProjK) {
@@ -1616,7 +1628,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * without the memory for its slices, the centred pass too. */
     const char *gram_env = getenv("HYPROF_PCA_GRAM");
     bool fused = resident && B <= (size_t)kTcMaxBands &&
-                 (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0);
+                 (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0 ||
+                  strcmp(gram_env, "tcreg") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
@@ -1886,13 +1899,13 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
         const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
         for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
             const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-            const unsigned blocks = (unsigned)div_up(div_up(mi, (size_t)64), (size_t)kProjTcWarps);
+            const unsigned blocks = (unsigned)div_up(div_up(mi, (size_t)16), (size_t)kProjTcWarps);
             if (split)
-                project_tc_kernel<true, 4, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
                     sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
                     sl.out.get());
             else
-                project_tc_kernel<false, 4, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
                     sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
                     sl.out.get());
             HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
