@@ -1193,10 +1193,10 @@ static lapack_int eigh_top(size_t B, size_t k, double *a, double *w)
 /* The B x B covariance (finalised in d_A) goes to the host and LAPACK's
  * dsyevd decomposes it there, as the CPU backend does; cuSOLVER's syevd is a
  * chain of small latency-bound kernels for B ~ 100-200. When the caller
- * needs only the top a->components vectors (fewer than B), eigh_top instead
- * (EADP needs 7 of 144: 0.68 against 1.29 ms for dsyevd on a 144 x 144
- * matrix, one core of the build machine; $HYPROF_PCA_EIGH=dsyevd keeps
- * dsyevd). The host time is logged apart from the device stages. */
+ * needs only the top a->components vectors (few of many), eigh_top instead
+ * (EADP keeps 7 of 144: 1.26 against 2.23 ms for dsyevd on the H100 host,
+ * 13:11 round; $HYPROF_PCA_EIGH=dsyevd keeps dsyevd). The host time is
+ * logged apart from the device stages. */
 static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
                                     const double *d_mean, const double *d_A, cudaStream_t st,
                                     PcaClock &clock, size_t tid)
