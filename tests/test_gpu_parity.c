@@ -39,7 +39,7 @@ static void check(int ok, const char *what, double value, double tol)
  * components are well conditioned), a smooth mean spectrum and noise.
  * `masked` of the pixels are nodata (mask 0, value -9999). */
 static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint64_t seed,
-                     double masked)
+                     double masked, double offset)
 {
     g_rng = seed;
     if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, bands) != HYPROF_OK)
@@ -59,7 +59,7 @@ static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint
         for (size_t k = 0; k < nf; k++)
             z[k] = rng_normal();
         for (size_t b = 0; b < bands; b++) {
-            double v = 2000.0 + 800.0 * sin(0.05 * (double)b) + 3.0 * rng_normal();
+            double v = offset + 2000.0 + 800.0 * sin(0.05 * (double)b) + 3.0 * rng_normal();
             for (size_t k = 0; k < nf; k++)
                 v += z[k] * load[k * bands + b];
             x[p + b * npix] = (float)v;
@@ -478,19 +478,24 @@ int main(int argc, char **argv)
         const char *label;
         size_t w, h, b, ncomp;
         uint64_t seed;
-        double masked;
+        double masked, offset;
     } cases[] = {
-        {"small-45b-masked", 37, 23, 45, 6, 11, 0.10},
-        {"pavia-like-103b", 64, 48, 103, 7, 12, 0.0},
-        {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05},
-        {"tiny-5b", 9, 7, 5, 3, 14, 0.0},
-        {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03},
-        {"9b-9pc-masked", 41, 29, 9, 9, 16, 0.05}, /* 9 > 8 components: 2 projection passes */
+        {"small-45b-masked", 37, 23, 45, 6, 11, 0.10, 0.0},
+        {"pavia-like-103b", 64, 48, 103, 7, 12, 0.0, 0.0},
+        {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05, 0.0},
+        {"tiny-5b", 9, 7, 5, 3, 14, 0.0, 0.0},
+        {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03, 0.0},
+        /* 144 bands (the most the fused covariance takes) and means about
+         * 300 times the bands' standard deviations: its one-pass formula
+         * about a shift must not cancel */
+        {"offset-1e5-144b-masked", 320, 200, 144, 7, 17, 0.02, 1.0e5},
+        {"9b-9pc-masked", 41, 29, 9, 9, 16, 0.05, 0.0}, /* 9 > 8 components: 2 projection passes */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hyprof_cube_t c;
         memset(&c, 0, sizeof c);
-        if (make_cube(&c, cases[i].w, cases[i].h, cases[i].b, cases[i].seed, cases[i].masked)) {
+        if (make_cube(&c, cases[i].w, cases[i].h, cases[i].b, cases[i].seed, cases[i].masked,
+                      cases[i].offset)) {
             FAIL("cannot build cube %s", cases[i].label);
             continue;
         }
@@ -505,7 +510,7 @@ int main(int argc, char **argv)
         hyprof_ctx_t *bad = hyprof_ctx_new();
         hyprof_cube_t c;
         memset(&c, 0, sizeof c);
-        if (bad && make_cube(&c, 8, 8, 16, 21, 0.0) == 0) {
+        if (bad && make_cube(&c, 8, 8, 16, 21, 0.0, 0.0) == 0) {
             hyprof_ctx_set_backend(bad, HYPROF_BACKEND_CUDA);
             if (hyprof_ctx_set_device(bad, ndev) == HYPROF_OK) {
                 hyprof_cube_t o;

@@ -264,7 +264,7 @@ static hyprof_status_t fit_model(hyprof_ctx_t *ctx, const hyprof_cube_t *in, siz
                            components);
     if (st == HYPROF_OK) {
         hyprof_pca_fit_args_t a = {x->data, x->mask, npix, B, nvalid, m->mean, work, work + B,
-                                   NULL, NULL, NULL, on_device, device_user};
+                                   NULL, NULL, NULL, on_device, device_user, components};
         /* The apply step reads the model's component-major vectors as a
          * bands x components column-major matrix: the same memory. */
         hyprof_pca_apply_args_t ap = {x->data, x->mask, npix, B, components, m->mean,

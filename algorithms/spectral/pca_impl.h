@@ -55,6 +55,10 @@ typedef struct {
      * needed on the device (the eadp operation diffuses them there). */
     hyprof_pca_device_fn on_device;
     void *device_user;
+    /* Components the caller keeps: a backend may then return the
+     * eigenvectors of the top `components` eigenvalues only (the other
+     * columns zero; all eigenvalues are still returned). 0: all. */
+    size_t components;
 } hyprof_pca_fit_args_t;
 
 /* Fit-transform (hyprof_pca_fit_transform) with `on_device` as above. */

@@ -1,27 +1,48 @@
 /* CUDA backend of the PCA steps (semantics: algorithms/spectral/pca_impl.h).
  *
  * Fit, in pixel chunks (float32 BSQ = column-major npix x bands):
- *   pass 1  masked per-band sums in double (deterministic two-stage reduction),
- *           mean = sum / nvalid;
- *   pass 2  each chunk centred to double (masked rows zeroed), C += Xc^T Xc with
- *           cuBLAS (a batched DGEMM); a resident cube of up to 144 bands
- *           instead goes through gram_mma_kernel in one pass (FP64 tensor
- *           cores; gram_kernel on the CUDA cores with $HYPROF_PCA_GRAM=fp64);
- *   then    C / (nvalid - 1), LAPACK's dsyevd on the host (ascending, as the
- *           CPU backend; cuSOLVER's syevd with $HYPROF_PCA_EIGH=device).
+ *   resident cube of up to 144 bands (the default; EADP's case): the upload
+ *           alone, then one pass (gram_tc_kernel, FP64 tensor cores) gives
+ *           the band sums and the Gram matrix about a per-band shift K (the
+ *           mean of a sample of pixels), and gram_finish_kernel the mean
+ *           K + s / n and the covariance (G - s s^T / n) / (n - 1): the
+ *           accuracy of the centred formula (K is near the mean: no
+ *           cancellation), one pass over the cube fewer;
+ *   otherwise pass 1: masked per-band sums in double (deterministic
+ *           two-stage reduction), mean = sum / nvalid, overlapped with the
+ *           upload; pass 2: each chunk centred to double (masked rows
+ *           zeroed), C += Xc^T Xc with cuBLAS (a batched DGEMM), or for a
+ *           resident cube ($HYPROF_PCA_GRAM=mma or fp64) gram_mma_kernel /
+ *           gram_kernel in one pass; then C / (nvalid - 1);
+ *   then    the eigen-decomposition on the host: LAPACK's dsyevd (all
+ *           eigenpairs, as the CPU backend), or, when the caller keeps few
+ *           components of many bands, all eigenvalues and the top vectors
+ *           only (eigh_top); cuSOLVER's syevd with $HYPROF_PCA_EIGH=device.
  * When the whole cube fits in device memory it is uploaded once during pass 1
- * and pass 2 reads it from there; otherwise each pass streams the chunks from
- * the host. Each of the two pipeline slots accumulates its own sums and its own
- * covariance (so the two streams never write the same memory); the two halves
- * are added at the end, which keeps the result independent of timing.
+ * and later passes read it from there; otherwise each pass streams the chunks
+ * from the host. Each of the two pipeline slots accumulates its own sums and
+ * its own covariance (so the two streams never write the same memory); the
+ * two halves are added at the end, which keeps the result independent of
+ * timing. Every reduction adds per-CTA slices in a fixed order.
  *
  * Apply, in pixel chunks: centre to double, Y = Xc V with cublasDgemm, convert
  * to float, nodata for masked pixels; the fit-transform of a resident cube
- * projects it in one pass (project_kernel). Stage times from CUDA events go
- * to the debug log. */
+ * projects it in one pass (project_tc_kernel on the FP64 tensor cores;
+ * project_kernel on the CUDA cores with $HYPROF_PCA_PROJECT=pair or one).
+ * Stage times from CUDA events go to the debug log.
+ *
+ * Measured (NVIDIA H100 80GB HBM3, lead's rounds of 12:37 and 13:11, Nsight
+ * Compute kernel times of one call of the eadp operation, Houston size 1905
+ * x 349 x 144, 7 components, main's build in the same run): the PCA's
+ * kernels 0.93 ms against 1.33 for main (covariance 0.65 against 0.87 plus
+ * 0.24 of band sums; projection 0.17-0.20 against 0.20; finish 0.08 and
+ * shift 0.01, the finish since rewritten), the whole operation 3.33 ms
+ * against 3.74; the host eigh 1.26 ms against 2.23 (top 7 of 144 vs all). */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 #include "spectral/pca_impl.h"
 
@@ -522,6 +543,533 @@ __global__ void gram_reduce_kernel(const double *__restrict__ partial, int ncta,
         c[j + (size_t)i * bands] += t;
 }
 
+/* ---- the fused covariance (the default for a resident cube of up to
+ * kTcMaxBands bands) ----
+ *
+ * One pass over the cube gives both the band sums and the Gram matrix, about
+ * a shift K (a per-band estimate of the mean from a sample of pixels,
+ * shift_kernel): G = sum (x - K)(x - K)^T and s = sum (x - K) over the valid
+ * pixels, then mean = K + s / n and the covariance numerator G - s s^T / n.
+ * With K within a fraction of a standard deviation of the mean, the
+ * correction s s^T / n is a small fraction of G: no cancellation, the
+ * accuracy of the centred two-pass formula, one pass fewer (the band sums
+ * were 0.2 ms of kernels per call besides the Gram, Houston size, H200).
+ *
+ * Warp-specialised: kTcProducers warps (warps 0-3, one per SM sub-partition)
+ * load stages of kTcP pixels (a lane per pixel, coalesced), convert them to
+ * double minus K (0 where masked) into one of kTcBufs shared planes
+ * cen[band][pixel]; the consumer warps multiply each full plane while the
+ * producers fill the next (named barriers FULL / FREE per plane), so the
+ * conversion no longer stalls the tensor pipe between barriers as in
+ * gram_mma_kernel. The lower triangle is cut into 16 x 8 tiles (tile (r, c)
+ * needed when 16 r + 15 >= 8 c), row by row into groups of up to kTcMaxCols
+ * tiles, one group per consumer warp, the groups spread over the four
+ * sub-partitions by their tile counts (TcPlan). Each tile is a chain of
+ * mma.sync m16n8k8 f64 on sm_90 (fragments: g = lane / 4, t = lane % 4;
+ * A rows g, g + 8 and pixels t, t + 4; B column g, pixels t, t + 4; C rows
+ * g, g + 8, columns 2 t, 2 t + 1), or the same fragments as four m8n8k4
+ * (sm_80, or $HYPROF_PCA_GRAM=tc4 to compare). The warp holding a row's
+ * first group also adds its A fragments: the band sums s. Each CTA writes
+ * its G (lower triangle) and s into its own slice; gram_finish_kernel adds
+ * the slices in CTA order, so the result does not depend on timing. */
+const int kTcP = 32;              /* pixels per stage: a producer lane each */
+const int kTcLd = kTcP + 8;       /* row stride of cen (doubles): conflict-free 16-byte fragment loads */
+const int kTcBufs = 3;            /* planes: the producers run up to two stages ahead */
+const int kTcProducers = 3;       /* warps */
+const int kTcMaxCols = 7;         /* 16 x 8 tiles per consumer warp */
+/* Consumer warps: 17 for 144 bands. Registers are per sub-partition (16K):
+ * 20 warps, 5 on each, leave 96 a thread (21 would leave 80: spills). */
+const int kTcMaxWarps = 17;
+const int kTcMaxBands = 144;      /* ceil(144 / 4) = 36 values per producer lane and stage */
+const int kTcPerLane = (kTcMaxBands + kTcProducers - 1) / kTcProducers;
+
+struct TcPlan {
+    int warps; /* consumer warps (some may own no tile: padding for the balance) */
+    int rows;  /* rows of a cen plane (a multiple of 16; zero beyond the bands) */
+    unsigned group[kTcMaxWarps]; /* consumer warp w: r | c0 << 8 | nc << 16 */
+};
+
+/* Producers with a ring of raw stages (the default): kTcRing stages of floats
+ * copied with cp.async, kTcRing - 1 of them in flight. */
+const int kTcRing = 4;
+
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring)
+{
+    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double) +
+           (ring ? (size_t)kTcRing * bands * kTcP * sizeof(float) : 0);
+}
+
+/* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
+ * over the four sub-partitions: warp w runs on sub-partition w % 4, the
+ * producers are warps 0 .. kTcProducers - 1 and consumer warp w is warp
+ * kTcProducers + w, so each sub-partition has a fixed number of consumer
+ * slots; the groups go longest first to the least loaded sub-partition with
+ * a free slot (144 bands: 17 groups, 22, 22, 22 and 24 tiles, the last on
+ * the sub-partition without a producer). warps 0: more groups than
+ * kTcMaxWarps (not for bands <= 144). */
+static TcPlan tc_plan(int bands)
+{
+    struct Group { int r, c0, nc; };
+    std::vector<Group> groups;
+    const int rt = (bands + 15) / 16, ct = (bands + 7) / 8;
+    for (int r = 0; r < rt; ++r) {
+        const int need = 2 * r + 2 < ct ? 2 * r + 2 : ct; /* tiles c <= 2 r + 1 */
+        const int ng = (need + kTcMaxCols - 1) / kTcMaxCols;
+        for (int g = 0, c = 0; g < ng; ++g) {
+            const int nc = (need - c) / (ng - g); /* even sizes: 14 -> 5, 5, 4 */
+            const int take = (need - c) % (ng - g) ? nc + 1 : nc;
+            groups.push_back({r, c, take});
+            c += take;
+        }
+    }
+    TcPlan p;
+    memset(&p, 0, sizeof p);
+    p.rows = 16 * rt;
+    const int C = (int)groups.size();
+    if (C > kTcMaxWarps)
+        return p;
+    size_t cap[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w)
+        cap[(kTcProducers + w) % 4]++;
+    std::vector<int> order(groups.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = (int)i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+        return groups[a].nc != groups[b].nc ? groups[a].nc > groups[b].nc : a < b;
+    });
+    std::vector<int> bin[4];
+    int load[4] = {0, 0, 0, 0};
+    for (int i : order) {
+        int best = -1;
+        for (int s = 0; s < 4; ++s)
+            if (bin[s].size() < cap[s] && (best < 0 || load[s] < load[best]))
+                best = s;
+        bin[best].push_back(i);
+        load[best] += groups[i].nc;
+    }
+    size_t next[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w) {
+        const int s = (kTcProducers + w) % 4;
+        const Group &g = groups[bin[s][next[s]++]];
+        p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.nc << 16;
+    }
+    p.warps = C;
+    return p;
+}
+
+__device__ __forceinline__ void bar_sync(int id, int count)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* c (16 x 8) += a (16 x 8) b (8 x 8) in the m16n8k8 f64 fragments. */
+template <bool kSplit>
+__device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4], double b0,
+                                            double b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!kSplit) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+        return;
+    }
+#endif
+    /* Rows g (c0, c1) and g + 8 (c2, c3); pixels t (a0, a1, b0) then t + 4. */
+    double lo[2] = {c[0], c[1]}, hi[2] = {c[2], c[3]};
+    dmma_8x8x4(lo, a[0], b0);
+    dmma_8x8x4(hi, a[1], b0);
+    dmma_8x8x4(lo, a[2], b1);
+    dmma_8x8x4(hi, a[3], b1);
+    c[0] = lo[0];
+    c[1] = lo[1];
+    c[2] = hi[0];
+    c[3] = hi[1];
+}
+
+/* Per-band shift K: the mean of the valid pixels among up to kShiftSample
+ * evenly spaced ones (0 when none is valid: then the formula is the raw
+ * moments', still exact in exact arithmetic). One block per band. */
+const int kShiftSample = 1024; /* 4 a thread, loaded together (24 us a call with 4096 in a dependent loop) */
+
+__global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_t *__restrict__ mask,
+                             double *__restrict__ shift)
+{
+    __shared__ double ws[kThreads / 32];
+    __shared__ unsigned wc[kThreads / 32];
+    const size_t b = blockIdx.x, S = n < (size_t)kShiftSample ? n : (size_t)kShiftSample;
+    double acc = 0.0;
+    unsigned cnt = 0;
+    float v[kShiftSample / kThreads];
+    bool ok[kShiftSample / kThreads];
+#pragma unroll
+    for (int u = 0; u < kShiftSample / kThreads; ++u) {
+        const size_t i = threadIdx.x + (size_t)u * kThreads, p = i * n / (S ? S : 1);
+        ok[u] = i < S && (!mask || mask[p]);
+        v[u] = ok[u] ? x[p + b * n] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kShiftSample / kThreads; ++u)
+        if (ok[u]) {
+            acc += (double)v[u];
+            cnt++;
+        }
+    for (int off = 16; off > 0; off >>= 1) {
+        acc += __shfl_down_sync(0xffffffffu, acc, off);
+        cnt += __shfl_down_sync(0xffffffffu, cnt, off);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        ws[threadIdx.x >> 5] = acc;
+        wc[threadIdx.x >> 5] = cnt;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        unsigned c = 0;
+        for (int w = 0; w < kThreads / 32; ++w) {
+            t += ws[w];
+            c += wc[w];
+        }
+        shift[b] = c ? t / (double)c : 0.0;
+    }
+}
+
+/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
+ * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
+ * slices of B x B (lower triangle written), psum: ncta slices of B. The
+ * producers either copy the next stages into a ring (kRing: kTcRing - 1
+ * stages in flight; 646 us for Houston on an H100, 13:11 round) or load the
+ * next one into registers ($HYPROF_PCA_GRAM=tcreg; 661 us, 12:37 round): the
+ * producers do not bound it. With m8n8k4 ($HYPROF_PCA_GRAM=tc4, the sm_80
+ * code): 902 us, the DMMA pipe 68 % busy; with m16n8k8 23.7 % busy (by
+ * Nsight Compute's count of instructions), shared memory 37 %: the consumer
+ * warps' instruction stream (fragment moves, a couple of spilled registers
+ * reloaded each step) rather than the tensor cores is the likely limit,
+ * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
+template <bool kSplit, bool kRing>
+__global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
+    gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
+                   const uint8_t *__restrict__ mask, const double *__restrict__ shift,
+                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
+{
+    extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
+    __shared__ unsigned groups[kTcMaxWarps];
+    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][kTcLd] */
+    const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
+    const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
+    const size_t plane = (size_t)rows * kTcLd;
+    double *K = cen + kTcBufs * plane; /* [bands] */
+    const int cta = (int)blockIdx.x, ncta = (int)gridDim.x;
+    const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kTcP - 1) / kTcP * kTcP;
+    const size_t p_begin = (size_t)cta * per < n ? (size_t)cta * per : n;
+    const size_t p_end = p_begin + per < n ? p_begin + per : n;
+    const int nst = (int)((p_end - p_begin + kTcP - 1) / kTcP);
+
+    if (tid == 0) /* constant indices: the plan stays in the parameter space */
+#pragma unroll
+        for (int i = 0; i < kTcMaxWarps; ++i)
+            groups[i] = plan.group[i];
+    for (int i = tid; i < bands; i += nthreads)
+        K[i] = shift[i];
+    for (int i = tid; i < kTcBufs * (rows - bands) * kTcLd; i += nthreads) { /* padding rows */
+        const int bf = i / ((rows - bands) * kTcLd), rest = i % ((rows - bands) * kTcLd);
+        cen[bf * plane + (size_t)bands * kTcLd + rest] = 0.0;
+    }
+    __syncthreads();
+
+    if (warp < kTcProducers && kRing) {
+        /* Lane = pixel, bands warp, warp + kTcProducers, ...: each lane
+         * converts what it copied itself (no barrier among the producers). */
+        float *raw = reinterpret_cast<float *>(K + bands); /* [kTcRing][bands][kTcP] */
+        /* issue(s) copies stage s into raw[s % kTcRing] and returns whether
+         * this lane's pixel is valid (its mask byte loaded with the stage, read
+         * three stages later: the four values rotate by name in the loop
+         * unrolled by four, so no move waits for a load). */
+        auto issue = [&](int s) -> int {
+            const size_t p = p_begin + (size_t)s * kTcP + lane;
+            if (s < nst && p < p_end) {
+                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
+                for (int b = warp; b < bands; b += kTcProducers)
+                    HYPROF_PCA_COPY4(rb + b * kTcP, x + p + (size_t)b * n);
+            }
+            HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
+            return s < nst && p < p_end ? (mask ? (int)mask[p] : 1) : 0;
+        };
+        auto step = [&](int s, int valid, int &next) {
+            next = issue(s + kTcRing - 1);
+            __pipeline_wait_prior(kTcRing - 1); /* stage s has landed */
+            const int buf = s % kTcBufs;
+            if (s >= kTcBufs)
+                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
+            double *cb = cen + (size_t)buf * plane + lane;
+            for (int b = warp; b < bands; b += kTcProducers)
+                cb[b * kTcLd] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
+            bar_arrive(1 + buf, nthreads); /* FULL */
+        };
+        static_assert(kTcRing == 4, "the loop below rotates four stages");
+        int r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
+        for (int s = 0; s < nst; s += 4) {
+            step(s, r0, r3);
+            if (s + 1 < nst)
+                step(s + 1, r1, r0);
+            if (s + 2 < nst)
+                step(s + 2, r2, r1);
+            if (s + 3 < nst)
+                step(s + 3, r3, r2);
+        }
+        return;
+    }
+    if (warp < kTcProducers) {
+        /* Lane = pixel, bands warp, warp + kTcProducers, ... */
+        float xr[kTcPerLane];
+        bool ok = false;
+        auto load = [&](int s) {
+            const size_t p = p_begin + (size_t)s * kTcP + lane;
+            ok = p < p_end && (!mask || mask[p]);
+#pragma unroll
+            for (int j = 0; j < kTcPerLane; ++j) {
+                const int b = warp + kTcProducers * j;
+                xr[j] = ok && b < bands ? x[p + (size_t)b * n] : 0.0f;
+            }
+        };
+        if (nst > 0)
+            load(0);
+        for (int s = 0; s < nst; ++s) {
+            const int buf = s % kTcBufs;
+            if (s >= kTcBufs)
+                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+            double *cb = cen + (size_t)buf * plane + lane;
+#pragma unroll
+            for (int j = 0; j < kTcPerLane; ++j) {
+                const int b = warp + kTcProducers * j;
+                if (b < bands)
+                    cb[b * kTcLd] = ok ? (double)xr[j] - K[b] : 0.0;
+            }
+            bar_arrive(1 + buf, nthreads); /* FULL */
+            if (s + 1 < nst)
+                load(s + 1);
+        }
+        return;
+    }
+
+    const unsigned grp = groups[warp - kTcProducers];
+    const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
+    const int g = lane >> 2, t = lane & 3;
+    const bool sums = nc > 0 && c0 == 0;
+    double acc[kTcMaxCols][4];
+#pragma unroll
+    for (int c = 0; c < kTcMaxCols; ++c)
+        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
+    double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
+    /* Pixels t and t + 4 of a step are columns 2 t and 2 t + 1 of the plane
+     * (A and B alike: the same pixels meet), one 16-byte load each. */
+    const int ra = (16 * r + g) * kTcLd + 2 * t, rb = (8 * c0 + g) * kTcLd + 2 * t;
+    for (int s = 0; s < nst; ++s) {
+        const int buf = s % kTcBufs;
+        bar_sync(1 + buf, nthreads); /* FULL */
+        const double *cb = cen + (size_t)buf * plane;
+        if (nc > 0) {
+#pragma unroll 1
+            for (int k0 = 0; k0 < kTcP; k0 += 8) {
+                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * kTcLd + k0);
+                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
+                if (sums) {
+                    rs0 += a[0] + a[2];
+                    rs1 += a[1] + a[3];
+                }
+#pragma unroll
+                for (int c = 0; c < kTcMaxCols; ++c)
+                    if (c < nc) {
+                        const double2 bv =
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * kTcLd + k0);
+                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
+                    }
+            }
+        }
+        if (s + kTcBufs < nst)
+            bar_arrive(1 + kTcBufs + buf, nthreads); /* FREE */
+    }
+    if (nc == 0)
+        return;
+    double *out = partial + (size_t)cta * bands * bands;
+#pragma unroll
+    for (int c = 0; c < kTcMaxCols; ++c)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
+            if (c < nc && i < bands && j <= i)
+                out[i + (size_t)j * bands] = acc[c][h];
+        }
+    if (sums) {
+        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        double *ps = psum + (size_t)cta * bands;
+        if (t == 0 && 16 * r + g < bands)
+            ps[16 * r + g] = rs0;
+        if (t == 0 && 16 * r + g + 8 < bands)
+            ps[16 * r + g + 8] = rs1;
+    }
+}
+
+/* a (both triangles) = (G - s s^T / n) / (n - 1) and mean = K + s / n from
+ * the ncta slices of gram_tc_kernel: kFinX entries a block, each summed by
+ * kFinY threads over the slices k = y, y + kFinY, ... (independent loads in
+ * flight; one thread an entry took 65-79 us a call for 132 slices of 144 x
+ * 144 on an H100), then over y in order: a fixed order, the same for s_i
+ * wherever band i appears. */
+const int kFinX = 32, kFinY = 8;
+
+__global__ void __launch_bounds__(kFinX * kFinY)
+    gram_finish_kernel(const double *__restrict__ partial, const double *__restrict__ psum,
+                       int ncta, int bands, const double *__restrict__ shift, double n,
+                       double *__restrict__ a, double *__restrict__ mean)
+{
+    __shared__ double sg[kFinY][kFinX], ssi[kFinY][kFinX], ssj[kFinY][kFinX];
+    const int tx = (int)threadIdx.x % kFinX, ty = (int)threadIdx.x / kFinX;
+    const size_t idx = (size_t)blockIdx.x * kFinX + tx, bb = (size_t)bands * bands;
+    const int i = idx < bb ? (int)(idx % bands) : 0, j = idx < bb ? (int)(idx / bands) : 0;
+    const bool lower = idx < bb && i >= j;
+    double g = 0.0, si = 0.0, sj = 0.0;
+    if (lower) {
+#pragma unroll 4
+        for (int k = ty; k < ncta; k += kFinY) {
+            g += partial[(size_t)k * bb + idx];
+            si += psum[(size_t)k * bands + i];
+            sj += psum[(size_t)k * bands + j];
+        }
+    }
+    sg[ty][tx] = g;
+    ssi[ty][tx] = si;
+    ssj[ty][tx] = sj;
+    __syncthreads();
+    if (ty != 0 || !lower)
+        return;
+    double G = 0.0, Si = 0.0, Sj = 0.0;
+    for (int y = 0; y < kFinY; ++y) {
+        G += sg[y][tx];
+        Si += ssi[y][tx];
+        Sj += ssj[y][tx];
+    }
+    const double c = (G - Si * (Sj / n)) / (n - 1.0);
+    a[idx] = c;
+    a[j + (size_t)i * bands] = c;
+    if (i == j)
+        mean[i] = shift[i] + Si / n;
+}
+
+/* Y = (X - mean) V of a resident cube on the FP64 tensor cores (the
+ * default): a warp per 16 pixels, their centred values loaded straight from
+ * the cube into the A fragments of m16n8k8 (pixels g and g + 8, bands t and
+ * t + 4 of each step of 8 bands: every 32-byte sector read is used whole),
+ * V (8 components, zero-padded, and the bands padded to a multiple of 8 with
+ * zeros) from shared memory as the B fragments. Per value: a load, a
+ * conversion and a subtraction; the 8 multiply-adds are one eighth of an
+ * mma (project_kernel does them on the CUDA cores, where the FP64 pipe and
+ * the shared loads of V bound it at 2 TB/s: 193 us for Houston on an H200).
+ * The sums run in the tensor cores' order: rounding-level differences from
+ * the CPU's sequential sums. Components k0 .. k0 + nk - 1 (nk <= 8). */
+const int kProjTcWarps = 8;
+
+inline size_t project_tc_smem_bytes(size_t bands)
+{
+    const size_t bp = (bands + 7) / 8 * 8;
+    return (bp * 8 + bp) * sizeof(double);
+}
+
+/* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
+ * are issued together. Used with 1 and 3: 174 us for Houston on an H100
+ * (12:37 round); 4 tiles (64 consecutive pixels, 256 contiguous bytes of each
+ * band a step, but 120 registers: half the warps) took 196 us (13:11). */
+template <bool kSplit, int kTiles, int kUnroll>
+__global__ void __launch_bounds__(32 * kProjTcWarps)
+    project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
+                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                      const double *__restrict__ V, size_t k0, int nk, float nodata,
+                      float *__restrict__ out)
+{
+    extern __shared__ double ptc_smem[];
+    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
+    double *vs = ptc_smem;         /* [bp][8]: V[b][c] of components k0 + c */
+    double *ms = ptc_smem + 8 * bp; /* [bp] */
+    for (int i = threadIdx.x; i < 8 * bp; i += blockDim.x) {
+        const int b = i / 8, c = i % 8;
+        vs[i] = b < bands && c < nk ? V[(size_t)b + (k0 + (size_t)c) * bands] : 0.0;
+    }
+    for (int i = threadIdx.x; i < bp; i += blockDim.x)
+        ms[i] = i < bands ? mean[i] : 0.0;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const size_t base = ((size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5)) * 16 * kTiles;
+    if (base >= n)
+        return;
+    /* Pixels of tile q: base + 16 q + g (rows g) and + 8 (rows g + 8);
+     * masked pixels are read (coalesced) and zeroed; those past n read pixel 0. */
+    bool v[kTiles][2];
+    const float *xp[kTiles][2];
+    double acc[kTiles][4];
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t p = base + 16 * q + g + 8 * h;
+            v[q][h] = p < n && (!mask || mask[p]);
+            xp[q][h] = x + (p < n ? p : 0);
+            acc[q][2 * h] = acc[q][2 * h + 1] = 0.0;
+        }
+    for (int s0 = 0; s0 < steps; s0 += kUnroll) {
+        float f[kUnroll][kTiles][4];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int b = 8 * (s0 + u) + t;
+            const bool in0 = s0 + u < steps && b < bands, in1 = s0 + u < steps && b + 4 < bands;
+#pragma unroll
+            for (int q = 0; q < kTiles; ++q) {
+                f[u][q][0] = in0 ? xp[q][0][(size_t)b * n] : 0.0f;
+                f[u][q][1] = in0 ? xp[q][1][(size_t)b * n] : 0.0f;
+                f[u][q][2] = in1 ? xp[q][0][(size_t)(b + 4) * n] : 0.0f;
+                f[u][q][3] = in1 ? xp[q][1][(size_t)(b + 4) * n] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (s0 + u >= steps)
+                break;
+            const int b = 8 * (s0 + u) + t;
+            const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
+            const bool r0 = b < bands, r1 = b + 4 < bands;
+#pragma unroll
+            for (int q = 0; q < kTiles; ++q) {
+                /* (x - mean) for valid pixels and real bands; 0 otherwise
+                 * (padding bands have V = 0, but x - mean must not be NaN). */
+                const double a[4] = {v[q][0] && r0 ? (double)f[u][q][0] - m0 : 0.0,
+                                     v[q][1] && r0 ? (double)f[u][q][1] - m0 : 0.0,
+                                     v[q][0] && r1 ? (double)f[u][q][2] - m1 : 0.0,
+                                     v[q][1] && r1 ? (double)f[u][q][3] - m1 : 0.0};
+                dmma_16x8x8<kSplit>(acc[q], a, w0, w1);
+            }
+        }
+    }
+    /* c0, c1: pixel g of the tile, components 2t, 2t + 1; c2, c3: pixel g + 8. */
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const size_t p = base + 16 * q + g + 8 * (h >> 1);
+            const int c = 2 * t + (h & 1);
+            if (p < n && c < nk)
+                out[p + (k0 + (size_t)c) * n] = v[q][h >> 1] ? (float)acc[q][h] : nodata;
+        }
+}
+
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
 hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
                           size_t ld, const uint8_t *mask, size_t m, size_t bands,
@@ -604,9 +1152,50 @@ static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
                 clock.ms(kPcaProjection), clock.ms(kPcaDownload));
 }
 
+/* All eigenvalues, and the eigenvectors of the top k only (columns B - k ..
+ * B - 1 of a, the others zeroed), of the B x B matrix in a (lower triangle):
+ * the tridiagonal form (dsytrd), all its eigenvalues (dsterf), the top k
+ * eigenpairs by MRRR (dstemr) and their back-transformation (dormtr), where
+ * dsyevd computes and back-transforms all B vectors. Returns LAPACK's info of
+ * the first step that fails. */
+static lapack_int eigh_top(size_t B, size_t k, double *a, double *w)
+{
+    const lapack_int n = (lapack_int)B, m = (lapack_int)k;
+    std::vector<double> d(B), e(B), tau(B), d2(B), e2(B), wk(B), z(B * k);
+    std::vector<lapack_int> isuppz(2 * B);
+    lapack_int info = LAPACKE_dsytrd(LAPACK_COL_MAJOR, 'L', n, a, n, d.data(), e.data(), tau.data());
+    if (info != 0)
+        return info;
+    memcpy(w, d.data(), B * sizeof(double));
+    d2 = d;
+    e2 = e;
+    if ((info = LAPACKE_dsterf(n, w, e2.data())) != 0) /* ascending */
+        return info;
+    lapack_int found = 0;
+    lapack_logical tryrac = 1;
+    e2 = e;
+    e2[B - 1] = 0.0;
+    info = LAPACKE_dstemr(LAPACK_COL_MAJOR, 'V', 'I', n, d2.data(), e2.data(), 0.0, 0.0,
+                          n - m + 1, n, &found, wk.data(), z.data(), n, m, isuppz.data(),
+                          &tryrac);
+    if (info != 0)
+        return info;
+    if (found != m)
+        return -100;
+    info = LAPACKE_dormtr(LAPACK_COL_MAJOR, 'L', 'L', 'N', n, m, a, n, tau.data(), z.data(), n);
+    if (info != 0)
+        return info;
+    memset(a, 0, (B - k) * B * sizeof(double));
+    memcpy(a + (B - k) * B, z.data(), B * k * sizeof(double));
+    return 0;
+}
+
 /* The B x B covariance (finalised in d_A) goes to the host and LAPACK's
  * dsyevd decomposes it there, as the CPU backend does; cuSOLVER's syevd is a
- * chain of small latency-bound kernels for B ~ 100-200. The host time is
+ * chain of small latency-bound kernels for B ~ 100-200. When the caller
+ * needs only the top a->components vectors (few of many), eigh_top instead
+ * (EADP keeps 7 of 144: 1.26 against 2.23 ms for dsyevd on the H100 host,
+ * 13:11 round; $HYPROF_PCA_EIGH=dsyevd keeps dsyevd). The host time is
  * logged apart from the device stages. */
 static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
                                     const double *d_mean, const double *d_A, cudaStream_t st,
@@ -629,16 +1218,33 @@ static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args
     int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
     if (openblas_set_num_threads)
         openblas_set_num_threads(1);
-    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)B, a->eigenvectors,
-                                     (lapack_int)B, a->eigenvalues);
+    const char *how = getenv("HYPROF_PCA_EIGH");
+    /* Few vectors of a larger matrix only: on the build machine's core, 144
+     * x 144, k = 7: 0.89 against 1.58 ms; k = 143: 5.6 against 1.6 ms; 9 x 9:
+     * 0.04 against 0.01 ms. */
+    const bool top = a->components > 0 && 4 * a->components <= B && B >= 32 &&
+                     !(how && strcmp(how, "dsyevd") == 0);
+    lapack_int info = 0;
+    try {
+        info = top ? eigh_top(B, a->components, a->eigenvectors, a->eigenvalues)
+                   : LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'L', (lapack_int)B, a->eigenvectors,
+                                    (lapack_int)B, a->eigenvalues);
+    } catch (...) { /* std::vector */
+        if (openblas_set_num_threads && blas_threads > 0)
+            openblas_set_num_threads(blas_threads);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "no memory for the eigensolver");
+    }
     if (openblas_set_num_threads && blas_threads > 0)
         openblas_set_num_threads(blas_threads);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: host eigh (LAPACK dsyevd, %zu x %zu): %.3f ms", B, B,
+    const char *what = top ? "LAPACK dsytrd + dsterf + dstemr, top" : "LAPACK dsyevd, all";
+    hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: host eigh (%s %zu of %zu x %zu): %.3f ms", what,
+                top ? a->components : B, B, B,
                 (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
     if (info != 0)
         return hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
-                             "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
+                             "the symmetric eigensolver (%s) failed, info=%d",
+                             top ? "dsytrd/dsterf/dstemr/dormtr" : "dsyevd", (int)info);
     return HYPROF_OK;
 }
 
@@ -695,6 +1301,91 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     HYPROF_CUDA_CHECK_LAUNCH("gram_reduce_kernel");
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st)); /* before `partial` is freed */
     *done = true;
+    return HYPROF_OK;
+}
+
+/* How gram_tc_kernel runs for B bands on this device: m16n8k8 on sm_90,
+ * four m8n8k4 per tile elsewhere or with $HYPROF_PCA_GRAM=tc4; a CTA per SM
+ * (fewer for small cubes). ncta 0: it cannot run here (a device with less
+ * shared memory than the 140 KB it takes for 144 bands: sm_86 and sm_89
+ * have 99; or no CTA would fit), then the two-pass path runs. */
+struct TcLaunch {
+    bool split, ring;
+    TcPlan plan;
+    int threads;
+    size_t smem, ncta;
+};
+
+static TcLaunch tc_launch(size_t n, size_t B)
+{
+    TcLaunch L;
+    memset(&L, 0, sizeof L);
+    int dev = 0, sms = 0, optin = 0, major = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        return L;
+    const char *how = getenv("HYPROF_PCA_GRAM");
+    L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    L.plan = tc_plan((int)B);
+    L.threads = 32 * (kTcProducers + L.plan.warps);
+    L.ring = !(how && strcmp(how, "tcreg") == 0);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring);
+    if (L.ring && L.smem > (size_t)optin) { /* the register producers need less */
+        L.ring = false;
+        L.smem = gram_tc_smem_bytes((int)B, L.plan, false);
+    }
+    if (L.plan.warps == 0 || L.smem > (size_t)optin)
+        return L;
+    const void *fn = L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
+                                       : (const void *)gram_tc_kernel<true, false>)
+                             : (L.ring ? (const void *)gram_tc_kernel<false, true>
+                                       : (const void *)gram_tc_kernel<false, false>);
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, L.threads, L.smem) !=
+            cudaSuccess ||
+        per_sm < 1) {
+        (void)cudaGetLastError(); /* not an error: the two-pass path follows */
+        return L;
+    }
+    const size_t min_px = 4 * (size_t)kTcP; /* a few stages per CTA at least */
+    L.ncta = (size_t)sms;
+    if (L.ncta > n / min_px)
+        L.ncta = n / min_px > 0 ? n / min_px : 1;
+    return L;
+}
+
+/* The fused covariance of a resident cube: the shift, the one pass and the
+ * finish, into d_A (the covariance, both triangles) and d_mean. The caller
+ * allocated `partial` (L.ncta B x B) and `psum` (L.ncta B). */
+static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const float *d_cube,
+                                  size_t n, size_t B, const uint8_t *d_mask, size_t nvalid,
+                                  double *d_shift, double *partial, double *psum, double *d_A,
+                                  double *d_mean, cudaStream_t st)
+{
+    static const char op[] = "pca";
+    shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
+    HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
+#define HYPROF_GRAM_TC(S, R)                                                                  \
+    gram_tc_kernel<S, R><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(d_cube, n, (int)B, d_mask, \
+                                                                      d_shift, L.plan, partial,  \
+                                                                      psum)
+    if (L.split && L.ring)
+        HYPROF_GRAM_TC(true, true);
+    else if (L.split)
+        HYPROF_GRAM_TC(true, false);
+    else if (L.ring)
+        HYPROF_GRAM_TC(false, true);
+    else
+        HYPROF_GRAM_TC(false, false);
+#undef HYPROF_GRAM_TC
+    HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
+    gram_finish_kernel<<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
+        partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
+    HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
     return HYPROF_OK;
 }
 
@@ -755,11 +1446,34 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const double one = 1.0, zero = 0.0;
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
-    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed apply. */
+    /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed
+     * apply; =pair or =one: project_kernel<2> or <1> on the CUDA cores;
+     * default: project_tc_kernel (m16n8k8 on sm_90, m8n8k4 elsewhere or
+     * with =tc4). */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
+    const bool cores = how && (strcmp(how, "pair") == 0 || strcmp(how, "one") == 0);
     const bool pair = !(how && strcmp(how, "one") == 0); /* 193 against 376 us (H200) */
-    for (size_t k0 = 0; fused && k0 < K; k0 += kProjK) {
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    const size_t tc_shmem = project_tc_smem_bytes(B);
+    const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
+        const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
+        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
+        if (split)
+            project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        else
+            project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
+    }
+    for (size_t k0 = 0; fused && !tc && k0 < K; k0 += kProjK) {
         const int nk = (int)(K - k0 < (size_t)kProjK ? K - k0 : (size_t)kProjK);
         const size_t shmem = proj_smem_fits(B, nk) ? ((size_t)nk + 1) * B * sizeof(double) : 0;
         if (pair)
@@ -831,7 +1545,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * streams wait for their work when destroyed), then the library handles
      * (their destruction synchronises the device). */
     DeviceBuffer<double> d_mean, d_sum[2], d_partial[2], d_cov[2], d_A, d_W, d_work;
-    DeviceBuffer<double> d_gram[2], d_ones;
+    DeviceBuffer<double> d_gram[2], d_ones, d_shift, d_tcpart, d_tcsum;
     DeviceBuffer<int> d_info;
     DeviceBuffer<float> d_cube;
     DeviceBuffer<uint8_t> d_cmask;
@@ -908,6 +1622,23 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                                  "(%zu bytes usable)",
                                  B, budget);
     }
+    /* The fused covariance (shift + one pass) for a resident cube of up to
+     * kTcMaxBands bands, unless $HYPROF_PCA_GRAM names another kernel
+     * (mma, fp64, gemm: band sums during the upload, then the centred pass);
+     * without the memory for its slices, the centred pass too. */
+    const char *gram_env = getenv("HYPROF_PCA_GRAM");
+    bool fused = resident && B <= (size_t)kTcMaxBands &&
+                 (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0 ||
+                  strcmp(gram_env, "tcreg") == 0);
+    const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
+    const size_t tc_ncta = tcl.ncta;
+    fused = fused && tc_ncta > 0;
+    if (fused && (d_shift.alloc(ctx, op, B) != HYPROF_OK ||
+                  d_tcpart.alloc(ctx, op, tc_ncta * B * B) != HYPROF_OK ||
+                  d_tcsum.alloc(ctx, op, tc_ncta * B) != HYPROF_OK)) {
+        ctx->error[0] = '\0'; /* not an error: the two-pass path follows */
+        fused = false;
+    }
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, 0, NULL, m, !resident));
     const size_t nch = pipe.nchunks();
     for (int s = 0; s < (nch > 1 ? 2 : 1); ++s)
@@ -960,23 +1691,30 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         const uint8_t *msk;
         size_t ld;
         HYPROF_TRY(chunk_source(s, p0, mi, true, &src, &msk, &ld));
-        HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
-                             d_sum[s].get()));
+        if (!fused)
+            HYPROF_TRY(band_sums(ctx, op, st, src, ld, msk, mi, B, d_partial[s].get(),
+                                 d_sum[s].get()));
         HYPROF_TRY(pipe.release(ctx, op, s));
         HYPROF_TRY(
             hyprof__progress(ctx, pscale * 0.45 * (double)(i + 1) / (double)nch, "pca"));
     }
     HYPROF_TRY(pipe.drain(ctx, op));
-    mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
-        d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
-    HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    if (!fused) {
+        mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
+            d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
+        HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    }
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
 
     /* ---- pass 2: covariance ---- */
     HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
-    bool gram_done = false;
-    if (resident)
+    bool gram_done = fused;
+    if (fused)
+        HYPROF_TRY(gram_fused(ctx, tcl, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
+                              a->nvalid, d_shift.get(), d_tcpart.get(), d_tcsum.get(), d_A.get(),
+                              d_mean.get(), pipe.stream(0)));
+    else if (resident)
         HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
                                  d_mean.get(), d_cov[0].get(), pipe.stream(0), &gram_done));
     for (size_t i = 0; !gram_done && i < nch; ++i) {
@@ -1002,9 +1740,11 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     /* ---- eigen-decomposition ---- */
     cudaStream_t st = pipe.stream(0);
     HYPROF_TRY(clock.begin(ctx, op, kPcaEigh, st, &tid));
-    cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
-        d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
-    HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
+    if (!fused) { /* the fused pass wrote d_A */
+        cov_finalize_kernel<<<(unsigned)div_up(B * B, kThreads), kThreads, 0, st>>>(
+            d_cov[0].get(), d_cov[1].get(), B * B, (double)(a->nvalid - 1), d_A.get());
+        HYPROF_CUDA_CHECK_LAUNCH("cov_finalize_kernel");
+    }
     /* The eigen-decomposition of the small B x B matrix runs on the host by
      * default (LAPACK dsyevd, as the CPU backend): on an H100 cuSOLVER's
      * syevd took 1.25 ms of device time (about 1 ms of kernels, 144 bands)
@@ -1124,7 +1864,20 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
                                    &m));
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, K, a->out, m, true));
     const size_t nch = pipe.nchunks();
-    for (int s = 0; s < (nch > 1 ? 2 : 1); ++s) {
+    /* Each chunk through project_tc_kernel (FP64 tensor cores, one pass over
+     * the float chunk) unless $HYPROF_PCA_PROJECT=gemm, pair or one: then
+     * centre + DGEMM + conversion (1.5 ms a call for Houston on an H100, 12:37
+     * round, against 0.17 for project_tc_kernel in the fit-transform). */
+    const char *how = getenv("HYPROF_PCA_PROJECT");
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    const size_t tc_shmem = project_tc_smem_bytes(B);
+    const bool tc = !(how && (strcmp(how, "gemm") == 0 || strcmp(how, "pair") == 0 ||
+                              strcmp(how, "one") == 0)) &&
+                    tc_shmem <= 48 * 1024;
+    for (int s = 0; !tc && s < (nch > 1 ? 2 : 1); ++s) {
         HYPROF_TRY(d_c[s].alloc(ctx, op, m * B));
         HYPROF_TRY(d_y[s].alloc(ctx, op, m * K));
     }
@@ -1144,6 +1897,25 @@ extern "C" hyprof_status_t hyprof__cuda_pca_apply(hyprof_ctx_t *ctx, void *vargs
         Slot &sl = pipe.slot[s];
         HYPROF_TRY(pipe.upload(ctx, op, s, p0, mi));
         const uint8_t *msk = a->mask ? sl.mask.get() : NULL;
+        for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
+            const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
+            const unsigned blocks = (unsigned)div_up(div_up(mi, (size_t)16), (size_t)kProjTcWarps);
+            if (split)
+                project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                    sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
+                    sl.out.get());
+            else
+                project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, st>>>(
+                    sl.in.get(), mi, (int)B, msk, d_mean.get(), d_V.get(), k0, nk, a->nodata,
+                    sl.out.get());
+            HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
+        }
+        if (tc) {
+            HYPROF_TRY(pipe.download(ctx, op, s, p0, mi));
+            HYPROF_TRY(pipe.release(ctx, op, s));
+            HYPROF_TRY(hyprof__progress(ctx, (double)(i + 1) / (double)nch, "pca"));
+            continue;
+        }
         HYPROF_TRY(centre(ctx, op, st, sl.in.get(), mi, msk, mi, B, d_mean.get(), d_c[s].get()));
         HYPROF_CUBLAS_CHECK(cublasDgemm(blas[s].get(), CUBLAS_OP_N, CUBLAS_OP_N, (int)mi, (int)K,
                                         (int)B, &one, d_c[s].get(), (int)mi, d_V.get(), (int)B,
