@@ -116,6 +116,26 @@ void hyprof__pinned_release(void *data)
         hyprof__cuda_host_free(p);
 }
 
+/* The data of `bytes` in a page-locked block (its size in the header), or
+ * NULL when locking failed. `bytes` <= SIZE_MAX - HEADER. */
+static void *take_data(size_t bytes)
+{
+    size_t got = 0;
+    char *p = take(bytes + HEADER, &got);
+    if (!p)
+        return NULL;
+    memcpy(p, &got, sizeof got);
+    return p + HEADER;
+}
+
+/* Whether an operation on ctx takes its outputs and scratch from the cache:
+ * the cache is on and a device may run it. */
+static int cache_applies(const hyprof_ctx_t *ctx)
+{
+    return hyprof_pinned_cache_limit() > 0 && ctx->backend != HYPROF_BACKEND_CPU &&
+           hyprof_cuda_device_count() > ctx->device;
+}
+
 /* A cube of page-locked memory, or NULL data when locking failed. */
 static hyprof_status_t alloc_locked(hyprof_cube_t *cube, hyprof_dtype_t dtype, size_t width,
                                     size_t height, size_t bands)
@@ -126,13 +146,9 @@ static hyprof_status_t alloc_locked(hyprof_cube_t *cube, hyprof_dtype_t dtype, s
         return HYPROF_ERR_ARGUMENT;
     if (bytes > SIZE_MAX - HEADER)
         return HYPROF_ERR_ARGUMENT;
-    size_t got = 0;
-    char *p = take(bytes + HEADER, &got);
-    if (p) {
-        memcpy(p, &got, sizeof got);
-        cube->data = p + HEADER;
+    cube->data = take_data(bytes);
+    if (cube->data)
         cube->owns = HYPROF_OWNS_DATA | HYPROF_OWNS_PINNED;
-    }
     return HYPROF_OK;
 }
 
@@ -152,18 +168,14 @@ void *hyprof__host_scratch(hyprof_ctx_t *ctx, size_t bytes)
 {
     if (bytes > SIZE_MAX - HEADER)
         return NULL;
-    size_t got = 0;
-    char *p = NULL;
-    if (hyprof_pinned_cache_limit() > 0 && ctx->backend != HYPROF_BACKEND_CPU &&
-        hyprof_cuda_device_count() > ctx->device)
-        p = take(bytes + HEADER, &got);
-    if (!p) {
-        p = malloc(bytes + HEADER);
-        got = 0;
-    }
+    void *data = cache_applies(ctx) ? take_data(bytes) : NULL;
+    if (data)
+        return data;
+    char *p = malloc(bytes + HEADER);
     if (!p)
         return NULL;
-    memcpy(p, &got, sizeof got);
+    const size_t none = 0; /* malloc'd: hyprof__host_scratch_free frees it */
+    memcpy(p, &none, sizeof none);
     return p + HEADER;
 }
 
@@ -182,8 +194,7 @@ void hyprof__host_scratch_free(void *data)
 hyprof_status_t hyprof__cube_alloc_out(hyprof_ctx_t *ctx, hyprof_cube_t *cube, hyprof_dtype_t dtype,
                                        size_t width, size_t height, size_t bands)
 {
-    if (hyprof_pinned_cache_limit() > 0 && ctx->backend != HYPROF_BACKEND_CPU &&
-        hyprof_cuda_device_count() > ctx->device) {
+    if (cache_applies(ctx)) {
         hyprof_status_t st = alloc_locked(cube, dtype, width, height, bands);
         if (st != HYPROF_OK || cube->data)
             return st;
