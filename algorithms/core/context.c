@@ -113,12 +113,22 @@ void hyprof__log(hyprof_ctx_t *ctx, hyprof_log_level_t level, const char *fmt, .
 {
     if (!ctx || !ctx->log)
         return;
-    char msg[1024];
-    va_list ap;
+    /* The stack buffer serves the usual line; a longer one (the CUDA paths'
+     * stage lines) is formatted again on the heap rather than cut. */
+    char buf[1024], *msg = buf;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof buf && (msg = malloc((size_t)n + 1)) != NULL)
+        vsnprintf(msg, (size_t)n + 1, fmt, again);
+    else
+        msg = buf; /* fits, or no memory: the cut line */
+    va_end(again);
     ctx->log(ctx->log_user, level, msg);
+    if (msg != buf)
+        free(msg);
 }
 
 hyprof_status_t hyprof__progress(hyprof_ctx_t *ctx, double fraction, const char *stage)
