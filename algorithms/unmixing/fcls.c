@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+_Static_assert(HYPROF_MAX_ENDMEMBERS <= HYPROF__LSQ_MAXP, "lsq.h's passive-set mask is too short");
+
 #define OP "abundances"
 
 double hyprof__now(void)

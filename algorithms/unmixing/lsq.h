@@ -23,179 +23,18 @@
 #endif
 
 enum { HYPROF__LSQ_FCLS = 0, HYPROF__LSQ_NNLS = 1, HYPROF__LSQ_UCLS = 2 };
+/* The most endmembers a solve takes (HYPROF_MAX_ENDMEMBERS), as mask words. */
+enum { HYPROF__LSQ_MAXP = 256, HYPROF__LSQ_WORDS = HYPROF__LSQ_MAXP / 64 };
 
-/* Cholesky of G restricted to rows/columns idx[0..k) into L (k x k, lower,
- * row stride k). */
-HYPROF_HD static inline void hyprof__lsq_chol(const double *G, int p, const int *idx, int k,
-                                              double *L, double floor_)
-{
-    for (int i = 0; i < k; i++)
-        for (int j = 0; j <= i; j++) {
-            double s = G[idx[i] * p + idx[j]];
-            for (int t = 0; t < j; t++)
-                s -= L[i * k + t] * L[j * k + t];
-            if (i == j)
-                L[i * k + i] = sqrt(s > floor_ ? s : floor_);
-            else
-                L[i * k + j] = s / L[j * k + j];
-        }
-}
-
-/* x <- (L L')^-1 x. */
-HYPROF_HD static inline void hyprof__lsq_chol_solve(const double *L, int k, double *x)
-{
-    for (int i = 0; i < k; i++) {
-        double s = x[i];
-        for (int t = 0; t < i; t++)
-            s -= L[i * k + t] * x[t];
-        x[i] = s / L[i * k + i];
-    }
-    for (int i = k - 1; i >= 0; i--) {
-        double s = x[i];
-        for (int t = i + 1; t < k; t++)
-            s -= L[t * k + i] * x[t];
-        x[i] = s / L[i * k + i];
-    }
-}
-
-/* z (in u, ordered as idx) minimising 1/2 z'G_PP z - b_P'z, with sum z = 1
- * when eq: z = G^-1 b - mu G^-1 1, mu = (1'G^-1 b - 1) / 1'G^-1 1. */
-HYPROF_HD static inline void hyprof__lsq_sub(const double *G, const double *b, int p,
-                                             const int *idx, int k, int eq, double *L,
-                                             double *u, double *v, double floor_)
-{
-    hyprof__lsq_chol(G, p, idx, k, L, floor_);
-    for (int i = 0; i < k; i++)
-        u[i] = b[idx[i]];
-    hyprof__lsq_chol_solve(L, k, u);
-    if (!eq)
-        return;
-    double su = 0.0, sv = 0.0;
-    for (int i = 0; i < k; i++)
-        v[i] = 1.0;
-    hyprof__lsq_chol_solve(L, k, v);
-    for (int i = 0; i < k; i++) {
-        su += u[i];
-        sv += v[i];
-    }
-    double mu = (su - 1.0) / sv;
-    for (int i = 0; i < k; i++)
-        u[i] -= mu * v[i];
-}
-
-/* Solves one pixel: a (p) from G (p x p, row-major) and b (p). work holds
- * p*p + 2p doubles, idx p ints. Returns the number of outer iterations. */
-HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const double *b,
-                                              int method, double *a, double *work, int *idx)
-{
-    double *L = work, *u = work + p * p, *v = u + p;
-    double gmax = 0.0;
-    for (int i = 0; i < p; i++)
-        gmax = G[i * p + i] > gmax ? G[i * p + i] : gmax;
-    double floor_ = 1e-13 * gmax + 1e-300;
-    if (method == HYPROF__LSQ_UCLS) {
-        for (int i = 0; i < p; i++)
-            idx[i] = i;
-        hyprof__lsq_sub(G, b, p, idx, p, 0, L, u, v, floor_);
-        for (int i = 0; i < p; i++)
-            a[i] = u[i];
-        return 1;
-    }
-    int eq = method == HYPROF__LSQ_FCLS, k = 0, it = 0;
-    for (int i = 0; i < p; i++)
-        a[i] = 0.0;
-    if (eq) { /* start from the closest single endmember: a feasible vertex */
-        int j0 = 0;
-        for (int j = 1; j < p; j++)
-            if (G[j * p + j] - 2.0 * b[j] < G[j0 * p + j0] - 2.0 * b[j0])
-                j0 = j;
-        idx[k++] = j0;
-        a[j0] = 1.0;
-    }
-    for (; it < 3 * p + 3; it++) {
-        /* Gradient g = G a - b; KKT: g_i + mu >= 0 off the passive set. */
-        double mu = 0.0, asum = 0.0;
-        for (int t = 0; t < k; t++)
-            asum += fabs(a[idx[t]]);
-        /* Only the passive set carries non-zero a: the sums run over it. */
-        if (eq) {
-            for (int t = 0; t < k; t++) {
-                double g = -b[idx[t]];
-                for (int u2 = 0; u2 < k; u2++)
-                    g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
-                mu -= g;
-            }
-            mu /= (double)k;
-        }
-        double wmax = 1e-11 * gmax * (1.0 + asum);
-        int best = -1;
-        for (int i = 0; i < p; i++) {
-            if (a[i] > 0.0)
-                continue;
-            int in = 0;
-            for (int t = 0; t < k; t++)
-                in |= idx[t] == i;
-            if (in)
-                continue;
-            double g = -b[i];
-            for (int t = 0; t < k; t++)
-                g += G[i * p + idx[t]] * a[idx[t]];
-            double w = -(g + mu);
-            if (w > wmax) {
-                wmax = w;
-                best = i;
-            }
-        }
-        if (best < 0)
-            break;
-        idx[k++] = best;
-        for (int inner = 0; inner <= p; inner++) {
-            hyprof__lsq_sub(G, b, p, idx, k, eq, L, u, v, floor_);
-            double alpha = 2.0;
-            int jmin = -1;
-            for (int t = 0; t < k; t++)
-                if (u[t] <= 0.0) {
-                    double at = a[idx[t]], r = at / (at - u[t]);
-                    if (r < alpha) {
-                        alpha = r;
-                        jmin = t;
-                    }
-                }
-            if (jmin < 0) {
-                for (int t = 0; t < k; t++)
-                    a[idx[t]] = u[t];
-                break;
-            }
-            /* Step back to the boundary and drop what reached zero. */
-            for (int t = 0; t < k; t++)
-                a[idx[t]] += alpha * (u[t] - a[idx[t]]);
-            a[idx[jmin]] = 0.0;
-            int kk = 0;
-            for (int t = 0; t < k; t++) {
-                if (a[idx[t]] > 0.0)
-                    idx[kk++] = idx[t];
-                else
-                    a[idx[t]] = 0.0;
-            }
-            k = kk;
-            if (k == 0)
-                break;
-        }
-    }
-    return it;
-}
-
-/* ---- the same solver, its factor kept between subproblems ------------------- */
-
-/* hyprof__lsq_solve's arithmetic, step for step, for p <= 64, with two
- * savings that change no result:
+/* The passive-set subproblems, with two savings that change no result
+ * against refactorising each one from scratch:
  *   - Cholesky is row by row and row i depends only on rows < i, so the
  *     factor of the passive set is kept (row stride p) and only the rows
  *     from the first index that changed are recomputed: one row when an
  *     index is appended, the rows after a removed one otherwise;
  *   - membership of the passive set is a bit mask instead of a scan.
- * The CUDA kernel uses it (its work arrays live in local memory, where the
- * full refactorisations cost most); the CPU keeps hyprof__lsq_solve. */
+ * (On the GPU the work arrays live in local memory, where full
+ * refactorisations cost most.) */
 HYPROF_HD static inline void hyprof__lsq_chol_rows(const double *G, int p, const int *idx,
                                                    int from, int k, double *L, double floor_)
 {
@@ -211,7 +50,7 @@ HYPROF_HD static inline void hyprof__lsq_chol_rows(const double *G, int p, const
         }
 }
 
-HYPROF_HD static inline void hyprof__lsq_chol_solve_p(const double *L, int p, int k, double *x)
+HYPROF_HD static inline void hyprof__lsq_chol_solve(const double *L, int p, int k, double *x)
 {
     for (int i = 0; i < k; i++) {
         double s = x[i];
@@ -228,8 +67,8 @@ HYPROF_HD static inline void hyprof__lsq_chol_solve_p(const double *L, int p, in
 }
 
 /* x <- (L L')^-1 x and y <- (L L')^-1 y in one pass over L (each the same
- * operations as hyprof__lsq_chol_solve_p alone). */
-HYPROF_HD static inline void hyprof__lsq_chol_solve2_p(const double *L, int p, int k, double *x,
+ * operations as hyprof__lsq_chol_solve alone). */
+HYPROF_HD static inline void hyprof__lsq_chol_solve2(const double *L, int p, int k, double *x,
                                                        double *y)
 {
     for (int i = 0; i < k; i++) {
@@ -254,8 +93,10 @@ HYPROF_HD static inline void hyprof__lsq_chol_solve2_p(const double *L, int p, i
     }
 }
 
-/* hyprof__lsq_sub with the factor's rows < from already in L. */
-HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double *b, int p,
+/* z (in u, ordered as idx) minimising 1/2 z'G_PP z - b_P'z, with sum z = 1
+ * when eq: z = G^-1 b - mu G^-1 1, mu = (1'G^-1 b - 1) / 1'G^-1 1; the
+ * factor's rows < from are already in L. */
+HYPROF_HD static inline void hyprof__lsq_sub(const double *G, const double *b, int p,
                                                   const int *idx, int from, int k, int eq,
                                                   double *L, double *u, double *v,
                                                   double floor_)
@@ -264,13 +105,13 @@ HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double 
     for (int i = 0; i < k; i++)
         u[i] = b[idx[i]];
     if (!eq) {
-        hyprof__lsq_chol_solve_p(L, p, k, u);
+        hyprof__lsq_chol_solve(L, p, k, u);
         return;
     }
     double su = 0.0, sv = 0.0;
     for (int i = 0; i < k; i++)
         v[i] = 1.0;
-    hyprof__lsq_chol_solve2_p(L, p, k, u, v);
+    hyprof__lsq_chol_solve2(L, p, k, u, v);
     for (int i = 0; i < k; i++) {
         su += u[i];
         sv += v[i];
@@ -280,9 +121,11 @@ HYPROF_HD static inline void hyprof__lsq_sub_kept(const double *G, const double 
         u[i] -= mu * v[i];
 }
 
-HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const double *b,
-                                                   int method, double *a, double *work,
-                                                   int *idx)
+/* Solves one pixel: a (p <= HYPROF__LSQ_MAXP) from G (p x p, row-major)
+ * and b (p). work holds p*p + 2p doubles, idx p ints. Returns the number of
+ * outer iterations. */
+HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const double *b,
+                                              int method, double *a, double *work, int *idx)
 {
     double *L = work, *u = work + p * p, *v = u + p;
     double gmax = 0.0;
@@ -292,13 +135,13 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
     if (method == HYPROF__LSQ_UCLS) {
         for (int i = 0; i < p; i++)
             idx[i] = i;
-        hyprof__lsq_sub_kept(G, b, p, idx, 0, p, 0, L, u, v, floor_);
+        hyprof__lsq_sub(G, b, p, idx, 0, p, 0, L, u, v, floor_);
         for (int i = 0; i < p; i++)
             a[i] = u[i];
         return 1;
     }
     int eq = method == HYPROF__LSQ_FCLS, k = 0, it = 0, rows = 0; /* rows: valid rows of L */
-    unsigned long long in = 0; /* bit i: i is in the passive set idx[0..k) */
+    unsigned long long in[HYPROF__LSQ_WORDS] = {0}; /* bit i: i is in idx[0..k) */
     for (int i = 0; i < p; i++)
         a[i] = 0.0;
     if (eq) {
@@ -307,13 +150,15 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
             if (G[j * p + j] - 2.0 * b[j] < G[j0 * p + j0] - 2.0 * b[j0])
                 j0 = j;
         idx[k++] = j0;
-        in |= 1ull << j0;
+        in[j0 >> 6] |= 1ull << (j0 & 63);
         a[j0] = 1.0;
     }
     for (; it < 3 * p + 3; it++) {
+        /* Gradient g = G a - b; KKT: g_i + mu >= 0 off the passive set. */
         double mu = 0.0, asum = 0.0;
         for (int t = 0; t < k; t++)
             asum += fabs(a[idx[t]]);
+        /* Only the passive set carries non-zero a: the sums run over it. */
         if (eq) {
             for (int t = 0; t < k; t++) {
                 double g = -b[idx[t]];
@@ -326,7 +171,7 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
         double wmax = 1e-11 * gmax * (1.0 + asum);
         int best = -1;
         for (int i = 0; i < p; i++) {
-            if (a[i] > 0.0 || ((in >> i) & 1ull))
+            if (a[i] > 0.0 || ((in[i >> 6] >> (i & 63)) & 1ull))
                 continue;
             double g = -b[i];
             for (int t = 0; t < k; t++)
@@ -340,9 +185,9 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
         if (best < 0)
             break;
         idx[k++] = best;
-        in |= 1ull << best;
+        in[best >> 6] |= 1ull << (best & 63);
         for (int inner = 0; inner <= p; inner++) {
-            hyprof__lsq_sub_kept(G, b, p, idx, rows, k, eq, L, u, v, floor_);
+            hyprof__lsq_sub(G, b, p, idx, rows, k, eq, L, u, v, floor_);
             rows = k;
             double alpha = 2.0;
             int jmin = -1;
@@ -359,6 +204,7 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
                     a[idx[t]] = u[t];
                 break;
             }
+            /* Step back to the boundary and drop what reached zero. */
             for (int t = 0; t < k; t++)
                 a[idx[t]] += alpha * (u[t] - a[idx[t]]);
             a[idx[jmin]] = 0.0;
@@ -368,7 +214,7 @@ HYPROF_HD static inline int hyprof__lsq_solve_kept(int p, const double *G, const
                     idx[kk++] = idx[t];
                 } else {
                     a[idx[t]] = 0.0;
-                    in &= ~(1ull << idx[t]);
+                    in[idx[t] >> 6] &= ~(1ull << (idx[t] & 63));
                     rows = kk < rows ? kk : rows; /* rows from here on change */
                 }
             }

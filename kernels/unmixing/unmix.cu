@@ -58,8 +58,8 @@ const size_t kChunkTargetBytes = (size_t)64 << 20;
 
 /* G sits in shared memory (the solver reads it at random); M'y and the
  * residual accumulate in registers (unrolled over MAXP) and only the
- * solver's arrays live in local memory; hyprof__lsq_solve_kept keeps the
- * Cholesky factor between subproblems. Same arithmetic as lsq_solve. */
+ * solver's arrays live in local memory; hyprof__lsq_solve keeps the
+ * Cholesky factor between subproblems. The CPU runs the same solver. */
 template <int MAXP>
 __global__ void __launch_bounds__(kThreads)
 abundance_kernel(const float *__restrict__ x, size_t m, const uint8_t *__restrict__ mask, int B,
@@ -95,7 +95,7 @@ abundance_kernel(const float *__restrict__ x, size_t m, const uint8_t *__restric
     for (int j = 0; j < MAXP; j++)
         if (j < p)
             bv[j] = acc[j];
-    hyprof__lsq_solve_kept(p, sG, bv, method, a, work, idx);
+    hyprof__lsq_solve(p, sG, bv, method, a, work, idx);
 #pragma unroll
     for (int j = 0; j < MAXP; j++)
         acc[j] = j < p ? a[j] : 0.0;
