@@ -40,9 +40,17 @@ static CPLErr method_arg(CSLConstList args, hyprof_abundance_method_t *m)
 
 /* The window's abundances (all endmembers: one library call solves each
  * pixel once), band k kept. */
-static CPLErr unmix(const hyprof_endmembers_t *em, const hyprof_cube_t *x,
-                    hyprof_abundance_method_t method, long k, float *out)
+typedef struct {
+    const hyprof_endmembers_t *em;
+    hyprof_abundance_method_t method;
+    long k; /* 1-based */
+} abundance_user_t;
+
+static CPLErr unmix(void *user, const hyprof_cube_t *x, float *out)
 {
+    const hyprof_endmembers_t *em = ((const abundance_user_t *)user)->em;
+    hyprof_abundance_method_t method = ((const abundance_user_t *)user)->method;
+    long k = ((const abundance_user_t *)user)->k;
     hyprof_ctx_t *ctx = hyprof_pixfn_ctx(NAME);
     hyprof_cube_t a;
     memset(&a, 0, sizeof a);
@@ -73,21 +81,10 @@ static CPLErr abundance(void **sources, int nsources, void *data, int w, int h,
     const hyprof_endmembers_t *em =
         path ? hyprof_model_acquire(NAME, &hyprof_model_endmembers, path) : NULL;
     CPLErr err = em ? check(em, path, nsources, k) : CE_Failure;
-    hyprof_cube_t x;
-    memset(&x, 0, sizeof x);
-    float *out = NULL;
-    size_t npix = (size_t)w * (size_t)h;
-    if (err == CE_None &&
-        hyprof_pixfn_sources(NAME, sources, nsources, w, h, stype, has_nd, nd, &x) != HYPROF_OK)
-        err = CE_Failure;
-    if (err == CE_None && !(out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)))
-        err = CE_Failure;
-    if (err == CE_None && (err = unmix(em, &x, method, k, out)) == CE_None) {
-        hyprof_pixfn_finish(out, x.mask, npix, has_nd, nd);
-        hyprof_pixfn_write(out, data, w, h, btype, pspace, lspace);
-    }
-    VSIFree(out);
-    hyprof_cube_free(&x);
+    abundance_user_t u = {em, method, k};
+    if (err == CE_None)
+        err = hyprof_pixfn_apply(NAME, sources, nsources, data, w, h, stype, btype, pspace,
+                                 lspace, has_nd, nd, unmix, &u);
     hyprof_model_release(em);
     CPLFree(path);
     return err;

@@ -32,8 +32,15 @@ static hyprof_args_t *parse(CSLConstList args)
     return a;
 }
 
-static CPLErr run(hyprof_cube_t *x, const hyprof_args_t *a, long coefficient, float *out)
+typedef struct {
+    const hyprof_args_t *args;
+    long coefficient;
+} dwt_user_t;
+
+static CPLErr run(void *user, const hyprof_cube_t *x, float *out)
 {
+    const hyprof_args_t *a = ((const dwt_user_t *)user)->args;
+    long coefficient = ((const dwt_user_t *)user)->coefficient;
     const hyprof_wavelet_t *w = hyprof_wavelet_find(hyprof_args_str(a, "wavelet"));
     int levels = (int)hyprof_args_int(a, "levels");
     size_t nb = x->bands >= 2 && levels <= hyprof_dwt_max_levels(x->bands)
@@ -71,19 +78,9 @@ static CPLErr dwt(void **sources, int nsources, void *data, int w, int h, GDALDa
     hyprof_args_t *a = parse(args);
     if (!a)
         return CE_Failure;
-    hyprof_cube_t x = {0};
-    size_t npix = (size_t)w * (size_t)h;
-    float *out = NULL;
-    CPLErr err = CE_Failure;
-    if (hyprof_pixfn_sources(NAME, sources, nsources, w, h, stype, has_nd, nd, &x) == HYPROF_OK &&
-        (out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)) != NULL)
-        err = run(&x, a, coefficient, out);
-    if (err == CE_None) {
-        hyprof_pixfn_finish(out, x.mask, npix, has_nd, nd);
-        hyprof_pixfn_write(out, data, w, h, btype, pspace, lspace);
-    }
-    VSIFree(out);
-    hyprof_cube_free(&x);
+    dwt_user_t u = {a, coefficient};
+    CPLErr err = hyprof_pixfn_apply(NAME, sources, nsources, data, w, h, stype, btype, pspace,
+                                    lspace, has_nd, nd, run, &u);
     hyprof_args_free(&a);
     return err;
 }

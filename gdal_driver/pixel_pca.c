@@ -42,6 +42,18 @@ static void project(const hyprof_pca_model_t *m, size_t k, const float *x, size_
     }
 }
 
+typedef struct {
+    const hyprof_pca_model_t *model;
+    size_t component; /* 0-based */
+} pca_user_t;
+
+static CPLErr project_window(void *user, const hyprof_cube_t *x, float *out)
+{
+    const pca_user_t *u = user;
+    project(u->model, u->component, x->data, x->width * x->height, out);
+    return CE_None;
+}
+
 static CPLErr check(const hyprof_pca_model_t *m, const char *path, int nsources, long component)
 {
     if (hyprof_pca_model_bands(m) != (size_t)nsources) {
@@ -71,21 +83,10 @@ static CPLErr pca(void **sources, int nsources, void *data, int w, int h, GDALDa
     char *path = hyprof_pixfn_file(NAME, args, "model");
     const hyprof_pca_model_t *m = path ? hyprof_model_acquire(NAME, &kind, path) : NULL;
     CPLErr err = m ? check(m, path, nsources, component) : CE_Failure;
-    hyprof_cube_t x = {0};
-    float *out = NULL;
-    size_t npix = (size_t)w * (size_t)h;
-    if (err == CE_None &&
-        hyprof_pixfn_sources(NAME, sources, nsources, w, h, stype, has_nd, nd, &x) != HYPROF_OK)
-        err = CE_Failure;
-    if (err == CE_None && !(out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)))
-        err = CE_Failure;
-    if (err == CE_None) {
-        project(m, (size_t)component - 1, x.data, npix, out);
-        hyprof_pixfn_finish(out, x.mask, npix, has_nd, nd);
-        hyprof_pixfn_write(out, data, w, h, btype, pspace, lspace);
-    }
-    VSIFree(out);
-    hyprof_cube_free(&x);
+    pca_user_t u = {m, (size_t)component - 1};
+    if (err == CE_None)
+        err = hyprof_pixfn_apply(NAME, sources, nsources, data, w, h, stype, btype, pspace,
+                                 lspace, has_nd, nd, project_window, &u);
     hyprof_model_release(m);
     CPLFree(path);
     return err;

@@ -56,6 +56,16 @@ CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, doubl
 void hyprof_pixfn_finish(float *values, const uint8_t *mask, size_t n, int has_nodata,
                          double nodata);
 
+/* The frame of the pixel functions that give one float32 value a pixel:
+ * the window's sources as a cube (hyprof_pixfn_sources), `compute` filling
+ * `out` (width*height values; masked pixels are set afterwards), then
+ * hyprof_pixfn_finish and hyprof_pixfn_write into GDAL's buffer. */
+typedef CPLErr (*hyprof_pixfn_compute_t)(void *user, const hyprof_cube_t *x, float *out);
+CPLErr hyprof_pixfn_apply(const char *fname, void **sources, int nsources, void *data,
+                          int width, int height, GDALDataType stype, GDALDataType btype,
+                          int pixel_space, int line_space, int has_nodata, double nodata,
+                          hyprof_pixfn_compute_t compute, void *user);
+
 /* A file argument, resolved: absolute paths as they are; relative ones against
  * the current folder, then each folder of the HYPROF_MODEL_PATH configuration
  * option (colon-separated). GDAL 3.6 does not tell a pixel function where its

@@ -76,6 +76,28 @@ void hyprof_pixfn_finish(float *values, const uint8_t *mask, size_t n, int has_n
     }
 }
 
+CPLErr hyprof_pixfn_apply(const char *fname, void **sources, int nsources, void *data,
+                          int width, int height, GDALDataType stype, GDALDataType btype,
+                          int pixel_space, int line_space, int has_nodata, double nodata,
+                          hyprof_pixfn_compute_t compute, void *user)
+{
+    hyprof_cube_t x = {0};
+    size_t npix = (size_t)width * (size_t)height;
+    float *out = NULL;
+    CPLErr err = CE_Failure;
+    if (hyprof_pixfn_sources(fname, sources, nsources, width, height, stype, has_nodata, nodata,
+                             &x) == HYPROF_OK &&
+        (out = VSI_MALLOC2_VERBOSE(npix ? npix : 1, sizeof *out)) != NULL)
+        err = compute(user, &x, out);
+    if (err == CE_None) {
+        hyprof_pixfn_finish(out, x.mask, npix, has_nodata, nodata);
+        hyprof_pixfn_write(out, data, width, height, btype, pixel_space, line_space);
+    }
+    VSIFree(out);
+    hyprof_cube_free(&x);
+    return err;
+}
+
 CPLErr hyprof_pixfn_double(const char *fname, CSLConstList args, const char *name, int required,
                            double def, double min, double max, double *out)
 {
