@@ -121,7 +121,10 @@
  * $HYPROF_EADP_TILE_ROWS=128 128 x 128 regions of 1024 threads (the same);
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
- * instructions); $HYPROF_EADP_FED=pad the padded kernel;
+ * instructions); $HYPROF_EADP_FED=pad the padded kernel; =pf the default
+ * shape of fed_shfl_body on a persistent grid whose CTAs copy their next
+ * region into shared memory (cp.async) while computing one (fed_pf_kernel;
+ * pfN: only N CTAs, for the tests);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -137,6 +140,7 @@
 #include <cmath>
 #include <cuda_pipeline.h>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -1121,6 +1125,116 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
             v[j] = p[j];
 }
 
+/* fed_shfl_body's K steps on the region in registers (u; the conductances
+ * ce, cs, cwl: of the column left of the thread's, cn0: of the row above
+ * its strip; or in `cc` with SmemC), shared by fed_pf_body. */
+template <int K, int BY, int R, int C, bool SmemC>
+__device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
+                                               const FedShflCond<BY, R, C> &cc,
+                                               float (&u)[R][C], const float (&ce)[R][C],
+                                               const float (&cs)[R][C], const float (&cwl)[R],
+                                               const float (&cn0)[C], const FedStepsF &steps)
+{
+    const int RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
+     * only: the first and last warps stop computing after step `nc` and
+     * only publish their edge rows (the neighbours' step nc reads u^nc) and
+     * meet the other warps' barriers. A second loop rather than a test in
+     * the first: that one cost register moves. */
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
+#pragma unroll 2 /* the planes' addresses and no register moves between steps */
+    for (int s = 0; s < nc; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+        if (SmemC)
+            sm_load<C>(&cc.cs[rb][c0], cnp);
+        else
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                cnp[j] = cn0[j];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            float nu[C], cer[C], csr[C], cwr;
+            if (SmemC) {
+                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
+                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
+                cwr = cc.ce[rb + i][c0 + 3];
+            } else {
+#pragma unroll
+                for (int j = 0; j < C; ++j) {
+                    cer[j] = ce[i][j];
+                    csr[j] = cs[i][j];
+                }
+                cwr = cwl[i];
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
+                const float uw = j > 0 ? u[i][j - 1] : uw0;
+                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
+                const float cw = j > 0 ? cer[j - 1] : cwr;
+                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
+                                          tau);
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                un[j] = u[i][j];
+                u[i][j] = nu[j];
+                cnp[j] = csr[j];
+            }
+        }
+    }
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+    }
+}
+
+/* The output tile's part of the thread's strip (first pixel (y0, x0), at
+ * ro = y0 W + x0 in band boff): u into uout, and with out (the increment's
+ * last launch) also its profile band: u, nodata where masked (copy_out_body's
+ * values, without its pass). */
+template <int K, int BY, int R, int C>
+__device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uout, float *out,
+                                               const uint8_t *mask, size_t boff, int ro, int x0,
+                                               int y0, int W, int H, float nodata)
+{
+    const int RW = 32 * C, RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    bool colin[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+        colin[j] = (unsigned)(x0 + j) < (unsigned)W;
+    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
+    const uint8_t *pm = mask + ro;
+#pragma unroll
+    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
+        const int r = rb + i;
+        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
+            continue;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
+                po[j] = u[i][j];
+                if (out)
+                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
+            }
+    }
+}
+
 template <int K, int BY, int R, int C, bool Cond, bool SmemC>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
@@ -1217,84 +1331,157 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
-    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
-     * only: the first and last warps stop computing after step `nc` and
-     * only publish their edge rows (the neighbours' step nc reads u^nc) and
-     * meet the other warps' barriers. A second loop rather than a test in
-     * the first: that one cost register moves. */
-    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
-#pragma unroll 2 /* the planes' addresses and no register moves between steps */
-    for (int s = 0; s < nc; ++s) {
-        const int p = s & 1;
-        sm_store<C>(&sm.top[p][w][c0], u[0]);
-        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
-        __syncthreads();
-        const float tau = steps.tau[s];
-        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
-        sm_load<C>(&sm.bot[p][w][c0], un);
-        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
-        if (SmemC)
-            sm_load<C>(&cc.cs[rb][c0], cnp);
-        else
+    fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
+    fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, x0, y0, W, H, nodata);
+}
+
+/* Persistent fed_shfl_body (8-row strips, 2 columns, 64 x 64 regions, the
+ * conductances in registers): gridDim.x CTAs (as many as fit on the device
+ * at once) take regions blockIdx.x, + gridDim.x, ... of the launch's (band,
+ * row, column) sequence. While one region's K steps run in registers, the
+ * next region's u, ce and cs (and ce of the column left of it, cs of the row
+ * above it) come into shared memory by asynchronous copies (cp.async, sm_80
+ * and later; zero-filled outside the image, as fed_shfl_body's loads), so
+ * loading and computing overlap inside each CTA instead of only between the
+ * CTAs of an SM. The same steps (fed_shfl_steps) on the same values: the
+ * same bits. */
+const int kPfRegion = 64;
+template <int K> struct __align__(16) FedPfSmem {
+    FedShflSmem<K, 8, 8, 2> e; /* the strips' edge rows */
+    float u[kPfRegion][kPfRegion], ce[kPfRegion][kPfRegion], cs[kPfRegion][kPfRegion];
+    float cw[kPfRegion]; /* ce of the column left of the region, per row */
+    float cn[kPfRegion]; /* cs of the row above the region, per column */
+};
+
+/* 4 bytes global -> shared, or 4 zero bytes (nothing read) when !in. */
+__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool in)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(in ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all()
+{
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Region t of the sequence: column bx, row by, band bz. */
+__device__ __forceinline__ void fed_pf_region(int t, int gx, int gy, int &bx, int &by, int &bz)
+{
+    const int per = gx * gy;
+    bz = t / per;
+    const int r = t - bz * per;
+    by = r / gx;
+    bx = r - by * gx;
+}
+
+/* Starts the copies of region t into sm (each thread one column, every
+ * fourth row; the first 128 threads also the left column and the row above). */
+template <int K>
+__device__ __forceinline__ void fed_pf_issue(FedPfSmem<K> &sm, int t, int gx, int gy,
+                                             const float *uin, const float *ceg,
+                                             const float *csg, int W, int H, size_t npix)
+{
+    const int O = kPfRegion - 2 * K;
+    int bx, by, bz;
+    fed_pf_region(t, gx, gy, bx, by, bz);
+    const int tid = (int)(threadIdx.y * 32 + threadIdx.x);
+    const int xr = bx * O - K, yr = by * O - K;
+    const size_t boff = (size_t)bz * npix;
+    const float *ub = uin + boff, *eb = ceg + boff, *sb = csg + boff;
+    const int col = tid & (kPfRegion - 1), row0 = tid / kPfRegion;
+    const int x = xr + col;
+    const bool cin = (unsigned)x < (unsigned)W;
 #pragma unroll
-            for (int j = 0; j < C; ++j)
-                cnp[j] = cn0[j];
+    for (int k = 0; k < kPfRegion / 4; ++k) {
+        const int row = row0 + 4 * k, y = yr + row;
+        const bool in = cin && (unsigned)y < (unsigned)H;
+        const int o = in ? y * W + x : 0;
+        cp_async4(&sm.u[row][col], ub + o, in);
+        cp_async4(&sm.ce[row][col], eb + o, in);
+        cp_async4(&sm.cs[row][col], sb + o, in);
+    }
+    if (tid < kPfRegion) {
+        const int y = yr + tid, xx = xr - 1;
+        const bool in = (unsigned)xx < (unsigned)W && (unsigned)y < (unsigned)H;
+        cp_async4(&sm.cw[tid], eb + (in ? y * W + xx : 0), in);
+    } else if (tid < 2 * kPfRegion) {
+        const int y = yr - 1, xx = xr + tid - kPfRegion;
+        const bool in = (unsigned)xx < (unsigned)W && (unsigned)y < (unsigned)H;
+        cp_async4(&sm.cn[tid - kPfRegion], sb + (in ? y * W + xx : 0), in);
+    }
+    cp_async_commit();
+}
+
+template <int K>
+__global__ void __launch_bounds__(256, 2)
+    fed_pf_kernel(const float *__restrict__ uin, float *__restrict__ uout,
+                  const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
+                  size_t npix, int gx, int gy, int nregions,
+                  const __grid_constant__ FedStepsF steps, float *__restrict__ out,
+                  const uint8_t *__restrict__ mask, float nodata)
+{
+    const int BY = 8, R = 8, C = 2, O = kPfRegion - 2 * K;
+    extern __shared__ float4 fed_pf_smem[];
+    FedPfSmem<K> &sm = *reinterpret_cast<FedPfSmem<K> *>(fed_pf_smem);
+    const FedShflCond<BY, R, C> &cc = *reinterpret_cast<const FedShflCond<BY, R, C> *>(&sm + 1);
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
+        const float z[C] = {0.0f, 0.0f};
+        for (int p = 0; p < 2; ++p)
+            sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
+    }
+    int t = (int)blockIdx.x;
+    if (t < nregions)
+        fed_pf_issue<K>(sm, t, gx, gy, uin, ceg, csg, W, H, npix);
+    for (; t < nregions; t += (int)gridDim.x) {
+        cp_async_wait_all();
+        __syncthreads();
+        float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
-            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
-            float nu[C], cer[C], csr[C], cwr;
-            if (SmemC) {
-                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
-                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
-                cwr = cc.ce[rb + i][c0 + 3];
-            } else {
-#pragma unroll
-                for (int j = 0; j < C; ++j) {
-                    cer[j] = ce[i][j];
-                    csr[j] = cs[i][j];
-                }
-                cwr = cwl[i];
-            }
-#pragma unroll
-            for (int j = 0; j < C; ++j) {
-                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
-                const float uw = j > 0 ? u[i][j - 1] : uw0;
-                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
-                const float cw = j > 0 ? cer[j - 1] : cwr;
-                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
-                                          tau);
-            }
-#pragma unroll
-            for (int j = 0; j < C; ++j) {
-                un[j] = u[i][j];
-                u[i][j] = nu[j];
-                cnp[j] = csr[j];
-            }
+            sm_load<C>(&sm.u[rb + i][c0], u[i]);
+            sm_load<C>(&sm.ce[rb + i][c0], ce[i]);
+            sm_load<C>(&sm.cs[rb + i][c0], cs[i]);
+            cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
         }
+        sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
+        __syncthreads(); /* the stage is free: the next region's copies */
+        const int tn = t + (int)gridDim.x;
+        if (tn < nregions)
+            fed_pf_issue<K>(sm, tn, gx, gy, uin, ceg, csg, W, H, npix);
+        fed_shfl_steps<K, BY, R, C, false>(sm.e, cc, u, ce, cs, cwl, cn0, steps);
+        int bx, by, bz;
+        fed_pf_region(t, gx, gy, bx, by, bz);
+        const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
+        fed_shfl_store<K, BY, R, C>(u, uout, out, mask, (size_t)bz * npix, y0 * W + x0, x0, y0,
+                                    W, H, nodata);
     }
-    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
-        const int p = s & 1;
-        sm_store<C>(&sm.top[p][w][c0], u[0]);
-        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
-        __syncthreads();
+}
+
+const void *fed_pf_ptr(int K)
+{
+    switch (K) {
+    case 4: return (const void *)fed_pf_kernel<4>;
+    case 6: return (const void *)fed_pf_kernel<6>;
+    case 8: return (const void *)fed_pf_kernel<8>;
+    default: return (const void *)fed_pf_kernel<7>;
     }
-    /* u, and with out (the increment's last launch) also its profile band:
-     * u, nodata where masked (copy_out_body's values, without its pass). */
-    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
-    const uint8_t *pm = mask + ro;
-#pragma unroll
-    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
-        const int r = rb + i;
-        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
-            continue;
-#pragma unroll
-        for (int j = 0; j < C; ++j)
-            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
-                po[j] = u[i][j];
-                if (out)
-                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
-            }
+}
+
+size_t fed_pf_smem_bytes(int K)
+{
+    switch (K) {
+    case 4: return sizeof(FedPfSmem<4>);
+    case 6: return sizeof(FedPfSmem<6>);
+    case 8: return sizeof(FedPfSmem<8>);
+    default: return sizeof(FedPfSmem<7>);
     }
 }
 
@@ -1863,6 +2050,8 @@ class EadpCuda {
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
+    bool pf = false;        /* fed_shfl_kernel's steps on a persistent grid (fed_pf_kernel) */
+    int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -2068,6 +2257,30 @@ hyprof_status_t EadpCuda::plan()
             fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond),
             cudaFuncAttributeMaxDynamicSharedMemorySize,
             (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
+    /* $HYPROF_EADP_FED=pf: fed_shfl_kernel's default shape (8 x 2 pixels a
+     * thread, conductances loaded) on a persistent grid that prefetches. */
+    pf = shfl && cond && strip == 8 && cols == 2 && occ == 2 && tile_rows == kPfRegion &&
+         fedk && strncmp(fedk, "pf", 2) == 0;
+    if (pf) {
+        const int O = kPfRegion - 2 * fuse;
+        const double regions = (double)((W + O - 1) / O) * (double)((H + O - 1) / O) *
+                               (double)(a->bands < 65534 ? a->bands : 65534);
+        pf = regions < (double)INT_MAX;
+    }
+    if (pf) {
+        const void *fn = fed_pf_ptr(fuse);
+        const size_t bytes = fed_pf_smem_bytes(fuse);
+        HYPROF_CUDA_CHECK(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+        int dev = 0, sms = 0, per_sm = 0;
+        HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
+        pf_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+        const int few = atoi(fedk + 2); /* pfN (tests): N CTAs, many regions each */
+        if (few > 0 && few < pf_ctas)
+            pf_ctas = few;
+    }
     if (fuse > 1 && !shfl) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
@@ -2355,6 +2568,20 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
                 const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
                 float nodata = a->nodata;
+                if (pf) {
+                    int gx = (int)grid.x, gy = (int)grid.y;
+                    int nr = gx * gy * (int)nb;
+                    const unsigned ctas = (unsigned)(nr < pf_ctas ? nr : pf_ctas);
+                    void *pp[] = {(void *)&ui, (void *)&uo, (void *)&ce,   (void *)&cs,
+                                  (void *)&W,  (void *)&H,  (void *)&npix, (void *)&gx,
+                                  (void *)&gy, (void *)&nr, (void *)&ff,   (void *)&o,
+                                  (void *)&mask, (void *)&nodata};
+                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse), dim3(ctas),
+                                                       dim3(32, 8), pp,
+                                                       fed_pf_smem_bytes(fuse), st));
+                    *cur ^= 1;
+                    continue;
+                }
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
