@@ -1351,6 +1351,7 @@ template <int K> struct __align__(16) FedPfSmem {
     float u[kPfRegion][kPfRegion], ce[kPfRegion][kPfRegion], cs[kPfRegion][kPfRegion];
     float cw[kPfRegion]; /* ce of the column left of the region, per row */
     float cn[kPfRegion]; /* cs of the row above the region, per column */
+    int ticket[2];       /* Dyn: the regions drawn (alternately) */
 };
 
 /* 4 bytes global -> shared, or 4 zero bytes (nothing read) when !in. */
@@ -1418,13 +1419,18 @@ __device__ __forceinline__ void fed_pf_issue(FedPfSmem<K> &sm, int t, int gx, in
     cp_async_commit();
 }
 
-template <int K>
+/* Dyn: the regions in the order the CTAs draw them from counter[0] (each
+ * CTA's next region when it starts one: the CTAs that share an SM with a
+ * finished one draw more); the last CTA to finish sets counter[0] and
+ * counter[1] (the CTAs done) back to 0 for the next launch. Otherwise
+ * regions blockIdx.x, + gridDim.x, ... */
+template <int K, bool Dyn>
 __global__ void __launch_bounds__(256, 2)
     fed_pf_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                   const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
                   size_t npix, int gx, int gy, int nregions,
                   const __grid_constant__ FedStepsF steps, float *__restrict__ out,
-                  const uint8_t *__restrict__ mask, float nodata)
+                  const uint8_t *__restrict__ mask, float nodata, unsigned *counter)
 {
     const int BY = 8, R = 8, C = 2, O = kPfRegion - 2 * K;
     extern __shared__ float4 fed_pf_smem[];
@@ -1437,10 +1443,19 @@ __global__ void __launch_bounds__(256, 2)
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
     }
-    int t = (int)blockIdx.x;
+    const int tid = w * 32 + lane;
+    int t = (int)blockIdx.x, par = 1;
+    if (Dyn) {
+        if (tid == 0)
+            sm.ticket[0] = (int)atomicAdd(counter, 1u);
+        __syncthreads();
+        t = sm.ticket[0];
+    }
     if (t < nregions)
         fed_pf_issue<K>(sm, t, gx, gy, uin, ceg, csg, W, H, npix);
-    for (; t < nregions; t += (int)gridDim.x) {
+    while (t < nregions) {
+        if (Dyn && tid == 0) /* read after the barrier below; the other slot is t's */
+            sm.ticket[par] = (int)atomicAdd(counter, 1u);
         cp_async_wait_all();
         __syncthreads();
         float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
@@ -1452,8 +1467,8 @@ __global__ void __launch_bounds__(256, 2)
             cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
         }
         sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
+        const int tn = Dyn ? sm.ticket[par] : t + (int)gridDim.x;
         __syncthreads(); /* the stage is free: the next region's copies */
-        const int tn = t + (int)gridDim.x;
         if (tn < nregions)
             fed_pf_issue<K>(sm, tn, gx, gy, uin, ceg, csg, W, H, npix);
         fed_shfl_steps<K, BY, R, C, false>(sm.e, cc, u, ce, cs, cwl, cn0, steps);
@@ -1462,17 +1477,30 @@ __global__ void __launch_bounds__(256, 2)
         const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
         fed_shfl_store<K, BY, R, C>(u, uout, out, mask, (size_t)bz * npix, y0 * W + x0, x0, y0,
                                     W, H, nodata);
+        t = tn;
+        par ^= 1;
+    }
+    if (Dyn && tid == 0) {
+        __threadfence(); /* this CTA's last draw before its count */
+        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
+            counter[0] = 0;
+            counter[1] = 0;
+        }
     }
 }
 
-const void *fed_pf_ptr(int K)
+template <bool Dyn> const void *fed_pf_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_pf_kernel<4>;
-    case 6: return (const void *)fed_pf_kernel<6>;
-    case 8: return (const void *)fed_pf_kernel<8>;
-    default: return (const void *)fed_pf_kernel<7>;
+    case 4: return (const void *)fed_pf_kernel<4, Dyn>;
+    case 6: return (const void *)fed_pf_kernel<6, Dyn>;
+    case 8: return (const void *)fed_pf_kernel<8, Dyn>;
+    default: return (const void *)fed_pf_kernel<7, Dyn>;
     }
+}
+const void *fed_pf_ptr(int K, bool dyn)
+{
+    return dyn ? fed_pf_ptr_k<true>(K) : fed_pf_ptr_k<false>(K);
 }
 
 size_t fed_pf_smem_bytes(int K)
@@ -1988,7 +2016,7 @@ class GraphExec {
 
 /* Byte offsets of the device buffers inside one allocation. */
 struct Layout {
-    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, slot0, slot_bytes, total;
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, pfc, slot0, slot_bytes, total;
 };
 
 const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
@@ -2019,6 +2047,7 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
+    L.pfc = take(&off, 2 * sizeof(unsigned));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
@@ -2052,6 +2081,7 @@ class EadpCuda {
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool pf = false;        /* fed_shfl_kernel's steps on a persistent grid (fed_pf_kernel) */
     int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
+    bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -2268,7 +2298,8 @@ hyprof_status_t EadpCuda::plan()
         pf = regions < (double)INT_MAX;
     }
     if (pf) {
-        const void *fn = fed_pf_ptr(fuse);
+        pf_dyn = fedk[2] == 'd';
+        const void *fn = fed_pf_ptr(fuse, pf_dyn);
         const size_t bytes = fed_pf_smem_bytes(fuse);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -2277,7 +2308,7 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
         pf_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-        const int few = atoi(fedk + 2); /* pfN (tests): N CTAs, many regions each */
+        const int few = atoi(fedk + 2 + pf_dyn); /* pf[d]N (tests): N CTAs */
         if (few > 0 && few < pf_ctas)
             pf_ctas = few;
     }
@@ -2423,6 +2454,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
+    if (pf_dyn) /* fed_pf_kernel's counters (each launch leaves them at 0) */
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(dev<unsigned>(L.pfc), 0, 2 * sizeof(unsigned), st));
     const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
@@ -2572,11 +2605,12 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                     int gx = (int)grid.x, gy = (int)grid.y;
                     int nr = gx * gy * (int)nb;
                     const unsigned ctas = (unsigned)(nr < pf_ctas ? nr : pf_ctas);
-                    void *pp[] = {(void *)&ui, (void *)&uo, (void *)&ce,   (void *)&cs,
-                                  (void *)&W,  (void *)&H,  (void *)&npix, (void *)&gx,
-                                  (void *)&gy, (void *)&nr, (void *)&ff,   (void *)&o,
-                                  (void *)&mask, (void *)&nodata};
-                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse), dim3(ctas),
+                    unsigned *ctr = dev<unsigned>(L.pfc);
+                    void *pp[] = {(void *)&ui,   (void *)&uo,     (void *)&ce,  (void *)&cs,
+                                  (void *)&W,    (void *)&H,      (void *)&npix, (void *)&gx,
+                                  (void *)&gy,   (void *)&nr,     (void *)&ff,  (void *)&o,
+                                  (void *)&mask, (void *)&nodata, (void *)&ctr};
+                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_dyn), dim3(ctas),
                                                        dim3(32, 8), pp,
                                                        fed_pf_smem_bytes(fuse), st));
                     *cur ^= 1;
