@@ -273,6 +273,19 @@ HYPROF_EADP_FN int reflect_index(int i, int n)
     return (int)(m < n ? m : p - 1 - m);
 }
 
+/* x, with -0 as +0: the float FED's u never holds -0 (an update is -0 only
+ * from a -0), which lets fed_pf_steps negate differences instead of
+ * recomputing them and still round like fed_update, sign of 0 included. */
+HYPROF_EADP_FN float pos0(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(x, 0.0f);
+#else
+    volatile float z = 0.0f;
+    return x + z;
+#endif
+}
+
 /* Edge conductance between two pixels (g = -1: masked or outside the image). */
 HYPROF_EADP_FN double edge_c(double ga, double gb)
 {
@@ -820,7 +833,7 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             continue;
         }
         gm[i] = (T)diffusivity_of(G[i], k2, diffusivity);
-        u[i] = (T)x[i];
+        u[i] = sizeof(T) == sizeof(float) ? (T)pos0(x[i]) : (T)x[i];
     }
 }
 
@@ -859,7 +872,7 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
         if (xx < W && y < H) {
             const size_t p = (size_t)y * W + xx, i = off + p;
             const float gp = gs[t.ty][t.tx];
-            u[i] = gp < 0.0f ? 0.0f : x[i];
+            u[i] = gp < 0.0f ? 0.0f : pos0(x[i]);
             if (out) /* the profile's first band (copy_out_body's values) */
                 out[i] = mask && !mask[p] ? nodata : x[i];
             ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
@@ -1202,6 +1215,71 @@ __device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
     }
 }
 
+/* fed_shfl_steps for 2 columns and the conductances in registers, with
+ * each difference of neighbours formed once: fed_update's uw - u of a pixel
+ * is -(ue - u) of its west neighbour, un - u is -(us - u) of its north one
+ * (IEEE subtraction is antisymmetric, and u holds no -0: pos0), and
+ * fma(c, -d, f) rounds like fma(c, uw - u, f). 7 floating-point operations
+ * per pixel and step instead of 9, the same bits. The west difference of
+ * a thread's first column comes from its left neighbour's last one by a
+ * shuffle (instead of its u). */
+template <int K, int BY, int R>
+__device__ __forceinline__ void fed_pf_steps(FedShflSmem<K, BY, R, 2> &sm, float (&u)[R][2],
+                                             const float (&ce)[R][2], const float (&cs)[R][2],
+                                             const float (&cwl)[R], const float (&cn0)[2],
+                                             const FedStepsF &steps)
+{
+    const int C = 2, RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
+#pragma unroll 2
+    for (int s = 0; s < nc; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C], dn[C]; /* dn: un - u of the row */
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            dn[j] = __fsub_rn(un[j], u[0][j]);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            const float de0 = __fsub_rn(u[i][1], u[i][0]); /* ue - u of column 0 */
+            const float de1 = __fsub_rn(ueC, u[i][1]);     /* ue - u of column 1 */
+            const float dw0 = __shfl_up_sync(0xffffffffu, de1, 1); /* -(uw - u), column 0 */
+            float ds[C];
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                ds[j] = __fsub_rn(i + 1 < R ? u[i + 1][j] : us_end[j], u[i][j]);
+            const float cn_0 = i ? cs[i - 1][0] : cn0[0], cn_1 = i ? cs[i - 1][1] : cn0[1];
+            float f0 = __fmul_rn(ce[i][0], de0);
+            f0 = __fmaf_rn(cwl[i], -dw0, f0);
+            f0 = __fmaf_rn(cs[i][0], ds[0], f0);
+            f0 = __fmaf_rn(cn_0, dn[0], f0);
+            float f1 = __fmul_rn(ce[i][1], de1);
+            f1 = __fmaf_rn(ce[i][0], -de0, f1);
+            f1 = __fmaf_rn(cs[i][1], ds[1], f1);
+            f1 = __fmaf_rn(cn_1, dn[1], f1);
+            u[i][0] = __fmaf_rn(tau, f0, u[i][0]);
+            u[i][1] = __fmaf_rn(tau, f1, u[i][1]);
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                dn[j] = -ds[j];
+        }
+    }
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+    }
+}
+
 /* The output tile's part of the thread's strip (first pixel (y0, x0), at
  * ro = y0 W + x0 in band boff): u into uout, and with out (the increment's
  * last launch) also its profile band: u, nodata where masked (copy_out_body's
@@ -1424,7 +1502,7 @@ __device__ __forceinline__ void fed_pf_issue(FedPfSmem<K> &sm, int t, int gx, in
  * finished one draw more); the last CTA to finish sets counter[0] and
  * counter[1] (the CTAs done) back to 0 for the next launch. Otherwise
  * regions blockIdx.x, + gridDim.x, ... */
-template <int K, bool Dyn>
+template <int K, bool Dyn, bool Diff>
 __global__ void __launch_bounds__(256, 2)
     fed_pf_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                   const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -1471,7 +1549,10 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads(); /* the stage is free: the next region's copies */
         if (tn < nregions)
             fed_pf_issue<K>(sm, tn, gx, gy, uin, ceg, csg, W, H, npix);
-        fed_shfl_steps<K, BY, R, C, false>(sm.e, cc, u, ce, cs, cwl, cn0, steps);
+        if (Diff)
+            fed_pf_steps<K, BY, R>(sm.e, u, ce, cs, cwl, cn0, steps);
+        else
+            fed_shfl_steps<K, BY, R, C, false>(sm.e, cc, u, ce, cs, cwl, cn0, steps);
         int bx, by, bz;
         fed_pf_region(t, gx, gy, bx, by, bz);
         const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
@@ -1489,18 +1570,20 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
-template <bool Dyn> const void *fed_pf_ptr_k(int K)
+template <bool Dyn, bool Diff> const void *fed_pf_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_pf_kernel<4, Dyn>;
-    case 6: return (const void *)fed_pf_kernel<6, Dyn>;
-    case 8: return (const void *)fed_pf_kernel<8, Dyn>;
-    default: return (const void *)fed_pf_kernel<7, Dyn>;
+    case 4: return (const void *)fed_pf_kernel<4, Dyn, Diff>;
+    case 6: return (const void *)fed_pf_kernel<6, Dyn, Diff>;
+    case 8: return (const void *)fed_pf_kernel<8, Dyn, Diff>;
+    default: return (const void *)fed_pf_kernel<7, Dyn, Diff>;
     }
 }
-const void *fed_pf_ptr(int K, bool dyn)
+/* mode 0: regions by stride; 1: drawn; 2: drawn, fed_pf_steps */
+const void *fed_pf_ptr(int K, int mode)
 {
-    return dyn ? fed_pf_ptr_k<true>(K) : fed_pf_ptr_k<false>(K);
+    return mode == 2 ? fed_pf_ptr_k<true, true>(K)
+                     : mode ? fed_pf_ptr_k<true, false>(K) : fed_pf_ptr_k<false, false>(K);
 }
 
 size_t fed_pf_smem_bytes(int K)
@@ -2082,6 +2165,7 @@ class EadpCuda {
     bool pf = false;        /* fed_shfl_kernel's steps on a persistent grid (fed_pf_kernel) */
     int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
     bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
+    bool pf_diff = false;   /* and use fed_pf_steps */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -2298,8 +2382,9 @@ hyprof_status_t EadpCuda::plan()
         pf = regions < (double)INT_MAX;
     }
     if (pf) {
-        pf_dyn = fedk[2] == 'd';
-        const void *fn = fed_pf_ptr(fuse, pf_dyn);
+        pf_dyn = fedk[2] == 'd' || fedk[2] == 'x';
+        pf_diff = fedk[2] == 'x';
+        const void *fn = fed_pf_ptr(fuse, pf_diff ? 2 : pf_dyn ? 1 : 0);
         const size_t bytes = fed_pf_smem_bytes(fuse);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -2308,7 +2393,7 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
         pf_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-        const int few = atoi(fedk + 2 + pf_dyn); /* pf[d]N (tests): N CTAs */
+        const int few = atoi(fedk + 2 + pf_dyn); /* pf[d|x]N (tests): N CTAs */
         if (few > 0 && few < pf_ctas)
             pf_ctas = few;
     }
@@ -2610,7 +2695,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                                   (void *)&W,    (void *)&H,      (void *)&npix, (void *)&gx,
                                   (void *)&gy,   (void *)&nr,     (void *)&ff,  (void *)&o,
                                   (void *)&mask, (void *)&nodata, (void *)&ctr};
-                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_dyn), dim3(ctas),
+                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_diff ? 2 : pf_dyn ? 1 : 0), dim3(ctas),
                                                        dim3(32, 8), pp,
                                                        fed_pf_smem_bytes(fuse), st));
                     *cur ^= 1;
