@@ -1522,20 +1522,31 @@ __global__ void __launch_bounds__(256, 2)
             sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
     }
     const int tid = w * 32 + lane;
-    int t = (int)blockIdx.x, par = 1;
+    /* t: this region, tn: the next one. Dyn: each iteration draws the
+     * region after tn (the atomic's round trip hidden behind the steps) and
+     * publishes it at its end; the next iteration reads it after its first
+     * barrier (slots alternate: a slot is rewritten two iterations after it
+     * was read). */
+    int t = (int)blockIdx.x, tn = t + (int)gridDim.x;
     if (Dyn) {
-        if (tid == 0)
+        if (tid == 0) {
             sm.ticket[0] = (int)atomicAdd(counter, 1u);
+            sm.ticket[1] = (int)atomicAdd(counter, 1u);
+        }
         __syncthreads();
         t = sm.ticket[0];
+        tn = sm.ticket[1];
     }
     if (t < nregions)
         fed_pf_issue<K>(sm, t, gx, gy, uin, ceg, csg, W, H, npix);
-    while (t < nregions) {
-        if (Dyn && tid == 0) /* read after the barrier below; the other slot is t's */
-            sm.ticket[par] = (int)atomicAdd(counter, 1u);
+    for (int it = 0; t < nregions; ++it) {
+        int drawn = 0;
+        if (Dyn && tid == 0)
+            drawn = (int)atomicAdd(counter, 1u);
         cp_async_wait_all();
         __syncthreads();
+        if (Dyn && it > 0)
+            tn = sm.ticket[(it - 1) & 1];
         float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
@@ -1545,7 +1556,6 @@ __global__ void __launch_bounds__(256, 2)
             cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
         }
         sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
-        const int tn = Dyn ? sm.ticket[par] : t + (int)gridDim.x;
         __syncthreads(); /* the stage is free: the next region's copies */
         if (tn < nregions)
             fed_pf_issue<K>(sm, tn, gx, gy, uin, ceg, csg, W, H, npix);
@@ -1558,8 +1568,11 @@ __global__ void __launch_bounds__(256, 2)
         const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
         fed_shfl_store<K, BY, R, C>(u, uout, out, mask, (size_t)bz * npix, y0 * W + x0, x0, y0,
                                     W, H, nodata);
+        if (Dyn && tid == 0)
+            sm.ticket[it & 1] = drawn;
         t = tn;
-        par ^= 1;
+        if (!Dyn)
+            tn += (int)gridDim.x;
     }
     if (Dyn && tid == 0) {
         __threadfence(); /* this CTA's last draw before its count */
@@ -1579,11 +1592,12 @@ template <bool Dyn, bool Diff> const void *fed_pf_ptr_k(int K)
     default: return (const void *)fed_pf_kernel<7, Dyn, Diff>;
     }
 }
-/* mode 0: regions by stride; 1: drawn; 2: drawn, fed_pf_steps */
-const void *fed_pf_ptr(int K, int mode)
+/* dyn: regions drawn from a counter; diff: fed_pf_steps */
+const void *fed_pf_ptr(int K, bool dyn, bool diff)
 {
-    return mode == 2 ? fed_pf_ptr_k<true, true>(K)
-                     : mode ? fed_pf_ptr_k<true, false>(K) : fed_pf_ptr_k<false, false>(K);
+    if (dyn)
+        return diff ? fed_pf_ptr_k<true, true>(K) : fed_pf_ptr_k<true, false>(K);
+    return diff ? fed_pf_ptr_k<false, true>(K) : fed_pf_ptr_k<false, false>(K);
 }
 
 size_t fed_pf_smem_bytes(int K)
@@ -2165,7 +2179,7 @@ class EadpCuda {
     bool pf = false;        /* fed_shfl_kernel's steps on a persistent grid (fed_pf_kernel) */
     int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
     bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
-    bool pf_diff = false;   /* and use fed_pf_steps */
+    bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -2382,9 +2396,11 @@ hyprof_status_t EadpCuda::plan()
         pf = regions < (double)INT_MAX;
     }
     if (pf) {
-        pf_dyn = fedk[2] == 'd' || fedk[2] == 'x';
-        pf_diff = fedk[2] == 'x';
-        const void *fn = fed_pf_ptr(fuse, pf_diff ? 2 : pf_dyn ? 1 : 0);
+        /* pf, then d (regions drawn), x (fed_pf_steps), N (tests: N CTAs) */
+        const char *opt = fedk + 2;
+        for (; *opt == 'd' || *opt == 'x'; ++opt)
+            (*opt == 'd' ? pf_dyn : pf_diff) = true;
+        const void *fn = fed_pf_ptr(fuse, pf_dyn, pf_diff);
         const size_t bytes = fed_pf_smem_bytes(fuse);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -2393,7 +2409,7 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
         HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
         pf_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-        const int few = atoi(fedk + 2 + pf_dyn); /* pf[d|x]N (tests): N CTAs */
+        const int few = atoi(opt);
         if (few > 0 && few < pf_ctas)
             pf_ctas = few;
     }
@@ -2695,7 +2711,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                                   (void *)&W,    (void *)&H,      (void *)&npix, (void *)&gx,
                                   (void *)&gy,   (void *)&nr,     (void *)&ff,  (void *)&o,
                                   (void *)&mask, (void *)&nodata, (void *)&ctr};
-                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_diff ? 2 : pf_dyn ? 1 : 0), dim3(ctas),
+                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_dyn, pf_diff), dim3(ctas),
                                                        dim3(32, 8), pp,
                                                        fed_pf_smem_bytes(fuse), st));
                     *cur ^= 1;
