@@ -1583,6 +1583,148 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
+/* Up to kPfzPhases launches of fed_pf_kernel (drawn regions, fed_pf_steps)
+ * as one: ticket T is region T % nregions of phase T / nregions (phase L
+ * reads src[L] and writes src[L + 1]: uin, three scratch buffers, uout;
+ * each buffer is read in one phase only, so no SM's L1 can hold a line of it
+ * from before it was written). A region of phase L >= 1 starts copying once
+ * the 3 x 3 regions around it (the ones its halo reaches: K + 31 < 64 - 2K
+ * keeps a 128-byte line of the input inside them) have finished phase L - 1:
+ * flags[r] = epoch + phases done (release: the CTA's stores, a barrier, a
+ * fence, the flag; acquire: the flag, a fence, a barrier). The next
+ * region's flags are looked at once, when its copies would start; if they
+ * are not there yet, the copies start after this region's steps, waiting
+ * (the CTA then holds no region below the one it waits for: the lowest
+ * unfinished ticket always progresses). counter: [0] tickets, [1] CTAs done,
+ * [2] the epoch (phases finished by earlier launches), advanced by the last
+ * CTA. */
+const int kPfzPhases = 4;
+struct FedPhases {
+    FedStepsF ph[kPfzPhases];
+    float *buf[kPfzPhases + 1]; /* src of phase L: buf[L]; its dst: buf[L + 1] */
+    int n;                      /* phases */
+};
+
+/* Whether region t's 3 x 3 neighbourhood (dependency `tid`, 0..8) has
+ * finished the phase before t's; true for phase 0 and outside the grid. */
+__device__ __forceinline__ bool fed_pfz_ready(const unsigned *flags, int t, int nregions, int gx,
+                                              int gy, unsigned need0, int tid)
+{
+    const int L = t / nregions, r = t - L * nregions;
+    if (L == 0 || tid >= 9)
+        return true;
+    int bx, by, bz;
+    fed_pf_region(r, gx, gy, bx, by, bz);
+    const int nx = bx + tid % 3 - 1, ny = by + tid / 3 - 1;
+    if (nx < 0 || nx >= gx || ny < 0 || ny >= gy)
+        return true;
+    const unsigned f = *(volatile const unsigned *)&flags[(bz * gy + ny) * gx + nx];
+    return (int)(f - (need0 + (unsigned)L)) >= 0;
+}
+
+template <int K>
+__global__ void __launch_bounds__(256, 2)
+    fed_pfz_kernel(const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
+                   size_t npix, int gx, int gy, int nregions,
+                   const __grid_constant__ FedPhases phs, float *__restrict__ out,
+                   const uint8_t *__restrict__ mask, float nodata, unsigned *counter,
+                   unsigned *flags)
+{
+    const int BY = 8, R = 8, C = 2, O = kPfRegion - 2 * K;
+    extern __shared__ float4 fed_pf_smem[];
+    FedPfSmem<K> &sm = *reinterpret_cast<FedPfSmem<K> *>(fed_pf_smem);
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const int tid = w * 32 + lane, total = phs.n * nregions;
+    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
+        const float z[C] = {0.0f, 0.0f};
+        for (int p = 0; p < 2; ++p)
+            sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
+    }
+    const unsigned epoch = *(volatile unsigned *)&counter[2];
+    if (tid == 0) {
+        sm.ticket[0] = (int)atomicAdd(counter, 1u);
+        sm.ticket[1] = (int)atomicAdd(counter, 1u);
+    }
+    __syncthreads();
+    int t = sm.ticket[0], tn = sm.ticket[1];
+    if (t < total) { /* may wait: this CTA holds nothing below t */
+        while (!__syncthreads_and(fed_pfz_ready(flags, t, nregions, gx, gy, epoch, tid)))
+            ;
+        if (tid < 9)
+            __threadfence();
+        __syncthreads();
+        const int L = t / nregions;
+        fed_pf_issue<K>(sm, t - L * nregions, gx, gy, phs.buf[L], ceg, csg, W, H, npix);
+    }
+    for (int it = 0; t < total; ++it) {
+        int drawn = 0;
+        if (tid == 0)
+            drawn = (int)atomicAdd(counter, 1u);
+        cp_async_wait_all();
+        __syncthreads();
+        if (it > 0)
+            tn = sm.ticket[(it - 1) & 1];
+        float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            sm_load<C>(&sm.u[rb + i][c0], u[i]);
+            sm_load<C>(&sm.ce[rb + i][c0], ce[i]);
+            sm_load<C>(&sm.cs[rb + i][c0], cs[i]);
+            cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
+        }
+        sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
+        /* the stage is free; whether tn's inputs are ready (acquire: fence) */
+        const bool rd = tn < total && fed_pfz_ready(flags, tn, nregions, gx, gy, epoch, tid);
+        if (tid < 9)
+            __threadfence();
+        const bool ready = __syncthreads_and(tn >= total || rd);
+        const int Ln = tn / nregions;
+        if (tn < total && ready)
+            fed_pf_issue<K>(sm, tn - Ln * nregions, gx, gy, phs.buf[Ln], ceg, csg, W, H, npix);
+        const int L = t / nregions, r = t - L * nregions;
+        fed_pf_steps<K, BY, R>(sm.e, u, ce, cs, cwl, cn0, phs.ph[L]);
+        int bx, by, bz;
+        fed_pf_region(r, gx, gy, bx, by, bz);
+        const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
+        fed_shfl_store<K, BY, R, C>(u, phs.buf[L + 1], L == phs.n - 1 ? out : NULL, mask,
+                                    (size_t)bz * npix, y0 * W + x0, x0, y0, W, H, nodata);
+        __syncthreads(); /* the region's stores, then its flag (release) */
+        if (tid == 0) {
+            __threadfence();
+            atomicExch(&flags[r], epoch + (unsigned)L + 1u);
+            sm.ticket[it & 1] = drawn;
+        }
+        if (tn < total && !ready) { /* now waits: this CTA holds nothing below tn */
+            while (!__syncthreads_and(fed_pfz_ready(flags, tn, nregions, gx, gy, epoch, tid)))
+                ;
+            if (tid < 9)
+                __threadfence();
+            __syncthreads();
+            fed_pf_issue<K>(sm, tn - Ln * nregions, gx, gy, phs.buf[Ln], ceg, csg, W, H, npix);
+        }
+        t = tn;
+    }
+    if (tid == 0) {
+        __threadfence(); /* this CTA's last draw before its count */
+        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
+            counter[0] = 0;
+            counter[1] = 0;
+            counter[2] = epoch + (unsigned)phs.n;
+        }
+    }
+}
+
+const void *fed_pfz_ptr(int K)
+{
+    switch (K) {
+    case 4: return (const void *)fed_pfz_kernel<4>;
+    case 6: return (const void *)fed_pfz_kernel<6>;
+    case 8: return (const void *)fed_pfz_kernel<8>;
+    default: return (const void *)fed_pfz_kernel<7>;
+    }
+}
+
 template <bool Dyn, bool Diff> const void *fed_pf_ptr_k(int K)
 {
     switch (K) {
@@ -2113,7 +2255,8 @@ class GraphExec {
 
 /* Byte offsets of the device buffers inside one allocation. */
 struct Layout {
-    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, pfc, slot0, slot_bytes, total;
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, pfc, pfz, flags, slot0, slot_bytes,
+        total;
 };
 
 const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
@@ -2128,7 +2271,10 @@ size_t take(size_t *off, size_t bytes)
     return o;
 }
 
-Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
+/* tmp_planes: float planes per band for fed_pfz_kernel's phases; rpb: its
+ * regions per band (one flag each). */
+Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots,
+                   size_t tmp_planes, size_t rpb)
 {
     Layout L;
     size_t off = 0;
@@ -2144,7 +2290,9 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
-    L.pfc = take(&off, 2 * sizeof(unsigned));
+    L.pfc = take(&off, 3 * sizeof(unsigned));
+    L.pfz = take(&off, mul_sat(mul_sat(fband, nb), tmp_planes));
+    L.flags = take(&off, mul_sat(rpb * sizeof(unsigned), nb));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
@@ -2180,6 +2328,8 @@ class EadpCuda {
     int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
     bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
     bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
+    bool pfz = false;       /* fed_pfz_kernel: up to kPfzPhases launches in one */
+    size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
@@ -2219,6 +2369,8 @@ class EadpCuda {
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
                                int *cur, float *out = NULL);
+    hyprof_status_t launch_pfz(const std::vector<double> &steps, size_t b0, size_t nb, int *cur,
+                               float *out);
     bool output_in_fed(size_t nsteps, size_t nb) const;
 
     hyprof_status_t check_args();
@@ -2398,9 +2550,15 @@ hyprof_status_t EadpCuda::plan()
     if (pf) {
         /* pf, then d (regions drawn), x (fed_pf_steps), N (tests: N CTAs) */
         const char *opt = fedk + 2;
-        for (; *opt == 'd' || *opt == 'x'; ++opt)
-            (*opt == 'd' ? pf_dyn : pf_diff) = true;
-        const void *fn = fed_pf_ptr(fuse, pf_dyn, pf_diff);
+        for (; *opt == 'd' || *opt == 'x' || *opt == 'z'; ++opt)
+            (*opt == 'd' ? pf_dyn : *opt == 'x' ? pf_diff : pfz) = true;
+        if (pfz) {
+            const int O = kPfRegion - 2 * fuse;
+            pf_dyn = pf_diff = true;
+            pfz_planes = kPfzPhases - 1;
+            pfz_rpb = (size_t)((W + O - 1) / O) * (size_t)((H + O - 1) / O);
+        }
+        const void *fn = pfz ? fed_pfz_ptr(fuse) : fed_pf_ptr(fuse, pf_dyn, pf_diff);
         const size_t bytes = fed_pf_smem_bytes(fuse);
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
@@ -2449,7 +2607,7 @@ hyprof_status_t EadpCuda::plan()
         size_t lo = 0, hi = maxg; /* largest nb with plan_layout(nb).total <= budget */
         while (lo < hi) {
             size_t mid = lo + (hi - lo + 1) / 2;
-            if (plan_layout(npix, has_mask, r, mid, ns).total <= budget)
+            if (plan_layout(npix, has_mask, r, mid, ns, pfz_planes, pfz_rpb).total <= budget)
                 lo = mid;
             else
                 hi = mid - 1;
@@ -2467,8 +2625,8 @@ hyprof_status_t EadpCuda::plan()
                              "not enough device memory for one %zu x %zu band (%zu bytes "
                              "usable, %zu needed)",
                              a->width, a->height, budget,
-                             plan_layout(npix, has_mask, r, 1, 1).total);
-    L = plan_layout(npix, has_mask, r, group, nslots);
+                             plan_layout(npix, has_mask, r, 1, 1, pfz_planes, pfz_rpb).total);
+    L = plan_layout(npix, has_mask, r, group, nslots, pfz_planes, pfz_rpb);
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
     HYPROF_TRY(xs.create(ctx, op));
@@ -2555,8 +2713,11 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
-    if (pf_dyn) /* fed_pf_kernel's counters (each launch leaves them at 0) */
-        HYPROF_CUDA_CHECK(cudaMemsetAsync(dev<unsigned>(L.pfc), 0, 2 * sizeof(unsigned), st));
+    if (pf_dyn) /* fed_pf_kernel's counters (each launch leaves them at 0), pfz's flags */
+        HYPROF_CUDA_CHECK(cudaMemsetAsync(dev<unsigned>(L.pfc), 0, 3 * sizeof(unsigned), st));
+    if (pfz)
+        HYPROF_CUDA_CHECK(
+            cudaMemsetAsync(dev<unsigned>(L.flags), 0, pfz_rpb * nb * sizeof(unsigned), st));
     const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
@@ -2669,6 +2830,8 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
     cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    if (pfz && sizeof(T) == sizeof(float))
+        return launch_pfz(steps, b0, nb, cur, out);
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
         const T *uin = ubuf<T>(*cur) + b0 * npix;
         T *uout = ubuf<T>(*cur ^ 1) + b0 * npix;
@@ -2756,6 +2919,47 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
     return HYPROF_OK;
 }
 
+/* launch_fed with fed_pfz_kernel: kPfzPhases launches of `fuse` steps in one. */
+hyprof_status_t EadpCuda::launch_pfz(const std::vector<double> &steps, size_t b0, size_t nb,
+                                     int *cur, float *out)
+{
+    cudaStream_t st = cs.get();
+    const size_t per = (size_t)fuse, chunk = per * kPfzPhases;
+    const int O = kPfRegion - 2 * fuse;
+    int gx = (W + O - 1) / O, gy = (H + O - 1) / O, nr = gx * gy * (int)nb;
+    const unsigned ctas = (unsigned)(nr < pf_ctas ? nr : pf_ctas);
+    const float *ce = dev<float>(L.gm) + b0 * npix;
+    const float *cs_ = ce + group * npix;
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    float nodata = a->nodata;
+    unsigned *ctr = dev<unsigned>(L.pfc), *flags = dev<unsigned>(L.flags);
+    for (size_t s0 = 0; s0 < steps.size(); s0 += chunk) {
+        FedPhases ph;
+        memset(&ph, 0, sizeof ph);
+        const size_t n = steps.size() - s0 < chunk ? steps.size() - s0 : chunk;
+        ph.n = (int)((n + per - 1) / per);
+        for (int L_ = 0; L_ < ph.n; ++L_) {
+            const size_t j0 = s0 + (size_t)L_ * per;
+            ph.ph[L_].n = (int)(steps.size() - j0 < per ? steps.size() - j0 : per);
+            for (int j = 0; j < ph.ph[L_].n; ++j)
+                ph.ph[L_].tau[j] = (float)steps[j0 + (size_t)j];
+        }
+        ph.buf[0] = ubuf<float>(*cur) + b0 * npix;
+        for (int L_ = 1; L_ < ph.n; ++L_)
+            ph.buf[L_] = dev<float>(L.pfz) + ((size_t)(L_ - 1) * group + b0) * npix;
+        ph.buf[ph.n] = ubuf<float>(*cur ^ 1) + b0 * npix;
+        float *o = out && s0 + chunk >= steps.size() ? out + b0 * npix : NULL;
+        void *pp[] = {(void *)&ce,   (void *)&cs_, (void *)&W,      (void *)&H,
+                      (void *)&npix, (void *)&gx,  (void *)&gy,     (void *)&nr,
+                      (void *)&ph,   (void *)&o,   (void *)&mask,   (void *)&nodata,
+                      (void *)&ctr,  (void *)&flags};
+        HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pfz_ptr(fuse), dim3(ctas), dim3(32, 8), pp,
+                                           fed_pf_smem_bytes(fuse), st));
+        *cur ^= 1;
+    }
+    return HYPROF_OK;
+}
+
 /* What the FED steps of an increment move, for the bandwidth figures. */
 static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t *launches,
                       size_t *max_steps, double *launch_pix, double *step_pix)
@@ -2787,7 +2991,8 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
     /* With the output in the last launch, the graph holds the launches
      * before it, and the last one (its slot changes) is launched here. */
     const bool fo = output_in_fed(all.size(), nb);
-    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    /* steps per launch (fed_pfz_kernel: kPfzPhases launches' worth) */
+    const size_t per = (fuse > 1 ? (size_t)fuse : 1) * (pfz ? kPfzPhases : 1);
     const std::vector<double> head(
         all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
     GraphEntry *ge = NULL;
