@@ -164,7 +164,7 @@ static const variant_t g_variants[] = {
     {"fedpfd3", "HYPROF_EADP_FED", "pfd3", 1},    {"fedpfx", "HYPROF_EADP_FED", "pfx", 1},
     {"fedpfx3", "HYPROF_EADP_FED", "pfx3", 1},    {"fedpfdx", "HYPROF_EADP_FED", "pfdx", 1},
     {"fedpfdx3", "HYPROF_EADP_FED", "pfdx3", 1},  {"fedpfz", "HYPROF_EADP_FED", "pfz", 1},
-    {"fedpfz3", "HYPROF_EADP_FED", "pfz3", 1},
+    {"fedpfz3", "HYPROF_EADP_FED", "pfz3", 1},    {"seltail0", "HYPROF_EADP_SEL_TAIL", "0", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

@@ -1980,6 +1980,46 @@ __global__ void __launch_bounds__(kSelThreads)
     sel_scan_body(HYPROF_EADP_THR, sh, st, hmask, shift, ghist);
 }
 
+/* The selection's passes after kSelCollect (over the band's collected
+ * candidates, normally a few thousand keys), their scans and the final k in
+ * one block per band, the histograms in shared memory: sel_hist_body,
+ * sel_scan_body and sel_final_body as their kernels run them, one launch
+ * instead of 7 (each of those was a few microseconds of latency). */
+struct SelTailShared {
+    unsigned cnt[kSelQueries * kSelBins];
+    u64 hist[kSelQueries * kSelBins];
+    SelScanShared scan;
+};
+
+__global__ void __launch_bounds__(kSelThreads)
+    sel_tail_kernel(size_t npix, SelState *__restrict__ st, const u64 *list, const u64 *ncand,
+                    const u64 *__restrict__ cnt, int nb, double pct, double *__restrict__ k)
+{
+    extern __shared__ float4 sel_tail_smem[];
+    SelTailShared &sh = *reinterpret_cast<SelTailShared *>(sel_tail_smem);
+    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
+    for (int i = tid; i < kSelQueries * kSelBins; i += kSelThreads)
+        sh.hist[i] = 0;
+    /* the kernels' view of this band: one block, band index 0 */
+    const Thr one{tid, 0, 0, 0, 0, kSelThreads, 1, 1, 1, 1};
+    SelState *sb = st + (size_t)b * kSelQueries;
+    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
+    __syncthreads();
+    for (int pass = kSelCollect + 1; pass < kSelPasses; ++pass) {
+        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        sel_hist_body(one, sh.cnt, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
+                      sh.hist, lb, NULL, const_cast<u64 *>(nc));
+        __syncthreads();
+        sel_scan_body(one, sh.scan, sb, hmask, shift, sh.hist);
+        __syncthreads();
+    }
+    if (tid == 0) {
+        const Thr band{b, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+        sel_final_body(band, cnt, st, nb, pct, k);
+    }
+}
+
 __global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
                                  int nb, double pct, double *__restrict__ k)
 {
@@ -2329,6 +2369,7 @@ class EadpCuda {
     bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
     bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
     bool pfz = false;       /* fed_pfz_kernel: up to kPfzPhases launches in one */
+    bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
     size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
@@ -2460,6 +2501,11 @@ hyprof_status_t EadpCuda::plan()
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 7 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
+    sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
+    if (sel_tail)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sizeof(SelTailShared)));
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
     l2_bands = l2 > 0 ? (size_t)l2 : 0;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
@@ -2766,7 +2812,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
          * passes read that list instead of G. */
         u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
         HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
-        for (int pass = 0; pass < kSelPasses; ++pass) {
+        const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
+        for (int pass = 0; pass < passes; ++pass) {
             const int shift = kSelShift[pass], width = kSelWidth[pass];
             const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
             const unsigned dmask = (1u << width) - 1u;
@@ -2778,8 +2825,14 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
                                                                              hist);
             HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
         }
-        sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
-        HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
+        if (sel_tail) {
+            sel_tail_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, sizeof(SelTailShared), st>>>(
+                npix, sst, cand, ncand, cnt, (int)nb, a->percentile, k);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_tail_kernel");
+        } else {
+            sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
+        }
     }
     input_out = shfl && cond && fed_output;
     if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
