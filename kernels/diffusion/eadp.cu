@@ -404,7 +404,7 @@ HYPROF_EADP_FN void gauss_v_body(const Thr &t, const double *Hin, int W, int H, 
  * one place of this arithmetic, so scharr_body and prep_body give the same bits. */
 HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *rp, int xm,
                               int xc, int xp, const uint8_t *mask, size_t p, double *Gb,
-                              unsigned *cnt_sh)
+                              unsigned *Kb, unsigned *cnt_sh)
 {
     double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
                               mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
@@ -416,6 +416,8 @@ HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *
     gy = gy / 32.0;
     const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
     Gb[p] = g;
+    if (Kb) /* the key's high word, for the selection's first passes */
+        Kb[p] = (unsigned)(sel_key(g) >> 32);
     if (!mask || mask[p]) {
         HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
         if (g == 0.0)
@@ -429,7 +431,7 @@ HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *
  * `cnt_sh` is three shared counters. */
 HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
                                 const uint8_t *mask, int W, int H, size_t npix, double *G,
-                                u64 *cnt)
+                                unsigned *Kh, u64 *cnt)
 {
     const int tid = t.ty * t.bdx + t.tx;
     if (tid < 3)
@@ -445,7 +447,7 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
             const double *rm = sb + (size_t)ym * W, *r0 = sb + (size_t)y * W,
                          *rp = sb + (size_t)yp * W;
             scharr_at(rm, r0, rp, xm, x, xp, mask, (size_t)y * W + x, G + (size_t)b * npix,
-                      cnt_sh);
+                      Kh ? Kh + (size_t)b * npix : NULL, cnt_sh);
         }
     }
     HYPROF_EADP_SYNC();
@@ -467,7 +469,8 @@ template <int RT>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
                               unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
-                              int H, size_t npix, const double *wg, double *G, u64 *cnt)
+                              int H, size_t npix, const double *wg, double *G, unsigned *Kh,
+                              u64 *cnt)
 {
     /* The radius as a constant and the weights in registers: the tap loops
      * unroll, no weight load per tap. */
@@ -548,6 +551,7 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
                      *rp = S[reflect_index(y + 1, H) - y0 + 1];
         scharr_at(rm, r0, rp, xm, xc, xp, mask, (size_t)y * W + xx, G + (size_t)b * npix,
+                  Kh ? Kh + (size_t)b * npix : NULL,
                   cnt_sh);
     }
     HYPROF_EADP_SYNC();
@@ -600,14 +604,15 @@ const int kSelUnroll = 4;
 
 HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsigned dmask,
                               const bool *act, const u64 *pre, u64 *cand, u64 *ncand, int b,
-                              size_t npix)
+                              size_t npix, const double *gfull)
 {
     const u64 km = key & hmask;
     for (int q = 0; q < kSelQueries; ++q)
         if (act[q] && km == pre[q]) {
             HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
             if (cand)
-                cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
+                cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] =
+                    gfull ? sel_key(*gfull) : key; /* gfull: key holds the high word only */
             break;
         }
 }
@@ -617,9 +622,9 @@ HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsig
  * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
  * counters. grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
-                                  const uint8_t *mask, size_t npix, const SelState *st,
-                                  u64 hmask, int shift, unsigned dmask, u64 *ghist,
-                                  const u64 *list, u64 *cand, u64 *ncand)
+                                  const unsigned *Kh, const uint8_t *mask, size_t npix,
+                                  const SelState *st, u64 hmask, int shift, unsigned dmask,
+                                  u64 *ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz;
@@ -648,6 +653,9 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
      * to the band's candidate list (ncand[b] counts them). */
     const double *gb = G + (size_t)b * npix;
     const u64 *lb = list ? list + (size_t)b * npix : NULL;
+    /* Kh (passes whose digits lie in the key's high word): 4 bytes a pixel
+     * instead of 8; a collected key's low word from G. */
+    const unsigned *kb = Kh && !list ? Kh + (size_t)b * npix : NULL;
     const size_t n = list ? (size_t)ncand[b] : npix;
     /* kSelUnroll keys loaded before any is counted: more loads in flight
      * (one at a time, a full pass read G at 1.5 TB/s, an H100). */
@@ -659,16 +667,17 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
         for (int j = 0; j < kSelUnroll; ++j) {
             const size_t pj = p + (size_t)j * stride;
             valid[j] = list || !mask || mask[pj];
-            keys[j] = list ? lb[pj] : sel_key(gb[pj]);
+            keys[j] = list ? lb[pj] : kb ? (u64)kb[pj] << 32 : sel_key(gb[pj]);
         }
         for (int j = 0; j < kSelUnroll; ++j)
             if (valid[j])
-                sel_count(sh, keys[j], hmask, shift, dmask, act, pre, cand, ncand, b, npix);
+                sel_count(sh, keys[j], hmask, shift, dmask, act, pre, cand, ncand, b, npix,
+                          kb ? gb + p + (size_t)j * stride : NULL);
     }
     for (; p < n; p += stride)
         if (list || !mask || mask[p])
-            sel_count(sh, list ? lb[p] : sel_key(gb[p]), hmask, shift, dmask, act, pre, cand,
-                      ncand, b, npix);
+            sel_count(sh, list ? lb[p] : kb ? (u64)kb[p] << 32 : sel_key(gb[p]), hmask, shift,
+                      dmask, act, pre, cand, ncand, b, npix, kb ? gb + p : NULL);
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
     for (int q = 0; q < kSelQueries; ++q)
@@ -1938,23 +1947,25 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_kernel(const double *__restrict__ s, const uint8_t *__restrict__ mask, int W, int H,
-                  size_t npix, double *__restrict__ G, u64 *__restrict__ cnt)
+                  size_t npix, double *__restrict__ G, unsigned *__restrict__ Kh,
+                  u64 *__restrict__ cnt)
 {
     __shared__ unsigned cnt_sh[3];
-    scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
+    scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, Kh, cnt);
 }
 
 template <int RT>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
                 size_t npix, const double *__restrict__ w, double *__restrict__ G,
-                u64 *__restrict__ cnt)
+                unsigned *__restrict__ Kh, u64 *__restrict__ cnt)
 {
     __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
     __shared__ float Xv[kPrepHR][kPrepXW];
     __shared__ unsigned char Xm[kPrepHR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, cnt);
+    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, Kh,
+                  cnt);
 }
 
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
@@ -1964,12 +1975,13 @@ __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct
 }
 
 __global__ void __launch_bounds__(kSelThreads)
-    sel_hist_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask, size_t npix,
+    sel_hist_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
+                    const uint8_t *__restrict__ mask, size_t npix,
                     const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
                     u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
+    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
                   ncand);
 }
 
@@ -2008,7 +2020,7 @@ __global__ void __launch_bounds__(kSelThreads)
     for (int pass = kSelCollect + 1; pass < kSelPasses; ++pass) {
         const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
         const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-        sel_hist_body(one, sh.cnt, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
+        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
                       sh.hist, lb, NULL, const_cast<u64 *>(nc));
         __syncthreads();
         sel_scan_body(one, sh.scan, sb, hmask, shift, sh.hist);
@@ -2370,6 +2382,7 @@ class EadpCuda {
     bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
     bool pfz = false;       /* fed_pfz_kernel: up to kPfzPhases launches in one */
     bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
+    bool sel_hi = false;    /* the first passes read the keys' high words (4 bytes) */
     size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
@@ -2502,6 +2515,7 @@ hyprof_status_t EadpCuda::plan()
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
+    sel_hi = env_int("HYPROF_EADP_SEL_HI", 0) != 0;
     if (sel_tail)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2755,6 +2769,9 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
     SelState *sst = dev<SelState>(L.st);
     double *k = dev<double>(L.k);
+    /* The keys' high words (passes 0 .. kSelCollect) in gm, free until the
+     * diffusivity is written there. */
+    unsigned *kh = sel_hi && !(a->contrast > 0.0) ? reinterpret_cast<unsigned *>(gm) : NULL;
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
@@ -2768,7 +2785,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
         void (*pk)(const float *, const uint8_t *, int, int, size_t, const double *, double *,
-                   u64 *) = prep_kernel<8>;
+                   unsigned *, u64 *) = prep_kernel<8>;
         switch (r) { /* r <= kPrepMaxR = 8 here */
         case 1: pk = prep_kernel<1>; break;
         case 2: pk = prep_kernel<2>; break;
@@ -2779,7 +2796,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         case 7: pk = prep_kernel<7>; break;
         default: break;
         }
-        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, cnt);
+        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, kh, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
     } else {
         gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
@@ -2787,7 +2804,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
         gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
         HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
-        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
+        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, kh, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
     }
 
@@ -2818,7 +2835,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
             const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
             const unsigned dmask = (1u << width) - 1u;
             sel_hist_kernel<<<dim3((unsigned)nblk, 1, (unsigned)nb), kSelThreads, 0, st>>>(
-                A, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
+                A, kh, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
                 pass == kSelCollect ? cand : NULL, ncand);
             HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
             sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
