@@ -1322,7 +1322,7 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
     }
 }
 
-template <int K, int BY, int R, int C, bool Cond, bool SmemC>
+template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1347,7 +1347,26 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
      * offsets (the prologue is a third of the kernel's instructions). */
     const int ro = y0 * W + x0; /* offset of (y0, x0) in the band (< 2^31: checked on the host) */
     const float *pu = ub + ro, *pe = eb + ro, *ps = sb + ro;
-    if (Cond) {
+    /* A region whose loads (and the column left of it, the row above it)
+     * all fall inside the image (most of them): the loads without their
+     * conditions (block-uniform branch). */
+    const int xr = (int)blockIdx.x * OW - K, yr = (int)blockIdx.y * OH - K;
+    const bool inner = xr >= 1 && xr + RW <= W && yr >= 1 && yr + RH <= H;
+    if (Cond && inner) {
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = __ldg(ps + j - W);
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                u[i][j] = __ldg(pu + j);
+                ce[i][j] = __ldg(pe + j);
+                cs[i][j] = __ldg(ps + j);
+            }
+            cwl[i] = __ldg(pe - 1);
+        }
+    } else if (Cond) {
         const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
 #pragma unroll
         for (int j = 0; j < C; ++j)
@@ -1418,7 +1437,10 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
-    fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
+    if constexpr (Diff) /* 2 columns, conductances in registers */
+        fed_pf_steps<K, BY, R>(sm, u, ce, cs, cwl, cn0, steps);
+    else
+        fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
     fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, x0, y0, W, H, nodata);
 }
 
@@ -2093,8 +2115,9 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
 /* Dynamic shared memory: a FedShflSmem (35 KiB for 64-row regions, 66 for
  * 128-row ones); at least MinB blocks of 32 BY threads per SM (512 threads,
  * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
- * threads: 64 registers, some spilled). */
-template <int K, int BY, int R, int C, int MinB, bool Cond>
+ * threads: 64 registers, some spilled). Diff (2 columns, conductances in
+ * registers): the steps of fed_pf_steps. */
+template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -2105,7 +2128,7 @@ __global__ void __launch_bounds__(32 * BY, MinB)
     /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
      * (2 x 4 pixels, three blocks per SM) */
     constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
-    fed_shfl_body<K, BY, R, C, Cond, SmemC>(
+    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC>(
         *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
         npix, steps, out, mask, nodata);
 }
@@ -2230,22 +2253,25 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int BY, int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
+template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false>
+const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond>;
-    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond>;
-    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond>;
-    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond>;
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff>;
     }
 }
 
-template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ)
+/* diff: the 8 x 2-pixel default with fed_pf_steps (the other shapes ignore it) */
+template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ, bool diff)
 {
     if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
         return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
     if (R == 8)
-        return fed_shfl_ptr_k<8, 8, 2, 2, Cond>(K);
+        return diff ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K)
+                    : fed_shfl_ptr_k<8, 8, 2, 2, Cond, false>(K);
     if (C == 2)
         return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
     return occ == 2 ? fed_shfl_ptr_k<16, 4, 4, 2, Cond>(K) : fed_shfl_ptr_k<16, 4, 4, 1, Cond>(K);
@@ -2253,10 +2279,10 @@ template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, i
 
 /* rows: region height (64, or 128 with 4 x 4 pixels per thread); cond:
  * conductances precomputed (diffuse_cond_body) or from g. */
-const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond)
+const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond, bool diff)
 {
-    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ)
-                : fed_shfl_ptr_c<false>(K, rows, R, C, occ);
+    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ, diff)
+                : fed_shfl_ptr_c<false>(K, rows, R, C, occ, diff);
 }
 
 /* sizeof(FedShflSmem) of a region of `rows` rows, R-row strips, C columns,
@@ -2382,7 +2408,8 @@ class EadpCuda {
     bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
     bool pfz = false;       /* fed_pfz_kernel: up to kPfzPhases launches in one */
     bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
-    bool sel_hi = false;    /* the first passes read the keys' high words (4 bytes) */
+    bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
+    bool diff = true;       /* fed_shfl_kernel's default shape with fed_pf_steps */
     size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
@@ -2515,7 +2542,8 @@ hyprof_status_t EadpCuda::plan()
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
-    sel_hi = env_int("HYPROF_EADP_SEL_HI", 0) != 0;
+    sel_hi = env_int("HYPROF_EADP_SEL_HI", 1) != 0;
+    diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
     if (sel_tail)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2594,7 +2622,7 @@ hyprof_status_t EadpCuda::plan()
         persist = 0;
     if (shfl)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
-            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond),
+            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
             cudaFuncAttributeMaxDynamicSharedMemorySize,
             (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
     /* $HYPROF_EADP_FED=pf: fed_shfl_kernel's default shape (8 x 2 pixels a
@@ -2954,7 +2982,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(
-                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond), grid,
+                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
                     dim3(32, (unsigned)(tile_rows / strip)), params,
                     fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
                 *cur ^= 1;
