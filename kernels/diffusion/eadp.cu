@@ -870,6 +870,13 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
     const double kb = k[b], k2 = mul_rn(kb, kb);
     const size_t off = (size_t)b * npix;
     for (int y0 = t.by * kPixBY; y0 < H; y0 += t.gdy * kPixBY) { /* uniform per block */
+        /* This pixel's input loaded before the diffusivities' pass (its
+         * latency under theirs instead of after the barrier). */
+        const int px = x0 + t.tx, py = y0 + t.ty;
+        const bool here = px < W && py < H;
+        const size_t p = (size_t)py * W + px, i = off + p;
+        const float xi = here ? x[i] : 0.0f;
+        const bool masked = here && mask && !mask[p];
         for (int e = tid; e < (kPixBY + 1) * (kPixBX + 1); e += kPixBX * kPixBY) {
             const int ry = e / (kPixBX + 1), rx = e % (kPixBX + 1), y = y0 + ry, xx = x0 + rx;
             gs[ry][rx] = y < H && xx < W
@@ -877,13 +884,11 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
                              : -1.0f;
         }
         HYPROF_EADP_SYNC();
-        const int xx = x0 + t.tx, y = y0 + t.ty;
-        if (xx < W && y < H) {
-            const size_t p = (size_t)y * W + xx, i = off + p;
+        if (here) {
             const float gp = gs[t.ty][t.tx];
-            u[i] = gp < 0.0f ? 0.0f : pos0(x[i]);
+            u[i] = gp < 0.0f ? 0.0f : pos0(xi);
             if (out) /* the profile's first band (copy_out_body's values) */
-                out[i] = mask && !mask[p] ? nodata : x[i];
+                out[i] = masked ? nodata : xi;
             ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
             cs[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
         }
