@@ -17,7 +17,14 @@
  *               the third one collects) of the order statistics that
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
- *               eadp.c (lo + t (hi - lo), the same fallbacks)
+ *               eadp.c (lo + t (hi - lo), the same fallbacks). The first
+ *               three passes read the keys' high words (written by the
+ *               gradient pass: their digits lie there; 4 bytes a pixel
+ *               instead of 8); the last three, their scans and k run in one
+ *               block per band (sel_tail_kernel, histograms in shared
+ *               memory: one launch instead of 7). 15:10 round (H100):
+ *               prepare 0.318 ms with the high words against 0.341, 0.365
+ *               with the 7 launches.
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
  *               for the float FED's default kernel (fed_shfl_body) the edge
  *               conductances towards the east and south neighbours instead
@@ -42,6 +49,10 @@
  *               (fewer instructions: it is issue-bound).
  *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
  *               regions (the default schedule's 28 steps in 4 launches),
+ *               the steps of fed_pf_steps (each difference of neighbours
+ *               formed once and negated for the other pixel: 7 flops per
+ *               pixel and step instead of 9, the same bits; inner regions
+ *               loaded without per-load conditions),
  *               each thread 2 columns x 8 rows in registers (256 threads a
  *               region, two regions per SM), the
  *               conductances loaded (not computed) per launch,
@@ -72,6 +83,15 @@
  *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
+ *               Persistent grids measured slower (15:10 round, H100, FED
+ *               of a call against 1.585 ms for fed_shfl_kernel):
+ *               fed_pf_kernel, whose CTAs copy their next region into
+ *               shared memory (cp.async) while computing one, 1.82 ms (the
+ *               issue slots were not fuller: 57 %, the copies' MIO queue
+ *               full), 1.70 with fed_pf_steps, 1.75 with regions drawn from
+ *               a counter; fed_pfz_kernel (an increment's 4 launches as
+ *               one, regions waiting for their neighbours' previous phase)
+ *               1.82 ms ($HYPROF_EADP_FED=pf, pfx, pfdx, pfz).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -125,6 +145,9 @@
  * shape of fed_shfl_body on a persistent grid whose CTAs copy their next
  * region into shared memory (cp.async) while computing one (fed_pf_kernel;
  * pfN: only N CTAs, for the tests);
+ * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
+ * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
+ * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
