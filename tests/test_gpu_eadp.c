@@ -166,6 +166,7 @@ static const variant_t g_variants[] = {
     {"fedpfdx3", "HYPROF_EADP_FED", "pfdx3", 1},  {"fedpfz", "HYPROF_EADP_FED", "pfz", 1},
     {"fedpfz3", "HYPROF_EADP_FED", "pfz3", 1},    {"seltail0", "HYPROF_EADP_SEL_TAIL", "0", 1},
     {"selhi0", "HYPROF_EADP_SEL_HI", "0", 1},     {"diff0", "HYPROF_EADP_DIFF", "0", 1},
+    {"preprows16", "HYPROF_EADP_PREP_ROWS", "16", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

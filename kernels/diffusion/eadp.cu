@@ -4,7 +4,7 @@
  * (grid z = band); the cube is uploaded once and nothing but the float profile
  * bands and the contrasts come back.
  *
- *   prep        per 32 x 16 tile: H = Gx * (m u) and Gx * m of the rows it
+ *   prep        per 32 x 32 tile (32 x 16 for radii above 4): H = Gx * (m u) and Gx * m of the rows it
  *               needs (shared memory), s = Gy * H / Gy * Hm (0 where the
  *               denominator is 0), G = gx^2 + gy^2 (Scharr); per band counts
  *               of valid, G == 0 and G > 0. For sigma > 8/3 (radius > 8):
@@ -130,6 +130,8 @@
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
  * FED launches of an increment n bands at a time (their data stays in L2);
+ * $HYPROF_EADP_PREP_ROWS=16 prep_kernel on 16-row tiles for radii up to 4 too
+ * (32 rows by default there);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
  * $HYPROF_EADP_COLS=4 gives fed_shfl_body's threads 4 columns instead of 2
@@ -484,11 +486,14 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
  * reflect(y0 - 1 - r + k)), then s over the tile plus a 1-pixel border (S),
  * then G and the counts. The same operations in the same order as the three
  * kernels, so the same bits; r <= kPrepMaxR. */
-const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
-const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
+/* Tile height: 32 rows up to radius 4 (the horizontal sums' halo rows
+ * 1.25 times the tile instead of 1.5; 41 KiB of shared memory), 16 above. */
+const int kPrepTX = 32, kPrepMaxR = 8;
+constexpr int prep_ty(int r) { return r <= 4 ? 32 : 16; }
+const int kPrepSW = kPrepTX + 2;
 const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
 
-template <int RT>
+template <int RT, int kPrepTY = prep_ty(RT)>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
                               unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
@@ -2004,17 +2009,18 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, Kh, cnt);
 }
 
-template <int RT>
+template <int RT, int TY = prep_ty(RT)>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
                 size_t npix, const double *__restrict__ w, double *__restrict__ G,
                 unsigned *__restrict__ Kh, u64 *__restrict__ cnt)
 {
-    __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
-    __shared__ float Xv[kPrepHR][kPrepXW];
-    __shared__ unsigned char Xm[kPrepHR][kPrepXW];
+    constexpr int HR = TY + 2 + 2 * RT;
+    __shared__ double Hn[HR][kPrepSW], Hd[HR][kPrepSW], S[TY + 2][kPrepSW];
+    __shared__ float Xv[HR][kPrepXW];
+    __shared__ unsigned char Xm[HR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, Kh,
+    prep_body<RT, TY>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, Kh,
                   cnt);
 }
 
@@ -2441,6 +2447,7 @@ class EadpCuda {
     size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
+    bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
@@ -2585,6 +2592,7 @@ hyprof_status_t EadpCuda::plan()
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     const char *prep = getenv("HYPROF_EADP_PREP");
     fused_prep = !(prep && strcmp(prep, "split") == 0);
+    prep16 = env_int("HYPROF_EADP_PREP_ROWS", 32) == 16;
     const int rows_env = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32);
     tile_rows = rows_env == 64 || rows_env == 128 ? rows_env : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
@@ -2837,16 +2845,17 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     if (pfz)
         HYPROF_CUDA_CHECK(
             cudaMemsetAsync(dev<unsigned>(L.flags), 0, pfz_rpb * nb * sizeof(unsigned), st));
-    const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
+    const int pty = prep16 ? 16 : prep_ty(r);
+    const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
         void (*pk)(const float *, const uint8_t *, int, int, size_t, const double *, double *,
                    unsigned *, u64 *) = prep_kernel<8>;
         switch (r) { /* r <= kPrepMaxR = 8 here */
-        case 1: pk = prep_kernel<1>; break;
-        case 2: pk = prep_kernel<2>; break;
-        case 3: pk = prep_kernel<3>; break;
-        case 4: pk = prep_kernel<4>; break;
+        case 1: pk = prep16 ? prep_kernel<1, 16> : prep_kernel<1>; break;
+        case 2: pk = prep16 ? prep_kernel<2, 16> : prep_kernel<2>; break;
+        case 3: pk = prep16 ? prep_kernel<3, 16> : prep_kernel<3>; break;
+        case 4: pk = prep16 ? prep_kernel<4, 16> : prep_kernel<4>; break;
         case 5: pk = prep_kernel<5>; break;
         case 6: pk = prep_kernel<6>; break;
         case 7: pk = prep_kernel<7>; break;
