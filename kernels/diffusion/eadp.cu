@@ -4,10 +4,12 @@
  * (grid z = band); the cube is uploaded once and nothing but the float profile
  * bands and the contrasts come back.
  *
- *   prep        per 32 x 32 tile (32 x 16 for radii above 4): H = Gx * (m u) and Gx * m of the rows it
- *               needs (shared memory), s = Gy * H / Gy * Hm (0 where the
- *               denominator is 0), G = gx^2 + gy^2 (Scharr); per band counts
- *               of valid, G == 0 and G > 0. For sigma > 8/3 (radius > 8):
+ *   prep        per 32 x 32 tile (32 x 16 for radii above 4): H = Gx * (m u)
+ *               and Gx * m of the rows it needs (shared memory), s = Gy * H /
+ *               Gy * Hm (0 where the denominator is 0), G = gx^2 + gy^2
+ *               (Scharr) and the high word of G's selection key; per band
+ *               counts of valid, G == 0 and G > 0. For sigma > 8/3 (radius
+ *               > 8):
  *   gauss_h     H = Gx * (m u) for every band, and Gx * m as one extra "band"
  *   gauss_v     s = Gy * H_band / Gy * H_mask
  *   scharr      G and the counts
