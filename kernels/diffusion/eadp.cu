@@ -24,9 +24,10 @@
  *               gradient pass: their digits lie there; 4 bytes a pixel
  *               instead of 8); the last three, their scans and k run in one
  *               block per band (sel_tail_kernel, histograms in shared
- *               memory: one launch instead of 7). 15:10 round (H100):
- *               prepare 0.318 ms with the high words against 0.341, 0.365
- *               with the 7 launches.
+ *               memory: one launch instead of 7). 15:50 round (H100,
+ *               Nsight, one call): selection 0.101 ms (main 0.141), prep
+ *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
+ *               0.264 ms of event time against 0.324 with all four off.
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
  *               for the float FED's default kernel (fed_shfl_body) the edge
  *               conductances towards the east and south neighbours instead
@@ -85,6 +86,11 @@
  *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
+ *               15:50 round (H100, Nsight): 44.9 us a launch with
+ *               fed_pf_steps and the inner loads (21.0 M instructions, 50 %
+ *               issue, long-scoreboard and LSU-throttle stalls) against
+ *               46.8 us without (24.9 M, 56 %); FED 1.50 ms a call (main
+ *               1.53), event time 1.542 ms (1.55 TB/s counted per launch).
  *               Persistent grids measured slower (15:10 round, H100, FED
  *               of a call against 1.585 ms for fed_shfl_kernel):
  *               fed_pf_kernel, whose CTAs copy their next region into
