@@ -52,7 +52,7 @@
  *               (fewer instructions: it is issue-bound).
  *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
  *               regions (the default schedule's 28 steps in 4 launches),
- *               the steps of fed_pf_steps (each difference of neighbours
+ *               the steps of fed_shfl_steps_diff (each difference of neighbours
  *               formed once and negated for the other pixel: 7 flops per
  *               pixel and step instead of 9, the same bits; inner regions
  *               loaded without per-load conditions),
@@ -87,19 +87,14 @@
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
  *               15:50 round (H100, Nsight): 44.9 us a launch with
- *               fed_pf_steps and the inner loads (21.0 M instructions, 50 %
+ *               fed_shfl_steps_diff and the inner loads (21.0 M instructions, 50 %
  *               issue, long-scoreboard and LSU-throttle stalls) against
  *               46.8 us without (24.9 M, 56 %); FED 1.50 ms a call (main
  *               1.53), event time 1.542 ms (1.55 TB/s counted per launch).
- *               Persistent grids measured slower (15:10 round, H100, FED
- *               of a call against 1.585 ms for fed_shfl_kernel):
- *               fed_pf_kernel, whose CTAs copy their next region into
- *               shared memory (cp.async) while computing one, 1.82 ms (the
- *               issue slots were not fuller: 57 %, the copies' MIO queue
- *               full), 1.70 with fed_pf_steps, 1.75 with regions drawn from
- *               a counter; fed_pfz_kernel (an increment's 4 launches as
- *               one, regions waiting for their neighbours' previous phase)
- *               1.82 ms ($HYPROF_EADP_FED=pf, pfx, pfdx, pfz).
+ *               Not kept: a persistent grid whose CTAs prefetch their next
+ *               region (cp.async) while computing one, tried in the 15:10
+ *               round: FED 1.70-1.82 ms a call against 1.585 (H100; issue
+ *               slots no fuller, the copies' MIO queue full).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -151,10 +146,7 @@
  * $HYPROF_EADP_TILE_ROWS=128 128 x 128 regions of 1024 threads (the same);
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
- * instructions); $HYPROF_EADP_FED=pad the padded kernel; =pf the default
- * shape of fed_shfl_body on a persistent grid whose CTAs copy their next
- * region into shared memory (cp.async) while computing one (fed_pf_kernel;
- * pfN: only N CTAs, for the tests);
+ * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
  * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
@@ -173,7 +165,6 @@
 #include <cmath>
 #include <cuda_pipeline.h>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -307,7 +298,7 @@ HYPROF_EADP_FN int reflect_index(int i, int n)
 }
 
 /* x, with -0 as +0: the float FED's u never holds -0 (an update is -0 only
- * from a -0), which lets fed_pf_steps negate differences instead of
+ * from a -0), which lets fed_shfl_steps_diff negate differences instead of
  * recomputing them and still round like fed_update, sign of 0 included. */
 HYPROF_EADP_FN float pos0(float x)
 {
@@ -1190,7 +1181,7 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
 
 /* fed_shfl_body's K steps on the region in registers (u; the conductances
  * ce, cs, cwl: of the column left of the thread's, cn0: of the row above
- * its strip; or in `cc` with SmemC), shared by fed_pf_body. */
+ * its strip; or in `cc` with SmemC). */
 template <int K, int BY, int R, int C, bool SmemC>
 __device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
                                                const FedShflCond<BY, R, C> &cc,
@@ -1274,10 +1265,11 @@ __device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
  * a thread's first column comes from its left neighbour's last one by a
  * shuffle (instead of its u). */
 template <int K, int BY, int R>
-__device__ __forceinline__ void fed_pf_steps(FedShflSmem<K, BY, R, 2> &sm, float (&u)[R][2],
-                                             const float (&ce)[R][2], const float (&cs)[R][2],
-                                             const float (&cwl)[R], const float (&cn0)[2],
-                                             const FedStepsF &steps)
+__device__ __forceinline__ void fed_shfl_steps_diff(FedShflSmem<K, BY, R, 2> &sm,
+                                                    float (&u)[R][2], const float (&ce)[R][2],
+                                                    const float (&cs)[R][2],
+                                                    const float (&cwl)[R], const float (&cn0)[2],
+                                                    const FedStepsF &steps)
 {
     const int C = 2, RH = BY * R;
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
@@ -1479,349 +1471,10 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
     if constexpr (Diff) /* 2 columns, conductances in registers */
-        fed_pf_steps<K, BY, R>(sm, u, ce, cs, cwl, cn0, steps);
+        fed_shfl_steps_diff<K, BY, R>(sm, u, ce, cs, cwl, cn0, steps);
     else
         fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
     fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, x0, y0, W, H, nodata);
-}
-
-/* Persistent fed_shfl_body (8-row strips, 2 columns, 64 x 64 regions, the
- * conductances in registers): gridDim.x CTAs (as many as fit on the device
- * at once) take regions blockIdx.x, + gridDim.x, ... of the launch's (band,
- * row, column) sequence. While one region's K steps run in registers, the
- * next region's u, ce and cs (and ce of the column left of it, cs of the row
- * above it) come into shared memory by asynchronous copies (cp.async, sm_80
- * and later; zero-filled outside the image, as fed_shfl_body's loads), so
- * loading and computing overlap inside each CTA instead of only between the
- * CTAs of an SM. The same steps (fed_shfl_steps) on the same values: the
- * same bits. */
-const int kPfRegion = 64;
-template <int K> struct __align__(16) FedPfSmem {
-    FedShflSmem<K, 8, 8, 2> e; /* the strips' edge rows */
-    float u[kPfRegion][kPfRegion], ce[kPfRegion][kPfRegion], cs[kPfRegion][kPfRegion];
-    float cw[kPfRegion]; /* ce of the column left of the region, per row */
-    float cn[kPfRegion]; /* cs of the row above the region, per column */
-    int ticket[2];       /* Dyn: the regions drawn (alternately) */
-};
-
-/* 4 bytes global -> shared, or 4 zero bytes (nothing read) when !in. */
-__device__ __forceinline__ void cp_async4(float *dst, const float *src, bool in)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
-                 "r"(in ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all()
-{
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* Region t of the sequence: column bx, row by, band bz. */
-__device__ __forceinline__ void fed_pf_region(int t, int gx, int gy, int &bx, int &by, int &bz)
-{
-    const int per = gx * gy;
-    bz = t / per;
-    const int r = t - bz * per;
-    by = r / gx;
-    bx = r - by * gx;
-}
-
-/* Starts the copies of region t into sm (each thread one column, every
- * fourth row; the first 128 threads also the left column and the row above). */
-template <int K>
-__device__ __forceinline__ void fed_pf_issue(FedPfSmem<K> &sm, int t, int gx, int gy,
-                                             const float *uin, const float *ceg,
-                                             const float *csg, int W, int H, size_t npix)
-{
-    const int O = kPfRegion - 2 * K;
-    int bx, by, bz;
-    fed_pf_region(t, gx, gy, bx, by, bz);
-    const int tid = (int)(threadIdx.y * 32 + threadIdx.x);
-    const int xr = bx * O - K, yr = by * O - K;
-    const size_t boff = (size_t)bz * npix;
-    const float *ub = uin + boff, *eb = ceg + boff, *sb = csg + boff;
-    const int col = tid & (kPfRegion - 1), row0 = tid / kPfRegion;
-    const int x = xr + col;
-    const bool cin = (unsigned)x < (unsigned)W;
-#pragma unroll
-    for (int k = 0; k < kPfRegion / 4; ++k) {
-        const int row = row0 + 4 * k, y = yr + row;
-        const bool in = cin && (unsigned)y < (unsigned)H;
-        const int o = in ? y * W + x : 0;
-        cp_async4(&sm.u[row][col], ub + o, in);
-        cp_async4(&sm.ce[row][col], eb + o, in);
-        cp_async4(&sm.cs[row][col], sb + o, in);
-    }
-    if (tid < kPfRegion) {
-        const int y = yr + tid, xx = xr - 1;
-        const bool in = (unsigned)xx < (unsigned)W && (unsigned)y < (unsigned)H;
-        cp_async4(&sm.cw[tid], eb + (in ? y * W + xx : 0), in);
-    } else if (tid < 2 * kPfRegion) {
-        const int y = yr - 1, xx = xr + tid - kPfRegion;
-        const bool in = (unsigned)xx < (unsigned)W && (unsigned)y < (unsigned)H;
-        cp_async4(&sm.cn[tid - kPfRegion], sb + (in ? y * W + xx : 0), in);
-    }
-    cp_async_commit();
-}
-
-/* Dyn: the regions in the order the CTAs draw them from counter[0] (each
- * CTA's next region when it starts one: the CTAs that share an SM with a
- * finished one draw more); the last CTA to finish sets counter[0] and
- * counter[1] (the CTAs done) back to 0 for the next launch. Otherwise
- * regions blockIdx.x, + gridDim.x, ... */
-template <int K, bool Dyn, bool Diff>
-__global__ void __launch_bounds__(256, 2)
-    fed_pf_kernel(const float *__restrict__ uin, float *__restrict__ uout,
-                  const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
-                  size_t npix, int gx, int gy, int nregions,
-                  const __grid_constant__ FedStepsF steps, float *__restrict__ out,
-                  const uint8_t *__restrict__ mask, float nodata, unsigned *counter)
-{
-    const int BY = 8, R = 8, C = 2, O = kPfRegion - 2 * K;
-    extern __shared__ float4 fed_pf_smem[];
-    FedPfSmem<K> &sm = *reinterpret_cast<FedPfSmem<K> *>(fed_pf_smem);
-    const FedShflCond<BY, R, C> &cc = *reinterpret_cast<const FedShflCond<BY, R, C> *>(&sm + 1);
-    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
-    const int c0 = C * lane, rb = w * R;
-    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
-        const float z[C] = {0.0f, 0.0f};
-        for (int p = 0; p < 2; ++p)
-            sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
-    }
-    const int tid = w * 32 + lane;
-    /* t: this region, tn: the next one. Dyn: each iteration draws the
-     * region after tn (the atomic's round trip hidden behind the steps) and
-     * publishes it at its end; the next iteration reads it after its first
-     * barrier (slots alternate: a slot is rewritten two iterations after it
-     * was read). */
-    int t = (int)blockIdx.x, tn = t + (int)gridDim.x;
-    if (Dyn) {
-        if (tid == 0) {
-            sm.ticket[0] = (int)atomicAdd(counter, 1u);
-            sm.ticket[1] = (int)atomicAdd(counter, 1u);
-        }
-        __syncthreads();
-        t = sm.ticket[0];
-        tn = sm.ticket[1];
-    }
-    if (t < nregions)
-        fed_pf_issue<K>(sm, t, gx, gy, uin, ceg, csg, W, H, npix);
-    for (int it = 0; t < nregions; ++it) {
-        int drawn = 0;
-        if (Dyn && tid == 0)
-            drawn = (int)atomicAdd(counter, 1u);
-        cp_async_wait_all();
-        __syncthreads();
-        if (Dyn && it > 0)
-            tn = sm.ticket[(it - 1) & 1];
-        float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            sm_load<C>(&sm.u[rb + i][c0], u[i]);
-            sm_load<C>(&sm.ce[rb + i][c0], ce[i]);
-            sm_load<C>(&sm.cs[rb + i][c0], cs[i]);
-            cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
-        }
-        sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
-        __syncthreads(); /* the stage is free: the next region's copies */
-        if (tn < nregions)
-            fed_pf_issue<K>(sm, tn, gx, gy, uin, ceg, csg, W, H, npix);
-        if (Diff)
-            fed_pf_steps<K, BY, R>(sm.e, u, ce, cs, cwl, cn0, steps);
-        else
-            fed_shfl_steps<K, BY, R, C, false>(sm.e, cc, u, ce, cs, cwl, cn0, steps);
-        int bx, by, bz;
-        fed_pf_region(t, gx, gy, bx, by, bz);
-        const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
-        fed_shfl_store<K, BY, R, C>(u, uout, out, mask, (size_t)bz * npix, y0 * W + x0, x0, y0,
-                                    W, H, nodata);
-        if (Dyn && tid == 0)
-            sm.ticket[it & 1] = drawn;
-        t = tn;
-        if (!Dyn)
-            tn += (int)gridDim.x;
-    }
-    if (Dyn && tid == 0) {
-        __threadfence(); /* this CTA's last draw before its count */
-        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-            counter[0] = 0;
-            counter[1] = 0;
-        }
-    }
-}
-
-/* Up to kPfzPhases launches of fed_pf_kernel (drawn regions, fed_pf_steps)
- * as one: ticket T is region T % nregions of phase T / nregions (phase L
- * reads src[L] and writes src[L + 1]: uin, three scratch buffers, uout;
- * each buffer is read in one phase only, so no SM's L1 can hold a line of it
- * from before it was written). A region of phase L >= 1 starts copying once
- * the 3 x 3 regions around it (the ones its halo reaches: K + 31 < 64 - 2K
- * keeps a 128-byte line of the input inside them) have finished phase L - 1:
- * flags[r] = epoch + phases done (release: the CTA's stores, a barrier, a
- * fence, the flag; acquire: the flag, a fence, a barrier). The next
- * region's flags are looked at once, when its copies would start; if they
- * are not there yet, the copies start after this region's steps, waiting
- * (the CTA then holds no region below the one it waits for: the lowest
- * unfinished ticket always progresses). counter: [0] tickets, [1] CTAs done,
- * [2] the epoch (phases finished by earlier launches), advanced by the last
- * CTA. */
-const int kPfzPhases = 4;
-struct FedPhases {
-    FedStepsF ph[kPfzPhases];
-    float *buf[kPfzPhases + 1]; /* src of phase L: buf[L]; its dst: buf[L + 1] */
-    int n;                      /* phases */
-};
-
-/* Whether region t's 3 x 3 neighbourhood (dependency `tid`, 0..8) has
- * finished the phase before t's; true for phase 0 and outside the grid. */
-__device__ __forceinline__ bool fed_pfz_ready(const unsigned *flags, int t, int nregions, int gx,
-                                              int gy, unsigned need0, int tid)
-{
-    const int L = t / nregions, r = t - L * nregions;
-    if (L == 0 || tid >= 9)
-        return true;
-    int bx, by, bz;
-    fed_pf_region(r, gx, gy, bx, by, bz);
-    const int nx = bx + tid % 3 - 1, ny = by + tid / 3 - 1;
-    if (nx < 0 || nx >= gx || ny < 0 || ny >= gy)
-        return true;
-    const unsigned f = *(volatile const unsigned *)&flags[(bz * gy + ny) * gx + nx];
-    return (int)(f - (need0 + (unsigned)L)) >= 0;
-}
-
-template <int K>
-__global__ void __launch_bounds__(256, 2)
-    fed_pfz_kernel(const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
-                   size_t npix, int gx, int gy, int nregions,
-                   const __grid_constant__ FedPhases phs, float *__restrict__ out,
-                   const uint8_t *__restrict__ mask, float nodata, unsigned *counter,
-                   unsigned *flags)
-{
-    const int BY = 8, R = 8, C = 2, O = kPfRegion - 2 * K;
-    extern __shared__ float4 fed_pf_smem[];
-    FedPfSmem<K> &sm = *reinterpret_cast<FedPfSmem<K> *>(fed_pf_smem);
-    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
-    const int c0 = C * lane, rb = w * R;
-    const int tid = w * 32 + lane, total = phs.n * nregions;
-    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
-        const float z[C] = {0.0f, 0.0f};
-        for (int p = 0; p < 2; ++p)
-            sm_store<C>(w == 0 ? &sm.e.bot[p][0][c0] : &sm.e.top[p][BY][c0], z);
-    }
-    const unsigned epoch = *(volatile unsigned *)&counter[2];
-    if (tid == 0) {
-        sm.ticket[0] = (int)atomicAdd(counter, 1u);
-        sm.ticket[1] = (int)atomicAdd(counter, 1u);
-    }
-    __syncthreads();
-    int t = sm.ticket[0], tn = sm.ticket[1];
-    if (t < total) { /* may wait: this CTA holds nothing below t */
-        while (!__syncthreads_and(fed_pfz_ready(flags, t, nregions, gx, gy, epoch, tid)))
-            ;
-        if (tid < 9)
-            __threadfence();
-        __syncthreads();
-        const int L = t / nregions;
-        fed_pf_issue<K>(sm, t - L * nregions, gx, gy, phs.buf[L], ceg, csg, W, H, npix);
-    }
-    for (int it = 0; t < total; ++it) {
-        int drawn = 0;
-        if (tid == 0)
-            drawn = (int)atomicAdd(counter, 1u);
-        cp_async_wait_all();
-        __syncthreads();
-        if (it > 0)
-            tn = sm.ticket[(it - 1) & 1];
-        float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C];
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            sm_load<C>(&sm.u[rb + i][c0], u[i]);
-            sm_load<C>(&sm.ce[rb + i][c0], ce[i]);
-            sm_load<C>(&sm.cs[rb + i][c0], cs[i]);
-            cwl[i] = *(lane == 0 ? &sm.cw[rb + i] : &sm.ce[rb + i][c0 - 1]);
-        }
-        sm_load<C>(w == 0 ? &sm.cn[c0] : &sm.cs[rb - 1][c0], cn0);
-        /* the stage is free; whether tn's inputs are ready (acquire: fence) */
-        const bool rd = tn < total && fed_pfz_ready(flags, tn, nregions, gx, gy, epoch, tid);
-        if (tid < 9)
-            __threadfence();
-        const bool ready = __syncthreads_and(tn >= total || rd);
-        const int Ln = tn / nregions;
-        if (tn < total && ready)
-            fed_pf_issue<K>(sm, tn - Ln * nregions, gx, gy, phs.buf[Ln], ceg, csg, W, H, npix);
-        const int L = t / nregions, r = t - L * nregions;
-        fed_pf_steps<K, BY, R>(sm.e, u, ce, cs, cwl, cn0, phs.ph[L]);
-        int bx, by, bz;
-        fed_pf_region(r, gx, gy, bx, by, bz);
-        const int x0 = bx * O - K + c0, y0 = by * O - K + rb;
-        fed_shfl_store<K, BY, R, C>(u, phs.buf[L + 1], L == phs.n - 1 ? out : NULL, mask,
-                                    (size_t)bz * npix, y0 * W + x0, x0, y0, W, H, nodata);
-        __syncthreads(); /* the region's stores, then its flag (release) */
-        if (tid == 0) {
-            __threadfence();
-            atomicExch(&flags[r], epoch + (unsigned)L + 1u);
-            sm.ticket[it & 1] = drawn;
-        }
-        if (tn < total && !ready) { /* now waits: this CTA holds nothing below tn */
-            while (!__syncthreads_and(fed_pfz_ready(flags, tn, nregions, gx, gy, epoch, tid)))
-                ;
-            if (tid < 9)
-                __threadfence();
-            __syncthreads();
-            fed_pf_issue<K>(sm, tn - Ln * nregions, gx, gy, phs.buf[Ln], ceg, csg, W, H, npix);
-        }
-        t = tn;
-    }
-    if (tid == 0) {
-        __threadfence(); /* this CTA's last draw before its count */
-        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-            counter[0] = 0;
-            counter[1] = 0;
-            counter[2] = epoch + (unsigned)phs.n;
-        }
-    }
-}
-
-const void *fed_pfz_ptr(int K)
-{
-    switch (K) {
-    case 4: return (const void *)fed_pfz_kernel<4>;
-    case 6: return (const void *)fed_pfz_kernel<6>;
-    case 8: return (const void *)fed_pfz_kernel<8>;
-    default: return (const void *)fed_pfz_kernel<7>;
-    }
-}
-
-template <bool Dyn, bool Diff> const void *fed_pf_ptr_k(int K)
-{
-    switch (K) {
-    case 4: return (const void *)fed_pf_kernel<4, Dyn, Diff>;
-    case 6: return (const void *)fed_pf_kernel<6, Dyn, Diff>;
-    case 8: return (const void *)fed_pf_kernel<8, Dyn, Diff>;
-    default: return (const void *)fed_pf_kernel<7, Dyn, Diff>;
-    }
-}
-/* dyn: regions drawn from a counter; diff: fed_pf_steps */
-const void *fed_pf_ptr(int K, bool dyn, bool diff)
-{
-    if (dyn)
-        return diff ? fed_pf_ptr_k<true, true>(K) : fed_pf_ptr_k<true, false>(K);
-    return diff ? fed_pf_ptr_k<false, true>(K) : fed_pf_ptr_k<false, false>(K);
-}
-
-size_t fed_pf_smem_bytes(int K)
-{
-    switch (K) {
-    case 4: return sizeof(FedPfSmem<4>);
-    case 6: return sizeof(FedPfSmem<6>);
-    case 8: return sizeof(FedPfSmem<8>);
-    default: return sizeof(FedPfSmem<7>);
-    }
 }
 
 /* The fused FED steps with a persistent grid: each CTA takes tiles
@@ -2158,7 +1811,7 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
  * 128-row ones); at least MinB blocks of 32 BY threads per SM (512 threads,
  * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
  * threads: 64 registers, some spilled). Diff (2 columns, conductances in
- * registers): the steps of fed_pf_steps. */
+ * registers): the steps of fed_shfl_steps_diff. */
 template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
@@ -2306,7 +1959,7 @@ const void *fed_shfl_ptr_k(int K)
     }
 }
 
-/* diff: the 8 x 2-pixel default with fed_pf_steps (the other shapes ignore it) */
+/* diff: the 8 x 2-pixel default with fed_shfl_steps_diff (the other shapes ignore it) */
 template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ, bool diff)
 {
     if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
@@ -2375,8 +2028,7 @@ class GraphExec {
 
 /* Byte offsets of the device buffers inside one allocation. */
 struct Layout {
-    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, pfc, pfz, flags, slot0, slot_bytes,
-        total;
+    size_t mask, w, x, A, B, gm, cnt, st, hist, k, ncand, slot0, slot_bytes, total;
 };
 
 const size_t kHuge = (size_t)1 << 62; /* "does not fit" */
@@ -2391,10 +2043,7 @@ size_t take(size_t *off, size_t bytes)
     return o;
 }
 
-/* tmp_planes: float planes per band for fed_pfz_kernel's phases; rpb: its
- * regions per band (one flag each). */
-Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots,
-                   size_t tmp_planes, size_t rpb)
+Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
 {
     Layout L;
     size_t off = 0;
@@ -2410,9 +2059,6 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots,
     L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
-    L.pfc = take(&off, 3 * sizeof(unsigned));
-    L.pfz = take(&off, mul_sat(mul_sat(fband, nb), tmp_planes));
-    L.flags = take(&off, mul_sat(rpb * sizeof(unsigned), nb));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
@@ -2444,15 +2090,9 @@ class EadpCuda {
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
-    bool pf = false;        /* fed_shfl_kernel's steps on a persistent grid (fed_pf_kernel) */
-    int pf_ctas = 0;        /* its CTAs: as many as fit on the device at once */
-    bool pf_dyn = false;    /* fed_pf_kernel's CTAs draw their regions (L.pfc) */
-    bool pf_diff = false;   /* fed_pf_kernel with fed_pf_steps */
-    bool pfz = false;       /* fed_pfz_kernel: up to kPfzPhases launches in one */
     bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
-    bool diff = true;       /* fed_shfl_kernel's default shape with fed_pf_steps */
-    size_t pfz_planes = 0, pfz_rpb = 0; /* its scratch planes, regions per band */
+    bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
     bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
@@ -2493,8 +2133,6 @@ class EadpCuda {
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
                                int *cur, float *out = NULL);
-    hyprof_status_t launch_pfz(const std::vector<double> &steps, size_t b0, size_t nb, int *cur,
-                               float *out);
     bool output_in_fed(size_t nsteps, size_t nb) const;
 
     hyprof_status_t check_args();
@@ -2669,40 +2307,6 @@ hyprof_status_t EadpCuda::plan()
             fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
             cudaFuncAttributeMaxDynamicSharedMemorySize,
             (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
-    /* $HYPROF_EADP_FED=pf: fed_shfl_kernel's default shape (8 x 2 pixels a
-     * thread, conductances loaded) on a persistent grid that prefetches. */
-    pf = shfl && cond && strip == 8 && cols == 2 && occ == 2 && tile_rows == kPfRegion &&
-         fedk && strncmp(fedk, "pf", 2) == 0;
-    if (pf) {
-        const int O = kPfRegion - 2 * fuse;
-        const double regions = (double)((W + O - 1) / O) * (double)((H + O - 1) / O) *
-                               (double)(a->bands < 65534 ? a->bands : 65534);
-        pf = regions < (double)INT_MAX;
-    }
-    if (pf) {
-        /* pf, then d (regions drawn), x (fed_pf_steps), N (tests: N CTAs) */
-        const char *opt = fedk + 2;
-        for (; *opt == 'd' || *opt == 'x' || *opt == 'z'; ++opt)
-            (*opt == 'd' ? pf_dyn : *opt == 'x' ? pf_diff : pfz) = true;
-        if (pfz) {
-            const int O = kPfRegion - 2 * fuse;
-            pf_dyn = pf_diff = true;
-            pfz_planes = kPfzPhases - 1;
-            pfz_rpb = (size_t)((W + O - 1) / O) * (size_t)((H + O - 1) / O);
-        }
-        const void *fn = pfz ? fed_pfz_ptr(fuse) : fed_pf_ptr(fuse, pf_dyn, pf_diff);
-        const size_t bytes = fed_pf_smem_bytes(fuse);
-        HYPROF_CUDA_CHECK(
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-        int dev = 0, sms = 0, per_sm = 0;
-        HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
-        pf_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
-        const int few = atoi(opt);
-        if (few > 0 && few < pf_ctas)
-            pf_ctas = few;
-    }
     if (fuse > 1 && !shfl) {
         /* Opt in to the dynamic shared memory of the kernel in use (64 KiB > 48). */
         const int bytes = (int)fed_smem_bytes(f32, tile_rows, persist != 0);
@@ -2739,7 +2343,7 @@ hyprof_status_t EadpCuda::plan()
         size_t lo = 0, hi = maxg; /* largest nb with plan_layout(nb).total <= budget */
         while (lo < hi) {
             size_t mid = lo + (hi - lo + 1) / 2;
-            if (plan_layout(npix, has_mask, r, mid, ns, pfz_planes, pfz_rpb).total <= budget)
+            if (plan_layout(npix, has_mask, r, mid, ns).total <= budget)
                 lo = mid;
             else
                 hi = mid - 1;
@@ -2757,8 +2361,8 @@ hyprof_status_t EadpCuda::plan()
                              "not enough device memory for one %zu x %zu band (%zu bytes "
                              "usable, %zu needed)",
                              a->width, a->height, budget,
-                             plan_layout(npix, has_mask, r, 1, 1, pfz_planes, pfz_rpb).total);
-    L = plan_layout(npix, has_mask, r, group, nslots, pfz_planes, pfz_rpb);
+                             plan_layout(npix, has_mask, r, 1, 1).total);
+    L = plan_layout(npix, has_mask, r, group, nslots);
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
     HYPROF_TRY(xs.create(ctx, op));
@@ -2848,11 +2452,6 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
-    if (pf_dyn) /* fed_pf_kernel's counters (each launch leaves them at 0), pfz's flags */
-        HYPROF_CUDA_CHECK(cudaMemsetAsync(dev<unsigned>(L.pfc), 0, 3 * sizeof(unsigned), st));
-    if (pfz)
-        HYPROF_CUDA_CHECK(
-            cudaMemsetAsync(dev<unsigned>(L.flags), 0, pfz_rpb * nb * sizeof(unsigned), st));
     const int pty = prep16 ? 16 : prep_ty(r);
     const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
@@ -2973,8 +2572,6 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
     cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
-    if (pfz && sizeof(T) == sizeof(float))
-        return launch_pfz(steps, b0, nb, cur, out);
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
         const T *uin = ubuf<T>(*cur) + b0 * npix;
         T *uout = ubuf<T>(*cur ^ 1) + b0 * npix;
@@ -3008,21 +2605,6 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
                 const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
                 float nodata = a->nodata;
-                if (pf) {
-                    int gx = (int)grid.x, gy = (int)grid.y;
-                    int nr = gx * gy * (int)nb;
-                    const unsigned ctas = (unsigned)(nr < pf_ctas ? nr : pf_ctas);
-                    unsigned *ctr = dev<unsigned>(L.pfc);
-                    void *pp[] = {(void *)&ui,   (void *)&uo,     (void *)&ce,  (void *)&cs,
-                                  (void *)&W,    (void *)&H,      (void *)&npix, (void *)&gx,
-                                  (void *)&gy,   (void *)&nr,     (void *)&ff,  (void *)&o,
-                                  (void *)&mask, (void *)&nodata, (void *)&ctr};
-                    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pf_ptr(fuse, pf_dyn, pf_diff), dim3(ctas),
-                                                       dim3(32, 8), pp,
-                                                       fed_pf_smem_bytes(fuse), st));
-                    *cur ^= 1;
-                    continue;
-                }
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
@@ -3062,47 +2644,6 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
     return HYPROF_OK;
 }
 
-/* launch_fed with fed_pfz_kernel: kPfzPhases launches of `fuse` steps in one. */
-hyprof_status_t EadpCuda::launch_pfz(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur, float *out)
-{
-    cudaStream_t st = cs.get();
-    const size_t per = (size_t)fuse, chunk = per * kPfzPhases;
-    const int O = kPfRegion - 2 * fuse;
-    int gx = (W + O - 1) / O, gy = (H + O - 1) / O, nr = gx * gy * (int)nb;
-    const unsigned ctas = (unsigned)(nr < pf_ctas ? nr : pf_ctas);
-    const float *ce = dev<float>(L.gm) + b0 * npix;
-    const float *cs_ = ce + group * npix;
-    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
-    float nodata = a->nodata;
-    unsigned *ctr = dev<unsigned>(L.pfc), *flags = dev<unsigned>(L.flags);
-    for (size_t s0 = 0; s0 < steps.size(); s0 += chunk) {
-        FedPhases ph;
-        memset(&ph, 0, sizeof ph);
-        const size_t n = steps.size() - s0 < chunk ? steps.size() - s0 : chunk;
-        ph.n = (int)((n + per - 1) / per);
-        for (int L_ = 0; L_ < ph.n; ++L_) {
-            const size_t j0 = s0 + (size_t)L_ * per;
-            ph.ph[L_].n = (int)(steps.size() - j0 < per ? steps.size() - j0 : per);
-            for (int j = 0; j < ph.ph[L_].n; ++j)
-                ph.ph[L_].tau[j] = (float)steps[j0 + (size_t)j];
-        }
-        ph.buf[0] = ubuf<float>(*cur) + b0 * npix;
-        for (int L_ = 1; L_ < ph.n; ++L_)
-            ph.buf[L_] = dev<float>(L.pfz) + ((size_t)(L_ - 1) * group + b0) * npix;
-        ph.buf[ph.n] = ubuf<float>(*cur ^ 1) + b0 * npix;
-        float *o = out && s0 + chunk >= steps.size() ? out + b0 * npix : NULL;
-        void *pp[] = {(void *)&ce,   (void *)&cs_, (void *)&W,      (void *)&H,
-                      (void *)&npix, (void *)&gx,  (void *)&gy,     (void *)&nr,
-                      (void *)&ph,   (void *)&o,   (void *)&mask,   (void *)&nodata,
-                      (void *)&ctr,  (void *)&flags};
-        HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_pfz_ptr(fuse), dim3(ctas), dim3(32, 8), pp,
-                                           fed_pf_smem_bytes(fuse), st));
-        *cur ^= 1;
-    }
-    return HYPROF_OK;
-}
-
 /* What the FED steps of an increment move, for the bandwidth figures. */
 static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t *launches,
                       size_t *max_steps, double *launch_pix, double *step_pix)
@@ -3134,8 +2675,7 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
     /* With the output in the last launch, the graph holds the launches
      * before it, and the last one (its slot changes) is launched here. */
     const bool fo = output_in_fed(all.size(), nb);
-    /* steps per launch (fed_pfz_kernel: kPfzPhases launches' worth) */
-    const size_t per = (fuse > 1 ? (size_t)fuse : 1) * (pfz ? kPfzPhases : 1);
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
     const std::vector<double> head(
         all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
     GraphEntry *ge = NULL;
