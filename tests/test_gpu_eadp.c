@@ -159,7 +159,9 @@ static const variant_t g_variants[] = {
     {"fedpad", "HYPROF_EADP_FED", "pad", 1},      {"cols4", "HYPROF_EADP_COLS", "4", 1},
     {"occ3", "HYPROF_EADP_OCC", "3", 1},          {"fedout0", "HYPROF_EADP_FED_OUTPUT", "0", 1},
     {"cond0", "HYPROF_EADP_COND", "0", 1},        {"fuse7", "HYPROF_EADP_FUSE", "7", 1},
-    {"rows128", "HYPROF_EADP_TILE_ROWS", "128", 1},
+    {"rows128", "HYPROF_EADP_TILE_ROWS", "128", 1}, {"seltail0", "HYPROF_EADP_SEL_TAIL", "0", 1},
+    {"selhi0", "HYPROF_EADP_SEL_HI", "0", 1},     {"diff0", "HYPROF_EADP_DIFF", "0", 1},
+    {"preprows16", "HYPROF_EADP_PREP_ROWS", "16", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

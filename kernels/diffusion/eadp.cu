@@ -4,10 +4,12 @@
  * (grid z = band); the cube is uploaded once and nothing but the float profile
  * bands and the contrasts come back.
  *
- *   prep        per 32 x 16 tile: H = Gx * (m u) and Gx * m of the rows it
- *               needs (shared memory), s = Gy * H / Gy * Hm (0 where the
- *               denominator is 0), G = gx^2 + gy^2 (Scharr); per band counts
- *               of valid, G == 0 and G > 0. For sigma > 8/3 (radius > 8):
+ *   prep        per 32 x 32 tile (32 x 16 for radii above 4): H = Gx * (m u)
+ *               and Gx * m of the rows it needs (shared memory), s = Gy * H /
+ *               Gy * Hm (0 where the denominator is 0), G = gx^2 + gy^2
+ *               (Scharr) and the high word of G's selection key; per band
+ *               counts of valid, G == 0 and G > 0. For sigma > 8/3 (radius
+ *               > 8):
  *   gauss_h     H = Gx * (m u) for every band, and Gx * m as one extra "band"
  *   gauss_v     s = Gy * H_band / Gy * H_mask
  *   scharr      G and the counts
@@ -17,7 +19,15 @@
  *               the third one collects) of the order statistics that
  *               NumPy's linear percentile of sqrt(G) needs, for the main
  *               percentile and for the G > 0 fallback at once; then k as in
- *               eadp.c (lo + t (hi - lo), the same fallbacks)
+ *               eadp.c (lo + t (hi - lo), the same fallbacks). The first
+ *               three passes read the keys' high words (written by the
+ *               gradient pass: their digits lie there; 4 bytes a pixel
+ *               instead of 8); the last three, their scans and k run in one
+ *               block per band (sel_tail_kernel, histograms in shared
+ *               memory: one launch instead of 7). 15:50 round (H100,
+ *               Nsight, one call): selection 0.101 ms (main 0.141), prep
+ *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
+ *               0.264 ms of event time against 0.324 with all four off.
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
  *               for the float FED's default kernel (fed_shfl_body) the edge
  *               conductances towards the east and south neighbours instead
@@ -42,6 +52,10 @@
  *               (fewer instructions: it is issue-bound).
  *               Float default: fed_shfl_body, K = 7 steps on 64 x 64
  *               regions (the default schedule's 28 steps in 4 launches),
+ *               the steps of fed_shfl_steps_diff (each difference of neighbours
+ *               formed once and negated for the other pixel: 7 flops per
+ *               pixel and step instead of 9, the same bits; inner regions
+ *               loaded without per-load conditions),
  *               each thread 2 columns x 8 rows in registers (256 threads a
  *               region, two regions per SM), the
  *               conductances loaded (not computed) per launch,
@@ -72,6 +86,15 @@
  *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
+ *               15:50 round (H100, Nsight): 44.9 us a launch with
+ *               fed_shfl_steps_diff and the inner loads (21.0 M instructions, 50 %
+ *               issue, long-scoreboard and LSU-throttle stalls) against
+ *               46.8 us without (24.9 M, 56 %); FED 1.50 ms a call (main
+ *               1.53), event time 1.542 ms (1.55 TB/s counted per launch).
+ *               Not kept: a persistent grid whose CTAs prefetch their next
+ *               region (cp.async) while computing one, tried in the 15:10
+ *               round: FED 1.70-1.82 ms a call against 1.585 (H100; issue
+ *               slots no fuller, the copies' MIO queue full).
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; two graphs, one per starting
@@ -110,6 +133,8 @@
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
  * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
  * FED launches of an increment n bands at a time (their data stays in L2);
+ * $HYPROF_EADP_PREP_ROWS=16 prep_kernel on 16-row tiles for radii up to 4 too
+ * (32 rows by default there);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
  * (gauss_h, gauss_v, scharr) instead of prep_kernel's one pass;
  * $HYPROF_EADP_COLS=4 gives fed_shfl_body's threads 4 columns instead of 2
@@ -122,6 +147,9 @@
  * $HYPROF_EADP_COND=0 makes fed_shfl_body read g and form the
  * conductances itself (12 bytes per pixel and launch instead of 16, more
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
+ * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
+ * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
+ * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -269,6 +297,19 @@ HYPROF_EADP_FN int reflect_index(int i, int n)
     return (int)(m < n ? m : p - 1 - m);
 }
 
+/* x, with -0 as +0: the float FED's u never holds -0 (an update is -0 only
+ * from a -0), which lets fed_shfl_steps_diff negate differences instead of
+ * recomputing them and still round like fed_update, sign of 0 included. */
+HYPROF_EADP_FN float pos0(float x)
+{
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(x, 0.0f);
+#else
+    volatile float z = 0.0f;
+    return x + z;
+#endif
+}
+
 /* Edge conductance between two pixels (g = -1: masked or outside the image). */
 HYPROF_EADP_FN double edge_c(double ga, double gb)
 {
@@ -387,7 +428,7 @@ HYPROF_EADP_FN void gauss_v_body(const Thr &t, const double *Hin, int W, int H, 
  * one place of this arithmetic, so scharr_body and prep_body give the same bits. */
 HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *rp, int xm,
                               int xc, int xp, const uint8_t *mask, size_t p, double *Gb,
-                              unsigned *cnt_sh)
+                              unsigned *Kb, unsigned *cnt_sh)
 {
     double gx = add_rn(add_rn(mul_rn(3.0, sub_rn(rm[xp], rm[xm])),
                               mul_rn(10.0, sub_rn(r0[xp], r0[xm]))),
@@ -399,6 +440,8 @@ HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *
     gy = gy / 32.0;
     const double g = add_rn(mul_rn(gx, gx), mul_rn(gy, gy));
     Gb[p] = g;
+    if (Kb) /* the key's high word, for the selection's first passes */
+        Kb[p] = (unsigned)(sel_key(g) >> 32);
     if (!mask || mask[p]) {
         HYPROF_EADP_ATOMIC_ADD_U32(&cnt_sh[0], 1u);
         if (g == 0.0)
@@ -412,7 +455,7 @@ HYPROF_EADP_FN void scharr_at(const double *rm, const double *r0, const double *
  * `cnt_sh` is three shared counters. */
 HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
                                 const uint8_t *mask, int W, int H, size_t npix, double *G,
-                                u64 *cnt)
+                                unsigned *Kh, u64 *cnt)
 {
     const int tid = t.ty * t.bdx + t.tx;
     if (tid < 3)
@@ -428,7 +471,7 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
             const double *rm = sb + (size_t)ym * W, *r0 = sb + (size_t)y * W,
                          *rp = sb + (size_t)yp * W;
             scharr_at(rm, r0, rp, xm, x, xp, mask, (size_t)y * W + x, G + (size_t)b * npix,
-                      cnt_sh);
+                      Kh ? Kh + (size_t)b * npix : NULL, cnt_sh);
         }
     }
     HYPROF_EADP_SYNC();
@@ -442,15 +485,19 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
  * reflect(y0 - 1 - r + k)), then s over the tile plus a 1-pixel border (S),
  * then G and the counts. The same operations in the same order as the three
  * kernels, so the same bits; r <= kPrepMaxR. */
-const int kPrepTX = 32, kPrepTY = 16, kPrepMaxR = 8;
-const int kPrepSW = kPrepTX + 2, kPrepHR = kPrepTY + 2 + 2 * kPrepMaxR;
+/* Tile height: 32 rows up to radius 4 (the horizontal sums' halo rows
+ * 1.25 times the tile instead of 1.5; 41 KiB of shared memory), 16 above. */
+const int kPrepTX = 32, kPrepMaxR = 8;
+constexpr int prep_ty(int r) { return r <= 4 ? 32 : 16; }
+const int kPrepSW = kPrepTX + 2;
 const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
 
-template <int RT>
+template <int RT, int kPrepTY = prep_ty(RT)>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
                               unsigned *cnt_sh, const float *x, const uint8_t *mask, int W,
-                              int H, size_t npix, const double *wg, double *G, u64 *cnt)
+                              int H, size_t npix, const double *wg, double *G, unsigned *Kh,
+                              u64 *cnt)
 {
     /* The radius as a constant and the weights in registers: the tap loops
      * unroll, no weight load per tap. */
@@ -531,6 +578,7 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
                      *rp = S[reflect_index(y + 1, H) - y0 + 1];
         scharr_at(rm, r0, rp, xm, xc, xp, mask, (size_t)y * W + xx, G + (size_t)b * npix,
+                  Kh ? Kh + (size_t)b * npix : NULL,
                   cnt_sh);
     }
     HYPROF_EADP_SYNC();
@@ -583,14 +631,15 @@ const int kSelUnroll = 4;
 
 HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsigned dmask,
                               const bool *act, const u64 *pre, u64 *cand, u64 *ncand, int b,
-                              size_t npix)
+                              size_t npix, const double *gfull)
 {
     const u64 km = key & hmask;
     for (int q = 0; q < kSelQueries; ++q)
         if (act[q] && km == pre[q]) {
             HYPROF_EADP_ATOMIC_ADD_U32(&sh[q * kSelBins + (int)((key >> shift) & dmask)], 1u);
             if (cand)
-                cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] = key;
+                cand[(size_t)b * npix + HYPROF_EADP_ATOMIC_ADD_U64(&ncand[b], 1ull)] =
+                    gfull ? sel_key(*gfull) : key; /* gfull: key holds the high word only */
             break;
         }
 }
@@ -600,9 +649,9 @@ HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsig
  * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
  * counters. grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
-                                  const uint8_t *mask, size_t npix, const SelState *st,
-                                  u64 hmask, int shift, unsigned dmask, u64 *ghist,
-                                  const u64 *list, u64 *cand, u64 *ncand)
+                                  const unsigned *Kh, const uint8_t *mask, size_t npix,
+                                  const SelState *st, u64 hmask, int shift, unsigned dmask,
+                                  u64 *ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz;
@@ -631,6 +680,9 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
      * to the band's candidate list (ncand[b] counts them). */
     const double *gb = G + (size_t)b * npix;
     const u64 *lb = list ? list + (size_t)b * npix : NULL;
+    /* Kh (passes whose digits lie in the key's high word): 4 bytes a pixel
+     * instead of 8; a collected key's low word from G. */
+    const unsigned *kb = Kh && !list ? Kh + (size_t)b * npix : NULL;
     const size_t n = list ? (size_t)ncand[b] : npix;
     /* kSelUnroll keys loaded before any is counted: more loads in flight
      * (one at a time, a full pass read G at 1.5 TB/s, an H100). */
@@ -642,16 +694,17 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
         for (int j = 0; j < kSelUnroll; ++j) {
             const size_t pj = p + (size_t)j * stride;
             valid[j] = list || !mask || mask[pj];
-            keys[j] = list ? lb[pj] : sel_key(gb[pj]);
+            keys[j] = list ? lb[pj] : kb ? (u64)kb[pj] << 32 : sel_key(gb[pj]);
         }
         for (int j = 0; j < kSelUnroll; ++j)
             if (valid[j])
-                sel_count(sh, keys[j], hmask, shift, dmask, act, pre, cand, ncand, b, npix);
+                sel_count(sh, keys[j], hmask, shift, dmask, act, pre, cand, ncand, b, npix,
+                          kb ? gb + p + (size_t)j * stride : NULL);
     }
     for (; p < n; p += stride)
         if (list || !mask || mask[p])
-            sel_count(sh, list ? lb[p] : sel_key(gb[p]), hmask, shift, dmask, act, pre, cand,
-                      ncand, b, npix);
+            sel_count(sh, list ? lb[p] : kb ? (u64)kb[p] << 32 : sel_key(gb[p]), hmask, shift,
+                      dmask, act, pre, cand, ncand, b, npix, kb ? gb + p : NULL);
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
     for (int q = 0; q < kSelQueries; ++q)
@@ -816,7 +869,7 @@ HYPROF_EADP_FN void diffuse_body(const Thr &t, const float *x, const uint8_t *ma
             continue;
         }
         gm[i] = (T)diffusivity_of(G[i], k2, diffusivity);
-        u[i] = (T)x[i];
+        u[i] = sizeof(T) == sizeof(float) ? (T)pos0(x[i]) : (T)x[i];
     }
 }
 
@@ -844,6 +897,13 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
     const double kb = k[b], k2 = mul_rn(kb, kb);
     const size_t off = (size_t)b * npix;
     for (int y0 = t.by * kPixBY; y0 < H; y0 += t.gdy * kPixBY) { /* uniform per block */
+        /* This pixel's input loaded before the diffusivities' pass (its
+         * latency under theirs instead of after the barrier). */
+        const int px = x0 + t.tx, py = y0 + t.ty;
+        const bool here = px < W && py < H;
+        const size_t p = (size_t)py * W + px, i = off + p;
+        const float xi = here ? x[i] : 0.0f;
+        const bool masked = here && mask && !mask[p];
         for (int e = tid; e < (kPixBY + 1) * (kPixBX + 1); e += kPixBX * kPixBY) {
             const int ry = e / (kPixBX + 1), rx = e % (kPixBX + 1), y = y0 + ry, xx = x0 + rx;
             gs[ry][rx] = y < H && xx < W
@@ -851,13 +911,11 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
                              : -1.0f;
         }
         HYPROF_EADP_SYNC();
-        const int xx = x0 + t.tx, y = y0 + t.ty;
-        if (xx < W && y < H) {
-            const size_t p = (size_t)y * W + xx, i = off + p;
+        if (here) {
             const float gp = gs[t.ty][t.tx];
-            u[i] = gp < 0.0f ? 0.0f : x[i];
+            u[i] = gp < 0.0f ? 0.0f : pos0(xi);
             if (out) /* the profile's first band (copy_out_body's values) */
-                out[i] = mask && !mask[p] ? nodata : x[i];
+                out[i] = masked ? nodata : xi;
             ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
             cs[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
         }
@@ -1121,7 +1179,183 @@ template <int C> __device__ __forceinline__ void sm_load(const float *p, float (
             v[j] = p[j];
 }
 
-template <int K, int BY, int R, int C, bool Cond, bool SmemC>
+/* fed_shfl_body's K steps on the region in registers (u; the conductances
+ * ce, cs, cwl: of the column left of the thread's, cn0: of the row above
+ * its strip; or in `cc` with SmemC). */
+template <int K, int BY, int R, int C, bool SmemC>
+__device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
+                                               const FedShflCond<BY, R, C> &cc,
+                                               float (&u)[R][C], const float (&ce)[R][C],
+                                               const float (&cs)[R][C], const float (&cwl)[R],
+                                               const float (&cn0)[C], const FedStepsF &steps)
+{
+    const int RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
+     * only: the first and last warps stop computing after step `nc` and
+     * only publish their edge rows (the neighbours' step nc reads u^nc) and
+     * meet the other warps' barriers. A second loop rather than a test in
+     * the first: that one cost register moves. */
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
+#pragma unroll 2 /* the planes' addresses and no register moves between steps */
+    for (int s = 0; s < nc; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+        if (SmemC)
+            sm_load<C>(&cc.cs[rb][c0], cnp);
+        else
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                cnp[j] = cn0[j];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            float nu[C], cer[C], csr[C], cwr;
+            if (SmemC) {
+                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
+                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
+                cwr = cc.ce[rb + i][c0 + 3];
+            } else {
+#pragma unroll
+                for (int j = 0; j < C; ++j) {
+                    cer[j] = ce[i][j];
+                    csr[j] = cs[i][j];
+                }
+                cwr = cwl[i];
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
+                const float uw = j > 0 ? u[i][j - 1] : uw0;
+                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
+                const float cw = j > 0 ? cer[j - 1] : cwr;
+                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
+                                          tau);
+            }
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                un[j] = u[i][j];
+                u[i][j] = nu[j];
+                cnp[j] = csr[j];
+            }
+        }
+    }
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+    }
+}
+
+/* fed_shfl_steps for 2 columns and the conductances in registers, with
+ * each difference of neighbours formed once: fed_update's uw - u of a pixel
+ * is -(ue - u) of its west neighbour, un - u is -(us - u) of its north one
+ * (IEEE subtraction is antisymmetric, and u holds no -0: pos0), and
+ * fma(c, -d, f) rounds like fma(c, uw - u, f). 7 floating-point operations
+ * per pixel and step instead of 9, the same bits. The west difference of
+ * a thread's first column comes from its left neighbour's last one by a
+ * shuffle (instead of its u). */
+template <int K, int BY, int R>
+__device__ __forceinline__ void fed_shfl_steps_diff(FedShflSmem<K, BY, R, 2> &sm,
+                                                    float (&u)[R][2], const float (&ce)[R][2],
+                                                    const float (&cs)[R][2],
+                                                    const float (&cwl)[R], const float (&cn0)[2],
+                                                    const FedStepsF &steps)
+{
+    const int C = 2, RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
+#pragma unroll 2
+    for (int s = 0; s < nc; ++s) {
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+        const float tau = steps.tau[s];
+        float un[C], us_end[C], dn[C]; /* dn: un - u of the row */
+        sm_load<C>(&sm.bot[p][w][c0], un);
+        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            dn[j] = __fsub_rn(un[j], u[0][j]);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+            const float de0 = __fsub_rn(u[i][1], u[i][0]); /* ue - u of column 0 */
+            const float de1 = __fsub_rn(ueC, u[i][1]);     /* ue - u of column 1 */
+            const float dw0 = __shfl_up_sync(0xffffffffu, de1, 1); /* -(uw - u), column 0 */
+            float ds[C];
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                ds[j] = __fsub_rn(i + 1 < R ? u[i + 1][j] : us_end[j], u[i][j]);
+            const float cn_0 = i ? cs[i - 1][0] : cn0[0], cn_1 = i ? cs[i - 1][1] : cn0[1];
+            float f0 = __fmul_rn(ce[i][0], de0);
+            f0 = __fmaf_rn(cwl[i], -dw0, f0);
+            f0 = __fmaf_rn(cs[i][0], ds[0], f0);
+            f0 = __fmaf_rn(cn_0, dn[0], f0);
+            float f1 = __fmul_rn(ce[i][1], de1);
+            f1 = __fmaf_rn(ce[i][0], -de0, f1);
+            f1 = __fmaf_rn(cs[i][1], ds[1], f1);
+            f1 = __fmaf_rn(cn_1, dn[1], f1);
+            u[i][0] = __fmaf_rn(tau, f0, u[i][0]);
+            u[i][1] = __fmaf_rn(tau, f1, u[i][1]);
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                dn[j] = -ds[j];
+        }
+    }
+    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
+        const int p = s & 1;
+        sm_store<C>(&sm.top[p][w][c0], u[0]);
+        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+        __syncthreads();
+    }
+}
+
+/* The output tile's part of the thread's strip (first pixel (y0, x0), at
+ * ro = y0 W + x0 in band boff): u into uout, and with out (the increment's
+ * last launch) also its profile band: u, nodata where masked (copy_out_body's
+ * values, without its pass). */
+template <int K, int BY, int R, int C>
+__device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uout, float *out,
+                                               const uint8_t *mask, size_t boff, int ro, int x0,
+                                               int y0, int W, int H, float nodata)
+{
+    const int RW = 32 * C, RH = BY * R;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    bool colin[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+        colin[j] = (unsigned)(x0 + j) < (unsigned)W;
+    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
+    const uint8_t *pm = mask + ro;
+#pragma unroll
+    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
+        const int r = rb + i;
+        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
+            continue;
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
+                po[j] = u[i][j];
+                if (out)
+                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
+            }
+    }
+}
+
+template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1146,7 +1380,26 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
      * offsets (the prologue is a third of the kernel's instructions). */
     const int ro = y0 * W + x0; /* offset of (y0, x0) in the band (< 2^31: checked on the host) */
     const float *pu = ub + ro, *pe = eb + ro, *ps = sb + ro;
-    if (Cond) {
+    /* A region whose loads (and the column left of it, the row above it)
+     * all fall inside the image (most of them): the loads without their
+     * conditions (block-uniform branch). */
+    const int xr = (int)blockIdx.x * OW - K, yr = (int)blockIdx.y * OH - K;
+    const bool inner = xr >= 1 && xr + RW <= W && yr >= 1 && yr + RH <= H;
+    if (Cond && inner) {
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = __ldg(ps + j - W);
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                u[i][j] = __ldg(pu + j);
+                ce[i][j] = __ldg(pe + j);
+                cs[i][j] = __ldg(ps + j);
+            }
+            cwl[i] = __ldg(pe - 1);
+        }
+    } else if (Cond) {
         const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
 #pragma unroll
         for (int j = 0; j < C; ++j)
@@ -1217,85 +1470,11 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         for (int p = 0; p < 2; ++p)
             sm_store<C>(w == 0 ? &sm.bot[p][0][c0] : &sm.top[p][BY][c0], z);
     }
-    /* Step s can still reach the output tile from rows s + 1 .. RH - 2 - s
-     * only: the first and last warps stop computing after step `nc` and
-     * only publish their edge rows (the neighbours' step nc reads u^nc) and
-     * meet the other warps' barriers. A second loop rather than a test in
-     * the first: that one cost register moves. */
-    const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
-#pragma unroll 2 /* the planes' addresses and no register moves between steps */
-    for (int s = 0; s < nc; ++s) {
-        const int p = s & 1;
-        sm_store<C>(&sm.top[p][w][c0], u[0]);
-        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
-        __syncthreads();
-        const float tau = steps.tau[s];
-        float un[C], us_end[C], cnp[C]; /* cnp: cs of the row above */
-        sm_load<C>(&sm.bot[p][w][c0], un);
-        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
-        if (SmemC)
-            sm_load<C>(&cc.cs[rb][c0], cnp);
-        else
-#pragma unroll
-            for (int j = 0; j < C; ++j)
-                cnp[j] = cn0[j];
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const float uw0 = __shfl_up_sync(0xffffffffu, u[i][C - 1], 1);
-            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
-            float nu[C], cer[C], csr[C], cwr;
-            if (SmemC) {
-                sm_load<C>(&cc.ce[rb + i][c0 + 4], cer);
-                sm_load<C>(&cc.cs[rb + i + 1][c0], csr);
-                cwr = cc.ce[rb + i][c0 + 3];
-            } else {
-#pragma unroll
-                for (int j = 0; j < C; ++j) {
-                    cer[j] = ce[i][j];
-                    csr[j] = cs[i][j];
-                }
-                cwr = cwl[i];
-            }
-#pragma unroll
-            for (int j = 0; j < C; ++j) {
-                const float ue = j + 1 < C ? u[i][j + 1] : ueC;
-                const float uw = j > 0 ? u[i][j - 1] : uw0;
-                const float us = i + 1 < R ? u[i + 1][j] : us_end[j];
-                const float cw = j > 0 ? cer[j - 1] : cwr;
-                nu[j] = fed_update<false>(u[i][j], ue, uw, us, un[j], cer[j], cw, csr[j], cnp[j],
-                                          tau);
-            }
-#pragma unroll
-            for (int j = 0; j < C; ++j) {
-                un[j] = u[i][j];
-                u[i][j] = nu[j];
-                cnp[j] = csr[j];
-            }
-        }
-    }
-    for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
-        const int p = s & 1;
-        sm_store<C>(&sm.top[p][w][c0], u[0]);
-        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
-        __syncthreads();
-    }
-    /* u, and with out (the increment's last launch) also its profile band:
-     * u, nodata where masked (copy_out_body's values, without its pass). */
-    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
-    const uint8_t *pm = mask + ro;
-#pragma unroll
-    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
-        const int r = rb + i;
-        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
-            continue;
-#pragma unroll
-        for (int j = 0; j < C; ++j)
-            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
-                po[j] = u[i][j];
-                if (out)
-                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
-            }
-    }
+    if constexpr (Diff) /* 2 columns, conductances in registers */
+        fed_shfl_steps_diff<K, BY, R>(sm, u, ce, cs, cwl, cn0, steps);
+    else
+        fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
+    fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, x0, y0, W, H, nodata);
 }
 
 /* The fused FED steps with a persistent grid: each CTA takes tiles
@@ -1484,23 +1663,26 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     scharr_kernel(const double *__restrict__ s, const uint8_t *__restrict__ mask, int W, int H,
-                  size_t npix, double *__restrict__ G, u64 *__restrict__ cnt)
+                  size_t npix, double *__restrict__ G, unsigned *__restrict__ Kh,
+                  u64 *__restrict__ cnt)
 {
     __shared__ unsigned cnt_sh[3];
-    scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, cnt);
+    scharr_body(HYPROF_EADP_THR, cnt_sh, s, mask, W, H, npix, G, Kh, cnt);
 }
 
-template <int RT>
+template <int RT, int TY = prep_ty(RT)>
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     prep_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W, int H,
                 size_t npix, const double *__restrict__ w, double *__restrict__ G,
-                u64 *__restrict__ cnt)
+                unsigned *__restrict__ Kh, u64 *__restrict__ cnt)
 {
-    __shared__ double Hn[kPrepHR][kPrepSW], Hd[kPrepHR][kPrepSW], S[kPrepTY + 2][kPrepSW];
-    __shared__ float Xv[kPrepHR][kPrepXW];
-    __shared__ unsigned char Xm[kPrepHR][kPrepXW];
+    constexpr int HR = TY + 2 + 2 * RT;
+    __shared__ double Hn[HR][kPrepSW], Hd[HR][kPrepSW], S[TY + 2][kPrepSW];
+    __shared__ float Xv[HR][kPrepXW];
+    __shared__ unsigned char Xm[HR][kPrepXW];
     __shared__ unsigned cnt_sh[3];
-    prep_body<RT>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, cnt);
+    prep_body<RT, TY>(HYPROF_EADP_THR, Xv, Xm, Hn, Hd, S, cnt_sh, x, mask, W, H, npix, w, G, Kh,
+                  cnt);
 }
 
 __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
@@ -1510,12 +1692,13 @@ __global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct
 }
 
 __global__ void __launch_bounds__(kSelThreads)
-    sel_hist_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask, size_t npix,
+    sel_hist_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
+                    const uint8_t *__restrict__ mask, size_t npix,
                     const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
                     u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
+    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st, hmask, shift, dmask, ghist, list, cand,
                   ncand);
 }
 
@@ -1524,6 +1707,46 @@ __global__ void __launch_bounds__(kSelThreads)
 {
     __shared__ SelScanShared sh;
     sel_scan_body(HYPROF_EADP_THR, sh, st, hmask, shift, ghist);
+}
+
+/* The selection's passes after kSelCollect (over the band's collected
+ * candidates, normally a few thousand keys), their scans and the final k in
+ * one block per band, the histograms in shared memory: sel_hist_body,
+ * sel_scan_body and sel_final_body as their kernels run them, one launch
+ * instead of 7 (each of those was a few microseconds of latency). */
+struct SelTailShared {
+    unsigned cnt[kSelQueries * kSelBins];
+    u64 hist[kSelQueries * kSelBins];
+    SelScanShared scan;
+};
+
+__global__ void __launch_bounds__(kSelThreads)
+    sel_tail_kernel(size_t npix, SelState *__restrict__ st, const u64 *list, const u64 *ncand,
+                    const u64 *__restrict__ cnt, int nb, double pct, double *__restrict__ k)
+{
+    extern __shared__ float4 sel_tail_smem[];
+    SelTailShared &sh = *reinterpret_cast<SelTailShared *>(sel_tail_smem);
+    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
+    for (int i = tid; i < kSelQueries * kSelBins; i += kSelThreads)
+        sh.hist[i] = 0;
+    /* the kernels' view of this band: one block, band index 0 */
+    const Thr one{tid, 0, 0, 0, 0, kSelThreads, 1, 1, 1, 1};
+    SelState *sb = st + (size_t)b * kSelQueries;
+    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
+    __syncthreads();
+    for (int pass = kSelCollect + 1; pass < kSelPasses; ++pass) {
+        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
+                      sh.hist, lb, NULL, const_cast<u64 *>(nc));
+        __syncthreads();
+        sel_scan_body(one, sh.scan, sb, hmask, shift, sh.hist);
+        __syncthreads();
+    }
+    if (tid == 0) {
+        const Thr band{b, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+        sel_final_body(band, cnt, st, nb, pct, k);
+    }
 }
 
 __global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
@@ -1587,8 +1810,9 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
 /* Dynamic shared memory: a FedShflSmem (35 KiB for 64-row regions, 66 for
  * 128-row ones); at least MinB blocks of 32 BY threads per SM (512 threads,
  * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
- * threads: 64 registers, some spilled). */
-template <int K, int BY, int R, int C, int MinB, bool Cond>
+ * threads: 64 registers, some spilled). Diff (2 columns, conductances in
+ * registers): the steps of fed_shfl_steps_diff. */
+template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -1599,7 +1823,7 @@ __global__ void __launch_bounds__(32 * BY, MinB)
     /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
      * (2 x 4 pixels, three blocks per SM) */
     constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
-    fed_shfl_body<K, BY, R, C, Cond, SmemC>(
+    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC>(
         *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
         npix, steps, out, mask, nodata);
 }
@@ -1724,22 +1948,25 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int BY, int R, int C, int MinB, bool Cond> const void *fed_shfl_ptr_k(int K)
+template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false>
+const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond>;
-    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond>;
-    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond>;
-    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond>;
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff>;
     }
 }
 
-template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ)
+/* diff: the 8 x 2-pixel default with fed_shfl_steps_diff (the other shapes ignore it) */
+template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ, bool diff)
 {
     if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
         return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
     if (R == 8)
-        return fed_shfl_ptr_k<8, 8, 2, 2, Cond>(K);
+        return diff ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K)
+                    : fed_shfl_ptr_k<8, 8, 2, 2, Cond, false>(K);
     if (C == 2)
         return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
     return occ == 2 ? fed_shfl_ptr_k<16, 4, 4, 2, Cond>(K) : fed_shfl_ptr_k<16, 4, 4, 1, Cond>(K);
@@ -1747,10 +1974,10 @@ template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, i
 
 /* rows: region height (64, or 128 with 4 x 4 pixels per thread); cond:
  * conductances precomputed (diffuse_cond_body) or from g. */
-const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond)
+const void *fed_shfl_ptr(int K, int rows, int R, int C, int occ, bool cond, bool diff)
 {
-    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ)
-                : fed_shfl_ptr_c<false>(K, rows, R, C, occ);
+    return cond ? fed_shfl_ptr_c<true>(K, rows, R, C, occ, diff)
+                : fed_shfl_ptr_c<false>(K, rows, R, C, occ, diff);
 }
 
 /* sizeof(FedShflSmem) of a region of `rows` rows, R-row strips, C columns,
@@ -1863,8 +2090,12 @@ class EadpCuda {
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
+    bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
+    bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
+    bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
+    bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
     size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
@@ -1991,6 +2222,13 @@ hyprof_status_t EadpCuda::plan()
     if (fuse != 1 && fuse != 2 && fuse != 4 && fuse != 6 && fuse != 7 && fuse != 8)
         fuse = 4;
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
+    sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
+    sel_hi = env_int("HYPROF_EADP_SEL_HI", 1) != 0;
+    diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
+    if (sel_tail)
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sizeof(SelTailShared)));
     const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
     l2_bands = l2 > 0 ? (size_t)l2 : 0;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
@@ -2000,6 +2238,7 @@ hyprof_status_t EadpCuda::plan()
     fma = !f32 && env_int("HYPROF_EADP_FMA", 0) != 0;
     const char *prep = getenv("HYPROF_EADP_PREP");
     fused_prep = !(prep && strcmp(prep, "split") == 0);
+    prep16 = env_int("HYPROF_EADP_PREP_ROWS", 32) == 16;
     const int rows_env = env_int("HYPROF_EADP_TILE_ROWS", float_fed ? 64 : 32);
     tile_rows = rows_env == 64 || rows_env == 128 ? rows_env : 32;
     /* 4-row strips: 512 threads per 64 x 32 region, 60 registers, 32 warps per
@@ -2065,7 +2304,7 @@ hyprof_status_t EadpCuda::plan()
         persist = 0;
     if (shfl)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
-            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond),
+            fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
             cudaFuncAttributeMaxDynamicSharedMemorySize,
             (int)fed_shfl_smem_bytes(tile_rows, strip, cols, occ)));
     if (fuse > 1 && !shfl) {
@@ -2206,26 +2445,30 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
     SelState *sst = dev<SelState>(L.st);
     double *k = dev<double>(L.k);
+    /* The keys' high words (passes 0 .. kSelCollect) in gm, free until the
+     * diffusivity is written there. */
+    unsigned *kh = sel_hi && !(a->contrast > 0.0) ? reinterpret_cast<unsigned *>(gm) : NULL;
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
     HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
-    const unsigned prep_rows = (unsigned)((H + kPrepTY - 1) / kPrepTY);
+    const int pty = prep16 ? 16 : prep_ty(r);
+    const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
         const dim3 grid((unsigned)((W + kPrepTX - 1) / kPrepTX), prep_rows, (unsigned)nb);
         void (*pk)(const float *, const uint8_t *, int, int, size_t, const double *, double *,
-                   u64 *) = prep_kernel<8>;
+                   unsigned *, u64 *) = prep_kernel<8>;
         switch (r) { /* r <= kPrepMaxR = 8 here */
-        case 1: pk = prep_kernel<1>; break;
-        case 2: pk = prep_kernel<2>; break;
-        case 3: pk = prep_kernel<3>; break;
-        case 4: pk = prep_kernel<4>; break;
+        case 1: pk = prep16 ? prep_kernel<1, 16> : prep_kernel<1>; break;
+        case 2: pk = prep16 ? prep_kernel<2, 16> : prep_kernel<2>; break;
+        case 3: pk = prep16 ? prep_kernel<3, 16> : prep_kernel<3>; break;
+        case 4: pk = prep16 ? prep_kernel<4, 16> : prep_kernel<4>; break;
         case 5: pk = prep_kernel<5>; break;
         case 6: pk = prep_kernel<6>; break;
         case 7: pk = prep_kernel<7>; break;
         default: break;
         }
-        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, cnt);
+        pk<<<grid, block, 0, st>>>(x, mask, W, H, npix, w, A, kh, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("prep_kernel");
     } else {
         gauss_h_kernel<<<pix_grid(W, H, nb + 1), block, 0, st>>>(x, mask, W, H, npix, (int)nb,
@@ -2233,7 +2476,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         HYPROF_CUDA_CHECK_LAUNCH("gauss_h_kernel");
         gauss_v_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(A, W, H, npix, (int)nb, w, r, B);
         HYPROF_CUDA_CHECK_LAUNCH("gauss_v_kernel");
-        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, cnt);
+        scharr_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(B, mask, W, H, npix, A, kh, cnt);
         HYPROF_CUDA_CHECK_LAUNCH("scharr_kernel");
     }
 
@@ -2258,20 +2501,27 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
          * passes read that list instead of G. */
         u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
         HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
-        for (int pass = 0; pass < kSelPasses; ++pass) {
+        const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
+        for (int pass = 0; pass < passes; ++pass) {
             const int shift = kSelShift[pass], width = kSelWidth[pass];
             const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
             const unsigned dmask = (1u << width) - 1u;
             sel_hist_kernel<<<dim3((unsigned)nblk, 1, (unsigned)nb), kSelThreads, 0, st>>>(
-                A, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
+                A, kh, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
                 pass == kSelCollect ? cand : NULL, ncand);
             HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
             sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
                                                                              hist);
             HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
         }
-        sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
-        HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
+        if (sel_tail) {
+            sel_tail_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, sizeof(SelTailShared), st>>>(
+                npix, sst, cand, ncand, cnt, (int)nb, a->percentile, k);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_tail_kernel");
+        } else {
+            sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
+            HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
+        }
     }
     input_out = shfl && cond && fed_output;
     if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
@@ -2359,7 +2609,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(
-                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond), grid,
+                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
                     dim3(32, (unsigned)(tile_rows / strip)), params,
                     fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
                 *cur ^= 1;
