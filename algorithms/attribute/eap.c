@@ -15,8 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OP "eap"
+
+/* A monotonic clock in milliseconds (the debug log's host timings). */
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static const char *const attribute_names[] = {"area", "std", "diagonal", "inertia"};
 #define NATTR (sizeof attribute_names / sizeof attribute_names[0])
@@ -534,20 +543,29 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         st = check_size(ctx, in->width, in->height, p->filters, p->nfilters);
     if (st != HYPROF_OK)
         return st;
+    /* the host's share of the call, logged (debug) next to the backend's
+     * stages: t[0] input, t[1] scratch, t[2] quantisation, t[3] output
+     * allocation, t[4] the backend, t[5] release */
+    double t[7];
+    t[0] = now_ms();
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
     if ((st = hyprof__input_f32(ctx, OP, in, &tmp, &x)) != HYPROF_OK)
         return st;
+    t[1] = now_ms();
     size_t n = x->width * x->height, planes = hyprof_attribute_planes(p->filters, p->nfilters);
     uint16_t *q = hyprof__host_scratch(ctx, n * x->bands * sizeof *q);
     if (!q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
+    t[2] = now_ms();
     if (st == HYPROF_OK)
         st = quantise_f32(ctx, OP, x, p->levels, q, range);
+    t[3] = now_ms();
     if (st == HYPROF_OK &&
         (st = hyprof__cube_alloc_out(ctx, out, HYPROF_FLOAT32, x->width, x->height,
                                      x->bands * planes)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", x->bands * planes);
+    t[4] = now_ms();
     if (st == HYPROF_OK) {
         out->has_nodata = x->has_nodata;
         out->nodata = x->nodata;
@@ -556,10 +574,16 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
                                out->data, 0, hyprof__nodata_f32(x), OP, NULL, NULL};
         st = dispatch(ctx, &a);
     }
+    t[5] = now_ms();
     hyprof__host_scratch_free(q);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);
+    t[6] = now_ms();
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "%s: host ms: input %.2f, scratch %.2f, quantisation %.2f, output allocation "
+                "%.2f, backend %.2f, release %.2f; total %.2f", OP, t[1] - t[0], t[2] - t[1],
+                t[3] - t[2], t[4] - t[3], t[5] - t[4], t[6] - t[5], t[6] - t[0]);
     return st;
 }
 

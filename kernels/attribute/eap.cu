@@ -1798,7 +1798,10 @@ size_t env_size(const char *name)
 }
 
 /* Timing events of one batch's stages (upload, tree, attributes, filters,
- * download), summed over the batches and logged at debug level. */
+ * download), summed over the batches and logged at debug level. Marks on
+ * stream 0, in order: mark(s) starts stage s (5: the end); the time to the
+ * next mark counts towards stage s, so that a pipelined batch's stages may
+ * alternate (attributes, filters, attributes, ... a group of bands each). */
 class StageTimer {
   public:
     static const int kStages = 5;
@@ -1810,30 +1813,47 @@ class StageTimer {
     }
     hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
     {
-        for (cudaEvent_t &e : ev_)
-            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+        (void)ctx;
+        (void)op;
         return HYPROF_OK;
     }
-    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int i)
+    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int stage)
     {
-        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[i], 0));
+        if (used_ == ev_.size()) {
+            cudaEvent_t e = NULL;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+            ev_.push_back(e);
+            stage_.push_back(0);
+        }
+        stage_[used_] = stage;
+        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[used_], 0));
+        used_++;
         return HYPROF_OK;
     }
+    /* The batch's last mark, recorded (the copies on another stream time
+     * themselves against it). */
+    cudaEvent_t last() const { return used_ ? ev_[used_ - 1] : NULL; }
     /* After the batch's last mark: adds its stage times. */
     hyprof_status_t add(hyprof_ctx_t *ctx, const char *op)
     {
-        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[kStages]));
-        for (int i = 0; i < kStages; i++) {
+        if (!used_)
+            return HYPROF_OK;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[used_ - 1]));
+        for (size_t i = 0; i + 1 < used_; i++) {
             float t = 0.0f;
             HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, ev_[i], ev_[i + 1]));
-            ms_[i] += t;
+            if (stage_[i] >= 0 && stage_[i] < kStages)
+                ms_[stage_[i]] += t;
         }
+        used_ = 0;
         return HYPROF_OK;
     }
     const double *ms() const { return ms_; }
 
   private:
-    cudaEvent_t ev_[kStages + 1] = {};
+    std::vector<cudaEvent_t> ev_;
+    std::vector<int> stage_;
+    size_t used_ = 0;
     double ms_[kStages] = {};
 };
 
@@ -2023,6 +2043,8 @@ class EapCuda {
         for (cudaEvent_t &e : dl_)
             if (e)
                 (void)cudaEventDestroy(e);
+        for (cudaEvent_t &e : pipe_ev_)
+            (void)cudaEventDestroy(e);
         if (trace_start_)
             (void)cudaEventDestroy(trace_start_);
         if (trace_now_)
@@ -2068,7 +2090,9 @@ class EapCuda {
         ecap_ = elist_ ? n_ * (a->connectivity == 8 ? 4 : 2) : n_;
         /* the tile floods ($HYPROF_EAP_TILE_FLOOD=0: the pixels' flooding) */
         ftile_ = elist_ && !env_is("HYPROF_EAP_TILE_FLOOD", "0");
+        auto r0 = std::chrono::steady_clock::now();
         HYPROF_TRY(plan());
+        double plan_ms = ms_since(r0);
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
@@ -2077,6 +2101,7 @@ class EapCuda {
          * the first trees build. */
         OutputPrep prep;
         size_t out_bytes = (each_ ? 1 : a->bands) * a->planes * n_ * esize_;
+        out_bytes_ = out_bytes;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pageable_ = env_is("HYPROF_EAP_PIN", "0");
         pinned_ = !narrow_ && !pageable_ && !caller_pinned_ && out_bytes <= kPinAll &&
@@ -2094,6 +2119,7 @@ class EapCuda {
             piece_ = out_bytes ? out_bytes : 1;
         prep.start(ctx, out_base_, out_bytes, pinned_, !caller_pinned_, device, piece_);
         auto h0 = std::chrono::steady_clock::now();
+        double prep_start_ms = ms_since(r0) - plan_ms;
         HYPROF_TRY(alloc());
         alloc_ms_ = ms_since(h0);
         HYPROF_TRY(timer_.create(ctx, a->op));
@@ -2112,6 +2138,8 @@ class EapCuda {
         if (!env_is("HYPROF_EAP_PIN_IN", "0"))
             in_pin.pin((void *)a->q, (pin_each_ ? 1 : a->bands) * n_ * sizeof(uint16_t));
         double in_pin_ms = ms_since(h2);
+        auto hb = std::chrono::steady_clock::now();
+        double setup_ms = ms_since(r0);
         if (each_ && slots_ == 2) {
             HYPROF_TRY(run_each());
         } else {
@@ -2129,13 +2157,26 @@ class EapCuda {
             t[i] = timer_.ms()[i];
         if (each_ && slots_ == 2)
             t[4] = each_dl_ms_; /* on copy_, overlapping the next band's stages */
+        if (pipe_gb_)
+            t[4] += pipe_dl_ms_; /* on copy_, overlapping the next groups' stages */
+        char piped[128] = "";
+        if (pipe_gb_)
+            snprintf(piped, sizeof piped,
+                     ", groups of %zu band(s) pipelined (downloads after the compute %.3f ms)",
+                     pipe_gb_, pipe_tail_ms_);
         auto h1 = std::chrono::steady_clock::now();
+        double batches_ms = ms_since(hb);
         release();
         prep.join();
         prep.unlock();
         double release_ms = ms_since(h1);
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s%s; device ms: upload "
+                    "%s: cuda host ms: plan %.2f, output preparation start %.2f, set-up %.2f "
+                    "(allocations included), batches %.2f, release %.2f; total %.2f",
+                    a->op, plan_ms, prep_start_ms, setup_ms, batches_ms, release_ms,
+                    ms_since(r0));
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s%s%s; device ms: upload "
                     "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
                     "output preparation %.1f ms (page faults %.1f, page-lock %.1f); host ms: "
                     "device allocations %.1f, input page-lock %.1f, staging %.1f, waits for "
@@ -2148,7 +2189,7 @@ class EapCuda {
                                            "the next band"
                                          : ", handed over band by band")
                           : "",
-                    t[0], t[1], t[2],
+                    piped, t[0], t[1], t[2],
                     t[3], t[4], prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms(),
                     alloc_ms_, in_pin_ms + pin_each_ms_, stage_ms_, wait_ms_, widen_ms_,
                     release_ms);
@@ -2218,6 +2259,14 @@ class EapCuda {
     size_t stage_bytes_ = 0;
     double alloc_ms_ = 0.0, stage_ms_ = 0.0, wait_ms_ = 0.0, widen_ms_ = 0.0;
     double each_dl_ms_ = 0.0; /* each_ pipelined: the downloads on copy_ */
+    /* batch_piped: a group's planes computed; its copy's start and end
+     * (timing) */
+    std::vector<std::unique_ptr<Event>> pipe_done_;
+    std::vector<cudaEvent_t> pipe_ev_;
+    double pipe_dl_ms_ = 0.0;   /* the copies, summed */
+    double pipe_tail_ms_ = 0.0; /* from the compute's end to the last copy's */
+    size_t pipe_gb_ = 0;        /* bands a group (0: no batch was pipelined) */
+    size_t out_bytes_ = 0;
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
     size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
@@ -3014,9 +3063,166 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* Bands a group of batch [b0, b0 + nb)'s pipeline, 0 for none. A batch's
+     * trees are built for all its bands at once (the flooding's global levels
+     * are latency-bound: about the same time for 2 images as for 16), then
+     * its bands go through the attributes and filters a group at a time, each
+     * group's planes going to the host on copy_ while the next groups
+     * compute: the download, the longest stage after the trees (376 MB of
+     * float planes at Pavia Centre size), overlaps the compute but for one
+     * group's. Not for the chunked planes (one band) and the piecewise pinned
+     * outputs (a copy per locked piece). $HYPROF_EAP_PIPE=0: none;
+     * $HYPROF_EAP_PIPE_BANDS=N: N bands a group (default 1). */
+    size_t pipe_bands(size_t nb) const
+    {
+        if (each_ || oc_ < n_ || nb < 2 || env_is("HYPROF_EAP_PIPE", "0"))
+            return 0;
+        if (!(caller_pinned_ || narrow_ || pageable_ || (pinned_ && piece_ >= out_bytes_)))
+            return 0;
+        size_t g = env_size("HYPROF_EAP_PIPE_BANDS");
+        g = g ? g : 1;
+        return g < nb ? g : 0;
+    }
+
+    /* args_ for images [img0, img0 + nimg) of the batch: every per-image
+     * array from image img0 on (the kernels index image i at i * n). */
+    Args shifted(const Args &w, size_t img0, int nimg) const
+    {
+        Args g = w;
+        size_t o = img0 * n_;
+        g.nimg = nimg;
+        g.lev += o;
+        g.par += o;
+        g.aux += o;
+        g.aux2 += o;
+        g.pend += o;
+        g.k0 += o;
+        g.k1 += o;
+        g.node += o;
+        if (g.cnt)
+            g.cnt += o;
+        if (g.s1) {
+            g.s1 += o;
+            g.s2 += o;
+        }
+        if (g.sx) {
+            g.sx += o;
+            g.sy += o;
+            g.sxx += o;
+            g.syy += o;
+        }
+        if (g.x0) {
+            g.x0 += o;
+            g.x1 += o;
+            g.y0 += o;
+            g.y1 += o;
+        }
+        return g;
+    }
+
+    template <typename T> hyprof_status_t group_planes(int nimg, unsigned char *dev)
+    {
+        const char *op = a_->op;
+        HYPROF_TRY(timer_.mark(ctx, op, 2));
+        HYPROF_TRY(accumulate(nimg));
+        HYPROF_TRY(timer_.mark(ctx, op, 3));
+        return filters<T>(nimg, (T *)dev);
+    }
+
+    /* The pipelined batch (pipe_bands): trees for all, then group by group
+     * the attributes and filters on stream 0 (all queued at once), each
+     * group's download on copy_ after its planes; progress after each
+     * group's copy (a cancel returns after the copies in flight land:
+     * copy_'s reset waits for them, and the caller frees the output). */
+    hyprof_status_t batch_piped(size_t b0, size_t nb, size_t gb)
+    {
+        const char *op = a_->op;
+        size_t ng = (nb + gb - 1) / gb;
+        if (!copy_.get())
+            HYPROF_TRY(copy_.create(ctx, op));
+        while (pipe_done_.size() < ng) {
+            pipe_done_.emplace_back(new Event);
+            HYPROF_TRY(pipe_done_.back()->create(ctx, op));
+        }
+        while (pipe_ev_.size() < 2 * ng) {
+            cudaEvent_t e = NULL;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+            pipe_ev_.push_back(e);
+        }
+        int nimg = (int)(2 * nb);
+        args_.nimg = nimg;
+        b0_ = b0;
+        HYPROF_TRY(timer_.mark(ctx, op, 0));
+        if (trace_)
+            HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
+        HYPROF_TRY(upload(b0, nb));
+        HYPROF_TRY(timer_.mark(ctx, op, 1));
+        HYPROF_TRY(build(nimg));
+        const Args whole = args_;
+        size_t band_bytes = a_->planes * n_ * dsize_;
+        hyprof_status_t st = HYPROF_OK;
+        for (size_t g = 0; g < ng && st == HYPROF_OK; g++) {
+            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+            args_ = shifted(whole, 2 * g0, (int)(2 * gn));
+            unsigned char *dev = out_.get() + g0 * band_bytes;
+            if (narrow_)
+                st = group_planes<uint8_t>((int)(2 * gn), dev);
+            else if (a_->out16)
+                st = group_planes<uint16_t>((int)(2 * gn), dev);
+            else
+                st = group_planes<float>((int)(2 * gn), dev);
+            if (st == HYPROF_OK && cudaEventRecord(pipe_done_[g]->get(), 0) != cudaSuccess)
+                st = hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "cudaEventRecord failed");
+        }
+        args_ = whole;
+        HYPROF_TRY(st);
+        HYPROF_TRY(timer_.mark(ctx, op, 5)); /* the compute's end */
+        cudaStream_t cs = copy_.get();
+        if (!narrow_)
+            prep_->join(); /* the output page-locked (pinned_) */
+        for (size_t g = 0; g < ng; g++) {
+            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+            size_t first = out_index(b0 + g0), count = gn * a_->planes * n_;
+            const unsigned char *dev = out_.get() + g0 * band_bytes;
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, pipe_done_[g]->get(), 0));
+            HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g], cs));
+            if (narrow_) {
+                HYPROF_TRY(download_narrow(first, count, dev, cs));
+            } else {
+                HYPROF_CUDA_CHECK(cudaMemcpyAsync(out_base_ + first * esize_, dev,
+                                                  count * esize_, cudaMemcpyDeviceToHost, cs));
+            }
+            HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g + 1], cs));
+            if (narrow_ && g + 1 < ng) /* widened: the group is in the output */
+                HYPROF_TRY(hyprof__progress(
+                    ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
+        }
+        for (size_t g = 0; g < ng; g++) {
+            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(pipe_ev_[2 * g + 1]));
+            float ms = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&ms, pipe_ev_[2 * g], pipe_ev_[2 * g + 1]));
+            pipe_dl_ms_ += ms;
+            if (!narrow_ && g + 1 < ng)
+                HYPROF_TRY(hyprof__progress(
+                    ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
+        }
+        float tail = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventElapsedTime(&tail, timer_.last(), pipe_ev_[2 * ng - 1]));
+        pipe_tail_ms_ += tail > 0.0f ? tail : 0.0f;
+        pipe_gb_ = gb;
+        HYPROF_TRY(timer_.add(ctx, op));
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        return check_error(err, b0, nb);
+    }
+
     hyprof_status_t batch(size_t b0, size_t nb)
     {
         const char *op = a_->op;
+        size_t gb = pipe_bands(nb);
+        if (gb)
+            return batch_piped(b0, nb, gb);
         HYPROF_TRY(compute(b0, nb, out_.get()));
         size_t count = nb * a_->planes * n_, first = out_index(b0);
         unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + first)
