@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define OP "eap"
 
@@ -189,24 +192,72 @@ void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
         (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 #endif
     const size_t nchunks = (bytes + chunk - 1) / chunk;
+    /* A chunk's pages in one call (Linux >= 5.14), without a fault per page;
+     * the pages holding its first and last bytes are the output's too (so
+     * mapped), whole. $HYPROF_EAP_POPULATE=0: a write per page. */
+    const char *pe = getenv("HYPROF_EAP_POPULATE");
+    int populate = !(pe && strcmp(pe, "0") == 0);
     /* dynamic: a thread the system runs late holds up one chunk, not a
      * thirty-second of the output */
     #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
     for (size_t c = 0; c < nchunks; c++) {
         size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
         volatile char *q = (char *)p + c * chunk;
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+        if (populate) {
+            uintptr_t s0 = (uintptr_t)q & ~(uintptr_t)4095,
+                      s1 = ((uintptr_t)q + len + 4095) & ~(uintptr_t)4095;
+            if (madvise((void *)s0, s1 - s0, MADV_POPULATE_WRITE) == 0)
+                continue;
+        }
+#else
+        (void)populate;
+#endif
         for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
             q[off] = 0;
     }
 }
 
-/* Elements [first, first + len) of the planes from src, on this thread. */
+#if defined(__SSE2__)
+/* o[i] = src[i] with non-temporal stores: the output is written once and
+ * not read back here, so its lines need not be read into the cache first
+ * (half the memory traffic of plain stores). */
+static void widen_f32_stream(const uint8_t *src, size_t len, float *o)
+{
+    size_t i = 0;
+    for (; i < len && ((uintptr_t)(o + i) & 15); i++)
+        o[i] = (float)src[i];
+    const __m128i z = _mm_setzero_si128();
+    for (; i + 16 <= len; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i lo = _mm_unpacklo_epi8(b, z), hi = _mm_unpackhi_epi8(b, z);
+        _mm_stream_ps(o + i, _mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, z)));
+        _mm_stream_ps(o + i + 4, _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, z)));
+        _mm_stream_ps(o + i + 8, _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, z)));
+        _mm_stream_ps(o + i + 12, _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, z)));
+    }
+    for (; i < len; i++)
+        o[i] = (float)src[i];
+    _mm_sfence(); /* the stores visible before the piece is counted done */
+}
+#endif
+
+/* Elements [first, first + len) of the planes from src, on this thread.
+ * `nt`: non-temporal stores for the unmasked float output. */
 static void hyprof__eap_widen_range(const uint8_t *src, size_t len, size_t first, size_t n,
                                     const uint8_t *mask, float *out32, uint16_t *out16,
-                                    float nodata32, uint16_t nodata16)
+                                    float nodata32, uint16_t nodata16, int nt)
 {
     if (!mask && out32) {
         float *o = out32 + first;
+#if defined(__SSE2__)
+        if (nt) {
+            widen_f32_stream(src, len, o);
+            return;
+        }
+#else
+        (void)nt;
+#endif
         for (size_t i = 0; i < len; i++)
             o[i] = (float)src[i];
         return;
@@ -252,6 +303,8 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
     atomic_int failed;
     atomic_init(&failed, 0);
     int threads = hyprof__threads(ctx);
+    const char *ntv = getenv("HYPROF_EAP_STREAM_STORES"); /* "0": plain stores */
+    const int nt = !(ntv && strcmp(ntv, "0") == 0);
     #pragma omp parallel num_threads(threads > 1 ? threads : 2)
     {
         int master = omp_get_thread_num() == 0, team = omp_get_num_threads();
@@ -268,7 +321,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 len = len < s->piece ? len : s->piece;
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages], len,
                                         s->first + k * s->piece, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16);
+                                        s->out16, s->nodata32, s->nodata16, nt);
                 if (k + (size_t)s->nstages < pieces &&
                     (r = s->issue(s->user, k + (size_t)s->nstages)) != 0)
                     atomic_store(&failed, r);
@@ -316,7 +369,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages] + i0,
                                         (len - i0 < unit ? len - i0 : unit),
                                         s->first + k * s->piece + i0, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16);
+                                        s->out16, s->nodata32, s->nodata16, nt);
             atomic_fetch_add(&done[k], 1);
         }
     }

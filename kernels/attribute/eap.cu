@@ -2023,6 +2023,125 @@ void stage_cache_give()
     c.busy = false;
 }
 
+/* A call's device buffers are carved from one allocation (Slice below),
+ * kept for the process after the call, one per device, and taken again by
+ * the next call that fits in it: the twenty-odd cudaMalloc and cudaFree of a
+ * call took 0.9 and 1.2 ms at Pavia Centre size on the H200 (a tenth of the
+ * compute). Kept only up to an eighth of the device's memory (a large
+ * scene's are freed), never with $HYPROF_EAP_KEEP=0. The memory it holds is
+ * counted as free by plan() (the call takes it, or frees it before
+ * allocating a larger one), so planning is unchanged for EAP; other
+ * operations see it as used (as EMP's pool, which keeps up to the same
+ * eighth). A call that finds it taken (a concurrent call) allocates its own. */
+struct ArenaSlot {
+    void *p = nullptr;
+    size_t bytes = 0;
+    bool busy = false;
+};
+struct ArenaCache {
+    std::mutex m;
+    ArenaSlot slot[64];
+};
+ArenaCache &arena_cache()
+{
+    static ArenaCache *c = new ArenaCache; /* never freed: no cudaFree after the runtime's exit */
+    return *c;
+}
+bool arena_keep() { return !env_is("HYPROF_EAP_KEEP", "0"); }
+/* Bytes the idle cached allocation of `device` holds (0: none, or taken). */
+size_t arena_idle(int device)
+{
+    if (device < 0 || device >= 64)
+        return 0;
+    ArenaCache &c = arena_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    const ArenaSlot &s = c.slot[device];
+    return s.p && !s.busy ? s.bytes : 0;
+}
+/* The cached allocation when it holds `need` bytes (its size in *got), else
+ * null, having freed an idle one too small (room for the new one). */
+void *arena_take(int device, size_t need, size_t *got)
+{
+    if (device < 0 || device >= 64)
+        return nullptr;
+    ArenaCache &c = arena_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    ArenaSlot &s = c.slot[device];
+    if (!s.p || s.busy)
+        return nullptr;
+    if (s.bytes >= need) {
+        s.busy = true;
+        *got = s.bytes;
+        return s.p;
+    }
+    (void)cudaFree(s.p);
+    (void)cudaGetLastError();
+    s = ArenaSlot();
+    return nullptr;
+}
+/* Back to the cache (or freed); the device work on it is over. */
+void arena_give(int device, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    size_t free_b = 0, total = 0;
+    bool keep = arena_keep() && device >= 0 && device < 64 &&
+                cudaMemGetInfo(&free_b, &total) == cudaSuccess && bytes <= total / 8;
+    (void)cudaGetLastError();
+    {
+        ArenaCache &c = arena_cache();
+        std::lock_guard<std::mutex> lock(c.m);
+        if (device >= 0 && device < 64) {
+            ArenaSlot &s = c.slot[device];
+            if (s.p == p) {
+                if (keep) {
+                    s.busy = false;
+                    return;
+                }
+                s = ArenaSlot();
+            } else if (keep && !s.p) {
+                s.p = p;
+                s.bytes = bytes;
+                s.busy = false;
+                return;
+            }
+        }
+    }
+    (void)cudaFree(p);
+    (void)cudaGetLastError();
+}
+
+/* A buffer carved from the call's allocation (EapCuda::carve). */
+template <typename T> class Slice {
+  public:
+    T *get() const { return p_; }
+    void set(T *p) { p_ = p; }
+    void reset() { p_ = nullptr; }
+
+  private:
+    T *p_ = nullptr;
+};
+
+/* Places buffers one after the other, 256-byte aligned, from `base` (null:
+ * only their total size). */
+class Carver {
+  public:
+    explicit Carver(unsigned char *base) : base_(base) {}
+    template <typename T> void take(Slice<T> &s, size_t count)
+    {
+        if (count == 0)
+            count = 1;
+        off_ = (off_ + 255) & ~(size_t)255;
+        s.set(base_ ? (T *)(base_ + off_) : nullptr);
+        off_ += count * sizeof(T);
+    }
+    size_t used() const { return off_; }
+
+  private:
+    unsigned char *base_;
+    size_t off_ = 0;
+};
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
@@ -2045,6 +2164,7 @@ class EapCuda {
                 (void)cudaEventDestroy(e);
         for (cudaEvent_t &e : pipe_ev_)
             (void)cudaEventDestroy(e);
+        give_arena();
         if (trace_start_)
             (void)cudaEventDestroy(trace_start_);
         if (trace_now_)
@@ -2222,7 +2342,21 @@ class EapCuda {
         s64_.reset();
         thr_.reset();
         out_.reset();
+        error_.reset();
         lev_next_.reset();
+        give_arena();
+    }
+    /* The allocation back to the cache once the device is done with it (an
+     * early return may leave kernels and copies queued). */
+    void give_arena()
+    {
+        if (!arena_)
+            return;
+        (void)cudaDeviceSynchronize();
+        (void)cudaGetLastError();
+        arena_give(device_, arena_, arena_bytes_);
+        arena_ = nullptr;
+        arena_bytes_ = 0;
     }
     bool trace_ = false;
     cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
@@ -2275,16 +2409,20 @@ class EapCuda {
     bool elist_ = false; /* flooding over the list of edges to unite (8-bit levels) */
     bool ftile_ = false; /* the tile floods, then the global flooding of what they leave */
     size_t ecap_ = 0;    /* ord per image: n, or the edges' capacity */
-    DeviceBuffer<uint32_t> ord_, hist_, off_;
+    Slice<uint32_t> ord_, hist_, off_;
     std::vector<uint32_t> hist_h_, off_h_, maxc_;
 
-    DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
-    DeviceBuffer<uint16_t> lev_;
-    DeviceBuffer<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
-    DeviceBuffer<u64> s64_;
-    DeviceBuffer<double> thr_;
-    DeviceBuffer<int> error_;
-    DeviceBuffer<unsigned char> out_;
+    Slice<uint8_t> mask_, k0_, k1_, node_;
+    Slice<uint16_t> lev_;
+    Slice<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
+    Slice<u64> s64_;
+    Slice<double> thr_;
+    Slice<int> error_;
+    Slice<unsigned char> out_;
+    /* all of them, in one allocation (from the arena cache, or its own) */
+    void *arena_ = nullptr;
+    size_t arena_bytes_ = 0;
+    int device_ = -1;
     Args args_{};
     StageTimer timer_;
 
@@ -2301,6 +2439,9 @@ class EapCuda {
         const char *op = a_->op;
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+        if (device_ < 0)
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device_));
+        budget += arena_idle(device_); /* this call takes it, or frees it first */
         /* + per band with flooding: the histograms and offsets of its two images */
         size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * (2 * (size_t)a_->levels + 1) * 8 : 0);
         size_t planes = n_ * a_->planes * dsize_;
@@ -2352,38 +2493,70 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* The buffers' places from `base` (null: their total size only). */
+    size_t carve(unsigned char *base)
+    {
+        Carver c(base);
+        size_t m = 2 * nb_ * n_;
+        c.take(lev_, m);
+        c.take(node_, m);
+        c.take(par_, m);
+        c.take(aux_, m);
+        c.take(aux2_, m);
+        c.take(pend_, m);
+        c.take(k0_, m);
+        c.take(k1_, m);
+        if (need_cnt_)
+            c.take(cnt_, m);
+        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
+        if (n64)
+            c.take(s64_, n64 * m);
+        if (need_box_)
+            c.take(box_, 4 * m);
+        c.take(out_, slots_ * nb_ * a_->planes * oc_ * dsize_);
+        c.take(error_, 1);
+        if (flood_) {
+            size_t bins = ftile_ ? 2 * (size_t)a_->levels : a_->levels; /* tile floods: tree and border edges */
+            c.take(ord_, 2 * nb_ * ecap_);
+            c.take(hist_, 2 * nb_ * bins);
+            c.take(off_, 2 * nb_ * (bins + 1));
+        }
+        c.take(thr_, nthr_);
+        if (a_->mask)
+            c.take(mask_, n_);
+        return c.used();
+    }
+
     hyprof_status_t alloc()
     {
         const char *op = a_->op;
         size_t m = 2 * nb_ * n_;
-        HYPROF_TRY(lev_.alloc(ctx, op, m));
-        HYPROF_TRY(node_.alloc(ctx, op, m));
-        HYPROF_TRY(par_.alloc(ctx, op, m));
-        HYPROF_TRY(aux_.alloc(ctx, op, m));
-        HYPROF_TRY(aux2_.alloc(ctx, op, m));
-        HYPROF_TRY(pend_.alloc(ctx, op, m));
-        HYPROF_TRY(k0_.alloc(ctx, op, m));
-        HYPROF_TRY(k1_.alloc(ctx, op, m));
-        if (need_cnt_)
-            HYPROF_TRY(cnt_.alloc(ctx, op, m));
-        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
-        if (n64)
-            HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
-        if (need_box_)
-            HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, slots_ * nb_ * a_->planes * oc_ * dsize_));
-        HYPROF_TRY(error_.alloc(ctx, op, 1));
+        size_t need = carve(nullptr), got = 0;
+        if (device_ < 0)
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device_));
+        arena_ = arena_take(device_, need, &got);
+        arena_bytes_ = got;
+        if (!arena_) {
+            cudaError_t e = cudaMalloc(&arena_, need);
+            if (e != cudaSuccess) {
+                arena_ = nullptr;
+                (void)cudaGetLastError();
+                return hyprof__error(ctx,
+                                     e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
+                                                                    : HYPROF_ERR_DEVICE,
+                                     op, "cudaMalloc of %zu bytes failed: %s", need,
+                                     cudaGetErrorString(e));
+            }
+            arena_bytes_ = need;
+        }
+        carve((unsigned char *)arena_);
         if (flood_) {
-            HYPROF_TRY(ord_.alloc(ctx, op, 2 * nb_ * ecap_));
             size_t L = a_->levels;
-            size_t bins = ftile_ ? 2 * L : L; /* the tile floods: tree and border edges */
-            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * bins));
-            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (bins + 1)));
+            size_t bins = ftile_ ? 2 * L : L;
             hist_h_.resize(2 * nb_ * bins);
             off_h_.resize(2 * nb_ * (bins + 1));
             maxc_.resize(L);
         }
-        HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
         size_t t = 0;
         for (size_t f = 0; f < a_->nfilters; f++) {
             const hyprof_attribute_filter_t *fl = &a_->filters[f];
@@ -2392,10 +2565,8 @@ class EapCuda {
                                          cudaMemcpyHostToDevice));
             t += fl->nthresholds;
         }
-        if (a_->mask) {
-            HYPROF_TRY(mask_.alloc(ctx, op, n_));
+        if (a_->mask)
             HYPROF_CUDA_CHECK(cudaMemcpy(mask_.get(), a_->mask, n_, cudaMemcpyHostToDevice));
-        }
         HYPROF_CUDA_CHECK(cudaMemset(error_.get(), 0, sizeof(int)));
 
         Args &g = args_;
