@@ -3379,6 +3379,7 @@ class EapCuda {
                     ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
         }
         float tail = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(timer_.last())); /* (ordered after the last group only) */
         HYPROF_CUDA_CHECK(cudaEventElapsedTime(&tail, timer_.last(), pipe_ev_[2 * ng - 1]));
         pipe_tail_ms_ += tail > 0.0f ? tail : 0.0f;
         pipe_gb_ = gb;
