@@ -98,6 +98,17 @@
  *   $HYPROF_EAP_NARROW=0: the planes in the output's type on the device
  *   (as below); $HYPROF_EAP_STAGE=N: staging pieces of N bytes.
  *   The levels are page-locked for their upload ($HYPROF_EAP_PIN_IN=0: not).
+ * Pipeline (batch_piped): a batch's trees are built for all its bands at
+ *   once, then the attributes and filters run a group of bands at a time
+ *   (1 band; $HYPROF_EAP_PIPE_BANDS=N: N), all queued on stream 0, and each
+ *   group's planes go to the host on a copy stream as soon as they are
+ *   computed (into the caller's page-locked output, the output page-locked
+ *   for the call, by pageable copies, or staged and widened as above), so
+ *   that the download overlaps the next groups' compute. Not for the
+ *   chunked planes and the output pinned piece by piece (their own
+ *   downloads); $HYPROF_EAP_PIPE=0: none.
+ * Device memory: all of a call's buffers are carved from one allocation,
+ *   kept for the process (see ArenaCache; $HYPROF_EAP_KEEP=0: freed).
  * hyprof_attribute_profiles_bands (a->each): one band at a time, the device
  *   buffers allocated once for all bands, two planes buffers (slots): band
  *   b's trees and planes on stream 0 while band b - 1's planes are copied
