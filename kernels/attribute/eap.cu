@@ -2208,7 +2208,11 @@ class EapCuda {
          * planes in its type, copied straight into it at the bus speed, with
          * nothing to fault, lock or widen on the host */
         caller_pinned_ = !each_ && hyprof__cuda_is_pinned(out_base_);
-        narrow_ = a->levels <= 256 && !caller_pinned_ && !env_is("HYPROF_EAP_NARROW", "0");
+        /* ($HYPROF_EAP_PINNED_NARROW=1: 8-bit planes widened into the
+         * caller's page-locked output too, to compare) */
+        narrow_ = a->levels <= 256 &&
+                  (!caller_pinned_ || env_is("HYPROF_EAP_PINNED_NARROW", "1")) &&
+                  !env_is("HYPROF_EAP_NARROW", "0");
         dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
