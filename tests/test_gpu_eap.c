@@ -422,14 +422,16 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 13 : 0); g++) {
+    for (int g = 0; g <= (groups ? 14 : 0); g++) {
         if (g >= 9) { /* the batch's pipeline: groups of bands' downloads overlapping */
             static const char *const what[] = {
                 "no pipeline (the whole batch's download after its compute)",
                 "pipelined in groups of 2 bands, 8-bit planes staged in pieces of 100000 bytes",
                 "pipelined, float planes on the device, output page-locked for the call",
                 "pipelined, float planes, pageable copies",
-                "pipelined in groups of 2 bands, page-locked output (hyprof_pinned_cache_set)"};
+                "pipelined in groups of 2 bands, page-locked output (hyprof_pinned_cache_set)",
+                "pipelined, page-locked output, every other band's planes 8-bit widened on the "
+                "host"};
             if (g == 9)
                 setenv("HYPROF_EAP_PIPE", "0", 1);
             if (g == 10 || g == 13)
@@ -440,8 +442,10 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
                 setenv("HYPROF_EAP_NARROW", "0", 1);
             if (g == 12)
                 setenv("HYPROF_EAP_PIN", "0", 1);
-            if (g == 13)
+            if (g == 13 || g == 14)
                 hyprof_pinned_cache_set((size_t)1 << 30);
+            if (g == 14)
+                setenv("HYPROF_EAP_HYBRID", "1", 1);
             snprintf(label, sizeof label, "%s, %s", name, what[g - 9]);
         } else if (g == 8) { /* the output from the page-locked cache, primed with garbage */
             hyprof_cube_t junk;
@@ -503,13 +507,14 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_PIPE");
         unsetenv("HYPROF_EAP_PIPE_BANDS");
         unsetenv("HYPROF_EAP_PIN");
+        unsetenv("HYPROF_EAP_HYBRID");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
             hyprof_pinned_cache_set(0);
             continue;
         }
-        if ((g == 8 || g == 13) && !(got.owns & HYPROF_OWNS_PINNED))
+        if ((g == 8 || g >= 13) && !(got.owns & HYPROF_OWNS_PINNED))
             FAIL("%s: the output is not page-locked", label);
         if (expect_cuda(gpu, label))
             report_f32(label, &ref, &got, ms);

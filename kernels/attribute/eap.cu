@@ -2163,6 +2163,7 @@ class EapCuda {
     ~EapCuda()
     {
         copy_.reset();
+        copy2_.reset();
         up_.reset();
         if (cached_stage_) {
             for (Event &e : stage_ev_)
@@ -2386,7 +2387,8 @@ class EapCuda {
     bool narrow_ = false; /* 8-bit planes on the device, widened on the host */
     bool each_ = false;   /* hyprof_attribute_profiles_bands: a band at a time */
     int slots_ = 1;       /* device planes buffers (each_: 2, pipelined) */
-    Stream copy_;         /* each_: the planes' downloads */
+    Stream copy_;         /* each_, batch_piped: the planes' downloads */
+    Stream copy2_;        /* batch_piped, $HYPROF_EAP_HYBRID=1: the 8-bit groups' */
     Stream up_;           /* each_: the next band's upload */
     Event up_done_, lev_free_;
     DeviceBuffer<uint16_t> lev_next_; /* each_: the next band's levels */
@@ -3346,12 +3348,21 @@ class EapCuda {
         HYPROF_TRY(build(nimg));
         const Args whole = args_;
         size_t band_bytes = a_->planes * n_ * dsize_;
+        /* $HYPROF_EAP_HYBRID=1 (float planes into the caller's page-locked
+         * output): every other group as 8-bit planes widened on the host (on
+         * a second copy stream) while the float groups' copies run, the bus
+         * and the host's memory both at work */
+        const bool hybrid = !narrow_ && caller_pinned_ && a_->levels <= 256 && ng > 1 &&
+                            env_is("HYPROF_EAP_HYBRID", "1");
+        auto is_narrow = [&](size_t g) { return narrow_ || (hybrid && (g & 1)); };
+        if (hybrid && !copy2_.get())
+            HYPROF_TRY(copy2_.create(ctx, op));
         hyprof_status_t st = HYPROF_OK;
         for (size_t g = 0; g < ng && st == HYPROF_OK; g++) {
             size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
             args_ = shifted(whole, 2 * g0, (int)(2 * gn));
             unsigned char *dev = out_.get() + g0 * band_bytes;
-            if (narrow_)
+            if (is_narrow(g))
                 st = group_planes<uint8_t>((int)(2 * gn), dev);
             else if (a_->out16)
                 st = group_planes<uint16_t>((int)(2 * gn), dev);
@@ -3366,23 +3377,30 @@ class EapCuda {
         cudaStream_t cs = copy_.get();
         if (!narrow_)
             prep_->join(); /* the output page-locked (pinned_) */
-        for (size_t g = 0; g < ng; g++) {
-            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
-            size_t first = out_index(b0 + g0), count = gn * a_->planes * n_;
-            const unsigned char *dev = out_.get() + g0 * band_bytes;
-            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs, pipe_done_[g]->get(), 0));
-            HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g], cs));
-            if (narrow_) {
-                HYPROF_TRY(download_narrow(first, count, dev, cs));
-            } else {
-                HYPROF_CUDA_CHECK(cudaMemcpyAsync(out_base_ + first * esize_, dev,
-                                                  count * esize_, cudaMemcpyDeviceToHost, cs));
+        /* the float groups' copies queued, then the 8-bit ones staged and
+         * widened on this thread, group by group */
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t g = 0; g < ng; g++) {
+                if (is_narrow(g) != (pass == 1))
+                    continue;
+                size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+                size_t first = out_index(b0 + g0), count = gn * a_->planes * n_;
+                const unsigned char *dev = out_.get() + g0 * band_bytes;
+                cudaStream_t gs = hybrid && pass == 1 ? copy2_.get() : cs;
+                HYPROF_CUDA_CHECK(cudaStreamWaitEvent(gs, pipe_done_[g]->get(), 0));
+                HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g], gs));
+                if (pass == 1) {
+                    HYPROF_TRY(download_narrow(first, count, dev, gs));
+                } else {
+                    HYPROF_CUDA_CHECK(cudaMemcpyAsync(out_base_ + first * esize_, dev,
+                                                      count * esize_, cudaMemcpyDeviceToHost,
+                                                      gs));
+                }
+                HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g + 1], gs));
+                if (narrow_ && g + 1 < ng) /* widened: the group is in the output */
+                    HYPROF_TRY(hyprof__progress(
+                        ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
             }
-            HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g + 1], cs));
-            if (narrow_ && g + 1 < ng) /* widened: the group is in the output */
-                HYPROF_TRY(hyprof__progress(
-                    ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
-        }
         for (size_t g = 0; g < ng; g++) {
             size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
             HYPROF_CUDA_CHECK(cudaEventSynchronize(pipe_ev_[2 * g + 1]));
@@ -3395,8 +3413,12 @@ class EapCuda {
         }
         float tail = 0.0f;
         HYPROF_CUDA_CHECK(cudaEventSynchronize(timer_.last())); /* (ordered after the last group only) */
-        HYPROF_CUDA_CHECK(cudaEventElapsedTime(&tail, timer_.last(), pipe_ev_[2 * ng - 1]));
-        pipe_tail_ms_ += tail > 0.0f ? tail : 0.0f;
+        for (size_t g = 0; g < ng; g++) {
+            float t = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, timer_.last(), pipe_ev_[2 * g + 1]));
+            tail = t > tail ? t : tail;
+        }
+        pipe_tail_ms_ += tail;
         pipe_gb_ = gb;
         HYPROF_TRY(timer_.add(ctx, op));
         int err = 0;
