@@ -426,16 +426,21 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         if (g >= 9) { /* the batch's pipeline: groups of bands' downloads overlapping */
             static const char *const what[] = {
                 "no pipeline (the whole batch's download after its compute)",
-                "pipelined in groups of 2 bands, 8-bit planes staged in pieces of 100000 bytes",
+                "pipelined in groups of 2 bands, attributes of all bands first, 8-bit planes "
+                "staged in pieces of 100000 bytes",
                 "pipelined, float planes on the device, output page-locked for the call",
                 "pipelined, float planes, pageable copies",
-                "pipelined in groups of 2 bands, page-locked output (hyprof_pinned_cache_set)",
-                "pipelined, page-locked output, every other band's planes 8-bit widened on the "
-                "host"};
+                "pipelined in groups of 2 bands, attributes of all bands first, page-locked "
+                "output (hyprof_pinned_cache_set), every other group widened on the host",
+                "pipelined, page-locked output, float planes only"};
             if (g == 9)
                 setenv("HYPROF_EAP_PIPE", "0", 1);
-            if (g == 10 || g == 13)
+            if (g == 10 || g == 13) {
                 setenv("HYPROF_EAP_PIPE_BANDS", "2", 1);
+                setenv("HYPROF_EAP_PIPE_ACC", "all", 1);
+            }
+            if (g == 10 || g == 12) /* (pageable: not pipelined by default) */
+                setenv("HYPROF_EAP_PIPE", "1", 1);
             if (g == 10)
                 setenv("HYPROF_EAP_STAGE", "100000", 1);
             if (g == 11 || g == 12)
@@ -445,7 +450,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
             if (g == 13 || g == 14)
                 hyprof_pinned_cache_set((size_t)1 << 30);
             if (g == 14)
-                setenv("HYPROF_EAP_HYBRID", "1", 1);
+                setenv("HYPROF_EAP_HYBRID", "0", 1);
             snprintf(label, sizeof label, "%s, %s", name, what[g - 9]);
         } else if (g == 8) { /* the output from the page-locked cache, primed with garbage */
             hyprof_cube_t junk;
@@ -508,6 +513,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_PIPE_BANDS");
         unsetenv("HYPROF_EAP_PIN");
         unsetenv("HYPROF_EAP_HYBRID");
+        unsetenv("HYPROF_EAP_PIPE_ACC");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
@@ -562,7 +568,9 @@ static void cancel_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_cube_
         hyprof_status_t st = HYPROF_ERR_ARGUMENT;
         if (ctx && hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA) == HYPROF_OK) {
             hyprof_ctx_set_progress(ctx, cancel_midway, &cc);
+            setenv("HYPROF_EAP_PIPE", "1", 1); /* (pageable: not pipelined by default) */
             st = hyprof_eap(ctx, c, p, &got, NULL);
+            unsetenv("HYPROF_EAP_PIPE");
         }
         g_checks++;
         if (st != HYPROF_ERR_CANCELLED || got.data || cc.midway < 2)
