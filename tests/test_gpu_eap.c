@@ -426,7 +426,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         if (g >= 9) { /* the batch's pipeline: groups of bands' downloads overlapping */
             static const char *const what[] = {
                 "no pipeline (the whole batch's download after its compute), the widening "
-                "after all the output's page faults",
+                "behind the output's page faults, 64 MB at a time",
                 "pipelined in groups of 2 bands, attributes of all bands first, 8-bit planes "
                 "staged in pieces of 100000 bytes",
                 "pipelined, float planes on the device, output page-locked for the call",
@@ -436,7 +436,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
                 "pipelined, page-locked output, float planes only"};
             if (g == 9) {
                 setenv("HYPROF_EAP_PIPE", "0", 1);
-                setenv("HYPROF_EAP_PREP_OVERLAP", "0", 1);
+                setenv("HYPROF_EAP_PREP_OVERLAP", "1", 1);
             }
             if (g == 10 || g == 13) {
                 setenv("HYPROF_EAP_PIPE_BANDS", "2", 1);

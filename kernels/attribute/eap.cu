@@ -2257,13 +2257,14 @@ class EapCuda {
         /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
          * download as soon as it is ready */
         piece_ = env_size("HYPROF_EAP_PIN_PIECE");
-        /* 8-bit planes into pageable memory: the output prefaulted 64 MB at
-         * a time, each staged piece widened as soon as its part of the
-         * output is (prep_overlap_; the faults took 15.7 ms of the 26.9 on
-         * the H100 at Pavia Centre size, the widening 3.7 after them).
-         * $HYPROF_EAP_PREP_OVERLAP=0: the widening after all the faults. */
+        /* 8-bit planes into pageable memory, $HYPROF_EAP_PREP_OVERLAP=1: the
+         * output prefaulted 64 MB at a time, each staged piece widened as
+         * soon as its part of the output is. Not the default: on the H100
+         * at Pavia Centre size the widening then took 9.8 ms instead of 4.1
+         * (the faults' threads and the widening's share the cores) and the
+         * profile 25.2 ms instead of 24.2. */
         prep_overlap_ = narrow_ && !caller_pinned_ && !piece_ &&
-                        !env_is("HYPROF_EAP_PREP_OVERLAP", "0");
+                        env_is("HYPROF_EAP_PREP_OVERLAP", "1");
         if (prep_overlap_)
             piece_ = (size_t)64 << 20;
         if (!piece_ || piece_ > out_bytes)
