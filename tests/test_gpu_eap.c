@@ -422,8 +422,40 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         FAIL("%s: cpu: %s", name, hyprof_ctx_last_error(cpu));
         return;
     }
-    for (int g = 0; g <= (groups ? 8 : 0); g++) {
-        if (g == 8) { /* the output from the page-locked cache, primed with garbage */
+    for (int g = 0; g <= (groups ? 14 : 0); g++) {
+        if (g >= 9) { /* the batch's pipeline: groups of bands' downloads overlapping */
+            static const char *const what[] = {
+                "no pipeline (the whole batch's download after its compute), the widening "
+                "behind the output's page faults, 64 MB at a time",
+                "pipelined in groups of 2 bands, attributes of all bands first, 8-bit planes "
+                "staged in pieces of 100000 bytes",
+                "pipelined, float planes on the device, output page-locked for the call",
+                "pipelined, float planes, pageable copies",
+                "pipelined in groups of 2 bands, attributes of all bands first, page-locked "
+                "output (hyprof_pinned_cache_set), every other group widened on the host",
+                "pipelined, page-locked output, float planes only"};
+            if (g == 9) {
+                setenv("HYPROF_EAP_PIPE", "0", 1);
+                setenv("HYPROF_EAP_PREP_OVERLAP", "1", 1);
+            }
+            if (g == 10 || g == 13) {
+                setenv("HYPROF_EAP_PIPE_BANDS", "2", 1);
+                setenv("HYPROF_EAP_PIPE_ACC", "all", 1);
+            }
+            if (g == 10 || g == 12) /* (pageable: not pipelined by default) */
+                setenv("HYPROF_EAP_PIPE", "1", 1);
+            if (g == 10)
+                setenv("HYPROF_EAP_STAGE", "100000", 1);
+            if (g == 11 || g == 12)
+                setenv("HYPROF_EAP_NARROW", "0", 1);
+            if (g == 12)
+                setenv("HYPROF_EAP_PIN", "0", 1);
+            if (g == 13 || g == 14)
+                hyprof_pinned_cache_set((size_t)1 << 30);
+            if (g == 14)
+                setenv("HYPROF_EAP_HYBRID", "0", 1);
+            snprintf(label, sizeof label, "%s, %s", name, what[g - 9]);
+        } else if (g == 8) { /* the output from the page-locked cache, primed with garbage */
             hyprof_cube_t junk;
             hyprof_pinned_cache_set((size_t)1 << 30);
             if (hyprof_cube_alloc_pinned(&junk, HYPROF_FLOAT32, ref.width, ref.height,
@@ -480,13 +512,19 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_STAGE");
         unsetenv("HYPROF_EAP_WARP_UNITE");
         unsetenv("HYPROF_EAP_TILE_FLOOD");
+        unsetenv("HYPROF_EAP_PIPE");
+        unsetenv("HYPROF_EAP_PIPE_BANDS");
+        unsetenv("HYPROF_EAP_PIN");
+        unsetenv("HYPROF_EAP_HYBRID");
+        unsetenv("HYPROF_EAP_PIPE_ACC");
+        unsetenv("HYPROF_EAP_PREP_OVERLAP");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));
             hyprof_pinned_cache_set(0);
             continue;
         }
-        if (g == 8 && !(got.owns & HYPROF_OWNS_PINNED))
+        if ((g == 8 || g >= 13) && !(got.owns & HYPROF_OWNS_PINNED))
             FAIL("%s: the output is not page-locked", label);
         if (expect_cuda(gpu, label))
             report_f32(label, &ref, &got, ms);
@@ -496,11 +534,105 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
     hyprof_cube_free(&ref);
 }
 
+/* Cancels at the second progress report strictly between 0 and 1 (the
+ * pipelined batch reports after each group of bands). */
+typedef struct {
+    int midway;
+    double at;
+} cancel_t;
+static int cancel_midway(void *user, double fraction, const char *stage)
+{
+    cancel_t *c = user;
+    (void)stage;
+    if (fraction > 0.0 && fraction < 1.0 && ++c->midway == 2) {
+        c->at = fraction;
+        return 1;
+    }
+    return 0;
+}
+
+/* A cancel in the middle of a pipelined batch (with pageable and with
+ * page-locked output): HYPROF_ERR_CANCELLED, no output cube; and no copy
+ * of the cancelled call lands later in the page-locked block its output
+ * had (the next cube taken from the cache keeps what is written into it
+ * while the device runs another call). */
+static void cancel_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_cube_t *c,
+                        const hyprof_eap_params_t *p)
+{
+    for (int pinned = 0; pinned < 2; pinned++) {
+        char label[160];
+        snprintf(label, sizeof label, "cancel midway through a pipelined batch, %s output",
+                 pinned ? "page-locked" : "pageable");
+        hyprof_ctx_t *ctx = hyprof_ctx_new();
+        cancel_t cc = {0, 0.0};
+        hyprof_cube_t got;
+        memset(&got, 0, sizeof got);
+        if (pinned)
+            hyprof_pinned_cache_set((size_t)1 << 30);
+        hyprof_status_t st = HYPROF_ERR_ARGUMENT;
+        if (ctx && hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA) == HYPROF_OK) {
+            hyprof_ctx_set_progress(ctx, cancel_midway, &cc);
+            setenv("HYPROF_EAP_PIPE", "1", 1); /* (pageable: not pipelined by default) */
+            st = hyprof_eap(ctx, c, p, &got, NULL);
+            unsetenv("HYPROF_EAP_PIPE");
+        }
+        g_checks++;
+        if (st != HYPROF_ERR_CANCELLED || got.data || cc.midway < 2)
+            FAIL("%s: status %d (want %d), output %s, %d progress reports midway", label,
+                 (int)st, (int)HYPROF_ERR_CANCELLED, got.data ? "left" : "none", cc.midway);
+        else
+            printf("ok   %s: cancelled at %.3f, no output\n", label, cc.at);
+        hyprof_cube_free(&got);
+        hyprof_ctx_free(&ctx);
+        if (pinned) {
+            size_t planes = hyprof_attribute_planes(p->filters, p->nfilters);
+            size_t count = c->width * c->height * c->bands * planes;
+            hyprof_cube_t block, ref, again;
+            g_checks++;
+            if (hyprof_cube_alloc_pinned(&block, HYPROF_FLOAT32, c->width, c->height,
+                                         c->bands * planes) != HYPROF_OK) {
+                FAIL("%s: no page-locked block", label);
+            } else {
+                memset(block.data, 0x5a, count * sizeof(float));
+                hyprof_status_t s2 = hyprof_eap(gpu, c, p, &again, NULL);
+                hyprof_status_t s1 = hyprof_eap(cpu, c, p, &ref, NULL);
+                size_t bad = 0;
+                const unsigned char *b = block.data;
+                for (size_t i = 0; i < count * sizeof(float); i++)
+                    bad += b[i] != 0x5a;
+                if (s1 != HYPROF_OK || s2 != HYPROF_OK || bad)
+                    FAIL("%s: after the cancel: %zu bytes of a reused block overwritten, "
+                         "next call %s", label, bad, s2 == HYPROF_OK ? "ok" : "failed");
+                else
+                    printf("ok   %s: the reused block untouched, the next call runs\n",
+                           label);
+                if (s1 == HYPROF_OK && s2 == HYPROF_OK)
+                    report_f32("the call after the cancel", &ref, &again, 0.0);
+                if (s1 == HYPROF_OK)
+                    hyprof_cube_free(&ref);
+                if (s2 == HYPROF_OK)
+                    hyprof_cube_free(&again);
+                hyprof_cube_free(&block);
+            }
+            hyprof_pinned_cache_set(0);
+        }
+    }
+}
+
 static void cubes(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
 {
     hyprof_eap_params_t p;
     hyprof_eap_params_default(&p);
     hyprof_cube_t c;
+    /* the pipeline's edges: one band (no pipeline), an odd number of bands */
+    if (make_cube(&c, 95, 95, 1, 103, 0.0) == 0)
+        cube_case(cpu, gpu, "cube 95x95x1, paper defaults", &c, &p, 1);
+    hyprof_cube_free(&c);
+    if (make_cube(&c, 120, 77, 7, 104, 0.03) == 0) {
+        cube_case(cpu, gpu, "cube 120x77x7 masked, paper defaults", &c, &p, 1);
+        cancel_case(cpu, gpu, &c, &p);
+    }
+    hyprof_cube_free(&c);
     if (make_cube(&c, 145, 145, 5, 101, 0.0) == 0)
         cube_case(cpu, gpu, "cube indian-pines-like 145x145x5, paper defaults", &c, &p, 1);
     hyprof_cube_free(&c);

@@ -15,8 +15,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define OP "eap"
+
+/* A monotonic clock in milliseconds (the debug log's host timings). */
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static const char *const attribute_names[] = {"area", "std", "diagonal", "inertia"};
 #define NATTR (sizeof attribute_names / sizeof attribute_names[0])
@@ -173,31 +185,81 @@ void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
 {
     const size_t chunk = (size_t)2 << 20;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
+    /* 2 MiB pages where the kernel allows them: 512 times fewer faults
+     * ($HYPROF_EAP_HUGEPAGE=0: not asked for, to compare) */
+    const char *hp = getenv("HYPROF_EAP_HUGEPAGE");
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (e > a)
+    if (e > a && !(hp && strcmp(hp, "0") == 0))
         (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 #endif
     const size_t nchunks = (bytes + chunk - 1) / chunk;
+    /* A chunk's pages in one call (Linux >= 5.14), without a fault per page;
+     * the pages holding its first and last bytes are the output's too (so
+     * mapped), whole. $HYPROF_EAP_POPULATE=0: a write per page. */
+    const char *pe = getenv("HYPROF_EAP_POPULATE");
+    int populate = !(pe && strcmp(pe, "0") == 0);
     /* dynamic: a thread the system runs late holds up one chunk, not a
      * thirty-second of the output */
     #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
     for (size_t c = 0; c < nchunks; c++) {
         size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
         volatile char *q = (char *)p + c * chunk;
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+        if (populate) {
+            uintptr_t s0 = (uintptr_t)q & ~(uintptr_t)4095,
+                      s1 = ((uintptr_t)q + len + 4095) & ~(uintptr_t)4095;
+            if (madvise((void *)s0, s1 - s0, MADV_POPULATE_WRITE) == 0)
+                continue;
+        }
+#else
+        (void)populate;
+#endif
         for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
             q[off] = 0;
     }
 }
 
-/* Elements [first, first + len) of the planes from src, on this thread. */
+#if defined(__SSE2__)
+/* o[i] = src[i] with non-temporal stores: the output is written once and
+ * not read back here, so its lines need not be read into the cache first
+ * (half the memory traffic of plain stores). */
+static void widen_f32_stream(const uint8_t *src, size_t len, float *o)
+{
+    size_t i = 0;
+    for (; i < len && ((uintptr_t)(o + i) & 15); i++)
+        o[i] = (float)src[i];
+    const __m128i z = _mm_setzero_si128();
+    for (; i + 16 <= len; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + i));
+        __m128i lo = _mm_unpacklo_epi8(b, z), hi = _mm_unpackhi_epi8(b, z);
+        _mm_stream_ps(o + i, _mm_cvtepi32_ps(_mm_unpacklo_epi16(lo, z)));
+        _mm_stream_ps(o + i + 4, _mm_cvtepi32_ps(_mm_unpackhi_epi16(lo, z)));
+        _mm_stream_ps(o + i + 8, _mm_cvtepi32_ps(_mm_unpacklo_epi16(hi, z)));
+        _mm_stream_ps(o + i + 12, _mm_cvtepi32_ps(_mm_unpackhi_epi16(hi, z)));
+    }
+    for (; i < len; i++)
+        o[i] = (float)src[i];
+    _mm_sfence(); /* the stores visible before the piece is counted done */
+}
+#endif
+
+/* Elements [first, first + len) of the planes from src, on this thread.
+ * `nt`: non-temporal stores for the unmasked float output. */
 static void hyprof__eap_widen_range(const uint8_t *src, size_t len, size_t first, size_t n,
                                     const uint8_t *mask, float *out32, uint16_t *out16,
-                                    float nodata32, uint16_t nodata16)
+                                    float nodata32, uint16_t nodata16, int nt)
 {
     if (!mask && out32) {
         float *o = out32 + first;
+#if defined(__SSE2__)
+        if (nt) {
+            widen_f32_stream(src, len, o);
+            return;
+        }
+#else
+        (void)nt;
+#endif
         for (size_t i = 0; i < len; i++)
             o[i] = (float)src[i];
         return;
@@ -243,6 +305,8 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
     atomic_int failed;
     atomic_init(&failed, 0);
     int threads = hyprof__threads(ctx);
+    const char *ntv = getenv("HYPROF_EAP_STREAM_STORES"); /* "0": plain stores */
+    const int nt = !(ntv && strcmp(ntv, "0") == 0);
     #pragma omp parallel num_threads(threads > 1 ? threads : 2)
     {
         int master = omp_get_thread_num() == 0, team = omp_get_num_threads();
@@ -259,7 +323,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 len = len < s->piece ? len : s->piece;
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages], len,
                                         s->first + k * s->piece, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16);
+                                        s->out16, s->nodata32, s->nodata16, nt);
                 if (k + (size_t)s->nstages < pieces &&
                     (r = s->issue(s->user, k + (size_t)s->nstages)) != 0)
                     atomic_store(&failed, r);
@@ -307,7 +371,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages] + i0,
                                         (len - i0 < unit ? len - i0 : unit),
                                         s->first + k * s->piece + i0, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16);
+                                        s->out16, s->nodata32, s->nodata16, nt);
             atomic_fetch_add(&done[k], 1);
         }
     }
@@ -402,6 +466,21 @@ hyprof_status_t hyprof_attribute_profile(hyprof_ctx_t *ctx, const uint16_t *band
 static size_t band_range(const float *v, const uint8_t *m, size_t p0, size_t p1,
                          double lo_hi[2])
 {
+    if (!m) { /* no branch a pixel; a rescan below finds the culprit, if any */
+        float flo = INFINITY, fhi = -INFINITY;
+        int bad = 0;
+        for (size_t p = p0; p < p1; p++) {
+            float x = v[p];
+            bad |= !(x - x == 0.0f); /* inf or NaN */
+            flo = x < flo ? x : flo;
+            fhi = x > fhi ? x : fhi;
+        }
+        if (!bad) { /* the float min and max, widened: the double ones */
+            lo_hi[0] = flo;
+            lo_hi[1] = fhi;
+            return SIZE_MAX;
+        }
+    }
     double lo = INFINITY, hi = -INFINITY;
     for (size_t p = p0; p < p1; p++) {
         if (m && !m[p])
@@ -435,12 +514,33 @@ static void band_levels(const float *v, const uint8_t *m, size_t p0, size_t p1,
      * (values below 65536: under 1e-10 apart, and so are the two sums with
      * 0.5), so its floor is the exact one unless the sum lies within 1e-9
      * of an integer, where the exact expression is evaluated instead. */
+    if (!(span > 0.0)) {
+        memset(q + p0, 0, (p1 - p0) * sizeof *q);
+        return;
+    }
+    /* A valid pixel has x >= lo, so r >= 0.5 and its truncation is its
+     * floor (a conversion, not a call to floor()); r < 65536.5 fits an
+     * int32. Without a mask: one loop with no branch (vectorised), a flag
+     * for any sum near an integer, and then the loop below for the lot. */
+    if (!m) {
+        const int32_t topi = (int32_t)(levels - 1);
+        int near = 0;
+        for (size_t p = p0; p < p1; p++) {
+            double x = (double)v[p], r = (x - lo) * top * inv + 0.5;
+            int32_t k = (int32_t)r;
+            double s = (double)k;
+            near |= (r - s < 1e-9) | (s + 1.0 - r < 1e-9);
+            q[p] = (uint16_t)(k > topi ? topi : k);
+        }
+        if (!near)
+            return;
+    }
     for (size_t p = p0; p < p1; p++) {
-        if ((m && !m[p]) || !(span > 0.0)) {
+        if (m && !m[p]) {
             q[p] = 0;
             continue;
         }
-        double x = (double)v[p], r = (x - lo) * top * inv + 0.5, s = floor(r);
+        double x = (double)v[p], r = (x - lo) * top * inv + 0.5, s = (double)(int64_t)r;
         if (r - s < 1e-9 || s + 1.0 - r < 1e-9)
             s = level_exact(x, lo, top, span);
         q[p] = (uint16_t)(s < 0.0 ? 0.0 : s > top ? top : s);
@@ -452,7 +552,10 @@ static void band_levels(const float *v, const uint8_t *m, size_t p0, size_t p1,
 static hyprof_status_t quantise_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *x,
                                     unsigned levels, uint16_t *out, double *range)
 {
-    const size_t chunk = (size_t)1 << 18;
+    /* 64 K pixels a task: 96 for Pavia Centre's 8 bands, about 6 for each
+     * of 16 threads (with 256 K, 24 tasks left the threads of the second
+     * round half idle) */
+    const size_t chunk = (size_t)1 << 16;
     size_t n = x->width * x->height, nb = x->bands, nc = n ? (n + chunk - 1) / chunk : 0;
     size_t *bad = malloc((nb * nc + 1) * sizeof *bad);
     double *lh = malloc((2 * nb * nc + 2) * sizeof *lh), *blh = malloc((2 * nb + 2) * sizeof *blh);
@@ -534,20 +637,29 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         st = check_size(ctx, in->width, in->height, p->filters, p->nfilters);
     if (st != HYPROF_OK)
         return st;
+    /* the host's share of the call, logged (debug) next to the backend's
+     * stages: t[0] input, t[1] scratch, t[2] quantisation, t[3] output
+     * allocation, t[4] the backend, t[5] release */
+    double t[7];
+    t[0] = now_ms();
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
     if ((st = hyprof__input_f32(ctx, OP, in, &tmp, &x)) != HYPROF_OK)
         return st;
+    t[1] = now_ms();
     size_t n = x->width * x->height, planes = hyprof_attribute_planes(p->filters, p->nfilters);
     uint16_t *q = hyprof__host_scratch(ctx, n * x->bands * sizeof *q);
     if (!q)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the quantised bands");
+    t[2] = now_ms();
     if (st == HYPROF_OK)
         st = quantise_f32(ctx, OP, x, p->levels, q, range);
+    t[3] = now_ms();
     if (st == HYPROF_OK &&
         (st = hyprof__cube_alloc_out(ctx, out, HYPROF_FLOAT32, x->width, x->height,
                                      x->bands * planes)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", x->bands * planes);
+    t[4] = now_ms();
     if (st == HYPROF_OK) {
         out->has_nodata = x->has_nodata;
         out->nodata = x->nodata;
@@ -556,10 +668,16 @@ hyprof_status_t hyprof_eap(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
                                out->data, 0, hyprof__nodata_f32(x), OP, NULL, NULL};
         st = dispatch(ctx, &a);
     }
+    t[5] = now_ms();
     hyprof__host_scratch_free(q);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);
+    t[6] = now_ms();
+    hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                "%s: host ms: input %.2f, scratch %.2f, quantisation %.2f, output allocation "
+                "%.2f, backend %.2f, release %.2f; total %.2f", OP, t[1] - t[0], t[2] - t[1],
+                t[3] - t[2], t[4] - t[3], t[5] - t[4], t[6] - t[5], t[6] - t[0]);
     return st;
 }
 

@@ -98,6 +98,17 @@
  *   $HYPROF_EAP_NARROW=0: the planes in the output's type on the device
  *   (as below); $HYPROF_EAP_STAGE=N: staging pieces of N bytes.
  *   The levels are page-locked for their upload ($HYPROF_EAP_PIN_IN=0: not).
+ * Pipeline (batch_piped): a batch's trees are built for all its bands at
+ *   once, then the attributes and filters run a group of bands at a time
+ *   (1 band; $HYPROF_EAP_PIPE_BANDS=N: N), all queued on stream 0, and each
+ *   group's planes go to the host on a copy stream as soon as they are
+ *   computed (into the caller's page-locked output, the output page-locked
+ *   for the call, by pageable copies, or staged and widened as above), so
+ *   that the download overlaps the next groups' compute. Not for the
+ *   chunked planes and the output pinned piece by piece (their own
+ *   downloads); $HYPROF_EAP_PIPE=0: none.
+ * Device memory: all of a call's buffers are carved from one allocation,
+ *   kept for the process (see ArenaCache; $HYPROF_EAP_KEEP=0: freed).
  * hyprof_attribute_profiles_bands (a->each): one band at a time, the device
  *   buffers allocated once for all bands, two planes buffers (slots): band
  *   b's trees and planes on stream 0 while band b - 1's planes are copied
@@ -1798,7 +1809,10 @@ size_t env_size(const char *name)
 }
 
 /* Timing events of one batch's stages (upload, tree, attributes, filters,
- * download), summed over the batches and logged at debug level. */
+ * download), summed over the batches and logged at debug level. Marks on
+ * stream 0, in order: mark(s) starts stage s (5: the end); the time to the
+ * next mark counts towards stage s, so that a pipelined batch's stages may
+ * alternate (attributes, filters, attributes, ... a group of bands each). */
 class StageTimer {
   public:
     static const int kStages = 5;
@@ -1810,30 +1824,47 @@ class StageTimer {
     }
     hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
     {
-        for (cudaEvent_t &e : ev_)
-            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+        (void)ctx;
+        (void)op;
         return HYPROF_OK;
     }
-    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int i)
+    hyprof_status_t mark(hyprof_ctx_t *ctx, const char *op, int stage)
     {
-        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[i], 0));
+        if (used_ == ev_.size()) {
+            cudaEvent_t e = NULL;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+            ev_.push_back(e);
+            stage_.push_back(0);
+        }
+        stage_[used_] = stage;
+        HYPROF_CUDA_CHECK(cudaEventRecord(ev_[used_], 0));
+        used_++;
         return HYPROF_OK;
     }
+    /* The batch's last mark, recorded (the copies on another stream time
+     * themselves against it). */
+    cudaEvent_t last() const { return used_ ? ev_[used_ - 1] : NULL; }
     /* After the batch's last mark: adds its stage times. */
     hyprof_status_t add(hyprof_ctx_t *ctx, const char *op)
     {
-        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[kStages]));
-        for (int i = 0; i < kStages; i++) {
+        if (!used_)
+            return HYPROF_OK;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(ev_[used_ - 1]));
+        for (size_t i = 0; i + 1 < used_; i++) {
             float t = 0.0f;
             HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, ev_[i], ev_[i + 1]));
-            ms_[i] += t;
+            if (stage_[i] >= 0 && stage_[i] < kStages)
+                ms_[stage_[i]] += t;
         }
+        used_ = 0;
         return HYPROF_OK;
     }
     const double *ms() const { return ms_; }
 
   private:
-    cudaEvent_t ev_[kStages + 1] = {};
+    std::vector<cudaEvent_t> ev_;
+    std::vector<int> stage_;
+    size_t used_ = 0;
     double ms_[kStages] = {};
 };
 
@@ -1899,6 +1930,12 @@ class OutputPrep {
         } catch (...) {
             work(ctx, p, bytes, pin, device, piece);
         }
+    }
+    /* Bytes prepared so far (from the start). */
+    size_t prepared()
+    {
+        std::lock_guard<std::mutex> lock(m_);
+        return finished_ ? bytes_ : ready_;
     }
     /* Waits until the first `upto` bytes are prepared. */
     void wait_for(size_t upto)
@@ -2003,6 +2040,125 @@ void stage_cache_give()
     c.busy = false;
 }
 
+/* A call's device buffers are carved from one allocation (Slice below),
+ * kept for the process after the call, one per device, and taken again by
+ * the next call that fits in it: the twenty-odd cudaMalloc and cudaFree of a
+ * call took 0.9 and 1.2 ms at Pavia Centre size on the H200 (a tenth of the
+ * compute). Kept only up to an eighth of the device's memory (a large
+ * scene's are freed), never with $HYPROF_EAP_KEEP=0. The memory it holds is
+ * counted as free by plan() (the call takes it, or frees it before
+ * allocating a larger one), so planning is unchanged for EAP; other
+ * operations see it as used (as EMP's pool, which keeps up to the same
+ * eighth). A call that finds it taken (a concurrent call) allocates its own. */
+struct ArenaSlot {
+    void *p = nullptr;
+    size_t bytes = 0;
+    bool busy = false;
+};
+struct ArenaCache {
+    std::mutex m;
+    ArenaSlot slot[64];
+};
+ArenaCache &arena_cache()
+{
+    static ArenaCache *c = new ArenaCache; /* never freed: no cudaFree after the runtime's exit */
+    return *c;
+}
+bool arena_keep() { return !env_is("HYPROF_EAP_KEEP", "0"); }
+/* Bytes the idle cached allocation of `device` holds (0: none, or taken). */
+size_t arena_idle(int device)
+{
+    if (device < 0 || device >= 64)
+        return 0;
+    ArenaCache &c = arena_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    const ArenaSlot &s = c.slot[device];
+    return s.p && !s.busy ? s.bytes : 0;
+}
+/* The cached allocation when it holds `need` bytes (its size in *got), else
+ * null, having freed an idle one too small (room for the new one). */
+void *arena_take(int device, size_t need, size_t *got)
+{
+    if (device < 0 || device >= 64)
+        return nullptr;
+    ArenaCache &c = arena_cache();
+    std::lock_guard<std::mutex> lock(c.m);
+    ArenaSlot &s = c.slot[device];
+    if (!s.p || s.busy)
+        return nullptr;
+    if (s.bytes >= need) {
+        s.busy = true;
+        *got = s.bytes;
+        return s.p;
+    }
+    (void)cudaFree(s.p);
+    (void)cudaGetLastError();
+    s = ArenaSlot();
+    return nullptr;
+}
+/* Back to the cache (or freed); the device work on it is over. */
+void arena_give(int device, void *p, size_t bytes)
+{
+    if (!p)
+        return;
+    size_t free_b = 0, total = 0;
+    bool keep = arena_keep() && device >= 0 && device < 64 &&
+                cudaMemGetInfo(&free_b, &total) == cudaSuccess && bytes <= total / 8;
+    (void)cudaGetLastError();
+    {
+        ArenaCache &c = arena_cache();
+        std::lock_guard<std::mutex> lock(c.m);
+        if (device >= 0 && device < 64) {
+            ArenaSlot &s = c.slot[device];
+            if (s.p == p) {
+                if (keep) {
+                    s.busy = false;
+                    return;
+                }
+                s = ArenaSlot();
+            } else if (keep && !s.p) {
+                s.p = p;
+                s.bytes = bytes;
+                s.busy = false;
+                return;
+            }
+        }
+    }
+    (void)cudaFree(p);
+    (void)cudaGetLastError();
+}
+
+/* A buffer carved from the call's allocation (EapCuda::carve). */
+template <typename T> class Slice {
+  public:
+    T *get() const { return p_; }
+    void set(T *p) { p_ = p; }
+    void reset() { p_ = nullptr; }
+
+  private:
+    T *p_ = nullptr;
+};
+
+/* Places buffers one after the other, 256-byte aligned, from `base` (null:
+ * only their total size). */
+class Carver {
+  public:
+    explicit Carver(unsigned char *base) : base_(base) {}
+    template <typename T> void take(Slice<T> &s, size_t count)
+    {
+        if (count == 0)
+            count = 1;
+        off_ = (off_ + 255) & ~(size_t)255;
+        s.set(base_ ? (T *)(base_ + off_) : nullptr);
+        off_ += count * sizeof(T);
+    }
+    size_t used() const { return off_; }
+
+  private:
+    unsigned char *base_;
+    size_t off_ = 0;
+};
+
 class EapCuda {
   public:
     EapCuda(hyprof_ctx_t *c, const hyprof_eap_args_t *a) : ctx(c), a_(a)
@@ -2013,6 +2169,7 @@ class EapCuda {
     ~EapCuda()
     {
         copy_.reset();
+        copy2_.reset();
         up_.reset();
         if (cached_stage_) {
             for (Event &e : stage_ev_)
@@ -2023,6 +2180,9 @@ class EapCuda {
         for (cudaEvent_t &e : dl_)
             if (e)
                 (void)cudaEventDestroy(e);
+        for (cudaEvent_t &e : pipe_ev_)
+            (void)cudaEventDestroy(e);
+        give_arena();
         if (trace_start_)
             (void)cudaEventDestroy(trace_start_);
         if (trace_now_)
@@ -2055,7 +2215,11 @@ class EapCuda {
          * planes in its type, copied straight into it at the bus speed, with
          * nothing to fault, lock or widen on the host */
         caller_pinned_ = !each_ && hyprof__cuda_is_pinned(out_base_);
-        narrow_ = a->levels <= 256 && !caller_pinned_ && !env_is("HYPROF_EAP_NARROW", "0");
+        /* ($HYPROF_EAP_PINNED_NARROW=1: 8-bit planes widened into the
+         * caller's page-locked output too, to compare) */
+        narrow_ = a->levels <= 256 &&
+                  (!caller_pinned_ || env_is("HYPROF_EAP_PINNED_NARROW", "1")) &&
+                  !env_is("HYPROF_EAP_NARROW", "0");
         dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
@@ -2068,7 +2232,9 @@ class EapCuda {
         ecap_ = elist_ ? n_ * (a->connectivity == 8 ? 4 : 2) : n_;
         /* the tile floods ($HYPROF_EAP_TILE_FLOOD=0: the pixels' flooding) */
         ftile_ = elist_ && !env_is("HYPROF_EAP_TILE_FLOOD", "0");
+        auto r0 = std::chrono::steady_clock::now();
         HYPROF_TRY(plan());
+        double plan_ms = ms_since(r0);
         /* Page-locked output: the downloads run at the bus speed (as in EADP,
          * pageable copies ran at a fraction of it). Not for outputs of many
          * GB (the large scene's is 63 GB), where pinning would hold that much
@@ -2077,6 +2243,7 @@ class EapCuda {
          * the first trees build. */
         OutputPrep prep;
         size_t out_bytes = (each_ ? 1 : a->bands) * a->planes * n_ * esize_;
+        out_bytes_ = out_bytes;
         const char *pin_env = getenv("HYPROF_EAP_PIN_ALL"); /* "0": piece by piece */
         pageable_ = env_is("HYPROF_EAP_PIN", "0");
         pinned_ = !narrow_ && !pageable_ && !caller_pinned_ && out_bytes <= kPinAll &&
@@ -2090,10 +2257,21 @@ class EapCuda {
         /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
          * download as soon as it is ready */
         piece_ = env_size("HYPROF_EAP_PIN_PIECE");
+        /* 8-bit planes into pageable memory, $HYPROF_EAP_PREP_OVERLAP=1: the
+         * output prefaulted 64 MB at a time, each staged piece widened as
+         * soon as its part of the output is. Not the default: on the H100
+         * at Pavia Centre size the widening then took 9.8 ms instead of 4.1
+         * (the faults' threads and the widening's share the cores) and the
+         * profile 25.2 ms instead of 24.2. */
+        prep_overlap_ = narrow_ && !caller_pinned_ && !piece_ &&
+                        env_is("HYPROF_EAP_PREP_OVERLAP", "1");
+        if (prep_overlap_)
+            piece_ = (size_t)64 << 20;
         if (!piece_ || piece_ > out_bytes)
             piece_ = out_bytes ? out_bytes : 1;
         prep.start(ctx, out_base_, out_bytes, pinned_, !caller_pinned_, device, piece_);
         auto h0 = std::chrono::steady_clock::now();
+        double prep_start_ms = ms_since(r0) - plan_ms;
         HYPROF_TRY(alloc());
         alloc_ms_ = ms_since(h0);
         HYPROF_TRY(timer_.create(ctx, a->op));
@@ -2112,6 +2290,8 @@ class EapCuda {
         if (!env_is("HYPROF_EAP_PIN_IN", "0"))
             in_pin.pin((void *)a->q, (pin_each_ ? 1 : a->bands) * n_ * sizeof(uint16_t));
         double in_pin_ms = ms_since(h2);
+        auto hb = std::chrono::steady_clock::now();
+        double setup_ms = ms_since(r0);
         if (each_ && slots_ == 2) {
             HYPROF_TRY(run_each());
         } else {
@@ -2129,13 +2309,26 @@ class EapCuda {
             t[i] = timer_.ms()[i];
         if (each_ && slots_ == 2)
             t[4] = each_dl_ms_; /* on copy_, overlapping the next band's stages */
+        if (pipe_gb_)
+            t[4] += pipe_dl_ms_; /* on copy_, overlapping the next groups' stages */
+        char piped[128] = "";
+        if (pipe_gb_)
+            snprintf(piped, sizeof piped,
+                     ", groups of %zu band(s) pipelined (downloads after the compute %.3f ms)",
+                     pipe_gb_, pipe_tail_ms_);
         auto h1 = std::chrono::steady_clock::now();
+        double batches_ms = ms_since(hb);
         release();
         prep.join();
         prep.unlock();
         double release_ms = ms_since(h1);
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s%s; device ms: upload "
+                    "%s: cuda host ms: plan %.2f, output preparation start %.2f, set-up %.2f "
+                    "(allocations included), batches %.2f, release %.2f; total %.2f",
+                    a->op, plan_ms, prep_start_ms, setup_ms, batches_ms, release_ms,
+                    ms_since(r0));
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: cuda, %zu band(s) of %zux%zu in batches of %zu%s%s%s; device ms: upload "
                     "%.3f, tree %.3f, attributes %.3f, filters %.3f, download %.3f; host "
                     "output preparation %.1f ms (page faults %.1f, page-lock %.1f); host ms: "
                     "device allocations %.1f, input page-lock %.1f, staging %.1f, waits for "
@@ -2148,7 +2341,7 @@ class EapCuda {
                                            "the next band"
                                          : ", handed over band by band")
                           : "",
-                    t[0], t[1], t[2],
+                    piped, t[0], t[1], t[2],
                     t[3], t[4], prep.ms(), prep.prefault_ms(), prep.ms() - prep.prefault_ms(),
                     alloc_ms_, in_pin_ms + pin_each_ms_, stage_ms_, wait_ms_, widen_ms_,
                     release_ms);
@@ -2181,7 +2374,21 @@ class EapCuda {
         s64_.reset();
         thr_.reset();
         out_.reset();
+        error_.reset();
         lev_next_.reset();
+        give_arena();
+    }
+    /* The allocation back to the cache once the device is done with it (an
+     * early return may leave kernels and copies queued). */
+    void give_arena()
+    {
+        if (!arena_)
+            return;
+        (void)cudaDeviceSynchronize();
+        (void)cudaGetLastError();
+        arena_give(device_, arena_, arena_bytes_);
+        arena_ = nullptr;
+        arena_bytes_ = 0;
     }
     bool trace_ = false;
     cudaEvent_t trace_start_ = NULL, trace_now_ = NULL;
@@ -2189,6 +2396,7 @@ class EapCuda {
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
     bool pinned_ = false, pageable_ = false, caller_pinned_ = false;
+    bool prep_overlap_ = false; /* narrow_, pageable: widening behind the prefault */
     OutputPrep *prep_ = nullptr; /* run()'s */
     unsigned char *out_base_ = nullptr;
     size_t piece_ = 1;
@@ -2196,7 +2404,8 @@ class EapCuda {
     bool narrow_ = false; /* 8-bit planes on the device, widened on the host */
     bool each_ = false;   /* hyprof_attribute_profiles_bands: a band at a time */
     int slots_ = 1;       /* device planes buffers (each_: 2, pipelined) */
-    Stream copy_;         /* each_: the planes' downloads */
+    Stream copy_;         /* each_, batch_piped: the planes' downloads */
+    Stream copy2_;        /* batch_piped, hybrid: the 8-bit groups' downloads */
     Stream up_;           /* each_: the next band's upload */
     Event up_done_, lev_free_;
     DeviceBuffer<uint16_t> lev_next_; /* each_: the next band's levels */
@@ -2218,6 +2427,14 @@ class EapCuda {
     size_t stage_bytes_ = 0;
     double alloc_ms_ = 0.0, stage_ms_ = 0.0, wait_ms_ = 0.0, widen_ms_ = 0.0;
     double each_dl_ms_ = 0.0; /* each_ pipelined: the downloads on copy_ */
+    /* batch_piped: a group's planes computed; its copy's start and end
+     * (timing) */
+    std::vector<std::unique_ptr<Event>> pipe_done_;
+    std::vector<cudaEvent_t> pipe_ev_;
+    double pipe_dl_ms_ = 0.0;   /* the copies, summed */
+    double pipe_tail_ms_ = 0.0; /* from the compute's end to the last copy's */
+    size_t pipe_gb_ = 0;        /* bands a group (0: no batch was pipelined) */
+    size_t out_bytes_ = 0;
     size_t oc_ = 0;     /* pixels of the planes on the device: n_, or a chunk (nb_ = 1) */
     size_t b0_ = 0;     /* the batch's first band */
     int rounds_ = 8;
@@ -2226,16 +2443,20 @@ class EapCuda {
     bool elist_ = false; /* flooding over the list of edges to unite (8-bit levels) */
     bool ftile_ = false; /* the tile floods, then the global flooding of what they leave */
     size_t ecap_ = 0;    /* ord per image: n, or the edges' capacity */
-    DeviceBuffer<uint32_t> ord_, hist_, off_;
+    Slice<uint32_t> ord_, hist_, off_;
     std::vector<uint32_t> hist_h_, off_h_, maxc_;
 
-    DeviceBuffer<uint8_t> mask_, k0_, k1_, node_;
-    DeviceBuffer<uint16_t> lev_;
-    DeviceBuffer<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
-    DeviceBuffer<u64> s64_;
-    DeviceBuffer<double> thr_;
-    DeviceBuffer<int> error_;
-    DeviceBuffer<unsigned char> out_;
+    Slice<uint8_t> mask_, k0_, k1_, node_;
+    Slice<uint16_t> lev_;
+    Slice<uint32_t> par_, aux_, aux2_, pend_, cnt_, box_;
+    Slice<u64> s64_;
+    Slice<double> thr_;
+    Slice<int> error_;
+    Slice<unsigned char> out_;
+    /* all of them, in one allocation (from the arena cache, or its own) */
+    void *arena_ = nullptr;
+    size_t arena_bytes_ = 0;
+    int device_ = -1;
     Args args_{};
     StageTimer timer_;
 
@@ -2252,6 +2473,9 @@ class EapCuda {
         const char *op = a_->op;
         size_t budget = 0;
         HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
+        if (device_ < 0)
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device_));
+        budget += arena_idle(device_); /* this call takes it, or frees it first */
         /* + per band with flooding: the histograms and offsets of its two images */
         size_t tree = n_ * 2 * image_bytes() + (flood_ ? 2 * (2 * (size_t)a_->levels + 1) * 8 : 0);
         size_t planes = n_ * a_->planes * dsize_;
@@ -2303,38 +2527,70 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* The buffers' places from `base` (null: their total size only). */
+    size_t carve(unsigned char *base)
+    {
+        Carver c(base);
+        size_t m = 2 * nb_ * n_;
+        c.take(lev_, m);
+        c.take(node_, m);
+        c.take(par_, m);
+        c.take(aux_, m);
+        c.take(aux2_, m);
+        c.take(pend_, m);
+        c.take(k0_, m);
+        c.take(k1_, m);
+        if (need_cnt_)
+            c.take(cnt_, m);
+        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
+        if (n64)
+            c.take(s64_, n64 * m);
+        if (need_box_)
+            c.take(box_, 4 * m);
+        c.take(out_, slots_ * nb_ * a_->planes * oc_ * dsize_);
+        c.take(error_, 1);
+        if (flood_) {
+            size_t bins = ftile_ ? 2 * (size_t)a_->levels : a_->levels; /* tile floods: tree and border edges */
+            c.take(ord_, 2 * nb_ * ecap_);
+            c.take(hist_, 2 * nb_ * bins);
+            c.take(off_, 2 * nb_ * (bins + 1));
+        }
+        c.take(thr_, nthr_);
+        if (a_->mask)
+            c.take(mask_, n_);
+        return c.used();
+    }
+
     hyprof_status_t alloc()
     {
         const char *op = a_->op;
         size_t m = 2 * nb_ * n_;
-        HYPROF_TRY(lev_.alloc(ctx, op, m));
-        HYPROF_TRY(node_.alloc(ctx, op, m));
-        HYPROF_TRY(par_.alloc(ctx, op, m));
-        HYPROF_TRY(aux_.alloc(ctx, op, m));
-        HYPROF_TRY(aux2_.alloc(ctx, op, m));
-        HYPROF_TRY(pend_.alloc(ctx, op, m));
-        HYPROF_TRY(k0_.alloc(ctx, op, m));
-        HYPROF_TRY(k1_.alloc(ctx, op, m));
-        if (need_cnt_)
-            HYPROF_TRY(cnt_.alloc(ctx, op, m));
-        size_t n64 = (need_std_ ? 2 : 0) + (need_inertia_ ? 4 : 0);
-        if (n64)
-            HYPROF_TRY(s64_.alloc(ctx, op, n64 * m));
-        if (need_box_)
-            HYPROF_TRY(box_.alloc(ctx, op, 4 * m));
-        HYPROF_TRY(out_.alloc(ctx, op, slots_ * nb_ * a_->planes * oc_ * dsize_));
-        HYPROF_TRY(error_.alloc(ctx, op, 1));
+        size_t need = carve(nullptr), got = 0;
+        if (device_ < 0)
+            HYPROF_CUDA_CHECK(cudaGetDevice(&device_));
+        arena_ = arena_take(device_, need, &got);
+        arena_bytes_ = got;
+        if (!arena_) {
+            cudaError_t e = cudaMalloc(&arena_, need);
+            if (e != cudaSuccess) {
+                arena_ = nullptr;
+                (void)cudaGetLastError();
+                return hyprof__error(ctx,
+                                     e == cudaErrorMemoryAllocation ? HYPROF_ERR_DEVICE_MEMORY
+                                                                    : HYPROF_ERR_DEVICE,
+                                     op, "cudaMalloc of %zu bytes failed: %s", need,
+                                     cudaGetErrorString(e));
+            }
+            arena_bytes_ = need;
+        }
+        carve((unsigned char *)arena_);
         if (flood_) {
-            HYPROF_TRY(ord_.alloc(ctx, op, 2 * nb_ * ecap_));
             size_t L = a_->levels;
-            size_t bins = ftile_ ? 2 * L : L; /* the tile floods: tree and border edges */
-            HYPROF_TRY(hist_.alloc(ctx, op, 2 * nb_ * bins));
-            HYPROF_TRY(off_.alloc(ctx, op, 2 * nb_ * (bins + 1)));
+            size_t bins = ftile_ ? 2 * L : L;
             hist_h_.resize(2 * nb_ * bins);
             off_h_.resize(2 * nb_ * (bins + 1));
             maxc_.resize(L);
         }
-        HYPROF_TRY(thr_.alloc(ctx, op, nthr_));
         size_t t = 0;
         for (size_t f = 0; f < a_->nfilters; f++) {
             const hyprof_attribute_filter_t *fl = &a_->filters[f];
@@ -2343,10 +2599,8 @@ class EapCuda {
                                          cudaMemcpyHostToDevice));
             t += fl->nthresholds;
         }
-        if (a_->mask) {
-            HYPROF_TRY(mask_.alloc(ctx, op, n_));
+        if (a_->mask)
             HYPROF_CUDA_CHECK(cudaMemcpy(mask_.get(), a_->mask, n_, cudaMemcpyHostToDevice));
-        }
         HYPROF_CUDA_CHECK(cudaMemset(error_.get(), 0, sizeof(int)));
 
         Args &g = args_;
@@ -2810,7 +3064,8 @@ class EapCuda {
             }
             stage_ms_ = ms_since(t0);
         }
-        NarrowCopy c{this, src, count, stream, std::chrono::steady_clock::now(), cudaSuccess};
+        NarrowCopy c{this, src, count, stream, std::chrono::steady_clock::now(), cudaSuccess,
+                     0.0, first};
         const uint8_t *stages[kStages];
         for (int i = 0; i < kStages; i++)
             stages[i] = stage_ptr_[i];
@@ -2818,7 +3073,8 @@ class EapCuda {
         for (size_t k = 0; k < pieces && k < (size_t)kStages; k++)
             if (issue_cb(&c, k))
                 break;
-        prep_->join(); /* the output's pages faulted */
+        if (!prep_overlap_)
+            prep_->join(); /* the output's pages faulted (else ready_cb waits piece by piece) */
         hyprof_eap_stream_t st = {ready_cb, issue_cb, &c, stages, kStages, stage_bytes_, count,
                                   first, n_, a_->mask, a_->out32, a_->out16, a_->nodata32,
                                   a_->nodata16};
@@ -2846,10 +3102,17 @@ class EapCuda {
         std::chrono::steady_clock::time_point t0;
         cudaError_t err;
         double wait_ms;
+        size_t first; /* the output element of src[0] */
     };
     static int ready_cb(void *user, size_t k)
     {
         NarrowCopy *c = (NarrowCopy *)user;
+        if (c->self->prep_overlap_) { /* piece k's part of the output prefaulted */
+            EapCuda *self = c->self;
+            size_t sb = self->stage_bytes_, len = c->count - k * sb < sb ? c->count - k * sb : sb;
+            if (self->prep_->prepared() < (c->first + k * sb + len) * self->esize_)
+                return 0;
+        }
         cudaError_t e = cudaEventQuery(c->self->stage_ev_[k % kStages].get());
         if (e == cudaSuccess) {
             if (k == 0) /* until the first piece: the rest of the device's work */
@@ -3014,9 +3277,205 @@ class EapCuda {
         return HYPROF_OK;
     }
 
+    /* Bands a group of batch [b0, b0 + nb)'s pipeline, 0 for none. A batch's
+     * trees are built for all its bands at once (the flooding's global levels
+     * are latency-bound: about the same time for 2 images as for 16), then
+     * its bands go through the attributes and filters a group at a time, each
+     * group's planes going to the host on copy_ while the next groups
+     * compute: the download, the longest stage after the trees (376 MB of
+     * float planes at Pavia Centre size), overlaps the compute but for one
+     * group's. Not for the chunked planes (one band) and the piecewise pinned
+     * outputs (a copy per locked piece). $HYPROF_EAP_PIPE=0: none;
+     * $HYPROF_EAP_PIPE_BANDS=N: N bands a group (default 1). */
+    size_t pipe_bands(size_t nb) const
+    {
+        if (each_ || oc_ < n_ || nb < 2 || env_is("HYPROF_EAP_PIPE", "0"))
+            return 0;
+        /* Into pageable memory through the staging the pipeline was slower
+         * (H100, Pavia Centre: 32.6 ms against 26.9): a group's widening
+         * waits for the whole output's page faults anyway, and the host then
+         * works group by group. $HYPROF_EAP_PIPE=1: pipelined too. */
+        bool locked = caller_pinned_ || (pinned_ && piece_ >= out_bytes_);
+        if (!locked && !((narrow_ || pageable_) && env_is("HYPROF_EAP_PIPE", "1")))
+            return 0;
+        size_t g = env_size("HYPROF_EAP_PIPE_BANDS");
+        g = g ? g : 1;
+        return g < nb ? g : 0;
+    }
+
+    /* args_ for images [img0, img0 + nimg) of the batch: every per-image
+     * array from image img0 on (the kernels index image i at i * n). */
+    Args shifted(const Args &w, size_t img0, int nimg) const
+    {
+        Args g = w;
+        size_t o = img0 * n_;
+        g.nimg = nimg;
+        g.lev += o;
+        g.par += o;
+        g.aux += o;
+        g.aux2 += o;
+        g.pend += o;
+        g.k0 += o;
+        g.k1 += o;
+        g.node += o;
+        if (g.cnt)
+            g.cnt += o;
+        if (g.s1) {
+            g.s1 += o;
+            g.s2 += o;
+        }
+        if (g.sx) {
+            g.sx += o;
+            g.sy += o;
+            g.sxx += o;
+            g.syy += o;
+        }
+        if (g.x0) {
+            g.x0 += o;
+            g.x1 += o;
+            g.y0 += o;
+            g.y1 += o;
+        }
+        return g;
+    }
+
+    template <typename T> hyprof_status_t group_planes(int nimg, unsigned char *dev, bool acc)
+    {
+        const char *op = a_->op;
+        if (acc) {
+            HYPROF_TRY(timer_.mark(ctx, op, 2));
+            HYPROF_TRY(accumulate(nimg));
+        }
+        HYPROF_TRY(timer_.mark(ctx, op, 3));
+        return filters<T>(nimg, (T *)dev);
+    }
+
+    /* The pipelined batch (pipe_bands): trees for all, then group by group
+     * the attributes and filters on stream 0 (all queued at once), each
+     * group's download on copy_ after its planes; progress after each
+     * group's copy (a cancel returns after the copies in flight land:
+     * copy_'s reset waits for them, and the caller frees the output). */
+    hyprof_status_t batch_piped(size_t b0, size_t nb, size_t gb)
+    {
+        const char *op = a_->op;
+        size_t ng = (nb + gb - 1) / gb;
+        if (!copy_.get())
+            HYPROF_TRY(copy_.create(ctx, op));
+        while (pipe_done_.size() < ng) {
+            pipe_done_.emplace_back(new Event);
+            HYPROF_TRY(pipe_done_.back()->create(ctx, op));
+        }
+        while (pipe_ev_.size() < 2 * ng) {
+            cudaEvent_t e = NULL;
+            HYPROF_CUDA_CHECK(cudaEventCreate(&e));
+            pipe_ev_.push_back(e);
+        }
+        int nimg = (int)(2 * nb);
+        args_.nimg = nimg;
+        b0_ = b0;
+        HYPROF_TRY(timer_.mark(ctx, op, 0));
+        if (trace_)
+            HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
+        HYPROF_TRY(upload(b0, nb));
+        HYPROF_TRY(timer_.mark(ctx, op, 1));
+        HYPROF_TRY(build(nimg));
+        const Args whole = args_;
+        size_t band_bytes = a_->planes * n_ * dsize_;
+        /* Hybrid (float planes into the caller's page-locked output): every
+         * other group as 8-bit planes widened on the host (on a second copy
+         * stream) while the float groups' copies run, the bus and the host's
+         * memory both at work. H100, Pavia Centre: 18.2 ms host to host
+         * against 19.3 with every group's float planes copied, 18.9 with
+         * every group's widened. $HYPROF_EAP_HYBRID=0: float planes only. */
+        const bool hybrid = !narrow_ && caller_pinned_ && a_->levels <= 256 && ng > 1 &&
+                            !env_is("HYPROF_EAP_HYBRID", "0");
+        /* the attributes of the whole batch at once before the groups'
+         * filters ($HYPROF_EAP_PIPE_ACC=all), or a group's before its
+         * filters (the leaf-to-root reductions are latency-bound: 1.7 ms
+         * for 16 images at once, 3.3 ms in 8 groups of 2) */
+        const bool acc_all = env_is("HYPROF_EAP_PIPE_ACC", "all");
+        if (acc_all) {
+            HYPROF_TRY(timer_.mark(ctx, op, 2));
+            HYPROF_TRY(accumulate(nimg));
+        }
+        auto is_narrow = [&](size_t g) { return narrow_ || (hybrid && (g & 1)); };
+        if (hybrid && !copy2_.get())
+            HYPROF_TRY(copy2_.create(ctx, op));
+        hyprof_status_t st = HYPROF_OK;
+        for (size_t g = 0; g < ng && st == HYPROF_OK; g++) {
+            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+            args_ = shifted(whole, 2 * g0, (int)(2 * gn));
+            unsigned char *dev = out_.get() + g0 * band_bytes;
+            if (is_narrow(g))
+                st = group_planes<uint8_t>((int)(2 * gn), dev, !acc_all);
+            else if (a_->out16)
+                st = group_planes<uint16_t>((int)(2 * gn), dev, !acc_all);
+            else
+                st = group_planes<float>((int)(2 * gn), dev, !acc_all);
+            if (st == HYPROF_OK && cudaEventRecord(pipe_done_[g]->get(), 0) != cudaSuccess)
+                st = hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "cudaEventRecord failed");
+        }
+        args_ = whole;
+        HYPROF_TRY(st);
+        HYPROF_TRY(timer_.mark(ctx, op, 5)); /* the compute's end */
+        cudaStream_t cs = copy_.get();
+        if (!narrow_)
+            prep_->join(); /* the output page-locked (pinned_) */
+        /* the float groups' copies queued, then the 8-bit ones staged and
+         * widened on this thread, group by group */
+        for (int pass = 0; pass < 2; pass++)
+            for (size_t g = 0; g < ng; g++) {
+                if (is_narrow(g) != (pass == 1))
+                    continue;
+                size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+                size_t first = out_index(b0 + g0), count = gn * a_->planes * n_;
+                const unsigned char *dev = out_.get() + g0 * band_bytes;
+                cudaStream_t gs = hybrid && pass == 1 ? copy2_.get() : cs;
+                HYPROF_CUDA_CHECK(cudaStreamWaitEvent(gs, pipe_done_[g]->get(), 0));
+                HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g], gs));
+                if (pass == 1) {
+                    HYPROF_TRY(download_narrow(first, count, dev, gs));
+                } else {
+                    HYPROF_CUDA_CHECK(cudaMemcpyAsync(out_base_ + first * esize_, dev,
+                                                      count * esize_, cudaMemcpyDeviceToHost,
+                                                      gs));
+                }
+                HYPROF_CUDA_CHECK(cudaEventRecord(pipe_ev_[2 * g + 1], gs));
+                if (narrow_ && g + 1 < ng) /* widened: the group is in the output */
+                    HYPROF_TRY(hyprof__progress(
+                        ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
+            }
+        for (size_t g = 0; g < ng; g++) {
+            size_t g0 = g * gb, gn = nb - g0 < gb ? nb - g0 : gb;
+            HYPROF_CUDA_CHECK(cudaEventSynchronize(pipe_ev_[2 * g + 1]));
+            float ms = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&ms, pipe_ev_[2 * g], pipe_ev_[2 * g + 1]));
+            pipe_dl_ms_ += ms;
+            if (!narrow_ && g + 1 < ng)
+                HYPROF_TRY(hyprof__progress(
+                    ctx, (double)(b0 + g0 + gn) / (double)a_->bands, op));
+        }
+        float tail = 0.0f;
+        HYPROF_CUDA_CHECK(cudaEventSynchronize(timer_.last())); /* (ordered after the last group only) */
+        for (size_t g = 0; g < ng; g++) {
+            float t = 0.0f;
+            HYPROF_CUDA_CHECK(cudaEventElapsedTime(&t, timer_.last(), pipe_ev_[2 * g + 1]));
+            tail = t > tail ? t : tail;
+        }
+        pipe_tail_ms_ += tail;
+        pipe_gb_ = gb;
+        HYPROF_TRY(timer_.add(ctx, op));
+        int err = 0;
+        HYPROF_CUDA_CHECK(cudaMemcpy(&err, error_.get(), sizeof err, cudaMemcpyDeviceToHost));
+        return check_error(err, b0, nb);
+    }
+
     hyprof_status_t batch(size_t b0, size_t nb)
     {
         const char *op = a_->op;
+        size_t gb = pipe_bands(nb);
+        if (gb)
+            return batch_piped(b0, nb, gb);
         HYPROF_TRY(compute(b0, nb, out_.get()));
         size_t count = nb * a_->planes * n_, first = out_index(b0);
         unsigned char *dst = a_->out16 ? (unsigned char *)(a_->out16 + first)
