@@ -593,9 +593,15 @@ struct TcPlan {
  * copied with cp.async, kTcRing - 1 of them in flight. */
 const int kTcRing = 4;
 
-inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring)
+/* Row stride of the planes: kTcLd for the m16n8k8 fragments (16-byte loads
+ * of columns 2 t, 2 t + 1), kTcLd16 for m16n8k16 (32 bytes, columns 4 t ..
+ * 4 t + 3: rows g and g + 1 then start 16 bytes apart modulo 128, so the
+ * eight lanes of each quarter-warp phase hit distinct banks). */
+const int kTcLd16 = kTcP + 2;
+
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int ld = kTcLd)
 {
-    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double) +
+    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * ld * sizeof(double) +
            (ring ? (size_t)kTcRing * bands * kTcP * sizeof(float) : 0);
 }
 
@@ -664,6 +670,79 @@ __device__ __forceinline__ void bar_sync(int id, int count)
 __device__ __forceinline__ void bar_arrive(int id, int count)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* The stage hand-over of gram_tc_kernel: FULL (the producers wrote plane
+ * buf) and FREE (the consumers are done with it). Named barriers (kMb
+ * false) make every consumer warp wait for all the others at each stage;
+ * mbarriers (kMb) count the arrivals only (FULL: the producer threads,
+ * FREE: the consumer threads) and each warp waits for the phase alone, so
+ * a warp may run ahead of the others by up to kTcBufs - 1 stages. */
+struct TcSync {
+    uint32_t full, free; /* shared addresses of the kTcBufs mbarriers each */
+    int nthreads;
+};
+
+__device__ __forceinline__ void mbar_wait(uint32_t addr, unsigned parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred p;\n WAIT:\n"
+                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT;\n}\n" ::"r"(addr),
+                 "r"(parity)
+                 : "memory");
+#else
+    asm volatile("{\n .reg .pred p;\n WAIT:\n"
+                 " mbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n"
+                 " @!p bra WAIT;\n}\n" ::"r"(addr),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t addr)
+{
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(addr)
+                 : "memory");
+}
+
+/* Stage s of plane buf = s % kTcBufs is phase s / kTcBufs of its barriers. */
+template <bool kMb>
+__device__ __forceinline__ void tc_wait_full(const TcSync &y, int s)
+{
+    const int buf = s % kTcBufs;
+    if (kMb)
+        mbar_wait(y.full + 8 * buf, (unsigned)(s / kTcBufs) & 1u);
+    else
+        bar_sync(1 + buf, y.nthreads);
+}
+template <bool kMb>
+__device__ __forceinline__ void tc_arrive_full(const TcSync &y, int s)
+{
+    const int buf = s % kTcBufs;
+    if (kMb)
+        mbar_arrive(y.full + 8 * buf);
+    else
+        bar_arrive(1 + buf, y.nthreads);
+}
+/* Before stage s (>= kTcBufs) overwrites the plane of stage s - kTcBufs. */
+template <bool kMb>
+__device__ __forceinline__ void tc_wait_free(const TcSync &y, int s)
+{
+    const int buf = s % kTcBufs;
+    if (kMb)
+        mbar_wait(y.free + 8 * buf, (unsigned)(s / kTcBufs - 1) & 1u);
+    else
+        bar_sync(1 + kTcBufs + buf, y.nthreads);
+}
+template <bool kMb>
+__device__ __forceinline__ void tc_arrive_free(const TcSync &y, int s)
+{
+    const int buf = s % kTcBufs;
+    if (kMb)
+        mbar_arrive(y.free + 8 * buf);
+    else
+        bar_arrive(1 + kTcBufs + buf, y.nthreads);
 }
 
 /* c (16 x 8) += a (16 x 8) b (8 x 8) in the m16n8k8 f64 fragments. */
@@ -739,6 +818,145 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     }
 }
 
+/* c (16 x 8) += a (16 x 16) b (16 x 8) in the m16n8k16 f64 fragments (a_i:
+ * row g + 8 (i % 2), k = t + 4 (i / 2); b_i: k = t + 4 i, column g): one
+ * instruction on sm_90, two m16n8k8 steps (k = t, t + 4 then t + 8, t + 12)
+ * elsewhere. */
+template <bool kSplit>
+__device__ __forceinline__ void dmma_16x8x16(double (&c)[4], const double (&a)[8],
+                                             const double (&b)[4])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!kSplit) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, "
+                     "{%0, %1, %2, %3};\n"
+                     : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]),
+                       "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+        return;
+    }
+#endif
+    const double lo[4] = {a[0], a[1], a[2], a[3]}, hi[4] = {a[4], a[5], a[6], a[7]};
+    dmma_16x8x8<true>(c, lo, b[0], b[1]);
+    dmma_16x8x8<true>(c, hi, b[2], b[3]);
+}
+
+/* The consumer warps of gram_tc_kernel with a compile-time tile count NC
+ * (the group r | c0 | NC of the plan): the stage loop unrolled, the loads
+ * of a step issued before its multiplications, no per-tile predicates (the
+ * generic loop of kMode 0 tested c < nc before each tile and kept its
+ * fragment offsets in local memory: ptxas, 96 registers). K16: m16n8k16 on
+ * planes of row stride kTcLd16, the k index t + 4 j of a step of 16 pixels
+ * being column 4 t + j (A and B alike: the same pixels meet). diag 2
+ * (profiling only): the consumers only pass the barriers. */
+template <int NC>
+__device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int c0, int bands,
+                                         int lane, bool sums, double rs0, double rs1, double *out,
+                                         double *ps);
+
+template <bool kSplit, int NC, bool K16, bool kMb>
+__device__ __forceinline__ void tc_consume(const double *cen, size_t plane, int nst,
+                                           const TcSync &y, int r, int c0, int bands, int lane,
+                                           int diag, double *out, double *ps)
+{
+    constexpr int LD = K16 ? kTcLd16 : kTcLd, KS = K16 ? 16 : 8;
+    const int g = lane >> 2, t = lane & 3;
+    const bool sums = NC > 0 && c0 == 0;
+    double acc[NC > 0 ? NC : 1][4];
+#pragma unroll
+    for (int c = 0; c < (NC > 0 ? NC : 1); ++c)
+        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
+    double rs0 = 0.0, rs1 = 0.0;
+    const int ra = (16 * r + g) * LD + (K16 ? 4 : 2) * t, rb = (8 * c0 + g) * LD + (K16 ? 4 : 2) * t;
+    if (diag == 2) { /* profiling: the producers alone */
+        for (int s = 0; s < nst; ++s) {
+            tc_wait_full<kMb>(y, s);
+            if (s + kTcBufs < nst)
+                tc_arrive_free<kMb>(y, s);
+        }
+        return;
+    }
+    for (int s = 0; s < nst; ++s) {
+        const int buf = s % kTcBufs;
+        tc_wait_full<kMb>(y, s);
+        const double *cb = cen + (size_t)buf * plane;
+        if (NC > 0) {
+#pragma unroll(K16 ? 1 : kTcP / KS)
+            for (int k0 = 0; k0 < kTcP; k0 += KS) {
+                if (K16) {
+                    const double2 l0 = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                    const double2 l1 = *reinterpret_cast<const double2 *>(cb + ra + k0 + 2);
+                    const double2 h0 = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
+                    const double2 h1 =
+                        *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0 + 2);
+                    const double a[8] = {l0.x, h0.x, l0.y, h0.y, l1.x, h1.x, l1.y, h1.y};
+                    if (sums) {
+                        rs0 += (l0.x + l0.y) + (l1.x + l1.y);
+                        rs1 += (h0.x + h0.y) + (h1.x + h1.y);
+                    }
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        const double2 b0 =
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
+                        const double2 b1 =
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0 + 2);
+                        const double bq[4] = {b0.x, b0.y, b1.x, b1.y};
+                        dmma_16x8x16<kSplit>(acc[c], a, bq);
+                    }
+                } else {
+                    const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                    const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
+                    const double a[4] = {lo.x, hi.x, lo.y, hi.y};
+                    if (sums) {
+                        rs0 += a[0] + a[2];
+                        rs1 += a[1] + a[3];
+                    }
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) {
+                        const double2 bv =
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
+                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
+                    }
+                }
+            }
+        }
+        if (s + kTcBufs < nst)
+            tc_arrive_free<kMb>(y, s);
+    }
+    if constexpr (NC == 0)
+        return;
+    else
+        tc_write<NC>(acc, r, c0, bands, lane, sums, rs0, rs1, out, ps);
+}
+
+/* The consumer warp's tiles and band sums into its CTA's slices. */
+template <int NC>
+__device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int c0, int bands,
+                                         int lane, bool sums, double rs0, double rs1, double *out,
+                                         double *ps)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
+            if (i < bands && j <= i)
+                out[i + (size_t)j * bands] = acc[c][h];
+        }
+    if (sums) {
+        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        if (t == 0 && 16 * r + g < bands)
+            ps[16 * r + g] = rs0;
+        if (t == 0 && 16 * r + g + 8 < bands)
+            ps[16 * r + g + 8] = rs1;
+    }
+}
+
 /* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
  * slices of B x B (lower triangle written), psum: ncta slices of B. The
@@ -751,18 +969,22 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
  * warps' instruction stream (fragment moves, a couple of spilled registers
  * reloaded each step) rather than the tensor cores is the likely limit,
  * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
-template <bool kSplit, bool kRing>
+template <bool kSplit, bool kRing, int kMode>
 __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
-                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
+                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum,
+                   int diag)
 {
+    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode >= 3;
+    constexpr int LD = K16 ? kTcLd16 : kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
-    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][kTcLd] */
+    __shared__ uint64_t mbar[2 * kTcBufs]; /* FULL then FREE (kMb) */
+    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][LD] */
     const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
     const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
-    const size_t plane = (size_t)rows * kTcLd;
+    const size_t plane = (size_t)rows * LD;
     double *K = cen + kTcBufs * plane; /* [bands] */
     const int cta = (int)blockIdx.x, ncta = (int)gridDim.x;
     const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kTcP - 1) / kTcP * kTcP;
@@ -770,15 +992,27 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     const size_t p_end = p_begin + per < n ? p_begin + per : n;
     const int nst = (int)((p_end - p_begin + kTcP - 1) / kTcP);
 
-    if (tid == 0) /* constant indices: the plan stays in the parameter space */
+    TcSync y;
+    y.full = (uint32_t)__cvta_generic_to_shared(mbar);
+    y.free = y.full + 8 * kTcBufs;
+    y.nthreads = nthreads;
+    if (tid == 0) { /* constant indices: the plan stays in the parameter space */
 #pragma unroll
         for (int i = 0; i < kTcMaxWarps; ++i)
             groups[i] = plan.group[i];
+        if (kMb)
+            for (int i = 0; i < kTcBufs; ++i) {
+                asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(y.full + 8 * i),
+                             "r"(32 * kTcProducers));
+                asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(y.free + 8 * i),
+                             "r"(nthreads - 32 * kTcProducers));
+            }
+    }
     for (int i = tid; i < bands; i += nthreads)
         K[i] = shift[i];
-    for (int i = tid; i < kTcBufs * (rows - bands) * kTcLd; i += nthreads) { /* padding rows */
-        const int bf = i / ((rows - bands) * kTcLd), rest = i % ((rows - bands) * kTcLd);
-        cen[bf * plane + (size_t)bands * kTcLd + rest] = 0.0;
+    for (int i = tid; i < kTcBufs * (rows - bands) * LD; i += nthreads) { /* padding rows */
+        const int bf = i / ((rows - bands) * LD), rest = i % ((rows - bands) * LD);
+        cen[bf * plane + (size_t)bands * LD + rest] = 0.0;
     }
     __syncthreads();
 
@@ -805,12 +1039,13 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
             __pipeline_wait_prior(kTcRing - 1); /* stage s has landed */
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
             const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
             double *cb = cen + (size_t)buf * plane + lane;
-            for (int b = warp; b < bands; b += kTcProducers)
-                cb[b * kTcLd] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
-            bar_arrive(1 + buf, nthreads); /* FULL */
+            if (diag != 1)
+                for (int b = warp; b < bands; b += kTcProducers)
+                    cb[b * LD] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
+            tc_arrive_full<kMb>(y, s);
         };
         static_assert(kTcRing == 4, "the loop below rotates four stages");
         int r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
@@ -843,15 +1078,15 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
         for (int s = 0; s < nst; ++s) {
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
             double *cb = cen + (size_t)buf * plane + lane;
 #pragma unroll
             for (int j = 0; j < kTcPerLane; ++j) {
                 const int b = warp + kTcProducers * j;
                 if (b < bands)
-                    cb[b * kTcLd] = ok ? (double)xr[j] - K[b] : 0.0;
+                    cb[b * LD] = ok ? (double)xr[j] - K[b] : 0.0;
             }
-            bar_arrive(1 + buf, nthreads); /* FULL */
+            tc_arrive_full<kMb>(y, s);
             if (s + 1 < nst)
                 load(s + 1);
         }
@@ -860,6 +1095,27 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
+    if (kMode != 0) {
+        double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
+        switch (nc) {
+#define HYPROF_TC_CONSUME(NC)                                                                    \
+    case NC:                                                                                     \
+        tc_consume<kSplit, NC, K16, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);  \
+        return;
+            HYPROF_TC_CONSUME(1)
+            HYPROF_TC_CONSUME(2)
+            HYPROF_TC_CONSUME(3)
+            HYPROF_TC_CONSUME(4)
+            HYPROF_TC_CONSUME(5)
+            HYPROF_TC_CONSUME(6)
+            HYPROF_TC_CONSUME(7)
+#undef HYPROF_TC_CONSUME
+        default: /* no tile: the barriers still count this warp */
+            tc_consume<kSplit, 0, K16, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
+                                            ps);
+            return;
+        }
+    }
     const int g = lane >> 2, t = lane & 3;
     const bool sums = nc > 0 && c0 == 0;
     double acc[kTcMaxCols][4];
@@ -869,7 +1125,7 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
     /* Pixels t and t + 4 of a step are columns 2 t and 2 t + 1 of the plane
      * (A and B alike: the same pixels meet), one 16-byte load each. */
-    const int ra = (16 * r + g) * kTcLd + 2 * t, rb = (8 * c0 + g) * kTcLd + 2 * t;
+    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
     for (int s = 0; s < nst; ++s) {
         const int buf = s % kTcBufs;
         bar_sync(1 + buf, nthreads); /* FULL */
@@ -878,7 +1134,7 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
 #pragma unroll 1
             for (int k0 = 0; k0 < kTcP; k0 += 8) {
                 const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
-                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * kTcLd + k0);
+                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
                 const double a[4] = {lo.x, hi.x, lo.y, hi.y};
                 if (sums) {
                     rs0 += a[0] + a[2];
@@ -888,7 +1144,7 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
                 for (int c = 0; c < kTcMaxCols; ++c)
                     if (c < nc) {
                         const double2 bv =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * kTcLd + k0);
+                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
                         dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
                     }
             }
@@ -1311,10 +1567,32 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
  * have 99; or no CTA would fit), then the two-pass path runs. */
 struct TcLaunch {
     bool split, ring;
+    int mode; /* gram_tc_kernel's kMode: 0 generic, 1 m16n8k8, 2 m16n8k16 (planes kTcLd16) */
+    int diag; /* $HYPROF_PCA_DIAG (profiling only: 1 no conversion, 2 no multiplication) */
     TcPlan plan;
     int threads;
     size_t smem, ncta;
 };
+
+template <int M>
+static const void *tc_fn_mode(bool split, bool ring)
+{
+    return split ? (ring ? (const void *)gram_tc_kernel<true, true, M>
+                         : (const void *)gram_tc_kernel<true, false, M>)
+                 : (ring ? (const void *)gram_tc_kernel<false, true, M>
+                         : (const void *)gram_tc_kernel<false, false, M>);
+}
+
+static const void *tc_fn(const TcLaunch &L)
+{
+    switch (L.mode) {
+    case 4: return tc_fn_mode<4>(L.split, L.ring);
+    case 3: return tc_fn_mode<3>(L.split, L.ring);
+    case 2: return tc_fn_mode<2>(L.split, L.ring);
+    case 1: return tc_fn_mode<1>(L.split, L.ring);
+    default: return tc_fn_mode<0>(L.split, L.ring);
+    }
+}
 
 static TcLaunch tc_launch(size_t n, size_t B)
 {
@@ -1328,21 +1606,28 @@ static TcLaunch tc_launch(size_t n, size_t B)
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
         return L;
     const char *how = getenv("HYPROF_PCA_GRAM");
-    L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    L.split = major < 9 || (how && (strcmp(how, "tc4") == 0 || strcmp(how, "tc16s") == 0));
+    /* tc (default): 1; tcold: 0; tc16, tc16s: 2; tcmb: 3; tc16mb: 4. */
+    L.mode = !how ? 1
+             : strcmp(how, "tcold") == 0                                ? 0
+             : strcmp(how, "tc16") == 0 || strcmp(how, "tc16s") == 0    ? 2
+             : strcmp(how, "tcmb") == 0                                 ? 3
+             : strcmp(how, "tc16mb") == 0                               ? 4
+                                                                        : 1;
+    const char *diag = getenv("HYPROF_PCA_DIAG");
+    L.diag = diag ? atoi(diag) : 0;
+    const int ld = L.mode == 2 || L.mode == 4 ? kTcLd16 : kTcLd;
     L.plan = tc_plan((int)B);
     L.threads = 32 * (kTcProducers + L.plan.warps);
     L.ring = !(how && strcmp(how, "tcreg") == 0);
-    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld);
     if (L.ring && L.smem > (size_t)optin) { /* the register producers need less */
         L.ring = false;
-        L.smem = gram_tc_smem_bytes((int)B, L.plan, false);
+        L.smem = gram_tc_smem_bytes((int)B, L.plan, false, ld);
     }
     if (L.plan.warps == 0 || L.smem > (size_t)optin)
         return L;
-    const void *fn = L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
-                                       : (const void *)gram_tc_kernel<true, false>)
-                             : (L.ring ? (const void *)gram_tc_kernel<false, true>
-                                       : (const void *)gram_tc_kernel<false, false>);
+    const void *fn = tc_fn(L);
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, L.threads, L.smem) !=
@@ -1369,19 +1654,16 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
     static const char op[] = "pca";
     shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
     HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
-#define HYPROF_GRAM_TC(S, R)                                                                  \
-    gram_tc_kernel<S, R><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(d_cube, n, (int)B, d_mask, \
-                                                                      d_shift, L.plan, partial,  \
-                                                                      psum)
-    if (L.split && L.ring)
-        HYPROF_GRAM_TC(true, true);
-    else if (L.split)
-        HYPROF_GRAM_TC(true, false);
-    else if (L.ring)
-        HYPROF_GRAM_TC(false, true);
-    else
-        HYPROF_GRAM_TC(false, false);
-#undef HYPROF_GRAM_TC
+    {
+        const float *x = d_cube;
+        int nb = (int)B, diag = L.diag;
+        TcPlan plan = L.plan;
+        void *args[] = {(void *)&x,    (void *)&n,       (void *)&nb,   (void *)&d_mask,
+                        (void *)&d_shift, (void *)&plan, (void *)&partial, (void *)&psum,
+                        (void *)&diag};
+        HYPROF_CUDA_CHECK(cudaLaunchKernel(tc_fn(L), dim3((unsigned)L.ncta), dim3(L.threads), args,
+                                           L.smem, st));
+    }
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
     gram_finish_kernel<<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
         partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
@@ -1460,10 +1742,22 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    /* =tc2: two tiles a warp (32 consecutive pixels, 128 bytes of each band),
+     * two steps of 8 bands loaded together. */
+    const bool tc2 = how && strcmp(how, "tc2") == 0;
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
-        if (split)
+        const size_t px = tc2 ? 32 : 16;
+        const unsigned blocks = (unsigned)div_up(div_up(N, px), (size_t)kProjTcWarps);
+        if (tc2 && split)
+            project_tc_kernel<true, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        else if (tc2)
+            project_tc_kernel<false, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        else if (split)
             project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
@@ -1629,7 +1923,9 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     const char *gram_env = getenv("HYPROF_PCA_GRAM");
     bool fused = resident && B <= (size_t)kTcMaxBands &&
                  (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0 ||
-                  strcmp(gram_env, "tcreg") == 0);
+                  strcmp(gram_env, "tcreg") == 0 || strcmp(gram_env, "tcold") == 0 ||
+                  strcmp(gram_env, "tc16") == 0 || strcmp(gram_env, "tc16s") == 0 ||
+                  strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
