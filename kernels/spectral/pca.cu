@@ -663,6 +663,77 @@ static TcPlan tc_plan(int bands)
     return p;
 }
 
+/* kMode 5: blocks of two row tiles x 4 column tiles (32 x 32 bands: each
+ * A fragment serves 4 tiles, each B fragment 2, one 16-byte load per
+ * multiplication against 9 for 7 in a row of 7), the last row tile of an odd
+ * count in strips of up to 8; tiles above the diagonal inside a block are
+ * computed and dropped. 13 consumer warps for 144 bands (98 tiles for the
+ * triangle's 90, 4 of them twice), 16 warps in all: 128 registers a thread.
+ * Group: r | c0 << 8 | R << 16 | C << 20 (R = 2, C = 4; or R = 1, C = 4 or
+ * 8). */
+const int kTc2MaxWarps = 13;
+
+static TcPlan tc_plan2(int bands)
+{
+    struct Group { int r, c0, R, C; };
+    std::vector<Group> groups;
+    const int rt = (bands + 15) / 16, ct = (bands + 7) / 8;
+    /* Column tiles [0, need) in blocks of C from c0 = 0; the last block ends
+     * at need where it can (overlapping the one before: those tiles are
+     * computed twice, the same values written twice), so that the B rows
+     * stay inside the bands' padded rows. */
+    auto cover = [&](int r, int R, int need, int C) {
+        int c = 0;
+        for (; c + C <= need; c += C)
+            groups.push_back({r, c, R, C});
+        if (c < need) {
+            const int C2 = R == 1 && need - c <= 4 ? 4 : C;
+            groups.push_back({r, need - C2 > 0 ? need - C2 : 0, R, C2});
+        }
+    };
+    for (int r = 0; r + 1 < rt; r += 2)
+        cover(r, 2, 2 * r + 4 < ct ? 2 * r + 4 : ct, 4); /* row r + 1: tiles c <= 2 r + 3 */
+    if (rt % 2)
+        cover(rt - 1, 1, 2 * rt < ct ? 2 * rt : ct, 8);
+    int cend = 0;
+    for (const Group &g : groups)
+        cend = g.c0 + g.C > cend ? g.c0 + g.C : cend;
+    TcPlan p;
+    memset(&p, 0, sizeof p);
+    p.rows = 16 * rt > 8 * cend ? 16 * rt : (8 * cend + 15) / 16 * 16; /* zero rows past the bands */
+    const int C = (int)groups.size();
+    if (C > kTc2MaxWarps)
+        return p;
+    size_t cap[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w)
+        cap[(kTcProducers + w) % 4]++;
+    std::vector<int> order(groups.size());
+    for (size_t i = 0; i < order.size(); ++i)
+        order[i] = (int)i;
+    auto size = [&](int i) { return groups[i].R * groups[i].C; };
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return size(a) != size(b) ? size(a) > size(b) : a < b; });
+    std::vector<int> bin[4];
+    int load[4] = {0, 0, 0, 0};
+    for (int i : order) {
+        int best = -1;
+        for (int q = 0; q < 4; ++q)
+            if (bin[q].size() < cap[q] && (best < 0 || load[q] < load[best]))
+                best = q;
+        bin[best].push_back(i);
+        load[best] += size(i);
+    }
+    size_t next[4] = {0, 0, 0, 0};
+    for (int w = 0; w < C; ++w) {
+        const int q = (kTcProducers + w) % 4;
+        const Group &g = groups[bin[q][next[q]++]];
+        p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.R << 16 |
+                     (unsigned)g.C << 20;
+    }
+    p.warps = C;
+    return p;
+}
+
 __device__ __forceinline__ void bar_sync(int id, int count)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -957,6 +1028,98 @@ __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int 
     }
 }
 
+/* The consumer warps of kMode 5: a block of R row tiles (16 bands) x C
+ * column tiles (8 bands) from row tile r, column tile c0, m16n8k8 on planes
+ * of row stride kTcLd. */
+template <bool kSplit, int R, int C>
+__device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane, int nst,
+                                                 const TcSync &y, int r, int c0, int bands,
+                                                 int lane, int diag, double *out, double *ps)
+{
+    constexpr int LD = kTcLd;
+    const int g = lane >> 2, t = lane & 3;
+    const bool sums = c0 == 0;
+    double acc[R][C][4];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+            acc[i][c][0] = acc[i][c][1] = acc[i][c][2] = acc[i][c][3] = 0.0;
+    double rs[R][2];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        rs[i][0] = rs[i][1] = 0.0;
+    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
+    if (diag == 2) { /* profiling: the producers alone */
+        for (int s = 0; s < nst; ++s) {
+            tc_wait_full<false>(y, s);
+            if (s + kTcBufs < nst)
+                tc_arrive_free<false>(y, s);
+        }
+        return;
+    }
+    for (int s = 0; s < nst; ++s) {
+        const int buf = s % kTcBufs;
+        tc_wait_full<false>(y, s);
+        const double *cb = cen + (size_t)buf * plane;
+#pragma unroll 2
+        for (int k0 = 0; k0 < kTcP; k0 += 8) {
+            double a[R][4];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + 16 * i * LD + k0);
+                const double2 hi =
+                    *reinterpret_cast<const double2 *>(cb + ra + (16 * i + 8) * LD + k0);
+                a[i][0] = lo.x;
+                a[i][1] = hi.x;
+                a[i][2] = lo.y;
+                a[i][3] = hi.y;
+            }
+            double2 bq[C];
+#pragma unroll
+            for (int c = 0; c < C; ++c)
+                bq[c] = *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
+            if (sums)
+#pragma unroll
+                for (int i = 0; i < R; ++i) {
+                    rs[i][0] += a[i][0] + a[i][2];
+                    rs[i][1] += a[i][1] + a[i][3];
+                }
+#pragma unroll
+            for (int c = 0; c < C; ++c)
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+                    dmma_16x8x8<kSplit>(acc[i][c], a[i], bq[c].x, bq[c].y);
+        }
+        if (s + kTcBufs < nst)
+            tc_arrive_free<false>(y, s);
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int h = 0; h < 4; ++h) {
+                const int bi = 16 * (r + i) + g + (h >> 1) * 8, bj = 8 * (c0 + c) + 2 * t + (h & 1);
+                if (bi < bands && bj <= bi)
+                    out[bi + (size_t)bj * bands] = acc[i][c][h];
+            }
+    if (sums) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+                rs[i][0] += __shfl_xor_sync(0xffffffffu, rs[i][0], off);
+                rs[i][1] += __shfl_xor_sync(0xffffffffu, rs[i][1], off);
+            }
+            const int b0 = 16 * (r + i) + g;
+            if (t == 0 && b0 < bands)
+                ps[b0] = rs[i][0];
+            if (t == 0 && b0 + 8 < bands)
+                ps[b0 + 8] = rs[i][1];
+        }
+    }
+}
+
 /* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
  * slices of B x B (lower triangle written), psum: ncta slices of B. The
@@ -970,13 +1133,14 @@ __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int 
  * reloaded each step) rather than the tensor cores is the likely limit,
  * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
 template <bool kSplit, bool kRing, int kMode>
-__global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
+__global__ void __launch_bounds__(32 * (kTcProducers + (kMode == 5 ? kTc2MaxWarps : kTcMaxWarps)),
+                                  1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum,
                    int diag)
 {
-    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode >= 3;
+    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4;
     constexpr int LD = K16 ? kTcLd16 : kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
@@ -1095,6 +1259,16 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
+    if (kMode == 5) {
+        double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
+        if ((grp >> 16 & 15u) == 2)
+            tc_consume_block<kSplit, 2, 4>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+        else if ((grp >> 20) == 8)
+            tc_consume_block<kSplit, 1, 8>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+        else
+            tc_consume_block<kSplit, 1, 4>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+        return;
+    }
     if (kMode != 0) {
         double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
         switch (nc) {
@@ -1586,6 +1760,7 @@ static const void *tc_fn_mode(bool split, bool ring)
 static const void *tc_fn(const TcLaunch &L)
 {
     switch (L.mode) {
+    case 5: return tc_fn_mode<5>(L.split, L.ring);
     case 4: return tc_fn_mode<4>(L.split, L.ring);
     case 3: return tc_fn_mode<3>(L.split, L.ring);
     case 2: return tc_fn_mode<2>(L.split, L.ring);
@@ -1613,11 +1788,12 @@ static TcLaunch tc_launch(size_t n, size_t B)
              : strcmp(how, "tc16") == 0 || strcmp(how, "tc16s") == 0    ? 2
              : strcmp(how, "tcmb") == 0                                 ? 3
              : strcmp(how, "tc16mb") == 0                               ? 4
+             : strcmp(how, "tc2d") == 0                                 ? 5
                                                                         : 1;
     const char *diag = getenv("HYPROF_PCA_DIAG");
     L.diag = diag ? atoi(diag) : 0;
     const int ld = L.mode == 2 || L.mode == 4 ? kTcLd16 : kTcLd;
-    L.plan = tc_plan((int)B);
+    L.plan = L.mode == 5 ? tc_plan2((int)B) : tc_plan((int)B);
     L.threads = 32 * (kTcProducers + L.plan.warps);
     L.ring = !(how && strcmp(how, "tcreg") == 0);
     L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld);
@@ -1925,7 +2101,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                  (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0 ||
                   strcmp(gram_env, "tcreg") == 0 || strcmp(gram_env, "tcold") == 0 ||
                   strcmp(gram_env, "tc16") == 0 || strcmp(gram_env, "tc16s") == 0 ||
-                  strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0);
+                  strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0 ||
+                  strcmp(gram_env, "tc2d") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
