@@ -1028,10 +1028,10 @@ __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int 
     }
 }
 
-/* The consumer warps of kMode 5: a block of R row tiles (16 bands) x C
- * column tiles (8 bands) from row tile r, column tile c0, m16n8k8 on planes
- * of row stride kTcLd. */
-template <bool kSplit, int R, int C>
+/* The consumer warps of kMode 5 (named barriers) and 6 (mbarriers): a block
+ * of R row tiles (16 bands) x C column tiles (8 bands) from row tile r,
+ * column tile c0, m16n8k8 on planes of row stride kTcLd. */
+template <bool kSplit, int R, int C, bool kMb>
 __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane, int nst,
                                                  const TcSync &y, int r, int c0, int bands,
                                                  int lane, int diag, double *out, double *ps)
@@ -1052,15 +1052,15 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
     const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
     if (diag == 2) { /* profiling: the producers alone */
         for (int s = 0; s < nst; ++s) {
-            tc_wait_full<false>(y, s);
+            tc_wait_full<kMb>(y, s);
             if (s + kTcBufs < nst)
-                tc_arrive_free<false>(y, s);
+                tc_arrive_free<kMb>(y, s);
         }
         return;
     }
     for (int s = 0; s < nst; ++s) {
         const int buf = s % kTcBufs;
-        tc_wait_full<false>(y, s);
+        tc_wait_full<kMb>(y, s);
         const double *cb = cen + (size_t)buf * plane;
 #pragma unroll 2
         for (int k0 = 0; k0 < kTcP; k0 += 8) {
@@ -1092,7 +1092,7 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
                     dmma_16x8x8<kSplit>(acc[i][c], a[i], bq[c].x, bq[c].y);
         }
         if (s + kTcBufs < nst)
-            tc_arrive_free<false>(y, s);
+            tc_arrive_free<kMb>(y, s);
     }
 #pragma unroll
     for (int i = 0; i < R; ++i)
@@ -1133,14 +1133,14 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
  * reloaded each step) rather than the tensor cores is the likely limit,
  * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
 template <bool kSplit, bool kRing, int kMode>
-__global__ void __launch_bounds__(32 * (kTcProducers + (kMode == 5 ? kTc2MaxWarps : kTcMaxWarps)),
+__global__ void __launch_bounds__(32 * (kTcProducers + (kMode >= 5 ? kTc2MaxWarps : kTcMaxWarps)),
                                   1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum,
                    int diag)
 {
-    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4;
+    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4 || kMode == 6;
     constexpr int LD = K16 ? kTcLd16 : kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
@@ -1259,14 +1259,17 @@ __global__ void __launch_bounds__(32 * (kTcProducers + (kMode == 5 ? kTc2MaxWarp
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
-    if (kMode == 5) {
+    if (kMode >= 5) {
         double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
         if ((grp >> 16 & 15u) == 2)
-            tc_consume_block<kSplit, 2, 4>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+            tc_consume_block<kSplit, 2, 4, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
+                                                ps);
         else if ((grp >> 20) == 8)
-            tc_consume_block<kSplit, 1, 8>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+            tc_consume_block<kSplit, 1, 8, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
+                                                ps);
         else
-            tc_consume_block<kSplit, 1, 4>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);
+            tc_consume_block<kSplit, 1, 4, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
+                                                ps);
         return;
     }
     if (kMode != 0) {
@@ -1760,6 +1763,7 @@ static const void *tc_fn_mode(bool split, bool ring)
 static const void *tc_fn(const TcLaunch &L)
 {
     switch (L.mode) {
+    case 6: return tc_fn_mode<6>(L.split, L.ring);
     case 5: return tc_fn_mode<5>(L.split, L.ring);
     case 4: return tc_fn_mode<4>(L.split, L.ring);
     case 3: return tc_fn_mode<3>(L.split, L.ring);
@@ -1782,18 +1786,19 @@ static TcLaunch tc_launch(size_t n, size_t B)
         return L;
     const char *how = getenv("HYPROF_PCA_GRAM");
     L.split = major < 9 || (how && (strcmp(how, "tc4") == 0 || strcmp(how, "tc16s") == 0));
-    /* tc (default): 1; tcold: 0; tc16, tc16s: 2; tcmb: 3; tc16mb: 4. */
+    /* tc (default): 1; tcold: 0; tc16, tc16s: 2; tcmb: 3; tc16mb: 4; tc2d: 5; tc2dmb: 6. */
     L.mode = !how ? 1
              : strcmp(how, "tcold") == 0                                ? 0
              : strcmp(how, "tc16") == 0 || strcmp(how, "tc16s") == 0    ? 2
              : strcmp(how, "tcmb") == 0                                 ? 3
              : strcmp(how, "tc16mb") == 0                               ? 4
              : strcmp(how, "tc2d") == 0                                 ? 5
+             : strcmp(how, "tc2dmb") == 0                               ? 6
                                                                         : 1;
     const char *diag = getenv("HYPROF_PCA_DIAG");
     L.diag = diag ? atoi(diag) : 0;
     const int ld = L.mode == 2 || L.mode == 4 ? kTcLd16 : kTcLd;
-    L.plan = L.mode == 5 ? tc_plan2((int)B) : tc_plan((int)B);
+    L.plan = L.mode >= 5 ? tc_plan2((int)B) : tc_plan((int)B);
     L.threads = 32 * (kTcProducers + L.plan.warps);
     L.ring = !(how && strcmp(how, "tcreg") == 0);
     L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld);
@@ -2102,7 +2107,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                   strcmp(gram_env, "tcreg") == 0 || strcmp(gram_env, "tcold") == 0 ||
                   strcmp(gram_env, "tc16") == 0 || strcmp(gram_env, "tc16s") == 0 ||
                   strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0 ||
-                  strcmp(gram_env, "tc2d") == 0);
+                  strcmp(gram_env, "tc2d") == 0 || strcmp(gram_env, "tc2dmb") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
