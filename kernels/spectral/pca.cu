@@ -592,6 +592,10 @@ struct TcPlan {
 /* Producers with a ring of raw stages (the default): kTcRing stages of floats
  * copied with cp.async, kTcRing - 1 of them in flight. */
 const int kTcRing = 4;
+/* kMode 7, 8 (16-byte copies): floats a band and stage in the ring (kTcP
+ * pixels from an offset of up to 3), and the producers' own named barrier. */
+const int kTcRaw = kTcP + 4;
+const int kTcBarProd = 1 + 2 * kTcBufs;
 
 /* Row stride of the planes: kTcLd for the m16n8k8 fragments (16-byte loads
  * of columns 2 t, 2 t + 1), kTcLd16 for m16n8k16 (32 bytes, columns 4 t ..
@@ -599,10 +603,12 @@ const int kTcRing = 4;
  * eight lanes of each quarter-warp phase hit distinct banks). */
 const int kTcLd16 = kTcP + 2;
 
-inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int ld = kTcLd)
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int ld = kTcLd,
+                                 int raw = kTcP)
 {
-    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * ld * sizeof(double) +
-           (ring ? (size_t)kTcRing * bands * kTcP * sizeof(float) : 0);
+    return (size_t)(bands + 1) / 2 * 2 * sizeof(double) +
+           (size_t)kTcBufs * plan.rows * ld * sizeof(double) +
+           (ring ? (size_t)kTcRing * bands * raw * sizeof(float) : 0);
 }
 
 /* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
@@ -774,6 +780,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t addr, unsigned parity)
 __device__ __forceinline__ void mbar_arrive(uint32_t addr)
 {
     asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(addr)
+                 : "memory");
+}
+
+/* 16 bytes global -> shared, the first `bytes` of them copied (a multiple of
+ * 4), the rest zero-filled; in the cp.async groups of __pipeline_commit. */
+__device__ __forceinline__ void cp_async16(float *dst, const float *src, unsigned bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes)
                  : "memory");
 }
 
@@ -1133,14 +1149,15 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
  * reloaded each step) rather than the tensor cores is the likely limit,
  * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
 template <bool kSplit, bool kRing, int kMode>
-__global__ void __launch_bounds__(32 * (kTcProducers + (kMode >= 5 ? kTc2MaxWarps : kTcMaxWarps)),
-                                  1)
+__global__ void __launch_bounds__(
+    32 * (kTcProducers + (kMode == 5 || kMode == 6 ? kTc2MaxWarps : kTcMaxWarps)), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum,
                    int diag)
 {
-    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4 || kMode == 6;
+    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4 || kMode == 6 || kMode == 8;
+    constexpr bool kVec = kMode >= 7;
     constexpr int LD = K16 ? kTcLd16 : kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
@@ -1180,10 +1197,89 @@ __global__ void __launch_bounds__(32 * (kTcProducers + (kMode >= 5 ? kTc2MaxWarp
     }
     __syncthreads();
 
+    if (warp < kTcProducers && kRing && kVec) {
+        /* 16-byte copies: each band's stage is the aligned run of kTcRaw
+         * floats that holds its kTcP pixels (at offset o_b = (p_begin + b n)
+         * mod 4: n may be odd), kTcRaw / 4 chunks a band spread over the
+         * producer threads; lane = 4 pixels (4 q .. 4 q + 3) of bands bo,
+         * bo + 12, ... (bo = lane / 8 + 4 warp), written as two 16-byte
+         * stores. A lane converts what others copied: a producer barrier
+         * (id kTcBarProd) between the copies' arrival and the conversion,
+         * before the ring slot of stage s - 1 is refilled. The FULL / FREE
+         * hand-over is unchanged. */
+        static_assert(kTcProducers == 3 && kTcMaxBands <= 144, "12 lanes' bands x 12");
+        /* [kTcRing][bands][kTcRaw], 16-byte aligned */
+        float *raw = reinterpret_cast<float *>(K + (bands + 1) / 2 * 2);
+        const int pt = tid, q = lane & 7, bo = (lane >> 3) + 4 * warp;
+        constexpr int kChunks = kTcRaw / 4;
+        const size_t total = n * (size_t)bands;
+        auto issue = [&](int s) -> unsigned {
+            const size_t p0 = p_begin + (size_t)s * kTcP;
+            if (s < nst) {
+                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw;
+                for (int c = pt; c < bands * kChunks; c += 32 * kTcProducers) {
+                    const int b = c / kChunks, k = c - kChunks * b;
+                    const size_t e = ((p0 + (size_t)b * n) & ~(size_t)3) + 4 * (size_t)k;
+                    /* past the cube's end: zeros (the last chunk keeps what lies inside) */
+                    const unsigned in = e + 4 <= total ? 16u : e < total ? 4u * (unsigned)(total - e) : 0u;
+                    cp_async16(rb + b * kTcRaw + 4 * k, x + (in ? e : 0), in);
+                }
+            }
+            HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
+            unsigned v = 0;
+            if (s < nst)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const size_t p = p0 + 4 * q + j;
+                    if (p < p_end && (!mask || mask[p]))
+                        v |= 1u << j;
+                }
+            return v;
+        };
+        auto step = [&](int s, unsigned valid, unsigned &next) {
+            __pipeline_wait_prior(kTcRing - 2); /* stage s has landed (this thread's copies) */
+            bar_sync(kTcBarProd, 32 * kTcProducers); /* everyone's; slot of s - 1 free */
+            next = issue(s + kTcRing - 1);
+            const int buf = s % kTcBufs;
+            if (s >= kTcBufs)
+                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
+            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + 4 * q;
+            double *cb = cen + (size_t)buf * plane + 4 * q;
+            if (diag != 1)
+#pragma unroll
+                for (int i = 0; i < 12; ++i) {
+                    const int b = bo + 12 * i;
+                    if (b < bands) {
+                        const int o = (int)((p_begin + (size_t)b * n) & 3);
+                        const float *r = rb + b * kTcRaw + o;
+                        const double k = K[b];
+                        const double d0 = valid & 1u ? (double)r[0] - k : 0.0;
+                        const double d1 = valid & 2u ? (double)r[1] - k : 0.0;
+                        const double d2 = valid & 4u ? (double)r[2] - k : 0.0;
+                        const double d3 = valid & 8u ? (double)r[3] - k : 0.0;
+                        *reinterpret_cast<double2 *>(cb + b * LD) = make_double2(d0, d1);
+                        *reinterpret_cast<double2 *>(cb + b * LD + 2) = make_double2(d2, d3);
+                    }
+                }
+            tc_arrive_full<kMb>(y, s);
+        };
+        static_assert(kTcRing == 4, "the loop below rotates four stages");
+        unsigned r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
+        for (int s = 0; s < nst; s += 4) {
+            step(s, r0, r3);
+            if (s + 1 < nst)
+                step(s + 1, r1, r0);
+            if (s + 2 < nst)
+                step(s + 2, r2, r1);
+            if (s + 3 < nst)
+                step(s + 3, r3, r2);
+        }
+        return;
+    }
     if (warp < kTcProducers && kRing) {
         /* Lane = pixel, bands warp, warp + kTcProducers, ...: each lane
          * converts what it copied itself (no barrier among the producers). */
-        float *raw = reinterpret_cast<float *>(K + bands); /* [kTcRing][bands][kTcP] */
+        float *raw = reinterpret_cast<float *>(K + (bands + 1) / 2 * 2); /* [kTcRing][bands][kTcP] */
         /* issue(s) copies stage s into raw[s % kTcRing] and returns whether
          * this lane's pixel is valid (its mask byte loaded with the stage, read
          * three stages later: the four values rotate by name in the loop
@@ -1259,7 +1355,7 @@ __global__ void __launch_bounds__(32 * (kTcProducers + (kMode >= 5 ? kTc2MaxWarp
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
-    if (kMode >= 5) {
+    if (kMode == 5 || kMode == 6) {
         double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
         if ((grp >> 16 & 15u) == 2)
             tc_consume_block<kSplit, 2, 4, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
@@ -1763,6 +1859,8 @@ static const void *tc_fn_mode(bool split, bool ring)
 static const void *tc_fn(const TcLaunch &L)
 {
     switch (L.mode) {
+    case 8: return tc_fn_mode<8>(L.split, L.ring);
+    case 7: return tc_fn_mode<7>(L.split, L.ring);
     case 6: return tc_fn_mode<6>(L.split, L.ring);
     case 5: return tc_fn_mode<5>(L.split, L.ring);
     case 4: return tc_fn_mode<4>(L.split, L.ring);
@@ -1786,22 +1884,27 @@ static TcLaunch tc_launch(size_t n, size_t B)
         return L;
     const char *how = getenv("HYPROF_PCA_GRAM");
     L.split = major < 9 || (how && (strcmp(how, "tc4") == 0 || strcmp(how, "tc16s") == 0));
-    /* tc (default): 1; tcold: 0; tc16, tc16s: 2; tcmb: 3; tc16mb: 4; tc2d: 5; tc2dmb: 6. */
-    L.mode = !how ? 1
+    /* tc, tcv (default; tc4: split as on sm_80, tcreg: register producers): 7; tc1: 1; tcold: 0; tc16, tc16s: 2; tcmb: 3;
+     * tc16mb: 4; tc2d: 5; tc2dmb: 6; tcvmb: 8. */
+    L.mode = !how ? 7
+             : strcmp(how, "tc1") == 0                                  ? 1
              : strcmp(how, "tcold") == 0                                ? 0
              : strcmp(how, "tc16") == 0 || strcmp(how, "tc16s") == 0    ? 2
              : strcmp(how, "tcmb") == 0                                 ? 3
              : strcmp(how, "tc16mb") == 0                               ? 4
              : strcmp(how, "tc2d") == 0                                 ? 5
              : strcmp(how, "tc2dmb") == 0                               ? 6
-                                                                        : 1;
+             : strcmp(how, "tcv") == 0                                  ? 7
+             : strcmp(how, "tcvmb") == 0                                ? 8
+                                                                        : 7;
     const char *diag = getenv("HYPROF_PCA_DIAG");
     L.diag = diag ? atoi(diag) : 0;
     const int ld = L.mode == 2 || L.mode == 4 ? kTcLd16 : kTcLd;
-    L.plan = L.mode >= 5 ? tc_plan2((int)B) : tc_plan((int)B);
+    L.plan = L.mode == 5 || L.mode == 6 ? tc_plan2((int)B) : tc_plan((int)B);
+    const int raw = L.mode >= 7 ? kTcRaw : kTcP;
     L.threads = 32 * (kTcProducers + L.plan.warps);
     L.ring = !(how && strcmp(how, "tcreg") == 0);
-    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld, raw);
     if (L.ring && L.smem > (size_t)optin) { /* the register producers need less */
         L.ring = false;
         L.smem = gram_tc_smem_bytes((int)B, L.plan, false, ld);
@@ -2107,7 +2210,9 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                   strcmp(gram_env, "tcreg") == 0 || strcmp(gram_env, "tcold") == 0 ||
                   strcmp(gram_env, "tc16") == 0 || strcmp(gram_env, "tc16s") == 0 ||
                   strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0 ||
-                  strcmp(gram_env, "tc2d") == 0 || strcmp(gram_env, "tc2dmb") == 0);
+                  strcmp(gram_env, "tc2d") == 0 || strcmp(gram_env, "tc2dmb") == 0 ||
+                  strcmp(gram_env, "tcv") == 0 || strcmp(gram_env, "tcvmb") == 0 ||
+                  strcmp(gram_env, "tc1") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
