@@ -2028,12 +2028,16 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
     /* =tc2: two tiles a warp (32 consecutive pixels, 128 bytes of each band),
      * two steps of 8 bands loaded together. */
-    const bool tc2 = how && strcmp(how, "tc2") == 0;
+    const bool tc2 = how && strcmp(how, "tc2") == 0, u6 = how && strcmp(how, "tcu6") == 0;
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
         const size_t px = tc2 ? 32 : 16;
         const unsigned blocks = (unsigned)div_up(div_up(N, px), (size_t)kProjTcWarps);
-        if (tc2 && split)
+        if (u6 && !split) /* =tcu6: six steps of 8 bands loaded together */
+            project_tc_kernel<false, 1, 6><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
+                d_out.get());
+        else if (tc2 && split)
             project_tc_kernel<true, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
