@@ -1599,6 +1599,74 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
         }
 }
 
+/* $HYPROF_PCA_PROJECT=tcs: project_tc_kernel's fragments, the block's
+ * kProjStPx pixels of every band first copied into shared memory in 16-byte
+ * chunks (the aligned run of each band, as the fused covariance's producers),
+ * all in flight at once, then multiplied from there: more bytes in flight
+ * than the loads of a few steps. Components k0 .. k0 + nk - 1 (nk <= 8). */
+const int kProjStPx = 16 * kProjTcWarps;        /* 128 pixels a block */
+const int kProjStLd = kProjStPx + 8;            /* floats a band row: 136, bank spread */
+
+inline size_t project_st_smem_bytes(size_t bands)
+{
+    return project_tc_smem_bytes(bands) + bands * kProjStLd * sizeof(float);
+}
+
+template <bool kSplit>
+__global__ void __launch_bounds__(32 * kProjTcWarps)
+    project_st_kernel(const float *__restrict__ x, size_t n, int bands,
+                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                      const double *__restrict__ V, size_t k0, int nk, float nodata,
+                      float *__restrict__ out)
+{
+    extern __shared__ double ptc_smem[];
+    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
+    double *vs = ptc_smem;          /* [bp][8] */
+    double *ms = ptc_smem + 8 * bp; /* [bp] */
+    float *raw = reinterpret_cast<float *>(ms + bp + (bp & 1)); /* [bands][kProjStLd] */
+    const size_t p_blk = (size_t)blockIdx.x * kProjStPx, total = n * (size_t)bands;
+    constexpr int kChunks = (kProjStPx + 4) / 4;
+    for (int c = threadIdx.x; c < bands * kChunks; c += blockDim.x) {
+        const int b = c / kChunks, k = c - kChunks * b;
+        const size_t e = ((p_blk + (size_t)b * n) & ~(size_t)3) + 4 * (size_t)k;
+        const unsigned in = e + 4 <= total ? 16u : e < total ? 4u * (unsigned)(total - e) : 0u;
+        cp_async16(raw + b * kProjStLd + 4 * k, x + (in ? e : 0), in);
+    }
+    __pipeline_commit();
+    for (int i = threadIdx.x; i < 8 * bp; i += blockDim.x) {
+        const int b = i / 8, c = i % 8;
+        vs[i] = b < bands && c < nk ? V[(size_t)b + (k0 + (size_t)c) * bands] : 0.0;
+    }
+    for (int i = threadIdx.x; i < bp; i += blockDim.x)
+        ms[i] = i < bands ? mean[i] : 0.0;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int px = 16 * (threadIdx.x >> 5); /* the warp's first pixel in the block */
+    const size_t p0 = p_blk + px + g, p1 = p0 + 8;
+    const bool v0 = p0 < n && (!mask || mask[p0]), v1 = p1 < n && (!mask || mask[p1]);
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int s = 0; s < steps; ++s) {
+        const int b = 8 * s + t;
+        const bool r0 = b < bands, r1 = b + 4 < bands;
+        const int o0 = r0 ? (int)((p_blk + (size_t)b * n) & 3) : 0;
+        const int o1 = r1 ? (int)((p_blk + (size_t)(b + 4) * n) & 3) : 0;
+        const float *q0 = raw + (r0 ? b : 0) * kProjStLd + o0 + px + g;
+        const float *q1 = raw + (r1 ? b + 4 : 0) * kProjStLd + o1 + px + g;
+        const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
+        const double a[4] = {v0 && r0 ? (double)q0[0] - m0 : 0.0, v1 && r0 ? (double)q0[8] - m0 : 0.0,
+                             v0 && r1 ? (double)q1[0] - m1 : 0.0, v1 && r1 ? (double)q1[8] - m1 : 0.0};
+        dmma_16x8x8<kSplit>(acc, a, w0, w1);
+    }
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const size_t p = h < 2 ? p0 : p1;
+        const int c = 2 * t + (h & 1);
+        if (p < n && c < nk)
+            out[p + (k0 + (size_t)c) * n] = (h < 2 ? v0 : v1) ? (float)acc[h] : nodata;
+    }
+}
+
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
 hyprof_status_t band_sums(hyprof_ctx_t *ctx, const char *op, cudaStream_t st, const float *src,
                           size_t ld, const uint8_t *mask, size_t m, size_t bands,
@@ -2029,11 +2097,29 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     /* =tc2: two tiles a warp (32 consecutive pixels, 128 bytes of each band),
      * two steps of 8 bands loaded together. */
     const bool tc2 = how && strcmp(how, "tc2") == 0, u6 = how && strcmp(how, "tcu6") == 0;
+    const size_t st_shmem = project_st_smem_bytes(B);
+    const bool st = how && strcmp(how, "tcs") == 0 && st_shmem <= 200 * 1024 &&
+                    cudaFuncSetAttribute(project_st_kernel<true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)st_shmem) == cudaSuccess &&
+                    cudaFuncSetAttribute(project_st_kernel<false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)st_shmem) == cudaSuccess;
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
         const size_t px = tc2 ? 32 : 16;
         const unsigned blocks = (unsigned)div_up(div_up(N, px), (size_t)kProjTcWarps);
-        if (u6 && !split) /* =tcu6: six steps of 8 bands loaded together */
+        if (st && split)
+            project_st_kernel<true><<<(unsigned)div_up(N, (size_t)kProjStPx), 32 * kProjTcWarps,
+                                      st_shmem, pipe.stream(0)>>>(d_cube, N, (int)B, d_cmask,
+                                                                  d_mean.get(), d_V.get(), k0, nk,
+                                                                  ap->nodata, d_out.get());
+        else if (st)
+            project_st_kernel<false><<<(unsigned)div_up(N, (size_t)kProjStPx), 32 * kProjTcWarps,
+                                       st_shmem, pipe.stream(0)>>>(d_cube, N, (int)B, d_cmask,
+                                                                   d_mean.get(), d_V.get(), k0, nk,
+                                                                   ap->nodata, d_out.get());
+        else if (u6 && !split) /* =tcu6: six steps of 8 bands loaded together */
             project_tc_kernel<false, 1, 6><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
