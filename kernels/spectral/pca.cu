@@ -1136,18 +1136,26 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
     }
 }
 
-/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
+/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing, LD, raw); 32
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
- * slices of B x B (lower triangle written), psum: ncta slices of B. The
- * producers either copy the next stages into a ring (kRing: kTcRing - 1
- * stages in flight; 646 us for Houston on an H100, 13:11 round) or load the
- * next one into registers ($HYPROF_PCA_GRAM=tcreg; 661 us, 12:37 round): the
- * producers do not bound it. With m8n8k4 ($HYPROF_PCA_GRAM=tc4, the sm_80
- * code): 902 us, the DMMA pipe 68 % busy; with m16n8k8 23.7 % busy (by
- * Nsight Compute's count of instructions), shared memory 37 %: the consumer
- * warps' instruction stream (fragment moves, a couple of spilled registers
- * reloaded each step) rather than the tensor cores is the likely limit,
- * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
+ * slices of B x B (lower triangle written), psum: ncta slices of B.
+ * kMode (the consumers / producers / hand-over; Houston size on an H100,
+ * one launch, Nsight Compute, 15:11 round, main's kernel 652 us):
+ *   7 (default): tc_consume with a compile-time tile count, producers with
+ *     16-byte copies (kVec);
+ *   1: the same consumers, producers copying a float a lane and band: 538
+ *     us; with the producers skipping the conversion ($HYPROF_PCA_DIAG=1)
+ *     365 us, with the consumers only passing the barriers (=2) 400 us: the
+ *     producers bounded it;
+ *   0: the consumer loop of 13:11 (nc tested before each tile, fragment
+ *     offsets reloaded from local memory each step): 646-652 us;
+ *   2: m16n8k16 (planes of row stride kTcLd16; spills at 96 registers): 604;
+ *   3, 4, 8: modes 1, 2, 7 with mbarriers (a warp may run ahead of the
+ *     others): 543 for 3;
+ *   5, 6: blocks of 2 x 4 tiles (tc_plan2, 16 warps of 128 registers), named
+ *     barriers or mbarriers: 609 and 580 (consumers alone 437).
+ * With kRing false ($HYPROF_PCA_GRAM=tcreg, or when the ring does not fit)
+ * the producers load the next stage into registers. */
 template <bool kSplit, bool kRing, int kMode>
 __global__ void __launch_bounds__(
     32 * (kTcProducers + (kMode == 5 || kMode == 6 ? kTc2MaxWarps : kTcMaxWarps)), 1)
