@@ -31,13 +31,14 @@
  * project_kernel on the CUDA cores with $HYPROF_PCA_PROJECT=pair or one).
  * Stage times from CUDA events go to the debug log.
  *
- * Measured (NVIDIA H100 80GB HBM3, lead's rounds of 12:37 and 13:11, Nsight
- * Compute kernel times of one call of the eadp operation, Houston size 1905
- * x 349 x 144, 7 components, main's build in the same run): the PCA's
- * kernels 0.93 ms against 1.33 for main (covariance 0.65 against 0.87 plus
- * 0.24 of band sums; projection 0.17-0.20 against 0.20; finish 0.08 and
- * shift 0.01, the finish since rewritten), the whole operation 3.33 ms
- * against 3.74; the host eigh 1.26 ms against 2.23 (top 7 of 144 vs all). */
+ * Measured (NVIDIA H100 80GB HBM3, lead's round of 15:49, Nsight Compute
+ * kernel times of one call of the eadp operation, Houston size 1905 x 349 x
+ * 144, 7 components, main's build in the same run): the PCA's kernels 0.64
+ * ms against 0.84 for main: covariance 0.449 against 0.644 (gram_tc_kernel:
+ * producers with 16-byte copies, consumers with compile-time tile counts),
+ * projection 0.168 against 0.174, finish 0.013 and shift 0.009 both; the
+ * host eigh (1.1-1.3 ms of host time, the device idle meanwhile: not in
+ * these sums) as main. */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
@@ -1523,9 +1524,11 @@ inline size_t project_tc_smem_bytes(size_t bands)
 }
 
 /* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
- * are issued together. Used with 1 and 3: 174 us for Houston on an H100
- * (12:37 round); 4 tiles (64 consecutive pixels, 256 contiguous bytes of each
- * band a step, but 120 registers: half the warps) took 196 us (13:11). */
+ * are issued together. Used with 2 and 2 by the fit-transform (168 us for
+ * Houston on an H100, 15:49 round, 70 % of the DRAM bandwidth: the warps
+ * wait on their loads), 1 and 3 by the streamed apply (173 us); 4 tiles (64
+ * consecutive pixels, but 120 registers: half the warps) took 196 us (13:11),
+ * 1 and 6 177 us (15:49). */
 template <bool kSplit, int kTiles, int kUnroll>
 __global__ void __launch_bounds__(32 * kProjTcWarps)
     project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
@@ -2102,9 +2105,13 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
-    /* =tc2: two tiles a warp (32 consecutive pixels, 128 bytes of each band),
-     * two steps of 8 bands loaded together. */
-    const bool tc2 = how && strcmp(how, "tc2") == 0, u6 = how && strcmp(how, "tcu6") == 0;
+    /* Default: two tiles a warp (32 consecutive pixels, 128 bytes of each
+     * band), two steps of 8 bands loaded together: 168 us for Houston on an
+     * H100 against 173 for one tile and three steps ($HYPROF_PCA_PROJECT=tc1),
+     * 177 for one tile and six steps (=tcu6), 179 for the block's pixels staged
+     * in shared memory (=tcs; 15:49 round). */
+    const bool u6 = how && strcmp(how, "tcu6") == 0;
+    const bool tc2 = !u6 && !(how && (strcmp(how, "tc1") == 0 || strcmp(how, "tcs") == 0));
     const size_t st_shmem = project_st_smem_bytes(B);
     const bool st = how && strcmp(how, "tcs") == 0 && st_shmem <= 200 * 1024 &&
                     cudaFuncSetAttribute(project_st_kernel<true>,
