@@ -1143,7 +1143,8 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
  * kMode (the consumers / producers / hand-over; Houston size on an H100,
  * one launch, Nsight Compute, 15:11 round, main's kernel 652 us):
  *   7 (default): tc_consume with a compile-time tile count, producers with
- *     16-byte copies (kVec);
+ *     16-byte copies (kVec): 449 us (15:49 round; producers alone 310,
+ *     consumers alone 360);
  *   1: the same consumers, producers copying a float a lane and band: 538
  *     us; with the producers skipping the conversion ($HYPROF_PCA_DIAG=1)
  *     365 us, with the consumers only passing the barriers (=2) 400 us: the
@@ -1152,7 +1153,9 @@ __device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane
  *     offsets reloaded from local memory each step): 646-652 us;
  *   2: m16n8k16 (planes of row stride kTcLd16; spills at 96 registers): 604;
  *   3, 4, 8: modes 1, 2, 7 with mbarriers (a warp may run ahead of the
- *     others): 543 for 3;
+ *     others): 543 for 3, 455 for 8 (449 for 7, 15:49);
+ *   9: mode 7 converting a pixel a lane and band (conflict-free shared
+ *     loads and stores, 48 bands a lane) instead of 4 pixels of 12 bands;
  *   5, 6: blocks of 2 x 4 tiles (tc_plan2, 16 warps of 128 registers), named
  *     barriers or mbarriers: 609 and 580 (consumers alone 437).
  * With kRing false ($HYPROF_PCA_GRAM=tcreg, or when the ring does not fit)
@@ -1166,7 +1169,7 @@ __global__ void __launch_bounds__(
                    int diag)
 {
     constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4 || kMode == 6 || kMode == 8;
-    constexpr bool kVec = kMode >= 7;
+    constexpr bool kVec = kMode >= 7, kLanePx = kMode == 9;
     constexpr int LD = K16 ? kTcLd16 : kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
@@ -1236,13 +1239,17 @@ __global__ void __launch_bounds__(
             }
             HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
             unsigned v = 0;
-            if (s < nst)
+            if (kLanePx) {
+                const size_t p = p0 + lane;
+                v = s < nst && p < p_end && (!mask || mask[p]) ? 1u : 0u;
+            } else if (s < nst) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const size_t p = p0 + 4 * q + j;
                     if (p < p_end && (!mask || mask[p]))
                         v |= 1u << j;
                 }
+            }
             return v;
         };
         auto step = [&](int s, unsigned valid, unsigned &next) {
@@ -1252,9 +1259,21 @@ __global__ void __launch_bounds__(
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
                 tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
+            if (kLanePx && diag != 1) { /* lane = pixel: conflict-free loads and stores */
+                const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + lane;
+                double *cb = cen + (size_t)buf * plane + lane;
+#pragma unroll
+                for (int i = 0; i < kTcPerLane; ++i) {
+                    const int b = warp + kTcProducers * i;
+                    if (b < bands) {
+                        const int o = (int)((p_begin + (size_t)b * n) & 3);
+                        cb[b * LD] = valid ? (double)rb[b * kTcRaw + o] - K[b] : 0.0;
+                    }
+                }
+            }
             const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + 4 * q;
             double *cb = cen + (size_t)buf * plane + 4 * q;
-            if (diag != 1)
+            if (!kLanePx && diag != 1)
 #pragma unroll
                 for (int i = 0; i < 12; ++i) {
                     const int b = bo + 12 * i;
@@ -1938,6 +1957,7 @@ static const void *tc_fn_mode(bool split, bool ring)
 static const void *tc_fn(const TcLaunch &L)
 {
     switch (L.mode) {
+    case 9: return tc_fn_mode<9>(L.split, L.ring);
     case 8: return tc_fn_mode<8>(L.split, L.ring);
     case 7: return tc_fn_mode<7>(L.split, L.ring);
     case 6: return tc_fn_mode<6>(L.split, L.ring);
@@ -1975,6 +1995,7 @@ static TcLaunch tc_launch(size_t n, size_t B)
              : strcmp(how, "tc2dmb") == 0                               ? 6
              : strcmp(how, "tcv") == 0                                  ? 7
              : strcmp(how, "tcvmb") == 0                                ? 8
+             : strcmp(how, "tcvp") == 0                                 ? 9
                                                                         : 7;
     const char *diag = getenv("HYPROF_PCA_DIAG");
     L.diag = diag ? atoi(diag) : 0;
@@ -2317,7 +2338,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
                   strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0 ||
                   strcmp(gram_env, "tc2d") == 0 || strcmp(gram_env, "tc2dmb") == 0 ||
                   strcmp(gram_env, "tcv") == 0 || strcmp(gram_env, "tcvmb") == 0 ||
-                  strcmp(gram_env, "tc1") == 0);
+                  strcmp(gram_env, "tc1") == 0 || strcmp(gram_env, "tcvp") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
