@@ -38,7 +38,11 @@
  * producers with 16-byte copies, consumers with compile-time tile counts),
  * projection 0.168 against 0.174, finish 0.013 and shift 0.009 both; the
  * host eigh (1.1-1.3 ms of host time, the device idle meanwhile: not in
- * these sums) as main. */
+ * these sums) as main. Tried on the same runs and slower, since removed:
+ * covariance producers copying a float a lane 0.538 ms, mbarrier hand-over
+ * 0.543 (0.455 with the 16-byte producers), m16n8k16 fragments 0.604, 2 x 4
+ * tile blocks 0.609 / 0.580, converting a pixel a lane; projection with one
+ * tile 0.173, six steps 0.177, pixels staged in shared memory 0.179. */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
@@ -593,19 +597,13 @@ struct TcPlan {
 /* Producers with a ring of raw stages (the default): kTcRing stages of floats
  * copied with cp.async, kTcRing - 1 of them in flight. */
 const int kTcRing = 4;
-/* kMode 7, 8 (16-byte copies): floats a band and stage in the ring (kTcP
- * pixels from an offset of up to 3), and the producers' own named barrier. */
+/* 16-byte copies: floats a band and stage in the ring (kTcP pixels from an
+ * offset of up to 3), and the producers' own named barrier. */
 const int kTcRaw = kTcP + 4;
 const int kTcBarProd = 1 + 2 * kTcBufs;
 
-/* Row stride of the planes: kTcLd for the m16n8k8 fragments (16-byte loads
- * of columns 2 t, 2 t + 1), kTcLd16 for m16n8k16 (32 bytes, columns 4 t ..
- * 4 t + 3: rows g and g + 1 then start 16 bytes apart modulo 128, so the
- * eight lanes of each quarter-warp phase hit distinct banks). */
-const int kTcLd16 = kTcP + 2;
-
 inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int ld = kTcLd,
-                                 int raw = kTcP)
+                                 int raw = kTcRaw)
 {
     return (size_t)(bands + 1) / 2 * 2 * sizeof(double) +
            (size_t)kTcBufs * plan.rows * ld * sizeof(double) +
@@ -670,77 +668,6 @@ static TcPlan tc_plan(int bands)
     return p;
 }
 
-/* kMode 5: blocks of two row tiles x 4 column tiles (32 x 32 bands: each
- * A fragment serves 4 tiles, each B fragment 2, one 16-byte load per
- * multiplication against 9 for 7 in a row of 7), the last row tile of an odd
- * count in strips of up to 8; tiles above the diagonal inside a block are
- * computed and dropped. 13 consumer warps for 144 bands (98 tiles for the
- * triangle's 90, 4 of them twice), 16 warps in all: 128 registers a thread.
- * Group: r | c0 << 8 | R << 16 | C << 20 (R = 2, C = 4; or R = 1, C = 4 or
- * 8). */
-const int kTc2MaxWarps = 13;
-
-static TcPlan tc_plan2(int bands)
-{
-    struct Group { int r, c0, R, C; };
-    std::vector<Group> groups;
-    const int rt = (bands + 15) / 16, ct = (bands + 7) / 8;
-    /* Column tiles [0, need) in blocks of C from c0 = 0; the last block ends
-     * at need where it can (overlapping the one before: those tiles are
-     * computed twice, the same values written twice), so that the B rows
-     * stay inside the bands' padded rows. */
-    auto cover = [&](int r, int R, int need, int C) {
-        int c = 0;
-        for (; c + C <= need; c += C)
-            groups.push_back({r, c, R, C});
-        if (c < need) {
-            const int C2 = R == 1 && need - c <= 4 ? 4 : C;
-            groups.push_back({r, need - C2 > 0 ? need - C2 : 0, R, C2});
-        }
-    };
-    for (int r = 0; r + 1 < rt; r += 2)
-        cover(r, 2, 2 * r + 4 < ct ? 2 * r + 4 : ct, 4); /* row r + 1: tiles c <= 2 r + 3 */
-    if (rt % 2)
-        cover(rt - 1, 1, 2 * rt < ct ? 2 * rt : ct, 8);
-    int cend = 0;
-    for (const Group &g : groups)
-        cend = g.c0 + g.C > cend ? g.c0 + g.C : cend;
-    TcPlan p;
-    memset(&p, 0, sizeof p);
-    p.rows = 16 * rt > 8 * cend ? 16 * rt : (8 * cend + 15) / 16 * 16; /* zero rows past the bands */
-    const int C = (int)groups.size();
-    if (C > kTc2MaxWarps)
-        return p;
-    size_t cap[4] = {0, 0, 0, 0};
-    for (int w = 0; w < C; ++w)
-        cap[(kTcProducers + w) % 4]++;
-    std::vector<int> order(groups.size());
-    for (size_t i = 0; i < order.size(); ++i)
-        order[i] = (int)i;
-    auto size = [&](int i) { return groups[i].R * groups[i].C; };
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return size(a) != size(b) ? size(a) > size(b) : a < b; });
-    std::vector<int> bin[4];
-    int load[4] = {0, 0, 0, 0};
-    for (int i : order) {
-        int best = -1;
-        for (int q = 0; q < 4; ++q)
-            if (bin[q].size() < cap[q] && (best < 0 || load[q] < load[best]))
-                best = q;
-        bin[best].push_back(i);
-        load[best] += size(i);
-    }
-    size_t next[4] = {0, 0, 0, 0};
-    for (int w = 0; w < C; ++w) {
-        const int q = (kTcProducers + w) % 4;
-        const Group &g = groups[bin[q][next[q]++]];
-        p.group[w] = (unsigned)g.r | (unsigned)g.c0 << 8 | (unsigned)g.R << 16 |
-                     (unsigned)g.C << 20;
-    }
-    p.warps = C;
-    return p;
-}
-
 __device__ __forceinline__ void bar_sync(int id, int count)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -751,38 +678,10 @@ __device__ __forceinline__ void bar_arrive(int id, int count)
 }
 
 /* The stage hand-over of gram_tc_kernel: FULL (the producers wrote plane
- * buf) and FREE (the consumers are done with it). Named barriers (kMb
- * false) make every consumer warp wait for all the others at each stage;
- * mbarriers (kMb) count the arrivals only (FULL: the producer threads,
- * FREE: the consumer threads) and each warp waits for the phase alone, so
- * a warp may run ahead of the others by up to kTcBufs - 1 stages. */
+ * buf) and FREE (the consumers are done with it), named barriers. */
 struct TcSync {
-    uint32_t full, free; /* shared addresses of the kTcBufs mbarriers each */
     int nthreads;
 };
-
-__device__ __forceinline__ void mbar_wait(uint32_t addr, unsigned parity)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{\n .reg .pred p;\n WAIT:\n"
-                 " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 " @!p bra WAIT;\n}\n" ::"r"(addr),
-                 "r"(parity)
-                 : "memory");
-#else
-    asm volatile("{\n .reg .pred p;\n WAIT:\n"
-                 " mbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n"
-                 " @!p bra WAIT;\n}\n" ::"r"(addr),
-                 "r"(parity)
-                 : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbar_arrive(uint32_t addr)
-{
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(addr)
-                 : "memory");
-}
 
 /* 16 bytes global -> shared, the first `bytes` of them copied (a multiple of
  * 4), the rest zero-filled; in the cp.async groups of __pipeline_commit. */
@@ -794,43 +693,23 @@ __device__ __forceinline__ void cp_async16(float *dst, const float *src, unsigne
                  : "memory");
 }
 
-/* Stage s of plane buf = s % kTcBufs is phase s / kTcBufs of its barriers. */
-template <bool kMb>
+/* Stage s of plane buf = s % kTcBufs. */
 __device__ __forceinline__ void tc_wait_full(const TcSync &y, int s)
 {
-    const int buf = s % kTcBufs;
-    if (kMb)
-        mbar_wait(y.full + 8 * buf, (unsigned)(s / kTcBufs) & 1u);
-    else
-        bar_sync(1 + buf, y.nthreads);
+    bar_sync(1 + s % kTcBufs, y.nthreads);
 }
-template <bool kMb>
 __device__ __forceinline__ void tc_arrive_full(const TcSync &y, int s)
 {
-    const int buf = s % kTcBufs;
-    if (kMb)
-        mbar_arrive(y.full + 8 * buf);
-    else
-        bar_arrive(1 + buf, y.nthreads);
+    bar_arrive(1 + s % kTcBufs, y.nthreads);
 }
 /* Before stage s (>= kTcBufs) overwrites the plane of stage s - kTcBufs. */
-template <bool kMb>
 __device__ __forceinline__ void tc_wait_free(const TcSync &y, int s)
 {
-    const int buf = s % kTcBufs;
-    if (kMb)
-        mbar_wait(y.free + 8 * buf, (unsigned)(s / kTcBufs - 1) & 1u);
-    else
-        bar_sync(1 + kTcBufs + buf, y.nthreads);
+    bar_sync(1 + kTcBufs + s % kTcBufs, y.nthreads);
 }
-template <bool kMb>
 __device__ __forceinline__ void tc_arrive_free(const TcSync &y, int s)
 {
-    const int buf = s % kTcBufs;
-    if (kMb)
-        mbar_arrive(y.free + 8 * buf);
-    else
-        bar_arrive(1 + kTcBufs + buf, y.nthreads);
+    bar_arrive(1 + kTcBufs + s % kTcBufs, y.nthreads);
 }
 
 /* c (16 x 8) += a (16 x 8) b (8 x 8) in the m16n8k8 f64 fragments. */
@@ -906,49 +785,22 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     }
 }
 
-/* c (16 x 8) += a (16 x 16) b (16 x 8) in the m16n8k16 f64 fragments (a_i:
- * row g + 8 (i % 2), k = t + 4 (i / 2); b_i: k = t + 4 i, column g): one
- * instruction on sm_90, two m16n8k8 steps (k = t, t + 4 then t + 8, t + 12)
- * elsewhere. */
-template <bool kSplit>
-__device__ __forceinline__ void dmma_16x8x16(double (&c)[4], const double (&a)[8],
-                                             const double (&b)[4])
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (!kSplit) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, "
-                     "{%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, "
-                     "{%0, %1, %2, %3};\n"
-                     : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
-                     : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]),
-                       "d"(a[6]), "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
-        return;
-    }
-#endif
-    const double lo[4] = {a[0], a[1], a[2], a[3]}, hi[4] = {a[4], a[5], a[6], a[7]};
-    dmma_16x8x8<true>(c, lo, b[0], b[1]);
-    dmma_16x8x8<true>(c, hi, b[2], b[3]);
-}
-
 /* The consumer warps of gram_tc_kernel with a compile-time tile count NC
  * (the group r | c0 | NC of the plan): the stage loop unrolled, the loads
  * of a step issued before its multiplications, no per-tile predicates (the
- * generic loop of kMode 0 tested c < nc before each tile and kept its
- * fragment offsets in local memory: ptxas, 96 registers). K16: m16n8k16 on
- * planes of row stride kTcLd16, the k index t + 4 j of a step of 16 pixels
- * being column 4 t + j (A and B alike: the same pixels meet). diag 2
- * (profiling only): the consumers only pass the barriers. */
+ * generic loop of 13:11 tested c < nc before each tile and kept its
+ * fragment offsets in local memory: ptxas, 96 registers). */
 template <int NC>
 __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int c0, int bands,
                                          int lane, bool sums, double rs0, double rs1, double *out,
                                          double *ps);
 
-template <bool kSplit, int NC, bool K16, bool kMb>
+template <bool kSplit, int NC>
 __device__ __forceinline__ void tc_consume(const double *cen, size_t plane, int nst,
                                            const TcSync &y, int r, int c0, int bands, int lane,
-                                           int diag, double *out, double *ps)
+                                           double *out, double *ps)
 {
-    constexpr int LD = K16 ? kTcLd16 : kTcLd, KS = K16 ? 16 : 8;
+    constexpr int LD = kTcLd, KS = 8;
     const int g = lane >> 2, t = lane & 3;
     const bool sums = NC > 0 && c0 == 0;
     double acc[NC > 0 ? NC : 1][4];
@@ -956,61 +808,31 @@ __device__ __forceinline__ void tc_consume(const double *cen, size_t plane, int 
     for (int c = 0; c < (NC > 0 ? NC : 1); ++c)
         acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
     double rs0 = 0.0, rs1 = 0.0;
-    const int ra = (16 * r + g) * LD + (K16 ? 4 : 2) * t, rb = (8 * c0 + g) * LD + (K16 ? 4 : 2) * t;
-    if (diag == 2) { /* profiling: the producers alone */
-        for (int s = 0; s < nst; ++s) {
-            tc_wait_full<kMb>(y, s);
-            if (s + kTcBufs < nst)
-                tc_arrive_free<kMb>(y, s);
-        }
-        return;
-    }
+    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
     for (int s = 0; s < nst; ++s) {
         const int buf = s % kTcBufs;
-        tc_wait_full<kMb>(y, s);
+        tc_wait_full(y, s);
         const double *cb = cen + (size_t)buf * plane;
         if (NC > 0) {
-#pragma unroll(K16 ? 1 : kTcP / KS)
+#pragma unroll(kTcP / KS)
             for (int k0 = 0; k0 < kTcP; k0 += KS) {
-                if (K16) {
-                    const double2 l0 = *reinterpret_cast<const double2 *>(cb + ra + k0);
-                    const double2 l1 = *reinterpret_cast<const double2 *>(cb + ra + k0 + 2);
-                    const double2 h0 = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
-                    const double2 h1 =
-                        *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0 + 2);
-                    const double a[8] = {l0.x, h0.x, l0.y, h0.y, l1.x, h1.x, l1.y, h1.y};
-                    if (sums) {
-                        rs0 += (l0.x + l0.y) + (l1.x + l1.y);
-                        rs1 += (h0.x + h0.y) + (h1.x + h1.y);
-                    }
+                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
+                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
+                if (sums) {
+                    rs0 += a[0] + a[2];
+                    rs1 += a[1] + a[3];
+                }
 #pragma unroll
-                    for (int c = 0; c < NC; ++c) {
-                        const double2 b0 =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
-                        const double2 b1 =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0 + 2);
-                        const double bq[4] = {b0.x, b0.y, b1.x, b1.y};
-                        dmma_16x8x16<kSplit>(acc[c], a, bq);
-                    }
-                } else {
-                    const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
-                    const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
-                    const double a[4] = {lo.x, hi.x, lo.y, hi.y};
-                    if (sums) {
-                        rs0 += a[0] + a[2];
-                        rs1 += a[1] + a[3];
-                    }
-#pragma unroll
-                    for (int c = 0; c < NC; ++c) {
-                        const double2 bv =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
-                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
-                    }
+                for (int c = 0; c < NC; ++c) {
+                    const double2 bv =
+                        *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
+                    dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
                 }
             }
         }
         if (s + kTcBufs < nst)
-            tc_arrive_free<kMb>(y, s);
+            tc_arrive_free(y, s);
     }
     if constexpr (NC == 0)
         return;
@@ -1045,135 +867,23 @@ __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int 
     }
 }
 
-/* The consumer warps of kMode 5 (named barriers) and 6 (mbarriers): a block
- * of R row tiles (16 bands) x C column tiles (8 bands) from row tile r,
- * column tile c0, m16n8k8 on planes of row stride kTcLd. */
-template <bool kSplit, int R, int C, bool kMb>
-__device__ __forceinline__ void tc_consume_block(const double *cen, size_t plane, int nst,
-                                                 const TcSync &y, int r, int c0, int bands,
-                                                 int lane, int diag, double *out, double *ps)
-{
-    constexpr int LD = kTcLd;
-    const int g = lane >> 2, t = lane & 3;
-    const bool sums = c0 == 0;
-    double acc[R][C][4];
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-            acc[i][c][0] = acc[i][c][1] = acc[i][c][2] = acc[i][c][3] = 0.0;
-    double rs[R][2];
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-        rs[i][0] = rs[i][1] = 0.0;
-    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
-    if (diag == 2) { /* profiling: the producers alone */
-        for (int s = 0; s < nst; ++s) {
-            tc_wait_full<kMb>(y, s);
-            if (s + kTcBufs < nst)
-                tc_arrive_free<kMb>(y, s);
-        }
-        return;
-    }
-    for (int s = 0; s < nst; ++s) {
-        const int buf = s % kTcBufs;
-        tc_wait_full<kMb>(y, s);
-        const double *cb = cen + (size_t)buf * plane;
-#pragma unroll 2
-        for (int k0 = 0; k0 < kTcP; k0 += 8) {
-            double a[R][4];
-#pragma unroll
-            for (int i = 0; i < R; ++i) {
-                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + 16 * i * LD + k0);
-                const double2 hi =
-                    *reinterpret_cast<const double2 *>(cb + ra + (16 * i + 8) * LD + k0);
-                a[i][0] = lo.x;
-                a[i][1] = hi.x;
-                a[i][2] = lo.y;
-                a[i][3] = hi.y;
-            }
-            double2 bq[C];
-#pragma unroll
-            for (int c = 0; c < C; ++c)
-                bq[c] = *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
-            if (sums)
-#pragma unroll
-                for (int i = 0; i < R; ++i) {
-                    rs[i][0] += a[i][0] + a[i][2];
-                    rs[i][1] += a[i][1] + a[i][3];
-                }
-#pragma unroll
-            for (int c = 0; c < C; ++c)
-#pragma unroll
-                for (int i = 0; i < R; ++i)
-                    dmma_16x8x8<kSplit>(acc[i][c], a[i], bq[c].x, bq[c].y);
-        }
-        if (s + kTcBufs < nst)
-            tc_arrive_free<kMb>(y, s);
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-#pragma unroll
-            for (int h = 0; h < 4; ++h) {
-                const int bi = 16 * (r + i) + g + (h >> 1) * 8, bj = 8 * (c0 + c) + 2 * t + (h & 1);
-                if (bi < bands && bj <= bi)
-                    out[bi + (size_t)bj * bands] = acc[i][c][h];
-            }
-    if (sums) {
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
-                rs[i][0] += __shfl_xor_sync(0xffffffffu, rs[i][0], off);
-                rs[i][1] += __shfl_xor_sync(0xffffffffu, rs[i][1], off);
-            }
-            const int b0 = 16 * (r + i) + g;
-            if (t == 0 && b0 < bands)
-                ps[b0] = rs[i][0];
-            if (t == 0 && b0 + 8 < bands)
-                ps[b0 + 8] = rs[i][1];
-        }
-    }
-}
-
-/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing, LD, raw); 32
+/* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
  * slices of B x B (lower triangle written), psum: ncta slices of B.
- * kMode (the consumers / producers / hand-over; Houston size on an H100,
- * one launch, Nsight Compute, 15:11 round, main's kernel 652 us):
- *   7 (default): tc_consume with a compile-time tile count, producers with
- *     16-byte copies (kVec): 449 us (15:49 round; producers alone 310,
- *     consumers alone 360);
- *   1: the same consumers, producers copying a float a lane and band: 538
- *     us; with the producers skipping the conversion ($HYPROF_PCA_DIAG=1)
- *     365 us, with the consumers only passing the barriers (=2) 400 us: the
- *     producers bounded it;
- *   0: the consumer loop of 13:11 (nc tested before each tile, fragment
- *     offsets reloaded from local memory each step): 646-652 us;
- *   2: m16n8k16 (planes of row stride kTcLd16; spills at 96 registers): 604;
- *   3, 4, 8: modes 1, 2, 7 with mbarriers (a warp may run ahead of the
- *     others): 543 for 3, 455 for 8 (449 for 7, 15:49);
- *   9: mode 7 converting a pixel a lane and band (conflict-free shared
- *     loads and stores, 48 bands a lane) instead of 4 pixels of 12 bands;
- *   5, 6: blocks of 2 x 4 tiles (tc_plan2, 16 warps of 128 registers), named
- *     barriers or mbarriers: 609 and 580 (consumers alone 437).
- * With kRing false ($HYPROF_PCA_GRAM=tcreg, or when the ring does not fit)
- * the producers load the next stage into registers. */
-template <bool kSplit, bool kRing, int kMode>
-__global__ void __launch_bounds__(
-    32 * (kTcProducers + (kMode == 5 || kMode == 6 ? kTc2MaxWarps : kTcMaxWarps)), 1)
+ * tc_consume with a compile-time tile count, producers with 16-byte copies:
+ * 449 us for Houston on an H100 (one launch, Nsight Compute, 15:49 round;
+ * producers alone 310, consumers alone 360; main's kernel 652 us). With
+ * kRing false ($HYPROF_PCA_GRAM=tcreg, or when the ring does not fit) the
+ * producers load the next stage into registers. */
+template <bool kSplit, bool kRing>
+__global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
-                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum,
-                   int diag)
+                   const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
 {
-    constexpr bool K16 = kMode == 2 || kMode == 4, kMb = kMode == 3 || kMode == 4 || kMode == 6 || kMode == 8;
-    constexpr bool kVec = kMode >= 7, kLanePx = kMode == 9;
-    constexpr int LD = K16 ? kTcLd16 : kTcLd;
+    constexpr int LD = kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
-    __shared__ uint64_t mbar[2 * kTcBufs]; /* FULL then FREE (kMb) */
     double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][LD] */
     const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
     const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
@@ -1186,20 +896,11 @@ __global__ void __launch_bounds__(
     const int nst = (int)((p_end - p_begin + kTcP - 1) / kTcP);
 
     TcSync y;
-    y.full = (uint32_t)__cvta_generic_to_shared(mbar);
-    y.free = y.full + 8 * kTcBufs;
     y.nthreads = nthreads;
     if (tid == 0) { /* constant indices: the plan stays in the parameter space */
 #pragma unroll
         for (int i = 0; i < kTcMaxWarps; ++i)
             groups[i] = plan.group[i];
-        if (kMb)
-            for (int i = 0; i < kTcBufs; ++i) {
-                asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(y.full + 8 * i),
-                             "r"(32 * kTcProducers));
-                asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(y.free + 8 * i),
-                             "r"(nthreads - 32 * kTcProducers));
-            }
     }
     for (int i = tid; i < bands; i += nthreads)
         K[i] = shift[i];
@@ -1209,7 +910,7 @@ __global__ void __launch_bounds__(
     }
     __syncthreads();
 
-    if (warp < kTcProducers && kRing && kVec) {
+    if (warp < kTcProducers && kRing) {
         /* 16-byte copies: each band's stage is the aligned run of kTcRaw
          * floats that holds its kTcP pixels (at offset o_b = (p_begin + b n)
          * mod 4: n may be odd), kTcRaw / 4 chunks a band spread over the
@@ -1239,10 +940,7 @@ __global__ void __launch_bounds__(
             }
             HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
             unsigned v = 0;
-            if (kLanePx) {
-                const size_t p = p0 + lane;
-                v = s < nst && p < p_end && (!mask || mask[p]) ? 1u : 0u;
-            } else if (s < nst) {
+            if (s < nst) {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const size_t p = p0 + 4 * q + j;
@@ -1258,85 +956,28 @@ __global__ void __launch_bounds__(
             next = issue(s + kTcRing - 1);
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
-            if (kLanePx && diag != 1) { /* lane = pixel: conflict-free loads and stores */
-                const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + lane;
-                double *cb = cen + (size_t)buf * plane + lane;
-#pragma unroll
-                for (int i = 0; i < kTcPerLane; ++i) {
-                    const int b = warp + kTcProducers * i;
-                    if (b < bands) {
-                        const int o = (int)((p_begin + (size_t)b * n) & 3);
-                        cb[b * LD] = valid ? (double)rb[b * kTcRaw + o] - K[b] : 0.0;
-                    }
-                }
-            }
+                tc_wait_free(y, s); /* stage s - 3 consumed */
             const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + 4 * q;
             double *cb = cen + (size_t)buf * plane + 4 * q;
-            if (!kLanePx && diag != 1)
 #pragma unroll
-                for (int i = 0; i < 12; ++i) {
-                    const int b = bo + 12 * i;
-                    if (b < bands) {
-                        const int o = (int)((p_begin + (size_t)b * n) & 3);
-                        const float *r = rb + b * kTcRaw + o;
-                        const double k = K[b];
-                        const double d0 = valid & 1u ? (double)r[0] - k : 0.0;
-                        const double d1 = valid & 2u ? (double)r[1] - k : 0.0;
-                        const double d2 = valid & 4u ? (double)r[2] - k : 0.0;
-                        const double d3 = valid & 8u ? (double)r[3] - k : 0.0;
-                        *reinterpret_cast<double2 *>(cb + b * LD) = make_double2(d0, d1);
-                        *reinterpret_cast<double2 *>(cb + b * LD + 2) = make_double2(d2, d3);
-                    }
+            for (int i = 0; i < 12; ++i) {
+                const int b = bo + 12 * i;
+                if (b < bands) {
+                    const int o = (int)((p_begin + (size_t)b * n) & 3);
+                    const float *r = rb + b * kTcRaw + o;
+                    const double k = K[b];
+                    const double d0 = valid & 1u ? (double)r[0] - k : 0.0;
+                    const double d1 = valid & 2u ? (double)r[1] - k : 0.0;
+                    const double d2 = valid & 4u ? (double)r[2] - k : 0.0;
+                    const double d3 = valid & 8u ? (double)r[3] - k : 0.0;
+                    *reinterpret_cast<double2 *>(cb + b * LD) = make_double2(d0, d1);
+                    *reinterpret_cast<double2 *>(cb + b * LD + 2) = make_double2(d2, d3);
                 }
-            tc_arrive_full<kMb>(y, s);
+            }
+            tc_arrive_full(y, s);
         };
         static_assert(kTcRing == 4, "the loop below rotates four stages");
         unsigned r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
-        for (int s = 0; s < nst; s += 4) {
-            step(s, r0, r3);
-            if (s + 1 < nst)
-                step(s + 1, r1, r0);
-            if (s + 2 < nst)
-                step(s + 2, r2, r1);
-            if (s + 3 < nst)
-                step(s + 3, r3, r2);
-        }
-        return;
-    }
-    if (warp < kTcProducers && kRing) {
-        /* Lane = pixel, bands warp, warp + kTcProducers, ...: each lane
-         * converts what it copied itself (no barrier among the producers). */
-        float *raw = reinterpret_cast<float *>(K + (bands + 1) / 2 * 2); /* [kTcRing][bands][kTcP] */
-        /* issue(s) copies stage s into raw[s % kTcRing] and returns whether
-         * this lane's pixel is valid (its mask byte loaded with the stage, read
-         * three stages later: the four values rotate by name in the loop
-         * unrolled by four, so no move waits for a load). */
-        auto issue = [&](int s) -> int {
-            const size_t p = p_begin + (size_t)s * kTcP + lane;
-            if (s < nst && p < p_end) {
-                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
-                for (int b = warp; b < bands; b += kTcProducers)
-                    HYPROF_PCA_COPY4(rb + b * kTcP, x + p + (size_t)b * n);
-            }
-            HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
-            return s < nst && p < p_end ? (mask ? (int)mask[p] : 1) : 0;
-        };
-        auto step = [&](int s, int valid, int &next) {
-            next = issue(s + kTcRing - 1);
-            __pipeline_wait_prior(kTcRing - 1); /* stage s has landed */
-            const int buf = s % kTcBufs;
-            if (s >= kTcBufs)
-                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
-            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
-            double *cb = cen + (size_t)buf * plane + lane;
-            if (diag != 1)
-                for (int b = warp; b < bands; b += kTcProducers)
-                    cb[b * LD] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
-            tc_arrive_full<kMb>(y, s);
-        };
-        static_assert(kTcRing == 4, "the loop below rotates four stages");
-        int r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
         for (int s = 0; s < nst; s += 4) {
             step(s, r0, r3);
             if (s + 1 < nst)
@@ -1366,7 +1007,7 @@ __global__ void __launch_bounds__(
         for (int s = 0; s < nst; ++s) {
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                tc_wait_free<kMb>(y, s); /* stage s - 3 consumed */
+                tc_wait_free(y, s); /* stage s - 3 consumed */
             double *cb = cen + (size_t)buf * plane + lane;
 #pragma unroll
             for (int j = 0; j < kTcPerLane; ++j) {
@@ -1374,7 +1015,7 @@ __global__ void __launch_bounds__(
                 if (b < bands)
                     cb[b * LD] = ok ? (double)xr[j] - K[b] : 0.0;
             }
-            tc_arrive_full<kMb>(y, s);
+            tc_arrive_full(y, s);
             if (s + 1 < nst)
                 load(s + 1);
         }
@@ -1383,25 +1024,12 @@ __global__ void __launch_bounds__(
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
-    if (kMode == 5 || kMode == 6) {
-        double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
-        if ((grp >> 16 & 15u) == 2)
-            tc_consume_block<kSplit, 2, 4, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
-                                                ps);
-        else if ((grp >> 20) == 8)
-            tc_consume_block<kSplit, 1, 8, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
-                                                ps);
-        else
-            tc_consume_block<kSplit, 1, 4, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
-                                                ps);
-        return;
-    }
-    if (kMode != 0) {
+    {
         double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
         switch (nc) {
 #define HYPROF_TC_CONSUME(NC)                                                                    \
     case NC:                                                                                     \
-        tc_consume<kSplit, NC, K16, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out, ps);  \
+        tc_consume<kSplit, NC>(cen, plane, nst, y, r, c0, bands, lane, out, ps);                  \
         return;
             HYPROF_TC_CONSUME(1)
             HYPROF_TC_CONSUME(2)
@@ -1412,68 +1040,9 @@ __global__ void __launch_bounds__(
             HYPROF_TC_CONSUME(7)
 #undef HYPROF_TC_CONSUME
         default: /* no tile: the barriers still count this warp */
-            tc_consume<kSplit, 0, K16, kMb>(cen, plane, nst, y, r, c0, bands, lane, diag, out,
-                                            ps);
+            tc_consume<kSplit, 0>(cen, plane, nst, y, r, c0, bands, lane, out, ps);
             return;
         }
-    }
-    const int g = lane >> 2, t = lane & 3;
-    const bool sums = nc > 0 && c0 == 0;
-    double acc[kTcMaxCols][4];
-#pragma unroll
-    for (int c = 0; c < kTcMaxCols; ++c)
-        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
-    double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
-    /* Pixels t and t + 4 of a step are columns 2 t and 2 t + 1 of the plane
-     * (A and B alike: the same pixels meet), one 16-byte load each. */
-    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
-    for (int s = 0; s < nst; ++s) {
-        const int buf = s % kTcBufs;
-        bar_sync(1 + buf, nthreads); /* FULL */
-        const double *cb = cen + (size_t)buf * plane;
-        if (nc > 0) {
-#pragma unroll 1
-            for (int k0 = 0; k0 < kTcP; k0 += 8) {
-                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
-                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
-                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
-                if (sums) {
-                    rs0 += a[0] + a[2];
-                    rs1 += a[1] + a[3];
-                }
-#pragma unroll
-                for (int c = 0; c < kTcMaxCols; ++c)
-                    if (c < nc) {
-                        const double2 bv =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
-                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
-                    }
-            }
-        }
-        if (s + kTcBufs < nst)
-            bar_arrive(1 + kTcBufs + buf, nthreads); /* FREE */
-    }
-    if (nc == 0)
-        return;
-    double *out = partial + (size_t)cta * bands * bands;
-#pragma unroll
-    for (int c = 0; c < kTcMaxCols; ++c)
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
-            if (c < nc && i < bands && j <= i)
-                out[i + (size_t)j * bands] = acc[c][h];
-        }
-    if (sums) {
-        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
-            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
-            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
-        }
-        double *ps = psum + (size_t)cta * bands;
-        if (t == 0 && 16 * r + g < bands)
-            ps[16 * r + g] = rs0;
-        if (t == 0 && 16 * r + g + 8 < bands)
-            ps[16 * r + g + 8] = rs1;
     }
 }
 
@@ -1627,74 +1196,6 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
             if (p < n && c < nk)
                 out[p + (k0 + (size_t)c) * n] = v[q][h >> 1] ? (float)acc[q][h] : nodata;
         }
-}
-
-/* $HYPROF_PCA_PROJECT=tcs: project_tc_kernel's fragments, the block's
- * kProjStPx pixels of every band first copied into shared memory in 16-byte
- * chunks (the aligned run of each band, as the fused covariance's producers),
- * all in flight at once, then multiplied from there: more bytes in flight
- * than the loads of a few steps. Components k0 .. k0 + nk - 1 (nk <= 8). */
-const int kProjStPx = 16 * kProjTcWarps;        /* 128 pixels a block */
-const int kProjStLd = kProjStPx + 8;            /* floats a band row: 136, bank spread */
-
-inline size_t project_st_smem_bytes(size_t bands)
-{
-    return project_tc_smem_bytes(bands) + bands * kProjStLd * sizeof(float);
-}
-
-template <bool kSplit>
-__global__ void __launch_bounds__(32 * kProjTcWarps)
-    project_st_kernel(const float *__restrict__ x, size_t n, int bands,
-                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
-                      const double *__restrict__ V, size_t k0, int nk, float nodata,
-                      float *__restrict__ out)
-{
-    extern __shared__ double ptc_smem[];
-    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
-    double *vs = ptc_smem;          /* [bp][8] */
-    double *ms = ptc_smem + 8 * bp; /* [bp] */
-    float *raw = reinterpret_cast<float *>(ms + bp + (bp & 1)); /* [bands][kProjStLd] */
-    const size_t p_blk = (size_t)blockIdx.x * kProjStPx, total = n * (size_t)bands;
-    constexpr int kChunks = (kProjStPx + 4) / 4;
-    for (int c = threadIdx.x; c < bands * kChunks; c += blockDim.x) {
-        const int b = c / kChunks, k = c - kChunks * b;
-        const size_t e = ((p_blk + (size_t)b * n) & ~(size_t)3) + 4 * (size_t)k;
-        const unsigned in = e + 4 <= total ? 16u : e < total ? 4u * (unsigned)(total - e) : 0u;
-        cp_async16(raw + b * kProjStLd + 4 * k, x + (in ? e : 0), in);
-    }
-    __pipeline_commit();
-    for (int i = threadIdx.x; i < 8 * bp; i += blockDim.x) {
-        const int b = i / 8, c = i % 8;
-        vs[i] = b < bands && c < nk ? V[(size_t)b + (k0 + (size_t)c) * bands] : 0.0;
-    }
-    for (int i = threadIdx.x; i < bp; i += blockDim.x)
-        ms[i] = i < bands ? mean[i] : 0.0;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int px = 16 * (threadIdx.x >> 5); /* the warp's first pixel in the block */
-    const size_t p0 = p_blk + px + g, p1 = p0 + 8;
-    const bool v0 = p0 < n && (!mask || mask[p0]), v1 = p1 < n && (!mask || mask[p1]);
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int s = 0; s < steps; ++s) {
-        const int b = 8 * s + t;
-        const bool r0 = b < bands, r1 = b + 4 < bands;
-        const int o0 = r0 ? (int)((p_blk + (size_t)b * n) & 3) : 0;
-        const int o1 = r1 ? (int)((p_blk + (size_t)(b + 4) * n) & 3) : 0;
-        const float *q0 = raw + (r0 ? b : 0) * kProjStLd + o0 + px + g;
-        const float *q1 = raw + (r1 ? b + 4 : 0) * kProjStLd + o1 + px + g;
-        const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
-        const double a[4] = {v0 && r0 ? (double)q0[0] - m0 : 0.0, v1 && r0 ? (double)q0[8] - m0 : 0.0,
-                             v0 && r1 ? (double)q1[0] - m1 : 0.0, v1 && r1 ? (double)q1[8] - m1 : 0.0};
-        dmma_16x8x8<kSplit>(acc, a, w0, w1);
-    }
-#pragma unroll
-    for (int h = 0; h < 4; ++h) {
-        const size_t p = h < 2 ? p0 : p1;
-        const int c = 2 * t + (h & 1);
-        if (p < n && c < nk)
-            out[p + (k0 + (size_t)c) * n] = (h < 2 ? v0 : v1) ? (float)acc[h] : nodata;
-    }
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -1938,36 +1439,17 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
  * have 99; or no CTA would fit), then the two-pass path runs. */
 struct TcLaunch {
     bool split, ring;
-    int mode; /* gram_tc_kernel's kMode: 0 generic, 1 m16n8k8, 2 m16n8k16 (planes kTcLd16) */
-    int diag; /* $HYPROF_PCA_DIAG (profiling only: 1 no conversion, 2 no multiplication) */
     TcPlan plan;
     int threads;
     size_t smem, ncta;
 };
 
-template <int M>
-static const void *tc_fn_mode(bool split, bool ring)
-{
-    return split ? (ring ? (const void *)gram_tc_kernel<true, true, M>
-                         : (const void *)gram_tc_kernel<true, false, M>)
-                 : (ring ? (const void *)gram_tc_kernel<false, true, M>
-                         : (const void *)gram_tc_kernel<false, false, M>);
-}
-
 static const void *tc_fn(const TcLaunch &L)
 {
-    switch (L.mode) {
-    case 9: return tc_fn_mode<9>(L.split, L.ring);
-    case 8: return tc_fn_mode<8>(L.split, L.ring);
-    case 7: return tc_fn_mode<7>(L.split, L.ring);
-    case 6: return tc_fn_mode<6>(L.split, L.ring);
-    case 5: return tc_fn_mode<5>(L.split, L.ring);
-    case 4: return tc_fn_mode<4>(L.split, L.ring);
-    case 3: return tc_fn_mode<3>(L.split, L.ring);
-    case 2: return tc_fn_mode<2>(L.split, L.ring);
-    case 1: return tc_fn_mode<1>(L.split, L.ring);
-    default: return tc_fn_mode<0>(L.split, L.ring);
-    }
+    return L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
+                             : (const void *)gram_tc_kernel<true, false>)
+                   : (L.ring ? (const void *)gram_tc_kernel<false, true>
+                             : (const void *)gram_tc_kernel<false, false>);
 }
 
 static TcLaunch tc_launch(size_t n, size_t B)
@@ -1982,32 +1464,14 @@ static TcLaunch tc_launch(size_t n, size_t B)
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
         return L;
     const char *how = getenv("HYPROF_PCA_GRAM");
-    L.split = major < 9 || (how && (strcmp(how, "tc4") == 0 || strcmp(how, "tc16s") == 0));
-    /* tc, tcv (default; tc4: split as on sm_80, tcreg: register producers): 7; tc1: 1; tcold: 0; tc16, tc16s: 2; tcmb: 3;
-     * tc16mb: 4; tc2d: 5; tc2dmb: 6; tcvmb: 8. */
-    L.mode = !how ? 7
-             : strcmp(how, "tc1") == 0                                  ? 1
-             : strcmp(how, "tcold") == 0                                ? 0
-             : strcmp(how, "tc16") == 0 || strcmp(how, "tc16s") == 0    ? 2
-             : strcmp(how, "tcmb") == 0                                 ? 3
-             : strcmp(how, "tc16mb") == 0                               ? 4
-             : strcmp(how, "tc2d") == 0                                 ? 5
-             : strcmp(how, "tc2dmb") == 0                               ? 6
-             : strcmp(how, "tcv") == 0                                  ? 7
-             : strcmp(how, "tcvmb") == 0                                ? 8
-             : strcmp(how, "tcvp") == 0                                 ? 9
-                                                                        : 7;
-    const char *diag = getenv("HYPROF_PCA_DIAG");
-    L.diag = diag ? atoi(diag) : 0;
-    const int ld = L.mode == 2 || L.mode == 4 ? kTcLd16 : kTcLd;
-    L.plan = L.mode == 5 || L.mode == 6 ? tc_plan2((int)B) : tc_plan((int)B);
-    const int raw = L.mode >= 7 ? kTcRaw : kTcP;
+    L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
+    L.plan = tc_plan((int)B);
     L.threads = 32 * (kTcProducers + L.plan.warps);
     L.ring = !(how && strcmp(how, "tcreg") == 0);
-    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring, ld, raw);
+    L.smem = gram_tc_smem_bytes((int)B, L.plan, L.ring);
     if (L.ring && L.smem > (size_t)optin) { /* the register producers need less */
         L.ring = false;
-        L.smem = gram_tc_smem_bytes((int)B, L.plan, false, ld);
+        L.smem = gram_tc_smem_bytes((int)B, L.plan, false);
     }
     if (L.plan.warps == 0 || L.smem > (size_t)optin)
         return L;
@@ -2040,11 +1504,10 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
     HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
     {
         const float *x = d_cube;
-        int nb = (int)B, diag = L.diag;
+        int nb = (int)B;
         TcPlan plan = L.plan;
-        void *args[] = {(void *)&x,    (void *)&n,       (void *)&nb,   (void *)&d_mask,
-                        (void *)&d_shift, (void *)&plan, (void *)&partial, (void *)&psum,
-                        (void *)&diag};
+        void *args[] = {(void *)&x,       (void *)&n,    (void *)&nb,      (void *)&d_mask,
+                        (void *)&d_shift, (void *)&plan, (void *)&partial, (void *)&psum};
         HYPROF_CUDA_CHECK(cudaLaunchKernel(tc_fn(L), dim3((unsigned)L.ncta), dim3(L.threads), args,
                                            L.smem, st));
     }
@@ -2126,53 +1589,18 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
-    /* Default: two tiles a warp (32 consecutive pixels, 128 bytes of each
-     * band), two steps of 8 bands loaded together: 168 us for Houston on an
-     * H100 against 173 for one tile and three steps ($HYPROF_PCA_PROJECT=tc1),
-     * 177 for one tile and six steps (=tcu6), 179 for the block's pixels staged
-     * in shared memory (=tcs; 15:49 round). */
-    const bool u6 = how && strcmp(how, "tcu6") == 0;
-    const bool tc2 = !u6 && !(how && (strcmp(how, "tc1") == 0 || strcmp(how, "tcs") == 0));
-    const size_t st_shmem = project_st_smem_bytes(B);
-    const bool st = how && strcmp(how, "tcs") == 0 && st_shmem <= 200 * 1024 &&
-                    cudaFuncSetAttribute(project_st_kernel<true>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)st_shmem) == cudaSuccess &&
-                    cudaFuncSetAttribute(project_st_kernel<false>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)st_shmem) == cudaSuccess;
+    /* Two tiles a warp (32 consecutive pixels, 128 bytes of each band), two
+     * steps of 8 bands loaded together: 168 us for Houston on an H100 against
+     * 173 for one tile and three steps (15:49 round). */
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-        const size_t px = tc2 ? 32 : 16;
-        const unsigned blocks = (unsigned)div_up(div_up(N, px), (size_t)kProjTcWarps);
-        if (st && split)
-            project_st_kernel<true><<<(unsigned)div_up(N, (size_t)kProjStPx), 32 * kProjTcWarps,
-                                      st_shmem, pipe.stream(0)>>>(d_cube, N, (int)B, d_cmask,
-                                                                  d_mean.get(), d_V.get(), k0, nk,
-                                                                  ap->nodata, d_out.get());
-        else if (st)
-            project_st_kernel<false><<<(unsigned)div_up(N, (size_t)kProjStPx), 32 * kProjTcWarps,
-                                       st_shmem, pipe.stream(0)>>>(d_cube, N, (int)B, d_cmask,
-                                                                   d_mean.get(), d_V.get(), k0, nk,
-                                                                   ap->nodata, d_out.get());
-        else if (u6 && !split) /* =tcu6: six steps of 8 bands loaded together */
-            project_tc_kernel<false, 1, 6><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
-                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
-                d_out.get());
-        else if (tc2 && split)
+        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)32), (size_t)kProjTcWarps);
+        if (split)
             project_tc_kernel<true, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
-        else if (tc2)
-            project_tc_kernel<false, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
-                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
-                d_out.get());
-        else if (split)
-            project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
-                d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
-                d_out.get());
         else
-            project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+            project_tc_kernel<false, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
@@ -2333,12 +1761,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     const char *gram_env = getenv("HYPROF_PCA_GRAM");
     bool fused = resident && B <= (size_t)kTcMaxBands &&
                  (!gram_env || strcmp(gram_env, "tc") == 0 || strcmp(gram_env, "tc4") == 0 ||
-                  strcmp(gram_env, "tcreg") == 0 || strcmp(gram_env, "tcold") == 0 ||
-                  strcmp(gram_env, "tc16") == 0 || strcmp(gram_env, "tc16s") == 0 ||
-                  strcmp(gram_env, "tcmb") == 0 || strcmp(gram_env, "tc16mb") == 0 ||
-                  strcmp(gram_env, "tc2d") == 0 || strcmp(gram_env, "tc2dmb") == 0 ||
-                  strcmp(gram_env, "tcv") == 0 || strcmp(gram_env, "tcvmb") == 0 ||
-                  strcmp(gram_env, "tc1") == 0 || strcmp(gram_env, "tcvp") == 0);
+                  strcmp(gram_env, "tcreg") == 0);
     const TcLaunch tcl = fused ? tc_launch(N, B) : TcLaunch();
     const size_t tc_ncta = tcl.ncta;
     fused = fused && tc_ncta > 0;
