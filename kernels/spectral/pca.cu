@@ -31,13 +31,18 @@
  * project_kernel on the CUDA cores with $HYPROF_PCA_PROJECT=pair or one).
  * Stage times from CUDA events go to the debug log.
  *
- * Measured (NVIDIA H100 80GB HBM3, lead's rounds of 12:37 and 13:11, Nsight
- * Compute kernel times of one call of the eadp operation, Houston size 1905
- * x 349 x 144, 7 components, main's build in the same run): the PCA's
- * kernels 0.93 ms against 1.33 for main (covariance 0.65 against 0.87 plus
- * 0.24 of band sums; projection 0.17-0.20 against 0.20; finish 0.08 and
- * shift 0.01, the finish since rewritten), the whole operation 3.33 ms
- * against 3.74; the host eigh 1.26 ms against 2.23 (top 7 of 144 vs all). */
+ * Measured (NVIDIA H100 80GB HBM3, lead's round of 15:49, Nsight Compute
+ * kernel times of one call of the eadp operation, Houston size 1905 x 349 x
+ * 144, 7 components, main's build in the same run): the PCA's kernels 0.64
+ * ms against 0.84 for main: covariance 0.449 against 0.644 (gram_tc_kernel:
+ * producers with 16-byte copies, consumers with compile-time tile counts),
+ * projection 0.168 against 0.174, finish 0.013 and shift 0.009 both; the
+ * host eigh (1.1-1.3 ms of host time, the device idle meanwhile: not in
+ * these sums) as main. Tried on the same runs and slower, since removed:
+ * covariance producers copying a float a lane 0.538 ms, mbarrier hand-over
+ * 0.543 (0.455 with the 16-byte producers), m16n8k16 fragments 0.604, 2 x 4
+ * tile blocks 0.609 / 0.580, converting a pixel a lane; projection with one
+ * tile 0.173, six steps 0.177, pixels staged in shared memory 0.179. */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
@@ -592,11 +597,17 @@ struct TcPlan {
 /* Producers with a ring of raw stages (the default): kTcRing stages of floats
  * copied with cp.async, kTcRing - 1 of them in flight. */
 const int kTcRing = 4;
+/* 16-byte copies: floats a band and stage in the ring (kTcP pixels from an
+ * offset of up to 3), and the producers' own named barrier. */
+const int kTcRaw = kTcP + 4;
+const int kTcBarProd = 1 + 2 * kTcBufs;
 
-inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring)
+inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int ld = kTcLd,
+                                 int raw = kTcRaw)
 {
-    return (size_t)bands * sizeof(double) + (size_t)kTcBufs * plan.rows * kTcLd * sizeof(double) +
-           (ring ? (size_t)kTcRing * bands * kTcP * sizeof(float) : 0);
+    return (size_t)(bands + 1) / 2 * 2 * sizeof(double) +
+           (size_t)kTcBufs * plan.rows * ld * sizeof(double) +
+           (ring ? (size_t)kTcRing * bands * raw * sizeof(float) : 0);
 }
 
 /* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
@@ -664,6 +675,41 @@ __device__ __forceinline__ void bar_sync(int id, int count)
 __device__ __forceinline__ void bar_arrive(int id, int count)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+/* The stage hand-over of gram_tc_kernel: FULL (the producers wrote plane
+ * buf) and FREE (the consumers are done with it), named barriers. */
+struct TcSync {
+    int nthreads;
+};
+
+/* 16 bytes global -> shared, the first `bytes` of them copied (a multiple of
+ * 4), the rest zero-filled; in the cp.async groups of __pipeline_commit. */
+__device__ __forceinline__ void cp_async16(float *dst, const float *src, unsigned bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes)
+                 : "memory");
+}
+
+/* Stage s of plane buf = s % kTcBufs. */
+__device__ __forceinline__ void tc_wait_full(const TcSync &y, int s)
+{
+    bar_sync(1 + s % kTcBufs, y.nthreads);
+}
+__device__ __forceinline__ void tc_arrive_full(const TcSync &y, int s)
+{
+    bar_arrive(1 + s % kTcBufs, y.nthreads);
+}
+/* Before stage s (>= kTcBufs) overwrites the plane of stage s - kTcBufs. */
+__device__ __forceinline__ void tc_wait_free(const TcSync &y, int s)
+{
+    bar_sync(1 + kTcBufs + s % kTcBufs, y.nthreads);
+}
+__device__ __forceinline__ void tc_arrive_free(const TcSync &y, int s)
+{
+    bar_arrive(1 + kTcBufs + s % kTcBufs, y.nthreads);
 }
 
 /* c (16 x 8) += a (16 x 8) b (8 x 8) in the m16n8k8 f64 fragments. */
@@ -739,30 +785,109 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     }
 }
 
+/* The consumer warps of gram_tc_kernel with a compile-time tile count NC
+ * (the group r | c0 | NC of the plan): the stage loop unrolled, the loads
+ * of a step issued before its multiplications, no per-tile predicates (the
+ * generic loop of 13:11 tested c < nc before each tile and kept its
+ * fragment offsets in local memory: ptxas, 96 registers). */
+template <int NC>
+__device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int c0, int bands,
+                                         int lane, bool sums, double rs0, double rs1, double *out,
+                                         double *ps);
+
+template <bool kSplit, int NC>
+__device__ __forceinline__ void tc_consume(const double *cen, size_t plane, int nst,
+                                           const TcSync &y, int r, int c0, int bands, int lane,
+                                           double *out, double *ps)
+{
+    constexpr int LD = kTcLd, KS = 8;
+    const int g = lane >> 2, t = lane & 3;
+    const bool sums = NC > 0 && c0 == 0;
+    double acc[NC > 0 ? NC : 1][4];
+#pragma unroll
+    for (int c = 0; c < (NC > 0 ? NC : 1); ++c)
+        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
+    double rs0 = 0.0, rs1 = 0.0;
+    const int ra = (16 * r + g) * LD + 2 * t, rb = (8 * c0 + g) * LD + 2 * t;
+    for (int s = 0; s < nst; ++s) {
+        const int buf = s % kTcBufs;
+        tc_wait_full(y, s);
+        const double *cb = cen + (size_t)buf * plane;
+        if (NC > 0) {
+#pragma unroll(kTcP / KS)
+            for (int k0 = 0; k0 < kTcP; k0 += KS) {
+                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
+                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * LD + k0);
+                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
+                if (sums) {
+                    rs0 += a[0] + a[2];
+                    rs1 += a[1] + a[3];
+                }
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const double2 bv =
+                        *reinterpret_cast<const double2 *>(cb + rb + c * 8 * LD + k0);
+                    dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
+                }
+            }
+        }
+        if (s + kTcBufs < nst)
+            tc_arrive_free(y, s);
+    }
+    if constexpr (NC == 0)
+        return;
+    else
+        tc_write<NC>(acc, r, c0, bands, lane, sums, rs0, rs1, out, ps);
+}
+
+/* The consumer warp's tiles and band sums into its CTA's slices. */
+template <int NC>
+__device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int c0, int bands,
+                                         int lane, bool sums, double rs0, double rs1, double *out,
+                                         double *ps)
+{
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
+            if (i < bands && j <= i)
+                out[i + (size_t)j * bands] = acc[c][h];
+        }
+    if (sums) {
+        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        if (t == 0 && 16 * r + g < bands)
+            ps[16 * r + g] = rs0;
+        if (t == 0 && 16 * r + g + 8 < bands)
+            ps[16 * r + g + 8] = rs1;
+    }
+}
+
 /* Dynamic shared memory: gram_tc_smem_bytes(bands, plan, kRing); 32
  * (kTcProducers + plan.warps) threads; bands <= kTcMaxBands. partial: ncta
- * slices of B x B (lower triangle written), psum: ncta slices of B. The
- * producers either copy the next stages into a ring (kRing: kTcRing - 1
- * stages in flight; 646 us for Houston on an H100, 13:11 round) or load the
- * next one into registers ($HYPROF_PCA_GRAM=tcreg; 661 us, 12:37 round): the
- * producers do not bound it. With m8n8k4 ($HYPROF_PCA_GRAM=tc4, the sm_80
- * code): 902 us, the DMMA pipe 68 % busy; with m16n8k8 23.7 % busy (by
- * Nsight Compute's count of instructions), shared memory 37 %: the consumer
- * warps' instruction stream (fragment moves, a couple of spilled registers
- * reloaded each step) rather than the tensor cores is the likely limit,
- * 23 TFLOPS of the H100's 67 (15.3 GFLOP issued, the triangle's 90 tiles). */
+ * slices of B x B (lower triangle written), psum: ncta slices of B.
+ * tc_consume with a compile-time tile count, producers with 16-byte copies:
+ * 449 us for Houston on an H100 (one launch, Nsight Compute, 15:49 round;
+ * producers alone 310, consumers alone 360; main's kernel 652 us). With
+ * kRing false ($HYPROF_PCA_GRAM=tcreg, or when the ring does not fit) the
+ * producers load the next stage into registers. */
 template <bool kSplit, bool kRing>
 __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     gram_tc_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
                    const TcPlan plan, double *__restrict__ partial, double *__restrict__ psum)
 {
+    constexpr int LD = kTcLd;
     extern __shared__ double2 tc_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kTcMaxWarps];
-    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][kTcLd] */
+    double *cen = reinterpret_cast<double *>(tc_smem); /* [kTcBufs][rows][LD] */
     const int tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
     const int warp = tid >> 5, lane = tid & 31, rows = plan.rows;
-    const size_t plane = (size_t)rows * kTcLd;
+    const size_t plane = (size_t)rows * LD;
     double *K = cen + kTcBufs * plane; /* [bands] */
     const int cta = (int)blockIdx.x, ncta = (int)gridDim.x;
     const size_t per = ((n + (size_t)ncta - 1) / (size_t)ncta + kTcP - 1) / kTcP * kTcP;
@@ -770,50 +895,89 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
     const size_t p_end = p_begin + per < n ? p_begin + per : n;
     const int nst = (int)((p_end - p_begin + kTcP - 1) / kTcP);
 
-    if (tid == 0) /* constant indices: the plan stays in the parameter space */
+    TcSync y;
+    y.nthreads = nthreads;
+    if (tid == 0) { /* constant indices: the plan stays in the parameter space */
 #pragma unroll
         for (int i = 0; i < kTcMaxWarps; ++i)
             groups[i] = plan.group[i];
+    }
     for (int i = tid; i < bands; i += nthreads)
         K[i] = shift[i];
-    for (int i = tid; i < kTcBufs * (rows - bands) * kTcLd; i += nthreads) { /* padding rows */
-        const int bf = i / ((rows - bands) * kTcLd), rest = i % ((rows - bands) * kTcLd);
-        cen[bf * plane + (size_t)bands * kTcLd + rest] = 0.0;
+    for (int i = tid; i < kTcBufs * (rows - bands) * LD; i += nthreads) { /* padding rows */
+        const int bf = i / ((rows - bands) * LD), rest = i % ((rows - bands) * LD);
+        cen[bf * plane + (size_t)bands * LD + rest] = 0.0;
     }
     __syncthreads();
 
     if (warp < kTcProducers && kRing) {
-        /* Lane = pixel, bands warp, warp + kTcProducers, ...: each lane
-         * converts what it copied itself (no barrier among the producers). */
-        float *raw = reinterpret_cast<float *>(K + bands); /* [kTcRing][bands][kTcP] */
-        /* issue(s) copies stage s into raw[s % kTcRing] and returns whether
-         * this lane's pixel is valid (its mask byte loaded with the stage, read
-         * three stages later: the four values rotate by name in the loop
-         * unrolled by four, so no move waits for a load). */
-        auto issue = [&](int s) -> int {
-            const size_t p = p_begin + (size_t)s * kTcP + lane;
-            if (s < nst && p < p_end) {
-                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
-                for (int b = warp; b < bands; b += kTcProducers)
-                    HYPROF_PCA_COPY4(rb + b * kTcP, x + p + (size_t)b * n);
+        /* 16-byte copies: each band's stage is the aligned run of kTcRaw
+         * floats that holds its kTcP pixels (at offset o_b = (p_begin + b n)
+         * mod 4: n may be odd), kTcRaw / 4 chunks a band spread over the
+         * producer threads; lane = 4 pixels (4 q .. 4 q + 3) of bands bo,
+         * bo + 12, ... (bo = lane / 8 + 4 warp), written as two 16-byte
+         * stores. A lane converts what others copied: a producer barrier
+         * (id kTcBarProd) between the copies' arrival and the conversion,
+         * before the ring slot of stage s - 1 is refilled. The FULL / FREE
+         * hand-over is unchanged. */
+        static_assert(kTcProducers == 3 && kTcMaxBands <= 144, "12 lanes' bands x 12");
+        /* [kTcRing][bands][kTcRaw], 16-byte aligned */
+        float *raw = reinterpret_cast<float *>(K + (bands + 1) / 2 * 2);
+        const int pt = tid, q = lane & 7, bo = (lane >> 3) + 4 * warp;
+        constexpr int kChunks = kTcRaw / 4;
+        const size_t total = n * (size_t)bands;
+        auto issue = [&](int s) -> unsigned {
+            const size_t p0 = p_begin + (size_t)s * kTcP;
+            if (s < nst) {
+                float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw;
+                for (int c = pt; c < bands * kChunks; c += 32 * kTcProducers) {
+                    const int b = c / kChunks, k = c - kChunks * b;
+                    const size_t e = ((p0 + (size_t)b * n) & ~(size_t)3) + 4 * (size_t)k;
+                    /* past the cube's end: zeros (the last chunk keeps what lies inside) */
+                    const unsigned in = e + 4 <= total ? 16u : e < total ? 4u * (unsigned)(total - e) : 0u;
+                    cp_async16(rb + b * kTcRaw + 4 * k, x + (in ? e : 0), in);
+                }
             }
             HYPROF_PCA_COMMIT(); /* empty past the end: the group count stays uniform */
-            return s < nst && p < p_end ? (mask ? (int)mask[p] : 1) : 0;
+            unsigned v = 0;
+            if (s < nst) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const size_t p = p0 + 4 * q + j;
+                    if (p < p_end && (!mask || mask[p]))
+                        v |= 1u << j;
+                }
+            }
+            return v;
         };
-        auto step = [&](int s, int valid, int &next) {
+        auto step = [&](int s, unsigned valid, unsigned &next) {
+            __pipeline_wait_prior(kTcRing - 2); /* stage s has landed (this thread's copies) */
+            bar_sync(kTcBarProd, 32 * kTcProducers); /* everyone's; slot of s - 1 free */
             next = issue(s + kTcRing - 1);
-            __pipeline_wait_prior(kTcRing - 1); /* stage s has landed */
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
-            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcP + lane;
-            double *cb = cen + (size_t)buf * plane + lane;
-            for (int b = warp; b < bands; b += kTcProducers)
-                cb[b * kTcLd] = valid ? (double)rb[b * kTcP] - K[b] : 0.0;
-            bar_arrive(1 + buf, nthreads); /* FULL */
+                tc_wait_free(y, s); /* stage s - 3 consumed */
+            const float *rb = raw + (size_t)(s % kTcRing) * bands * kTcRaw + 4 * q;
+            double *cb = cen + (size_t)buf * plane + 4 * q;
+#pragma unroll
+            for (int i = 0; i < 12; ++i) {
+                const int b = bo + 12 * i;
+                if (b < bands) {
+                    const int o = (int)((p_begin + (size_t)b * n) & 3);
+                    const float *r = rb + b * kTcRaw + o;
+                    const double k = K[b];
+                    const double d0 = valid & 1u ? (double)r[0] - k : 0.0;
+                    const double d1 = valid & 2u ? (double)r[1] - k : 0.0;
+                    const double d2 = valid & 4u ? (double)r[2] - k : 0.0;
+                    const double d3 = valid & 8u ? (double)r[3] - k : 0.0;
+                    *reinterpret_cast<double2 *>(cb + b * LD) = make_double2(d0, d1);
+                    *reinterpret_cast<double2 *>(cb + b * LD + 2) = make_double2(d2, d3);
+                }
+            }
+            tc_arrive_full(y, s);
         };
         static_assert(kTcRing == 4, "the loop below rotates four stages");
-        int r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
+        unsigned r0 = issue(0), r1 = issue(1), r2 = issue(2), r3 = 0;
         for (int s = 0; s < nst; s += 4) {
             step(s, r0, r3);
             if (s + 1 < nst)
@@ -843,15 +1007,15 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
         for (int s = 0; s < nst; ++s) {
             const int buf = s % kTcBufs;
             if (s >= kTcBufs)
-                bar_sync(1 + kTcBufs + buf, nthreads); /* FREE: stage s - 3 consumed */
+                tc_wait_free(y, s); /* stage s - 3 consumed */
             double *cb = cen + (size_t)buf * plane + lane;
 #pragma unroll
             for (int j = 0; j < kTcPerLane; ++j) {
                 const int b = warp + kTcProducers * j;
                 if (b < bands)
-                    cb[b * kTcLd] = ok ? (double)xr[j] - K[b] : 0.0;
+                    cb[b * LD] = ok ? (double)xr[j] - K[b] : 0.0;
             }
-            bar_arrive(1 + buf, nthreads); /* FULL */
+            tc_arrive_full(y, s);
             if (s + 1 < nst)
                 load(s + 1);
         }
@@ -860,63 +1024,25 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
 
     const unsigned grp = groups[warp - kTcProducers];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16);
-    const int g = lane >> 2, t = lane & 3;
-    const bool sums = nc > 0 && c0 == 0;
-    double acc[kTcMaxCols][4];
-#pragma unroll
-    for (int c = 0; c < kTcMaxCols; ++c)
-        acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0;
-    double rs0 = 0.0, rs1 = 0.0; /* band sums of rows 16 r + g and + 8 (sums warps) */
-    /* Pixels t and t + 4 of a step are columns 2 t and 2 t + 1 of the plane
-     * (A and B alike: the same pixels meet), one 16-byte load each. */
-    const int ra = (16 * r + g) * kTcLd + 2 * t, rb = (8 * c0 + g) * kTcLd + 2 * t;
-    for (int s = 0; s < nst; ++s) {
-        const int buf = s % kTcBufs;
-        bar_sync(1 + buf, nthreads); /* FULL */
-        const double *cb = cen + (size_t)buf * plane;
-        if (nc > 0) {
-#pragma unroll 1
-            for (int k0 = 0; k0 < kTcP; k0 += 8) {
-                const double2 lo = *reinterpret_cast<const double2 *>(cb + ra + k0);
-                const double2 hi = *reinterpret_cast<const double2 *>(cb + ra + 8 * kTcLd + k0);
-                const double a[4] = {lo.x, hi.x, lo.y, hi.y};
-                if (sums) {
-                    rs0 += a[0] + a[2];
-                    rs1 += a[1] + a[3];
-                }
-#pragma unroll
-                for (int c = 0; c < kTcMaxCols; ++c)
-                    if (c < nc) {
-                        const double2 bv =
-                            *reinterpret_cast<const double2 *>(cb + rb + c * 8 * kTcLd + k0);
-                        dmma_16x8x8<kSplit>(acc[c], a, bv.x, bv.y);
-                    }
-            }
-        }
-        if (s + kTcBufs < nst)
-            bar_arrive(1 + kTcBufs + buf, nthreads); /* FREE */
-    }
-    if (nc == 0)
+    {
+        double *out = partial + (size_t)cta * bands * bands, *ps = psum + (size_t)cta * bands;
+        switch (nc) {
+#define HYPROF_TC_CONSUME(NC)                                                                    \
+    case NC:                                                                                     \
+        tc_consume<kSplit, NC>(cen, plane, nst, y, r, c0, bands, lane, out, ps);                  \
         return;
-    double *out = partial + (size_t)cta * bands * bands;
-#pragma unroll
-    for (int c = 0; c < kTcMaxCols; ++c)
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-            const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
-            if (c < nc && i < bands && j <= i)
-                out[i + (size_t)j * bands] = acc[c][h];
+            HYPROF_TC_CONSUME(1)
+            HYPROF_TC_CONSUME(2)
+            HYPROF_TC_CONSUME(3)
+            HYPROF_TC_CONSUME(4)
+            HYPROF_TC_CONSUME(5)
+            HYPROF_TC_CONSUME(6)
+            HYPROF_TC_CONSUME(7)
+#undef HYPROF_TC_CONSUME
+        default: /* no tile: the barriers still count this warp */
+            tc_consume<kSplit, 0>(cen, plane, nst, y, r, c0, bands, lane, out, ps);
+            return;
         }
-    if (sums) {
-        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
-            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
-            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
-        }
-        double *ps = psum + (size_t)cta * bands;
-        if (t == 0 && 16 * r + g < bands)
-            ps[16 * r + g] = rs0;
-        if (t == 0 && 16 * r + g + 8 < bands)
-            ps[16 * r + g + 8] = rs1;
     }
 }
 
@@ -986,9 +1112,11 @@ inline size_t project_tc_smem_bytes(size_t bands)
 }
 
 /* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
- * are issued together. Used with 1 and 3: 174 us for Houston on an H100
- * (12:37 round); 4 tiles (64 consecutive pixels, 256 contiguous bytes of each
- * band a step, but 120 registers: half the warps) took 196 us (13:11). */
+ * are issued together. Used with 2 and 2 by the fit-transform (168 us for
+ * Houston on an H100, 15:49 round, 70 % of the DRAM bandwidth: the warps
+ * wait on their loads), 1 and 3 by the streamed apply (173 us); 4 tiles (64
+ * consecutive pixels, but 120 registers: half the warps) took 196 us (13:11),
+ * 1 and 6 177 us (15:49). */
 template <bool kSplit, int kTiles, int kUnroll>
 __global__ void __launch_bounds__(32 * kProjTcWarps)
     project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
@@ -1316,6 +1444,14 @@ struct TcLaunch {
     size_t smem, ncta;
 };
 
+static const void *tc_fn(const TcLaunch &L)
+{
+    return L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
+                             : (const void *)gram_tc_kernel<true, false>)
+                   : (L.ring ? (const void *)gram_tc_kernel<false, true>
+                             : (const void *)gram_tc_kernel<false, false>);
+}
+
 static TcLaunch tc_launch(size_t n, size_t B)
 {
     TcLaunch L;
@@ -1339,10 +1475,7 @@ static TcLaunch tc_launch(size_t n, size_t B)
     }
     if (L.plan.warps == 0 || L.smem > (size_t)optin)
         return L;
-    const void *fn = L.split ? (L.ring ? (const void *)gram_tc_kernel<true, true>
-                                       : (const void *)gram_tc_kernel<true, false>)
-                             : (L.ring ? (const void *)gram_tc_kernel<false, true>
-                                       : (const void *)gram_tc_kernel<false, false>);
+    const void *fn = tc_fn(L);
     if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem) !=
             cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, L.threads, L.smem) !=
@@ -1369,19 +1502,15 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
     static const char op[] = "pca";
     shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
     HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
-#define HYPROF_GRAM_TC(S, R)                                                                  \
-    gram_tc_kernel<S, R><<<(unsigned)L.ncta, L.threads, L.smem, st>>>(d_cube, n, (int)B, d_mask, \
-                                                                      d_shift, L.plan, partial,  \
-                                                                      psum)
-    if (L.split && L.ring)
-        HYPROF_GRAM_TC(true, true);
-    else if (L.split)
-        HYPROF_GRAM_TC(true, false);
-    else if (L.ring)
-        HYPROF_GRAM_TC(false, true);
-    else
-        HYPROF_GRAM_TC(false, false);
-#undef HYPROF_GRAM_TC
+    {
+        const float *x = d_cube;
+        int nb = (int)B;
+        TcPlan plan = L.plan;
+        void *args[] = {(void *)&x,       (void *)&n,    (void *)&nb,      (void *)&d_mask,
+                        (void *)&d_shift, (void *)&plan, (void *)&partial, (void *)&psum};
+        HYPROF_CUDA_CHECK(cudaLaunchKernel(tc_fn(L), dim3((unsigned)L.ncta), dim3(L.threads), args,
+                                           L.smem, st));
+    }
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
     gram_finish_kernel<<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
         partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
@@ -1460,15 +1589,18 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    /* Two tiles a warp (32 consecutive pixels, 128 bytes of each band), two
+     * steps of 8 bands loaded together: 168 us for Houston on an H100 against
+     * 173 for one tile and three steps (15:49 round). */
     for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
-        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)16), (size_t)kProjTcWarps);
+        const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)32), (size_t)kProjTcWarps);
         if (split)
-            project_tc_kernel<true, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+            project_tc_kernel<true, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
         else
-            project_tc_kernel<false, 1, 3><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
+            project_tc_kernel<false, 2, 2><<<blocks, 32 * kProjTcWarps, tc_shmem, pipe.stream(0)>>>(
                 d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata,
                 d_out.get());
         HYPROF_CUDA_CHECK_LAUNCH("project_tc_kernel");
