@@ -161,10 +161,11 @@ static hyprof_status_t cpu_each(hyprof_ctx_t *ctx, void *args)
 }
 
 /* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
- * levels the CUDA path is the faster one (its trees are built by flooding
- * level by level, at most 256 launches): measured on an H100 at Pavia Centre
- * size (8 bands of 1096x715, area x 7), 42 ms host to host against 114 ms
- * for the CPU path on 16 threads. With 16-bit levels the flooding needs a
+ * levels the CUDA path is the faster one (its trees are built by tile floods,
+ * a run of levels a launch): measured on an H100 at Pavia Centre size (the
+ * profile of 8 PCA features of 1096x715, area x 7), 24 ms host to host into
+ * pageable memory (16 ms page-locked) against 83 ms for the CPU path on 32
+ * threads (bench/results.md, 2026-11-26). With 16-bit levels the flooding needs a
  * launch per level present (tens of thousands): 0.53 s against 0.12 s. So
  * `auto` runs 8-bit profiles on the GPU (falling back to the CPU when the
  * device memory is short, as every operation) and 16-bit ones on the CPU. */
