@@ -3250,9 +3250,9 @@ class EapCuda {
      * of out16, handed over after each band. */
     size_t out_index(size_t b0) const { return each_ ? 0 : b0 * a_->planes * n_; }
 
-    /* Bands [b0, b0 + nb) on stream 0, up to their planes in `dev` (device);
-     * stage marks 0 to 4. */
-    hyprof_status_t compute(size_t b0, size_t nb, unsigned char *dev)
+    /* Bands [b0, b0 + nb): their levels up and their trees built, on
+     * stream 0 (stage marks 0 and 1); the start of both batch shapes. */
+    hyprof_status_t upload_build(size_t b0, size_t nb)
     {
         const char *op = a_->op;
         int nimg = (int)(2 * nb);
@@ -3263,7 +3263,16 @@ class EapCuda {
             HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
         HYPROF_TRY(upload(b0, nb));
         HYPROF_TRY(timer_.mark(ctx, op, 1));
-        HYPROF_TRY(build(nimg));
+        return build(nimg);
+    }
+
+    /* Bands [b0, b0 + nb) on stream 0, up to their planes in `dev` (device);
+     * stage marks 0 to 4. */
+    hyprof_status_t compute(size_t b0, size_t nb, unsigned char *dev)
+    {
+        const char *op = a_->op;
+        int nimg = (int)(2 * nb);
+        HYPROF_TRY(upload_build(b0, nb));
         HYPROF_TRY(timer_.mark(ctx, op, 2));
         HYPROF_TRY(accumulate(nimg));
         HYPROF_TRY(timer_.mark(ctx, op, 3));
@@ -3371,14 +3380,7 @@ class EapCuda {
             pipe_ev_.push_back(e);
         }
         int nimg = (int)(2 * nb);
-        args_.nimg = nimg;
-        b0_ = b0;
-        HYPROF_TRY(timer_.mark(ctx, op, 0));
-        if (trace_)
-            HYPROF_CUDA_CHECK(cudaEventRecord(trace_start_, 0));
-        HYPROF_TRY(upload(b0, nb));
-        HYPROF_TRY(timer_.mark(ctx, op, 1));
-        HYPROF_TRY(build(nimg));
+        HYPROF_TRY(upload_build(b0, nb));
         const Args whole = args_;
         size_t band_bytes = a_->planes * n_ * dsize_;
         /* Hybrid (float planes into the caller's page-locked output): every
