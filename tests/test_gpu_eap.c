@@ -425,8 +425,7 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
     for (int g = 0; g <= (groups ? 14 : 0); g++) {
         if (g >= 9) { /* the batch's pipeline: groups of bands' downloads overlapping */
             static const char *const what[] = {
-                "no pipeline (the whole batch's download after its compute), the widening "
-                "behind the output's page faults, 64 MB at a time",
+                "no pipeline (the whole batch's download after its compute)",
                 "pipelined in groups of 2 bands, attributes of all bands first, 8-bit planes "
                 "staged in pieces of 100000 bytes",
                 "pipelined, float planes on the device, output page-locked for the call",
@@ -434,10 +433,8 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
                 "pipelined in groups of 2 bands, attributes of all bands first, page-locked "
                 "output (hyprof_pinned_cache_set), every other group widened on the host",
                 "pipelined, page-locked output, float planes only"};
-            if (g == 9) {
+            if (g == 9)
                 setenv("HYPROF_EAP_PIPE", "0", 1);
-                setenv("HYPROF_EAP_PREP_OVERLAP", "1", 1);
-            }
             if (g == 10 || g == 13) {
                 setenv("HYPROF_EAP_PIPE_BANDS", "2", 1);
                 setenv("HYPROF_EAP_PIPE_ACC", "all", 1);
@@ -517,7 +514,6 @@ static void cube_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const char *name,
         unsetenv("HYPROF_EAP_PIN");
         unsetenv("HYPROF_EAP_HYBRID");
         unsetenv("HYPROF_EAP_PIPE_ACC");
-        unsetenv("HYPROF_EAP_PREP_OVERLAP");
         g_checks++;
         if (st != HYPROF_OK) {
             FAIL("%s: cuda: %s", label, hyprof_ctx_last_error(gpu));

@@ -1931,12 +1931,6 @@ class OutputPrep {
             work(ctx, p, bytes, pin, device, piece);
         }
     }
-    /* Bytes prepared so far (from the start). */
-    size_t prepared()
-    {
-        std::lock_guard<std::mutex> lock(m_);
-        return finished_ ? bytes_ : ready_;
-    }
     /* Waits until the first `upto` bytes are prepared. */
     void wait_for(size_t upto)
     {
@@ -2215,11 +2209,10 @@ class EapCuda {
          * planes in its type, copied straight into it at the bus speed, with
          * nothing to fault, lock or widen on the host */
         caller_pinned_ = !each_ && hyprof__cuda_is_pinned(out_base_);
-        /* ($HYPROF_EAP_PINNED_NARROW=1: 8-bit planes widened into the
-         * caller's page-locked output too, to compare) */
-        narrow_ = a->levels <= 256 &&
-                  (!caller_pinned_ || env_is("HYPROF_EAP_PINNED_NARROW", "1")) &&
-                  !env_is("HYPROF_EAP_NARROW", "0");
+        /* (8-bit planes widened into the caller's page-locked output
+         * measured slower on the H100: 18.9 ms against 16.5 for the hybrid
+         * download, 15:10 and 15:47 rounds) */
+        narrow_ = a->levels <= 256 && !caller_pinned_ && !env_is("HYPROF_EAP_NARROW", "0");
         dsize_ = narrow_ ? 1 : esize_;
         rounds_ = a->levels > 256 ? 16 : 8;
         flood_ = !env_is("HYPROF_EAP_TILES", "1");
@@ -2257,16 +2250,10 @@ class EapCuda {
         /* $HYPROF_EAP_PIN_PIECE=N: prepared N bytes at a time, each piece's
          * download as soon as it is ready */
         piece_ = env_size("HYPROF_EAP_PIN_PIECE");
-        /* 8-bit planes into pageable memory, $HYPROF_EAP_PREP_OVERLAP=1: the
-         * output prefaulted 64 MB at a time, each staged piece widened as
-         * soon as its part of the output is. Not the default: on the H100
-         * at Pavia Centre size the widening then took 9.8 ms instead of 4.1
-         * (the faults' threads and the widening's share the cores) and the
-         * profile 25.2 ms instead of 24.2. */
-        prep_overlap_ = narrow_ && !caller_pinned_ && !piece_ &&
-                        env_is("HYPROF_EAP_PREP_OVERLAP", "1");
-        if (prep_overlap_)
-            piece_ = (size_t)64 << 20;
+        /* (8-bit planes into pageable memory widened behind the prefault,
+         * 64 MB at a time, measured slower on the H100 at Pavia Centre size:
+         * the widening 9.8 ms instead of 4.1, the faults' threads and the
+         * widening's sharing the cores; the profile 25.2 ms against 24.2) */
         if (!piece_ || piece_ > out_bytes)
             piece_ = out_bytes ? out_bytes : 1;
         prep.start(ctx, out_base_, out_bytes, pinned_, !caller_pinned_, device, piece_);
@@ -2396,7 +2383,6 @@ class EapCuda {
     hyprof_ctx_t *ctx;
     const hyprof_eap_args_t *a_;
     bool pinned_ = false, pageable_ = false, caller_pinned_ = false;
-    bool prep_overlap_ = false; /* narrow_, pageable: widening behind the prefault */
     OutputPrep *prep_ = nullptr; /* run()'s */
     unsigned char *out_base_ = nullptr;
     size_t piece_ = 1;
@@ -3073,8 +3059,7 @@ class EapCuda {
         for (size_t k = 0; k < pieces && k < (size_t)kStages; k++)
             if (issue_cb(&c, k))
                 break;
-        if (!prep_overlap_)
-            prep_->join(); /* the output's pages faulted (else ready_cb waits piece by piece) */
+        prep_->join(); /* the output's pages faulted */
         hyprof_eap_stream_t st = {ready_cb, issue_cb, &c, stages, kStages, stage_bytes_, count,
                                   first, n_, a_->mask, a_->out32, a_->out16, a_->nodata32,
                                   a_->nodata16};
@@ -3107,12 +3092,6 @@ class EapCuda {
     static int ready_cb(void *user, size_t k)
     {
         NarrowCopy *c = (NarrowCopy *)user;
-        if (c->self->prep_overlap_) { /* piece k's part of the output prefaulted */
-            EapCuda *self = c->self;
-            size_t sb = self->stage_bytes_, len = c->count - k * sb < sb ? c->count - k * sb : sb;
-            if (self->prep_->prepared() < (c->first + k * sb + len) * self->esize_)
-                return 0;
-        }
         cudaError_t e = cudaEventQuery(c->self->stage_ev_[k % kStages].get());
         if (e == cudaSuccess) {
             if (k == 0) /* until the first piece: the rest of the device's work */
