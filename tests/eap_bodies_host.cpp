@@ -79,6 +79,25 @@ static inline int h_or(int *p, int v)
 using namespace eap;
 
 static std::mt19937_64 rng(1);
+
+/* A counting sort's layout with each level's entries shuffled (the device's
+ * scatter order is arbitrary): level l's buckets b[l] into dst from off[l],
+ * off[L] the total, which it returns; maxn[l] the most entries of level l
+ * over the images. */
+static uint32_t lay_out(std::vector<std::vector<uint32_t>> &b, uint32_t *off, uint32_t *dst,
+                        std::vector<size_t> &maxn)
+{
+    uint32_t s = 0;
+    for (size_t l = 0; l < b.size(); l++) {
+        std::shuffle(b[l].begin(), b[l].end(), rng);
+        off[l] = s;
+        for (uint32_t v : b[l])
+            dst[s++] = v;
+        maxn[l] = std::max(maxn[l], b[l].size());
+    }
+    off[b.size()] = s;
+    return s;
+}
 static unsigned L = 256; /* levels of the current case */
 static const int kFilters = 4;
 static const hyprof_attribute_t kAttr[kFilters] = {HYPROF_ATTRIBUTE_AREA, HYPROF_ATTRIBUTE_DIAGONAL,
@@ -366,15 +385,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
                         for (unsigned m = active_edges(a, img * n, (uint32_t)p); m; m &= m - 1)
                             b[lev[img * n + p]].push_back((uint32_t)p << 3 |
                                                           (uint32_t)__builtin_ctz(m));
-                uint32_t s = 0;
-                for (unsigned l = 0; l < L; l++) {
-                    std::shuffle(b[l].begin(), b[l].end(), rng);
-                    off[img * (L + 1) + l] = s;
-                    for (uint32_t e : b[l])
-                        eord[img * ecap + s++] = e;
-                    maxe[l] = std::max(maxe[l], b[l].size());
-                }
-                off[img * (L + 1) + L] = s;
+                uint32_t s = lay_out(b, &off[img * (L + 1)], &eord[img * ecap], maxe);
                 if (s > ecap) {
                     printf("edge list overflow: %u > %zu\n", s, ecap);
                     return 1;
@@ -401,15 +412,7 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
             for (size_t p = 0; p < n; p++)
                 if (valid(a, p))
                     b[lev[img * n + p]].push_back((uint32_t)p);
-            uint32_t s = 0;
-            for (unsigned l = 0; l < L; l++) {
-                std::shuffle(b[l].begin(), b[l].end(), rng);
-                off[img * (L + 1) + l] = s;
-                for (uint32_t p : b[l])
-                    ord[img * n + s++] = p;
-                maxc[l] = std::max(maxc[l], b[l].size());
-            }
-            off[img * (L + 1) + L] = s;
+            lay_out(b, &off[img * (L + 1)], &ord[img * n], maxc);
         }
         const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
         for (int l = L - 1; l >= 0 && !elist; l--)
