@@ -1137,6 +1137,24 @@ HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW
  * Same operations in the same order as fed_fused_pad_body on the same
  * conductances: the same bits. Device code only (shuffles): no host
  * harness runs it. */
+/* Programmatic dependent launch (sm_90; no-ops elsewhere and in a launch
+ * without it): fed_grid_trigger lets the next launch of the chain start its
+ * CTAs once every CTA of this one has started; fed_grid_wait returns once
+ * the previous launch has completed and its writes are visible (nothing of
+ * u may be read or written before it). */
+__device__ __forceinline__ void fed_grid_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fed_grid_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 struct FedStepsF {
     float tau[kMaxFuse];
     int n;
@@ -1385,36 +1403,51 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
      * conditions (block-uniform branch). */
     const int xr = (int)blockIdx.x * OW - K, yr = (int)blockIdx.y * OH - K;
     const bool inner = xr >= 1 && xr + RW <= W && yr >= 1 && yr + RH <= H;
+    /* The conductances (fixed for the increment) before fed_grid_wait, u
+     * after it: with programmatic dependent launch their loads overlap the
+     * previous launch's last wave. */
     if (Cond && inner) {
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = __ldg(ps + j - W);
 #pragma unroll
-        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+        for (int i = 0; i < R; ++i, pe += W, ps += W) {
 #pragma unroll
             for (int j = 0; j < C; ++j) {
-                u[i][j] = __ldg(pu + j);
                 ce[i][j] = __ldg(pe + j);
                 cs[i][j] = __ldg(ps + j);
             }
             cwl[i] = __ldg(pe - 1);
         }
+        fed_grid_wait();
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W)
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                u[i][j] = __ldg(pu + j);
     } else if (Cond) {
         const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = rin && colin[j] ? __ldg(ps + j - W) : 0.0f;
 #pragma unroll
-        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+        for (int i = 0; i < R; ++i, pe += W, ps += W) {
             const bool rin = (unsigned)(y0 + i) < (unsigned)H;
 #pragma unroll
             for (int j = 0; j < C; ++j) {
                 const bool in = rin && colin[j];
-                u[i][j] = in ? __ldg(pu + j) : 0.0f;
                 ce[i][j] = in ? __ldg(pe + j) : 0.0f;
                 cs[i][j] = in ? __ldg(ps + j) : 0.0f;
             }
             cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
+        }
+        fed_grid_wait();
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W) {
+            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
+#pragma unroll
+            for (int j = 0; j < C; ++j)
+                u[i][j] = rin && colin[j] ? __ldg(pu + j) : 0.0f;
         }
     } else {
         /* ceg is g (-1: masked; outside the image too): the conductances
@@ -1435,6 +1468,7 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
                 gr[i - 1] = rin && cr ? __ldg(pe + C) : -1.0f;
             }
         }
+        fed_grid_wait();
 #pragma unroll
         for (int i = 0; i < R; ++i, pu += W) {
             const bool rin = (unsigned)(y0 + i) < (unsigned)H;
@@ -1820,6 +1854,7 @@ __global__ void __launch_bounds__(32 * BY, MinB)
                     const uint8_t *__restrict__ mask, float nodata)
 {
     extern __shared__ float4 fed_shfl_smem[];
+    fed_grid_trigger(); /* the next launch's CTAs may take the SMs this grid frees */
     /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
      * (2 x 4 pixels, three blocks per SM) */
     constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
@@ -2098,7 +2133,10 @@ class EadpCuda {
     bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
-    size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
+    bool pdl = false; /* fed_shfl_kernel's launches after a chain's first: programmatic */
+    size_t fed_branch = 0;  /* bands per FED branch (0: one chain of all bands) */
+    size_t fed_stagger = 0; /* branch j + 1 starts after branch j's launch fed_stagger (0: all
+                               at once; >= the launches: after all of them) */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -2108,7 +2146,10 @@ class EadpCuda {
     DeviceBuffer<uint8_t> arena;
     Layout L{};
     Stream cs, xs; /* compute, copies */
+    static const int kMaxBranches = 8;
+    Stream bs[kMaxBranches]; /* the FED branches (fed_branch) */
     Event conv[kMaxSlots], copied[kMaxSlots];
+    Event fork_ev, join_ev[kMaxBranches], stag_ev[kMaxBranches];
     bool copy_issued[kMaxSlots] = {false, false, false};
     /* Device stage times for the debug log (report()). */
     enum { kUpload, kPrepare, kFed, kOutput, kDownload, kNumStages };
@@ -2118,6 +2159,7 @@ class EadpCuda {
     struct GraphEntry {
         size_t id = 0;
         int cur = 0;
+        int slot = -1; /* the output slot its last launches write (-1: none) */
         bool valid = false;
         GraphExec exec;
     };
@@ -2132,15 +2174,17 @@ class EadpCuda {
     template <typename T> T *ubuf(int which) const;
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                               int *cur, float *out = NULL);
-    bool output_in_fed(size_t nsteps, size_t nb) const;
+                               int *cur, float *out, cudaStream_t st);
+    hyprof_status_t launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
+                                   int *cur, float *out, cudaStream_t st);
+    bool output_in_fed(size_t nsteps) const;
+    size_t fed_branches(size_t nb) const;
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
-    hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur);
-    hyprof_status_t enqueue_fed_bands(const std::vector<double> &steps, size_t b0, size_t nb,
-                                      int *cur);
+    hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
+                                float *out);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
@@ -2229,8 +2273,9 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sizeof(SelTailShared)));
-    const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
-    l2_bands = l2 > 0 ? (size_t)l2 : 0;
+    const int fbr = env_int("HYPROF_EADP_FED_BRANCH", 0), fst = env_int("HYPROF_EADP_FED_STAGGER", 0);
+    fed_branch = fbr > 0 ? (size_t)fbr : 0;
+    fed_stagger = fst > 0 ? (size_t)fst : 0;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
      * data (DESIGN.md's bound: 1e-4); half the bytes per step. */
     const char *prec = getenv("HYPROF_EADP_PRECISION");
@@ -2366,6 +2411,21 @@ hyprof_status_t EadpCuda::plan()
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
     HYPROF_TRY(xs.create(ctx, op));
+    const size_t nbr = fed_branches(group);
+    if (nbr > 1) {
+        HYPROF_TRY(fork_ev.create(ctx, op));
+        for (size_t j = 0; j < nbr; ++j) {
+            HYPROF_TRY(bs[j].create(ctx, op));
+            HYPROF_TRY(join_ev[j].create(ctx, op));
+            HYPROF_TRY(stag_ev[j].create(ctx, op));
+        }
+    }
+    if (shfl && env_int("HYPROF_EADP_PDL", 1) != 0) { /* sm_90 and later */
+        int dev = 0, major = 0;
+        HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        pdl = major >= 9;
+    }
     for (size_t s = 0; s < nslots; ++s) {
         HYPROF_TRY(conv[s].create(ctx, op));
         HYPROF_TRY(copied[s].create(ctx, op));
@@ -2376,13 +2436,23 @@ hyprof_status_t EadpCuda::plan()
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<double>(L.w), weights.data(),
                                       weights.size() * sizeof(double), cudaMemcpyHostToDevice,
                                       cs.get()));
-    /* Graphs: one per (schedule, starting buffer) that occurs at least twice
-     * (every group starts with u in buffer A, so the sequence is the same). */
+    /* Graphs: one per (schedule, starting buffer, output slot) that occurs
+     * at least twice (every group starts with u in buffer A, so the sequence
+     * is the same). */
     if (use_graphs) {
-        std::vector<std::pair<size_t, int>> keys(C);
+        struct Key {
+            size_t id;
+            int cur, slot;
+            bool operator==(const Key &o) const
+            {
+                return id == o.id && cur == o.cur && slot == o.slot;
+            }
+        };
+        std::vector<Key> keys(C);
         int cur = 0;
         for (size_t i = 0; i < C; ++i) {
-            keys[i] = {sched_id[i], cur};
+            const int slot = output_in_fed(sched[i].size()) ? (int)((i + 1) % nslots) : -1;
+            keys[i] = {sched_id[i], cur, slot};
             cur ^= (int)(((sched[i].size() + (size_t)fuse - 1) / (size_t)fuse) & 1);
         }
         std::vector<size_t> first_of; /* increments that get a graph */
@@ -2398,8 +2468,9 @@ hyprof_status_t EadpCuda::plan()
         }
         graphs = std::vector<GraphEntry>(first_of.size());
         for (size_t e = 0; e < first_of.size(); ++e) {
-            graphs[e].id = keys[first_of[e]].first;
-            graphs[e].cur = keys[first_of[e]].second;
+            graphs[e].id = keys[first_of[e]].id;
+            graphs[e].cur = keys[first_of[e]].cur;
+            graphs[e].slot = keys[first_of[e]].slot;
         }
     }
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
@@ -2542,34 +2613,66 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     return clock.end(ctx, op, tid, st);
 }
 
-/* The FED steps of one increment on the compute stream; *cur: buffer of u.
- * With l2_bands, the bands go through all the increment's launches a few at
- * a time: their u, u' and g (24 bytes per pixel and band) then stay in L2
- * from one launch to the next. Every chunk ends in the same buffer. */
-hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
+/* The FED steps of one increment (bands 0 .. nb - 1) on the compute stream;
+ * *cur: buffer of u; out: the output slot the last launch writes, or NULL.
+ * With fed_branch, the bands go through the launches in branches of about
+ * fed_branch bands, each a chain of its own on a stream of its own (forked
+ * from and joined to the compute stream; in a graph: parallel branches),
+ * branch j + 1 starting after launch fed_stagger of branch j (0: at once).
+ * Every branch ends in the same buffer. */
+hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
+                                      float *out)
 {
-    const size_t chunk = l2_bands > 0 && l2_bands < nb ? l2_bands : nb;
+    const size_t nbr = fed_branches(nb);
+    if (nbr == 1 || steps.empty())
+        return launch_fed_any(steps, 0, nb, cur, out, cs.get());
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    const size_t split = fed_stagger * per < steps.size() ? fed_stagger * per : steps.size();
+    const std::vector<double> first(steps.begin(), steps.begin() + (ptrdiff_t)split),
+        rest(steps.begin() + (ptrdiff_t)split, steps.end());
+    HYPROF_CUDA_CHECK(cudaEventRecord(fork_ev.get(), cs.get()));
     int c = *cur;
-    for (size_t b0 = 0; b0 < nb; b0 += chunk) {
+    for (size_t j = 0; j < nbr; ++j) {
+        const size_t b0 = j * nb / nbr, n = (j + 1) * nb / nbr - b0;
+        cudaStream_t st = bs[j].get();
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(
+            st, j > 0 && fed_stagger > 0 ? stag_ev[j - 1].get() : fork_ev.get(), 0));
         c = *cur;
-        HYPROF_TRY(enqueue_fed_bands(steps, b0, nb - b0 < chunk ? nb - b0 : chunk, &c));
+        if (fed_stagger > 0 && j + 1 < nbr) {
+            HYPROF_TRY(launch_fed_any(first, b0, n, &c, rest.empty() ? out : NULL, st));
+            HYPROF_CUDA_CHECK(cudaEventRecord(stag_ev[j].get(), st));
+            HYPROF_TRY(launch_fed_any(rest, b0, n, &c, out, st));
+        } else
+            HYPROF_TRY(launch_fed_any(steps, b0, n, &c, out, st));
+        HYPROF_CUDA_CHECK(cudaEventRecord(join_ev[j].get(), st));
     }
+    for (size_t j = 0; j < nbr; ++j)
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), join_ev[j].get(), 0));
     *cur = c;
     return HYPROF_OK;
 }
 
-/* The launches of enqueue_fed for bands b0 .. b0 + nb - 1. */
-hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
-                                            size_t nb, int *cur)
+/* How many branches enqueue_fed splits nb bands into. */
+size_t EadpCuda::fed_branches(size_t nb) const
 {
-    return f32 ? launch_fed<float>(steps, b0, nb, cur) : launch_fed<double>(steps, b0, nb, cur);
+    if (fed_branch == 0 || fed_branch >= nb)
+        return 1;
+    const size_t n = (nb + fed_branch - 1) / fed_branch;
+    return n < (size_t)kMaxBranches ? n : (size_t)kMaxBranches;
+}
+
+/* launch_fed in the FED's precision. */
+hyprof_status_t EadpCuda::launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
+                                         int *cur, float *out, cudaStream_t st)
+{
+    return f32 ? launch_fed<float>(steps, b0, nb, cur, out, st)
+               : launch_fed<double>(steps, b0, nb, cur, out, st);
 }
 
 template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur, float *out)
+                                     int *cur, float *out, cudaStream_t st)
 {
-    cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
@@ -2608,10 +2711,20 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
-                HYPROF_CUDA_CHECK(cudaLaunchKernel(
-                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
-                    dim3(32, (unsigned)(tile_rows / strip)), params,
-                    fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
+                /* After the chain's first launch: programmatic dependent
+                 * launch (fed_grid_wait). */
+                cudaLaunchAttribute at;
+                at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at.val.programmaticStreamSerializationAllowed = 1;
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = grid;
+                cfg.blockDim = dim3(32, (unsigned)(tile_rows / strip));
+                cfg.dynamicSmemBytes = fed_shfl_smem_bytes(tile_rows, strip, cols, occ);
+                cfg.stream = st;
+                cfg.attrs = &at;
+                cfg.numAttrs = pdl && s0 > 0 ? 1 : 0;
+                HYPROF_CUDA_CHECK(cudaLaunchKernelExC(
+                    &cfg, fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), params));
                 *cur ^= 1;
                 continue;
             }
@@ -2657,77 +2770,70 @@ static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t
 }
 
 /* Whether the increment's last FED launch writes its profile band too
- * (fed_shfl_kernel, all bands in one chunk, at least one step). */
-bool EadpCuda::output_in_fed(size_t nsteps, size_t nb) const
+ * (fed_shfl_kernel, at least one step). */
+bool EadpCuda::output_in_fed(size_t nsteps) const
 {
-    return shfl && fed_output && nsteps > 0 && !(l2_bands > 0 && l2_bands < nb);
+    return shfl && fed_output && nsteps > 0;
 }
 
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
- * when this schedule repeats), then its output. */
+ * when this schedule repeats), then its output. With the output in the
+ * last launch, the whole increment waits for its slot to be free (the
+ * download of increment i - nslots), outside the timed interval: the
+ * downloads take longer than the FED, so this costs nothing with 2 or more
+ * slots, and the graph then holds all the increment's launches. */
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
     const std::vector<double> &all = sched[i - 1];
     size_t tid;
-    const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
-    count_fed(all.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+    count_fed(all.size(), fuse, nb * npix, fed_branches(nb), &fed_launches, &fed_max_steps,
               &fed_launch_pix, &fed_step_pix);
-    /* With the output in the last launch, the graph holds the launches
-     * before it, and the last one (its slot changes) is launched here. */
-    const bool fo = output_in_fed(all.size(), nb);
-    const size_t per = fuse > 1 ? (size_t)fuse : 1;
-    const std::vector<double> head(
-        all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
-    GraphEntry *ge = NULL;
-    for (size_t e = 0; e < graphs.size() && !head.empty(); ++e)
-        if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
-            ge = &graphs[e];
-    if (ge) {
-        const size_t launches = (head.size() + per - 1) / per;
-        if (!ge->valid) {
-            cudaStream_t st = cs.get();
-            HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-            int c = *cur;
-            hyprof_status_t s = enqueue_fed(head, nb, &c);
-            cudaGraph_t graph = NULL;
-            cudaError_t e = cudaStreamEndCapture(st, &graph);
-            if (s != HYPROF_OK) {
-                if (graph)
-                    (void)cudaGraphDestroy(graph);
-                (void)cudaGetLastError();
-                return s;
-            }
-            if (e != cudaSuccess)
-                return hyprof__cuda_fail(ctx, op, e, "cudaStreamEndCapture");
-            e = cudaGraphInstantiate(ge->exec.put(), graph, 0);
-            (void)cudaGraphDestroy(graph);
-            if (e != cudaSuccess)
-                return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
-            ge->valid = true;
-        }
-        /* Outside the capture, after the instantiation (host work while the
-         * stream may be idle): the events time the graph's execution. */
-        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
-        *cur ^= (int)(launches & 1);
-    } else {
-        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_TRY(enqueue_fed(head, nb, cur));
-    }
-    if (!fo) {
-        HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
-        return enqueue_output(i, nb, *cur);
-    }
-    /* The wait for the slot outside the timed intervals (the FED stage
-     * would count the download). */
-    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+    const bool fo = output_in_fed(all.size());
     const size_t s = i % nslots;
-    if (copy_issued[s]) /* the slot's previous band is on the host */
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
-    const std::vector<double> tail(all.begin() + (ptrdiff_t)head.size(), all.end());
+    float *out = NULL;
+    if (fo) {
+        if (copy_issued[s]) /* the slot's previous band is on the host */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
+        out = dev<float>(L.slot0 + s * L.slot_bytes);
+    }
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    GraphEntry *ge = NULL;
+    for (size_t e = 0; e < graphs.size() && !all.empty(); ++e)
+        if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur &&
+            graphs[e].slot == (fo ? (int)s : -1))
+            ge = &graphs[e];
+    if (ge && !ge->valid) {
+        cudaStream_t st = cs.get();
+        HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        int c = *cur;
+        hyprof_status_t r = enqueue_fed(all, nb, &c, out);
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(st, &graph);
+        if (r != HYPROF_OK) {
+            if (graph)
+                (void)cudaGraphDestroy(graph);
+            (void)cudaGetLastError();
+            return r;
+        }
+        if (e != cudaSuccess)
+            return hyprof__cuda_fail(ctx, op, e, "cudaStreamEndCapture");
+        e = cudaGraphInstantiate(ge->exec.put(), graph, 0);
+        (void)cudaGraphDestroy(graph);
+        if (e != cudaSuccess)
+            return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
+        ge->valid = true;
+    }
+    /* Outside the capture, after the instantiation (host work while the
+     * stream may be idle): the events time the FED's execution. */
     HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-    HYPROF_TRY(launch_fed<float>(tail, 0, nb, cur, dev<float>(L.slot0 + s * L.slot_bytes)));
+    if (ge) {
+        HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
+        *cur ^= (int)(((all.size() + per - 1) / per) & 1);
+    } else
+        HYPROF_TRY(enqueue_fed(all, nb, cur, out));
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+    if (!fo)
+        return enqueue_output(i, nb, *cur);
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), cs.get()));
     return HYPROF_OK;
 }
