@@ -1373,7 +1373,7 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
     }
 }
 
-template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff>
+template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff, bool Early = false>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1406,7 +1406,21 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
     /* The conductances (fixed for the increment) before fed_grid_wait, u
      * after it: with programmatic dependent launch their loads overlap the
      * previous launch's last wave. */
-    if (Cond && inner) {
+    if (Early && Cond && inner) {
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            cn0[j] = __ldg(ps + j - W);
+#pragma unroll
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
+#pragma unroll
+            for (int j = 0; j < C; ++j) {
+                u[i][j] = __ldg(pu + j);
+                ce[i][j] = __ldg(pe + j);
+                cs[i][j] = __ldg(ps + j);
+            }
+            cwl[i] = __ldg(pe - 1);
+        }
+    } else if (Cond && inner) {
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = __ldg(ps + j - W);
@@ -1846,7 +1860,7 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
  * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
  * threads: 64 registers, some spilled). Diff (2 columns, conductances in
  * registers): the steps of fed_shfl_steps_diff. */
-template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff>
+template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff, bool Early = false>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -1855,10 +1869,12 @@ __global__ void __launch_bounds__(32 * BY, MinB)
 {
     extern __shared__ float4 fed_shfl_smem[];
     fed_grid_trigger(); /* the next launch's CTAs may take the SMs this grid frees */
+    if (Early)
+        fed_grid_wait();
     /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
      * (2 x 4 pixels, three blocks per SM) */
     constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
-    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC>(
+    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC, Early>(
         *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
         npix, steps, out, mask, nodata);
 }
@@ -1983,24 +1999,26 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false>
+template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false, bool Early = false>
 const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff>;
-    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff>;
-    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff>;
-    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff>;
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff, Early>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff, Early>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff, Early>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff, Early>;
     }
 }
 
+bool g_early = false; /* TEMPORARY experiment: wait at the kernel's start */
 /* diff: the 8 x 2-pixel default with fed_shfl_steps_diff (the other shapes ignore it) */
 template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ, bool diff)
 {
     if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
         return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
     if (R == 8)
-        return diff ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K)
+        return diff ? (g_early ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true, true>(K)
+                               : fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K))
                     : fed_shfl_ptr_k<8, 8, 2, 2, Cond, false>(K);
     if (C == 2)
         return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
@@ -2347,6 +2365,7 @@ hyprof_status_t EadpCuda::plan()
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
+    g_early = env_int("HYPROF_EADP_PDL_EARLY", 0) != 0;
     if (shfl)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
             fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
