@@ -82,7 +82,7 @@
  *               unfused-equivalent, 236 % of the H100's 3.35 TB/s peak
  *               (each launch reads 68 MB of DRAM for 7 steps, 1.4 TB/s).
  *               Not faster: the conductance planes in persisting L2,
- *               bands in L2-sized chunks ($HYPROF_EADP_L2_BANDS), the
+ *               bands in L2-sized chunks (see the schedule below), the
  *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
@@ -95,14 +95,42 @@
  *               region (cp.async) while computing one, tried in the 15:10
  *               round: FED 1.70-1.82 ms a call against 1.585 (H100; issue
  *               slots no fuller, the copies' MIO queue full).
+ *               Schedule: the bands go through an increment's launches in
+ *               $HYPROF_EADP_FED_BRANCHES (2) chains of launches, each on a
+ *               stream of its own (parallel branches of the increment's
+ *               graph): while one chain's launch drains its last wave, the
+ *               other's fills the SMs it frees; one chain of all bands
+ *               left them idle at each launch's tail (the last 0.2 of 7.2
+ *               waves) and gap, 32 times a call.
+ *               Measured (H100, FED event time per call, bench checksum
+ *               unchanged), 02:50 and 03:00 rounds: main (one chain) 1.542-1.547
+ *               ms; 3 chains 1.406-1.415, 2 chains 1.392-1.395, 4 chains
+ *               1.428-1.435, 7 (one per band) 1.439-1.446 (these with the
+ *               kernel below that loads u after its conductances, 1.7 us
+ *               slower a launch; 3 chains with main's kernel 1.357-1.364).
+ *               Not kept: programmatic dependent launch between a chain's
+ *               launches (griddepcontrol.launch_dependents at the kernel's
+ *               start, griddepcontrol.wait before its loads of u, the
+ *               attribute captured into the graph): one chain 1.527 ms
+ *               against 1.544 without, 3 chains 1.357-1.360 against 1.364
+ *               (the chains already fill the tails); with the wait after
+ *               the conductance loads (they overlap the previous launch's
+ *               tail) 1.568 and 1.406-1.415: Nsight 48.2 us a launch
+ *               against 47.2 and main's 46.4 (the loads in two batches).
+ *               Chains started one after another, so that each stays in L2
+ *               (the former $HYPROF_EADP_L2_BANDS): 3 chains, each after
+ *               the previous one's 4 launches, 1.731 ms; after its 3rd
+ *               launch 1.627; 4 chains after the 2nd 1.560.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
- *               default times: every increment; two graphs, one per starting
- *               ping-pong buffer).
+ *               default times: every increment; one graph per starting
+ *               ping-pong buffer and output slot: three).
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
  *               ring of device slots (with fed_shfl_kernel the increment's
- *               last FED launch writes its slot itself: no copy_out pass,
- *               the graph holding the launches before it;
+ *               last FED launch writes its slot itself: no copy_out pass;
+ *               the increment waits for its slot before its first launch,
+ *               outside the timed interval, so that its graph holds all
+ *               its launches;
  *               $HYPROF_EADP_FED_OUTPUT=0 for the separate pass);
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
@@ -131,8 +159,8 @@
  * 2 rows (1024 threads per 64 x 32 region);
  * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
- * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
- * FED launches of an increment n bands at a time (their data stays in L2);
+ * =2 the same with two columns per thread; $HYPROF_EADP_FED_BRANCHES=n runs the
+ * FED launches of an increment as n concurrent chains of bands (1: one chain);
  * $HYPROF_EADP_PREP_ROWS=16 prep_kernel on 16-row tiles for radii up to 4 too
  * (32 rows by default there);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
@@ -1137,24 +1165,6 @@ HYPROF_EADP_FN void fed_fused_pad_body(const Thr &t, T (*buf)[BY * R + 2][kFedPW
  * Same operations in the same order as fed_fused_pad_body on the same
  * conductances: the same bits. Device code only (shuffles): no host
  * harness runs it. */
-/* Programmatic dependent launch (sm_90; no-ops elsewhere and in a launch
- * without it): fed_grid_trigger lets the next launch of the chain start its
- * CTAs once every CTA of this one has started; fed_grid_wait returns once
- * the previous launch has completed and its writes are visible (nothing of
- * u may be read or written before it). */
-__device__ __forceinline__ void fed_grid_trigger()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void fed_grid_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 struct FedStepsF {
     float tau[kMaxFuse];
     int n;
@@ -1373,7 +1383,7 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
     }
 }
 
-template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff, bool Early = false>
+template <int K, int BY, int R, int C, bool Cond, bool SmemC, bool Diff>
 __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, const float *uin,
                                               float *uout, const float *ceg, const float *csg,
                                               int W, int H, size_t npix, const FedStepsF &steps,
@@ -1403,10 +1413,7 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
      * conditions (block-uniform branch). */
     const int xr = (int)blockIdx.x * OW - K, yr = (int)blockIdx.y * OH - K;
     const bool inner = xr >= 1 && xr + RW <= W && yr >= 1 && yr + RH <= H;
-    /* The conductances (fixed for the increment) before fed_grid_wait, u
-     * after it: with programmatic dependent launch their loads overlap the
-     * previous launch's last wave. */
-    if (Early && Cond && inner) {
+    if (Cond && inner) {
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = __ldg(ps + j - W);
@@ -1420,48 +1427,22 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
             }
             cwl[i] = __ldg(pe - 1);
         }
-    } else if (Cond && inner) {
-#pragma unroll
-        for (int j = 0; j < C; ++j)
-            cn0[j] = __ldg(ps + j - W);
-#pragma unroll
-        for (int i = 0; i < R; ++i, pe += W, ps += W) {
-#pragma unroll
-            for (int j = 0; j < C; ++j) {
-                ce[i][j] = __ldg(pe + j);
-                cs[i][j] = __ldg(ps + j);
-            }
-            cwl[i] = __ldg(pe - 1);
-        }
-        fed_grid_wait();
-#pragma unroll
-        for (int i = 0; i < R; ++i, pu += W)
-#pragma unroll
-            for (int j = 0; j < C; ++j)
-                u[i][j] = __ldg(pu + j);
     } else if (Cond) {
         const bool rin = (unsigned)(y0 - 1) < (unsigned)H;
 #pragma unroll
         for (int j = 0; j < C; ++j)
             cn0[j] = rin && colin[j] ? __ldg(ps + j - W) : 0.0f;
 #pragma unroll
-        for (int i = 0; i < R; ++i, pe += W, ps += W) {
+        for (int i = 0; i < R; ++i, pu += W, pe += W, ps += W) {
             const bool rin = (unsigned)(y0 + i) < (unsigned)H;
 #pragma unroll
             for (int j = 0; j < C; ++j) {
                 const bool in = rin && colin[j];
+                u[i][j] = in ? __ldg(pu + j) : 0.0f;
                 ce[i][j] = in ? __ldg(pe + j) : 0.0f;
                 cs[i][j] = in ? __ldg(ps + j) : 0.0f;
             }
             cwl[i] = rin && colin[0] && x0 > 0 ? __ldg(pe - 1) : 0.0f;
-        }
-        fed_grid_wait();
-#pragma unroll
-        for (int i = 0; i < R; ++i, pu += W) {
-            const bool rin = (unsigned)(y0 + i) < (unsigned)H;
-#pragma unroll
-            for (int j = 0; j < C; ++j)
-                u[i][j] = rin && colin[j] ? __ldg(pu + j) : 0.0f;
         }
     } else {
         /* ceg is g (-1: masked; outside the image too): the conductances
@@ -1482,7 +1463,6 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
                 gr[i - 1] = rin && cr ? __ldg(pe + C) : -1.0f;
             }
         }
-        fed_grid_wait();
 #pragma unroll
         for (int i = 0; i < R; ++i, pu += W) {
             const bool rin = (unsigned)(y0 + i) < (unsigned)H;
@@ -1860,7 +1840,7 @@ __global__ void __launch_bounds__(kFedBX *BY, (R >= 8 ? 128 : 64) / (BY * R))
  * MinB = 1: about 110 registers, one block per SM; MinB = 2 or 1024
  * threads: 64 registers, some spilled). Diff (2 columns, conductances in
  * registers): the steps of fed_shfl_steps_diff. */
-template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff, bool Early = false>
+template <int K, int BY, int R, int C, int MinB, bool Cond, bool Diff>
 __global__ void __launch_bounds__(32 * BY, MinB)
     fed_shfl_kernel(const float *__restrict__ uin, float *__restrict__ uout,
                     const float *__restrict__ ceg, const float *__restrict__ csg, int W, int H,
@@ -1868,13 +1848,10 @@ __global__ void __launch_bounds__(32 * BY, MinB)
                     const uint8_t *__restrict__ mask, float nodata)
 {
     extern __shared__ float4 fed_shfl_smem[];
-    fed_grid_trigger(); /* the next launch's CTAs may take the SMs this grid frees */
-    if (Early)
-        fed_grid_wait();
     /* 64 registers (4 x 4 pixels: two blocks per SM or 1024 threads) or 40
      * (2 x 4 pixels, three blocks per SM) */
     constexpr bool SmemC = (C == 4 && (MinB >= 2 || BY >= 32)) || (C == 2 && MinB >= 3);
-    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC, Early>(
+    fed_shfl_body<K, BY, R, C, Cond, SmemC, Diff && C == 2 && !SmemC>(
         *reinterpret_cast<FedShflSmem<K, BY, R, C> *>(fed_shfl_smem), uin, uout, ceg, csg, W, H,
         npix, steps, out, mask, nodata);
 }
@@ -1999,26 +1976,24 @@ const void *fused_f32_ptr(int K, int rows, int R)
 
 /* fed_shfl_kernel for K steps on 64-row regions of R-row strips, C columns
  * per thread, MinB blocks per SM (see plan()). */
-template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false, bool Early = false>
+template <int BY, int R, int C, int MinB, bool Cond, bool Diff = false>
 const void *fed_shfl_ptr_k(int K)
 {
     switch (K) {
-    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff, Early>;
-    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff, Early>;
-    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff, Early>;
-    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff, Early>;
+    case 4: return (const void *)fed_shfl_kernel<4, BY, R, C, MinB, Cond, Diff>;
+    case 7: return (const void *)fed_shfl_kernel<7, BY, R, C, MinB, Cond, Diff>;
+    case 8: return (const void *)fed_shfl_kernel<8, BY, R, C, MinB, Cond, Diff>;
+    default: return (const void *)fed_shfl_kernel<6, BY, R, C, MinB, Cond, Diff>;
     }
 }
 
-bool g_early = false; /* TEMPORARY experiment: wait at the kernel's start */
 /* diff: the 8 x 2-pixel default with fed_shfl_steps_diff (the other shapes ignore it) */
 template <bool Cond> const void *fed_shfl_ptr_c(int K, int rows, int R, int C, int occ, bool diff)
 {
     if (rows == 128) /* 4 x 4 pixels per thread, 1024 threads */
         return fed_shfl_ptr_k<32, 4, 4, 1, Cond>(K);
     if (R == 8)
-        return diff ? (g_early ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true, true>(K)
-                               : fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K))
+        return diff ? fed_shfl_ptr_k<8, 8, 2, 2, Cond, true>(K)
                     : fed_shfl_ptr_k<8, 8, 2, 2, Cond, false>(K);
     if (C == 2)
         return occ == 3 ? fed_shfl_ptr_k<16, 4, 2, 3, Cond>(K) : fed_shfl_ptr_k<16, 4, 2, 2, Cond>(K);
@@ -2151,10 +2126,7 @@ class EadpCuda {
     bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
-    bool pdl = false; /* fed_shfl_kernel's launches after a chain's first: programmatic */
-    size_t fed_branch = 0;  /* bands per FED branch (0: one chain of all bands) */
-    size_t fed_stagger = 0; /* branch j + 1 starts after branch j's launch fed_stagger (0: all
-                               at once; >= the launches: after all of them) */
+    size_t fed_branches_max = 2; /* concurrent FED chains (enqueue_fed) */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -2165,9 +2137,9 @@ class EadpCuda {
     Layout L{};
     Stream cs, xs; /* compute, copies */
     static const int kMaxBranches = 8;
-    Stream bs[kMaxBranches]; /* the FED branches (fed_branch) */
+    Stream bs[kMaxBranches]; /* the FED chains (enqueue_fed) */
     Event conv[kMaxSlots], copied[kMaxSlots];
-    Event fork_ev, join_ev[kMaxBranches], stag_ev[kMaxBranches];
+    Event fork_ev, join_ev[kMaxBranches];
     bool copy_issued[kMaxSlots] = {false, false, false};
     /* Device stage times for the debug log (report()). */
     enum { kUpload, kPrepare, kFed, kOutput, kDownload, kNumStages };
@@ -2291,9 +2263,8 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sizeof(SelTailShared)));
-    const int fbr = env_int("HYPROF_EADP_FED_BRANCH", 0), fst = env_int("HYPROF_EADP_FED_STAGGER", 0);
-    fed_branch = fbr > 0 ? (size_t)fbr : 0;
-    fed_stagger = fst > 0 ? (size_t)fst : 0;
+    const int fbr = env_int("HYPROF_EADP_FED_BRANCHES", 2);
+    fed_branches_max = fbr < 1 ? 1 : fbr > kMaxBranches ? (size_t)kMaxBranches : (size_t)fbr;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
      * data (DESIGN.md's bound: 1e-4); half the bytes per step. */
     const char *prec = getenv("HYPROF_EADP_PRECISION");
@@ -2365,7 +2336,6 @@ hyprof_status_t EadpCuda::plan()
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
-    g_early = env_int("HYPROF_EADP_PDL_EARLY", 0) != 0;
     if (shfl)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
             fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
@@ -2436,14 +2406,7 @@ hyprof_status_t EadpCuda::plan()
         for (size_t j = 0; j < nbr; ++j) {
             HYPROF_TRY(bs[j].create(ctx, op));
             HYPROF_TRY(join_ev[j].create(ctx, op));
-            HYPROF_TRY(stag_ev[j].create(ctx, op));
         }
-    }
-    if (shfl && env_int("HYPROF_EADP_PDL", 1) != 0) { /* sm_90 and later */
-        int dev = 0, major = 0;
-        HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        pdl = major >= 9;
     }
     for (size_t s = 0; s < nslots; ++s) {
         HYPROF_TRY(conv[s].create(ctx, op));
@@ -2632,38 +2595,28 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     return clock.end(ctx, op, tid, st);
 }
 
-/* The FED steps of one increment (bands 0 .. nb - 1) on the compute stream;
- * *cur: buffer of u; out: the output slot the last launch writes, or NULL.
- * With fed_branch, the bands go through the launches in branches of about
- * fed_branch bands, each a chain of its own on a stream of its own (forked
- * from and joined to the compute stream; in a graph: parallel branches),
- * branch j + 1 starting after launch fed_stagger of branch j (0: at once).
- * Every branch ends in the same buffer. */
+/* The FED steps of one increment (bands 0 .. nb - 1) from the compute
+ * stream; *cur: buffer of u; out: the output slot the last launch writes, or
+ * NULL. The bands go through the launches in fed_branches(nb) groups, each a
+ * chain of launches on a stream of its own, forked from and joined to the
+ * compute stream (in a graph: parallel branches): while one chain's launch
+ * drains its last wave, the other's fills the SMs it frees (one chain of
+ * all bands left them idle at each of the 32 launches' tail and gap). Every
+ * chain ends in the same buffer. */
 hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
                                       float *out)
 {
     const size_t nbr = fed_branches(nb);
     if (nbr == 1 || steps.empty())
         return launch_fed_any(steps, 0, nb, cur, out, cs.get());
-    const size_t per = fuse > 1 ? (size_t)fuse : 1;
-    const size_t split = fed_stagger * per < steps.size() ? fed_stagger * per : steps.size();
-    const std::vector<double> first(steps.begin(), steps.begin() + (ptrdiff_t)split),
-        rest(steps.begin() + (ptrdiff_t)split, steps.end());
     HYPROF_CUDA_CHECK(cudaEventRecord(fork_ev.get(), cs.get()));
     int c = *cur;
     for (size_t j = 0; j < nbr; ++j) {
         const size_t b0 = j * nb / nbr, n = (j + 1) * nb / nbr - b0;
-        cudaStream_t st = bs[j].get();
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(
-            st, j > 0 && fed_stagger > 0 ? stag_ev[j - 1].get() : fork_ev.get(), 0));
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(bs[j].get(), fork_ev.get(), 0));
         c = *cur;
-        if (fed_stagger > 0 && j + 1 < nbr) {
-            HYPROF_TRY(launch_fed_any(first, b0, n, &c, rest.empty() ? out : NULL, st));
-            HYPROF_CUDA_CHECK(cudaEventRecord(stag_ev[j].get(), st));
-            HYPROF_TRY(launch_fed_any(rest, b0, n, &c, out, st));
-        } else
-            HYPROF_TRY(launch_fed_any(steps, b0, n, &c, out, st));
-        HYPROF_CUDA_CHECK(cudaEventRecord(join_ev[j].get(), st));
+        HYPROF_TRY(launch_fed_any(steps, b0, n, &c, out, bs[j].get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(join_ev[j].get(), bs[j].get()));
     }
     for (size_t j = 0; j < nbr; ++j)
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), join_ev[j].get(), 0));
@@ -2671,13 +2624,10 @@ hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t n
     return HYPROF_OK;
 }
 
-/* How many branches enqueue_fed splits nb bands into. */
+/* How many chains enqueue_fed splits nb bands into. */
 size_t EadpCuda::fed_branches(size_t nb) const
 {
-    if (fed_branch == 0 || fed_branch >= nb)
-        return 1;
-    const size_t n = (nb + fed_branch - 1) / fed_branch;
-    return n < (size_t)kMaxBranches ? n : (size_t)kMaxBranches;
+    return nb < fed_branches_max ? nb : fed_branches_max;
 }
 
 /* launch_fed in the FED's precision. */
@@ -2730,20 +2680,10 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
                                   (void *)&W,  (void *)&H,  (void *)&npix,   (void *)&ff,
                                   (void *)&o,  (void *)&mask, (void *)&nodata};
-                /* After the chain's first launch: programmatic dependent
-                 * launch (fed_grid_wait). */
-                cudaLaunchAttribute at;
-                at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                at.val.programmaticStreamSerializationAllowed = 1;
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = grid;
-                cfg.blockDim = dim3(32, (unsigned)(tile_rows / strip));
-                cfg.dynamicSmemBytes = fed_shfl_smem_bytes(tile_rows, strip, cols, occ);
-                cfg.stream = st;
-                cfg.attrs = &at;
-                cfg.numAttrs = pdl && s0 > 0 ? 1 : 0;
-                HYPROF_CUDA_CHECK(cudaLaunchKernelExC(
-                    &cfg, fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), params));
+                HYPROF_CUDA_CHECK(cudaLaunchKernel(
+                    fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
+                    dim3(32, (unsigned)(tile_rows / strip)), params,
+                    fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
                 *cur ^= 1;
                 continue;
             }
