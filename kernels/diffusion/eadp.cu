@@ -102,25 +102,31 @@
  *               other's fills the SMs it frees; one chain of all bands
  *               left them idle at each launch's tail (the last 0.2 of 7.2
  *               waves) and gap, 32 times a call.
- *               Measured (H100, FED event time per call, bench checksum
- *               unchanged), 02:50 and 03:00 rounds: main (one chain) 1.542-1.547
- *               ms; 3 chains 1.406-1.415, 2 chains 1.392-1.395, 4 chains
- *               1.428-1.435, 7 (one per band) 1.439-1.446 (these with the
- *               kernel below that loads u after its conductances, 1.7 us
- *               slower a launch; 3 chains with main's kernel 1.357-1.364).
+ *               Measured (H100, FED event time per call, main timed in
+ *               the same runs, bench checksum unchanged), 03:03 round: 2
+ *               chains 1.339-1.345 ms, 3 chains 1.363-1.374, one chain
+ *               1.526-1.528 (its graph now holds the output launch too),
+ *               main 1.548-1.552; device kernels 2.49-2.54 ms against
+ *               2.70-2.75. Nsight (launches serialised): 23.8 us a 3-band
+ *               launch, 29.3 a 4-band one, 46.8 a 7-band one. Earlier
+ *               rounds (02:45, 02:57), with a kernel that loaded u after
+ *               its conductances (1.7 us slower a launch): 2 chains
+ *               1.392-1.395, 3 chains 1.406-1.415, 4 chains 1.428-1.435,
+ *               7 (one per band) 1.439-1.446.
  *               Not kept: programmatic dependent launch between a chain's
  *               launches (griddepcontrol.launch_dependents at the kernel's
- *               start, griddepcontrol.wait before its loads of u, the
+ *               start, griddepcontrol.wait before its first load of u, the
  *               attribute captured into the graph): one chain 1.527 ms
  *               against 1.544 without, 3 chains 1.357-1.360 against 1.364
  *               (the chains already fill the tails); with the wait after
- *               the conductance loads (they overlap the previous launch's
- *               tail) 1.568 and 1.406-1.415: Nsight 48.2 us a launch
- *               against 47.2 and main's 46.4 (the loads in two batches).
- *               Chains started one after another, so that each stays in L2
- *               (the former $HYPROF_EADP_L2_BANDS): 3 chains, each after
- *               the previous one's 4 launches, 1.731 ms; after its 3rd
- *               launch 1.627; 4 chains after the 2nd 1.560.
+ *               the conductance loads (so that they overlap the previous
+ *               launch's tail) 1.568-1.571 and, 3 chains, 1.406-1.415:
+ *               Nsight 48.2 us a launch against 47.2 and main's 46.4 (the
+ *               loads in two batches). Chains started one after another
+ *               so that each one's data stays in L2 (the former
+ *               $HYPROF_EADP_L2_BANDS): 3 chains, each after the previous
+ *               one's 4 launches, 1.731 ms; each after the previous one's
+ *               3rd launch 1.627; 4 chains after the 2nd 1.560.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; one graph per starting
@@ -2263,6 +2269,8 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sizeof(SelTailShared)));
+    /* 2 concurrent FED chains by default: FED 1.34 ms a call against 1.37
+     * for 3 and 1.53 for one (H100, 03:03 round; header comment). */
     const int fbr = env_int("HYPROF_EADP_FED_BRANCHES", 2);
     fed_branches_max = fbr < 1 ? 1 : fbr > kMaxBranches ? (size_t)kMaxBranches : (size_t)fbr;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
