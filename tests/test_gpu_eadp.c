@@ -20,8 +20,8 @@
  * and in double (and 2-, 4-, 8- or 16-row strips (16: float only),
  * $HYPROF_EADP_STRIP, 4 steps and 64 x 32 regions (the double defaults), the
  * persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns per
- * thread (double only), FED launches by chunks of bands,
- * $HYPROF_EADP_L2_BANDS=1, 2, and the smoothing and gradient as three kernels
+ * thread (double only), the FED's bands in one chain of launches or in one
+ * chain per band, $HYPROF_EADP_FED_BRANCHES=1, 7, and the smoothing and gradient as three kernels
  * instead of one, $HYPROF_EADP_PREP=split); $HYPROF_EADP_FMA=1 (double only) only has to
  * meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
@@ -154,7 +154,8 @@ static const variant_t g_variants[] = {
     {"strip4", "HYPROF_EADP_STRIP", "4", 1},      {"strip16", "HYPROF_EADP_STRIP", "16", 1},
     {"fuse4", "HYPROF_EADP_FUSE", "4", 1},        {"rows32", "HYPROF_EADP_TILE_ROWS", "32", 1},
     {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
-    {"l2bands1", "HYPROF_EADP_L2_BANDS", "1", 1}, {"l2bands2", "HYPROF_EADP_L2_BANDS", "2", 1},
+    {"branches1", "HYPROF_EADP_FED_BRANCHES", "1", 1},
+    {"branches7", "HYPROF_EADP_FED_BRANCHES", "7", 1},
     {"prepsplit", "HYPROF_EADP_PREP", "split", 1},
     {"fedpad", "HYPROF_EADP_FED", "pad", 1},      {"cols4", "HYPROF_EADP_COLS", "4", 1},
     {"occ3", "HYPROF_EADP_OCC", "3", 1},          {"fedout0", "HYPROF_EADP_FED_OUTPUT", "0", 1},

@@ -82,7 +82,7 @@
  *               unfused-equivalent, 236 % of the H100's 3.35 TB/s peak
  *               (each launch reads 68 MB of DRAM for 7 steps, 1.4 TB/s).
  *               Not faster: the conductance planes in persisting L2,
- *               bands in L2-sized chunks ($HYPROF_EADP_L2_BANDS), the
+ *               bands in L2-sized chunks (see the schedule below), the
  *               conductances from g in the FED ($HYPROF_EADP_COND=0: 1.62),
  *               a separate output pass ($HYPROF_EADP_FED_OUTPUT=0: FED 1.53
  *               + output 0.14 ms).
@@ -95,14 +95,48 @@
  *               region (cp.async) while computing one, tried in the 15:10
  *               round: FED 1.70-1.82 ms a call against 1.585 (H100; issue
  *               slots no fuller, the copies' MIO queue full).
+ *               Schedule: the bands go through an increment's launches in
+ *               $HYPROF_EADP_FED_BRANCHES (2) chains of launches, each on a
+ *               stream of its own (parallel branches of the increment's
+ *               graph): while one chain's launch drains its last wave, the
+ *               other's fills the SMs it frees; one chain of all bands
+ *               left them idle at each launch's tail (the last 0.2 of 7.2
+ *               waves) and gap, 32 times a call.
+ *               Measured (H100, FED event time per call, main timed in
+ *               the same runs, bench checksum unchanged), 03:03 round: 2
+ *               chains 1.339-1.345 ms, 3 chains 1.363-1.374, one chain
+ *               1.526-1.528 (its graph now holds the output launch too),
+ *               main 1.548-1.552; device kernels 2.49-2.54 ms against
+ *               2.70-2.75. Nsight (launches serialised): 23.8 us a 3-band
+ *               launch, 29.3 a 4-band one, 46.8 a 7-band one. Earlier
+ *               rounds (02:45, 02:57), with a kernel that loaded u after
+ *               its conductances (1.7 us slower a launch): 2 chains
+ *               1.392-1.395, 3 chains 1.406-1.415, 4 chains 1.428-1.435,
+ *               7 (one per band) 1.439-1.446.
+ *               Not kept: programmatic dependent launch between a chain's
+ *               launches (griddepcontrol.launch_dependents at the kernel's
+ *               start, griddepcontrol.wait before its first load of u, the
+ *               attribute captured into the graph): one chain 1.527 ms
+ *               against 1.544 without, 3 chains 1.357-1.360 against 1.364
+ *               (the chains already fill the tails); with the wait after
+ *               the conductance loads (so that they overlap the previous
+ *               launch's tail) 1.568-1.571 and, 3 chains, 1.406-1.415:
+ *               Nsight 48.2 us a launch against 47.2 and main's 46.4 (the
+ *               loads in two batches). Chains started one after another
+ *               so that each one's data stays in L2 (the former
+ *               $HYPROF_EADP_L2_BANDS): 3 chains, each after the previous
+ *               one's 4 launches, 1.731 ms; each after the previous one's
+ *               3rd launch 1.627; 4 chains after the 2nd 1.560.
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
- *               default times: every increment; two graphs, one per starting
- *               ping-pong buffer).
+ *               default times: every increment; one graph per starting
+ *               ping-pong buffer and output slot: three).
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
  *               ring of device slots (with fed_shfl_kernel the increment's
- *               last FED launch writes its slot itself: no copy_out pass,
- *               the graph holding the launches before it;
+ *               last FED launch writes its slot itself: no copy_out pass;
+ *               the increment waits for its slot before its first launch,
+ *               outside the timed interval, so that its graph holds all
+ *               its launches;
  *               $HYPROF_EADP_FED_OUTPUT=0 for the separate pass);
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
@@ -131,8 +165,8 @@
  * 2 rows (1024 threads per 64 x 32 region);
  * $HYPROF_EADP_PERSIST=1 runs the fused steps (K >= 4) on a persistent grid
  * whose CTAs prefetch their next tile while computing one (fed_persist_body),
- * =2 the same with two columns per thread; $HYPROF_EADP_L2_BANDS=n runs the
- * FED launches of an increment n bands at a time (their data stays in L2);
+ * =2 the same with two columns per thread; $HYPROF_EADP_FED_BRANCHES=n runs the
+ * FED launches of an increment as n concurrent chains of bands (1: one chain);
  * $HYPROF_EADP_PREP_ROWS=16 prep_kernel on 16-row tiles for radii up to 4 too
  * (32 rows by default there);
  * $HYPROF_EADP_PREP=split runs the smoothing and gradient as three kernels
@@ -2098,7 +2132,7 @@ class EadpCuda {
     bool prep16 = false;    /* prep_kernel on 16-row tiles for every radius */
     int persist = 0;      /* 0: a CTA per FED tile; 1, 2: persistent, columns per thread */
     int persist_ctas = 0; /* persistent FED grid: CTAs that fit on the device at once */
-    size_t l2_bands = 0;  /* FED launches of an increment this many bands at a time (0: all) */
+    size_t fed_branches_max = 2; /* concurrent FED chains (enqueue_fed) */
     std::vector<double> weights;
     std::vector<std::vector<double>> sched; /* flattened steps of each increment */
     std::vector<size_t> sched_id;           /* first increment with the same steps */
@@ -2108,7 +2142,10 @@ class EadpCuda {
     DeviceBuffer<uint8_t> arena;
     Layout L{};
     Stream cs, xs; /* compute, copies */
+    static const int kMaxBranches = 8;
+    Stream bs[kMaxBranches]; /* the FED chains (enqueue_fed) */
     Event conv[kMaxSlots], copied[kMaxSlots];
+    Event fork_ev, join_ev[kMaxBranches];
     bool copy_issued[kMaxSlots] = {false, false, false};
     /* Device stage times for the debug log (report()). */
     enum { kUpload, kPrepare, kFed, kOutput, kDownload, kNumStages };
@@ -2118,6 +2155,7 @@ class EadpCuda {
     struct GraphEntry {
         size_t id = 0;
         int cur = 0;
+        int slot = -1; /* the output slot its last launches write (-1: none) */
         bool valid = false;
         GraphExec exec;
     };
@@ -2132,15 +2170,17 @@ class EadpCuda {
     template <typename T> T *ubuf(int which) const;
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                               int *cur, float *out = NULL);
-    bool output_in_fed(size_t nsteps, size_t nb) const;
+                               int *cur, float *out, cudaStream_t st);
+    hyprof_status_t launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
+                                   int *cur, float *out, cudaStream_t st);
+    bool output_in_fed(size_t nsteps) const;
+    size_t fed_branches(size_t nb) const;
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
-    hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur);
-    hyprof_status_t enqueue_fed_bands(const std::vector<double> &steps, size_t b0, size_t nb,
-                                      int *cur);
+    hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
+                                float *out);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
@@ -2229,8 +2269,10 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)sizeof(SelTailShared)));
-    const int l2 = env_int("HYPROF_EADP_L2_BANDS", 0);
-    l2_bands = l2 > 0 ? (size_t)l2 : 0;
+    /* 2 concurrent FED chains by default: FED 1.34 ms a call against 1.37
+     * for 3 and 1.53 for one (H100, 03:03 round; header comment). */
+    const int fbr = env_int("HYPROF_EADP_FED_BRANCHES", 2);
+    fed_branches_max = fbr < 1 ? 1 : fbr > kMaxBranches ? (size_t)kMaxBranches : (size_t)fbr;
     /* Float FED: the Leja step order keeps float within ~1e-6 of double on real
      * data (DESIGN.md's bound: 1e-4); half the bytes per step. */
     const char *prec = getenv("HYPROF_EADP_PRECISION");
@@ -2366,6 +2408,14 @@ hyprof_status_t EadpCuda::plan()
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
     HYPROF_TRY(cs.create(ctx, op));
     HYPROF_TRY(xs.create(ctx, op));
+    const size_t nbr = fed_branches(group);
+    if (nbr > 1) {
+        HYPROF_TRY(fork_ev.create(ctx, op));
+        for (size_t j = 0; j < nbr; ++j) {
+            HYPROF_TRY(bs[j].create(ctx, op));
+            HYPROF_TRY(join_ev[j].create(ctx, op));
+        }
+    }
     for (size_t s = 0; s < nslots; ++s) {
         HYPROF_TRY(conv[s].create(ctx, op));
         HYPROF_TRY(copied[s].create(ctx, op));
@@ -2376,13 +2426,23 @@ hyprof_status_t EadpCuda::plan()
     HYPROF_CUDA_CHECK(cudaMemcpyAsync(dev<double>(L.w), weights.data(),
                                       weights.size() * sizeof(double), cudaMemcpyHostToDevice,
                                       cs.get()));
-    /* Graphs: one per (schedule, starting buffer) that occurs at least twice
-     * (every group starts with u in buffer A, so the sequence is the same). */
+    /* Graphs: one per (schedule, starting buffer, output slot) that occurs
+     * at least twice (every group starts with u in buffer A, so the sequence
+     * is the same). */
     if (use_graphs) {
-        std::vector<std::pair<size_t, int>> keys(C);
+        struct Key {
+            size_t id;
+            int cur, slot;
+            bool operator==(const Key &o) const
+            {
+                return id == o.id && cur == o.cur && slot == o.slot;
+            }
+        };
+        std::vector<Key> keys(C);
         int cur = 0;
         for (size_t i = 0; i < C; ++i) {
-            keys[i] = {sched_id[i], cur};
+            const int slot = output_in_fed(sched[i].size()) ? (int)((i + 1) % nslots) : -1;
+            keys[i] = {sched_id[i], cur, slot};
             cur ^= (int)(((sched[i].size() + (size_t)fuse - 1) / (size_t)fuse) & 1);
         }
         std::vector<size_t> first_of; /* increments that get a graph */
@@ -2398,8 +2458,9 @@ hyprof_status_t EadpCuda::plan()
         }
         graphs = std::vector<GraphEntry>(first_of.size());
         for (size_t e = 0; e < first_of.size(); ++e) {
-            graphs[e].id = keys[first_of[e]].first;
-            graphs[e].cur = keys[first_of[e]].second;
+            graphs[e].id = keys[first_of[e]].id;
+            graphs[e].cur = keys[first_of[e]].cur;
+            graphs[e].slot = keys[first_of[e]].slot;
         }
     }
     hyprof__log(ctx, HYPROF_LOG_DEBUG,
@@ -2542,34 +2603,53 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     return clock.end(ctx, op, tid, st);
 }
 
-/* The FED steps of one increment on the compute stream; *cur: buffer of u.
- * With l2_bands, the bands go through all the increment's launches a few at
- * a time: their u, u' and g (24 bytes per pixel and band) then stay in L2
- * from one launch to the next. Every chunk ends in the same buffer. */
-hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur)
+/* The FED steps of one increment (bands 0 .. nb - 1) from the compute
+ * stream; *cur: buffer of u; out: the output slot the last launch writes, or
+ * NULL. The bands go through the launches in fed_branches(nb) groups, each a
+ * chain of launches on a stream of its own, forked from and joined to the
+ * compute stream (in a graph: parallel branches): while one chain's launch
+ * drains its last wave, the other's fills the SMs it frees (one chain of
+ * all bands left them idle at each of the 32 launches' tail and gap). Every
+ * chain ends in the same buffer. */
+hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
+                                      float *out)
 {
-    const size_t chunk = l2_bands > 0 && l2_bands < nb ? l2_bands : nb;
+    const size_t nbr = fed_branches(nb);
+    if (nbr == 1 || steps.empty())
+        return launch_fed_any(steps, 0, nb, cur, out, cs.get());
+    HYPROF_CUDA_CHECK(cudaEventRecord(fork_ev.get(), cs.get()));
     int c = *cur;
-    for (size_t b0 = 0; b0 < nb; b0 += chunk) {
+    for (size_t j = 0; j < nbr; ++j) {
+        const size_t b0 = j * nb / nbr, n = (j + 1) * nb / nbr - b0;
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(bs[j].get(), fork_ev.get(), 0));
         c = *cur;
-        HYPROF_TRY(enqueue_fed_bands(steps, b0, nb - b0 < chunk ? nb - b0 : chunk, &c));
+        HYPROF_TRY(launch_fed_any(steps, b0, n, &c, out, bs[j].get()));
+        HYPROF_CUDA_CHECK(cudaEventRecord(join_ev[j].get(), bs[j].get()));
     }
+    for (size_t j = 0; j < nbr; ++j)
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), join_ev[j].get(), 0));
     *cur = c;
     return HYPROF_OK;
 }
 
-/* The launches of enqueue_fed for bands b0 .. b0 + nb - 1. */
-hyprof_status_t EadpCuda::enqueue_fed_bands(const std::vector<double> &steps, size_t b0,
-                                            size_t nb, int *cur)
+/* How many chains enqueue_fed splits nb bands into. */
+size_t EadpCuda::fed_branches(size_t nb) const
 {
-    return f32 ? launch_fed<float>(steps, b0, nb, cur) : launch_fed<double>(steps, b0, nb, cur);
+    return nb < fed_branches_max ? nb : fed_branches_max;
+}
+
+/* launch_fed in the FED's precision. */
+hyprof_status_t EadpCuda::launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
+                                         int *cur, float *out, cudaStream_t st)
+{
+    return f32 ? launch_fed<float>(steps, b0, nb, cur, out, st)
+               : launch_fed<double>(steps, b0, nb, cur, out, st);
 }
 
 template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur, float *out)
+                                     int *cur, float *out, cudaStream_t st)
 {
-    cudaStream_t st = cs.get();
     const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
@@ -2657,77 +2737,70 @@ static void count_fed(size_t nsteps, int fuse, size_t pix, size_t chunks, size_t
 }
 
 /* Whether the increment's last FED launch writes its profile band too
- * (fed_shfl_kernel, all bands in one chunk, at least one step). */
-bool EadpCuda::output_in_fed(size_t nsteps, size_t nb) const
+ * (fed_shfl_kernel, at least one step). */
+bool EadpCuda::output_in_fed(size_t nsteps) const
 {
-    return shfl && fed_output && nsteps > 0 && !(l2_bands > 0 && l2_bands < nb);
+    return shfl && fed_output && nsteps > 0;
 }
 
 /* Increment i (1-based) on the compute stream: the FED steps (from a graph
- * when this schedule repeats), then its output. */
+ * when this schedule repeats), then its output. With the output in the
+ * last launch, the whole increment waits for its slot to be free (the
+ * download of increment i - nslots), outside the timed interval: the
+ * downloads take longer than the FED, so this costs nothing with 2 or more
+ * slots, and the graph then holds all the increment's launches. */
 hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
 {
     const std::vector<double> &all = sched[i - 1];
     size_t tid;
-    const size_t chunks = l2_bands > 0 && l2_bands < nb ? (nb + l2_bands - 1) / l2_bands : 1;
-    count_fed(all.size(), fuse, nb * npix, chunks, &fed_launches, &fed_max_steps,
+    count_fed(all.size(), fuse, nb * npix, fed_branches(nb), &fed_launches, &fed_max_steps,
               &fed_launch_pix, &fed_step_pix);
-    /* With the output in the last launch, the graph holds the launches
-     * before it, and the last one (its slot changes) is launched here. */
-    const bool fo = output_in_fed(all.size(), nb);
-    const size_t per = fuse > 1 ? (size_t)fuse : 1;
-    const std::vector<double> head(
-        all.begin(), all.begin() + (ptrdiff_t)(fo ? (all.size() - 1) / per * per : all.size()));
-    GraphEntry *ge = NULL;
-    for (size_t e = 0; e < graphs.size() && !head.empty(); ++e)
-        if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur)
-            ge = &graphs[e];
-    if (ge) {
-        const size_t launches = (head.size() + per - 1) / per;
-        if (!ge->valid) {
-            cudaStream_t st = cs.get();
-            HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-            int c = *cur;
-            hyprof_status_t s = enqueue_fed(head, nb, &c);
-            cudaGraph_t graph = NULL;
-            cudaError_t e = cudaStreamEndCapture(st, &graph);
-            if (s != HYPROF_OK) {
-                if (graph)
-                    (void)cudaGraphDestroy(graph);
-                (void)cudaGetLastError();
-                return s;
-            }
-            if (e != cudaSuccess)
-                return hyprof__cuda_fail(ctx, op, e, "cudaStreamEndCapture");
-            e = cudaGraphInstantiate(ge->exec.put(), graph, 0);
-            (void)cudaGraphDestroy(graph);
-            if (e != cudaSuccess)
-                return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
-            ge->valid = true;
-        }
-        /* Outside the capture, after the instantiation (host work while the
-         * stream may be idle): the events time the graph's execution. */
-        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
-        *cur ^= (int)(launches & 1);
-    } else {
-        HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-        HYPROF_TRY(enqueue_fed(head, nb, cur));
-    }
-    if (!fo) {
-        HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
-        return enqueue_output(i, nb, *cur);
-    }
-    /* The wait for the slot outside the timed intervals (the FED stage
-     * would count the download). */
-    HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+    const bool fo = output_in_fed(all.size());
     const size_t s = i % nslots;
-    if (copy_issued[s]) /* the slot's previous band is on the host */
-        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
-    const std::vector<double> tail(all.begin() + (ptrdiff_t)head.size(), all.end());
+    float *out = NULL;
+    if (fo) {
+        if (copy_issued[s]) /* the slot's previous band is on the host */
+            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
+        out = dev<float>(L.slot0 + s * L.slot_bytes);
+    }
+    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    GraphEntry *ge = NULL;
+    for (size_t e = 0; e < graphs.size() && !all.empty(); ++e)
+        if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur &&
+            graphs[e].slot == (fo ? (int)s : -1))
+            ge = &graphs[e];
+    if (ge && !ge->valid) {
+        cudaStream_t st = cs.get();
+        HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        int c = *cur;
+        hyprof_status_t r = enqueue_fed(all, nb, &c, out);
+        cudaGraph_t graph = NULL;
+        cudaError_t e = cudaStreamEndCapture(st, &graph);
+        if (r != HYPROF_OK) {
+            if (graph)
+                (void)cudaGraphDestroy(graph);
+            (void)cudaGetLastError();
+            return r;
+        }
+        if (e != cudaSuccess)
+            return hyprof__cuda_fail(ctx, op, e, "cudaStreamEndCapture");
+        e = cudaGraphInstantiate(ge->exec.put(), graph, 0);
+        (void)cudaGraphDestroy(graph);
+        if (e != cudaSuccess)
+            return hyprof__cuda_fail(ctx, op, e, "cudaGraphInstantiate");
+        ge->valid = true;
+    }
+    /* Outside the capture, after the instantiation (host work while the
+     * stream may be idle): the events time the FED's execution. */
     HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
-    HYPROF_TRY(launch_fed<float>(tail, 0, nb, cur, dev<float>(L.slot0 + s * L.slot_bytes)));
+    if (ge) {
+        HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
+        *cur ^= (int)(((all.size() + per - 1) / per) & 1);
+    } else
+        HYPROF_TRY(enqueue_fed(all, nb, cur, out));
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
+    if (!fo)
+        return enqueue_output(i, nb, *cur);
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), cs.get()));
     return HYPROF_OK;
 }
