@@ -28,6 +28,14 @@
  *               Nsight, one call): selection 0.101 ms (main 0.141), prep
  *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
  *               0.264 ms of event time against 0.324 with all four off.
+ *               Tried and slower (H100, 02:55 and 03:08 rounds, CUPTI
+ *               kernel times): the first histogram counted in prep_kernel
+ *               (warp-aggregated shared atomics; prep 107.6 us against
+ *               89.4) and the setup and scans run by the launches' last
+ *               blocks (sel_hist 41.5 and 29.5 us against 19.4 + 5.2 and
+ *               14.4 + 5.2 for hist + scan), prepare 0.322 ms against
+ *               0.310; diffuse_cond on 32-row tiles, all loads first (64
+ *               registers), 64.4 us against 57.1.
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
  *               for the float FED's default kernel (fed_shfl_body) the edge
  *               conductances towards the east and south neighbours instead
@@ -2916,8 +2924,16 @@ hyprof_status_t EadpCuda::run()
     HYPROF_TRY(plan());
     /* The output is (count+1) times the input: pinned, its downloads overlap
      * the FED steps for real (pageable copies ran at a fraction of the bus). */
-    HostPin out_pin;
+    HostPin out_pin, in_pin;
     out_pin.pin(a->out, a->bands * (C + 1) * npix * sizeof(float));
+    /* The input pinned too: its upload is then a DMA that returns at once, so
+     * the prepare stage's launches are queued while it runs and the stage
+     * starts when it ends. After a pageable upload (it returns when done)
+     * the device waited for the host's first launches: prepare 0.292 ms of
+     * event time against 0.251 pinned, upload 3.58 ms against 0.38 (H100,
+     * 03:12 round). */
+    if (!dev_x)
+        in_pin.pin(const_cast<float *>(a->x), a->bands * npix * sizeof(float));
     for (size_t g0 = 0; g0 < a->bands; g0 += group) {
         const size_t nb = a->bands - g0 < group ? a->bands - g0 : group;
         if (nb != group)

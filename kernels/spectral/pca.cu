@@ -42,7 +42,13 @@
  * covariance producers copying a float a lane 0.538 ms, mbarrier hand-over
  * 0.543 (0.455 with the 16-byte producers), m16n8k16 fragments 0.604, 2 x 4
  * tile blocks 0.609 / 0.580, converting a pixel a lane; projection with one
- * tile 0.173, six steps 0.177, pixels staged in shared memory 0.179. */
+ * tile 0.173, six steps 0.177, pixels staged in shared memory 0.179.
+ * Stage event windows (H100, 03:12 round, hyprof_bench EADP Houston, CUDA
+ * events, main in the same run): covariance 0.566 ms against 0.616 (the
+ * end mark queued before the host drains the streams, shift_kernel with
+ * pass 1), eigh 0.002 against 0.055 (the mean and covariance written into
+ * mapped page-locked memory by gram_finish_kernel: HostStage), projection
+ * 0.186 against 0.202 (the end mark before the drain). */
 #include "../core/cuda_util.h"
 #include "../core/stage_clock.h"
 
@@ -54,6 +60,7 @@
 #include <climits>
 #include <ctime>
 #include <cuda_pipeline.h>
+#include <mutex>
 #include <lapacke.h>
 
 /* OpenBLAS's pool (weak: any LAPACK works, then its own settings apply). */
@@ -1057,7 +1064,8 @@ const int kFinX = 32, kFinY = 8;
 __global__ void __launch_bounds__(kFinX * kFinY)
     gram_finish_kernel(const double *__restrict__ partial, const double *__restrict__ psum,
                        int ncta, int bands, const double *__restrict__ shift, double n,
-                       double *__restrict__ a, double *__restrict__ mean)
+                       double *__restrict__ a, double *__restrict__ mean,
+                       double *__restrict__ host)
 {
     __shared__ double sg[kFinY][kFinX], ssi[kFinY][kFinX], ssj[kFinY][kFinX];
     const int tx = (int)threadIdx.x % kFinX, ty = (int)threadIdx.x / kFinX;
@@ -1088,8 +1096,14 @@ __global__ void __launch_bounds__(kFinX * kFinY)
     const double c = (G - Si * (Sj / n)) / (n - 1.0);
     a[idx] = c;
     a[j + (size_t)i * bands] = c;
+    const double mu = i == j ? shift[i] + Si / n : 0.0;
     if (i == j)
-        mean[i] = shift[i] + Si / n;
+        mean[i] = mu;
+    if (host) { /* mapped host memory (HostStage): the mean, then the lower triangle */
+        host[bands + idx] = c;
+        if (i == j)
+            host[i] = mu;
+    }
 }
 
 /* Y = (X - mean) V of a resident cube on the FP64 tensor cores (the
@@ -1280,6 +1294,66 @@ static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
                 clock.ms(kPcaProjection), clock.ms(kPcaDownload));
 }
 
+/* Page-locked, device-mapped host memory for the mean and the covariance on
+ * their way to the host eigh (B + B x B doubles), kept for the process
+ * (allocating it costs host milliseconds, freeing it synchronises the
+ * device). The copies into the caller's pageable arrays took 53-58 us of
+ * the eigh stage's event time (H100, Houston size: the driver's staging),
+ * pinned copies 16-20 us; gram_finish_kernel writes into it directly
+ * instead, so the stage holds no device work. One fit holds it at a time; a
+ * concurrent fit copies to pageable memory as before. */
+class HostStage {
+  public:
+    HostStage() = default;
+    HostStage(const HostStage &) = delete;
+    HostStage &operator=(const HostStage &) = delete;
+    ~HostStage()
+    {
+        if (held_) {
+            std::lock_guard<std::mutex> lock(pool().m);
+            pool().busy = false;
+        }
+    }
+    /* count doubles, or NULL (busy, or no page-locked memory) */
+    double *take(size_t count)
+    {
+        Pool &p = pool();
+        std::lock_guard<std::mutex> lock(p.m);
+        if (p.busy)
+            return NULL;
+        if (p.count < count) {
+            void *q = NULL;
+            if (p.buf)
+                (void)cudaFreeHost(p.buf);
+            p.buf = NULL;
+            p.count = 0;
+            if (cudaHostAlloc(&q, count * sizeof(double),
+                              cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+                (void)cudaGetLastError();
+                return NULL;
+            }
+            p.buf = static_cast<double *>(q);
+            p.count = count;
+        }
+        p.busy = held_ = true;
+        return p.buf;
+    }
+
+  private:
+    struct Pool {
+        std::mutex m;
+        double *buf = NULL; /* never freed: the driver may be gone at exit */
+        size_t count = 0;
+        bool busy = false;
+    };
+    static Pool &pool()
+    {
+        static Pool p;
+        return p;
+    }
+    bool held_ = false;
+};
+
 /* All eigenvalues, and the eigenvectors of the top k only (columns B - k ..
  * B - 1 of a, the others zeroed), of the B x B matrix in a (lower triangle):
  * the tridiagonal form (dsytrd), all its eigenvalues (dsterf), the top k
@@ -1327,16 +1401,35 @@ static lapack_int eigh_top(size_t B, size_t k, double *a, double *w)
  * logged apart from the device stages. */
 static hyprof_status_t eigh_on_host(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
                                     const double *d_mean, const double *d_A, cudaStream_t st,
-                                    PcaClock &clock, size_t tid)
+                                    PcaClock &clock, size_t tid, double *stage, bool staged)
 {
     static const char op[] = "pca";
     const size_t B = a->bands;
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean, B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
-    HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A, B * B * sizeof(double),
-                                      cudaMemcpyDeviceToHost, st));
+    /* stage (HostStage, B + B x B): staged, gram_finish_kernel wrote the
+     * mean and the lower triangle there; else one pinned copy of both. */
+    if (stage && !staged) {
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(stage, d_mean, B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(stage + B, d_A, B * B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+    } else if (!stage) {
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->mean, d_mean, B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+        HYPROF_CUDA_CHECK(cudaMemcpyAsync(a->eigenvectors, d_A, B * B * sizeof(double),
+                                          cudaMemcpyDeviceToHost, st));
+    }
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (stage) {
+        memcpy(a->mean, stage, B * sizeof(double));
+        if (staged) /* both triangles from the lower one: the matrix d_A holds */
+            for (size_t j = 0; j < B; ++j)
+                for (size_t i = j; i < B; ++i)
+                    a->eigenvectors[i + j * B] = a->eigenvectors[j + i * B] =
+                        stage[B + i + j * B];
+        else
+            memcpy(a->eigenvectors, stage + B, B * B * sizeof(double));
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* One BLAS thread: a B x B eigh gains nothing from the pool, and its
@@ -1491,17 +1584,17 @@ static TcLaunch tc_launch(size_t n, size_t B)
     return L;
 }
 
-/* The fused covariance of a resident cube: the shift, the one pass and the
- * finish, into d_A (the covariance, both triangles) and d_mean. The caller
- * allocated `partial` (L.ncta B x B) and `psum` (L.ncta B). */
+/* The fused covariance of a resident cube about the shift in d_shift
+ * (shift_kernel, launched with pass 1): the one pass and the finish, into
+ * d_A (the covariance, both triangles) and d_mean, and with `host`
+ * (device-mapped HostStage memory) the mean and the lower triangle there
+ * too. The caller allocated `partial` (L.ncta B x B) and `psum` (L.ncta B). */
 static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const float *d_cube,
                                   size_t n, size_t B, const uint8_t *d_mask, size_t nvalid,
                                   double *d_shift, double *partial, double *psum, double *d_A,
-                                  double *d_mean, cudaStream_t st)
+                                  double *d_mean, double *host, cudaStream_t st)
 {
     static const char op[] = "pca";
-    shift_kernel<<<(unsigned)B, kThreads, 0, st>>>(d_cube, n, d_mask, d_shift);
-    HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
     {
         const float *x = d_cube;
         int nb = (int)B;
@@ -1513,7 +1606,7 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
     }
     HYPROF_CUDA_CHECK_LAUNCH("gram_tc_kernel");
     gram_finish_kernel<<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
-        partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean);
+        partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_A, d_mean, host);
     HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
     return HYPROF_OK;
 }
@@ -1545,6 +1638,20 @@ static hyprof_status_t eigh_jacobi(hyprof_ctx_t *ctx, cusolverDnHandle_t h, doub
     return st;
 }
 
+/* Closes stage interval tid and waits for both pipeline streams: the end
+ * mark queued on stream 0 behind slot 1's last chunk, before the host
+ * waits, so that the interval ends with the device work. Recorded after
+ * the drain, it held the host's wake-up and the record's own latency:
+ * covariance 0.605 and projection 0.197 ms of event time against 0.586 and
+ * 0.183 (H100, 02:55 round). */
+static hyprof_status_t end_then_drain(hyprof_ctx_t *ctx, const char *op, Pipeline &pipe,
+                                      PcaClock &clock, size_t tid)
+{
+    HYPROF_CUDA_CHECK(cudaStreamWaitEvent(pipe.stream(0), pipe.slot[1].done.get(), 0));
+    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    return pipe.drain(ctx, op);
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
@@ -1573,8 +1680,6 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     HYPROF_CUDA_CHECK(cudaMemcpy(d_V.get(), ap->vectors, B * K * sizeof(double),
                                  cudaMemcpyHostToDevice));
     const double one = 1.0, zero = 0.0;
-    size_t tid;
-    HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
     /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed
      * apply; =pair or =one: project_kernel<2> or <1> on the CUDA cores;
      * default: project_tc_kernel (m16n8k8 on sm_90, m8n8k4 elsewhere or
@@ -1589,6 +1694,8 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    size_t tid;
+    HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
     /* Two tiles a warp (32 consecutive pixels, 128 bytes of each band), two
      * steps of 8 bands loaded together: 168 us for Houston on an H100 against
      * 173 for one tile and three steps (15:49 round). */
@@ -1634,8 +1741,7 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
         HYPROF_TRY(pipe.release(ctx, op, s));
         HYPROF_TRY(hyprof__progress(ctx, 0.6 + 0.35 * (double)(i + 1) / (double)nch, op));
     }
-    HYPROF_TRY(pipe.drain(ctx, op));
-    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    HYPROF_TRY(end_then_drain(ctx, op, pipe, clock, tid));
     int consumed = 0;
     if (a->on_device) {
         HYPROF_TRY(clock.collect(ctx, op)); /* before the consumer's own work */
@@ -1686,6 +1792,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     Blas blas[2];
     Solver solver;
     PcaClock clock;
+    HostStage hstage;
     size_t tid;
 
     /* The eigen-decomposition runs on the host unless $HYPROF_PCA_EIGH says
@@ -1771,6 +1878,19 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         ctx->error[0] = '\0'; /* not an error: the two-pass path follows */
         fused = false;
     }
+    /* The mean and covariance reach the host eigh through HostStage: written
+     * there by gram_finish_kernel (fused: eigh stage 0.002 ms of event time
+     * against 0.016-0.020 for pinned copies, 0.053 for pageable ones, H100,
+     * 02:55 round), else copied. */
+    double *stage = host_eigh ? hstage.take(B + B * B) : NULL;
+    double *mapped = NULL;
+    if (stage && fused) {
+        void *dp = NULL;
+        if (cudaHostGetDevicePointer(&dp, stage, 0) == cudaSuccess)
+            mapped = static_cast<double *>(dp);
+        else
+            (void)cudaGetLastError();
+    }
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, 0, NULL, m, !resident));
     const size_t nch = pipe.nchunks();
     for (int s = 0; s < (nch > 1 ? 2 : 1); ++s)
@@ -1835,6 +1955,10 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         mean_kernel<<<(unsigned)div_up(B, kThreads), kThreads, 0, pipe.stream(0)>>>(
             d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
         HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
+    } else { /* the shift (a sample's mean) with pass 1, as the two-pass path's mean */
+        shift_kernel<<<(unsigned)B, kThreads, 0, pipe.stream(0)>>>(
+            d_cube.get(), N, a->mask ? d_cmask.get() : NULL, d_shift.get());
+        HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
     }
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
@@ -1845,7 +1969,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     if (fused)
         HYPROF_TRY(gram_fused(ctx, tcl, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
                               a->nvalid, d_shift.get(), d_tcpart.get(), d_tcsum.get(), d_A.get(),
-                              d_mean.get(), pipe.stream(0)));
+                              d_mean.get(), mapped, pipe.stream(0)));
     else if (resident)
         HYPROF_TRY(gram_resident(ctx, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
                                  d_mean.get(), d_cov[0].get(), pipe.stream(0), &gram_done));
@@ -1865,9 +1989,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
         HYPROF_TRY(hyprof__progress(
             ctx, pscale * (0.45 + 0.45 * (double)(i + 1) / (double)nch), "pca"));
     }
-    HYPROF_TRY(pipe.drain(ctx, op));
-
-    HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
+    HYPROF_TRY(end_then_drain(ctx, op, pipe, clock, tid));
 
     /* ---- eigen-decomposition ---- */
     cudaStream_t st = pipe.stream(0);
@@ -1883,7 +2005,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * and LAPACK 1.9 ms of host time, the same wall time, the device free.
      * $HYPROF_PCA_EIGH=device (cuSOLVER syevd) or =jacobi (syevj). */
     if (host_eigh) {
-        HYPROF_TRY(eigh_on_host(ctx, a, d_mean.get(), d_A.get(), st, clock, tid));
+        HYPROF_TRY(eigh_on_host(ctx, a, d_mean.get(), d_A.get(), st, clock, tid, stage,
+                                mapped != NULL));
     } else {
         HYPROF_CUSOLVER_CHECK(cusolverDnSetStream(solver.get(), st));
         if (eig_env && strcmp(eig_env, "jacobi") == 0)
