@@ -102,7 +102,13 @@
  *               Not kept: a persistent grid whose CTAs prefetch their next
  *               region (cp.async) while computing one, tried in the 15:10
  *               round: FED 1.70-1.82 ms a call against 1.585 (H100; issue
- *               slots no fuller, the copies' MIO queue full).
+ *               slots no fuller, the copies' MIO queue full). Nor with
+ *               Hopper bulk copies (one cp.async.bulk a row into shared
+ *               memory, mbarrier; 2026-11-27 03:06 round, H100,
+ *               Nsight): 48.4 us an ordinary launch against 44.4, 52.0-53.1
+ *               an output launch against 52.9-54.2 (a per-lane copy is
+ *               issued one lane at a time: 26.1 M instructions against
+ *               21.0, the copying warps late at every first barrier).
  *               Schedule: the bands go through an increment's launches in
  *               $HYPROF_EADP_FED_BRANCHES (2) chains of launches, each on a
  *               stream of its own (parallel branches of the increment's
