@@ -10,7 +10,7 @@ PACKAGES=(
   libgdal-dev gdal-bin python3-gdal libjson-c-dev
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
   qgis python3-qgis qgis-providers
-  libsvm-dev python3-libsvm
+  libsvm-dev python3-libsvm libsvm-tools
 )
 
 missing=()
