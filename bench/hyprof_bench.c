@@ -1011,6 +1011,8 @@ static void keep_eadp_device(void *user, hyprof_log_level_t level, const char *m
 {
     (void)user;
     (void)level;
+    if (getenv("HYPROF_BENCH_TRACE")) /* the library's debug lines (which covariance ran...) */
+        fprintf(stderr, "%s\n", message);
     const char *colon = strchr(message, ':'), *p = strstr(message, "device ms:");
     if (!colon || colon - message > 8)
         return;

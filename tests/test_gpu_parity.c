@@ -37,9 +37,11 @@ static void check(int ok, const char *what, double value, double tol)
 
 /* A cube with a few well-separated latent factors (so the leading principal
  * components are well conditioned), a smooth mean spectrum and noise.
- * `masked` of the pixels are nodata (mask 0, value -9999). */
+ * `masked` of the pixels are nodata (mask 0, value -9999). `spread` scales
+ * the factors; `integer`: the values rounded to integers, as sensors store
+ * them (the CUDA covariance's exact integer path). */
 static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint64_t seed,
-                     double masked, double offset)
+                     double masked, double offset, double spread, int integer)
 {
     g_rng = seed;
     if (hyprof_cube_alloc(cube, HYPROF_FLOAT32, w, h, bands) != HYPROF_OK)
@@ -54,7 +56,7 @@ static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint
     }
     for (size_t k = 0; k < nf; k++)
         for (size_t b = 0; b < bands; b++)
-            load[k * bands + b] = rng_normal() * 300.0 / pow(1.9, (double)k);
+            load[k * bands + b] = rng_normal() * 300.0 * spread / pow(1.9, (double)k);
     for (size_t p = 0; p < npix; p++) {
         for (size_t k = 0; k < nf; k++)
             z[k] = rng_normal();
@@ -62,7 +64,7 @@ static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint
             double v = offset + 2000.0 + 800.0 * sin(0.05 * (double)b) + 3.0 * rng_normal();
             for (size_t k = 0; k < nf; k++)
                 v += z[k] * load[k * bands + b];
-            x[p + b * npix] = (float)v;
+            x[p + b * npix] = integer ? (float)rint(v) : (float)v;
         }
     }
     free(load);
@@ -153,8 +155,23 @@ static double compare_projection(const hyprof_cube_t *in, const hyprof_cube_t *r
     return worst;
 }
 
+/* Which covariance the CUDA fit's debug log named: 'i' exact integers, 'f'
+ * FP64 after the integer check failed, 0 neither (another path). */
+static char g_cov_path;
+
+static void log_cov_path(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    (void)level;
+    if (strstr(message, "pca: covariance exact in integers"))
+        g_cov_path = 'i';
+    else if (strstr(message, "pca: covariance in FP64"))
+        g_cov_path = 'f';
+}
+
+/* path: the covariance the default mode must take ('i', 'f' or 0; '?' any). */
 static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
-                     hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
+                     hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, char path)
 {
     size_t npix = cube->width * cube->height, B = cube->bands;
     hyprof_pca_model_t *mc = NULL;
@@ -181,6 +198,7 @@ static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
         char what[256];
         set_mode(&g_modes[mi], npix);
         hyprof_pca_model_t *mg = NULL;
+        g_cov_path = 0;
         hyprof_status_t st = hyprof_pca_fit(gpu, cube, ncomp, &mg);
         g_checks++;
         if (st != HYPROF_OK) {
@@ -188,6 +206,10 @@ static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
                  hyprof_status_text(st), hyprof_ctx_last_error(gpu));
             continue;
         }
+        g_checks++;
+        if (mi == 0 && path != '?' && g_cov_path != path)
+            FAIL("%s: the CUDA covariance took path '%c', expected '%c' (i: exact integers, "
+                 "f: FP64 fallback)", label, g_cov_path ? g_cov_path : '-', path ? path : '-');
         snprintf(what, sizeof what, "%s [%s] pca fit", label, g_modes[mi].name);
         expect_cuda(gpu, what);
         const double *mean_g = hyprof_pca_model_mean(mg), *ev_g = hyprof_pca_model_eigenvalues(mg),
@@ -366,12 +388,12 @@ static void test_dwt(const char *label, const hyprof_cube_t *cube, const char *w
 }
 
 static void test_cube(const char *label, const hyprof_cube_t *cube, size_t ncomp,
-                      hyprof_ctx_t *cpu, hyprof_ctx_t *gpu)
+                      hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, char path)
 {
     static const char *wavelets[] = {"haar", "db2", "db4", "bior4.4"};
     printf("%s: %zu x %zu x %zu, %zu valid pixels\n", label, cube->width, cube->height,
            cube->bands, hyprof_cube_count_valid(cube));
-    test_pca(label, cube, ncomp, cpu, gpu);
+    test_pca(label, cube, ncomp, cpu, gpu, path);
     int maxl = hyprof_dwt_max_levels(cube->bands);
     for (size_t i = 0; i < sizeof wavelets / sizeof wavelets[0]; i++) {
         int levels[4] = {1, 2, 3, maxl}, nl = 0;
@@ -474,32 +496,48 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    hyprof_ctx_set_log(gpu, log_cov_path, NULL);
+    /* path: the CUDA covariance of the default mode: 'i' the exact integer
+     * kernel (integer-valued cubes of up to 144 bands), 'f' its FP64
+     * fallback (values that are not integers, or too far from the means),
+     * 0 neither (more than 144 bands: the two-pass path). */
     struct {
         const char *label;
         size_t w, h, b, ncomp;
         uint64_t seed;
-        double masked, offset;
+        double masked, offset, spread;
+        int integer;
+        char path;
     } cases[] = {
-        {"small-45b-masked", 37, 23, 45, 6, 11, 0.10, 0.0},
-        {"pavia-like-103b", 64, 48, 103, 7, 12, 0.0, 0.0},
-        {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05, 0.0},
-        {"tiny-5b", 9, 7, 5, 3, 14, 0.0, 0.0},
-        {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03, 0.0},
+        {"small-45b-masked", 37, 23, 45, 6, 11, 0.10, 0.0, 1.0, 0, 'f'},
+        {"pavia-like-103b", 64, 48, 103, 7, 12, 0.0, 0.0, 1.0, 0, 'f'},
+        {"multispectral-8b-masked", 150, 100, 8, 4, 13, 0.05, 0.0, 1.0, 0, 'f'},
+        {"tiny-5b", 9, 7, 5, 3, 14, 0.0, 0.0, 1.0, 0, 'f'},
+        {"wtc-like-224b-masked", 256, 200, 224, 7, 15, 0.03, 0.0, 1.0, 0, 0},
         /* 144 bands (the most the fused covariance takes) and means about
          * 300 times the bands' standard deviations: its one-pass formula
          * about a shift must not cancel */
-        {"offset-1e5-144b-masked", 320, 200, 144, 7, 17, 0.02, 1.0e5},
-        {"9b-9pc-masked", 41, 29, 9, 9, 16, 0.05, 0.0}, /* 9 > 8 components: 2 projection passes */
+        {"offset-1e5-144b-masked", 320, 200, 144, 7, 17, 0.02, 1.0e5, 1.0, 0, 'f'},
+        {"9b-9pc-masked", 41, 29, 9, 9, 16, 0.05, 0.0, 1.0, 0, 'f'}, /* 9 > 8 components: 2 projection passes */
+        /* integer-valued (as sensors store them): the exact integer
+         * covariance, with masked pixels, ragged tiles (37 bands), a large
+         * offset (integer shifts near 1e5) and two bands; values
+         * spread beyond 32767 of the mean fall back to FP64 */
+        {"int-144b-masked", 320, 200, 144, 7, 18, 0.02, 0.0, 1.0, 1, 'i'},
+        {"int-37b", 61, 43, 37, 5, 19, 0.0, 0.0, 1.0, 1, 'i'},
+        {"int-offset-1e5-144b", 200, 150, 144, 7, 20, 0.0, 1.0e5, 1.0, 1, 'i'},
+        {"int-2b-masked", 64, 64, 2, 2, 21, 0.05, 0.0, 1.0, 1, 'i'},
+        {"int-wide-64b", 160, 120, 64, 6, 22, 0.0, 0.0, 60.0, 1, 'f'},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         hyprof_cube_t c;
         memset(&c, 0, sizeof c);
         if (make_cube(&c, cases[i].w, cases[i].h, cases[i].b, cases[i].seed, cases[i].masked,
-                      cases[i].offset)) {
+                      cases[i].offset, cases[i].spread, cases[i].integer)) {
             FAIL("cannot build cube %s", cases[i].label);
             continue;
         }
-        test_cube(cases[i].label, &c, cases[i].ncomp, cpu, gpu);
+        test_cube(cases[i].label, &c, cases[i].ncomp, cpu, gpu, cases[i].path);
         if (i == sizeof cases / sizeof cases[0] - 1)
             test_cancel(&c);
         hyprof_cube_free(&c);
@@ -510,7 +548,7 @@ int main(int argc, char **argv)
         hyprof_ctx_t *bad = hyprof_ctx_new();
         hyprof_cube_t c;
         memset(&c, 0, sizeof c);
-        if (bad && make_cube(&c, 8, 8, 16, 21, 0.0, 0.0) == 0) {
+        if (bad && make_cube(&c, 8, 8, 16, 21, 0.0, 0.0, 1.0, 0) == 0) {
             hyprof_ctx_set_backend(bad, HYPROF_BACKEND_CUDA);
             if (hyprof_ctx_set_device(bad, ndev) == HYPROF_OK) {
                 hyprof_cube_t o;
@@ -535,7 +573,7 @@ int main(int argc, char **argv)
         hyprof_cube_t c;
         memset(&c, 0, sizeof c);
         if (w && h && b && load_raw(argv[1], w, h, b, &c) == 0) {
-            test_cube(argv[1], &c, b < 7 ? b : 7, cpu, gpu);
+            test_cube(argv[1], &c, b < 7 ? b : 7, cpu, gpu, '?'); /* either covariance */
             hyprof_cube_free(&c);
         } else if (!(w && h && b)) {
             FAIL("bad dimensions %s %s %s", argv[2], argv[3], argv[4]);
