@@ -1297,8 +1297,6 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
 template <int kTiles>
 struct ProjBulk {
     static const int kPix = kProjTcWarps * 16 * kTiles;
-    static const int kRow = kPix + 8; /* floats: 16-byte rows, 8 banks apart */
-    static const unsigned kCopy = (kPix + 4) * sizeof(float);
 };
 
 inline size_t project_bulk_smem_bytes(int bands, int tiles, int depth)
@@ -1357,6 +1355,8 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     typedef ProjBulk<kTiles> P;
+    const int kRow = P::kPix + 8; /* floats: 16-byte rows, 8 banks apart */
+    const unsigned kCopy = (P::kPix + 4) * sizeof(float);
     extern __shared__ double ptc_smem[];
     const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
     double *vs = ptc_smem, *ms = ptc_smem + 8 * bp;
@@ -1381,10 +1381,10 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
             for (int s = 0; s < steps; ++s) {
                 mbar_wait(empty + slot, phase ^ 1); /* the first use passes at once */
                 const int nb = bands - 8 * s < 8 ? bands - 8 * s : 8;
-                mbar_arrive_tx(full + slot, nb * P::kCopy);
+                mbar_arrive_tx(full + slot, nb * kCopy);
                 for (int r = 0; r < nb; ++r) {
                     const size_t at = ((size_t)(8 * s + r) * n + j * P::kPix) & ~(size_t)3;
-                    bulk_copy(stage + (slot * 8 + r) * P::kRow, x + at, P::kCopy, full + slot);
+                    bulk_copy(stage + (slot * 8 + r) * kRow, x + at, kCopy, full + slot);
                 }
                 if (++slot == depth) {
                     slot = 0;
@@ -1405,9 +1405,9 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
             acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
         for (int s = 0; s < steps; ++s) {
             const int b = 8 * s + t;
-            const float *r0 = stage + (slot * 8 + t) * P::kRow + pw + g + ((unsigned)b * n3 & 3);
+            const float *r0 = stage + (slot * 8 + t) * kRow + pw + g + ((unsigned)b * n3 & 3);
             const float *r1 =
-                stage + (slot * 8 + t + 4) * P::kRow + pw + g + ((unsigned)(b + 4) * n3 & 3);
+                stage + (slot * 8 + t + 4) * kRow + pw + g + ((unsigned)(b + 4) * n3 & 3);
             float f[kTiles][4];
             mbar_wait(full + slot, phase);
 #pragma unroll
