@@ -1588,45 +1588,95 @@ inline size_t project_tc_smem_bytes(size_t bands)
     return (bp * 8 + bp) * sizeof(double);
 }
 
-/* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
- * are issued together. Used with 2 and 2 by the fit-transform (168 us for
- * Houston on an H100, 15:49 round, 70 % of the DRAM bandwidth: the warps
- * wait on their loads), 1 and 3 by the streamed apply (173 us); 4 tiles (64
- * consecutive pixels, but 120 registers: half the warps) took 196 us (13:11),
- * 1 and 6 177 us (15:49). */
-template <bool kSplit, int kTiles, int kUnroll>
-__global__ void __launch_bounds__(32 * kProjTcWarps)
-    project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
-                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
-                      const double *__restrict__ V, size_t k0, int nk, float nodata,
-                      float *__restrict__ out)
+/* V[b][c] of components k0 + c (zero-padded to bp bands and 8 components)
+ * and the mean (zero-padded) into shared memory, by the whole block. */
+__device__ __forceinline__ void project_tc_stage_v(double *vs, double *ms, int bands, int bp,
+                                                   const double *__restrict__ mean,
+                                                   const double *__restrict__ V, size_t k0,
+                                                   int nk)
 {
-    extern __shared__ double ptc_smem[];
-    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
-    double *vs = ptc_smem;         /* [bp][8]: V[b][c] of components k0 + c */
-    double *ms = ptc_smem + 8 * bp; /* [bp] */
     for (int i = threadIdx.x; i < 8 * bp; i += blockDim.x) {
         const int b = i / 8, c = i % 8;
         vs[i] = b < bands && c < nk ? V[(size_t)b + (k0 + (size_t)c) * bands] : 0.0;
     }
     for (int i = threadIdx.x; i < bp; i += blockDim.x)
         ms[i] = i < bands ? mean[i] : 0.0;
-    __syncthreads();
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const size_t base = ((size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5)) * 16 * kTiles;
-    if (base >= n)
-        return;
-    /* Pixels of tile q: base + 16 q + g (rows g) and + 8 (rows g + 8);
-     * masked pixels are read (coalesced) and zeroed; those past n read pixel 0. */
-    bool v[kTiles][2];
-    const float *xp[kTiles][2];
-    double acc[kTiles][4];
+}
+
+/* v[q][h]: pixel base + 16 q + g + 8 h is in the cube and not masked. */
+template <int kTiles>
+__device__ __forceinline__ void project_tc_valid(bool (&v)[kTiles][2], const uint8_t *__restrict__ mask,
+                                                 size_t n, size_t base, int g)
+{
 #pragma unroll
     for (int q = 0; q < kTiles; ++q)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const size_t p = base + 16 * q + g + 8 * h;
             v[q][h] = p < n && (!mask || mask[p]);
+        }
+}
+
+/* One step of 8 bands (b = 8 s + t and b + 4 of lane t) into the tiles'
+ * accumulators; f[q]: pixels g, g + 8 of band b, then of band b + 4. */
+template <bool kSplit, int kTiles>
+__device__ __forceinline__ void project_tc_step(double (&acc)[kTiles][4],
+                                                const bool (&v)[kTiles][2],
+                                                const float (&f)[kTiles][4], const double *vs,
+                                                const double *ms, int b, int bands, int g)
+{
+    const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
+    const bool r0 = b < bands, r1 = b + 4 < bands;
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q) {
+        /* (x - mean) for valid pixels and real bands; 0 otherwise
+         * (padding bands have V = 0, but x - mean must not be NaN). */
+        const double a[4] = {v[q][0] && r0 ? (double)f[q][0] - m0 : 0.0,
+                             v[q][1] && r0 ? (double)f[q][1] - m0 : 0.0,
+                             v[q][0] && r1 ? (double)f[q][2] - m1 : 0.0,
+                             v[q][1] && r1 ? (double)f[q][3] - m1 : 0.0};
+        dmma_16x8x8<kSplit>(acc[q], a, w0, w1);
+    }
+}
+
+/* c0, c1: pixel g of the tile, components 2t, 2t + 1; c2, c3: pixel g + 8. */
+template <int kTiles>
+__device__ __forceinline__ void project_tc_store(const double (&acc)[kTiles][4],
+                                                 const bool (&v)[kTiles][2], size_t n,
+                                                 size_t base, int g, int t, size_t k0, int nk,
+                                                 float nodata, float *__restrict__ out)
+{
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const size_t p = base + 16 * q + g + 8 * (h >> 1);
+            const int c = 2 * t + (h & 1);
+            if (p < n && c < nk)
+                out[p + (k0 + (size_t)c) * n] = v[q][h >> 1] ? (float)acc[q][h] : nodata;
+        }
+}
+
+/* The tiles of one warp from pixel base, loaded straight from the cube:
+ * kUnroll steps of 8 bands whose loads are issued together. Masked pixels
+ * are read (coalesced) and zeroed; those past n read pixel 0. */
+template <bool kSplit, int kTiles, int kUnroll>
+__device__ __forceinline__ void project_tc_warp(const float *__restrict__ x, size_t n, int bands,
+                                                const uint8_t *__restrict__ mask,
+                                                const double *vs, const double *ms, size_t k0,
+                                                int nk, float nodata, float *__restrict__ out,
+                                                size_t base, int lane)
+{
+    const int g = lane >> 2, t = lane & 3, steps = (bands + 7) / 8;
+    bool v[kTiles][2];
+    const float *xp[kTiles][2];
+    double acc[kTiles][4];
+    project_tc_valid<kTiles>(v, mask, n, base, g);
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const size_t p = base + 16 * q + g + 8 * h;
             xp[q][h] = x + (p < n ? p : 0);
             acc[q][2 * h] = acc[q][2 * h + 1] = 0.0;
         }
@@ -1648,31 +1698,204 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
         for (int u = 0; u < kUnroll; ++u) {
             if (s0 + u >= steps)
                 break;
-            const int b = 8 * (s0 + u) + t;
-            const double m0 = ms[b], m1 = ms[b + 4], w0 = vs[b * 8 + g], w1 = vs[(b + 4) * 8 + g];
-            const bool r0 = b < bands, r1 = b + 4 < bands;
-#pragma unroll
-            for (int q = 0; q < kTiles; ++q) {
-                /* (x - mean) for valid pixels and real bands; 0 otherwise
-                 * (padding bands have V = 0, but x - mean must not be NaN). */
-                const double a[4] = {v[q][0] && r0 ? (double)f[u][q][0] - m0 : 0.0,
-                                     v[q][1] && r0 ? (double)f[u][q][1] - m0 : 0.0,
-                                     v[q][0] && r1 ? (double)f[u][q][2] - m1 : 0.0,
-                                     v[q][1] && r1 ? (double)f[u][q][3] - m1 : 0.0};
-                dmma_16x8x8<kSplit>(acc[q], a, w0, w1);
-            }
+            project_tc_step<kSplit, kTiles>(acc, v, f[u], vs, ms, 8 * (s0 + u) + t, bands, g);
         }
     }
-    /* c0, c1: pixel g of the tile, components 2t, 2t + 1; c2, c3: pixel g + 8. */
-#pragma unroll
-    for (int q = 0; q < kTiles; ++q)
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-            const size_t p = base + 16 * q + g + 8 * (h >> 1);
-            const int c = 2 * t + (h & 1);
-            if (p < n && c < nk)
-                out[p + (k0 + (size_t)c) * n] = v[q][h >> 1] ? (float)acc[q][h] : nodata;
+    project_tc_store<kTiles>(acc, v, n, base, g, t, k0, nk, nodata, out);
+}
+
+/* kTiles tiles of 16 pixels a warp, kUnroll steps of 8 bands whose loads
+ * are issued together. Used with 2 and 2 by the fit-transform where
+ * project_bulk_kernel does not apply (before sm_90; $HYPROF_PCA_PROJECT=tc)
+ * (168 us for Houston on an H100, 15:49 round, 70 % of the DRAM bandwidth:
+ * the warps wait on their loads), 1 and 3 by the streamed apply (173 us); 4
+ * tiles (64 consecutive pixels, but 120 registers: half the warps) took 196
+ * us (13:11), 1 and 6 177 us (15:49). */
+template <bool kSplit, int kTiles, int kUnroll>
+__global__ void __launch_bounds__(32 * kProjTcWarps)
+    project_tc_kernel(const float *__restrict__ x, size_t n, int bands,
+                      const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                      const double *__restrict__ V, size_t k0, int nk, float nodata,
+                      float *__restrict__ out)
+{
+    extern __shared__ double ptc_smem[];
+    const int bp = (bands + 7) / 8 * 8;
+    double *vs = ptc_smem;          /* [bp][8]: V[b][c] of components k0 + c */
+    double *ms = ptc_smem + 8 * bp; /* [bp] */
+    project_tc_stage_v(vs, ms, bands, bp, mean, V, k0, nk);
+    __syncthreads();
+    const size_t base = ((size_t)blockIdx.x * kProjTcWarps + (threadIdx.x >> 5)) * 16 * kTiles;
+    if (base >= n)
+        return;
+    project_tc_warp<kSplit, kTiles, kUnroll>(x, n, bands, mask, vs, ms, k0, nk, nodata, out, base,
+                                             threadIdx.x & 31);
+}
+
+/* The same projection fed by bulk copies (sm_90, the fit-transform's
+ * default): persistent blocks, each a producer warp and kProjTcWarps
+ * consumer warps. The cube is cut into blocks of kPix pixels (kTiles tiles
+ * a warp); for each step of 8 bands the producer's lane 0 copies the 8
+ * bands' runs of the block (cp.async.bulk, kPix + 4 floats from the 16-byte
+ * boundary below the run: the planes of an odd n are only 4-byte aligned)
+ * into one of `depth` shared stages, whose full barrier counts the bytes;
+ * the consumers read their fragments there and release the stage through
+ * its empty barrier. Keeps up to depth x 8 x (kPix + 4) x 4 bytes in
+ * flight per block with one thread issuing, where the register loads of
+ * project_tc_kernel keep 16 floats a thread. Same sums in the same order:
+ * the results are project_tc_kernel's, bit for bit (EADP bench checksum
+ * unchanged). Blocks whose last copy would pass the cube's end (the last
+ * one or two) are loaded from global memory as project_tc_kernel does.
+ * Measured (H100 80GB HBM3, 2026-11-27 04:30 and 04:37 rounds, Nsight
+ * Compute kernel time of one EADP call for Houston, main's
+ * project_tc_kernel in the same runs): 159.5-161.9 us against 166.8-170.1
+ * (74.5 % of the DRAM bandwidth against 70.4-71.2); projection event
+ * window 0.178-0.185 ms against 0.186-0.195. With the consumers skipping
+ * all their work it still took 160.6 us: the copies bound it, not the
+ * tensor-core side. Tried in the same rounds, no faster: 4 blocks a SM of
+ * 4 stages 159.7 us, 12 stages 161.4, 2 or 4 producer warps (stages dealt
+ * round-robin) 161.1-161.2; slower: 4 tiles a warp (512-pixel blocks, 2 KB
+ * runs) 170.9-174.3, one block a SM of 16 stages (0.236 ms of event
+ * window). Nor the mean and V uploaded with cudaMemcpyAsync ahead of the
+ * begin mark: projection window 0.185 ms against 0.184 synchronous. */
+template <int kTiles>
+struct ProjBulk {
+    static const int kPix = kProjTcWarps * 16 * kTiles;
+};
+
+inline size_t project_bulk_smem_bytes(int bands, int tiles, int depth)
+{
+    const size_t bp = ((size_t)bands + 7) / 8 * 8;
+    const size_t row = (size_t)kProjTcWarps * 16 * tiles + 8;
+    return (9 * bp + 2 * (size_t)depth) * sizeof(double) + (size_t)depth * 8 * row * sizeof(float);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned smem_u32(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n"
+                 "}\n" ::"r"(smem_u32(b)),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+}
+#endif
+
+template <int kTiles>
+__global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
+    project_bulk_kernel(const float *__restrict__ x, size_t n, int bands,
+                        const uint8_t *__restrict__ mask, const double *__restrict__ mean,
+                        const double *__restrict__ V, size_t k0, int nk, float nodata,
+                        float *__restrict__ out, size_t nsafe, int depth)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    typedef ProjBulk<kTiles> P;
+    const int kRow = P::kPix + 8; /* floats: 16-byte rows, 8 banks apart */
+    const unsigned kCopy = (P::kPix + 4) * sizeof(float);
+    extern __shared__ double ptc_smem[];
+    const int bp = (bands + 7) / 8 * 8, steps = bp / 8;
+    double *vs = ptc_smem, *ms = ptc_smem + 8 * bp;
+    uint64_t *full = (uint64_t *)(ms + bp), *empty = full + depth;
+    float *stage = (float *)(empty + depth); /* [depth][8][kRow] */
+    project_tc_stage_v(vs, ms, bands, bp, mean, V, k0, nk);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < depth; ++i) {
+            mbar_init(full + i, 1);
+            mbar_init(empty + i, kProjTcWarps);
         }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int slot = 0;
+    unsigned phase = 0;
+    if (warp == kProjTcWarps) { /* the producer */
+        if (lane != 0)
+            return;
+        for (size_t j = blockIdx.x; j < nsafe; j += gridDim.x)
+            for (int s = 0; s < steps; ++s) {
+                mbar_wait(empty + slot, phase ^ 1); /* the first use passes at once */
+                const int nb = bands - 8 * s < 8 ? bands - 8 * s : 8;
+                mbar_arrive_tx(full + slot, nb * kCopy);
+                for (int r = 0; r < nb; ++r) {
+                    const size_t at = ((size_t)(8 * s + r) * n + j * P::kPix) & ~(size_t)3;
+                    bulk_copy(stage + (slot * 8 + r) * kRow, x + at, kCopy, full + slot);
+                }
+                if (++slot == depth) {
+                    slot = 0;
+                    phase ^= 1;
+                }
+            }
+        return;
+    }
+    const int g = lane >> 2, t = lane & 3, pw = warp * 16 * kTiles;
+    const unsigned n3 = (unsigned)(n & 3); /* the run of band b starts (b n3) % 4 floats in */
+    for (size_t j = blockIdx.x; j < nsafe; j += gridDim.x) {
+        const size_t base = j * P::kPix + pw;
+        bool v[kTiles][2];
+        double acc[kTiles][4];
+        project_tc_valid<kTiles>(v, mask, n, base, g);
+#pragma unroll
+        for (int q = 0; q < kTiles; ++q)
+            acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0;
+        for (int s = 0; s < steps; ++s) {
+            const int b = 8 * s + t;
+            const float *r0 = stage + (slot * 8 + t) * kRow + pw + g + ((unsigned)b * n3 & 3);
+            const float *r1 =
+                stage + (slot * 8 + t + 4) * kRow + pw + g + ((unsigned)(b + 4) * n3 & 3);
+            float f[kTiles][4];
+            mbar_wait(full + slot, phase);
+#pragma unroll
+            for (int q = 0; q < kTiles; ++q) {
+                f[q][0] = r0[16 * q];
+                f[q][1] = r0[16 * q + 8];
+                f[q][2] = r1[16 * q];
+                f[q][3] = r1[16 * q + 8];
+            }
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(empty + slot);
+            if (++slot == depth) {
+                slot = 0;
+                phase ^= 1;
+            }
+            project_tc_step<false, kTiles>(acc, v, f, vs, ms, b, bands, g);
+        }
+        project_tc_store<kTiles>(acc, v, n, base, g, t, k0, nk, nodata, out);
+    }
+    const size_t nblk = (n + P::kPix - 1) / P::kPix;
+    for (size_t j = nsafe + blockIdx.x; j < nblk; j += gridDim.x)
+        project_tc_warp<false, kTiles, 1>(x, n, bands, mask, vs, ms, k0, nk, nodata, out,
+                                          j * P::kPix + pw, lane);
+#endif
 }
 
 /* sums += masked column sums of src (m x bands, leading dimension ld). */
@@ -2180,6 +2403,55 @@ static hyprof_status_t end_then_drain(hyprof_ctx_t *ctx, const char *op, Pipelin
     return pipe.drain(ctx, op);
 }
 
+/* project_bulk_kernel's launch for the resident cube x (n pixels, B bands):
+ * 2 tiles a warp (256-pixel blocks, runs of 1 KB a band), 8 stages, 2
+ * blocks a SM (156 KB of shared memory); grid 0 (project_tc_kernel then)
+ * before sm_90, for a cube not 16-byte aligned or stages that do not fit. */
+const int kProjBulkTiles = 2, kProjBulkDepth = 8, kProjBulkPerSm = 2;
+
+struct BulkLaunch {
+    unsigned grid;
+    size_t smem, nsafe;
+};
+
+static BulkLaunch bulk_launch(const float *x, size_t n, size_t B)
+{
+    BulkLaunch L;
+    memset(&L, 0, sizeof L);
+    int dev = 0, sms = 0, optin = 0, major = 0, fit = 0;
+    const int threads = 32 * (kProjTcWarps + 1);
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        return L;
+    if (major < 9 || ((uintptr_t)x & 15) != 0 || B > (size_t)INT_MAX)
+        return L;
+    const size_t smem = project_bulk_smem_bytes((int)B, kProjBulkTiles, kProjBulkDepth);
+    const void *fn = (const void *)project_bulk_kernel<kProjBulkTiles>;
+    if (smem > (size_t)optin ||
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, fn, threads, smem) != cudaSuccess ||
+        fit < 1) {
+        (void)cudaGetLastError(); /* not an error: project_tc_kernel follows */
+        return L;
+    }
+    /* Blocks whose copies all end inside the cube: that of the last band
+     * starts at the 16-byte boundary below (B - 1) n + j kPix. */
+    const size_t pix = ProjBulk<kProjBulkTiles>::kPix, end = B * n;
+    size_t nsafe = n / pix;
+    while (nsafe > 0 && (((B - 1) * n + (nsafe - 1) * pix) & ~(size_t)3) + pix + 4 > end)
+        --nsafe;
+    const size_t blocks = div_up(n, pix);
+    const size_t grid = (size_t)sms * (kProjBulkPerSm < fit ? kProjBulkPerSm : fit);
+    L.smem = smem;
+    L.nsafe = nsafe;
+    L.grid = (unsigned)(grid < blocks ? grid : blocks);
+    return L;
+}
+
 /* Projection of a resident cube (fit-transform): chunks of m pixels centred
  * into the slots' d_c buffers, Y = Xc V, converted into a device output that
  * is copied back once. Returns with *done false, having projected nothing,
@@ -2210,8 +2482,9 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const double one = 1.0, zero = 0.0;
     /* $HYPROF_PCA_PROJECT=gemm: centre + DGEMM per chunk, as the streamed
      * apply; =pair or =one: project_kernel<2> or <1> on the CUDA cores;
-     * default: project_tc_kernel (m16n8k8 on sm_90, m8n8k4 elsewhere or
-     * with =tc4). */
+     * default: project_bulk_kernel on sm_90 (=tc: project_tc_kernel),
+     * project_tc_kernel (m16n8k8 on sm_90, m8n8k4 elsewhere or with =tc4)
+     * where it does not apply. */
     const char *how = getenv("HYPROF_PCA_PROJECT");
     const bool fused = !(how && strcmp(how, "gemm") == 0);
     const bool cores = how && (strcmp(how, "pair") == 0 || strcmp(how, "one") == 0);
@@ -2222,12 +2495,23 @@ static hyprof_status_t project_resident(hyprof_ctx_t *ctx, const char *op,
     const bool split = major < 9 || (how && strcmp(how, "tc4") == 0);
     const size_t tc_shmem = project_tc_smem_bytes(B);
     const bool tc = fused && !cores && B <= (size_t)INT_MAX && tc_shmem <= 48 * 1024;
+    const BulkLaunch bulk = tc && !split && !(how && strcmp(how, "tc") == 0)
+                                ? bulk_launch(d_cube, N, B)
+                                : BulkLaunch();
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPcaProjection, pipe.stream(0), &tid));
+    for (size_t k0 = 0; bulk.grid && k0 < K; k0 += 8) {
+        const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
+        project_bulk_kernel<kProjBulkTiles><<<bulk.grid, 32 * (kProjTcWarps + 1), bulk.smem,
+                                              pipe.stream(0)>>>(
+            d_cube, N, (int)B, d_cmask, d_mean.get(), d_V.get(), k0, nk, ap->nodata, d_out.get(),
+            bulk.nsafe, kProjBulkDepth);
+        HYPROF_CUDA_CHECK_LAUNCH("project_bulk_kernel");
+    }
     /* Two tiles a warp (32 consecutive pixels, 128 bytes of each band), two
      * steps of 8 bands loaded together: 168 us for Houston on an H100 against
      * 173 for one tile and three steps (15:49 round). */
-    for (size_t k0 = 0; tc && k0 < K; k0 += 8) {
+    for (size_t k0 = 0; tc && !bulk.grid && k0 < K; k0 += 8) {
         const int nk = (int)(K - k0 < 8 ? K - k0 : 8);
         const unsigned blocks = (unsigned)div_up(div_up(N, (size_t)32), (size_t)kProjTcWarps);
         if (split)
