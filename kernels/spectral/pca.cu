@@ -1068,8 +1068,9 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * into v = 256 h + l with h signed and l unsigned bytes, and
  *   G = sum v v^T = 65536 sum h h^T + 256 sum (h l^T + l h^T) + sum l l^T,
  * three int8 products on the integer tensor cores (mma.sync m16n8k32, int32
- * accumulators: exact), combined in int64 per CTA and summed over the CTAs
- * in int64 by gram_i8_finish_kernel: G and s = sum v are exact, and the
+ * accumulators: exact), written as three int32 slices a CTA and combined
+ * and summed over the CTAs in int64 by gram_finish_kernel<long long>: G and
+ * s = sum v are exact, and the
  * covariance (G - s s^T / n) / (n - 1) has only the rounding of its last
  * double operations (the FP64 kernel's sums round at every step). The
  * integer multiply-adds cost a quarter of the FP64 pipe's and the bytes
@@ -1077,19 +1078,21 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * bound by its 36 KB of doubles a stage, this kernel by the cube's DRAM read.
  *
  * It applies when every valid value is an integer of magnitude below 2^22
- * within 32767 of its band's K; the producers check each value on the way
+ * within 32767 of its band's K; the converting threads check each value on the way
  * (a float add and subtract of 1.5 2^23 round to the integer and back) and
- * raise *bad otherwise, which gram_i8_finish_kernel passes to the host
+ * raise *bad otherwise, which the finish kernel passes to the host
  * (HostStage): then the caller runs gram_tc_kernel instead, so any cube
  * gets the same covariance, to rounding, either way.
  *
- * Layout: every warp both converts and multiplies (with producer warps, as
- * gram_tc_kernel, the three producers' instruction latency bound the kernel
- * at 576 us for Houston on an H100, slower than the FP64 kernel's 544). A
- * ring of kI8Ring raw stages of kTcP pixels arrives by cp.async; each stage
- * is converted to bytes in one of two planes [h rows | l rows][kI8Ld]
- * (rows: the bands padded to a multiple of 16 with zeros) while the other
- * is multiplied: one barrier a stage. A warp owns a group of up to
+ * Layout: every warp converts and multiplies (with three producer warps,
+ * as gram_tc_kernel, their instruction latency bound the kernel at 576 us
+ * for Houston on an H100, slower than the FP64 kernel's 544; converters
+ * alone, 311-324 us). A ring of kI8Ring raw stages of kTcP pixels arrives
+ * by cp.async, queued by the warps with 2 tiles or fewer (the converters);
+ * each stage is converted to bytes in one of two planes [h rows | l
+ * rows][kI8Ld] (rows: the bands padded to a multiple of 16 with zeros), an
+ * item (a band's 4 pixels) a thread and the rest by the converters, while
+ * the other plane is multiplied: one barrier a stage. A warp owns a group of up to
  * kI8MaxCols 16 x 8 tiles of one tile row of the lower triangle, each with
  * three int32 accumulators (hh, the cross sum hl + lh, ll: 12 registers).
  * The pixels of a stage are the mma's k: their order does not matter, so
@@ -1098,7 +1101,8 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * fragment of a row is one 8-byte load, and the 32-byte rows put a warp's
  * loads on distinct banks. An int32 accumulator takes at most 65280 a pixel
  * (the cross sum): kI8MaxPx pixels a CTA at most, so larger cubes get more
- * CTAs. */
+ * CTAs. Tried and slower (H100, Houston, same runs): two stages a barrier,
+ * their items side by side (ring of 6), 270-274 us against 243-246. */
 const int kI8MaxCols = 4;   /* 48 accumulator registers a lane */
 /* Warps a CTA: 7 on each sub-partition leave 72 registers a thread (8: 64,
  * too few for 48 accumulators). 144 bands take 25 groups. */
