@@ -2215,6 +2215,19 @@ static hyprof_status_t gram_resident(hyprof_ctx_t *ctx, const float *d_cube, siz
     return HYPROF_OK;
 }
 
+/* The current device's SM count, opt-in shared memory a block and compute
+ * capability major; false when they cannot be read (the callers then keep
+ * their fallback kernel). */
+static bool device_limits(int *sms, int *optin, int *major)
+{
+    int dev = 0;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+               cudaSuccess &&
+           cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
+}
+
 /* How gram_tc_kernel runs for B bands on this device: m16n8k8 on sm_90,
  * four m8n8k4 per tile elsewhere or with $HYPROF_PCA_GRAM=tc4; a CTA per SM
  * (fewer for small cubes). ncta 0: it cannot run here (a device with less
@@ -2239,12 +2252,8 @@ static TcLaunch tc_launch(size_t n, size_t B)
 {
     TcLaunch L;
     memset(&L, 0, sizeof L);
-    int dev = 0, sms = 0, optin = 0, major = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    int sms = 0, optin = 0, major = 0, per_sm = 0;
+    if (!device_limits(&sms, &optin, &major))
         return L;
     const char *how = getenv("HYPROF_PCA_GRAM");
     L.split = major < 9 || (how && strcmp(how, "tc4") == 0);
@@ -2315,13 +2324,8 @@ static I8Launch i8_launch(size_t n, size_t B)
 {
     I8Launch L;
     memset(&L, 0, sizeof L);
-    int dev = 0, sms = 0, optin = 0, major = 0, per_sm = 0;
-    if (B > (size_t)kTcMaxBands || cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        major < 8)
+    int sms = 0, optin = 0, major = 0, per_sm = 0;
+    if (B > (size_t)kTcMaxBands || !device_limits(&sms, &optin, &major) || major < 8)
         return L;
     L.plan = i8_plan((int)B);
     L.threads = kI8Threads;
@@ -2422,13 +2426,9 @@ static BulkLaunch bulk_launch(const float *x, size_t n, size_t B)
 {
     BulkLaunch L;
     memset(&L, 0, sizeof L);
-    int dev = 0, sms = 0, optin = 0, major = 0, fit = 0;
+    int sms = 0, optin = 0, major = 0, fit = 0;
     const int threads = 32 * (kProjTcWarps + 1);
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    if (!device_limits(&sms, &optin, &major))
         return L;
     if (major < 9 || ((uintptr_t)x & 15) != 0 || B > (size_t)INT_MAX)
         return L;
