@@ -1102,7 +1102,12 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * loads on distinct banks. An int32 accumulator takes at most 65280 a pixel
  * (the cross sum): kI8MaxPx pixels a CTA at most, so larger cubes get more
  * CTAs. Tried and slower (H100, Houston, same runs): two stages a barrier,
- * their items side by side (ring of 6), 270-274 us against 243-246. */
+ * their items side by side (ring of 6), 270-274 us against 243-246; only
+ * the warps without tiles queueing the copies (14 chunks a lane, no copy
+ * descriptors beside the accumulators, fewer spills), 298-305 us against
+ * 245 (covariance window 0.326-0.329 ms against 0.270-0.271). Nsight
+ * Compute on this kernel: 0.56 instructions issued a cycle per scheduler,
+ * 1.6 of its 7 warps eligible, DRAM 49 % of peak: latency-bound. */
 const int kI8MaxCols = 4;   /* 48 accumulator registers a lane */
 /* Warps a CTA: 7 on each sub-partition leave 72 registers a thread (8: 64,
  * too few for 48 accumulators). 144 bands take 25 groups. */
