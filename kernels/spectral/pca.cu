@@ -1087,7 +1087,7 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * Layout: every warp converts and multiplies (with three producer warps,
  * as gram_tc_kernel, their instruction latency bound the kernel at 576 us
  * for Houston on an H100, slower than the FP64 kernel's 544; converters
- * alone, 311-324 us). A ring of kI8Ring raw stages of kTcP pixels arrives
+ * alone, 311-330 us). A ring of kI8Ring raw stages of kTcP pixels arrives
  * by cp.async, queued by the warps with 2 tiles or fewer (the converters);
  * each stage is converted to bytes in one of two planes [h rows | l
  * rows][kI8Ld] (rows: the bands padded to a multiple of 16 with zeros), an
@@ -1301,8 +1301,8 @@ __device__ __forceinline__ unsigned i8_valid(int q, int lim, const uint8_t *m0)
  * converts item tid of each stage; the warps with NC <= 2 (converter cr of
  * nconv) also queue the copies and convert the items past kI8Threads (the
  * conversion's latency, not its instructions, set the stage time when
- * converters alone took every item: 324 us for Houston against 311 with
- * every warp converting 1-2 items, H100). Iteration s: (converters) wait
+ * converters alone took every item: 311-330 us for Houston against 243-246
+ * with every thread converting one, H100). Iteration s: (converters) wait
  * for their copies of stage s + 1; one barrier (stage s + 1 landed, plane
  * (s + 1) & 1 and ring slot s free); (converters) queue stage s +
  * kI8Ring into slot s; convert stage s + 1 into plane (s + 1) & 1;
