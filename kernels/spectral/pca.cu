@@ -2319,8 +2319,8 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
 
 /* How gram_i8_kernel runs for n pixels of B bands here: a CTA per SM, more
  * when a CTA would hold more than kI8MaxPx pixels. ncta 0: it cannot run
- * (before sm_80, no room for its 129 KB of shared memory (144 bands), more bands than
- * kTcMaxBands). */
+ * (before sm_80, no room for its shared memory, 129 KB for 144 bands, or
+ * more bands than kTcMaxBands). */
 struct I8Launch {
     TcPlan plan;
     int threads;
