@@ -622,23 +622,22 @@ inline size_t gram_tc_smem_bytes(int bands, const TcPlan &plan, bool ring, int l
            (ring ? (size_t)kTcRing * bands * raw * sizeof(float) : 0);
 }
 
-/* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), groups of
- * up to max_cols tiles (kTcMaxCols, or kI8MaxCols for gram_i8_kernel),
- * balanced over the four sub-partitions: warp w runs on sub-partition w % 4, the
+/* Tile groups of the lower triangle for `bands` (<= kTcMaxBands), balanced
+ * over the four sub-partitions: warp w runs on sub-partition w % 4, the
  * producers are warps 0 .. kTcProducers - 1 and consumer warp w is warp
  * kTcProducers + w, so each sub-partition has a fixed number of consumer
  * slots; the groups go longest first to the least loaded sub-partition with
  * a free slot (144 bands: 17 groups, 22, 22, 22 and 24 tiles, the last on
  * the sub-partition without a producer). warps 0: more groups than
  * kTcMaxWarps (not for bands <= 144). */
-static TcPlan tc_plan(int bands, int max_cols = kTcMaxCols, int max_warps = kTcMaxWarps)
+static TcPlan tc_plan(int bands)
 {
     struct Group { int r, c0, nc; };
     std::vector<Group> groups;
     const int rt = (bands + 15) / 16, ct = (bands + 7) / 8;
     for (int r = 0; r < rt; ++r) {
         const int need = 2 * r + 2 < ct ? 2 * r + 2 : ct; /* tiles c <= 2 r + 1 */
-        const int ng = (need + max_cols - 1) / max_cols;
+        const int ng = (need + kTcMaxCols - 1) / kTcMaxCols;
         for (int g = 0, c = 0; g < ng; ++g) {
             const int nc = (need - c) / (ng - g); /* even sizes: 14 -> 5, 5, 4 */
             const int take = (need - c) % (ng - g) ? nc + 1 : nc;
@@ -650,7 +649,7 @@ static TcPlan tc_plan(int bands, int max_cols = kTcMaxCols, int max_warps = kTcM
     memset(&p, 0, sizeof p);
     p.rows = 16 * rt;
     const int C = (int)groups.size();
-    if (C > max_warps || C > kPlanMaxWarps)
+    if (C > kTcMaxWarps)
         return p;
     size_t cap[4] = {0, 0, 0, 0};
     for (int w = 0; w < C; ++w)
@@ -1992,7 +1991,8 @@ static void log_stages(hyprof_ctx_t *ctx, PcaClock &clock)
 }
 
 /* Page-locked, device-mapped host memory for the mean and the covariance on
- * their way to the host eigh (B + B x B doubles), kept for the process
+ * their way to the host eigh (B + B x B doubles, then gram_i8_kernel's
+ * flag), kept for the process
  * (allocating it costs host milliseconds, freeing it synchronises the
  * device). The copies into the caller's pageable arrays took 53-58 us of
  * the eigh stage's event time (H100, Houston size: the driver's staging),
@@ -2323,7 +2323,6 @@ static hyprof_status_t gram_fused(hyprof_ctx_t *ctx, const TcLaunch &L, const fl
  * more bands than kTcMaxBands). */
 struct I8Launch {
     TcPlan plan;
-    int threads;
     size_t smem, ncta;
 };
 
@@ -2335,13 +2334,12 @@ static I8Launch i8_launch(size_t n, size_t B)
     if (B > (size_t)kTcMaxBands || !device_limits(&sms, &optin, &major) || major < 8)
         return L;
     L.plan = i8_plan((int)B);
-    L.threads = kI8Threads;
     L.smem = gram_i8_smem_bytes((int)B);
     if (L.plan.warps == 0 || L.plan.conv < kI8MinConv || L.smem > (size_t)optin)
         return L;
     if (cudaFuncSetAttribute(gram_i8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)L.smem) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gram_i8_kernel, L.threads,
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gram_i8_kernel, kI8Threads,
                                                       L.smem) != cudaSuccess ||
         per_sm < 1) {
         (void)cudaGetLastError(); /* not an error: the FP64 kernel follows */
@@ -2366,8 +2364,9 @@ static hyprof_status_t gram_i8(hyprof_ctx_t *ctx, const I8Launch &L, const float
                                cudaStream_t st)
 {
     static const char op[] = "pca";
-    gram_i8_kernel<<<(unsigned)L.ncta, L.threads, L.smem, st>>>(d_cube, n, (int)B, d_mask, d_shift,
-                                                                L.plan, partial, psum, d_bad);
+    gram_i8_kernel<<<(unsigned)L.ncta, kI8Threads, L.smem, st>>>(d_cube, n, (int)B, d_mask,
+                                                                 d_shift, L.plan, partial, psum,
+                                                                 d_bad);
     HYPROF_CUDA_CHECK_LAUNCH("gram_i8_kernel");
     gram_finish_kernel<long long>
         <<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
