@@ -750,16 +750,29 @@ __device__ __forceinline__ void dmma_16x8x8(double (&c)[4], const double (&a)[4]
     c[3] = hi[1];
 }
 
+/* The integer shift K of a band (|K| >= 2^22: no value qualifies anyway). */
+__device__ __forceinline__ int i8_shift(double k)
+{
+    return fabs(k) < 4194304.0 ? (int)rint(k) : 0;
+}
+
 /* Per-band shift K: the mean of the valid pixels among up to kShiftSample
  * evenly spaced ones (0 when none is valid: then the formula is the raw
- * moments', still exact in exact arithmetic). One block per band. */
+ * moments', still exact in exact arithmetic). One block per band. With
+ * `nonint` (device-mapped host memory, zeroed by the host), any sampled
+ * value that would fail gram_i8_kernel's check (an integer of magnitude
+ * below 2^22 within 32767 of the rounded K) sets *nonint: then the host
+ * runs the FP64 kernel at once instead of the integer pass and its
+ * fallback (a float-valued cube paid both: about 0.8 ms against 0.57 for
+ * Houston on an H100). */
 const int kShiftSample = 1024; /* 4 a thread, loaded together (24 us a call with 4096 in a dependent loop) */
 
 __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_t *__restrict__ mask,
-                             double *__restrict__ shift)
+                             double *__restrict__ shift, double *__restrict__ nonint)
 {
     __shared__ double ws[kThreads / 32];
     __shared__ unsigned wc[kThreads / 32];
+    __shared__ double kb;
     const size_t b = blockIdx.x, S = n < (size_t)kShiftSample ? n : (size_t)kShiftSample;
     double acc = 0.0;
     unsigned cnt = 0;
@@ -793,8 +806,19 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
             t += ws[w];
             c += wc[w];
         }
-        shift[b] = c ? t / (double)c : 0.0;
+        shift[b] = kb = c ? t / (double)c : 0.0;
     }
+    if (!nonint)
+        return;
+    __syncthreads();
+    const double k = (double)i8_shift(kb);
+    bool bad = false;
+#pragma unroll
+    for (int u = 0; u < kShiftSample / kThreads; ++u)
+        bad |= ok[u] && !(fabsf(v[u]) < 4194304.0f && v[u] == rintf(v[u]) &&
+                          fabs((double)v[u] - k) <= 32767.0);
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        *nonint = 1.0; /* the same value from any block */
 }
 
 /* The consumer warps of gram_tc_kernel with a compile-time tile count NC
@@ -1207,12 +1231,6 @@ __device__ __forceinline__ uint2 lds64(unsigned addr)
     uint2 v;
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
     return v;
-}
-
-/* The integer shift K of a band (|K| >= 2^22: no value qualifies anyway). */
-__device__ __forceinline__ int i8_shift(double k)
-{
-    return fabs(k) < 4194304.0 ? (int)rint(k) : 0;
 }
 
 /* x - K as an integer v (0 when !valid); bad |= a valid x that is not an
@@ -2707,7 +2725,8 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * there by gram_finish_kernel (fused: eigh stage 0.002 ms of event time
      * against 0.016-0.020 for pinned copies, 0.053 for pageable ones, H100,
      * 02:55 round), else copied. */
-    double *stage = host_eigh ? hstage.take(B + B * B + 1) : NULL;
+    /* stage: mean, covariance, gram_i8_kernel's flag, shift_kernel's */
+    double *stage = host_eigh ? hstage.take(B + B * B + 2) : NULL;
     double *mapped = NULL;
     if (stage && fused) {
         void *dp = NULL;
@@ -2794,12 +2813,21 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     } else { /* the shift (a sample's mean) with pass 1, as the two-pass path's mean */
         if (i8)
             HYPROF_CUDA_CHECK(cudaMemsetAsync(d_bad.get(), 0, sizeof(unsigned), pipe.stream(0)));
+        if (i8)
+            stage[B + B * B + 1] = 0.0; /* no kernel of this call reads it yet */
         shift_kernel<<<(unsigned)B, kThreads, 0, pipe.stream(0)>>>(
-            d_cube.get(), N, a->mask ? d_cmask.get() : NULL, d_shift.get());
+            d_cube.get(), N, a->mask ? d_cmask.get() : NULL, d_shift.get(),
+            i8 ? mapped + B + B * B + 1 : NULL);
         HYPROF_CUDA_CHECK_LAUNCH("shift_kernel");
     }
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     HYPROF_CUDA_CHECK(cudaStreamSynchronize(pipe.stream(0)));
+    if (i8 && stage[B + B * B + 1] != 0.0) { /* a sampled value failed the integer check */
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "pca: covariance in FP64 (gram_tc_kernel): the cube "
+                                           "is not integer-valued within 32767 of its shifts "
+                                           "(a sampled value)");
+        i8 = false;
+    }
 
     /* ---- pass 2: covariance ---- */
     HYPROF_TRY(clock.begin(ctx, op, kPcaCovariance, pipe.stream(0), &tid));
