@@ -2607,7 +2607,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
          * (an H100, 41 us a pass). Blocks of 1024 threads, two an SM and one
          * wave over the bands (37 a band): each block flushes its histogram
          * once for 18k pixels instead of 4096, so 4 times fewer global
-         * atomics on the same bins (H100, 2026-11-27 08:15 round, Nsight:
+         * atomics on the same bins (H100, 2026-11-27 07:45 round, Nsight:
          * 15.9, 17.2, 16.1 us for passes 0-2 against 17.6, 27.5, 21.0;
          * prepare stage 0.259-0.262 ms against 0.277-0.279). Counting a
          * warp's equal bins once (__match_any_sync) in pass 0, where every

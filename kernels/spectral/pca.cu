@@ -2391,7 +2391,7 @@ static I8Launch i8_launch(size_t n, size_t B)
  * and psum's first B, zeroed by the caller) the CTAs add G and the band sums
  * up there (integer atomics: the same sums in any order), and
  * gram_finish_kernel reads one slice instead of 3 x L.ncta int32 ones (H100,
- * Houston size, 2026-11-27 08:15 round, Nsight: gram_finish_kernel 5.8 us
+ * Houston size, 2026-11-27 07:45 round, Nsight: gram_finish_kernel 5.8 us
  * against 17.2, gram_i8_kernel unchanged at 246; covariance 0.262-0.264 ms
  * of event time against 0.272-0.275). */
 static hyprof_status_t gram_i8(hyprof_ctx_t *ctx, const I8Launch &L, const float *d_cube,
