@@ -144,7 +144,8 @@
  *               The launches of an increment are captured once into a CUDA
  *               graph and replayed when the same schedule comes again (the
  *               default times: every increment; one graph per starting
- *               ping-pong buffer and output slot: three).
+ *               ping-pong buffer and output slot: three; with slot_u, whose
+ *               input slot cycles too, four, the first used once).
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
  *               ring of device slots (with fed_shfl_kernel the increment's
  *               last FED launch writes its slot itself: no copy_out pass;
@@ -154,6 +155,15 @@
  *               $HYPROF_EADP_FED_OUTPUT=0 for the separate pass);
  *               each slot goes to the host with one 2-D copy (all bands of the
  *               group) on a second stream while the next increments compute.
+ *               Without a mask the profile band and u are the same floats:
+ *               the last launch then writes u into the slot only, and the
+ *               next increment's first launch reads it from there (slot_u,
+ *               u_into_slot), one store a pixel instead of two. H100,
+ *               Houston size, 2026-11-27 07:58 round: FED 1.269-1.275 ms of
+ *               event time against 1.337-1.340 (main and
+ *               $HYPROF_EADP_SLOT_U=0 in the same run), Nsight 23.0 and
+ *               27.7 us an output launch (3 and 4 bands) against 25.2 and
+ *               32.5, like an ordinary launch; checksum unchanged.
  *
  * Arithmetic: double up to the diffusivity, in the order of the CPU backend
  * (eadp.c) without FMA contraction (explicit _rn intrinsics), so that the
@@ -198,7 +208,8 @@
  * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
  * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
- * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
+ * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_SLOT_U=0 keeps u out
+ * of the output slots; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
  *
@@ -2167,6 +2178,7 @@ class EadpCuda {
     int cols = 4;         /* fed_shfl_kernel: columns per thread */
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
+    bool slot_u = false;    /* ... as u itself (no mask: the same values), see u_into_slot */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
@@ -2212,21 +2224,24 @@ class EadpCuda {
         return reinterpret_cast<T *>(arena.get() + off);
     }
     /* u's ping-pong buffers: A and B in double; in float both inside B (free
-     * once the gradient is computed; it holds `group` bands of double). */
+     * once the gradient is computed; it holds `group` bands of double); in
+     * float, which = 2 + s is output slot s (slot_u). */
     template <typename T> T *ubuf(int which) const;
     template <typename T>
     hyprof_status_t launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                               int *cur, float *out, cudaStream_t st);
+                               int *cur, int oslot, cudaStream_t st);
     hyprof_status_t launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
-                                   int *cur, float *out, cudaStream_t st);
+                                   int *cur, int oslot, cudaStream_t st);
     bool output_in_fed(size_t nsteps) const;
+    bool u_into_slot(int cur, int oslot) const;
+    int u_after(int cur, size_t nsteps, int oslot) const;
     size_t fed_branches(size_t nb) const;
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
-                                float *out);
+                                int oslot);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
     hyprof_status_t enqueue_output(size_t i, size_t nb, int cur);
     hyprof_status_t run_group(size_t g0, size_t nb);
@@ -2239,6 +2254,8 @@ template <> double *EadpCuda::ubuf<double>(int which) const
 }
 template <> float *EadpCuda::ubuf<float>(int which) const
 {
+    if (which >= 2)
+        return dev<float>(L.slot0 + (size_t)(which - 2) * L.slot_bytes);
     /* The second one 256-byte aligned (copy_out_kernel reads float4). */
     const size_t second = (group * npix * sizeof(float) + 255) & ~(size_t)255;
     return reinterpret_cast<float *>(arena.get() + L.B + (which ? second : 0));
@@ -2366,6 +2383,7 @@ hyprof_status_t EadpCuda::plan()
     if (cols == 4 && occ == 3)
         occ = 2;
     fed_output = env_int("HYPROF_EADP_FED_OUTPUT", 1) != 0;
+    slot_u = !a->mask && env_int("HYPROF_EADP_SLOT_U", 1) != 0; /* with shfl, below */
     cond = env_int("HYPROF_EADP_COND", 1) != 0;
     if (!strip_env && (cols == 4 || occ == 3)) /* 8-row strips: 2 columns, occ 2 only */
         sstrip = 4;
@@ -2389,6 +2407,7 @@ hyprof_status_t EadpCuda::plan()
     if (fuse > 1 && (size_t)(H + OH - 1) / (size_t)OH > 65535u)
         fuse = 1; /* too tall for grid y: plain steps (grid-stride in y) */
     shfl = shfl && fuse >= 4;
+    slot_u = slot_u && shfl && fed_output;
     if (tile_rows == 128 && !shfl)
         tile_rows = 64;
     if (fuse == 7 && !shfl) /* 7 (28 steps = 4 launches): fed_shfl_kernel only */
@@ -2495,7 +2514,7 @@ hyprof_status_t EadpCuda::plan()
         for (size_t i = 0; i < C; ++i) {
             const int slot = output_in_fed(sched[i].size()) ? (int)((i + 1) % nslots) : -1;
             keys[i] = {sched_id[i], cur, slot};
-            cur ^= (int)(((sched[i].size() + (size_t)fuse - 1) / (size_t)fuse) & 1);
+            cur = u_after(cur, sched[i].size(), slot);
         }
         std::vector<size_t> first_of; /* increments that get a graph */
         for (size_t i = 0; i < C; ++i) {
@@ -2505,7 +2524,8 @@ hyprof_status_t EadpCuda::plan()
                     uses++;
                     first = j < first ? j : first;
                 }
-            if (uses >= 2 && first == i && !sched[i].empty())
+            /* slot_u: u's slot cycles, so some keys occur once */
+            if ((uses >= 2 || slot_u) && first == i && !sched[i].empty())
                 first_of.push_back(i);
         }
         graphs = std::vector<GraphEntry>(first_of.size());
@@ -2676,18 +2696,18 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
  * all bands left them idle at each of the 32 launches' tail and gap). Every
  * chain ends in the same buffer. */
 hyprof_status_t EadpCuda::enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
-                                      float *out)
+                                      int oslot)
 {
     const size_t nbr = fed_branches(nb);
     if (nbr == 1 || steps.empty())
-        return launch_fed_any(steps, 0, nb, cur, out, cs.get());
+        return launch_fed_any(steps, 0, nb, cur, oslot, cs.get());
     HYPROF_CUDA_CHECK(cudaEventRecord(fork_ev.get(), cs.get()));
     int c = *cur;
     for (size_t j = 0; j < nbr; ++j) {
         const size_t b0 = j * nb / nbr, n = (j + 1) * nb / nbr - b0;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(bs[j].get(), fork_ev.get(), 0));
         c = *cur;
-        HYPROF_TRY(launch_fed_any(steps, b0, n, &c, out, bs[j].get()));
+        HYPROF_TRY(launch_fed_any(steps, b0, n, &c, oslot, bs[j].get()));
         HYPROF_CUDA_CHECK(cudaEventRecord(join_ev[j].get(), bs[j].get()));
     }
     for (size_t j = 0; j < nbr; ++j)
@@ -2704,21 +2724,44 @@ size_t EadpCuda::fed_branches(size_t nb) const
 
 /* launch_fed in the FED's precision. */
 hyprof_status_t EadpCuda::launch_fed_any(const std::vector<double> &steps, size_t b0, size_t nb,
-                                         int *cur, float *out, cudaStream_t st)
+                                         int *cur, int oslot, cudaStream_t st)
 {
-    return f32 ? launch_fed<float>(steps, b0, nb, cur, out, st)
-               : launch_fed<double>(steps, b0, nb, cur, out, st);
+    return f32 ? launch_fed<float>(steps, b0, nb, cur, oslot, st)
+               : launch_fed<double>(steps, b0, nb, cur, oslot, st);
+}
+
+/* The buffer after buffer `cur` in an increment's ping-pong (from a slot: A). */
+static int next_u(int cur) { return cur == 0 ? 1 : 0; }
+
+/* Whether the increment's last launch writes its profile band (slot oslot,
+ * -1: none) as u itself, read from there by the next increment's first
+ * launch: without a mask the band and u are the same floats, so one store
+ * a pixel instead of two. Not when u is already in that slot (one launch
+ * would read and write it). */
+bool EadpCuda::u_into_slot(int cur, int oslot) const
+{
+    return slot_u && oslot >= 0 && cur != 2 + oslot;
+}
+
+/* Where u is after an increment of nsteps steps that starts in `cur`. */
+int EadpCuda::u_after(int cur, size_t nsteps, int oslot) const
+{
+    const size_t per = fuse > 1 ? (size_t)fuse : 1, n = (nsteps + per - 1) / per;
+    for (size_t l = 0; l < n; ++l)
+        cur = l + 1 == n && u_into_slot(cur, oslot) ? 2 + oslot : next_u(cur);
+    return cur;
 }
 
 template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
-                                     int *cur, float *out, cudaStream_t st)
+                                     int *cur, int oslot, cudaStream_t st)
 {
     const T *gm = dev<T>(L.gm) + b0 * npix;
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    float *out = oslot >= 0 ? dev<float>(L.slot0 + (size_t)oslot * L.slot_bytes) : NULL;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
         const T *uin = ubuf<T>(*cur) + b0 * npix;
-        T *uout = ubuf<T>(*cur ^ 1) + b0 * npix;
+        T *uout = ubuf<T>(next_u(*cur)) + b0 * npix;
         if (fuse <= 1) {
             if (fma)
                 fed_step_kernel<true, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
@@ -2747,6 +2790,11 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 const float *ui = reinterpret_cast<const float *>(uin);
                 float *uo = reinterpret_cast<float *>(uout);
                 float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
+                const bool into_slot = o && u_into_slot(*cur, oslot);
+                if (into_slot) {
+                    uo = o;
+                    o = NULL;
+                }
                 const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
                 float nodata = a->nodata;
                 void *params[] = {(void *)&ui, (void *)&uo, (void *)&ce,     (void *)&cs,
@@ -2756,7 +2804,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                     fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
                     dim3(32, (unsigned)(tile_rows / strip)), params,
                     fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
-                *cur ^= 1;
+                *cur = into_slot ? 2 + oslot : next_u(*cur);
                 continue;
             }
             const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
@@ -2783,7 +2831,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 HYPROF_CUDA_CHECK(cudaLaunchKernel(fn, grid, block, params, shmem, st));
             }
         }
-        *cur ^= 1;
+        *cur = next_u(*cur);
     }
     return HYPROF_OK;
 }
@@ -2821,13 +2869,9 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
               &fed_launch_pix, &fed_step_pix);
     const bool fo = output_in_fed(all.size());
     const size_t s = i % nslots;
-    float *out = NULL;
-    if (fo) {
-        if (copy_issued[s]) /* the slot's previous band is on the host */
-            HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
-        out = dev<float>(L.slot0 + s * L.slot_bytes);
-    }
-    const size_t per = fuse > 1 ? (size_t)fuse : 1;
+    const int oslot = fo ? (int)s : -1;
+    if (fo && copy_issued[s]) /* the slot's previous band is on the host */
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(cs.get(), copied[s].get(), 0));
     GraphEntry *ge = NULL;
     for (size_t e = 0; e < graphs.size() && !all.empty(); ++e)
         if (graphs[e].id == sched_id[i - 1] && graphs[e].cur == *cur &&
@@ -2837,7 +2881,7 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
         cudaStream_t st = cs.get();
         HYPROF_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
         int c = *cur;
-        hyprof_status_t r = enqueue_fed(all, nb, &c, out);
+        hyprof_status_t r = enqueue_fed(all, nb, &c, oslot);
         cudaGraph_t graph = NULL;
         cudaError_t e = cudaStreamEndCapture(st, &graph);
         if (r != HYPROF_OK) {
@@ -2859,9 +2903,9 @@ hyprof_status_t EadpCuda::enqueue_increment(size_t i, size_t nb, int *cur)
     HYPROF_TRY(clock.begin(ctx, op, kFed, cs.get(), &tid));
     if (ge) {
         HYPROF_CUDA_CHECK(cudaGraphLaunch(ge->exec.get(), cs.get()));
-        *cur ^= (int)(((all.size() + per - 1) / per) & 1);
+        *cur = u_after(*cur, all.size(), oslot);
     } else
-        HYPROF_TRY(enqueue_fed(all, nb, cur, out));
+        HYPROF_TRY(enqueue_fed(all, nb, cur, oslot));
     HYPROF_TRY(clock.end(ctx, op, tid, cs.get()));
     if (!fo)
         return enqueue_output(i, nb, *cur);
