@@ -675,15 +675,10 @@ HYPROF_EADP_FN void pct_ranks(double pct, u64 n, long long *lo, long long *hi, d
     *hi = (i + 1 >= n || *pos == (double)i) ? (long long)i : (long long)(i + 1);
 }
 
-/* One thread per band: the ranks to select. */
-HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double pct,
-                                   SelState *st)
+/* The ranks to select in a band (its counts cb: valid, G == 0, G > 0). */
+HYPROF_EADP_FN void sel_ranks(const u64 *cb, double pct, SelState *s)
 {
-    const int b = t.bx * t.bdx + t.tx;
-    if (b >= nb)
-        return;
-    const u64 n = cnt[3 * b], z = cnt[3 * b + 1], np = cnt[3 * b + 2];
-    SelState *s = st + (size_t)b * kSelQueries;
+    const u64 n = cb[0], z = cb[1], np = cb[2];
     for (int q = 0; q < kSelQueries; ++q) {
         s[q].prefix = 0;
         s[q].rank = -1;
@@ -700,6 +695,15 @@ HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double 
         s[2].rank = (long long)z + lo;
         s[3].rank = (long long)z + hi;
     }
+}
+
+/* One thread per band: the ranks to select. */
+HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double pct,
+                                   SelState *st)
+{
+    const int b = t.bx * t.bdx + t.tx;
+    if (b < nb)
+        sel_ranks(cnt + 3 * b, pct, st + (size_t)b * kSelQueries);
 }
 
 /* Counts `key` for the first active query whose prefix it has (and with
@@ -724,10 +728,10 @@ HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsig
 /* Histogram of the next digit of the keys that match each query's prefix. Each
  * key counts once, for the first query with its prefix (queries with equal
  * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
- * counters. grid z = band. */
+ * counters; `s`: the band's states. grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const unsigned *Kh, const uint8_t *mask, size_t npix,
-                                  const SelState *st, u64 hmask, int shift, unsigned dmask,
+                                  const SelState *s, u64 hmask, int shift, unsigned dmask,
                                   u64 *ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
@@ -735,8 +739,8 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
     u64 pre[kSelQueries];
     bool act[kSelQueries], lead[kSelQueries];
     for (int q = 0; q < kSelQueries; ++q) {
-        act[q] = st[(size_t)b * kSelQueries + q].rank >= 0;
-        pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
+        act[q] = s[q].rank >= 0;
+        pre[q] = s[q].prefix & hmask;
         lead[q] = act[q];
         for (int q2 = 0; q2 < q; ++q2)
             if (act[q2] && pre[q2] == pre[q])
@@ -882,6 +886,105 @@ HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st,
                 gh[(size_t)q * kSelBins + i] = 0;
 }
 
+/* The same step for a block of NT threads (NT / 32 warps), kSelBins / NT bins
+ * a thread, the prefix sums by warp shuffles (two barriers instead of 16):
+ * the states after the pass whose histograms are `gh` (the band's, global or
+ * shared) from the states `cur` before it, into ss.nxt. cur is read and gh
+ * loaded before the first barrier and ss.nxt written after it (exactly one
+ * thread writes each query's state), so cur may be ss.nxt itself; every
+ * thread sees ss.nxt after the second. */
+template <int NT> struct SelStep {
+    u64 wsum[kSelQueries][NT / 32];
+    SelState nxt[kSelQueries];
+};
+
+template <int NT>
+HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
+                                  int shift, const u64 *gh)
+{
+    constexpr int per = kSelBins / NT, nw = NT / 32;
+    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, warp = tid >> 5;
+    /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
+    const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
+    const bool used = tid * per < nbins;
+    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per], incl[kSelQueries];
+    bool on[kSelQueries];
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q) {
+        pre[q] = cur[q].prefix;
+        rank[q] = (u64)cur[q].rank;
+        on[q] = cur[q].rank >= 0; /* the same for every thread */
+    }
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q) {
+        int a = q; /* the histogram query q counts in: the first with its prefix */
+        for (int q2 = 0; q2 < q; ++q2)
+            if (on[q2] && (pre[q2] & hmask) == (pre[q] & hmask)) {
+                a = q2;
+                break;
+            }
+        const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
+        incl[q] = 0;
+#pragma unroll
+        for (int j = 0; j < per; ++j) {
+            hv[q][j] = on[q] && used ? h[j] : 0;
+            incl[q] += hv[q][j];
+        }
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1)
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q) {
+            const u64 v = __shfl_up_sync(0xffffffffu, incl[q], off);
+            if (lane >= off)
+                incl[q] += v;
+        }
+    if (lane == 31)
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q)
+            ss.wsum[q][warp] = incl[q];
+    HYPROF_EADP_SYNC();
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q) {
+        /* this warp's offset: the sum of the earlier warps' totals */
+        u64 w = lane < nw ? ss.wsum[q][lane] : 0;
+#pragma unroll
+        for (int off = 1; off < nw; off <<= 1) {
+            const u64 v = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off)
+                w += v;
+        }
+        const u64 base = __shfl_sync(0xffffffffu, w, warp > 0 ? warp - 1 : 0);
+        if (!on[q]) {
+            if (tid == q) /* unused: unchanged */
+                ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
+            continue;
+        }
+        u64 cum = (warp > 0 ? base : 0) + incl[q];
+        const u64 end = cum;
+#pragma unroll
+        for (int j = 0; j < per; ++j)
+            cum -= hv[q][j]; /* cum: the keys before this thread's bins */
+        if (rank[q] >= cum && rank[q] < end) { /* the first bin whose end passes rank */
+            int jj = -1;
+            u64 bb = 0;
+#pragma unroll
+            for (int j = 0; j < per; ++j) {
+                if (jj < 0 && rank[q] < cum + hv[q][j]) {
+                    jj = j;
+                    bb = cum;
+                }
+                cum += hv[q][j];
+            }
+            ss.nxt[q] = SelState{pre[q] | ((u64)(tid * per + jj) << shift),
+                                 (long long)(rank[q] - bb)};
+        } else if (tid == NT - 1 && rank[q] >= end) { /* past every key: unchanged */
+            ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
+        }
+    }
+    HYPROF_EADP_SYNC();
+}
+
 /* eadp.c's percentile from the two selected order statistics. */
 HYPROF_EADP_FN double pct_value(double pct, u64 n, const SelState *lo_hi)
 {
@@ -897,22 +1000,28 @@ HYPROF_EADP_FN double pct_value(double pct, u64 n, const SelState *lo_hi)
 
 HYPROF_EADP_FN bool good_k(double k) { return k > 0.0 && k <= 1.7976931348623157e308; }
 
-/* One thread per band: k, with the fallbacks of eadp_impl.h / eadp.c. */
-HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState *st, int nb,
-                                   double pct, double *k)
+/* A band's k from its counts cb and selected states s, with the fallbacks of
+ * eadp_impl.h / eadp.c. */
+HYPROF_EADP_FN double sel_k(const u64 *cb, const SelState *s, double pct)
 {
-    const int b = t.bx * t.bdx + t.tx;
-    if (b >= nb)
-        return;
-    const u64 n = cnt[3 * b], np = cnt[3 * b + 2];
-    const SelState *s = st + (size_t)b * kSelQueries;
+    const u64 n = cb[0], np = cb[2];
     double v = n ? pct_value(pct, n, s) : 0.0;
     if (!good_k(v)) {
         v = np ? pct_value(pct, np, s + 2) : 1.0;
         if (!good_k(v))
             v = 1.0;
     }
-    k[b] = v;
+    return v;
+}
+
+/* One thread per band: k (sel_k). */
+HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState *st, int nb,
+                                   double pct, double *k)
+{
+    const int b = t.bx * t.bdx + t.tx;
+    if (b >= nb)
+        return;
+    k[b] = sel_k(cnt + 3 * b, st + (size_t)b * kSelQueries, pct);
 }
 
 /* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
@@ -1776,8 +1885,65 @@ __global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
                     u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st, hmask, shift, dmask, ghist, list,
-                  cand, ncand);
+    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st + blockIdx.z * kSelQueries, hmask,
+                  shift, dmask, ghist, list, cand, ncand);
+}
+
+/* Where a folded selection pass gets its states: pass 0 from the counts, a
+ * later one by scanning the previous pass's histograms itself (every block of
+ * the band, redundantly: no scan launch between two passes). Each pass has
+ * its own slot of states and histograms, so no block reads what another block
+ * of its launch writes. */
+struct SelFold {
+    const u64 *cnt;       /* pass 0: the ranks from the counts (else NULL) */
+    double pct;           /* the percentile (pass 0) */
+    const SelState *prev; /* a later pass: the previous pass's states ... */
+    const u64 *phist;     /* ... and histograms (all bands) */
+    u64 phmask;           /* the previous pass's digit */
+    int pshift;
+    SelState *out; /* this pass's states (all bands), for the next pass: block 0 writes them */
+    u64 *zero;     /* the next pass's histograms, zeroed here (NULL: none) */
+};
+
+/* The pass's states of band t.bz into ss.nxt (every thread sees them); block 0
+ * stores them, and (pass 0) clears the band's candidate count. */
+template <int NT>
+HYPROF_EADP_FN void sel_fold_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, u64 *ncand)
+{
+    const int tid = t.ty * t.bdx + t.tx, b = t.bz;
+    const size_t hb = (size_t)b * kSelQueries * kSelBins;
+    if (f.zero) /* this block's share of the band's next histograms */
+        for (size_t i = (size_t)t.bx * NT + tid; i < (size_t)kSelQueries * kSelBins;
+             i += (size_t)t.gdx * NT)
+            f.zero[hb + i] = 0;
+    if (f.cnt) {
+        if (tid == 0)
+            sel_ranks(f.cnt + 3 * b, f.pct, ss.nxt);
+        HYPROF_EADP_SYNC();
+    } else {
+        sel_scan_step<NT>(t, ss, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
+                          f.phist + hb);
+    }
+    if (t.bx == 0 && tid < kSelQueries)
+        f.out[(size_t)b * kSelQueries + tid] = ss.nxt[tid];
+    if (f.cnt && t.bx == 0 && tid == 0)
+        ncand[b] = 0;
+}
+
+/* A folded selection pass: its states (sel_fold_states), then its histogram
+ * (sel_hist_body) into ghist, this pass's slot. */
+template <int NT>
+__global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
+    sel_pass_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
+                    const uint8_t *__restrict__ mask, size_t npix, SelFold f, u64 hmask,
+                    int shift, unsigned dmask, u64 *__restrict__ ghist, const u64 *list, u64 *cand,
+                    u64 *ncand)
+{
+    __shared__ unsigned sh[kSelQueries * kSelBins];
+    __shared__ SelStep<NT> ss;
+    sel_fold_states<NT>(HYPROF_EADP_THR, ss, f, ncand);
+    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, ss.nxt, hmask, shift, dmask, ghist,
+                  list, cand, ncand);
 }
 
 __global__ void __launch_bounds__(kSelThreads)
@@ -1825,6 +1991,43 @@ __global__ void __launch_bounds__(kSelThreads)
         const Thr band{b, 0, 0, 0, 0, 1, 1, 1, 1, 1};
         sel_final_body(band, cnt, st, nb, pct, k);
     }
+}
+
+/* The folded selection's end, one block per band: the states after pass
+ * first - 1 (f: scanning its histograms), the passes first .. kSelPasses - 1
+ * over the band's candidates with the histograms in shared memory (as in
+ * sel_tail_kernel), and k. first = kSelPasses: only the last scan and k. */
+template <int NT> struct SelLastShared {
+    unsigned cnt[kSelQueries * kSelBins];
+    u64 hist[kSelQueries * kSelBins];
+    SelStep<NT> step;
+};
+
+template <int NT>
+__global__ void __launch_bounds__(NT)
+    sel_last_kernel(size_t npix, SelFold f, int first, const u64 *list, const u64 *ncand,
+                    const u64 *__restrict__ cnt, double pct, double *__restrict__ k)
+{
+    extern __shared__ float4 sel_last_smem[];
+    SelLastShared<NT> &sh = *reinterpret_cast<SelLastShared<NT> *>(sel_last_smem);
+    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
+    const Thr one{tid, 0, 0, 0, 0, NT, 1, 1, 1, 1}; /* band index 0, as in sel_tail */
+    const size_t hb = (size_t)b * kSelQueries * kSelBins;
+    sel_scan_step<NT>(one, sh.step, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
+                      f.phist + hb);
+    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
+    for (int pass = first; pass < kSelPasses; ++pass) {
+        for (int i = tid; i < kSelQueries * kSelBins; i += NT)
+            sh.hist[i] = 0; /* the previous scan loaded it before its first barrier */
+        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sh.step.nxt, hmask, shift,
+                      (1u << width) - 1u, sh.hist, lb, NULL, const_cast<u64 *>(nc));
+        __syncthreads();
+        sel_scan_step<NT>(one, sh.step, sh.step.nxt, hmask, shift, sh.hist);
+    }
+    if (tid == 0)
+        k[b] = sel_k(cnt + 3 * b, sh.step.nxt, pct);
 }
 
 __global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
@@ -2132,9 +2335,12 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.A = take(&off, mul_sat(dband, nb + 1));
     L.B = take(&off, mul_sat(dband, nb) + 256); /* + 256: the float u buffers (ubuf) */
     L.gm = take(&off, mul_sat(dband, nb));
+    /* cnt right before hist: one memset clears the counts and the first
+     * pass's histograms; a slot of states and histograms per selection pass
+     * (the folded passes: SelFold) */
     L.cnt = take(&off, nb * 3 * sizeof(u64));
-    L.st = take(&off, nb * kSelQueries * sizeof(SelState));
-    L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
+    L.hist = take(&off, mul_sat(nb, kSelPasses * kSelQueries * kSelBins * sizeof(u64)));
+    L.st = take(&off, nb * kSelPasses * kSelQueries * sizeof(SelState));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
@@ -2170,6 +2376,8 @@ class EadpCuda {
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
+    bool sel_fold = true;   /* the scans in the next pass's prologue (SelFold) */
+    int sel_last = 1024;    /* sel_last_kernel's block ($HYPROF_EADP_SEL_LAST=256) */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
     int sel_sms = 0;        /* the device's multiprocessors (the pass's grid) */
     bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
@@ -2225,6 +2433,8 @@ class EadpCuda {
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
+    size_t sel_blocks(size_t nb) const;
+    hyprof_status_t select_folded(size_t nb, const unsigned *kh, size_t hslot, size_t sslot);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
                                 float *out);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
@@ -2310,6 +2520,7 @@ hyprof_status_t EadpCuda::plan()
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
     sel_hi = env_int("HYPROF_EADP_SEL_HI", 1) != 0;
+    sel_fold = env_int("HYPROF_EADP_SEL_FOLD", 1) != 0;
     sel_threads = env_int("HYPROF_EADP_SEL_THREADS", 1024) == 1024 ? 1024 : kSelThreads;
     {
         int dev = 0;
@@ -2317,6 +2528,15 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sel_sms, cudaDevAttrMultiProcessorCount, dev));
     }
     diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
+    sel_last = env_int("HYPROF_EADP_SEL_LAST", 1024) == 1024 ? 1024 : kSelThreads;
+    if (sel_fold) {
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel<1024>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sizeof(SelLastShared<1024>)));
+        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel<kSelThreads>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)sizeof(SelLastShared<kSelThreads>)));
+    }
     if (sel_tail)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -2546,6 +2766,70 @@ static dim3 pix_grid(int W, int H, size_t nz)
     return dim3((unsigned)((W + kPixBX - 1) / kPixBX), gy, (unsigned)nz);
 }
 
+/* A selection pass's blocks per band (see prepare). */
+size_t EadpCuda::sel_blocks(size_t nb) const
+{
+    size_t nblk = npix / 4096;
+    if (sel_threads == 1024) /* two blocks an SM, one wave over the bands */
+        nblk = (size_t)(2 * sel_sms) / nb < npix / 4096 ? (size_t)(2 * sel_sms) / nb
+                                                       : npix / 4096;
+    return nblk < 1 ? 1 : nblk > 512 ? 512 : nblk;
+}
+
+/* The contrast selection with its setup and scans folded into the passes'
+ * prologues (SelFold): pass p's states and histograms in slot p of sst and
+ * hist (hslot and sslot elements a slot; slot 0 of hist cleared with the
+ * counts, slot p + 1 by pass p); the passes after kSelCollect in
+ * sel_last_kernel (or, $HYPROF_EADP_SEL_TAIL=0, as passes over the candidate
+ * list, sel_last_kernel then only scanning and computing k). */
+hyprof_status_t EadpCuda::select_folded(size_t nb, const unsigned *kh, size_t hslot,
+                                        size_t sslot)
+{
+    cudaStream_t st = cs.get();
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    const double *A = dev<double>(L.A);
+    u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
+    u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
+    SelState *sst = dev<SelState>(L.st);
+    const size_t nblk = sel_blocks(nb);
+    const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
+    SelFold f = {};
+    for (int pass = 0; pass <= passes; ++pass) {
+        if (pass == 0) {
+            f.cnt = cnt;
+            f.pct = a->percentile;
+        } else { /* the previous pass's slot */
+            const int ps = kSelShift[pass - 1], pw = kSelWidth[pass - 1];
+            f.cnt = NULL;
+            f.prev = sst + (size_t)(pass - 1) * sslot;
+            f.phist = hist + (size_t)(pass - 1) * hslot;
+            f.phmask = ps + pw >= 64 ? 0ull : ~0ull << (ps + pw);
+            f.pshift = ps;
+        }
+        if (pass == passes)
+            break;
+        f.out = sst + (size_t)pass * sslot;
+        f.zero = pass + 1 < passes ? hist + (size_t)(pass + 1) * hslot : NULL;
+        const int shift = kSelShift[pass], width = kSelWidth[pass];
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        const unsigned dmask = (1u << width) - 1u;
+        (sel_threads == 1024 ? sel_pass_kernel<1024> : sel_pass_kernel<kSelThreads>)<<<
+            dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
+            A, kh, mask, npix, f, hmask, shift, dmask, hist + (size_t)pass * hslot,
+            pass > kSelCollect ? cand : NULL, pass == kSelCollect ? cand : NULL, ncand);
+        HYPROF_CUDA_CHECK_LAUNCH("sel_pass_kernel");
+    }
+    if (sel_last == 1024)
+        sel_last_kernel<1024><<<dim3(1, 1, (unsigned)nb), 1024, sizeof(SelLastShared<1024>), st>>>(
+            npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
+    else
+        sel_last_kernel<kSelThreads><<<dim3(1, 1, (unsigned)nb), kSelThreads,
+                                       sizeof(SelLastShared<kSelThreads>), st>>>(
+            npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
+    HYPROF_CUDA_CHECK_LAUNCH("sel_last_kernel");
+    return HYPROF_OK;
+}
+
 /* Upload, smoothing, gradient, contrast, diffusivity and u of one group. */
 hyprof_status_t EadpCuda::prepare(size_t nb)
 {
@@ -2564,7 +2848,11 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
-    HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
+    const bool fold = sel_fold && !(a->contrast > 0.0);
+    const size_t hslot = nb * kSelQueries * kSelBins, sslot = nb * kSelQueries;
+    /* fold: the first pass's histograms too (cnt is right before hist) */
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(
+        cnt, 0, fold ? L.hist - L.cnt + hslot * sizeof(u64) : nb * 3 * sizeof(u64), st));
     const int pty = prep16 ? 16 : prep_ty(r);
     const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
@@ -2597,6 +2885,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     if (a->contrast > 0.0) {
         fill_kernel<<<sb, 128, 0, st>>>(k, (int)nb, a->contrast);
         HYPROF_CUDA_CHECK_LAUNCH("fill_kernel");
+    } else if (fold) {
+        HYPROF_TRY(select_folded(nb, kh, hslot, sslot));
     } else {
         sel_setup_kernel<<<sb, 128, 0, st>>>(cnt, (int)nb, a->percentile, sst);
         HYPROF_CUDA_CHECK_LAUNCH("sel_setup_kernel");
@@ -2612,14 +2902,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
          * prepare stage 0.259-0.262 ms against 0.277-0.279). Counting a
          * warp's equal bins once (__match_any_sync) in pass 0, where every
          * key falls in a few bins, did not help (0.261 against 0.259). */
-        size_t nblk = npix / 4096;
-        if (sel_threads == 1024) /* two blocks an SM, one wave over the bands */
-            nblk = (size_t)(2 * sel_sms) / nb < npix / 4096 ? (size_t)(2 * sel_sms) / nb
-                                                           : npix / 4096;
-        if (nblk < 1)
-            nblk = 1;
-        if (nblk > 512)
-            nblk = 512;
+        const size_t nblk = sel_blocks(nb);
         /* Pass kSelCollect also copies the keys that match a query (20 bits
          * decided: normally a few thousand) into B, free here; the later
          * passes read that list instead of G. */
