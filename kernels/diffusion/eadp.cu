@@ -23,8 +23,26 @@
  *               three passes read the keys' high words (written by the
  *               gradient pass: their digits lie there; 4 bytes a pixel
  *               instead of 8); the last three, their scans and k run in one
- *               block per band (sel_tail_kernel, histograms in shared
- *               memory: one launch instead of 7). 15:50 round (H100,
+ *               block per band (sel_last_kernel, histograms in shared
+ *               memory: one launch instead of 7). No setup or scan
+ *               launches: every block of a pass (sel_pass_kernel) finds
+ *               the pass's states itself in its prologue (pass 0: the
+ *               ranks from the counts; later: the bins holding the ranks
+ *               in the previous pass's histograms, which stay in L2), one
+ *               block per band stores them for the next launch; each pass
+ *               has its own slot of states and histograms (pass p clears
+ *               slot p + 1), so no block reads what its own launch
+ *               writes. H100, 2026-11-27 08:05 round: prepare 0.247 ms of
+ *               event time (3 runs) against 0.255-0.259 with the separate
+ *               setup and scan launches; Nsight: passes 16.1, 24.4, 23.8
+ *               us (every block's 1024 threads loading and scanning the
+ *               16 KB histograms: 7 us a pass) against 15.9 + 2.9 (setup),
+ *               17.2 + 5.7, 16.1 + 7.2; sel_last_kernel (1024 threads)
+ *               20.4 us against 20.8 for the old tail on 256 (and prepare
+ *               0.249-0.253 with 256). The passes also count coarse
+ *               histograms (32 digits a bin) so that one warp a query
+ *               finds the bin (sel_find_step: a few hundred bytes instead
+ *               of every thread scanning 16 KB). 15:50 round (H100,
  *               Nsight, one call): selection 0.101 ms (main 0.141), prep
  *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
  *               0.264 ms of event time against 0.324 with all four off.
@@ -197,7 +215,9 @@
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
- * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
+ * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels,
+ * $HYPROF_EADP_SEL_COARSE=0 every block scanning the whole histograms
+ * (sel_scan_step) instead of the coarse search;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -246,8 +266,10 @@ typedef unsigned long long u64;
 /* ---- shapes ------------------------------------------------------------------- */
 
 const int kPixBX = 32, kPixBY = 8;       /* block of the per-pixel kernels */
-const int kSelThreads = 256;             /* selection kernels */
+const int kSelThreads = 256;             /* selection passes ($HYPROF_EADP_SEL_THREADS=256) */
+const int kSelLast = 1024;               /* sel_last_kernel */
 const int kSelBins = 2048;               /* 11-bit digits */
+const int kSelCoarse = kSelBins / 32;    /* coarse bins of 32 digits (sel_find_step) */
 const int kSelQueries = 4;               /* lo, hi; lo, hi of the G > 0 fallback */
 const int kSelPasses = 6;
 const int kSelCollect = 2; /* the pass that collects the candidate keys */
@@ -697,15 +719,6 @@ HYPROF_EADP_FN void sel_ranks(const u64 *cb, double pct, SelState *s)
     }
 }
 
-/* One thread per band: the ranks to select. */
-HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double pct,
-                                   SelState *st)
-{
-    const int b = t.bx * t.bdx + t.tx;
-    if (b < nb)
-        sel_ranks(cnt + 3 * b, pct, st + (size_t)b * kSelQueries);
-}
-
 /* Counts `key` for the first active query whose prefix it has (and with
  * cand, appends it to the band's candidate list). */
 const int kSelUnroll = 4;
@@ -727,12 +740,15 @@ HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsig
 
 /* Histogram of the next digit of the keys that match each query's prefix. Each
  * key counts once, for the first query with its prefix (queries with equal
- * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
- * counters; `s`: the band's states. grid z = band. */
+ * prefixes share it: see sel_scan_step). `sh`: kSelQueries * kSelBins shared
+ * counters; `s`: the band's states; gcoarse (or NULL): the coarse histograms
+ * (kSelCoarse bins of 32 digits a query and band) that sel_find_step reads.
+ * grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const unsigned *Kh, const uint8_t *mask, size_t npix,
                                   const SelState *s, u64 hmask, int shift, unsigned dmask,
-                                  u64 *ghist, const u64 *list, u64 *cand, u64 *ncand)
+                                  u64 *ghist, u64 *gcoarse, const u64 *list, u64 *cand,
+                                  u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz;
@@ -788,108 +804,27 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                       dmask, act, pre, cand, ncand, b, npix, kb ? gb + p : NULL);
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
+    u64 *gc = gcoarse ? gcoarse + (size_t)b * kSelQueries * kSelCoarse : NULL;
     for (int q = 0; q < kSelQueries; ++q)
         if (lead[q])
-            for (int i = tid; i < nbins; i += nthr)
-                if (sh[q * kSelBins + i])
-                    HYPROF_EADP_ATOMIC_ADD_U64(&gh[q * kSelBins + i], (u64)sh[q * kSelBins + i]);
-}
-
-/* One block of kSelThreads per band: for each query, the bin that holds its
- * rank; appends the digit to the prefix, makes the rank relative to the bin,
- * and clears the histograms for the next pass. The queries' prefix sums run
- * side by side (one barrier sequence instead of one per query: the kernel
- * is latency-bound, 8.7 us a launch with four sequential scans, an H200). */
-struct SelScanShared {
-    u64 part[kSelQueries][kSelThreads];
-    SelState cur[kSelQueries], nxt[kSelQueries];
-};
-
-HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st, u64 hmask,
-                                  int shift, u64 *ghist)
-{
-    const int tid = t.tx, b = t.bz;
-    SelState *s = st + (size_t)b * kSelQueries;
-    u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
-    if (tid < kSelQueries) {
-        sh.cur[tid] = s[tid];
-        sh.nxt[tid] = s[tid];
-    }
-    HYPROF_EADP_SYNC();
-    const int per = kSelBins / kSelThreads;
-    /* This thread's bins of the histogram that query q counts in, loaded
-     * once (all loads in flight together; the bin search reads registers). */
-    /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
-    const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
-    const bool used = tid * per < nbins;
-    u64 hv[kSelQueries][per];
-    bool on[kSelQueries], lead[kSelQueries];
-    u64 mine[kSelQueries];
-#pragma unroll
-    for (int q = 0; q < kSelQueries; ++q) {
-        mine[q] = 0;
-        on[q] = sh.cur[q].rank >= 0; /* the same for every thread */
-        int a = q;
-        for (int q2 = 0; q2 < q; ++q2)
-            if (sh.cur[q2].rank >= 0 &&
-                (sh.cur[q2].prefix & hmask) == (sh.cur[q].prefix & hmask)) {
-                a = q2;
-                break;
-            }
-        lead[q] = on[q] && a == q;
-        const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
-#pragma unroll
-        for (int j = 0; j < per; ++j) {
-            hv[q][j] = on[q] && used ? h[j] : 0;
-            mine[q] += hv[q][j];
-        }
-    }
-    for (int q = 0; q < kSelQueries; ++q)
-        sh.part[q][tid] = mine[q];
-    HYPROF_EADP_SYNC();
-    for (int off = 1; off < kSelThreads; off <<= 1) {
-        u64 v[kSelQueries];
-        for (int q = 0; q < kSelQueries; ++q)
-            v[q] = tid >= off ? sh.part[q][tid - off] : 0;
-        HYPROF_EADP_SYNC();
-        for (int q = 0; q < kSelQueries; ++q)
-            sh.part[q][tid] += v[q];
-        HYPROF_EADP_SYNC();
-    }
-#pragma unroll
-    for (int q = 0; q < kSelQueries; ++q) {
-        if (!on[q])
-            continue;
-        const u64 incl = sh.part[q][tid], excl = incl - mine[q], rank = (u64)sh.cur[q].rank;
-        if (rank >= excl && rank < incl) { /* the first bin whose end passes rank */
-            u64 cum = excl, base = 0;
-            int jj = -1;
-#pragma unroll
-            for (int j = 0; j < per; ++j) {
-                if (jj < 0 && rank < cum + hv[q][j]) {
-                    jj = j;
-                    base = cum;
+            for (int i = tid; i < nbins; i += nthr) { /* whole warps: nbins, nthr % 32 == 0 */
+                const unsigned v = sh[q * kSelBins + i];
+                if (v)
+                    HYPROF_EADP_ATOMIC_ADD_U64(&gh[q * kSelBins + i], (u64)v);
+                if (gc) { /* a warp's 32 bins are one coarse bin */
+                    const unsigned c = __reduce_add_sync(0xffffffffu, v);
+                    if ((tid & 31) == 0 && c)
+                        HYPROF_EADP_ATOMIC_ADD_U64(&gc[q * kSelCoarse + i / 32], (u64)c);
                 }
-                cum += hv[q][j];
             }
-            sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + jj) << shift);
-            sh.nxt[q].rank = (long long)(rank - base);
-        }
-    }
-    HYPROF_EADP_SYNC();
-    if (tid < kSelQueries)
-        s[tid] = sh.nxt[tid];
-    /* Only the histograms sel_hist_body wrote (the other ones stay 0). */
-    for (int q = 0; q < kSelQueries; ++q)
-        if (lead[q])
-            for (int i = tid; i < nbins; i += t.bdx)
-                gh[(size_t)q * kSelBins + i] = 0;
 }
 
-/* The same step for a block of NT threads (NT / 32 warps), kSelBins / NT bins
- * a thread, the prefix sums by warp shuffles (two barriers instead of 16):
- * the states after the pass whose histograms are `gh` (the band's, global or
- * shared) from the states `cur` before it, into ss.nxt. cur is read and gh
+/* A selection step in a block of NT threads (NT / 32 warps): for each query,
+ * the bin that holds its rank; appends the digit to the prefix and makes the
+ * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
+ * sums side by side by warp shuffles (two barriers): the states after the
+ * pass whose histograms are `gh` (the band's, global or shared) from the
+ * states `cur` before it, into ss.nxt. cur is read and gh
  * loaded before the first barrier and ss.nxt written after it (exactly one
  * thread writes each query's state), so cur may be ss.nxt itself; every
  * thread sees ss.nxt after the second. */
@@ -985,6 +920,74 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
     HYPROF_EADP_SYNC();
 }
 
+/* In a warp whose lanes hold counts v in order: the first lane whose inclusive
+ * prefix sum passes r (the same in every lane), and (*before) the counts of
+ * the lanes before it; 32 when r is past them all. */
+HYPROF_EADP_FN int warp_find(int lane, u64 v, u64 r, u64 *before)
+{
+    u64 incl = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const u64 u = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off)
+            incl += u;
+    }
+    const unsigned m = __ballot_sync(0xffffffffu, incl > r);
+    if (!m)
+        return 32;
+    const int l = __ffs((int)m) - 1;
+    *before = __shfl_sync(0xffffffffu, incl - v, l);
+    return l;
+}
+
+/* sel_scan_step from the coarse histograms as well (`gc`: kSelCoarse bins of 32
+ * digits, the band's): warp q alone finds query q's coarse bin (2 a lane),
+ * then its digit among the 32 of that bin: 3 dependent loads of a few hundred
+ * bytes instead of every thread loading and scanning the 16 KB histograms.
+ * The same results; the same contract (ss.nxt after the one barrier). */
+template <int NT>
+HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
+                                  int shift, const u64 *gh, const u64 *gc)
+{
+    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, q = tid >> 5;
+    if (q < kSelQueries) {
+        const SelState c = cur[q];
+        SelState n = c; /* unused, or past every key: unchanged */
+        if (c.rank >= 0) {
+            int a = q; /* the histogram query q counts in: the first with its prefix */
+            for (int q2 = 0; q2 < q; ++q2) {
+                const SelState o = cur[q2];
+                if (o.rank >= 0 && (o.prefix & hmask) == (c.prefix & hmask)) {
+                    a = q2;
+                    break;
+                }
+            }
+            const u64 *ca = gc + (size_t)a * kSelCoarse;
+            const u64 c0 = ca[2 * lane], c1 = ca[2 * lane + 1];
+            u64 r = (u64)c.rank, bef = 0;
+            const int l = warp_find(lane, c0 + c1, r, &bef);
+            if (l < 32) { /* warp-uniform */
+                const u64 c0l = __shfl_sync(0xffffffffu, c0, l);
+                int cb = 2 * l;
+                if (r - bef >= c0l) {
+                    ++cb;
+                    bef += c0l;
+                }
+                r -= bef;
+                const u64 v = gh[(size_t)a * kSelBins + 32 * cb + lane];
+                const int l2 = warp_find(lane, v, r, &bef); /* < 32: the bin holds r */
+                if (l2 < 32) {
+                    n.prefix = c.prefix | ((u64)(32 * cb + l2) << shift);
+                    n.rank = (long long)(r - bef);
+                }
+            }
+        }
+        if (lane == 0)
+            ss.nxt[q] = n;
+    }
+    HYPROF_EADP_SYNC();
+}
+
 /* eadp.c's percentile from the two selected order statistics. */
 HYPROF_EADP_FN double pct_value(double pct, u64 n, const SelState *lo_hi)
 {
@@ -1012,16 +1015,6 @@ HYPROF_EADP_FN double sel_k(const u64 *cb, const SelState *s, double pct)
             v = 1.0;
     }
     return v;
-}
-
-/* One thread per band: k (sel_k). */
-HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState *st, int nb,
-                                   double pct, double *k)
-{
-    const int b = t.bx * t.bdx + t.tx;
-    if (b >= nb)
-        return;
-    k[b] = sel_k(cnt + 3 * b, st + (size_t)b * kSelQueries, pct);
 }
 
 /* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
@@ -1871,24 +1864,6 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
                   cnt);
 }
 
-__global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
-                                 SelState *__restrict__ st)
-{
-    sel_setup_body(HYPROF_EADP_THR, cnt, nb, pct, st);
-}
-
-template <int NT>
-__global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
-    sel_hist_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
-                    const uint8_t *__restrict__ mask, size_t npix,
-                    const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
-                    u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
-{
-    __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st + blockIdx.z * kSelQueries, hmask,
-                  shift, dmask, ghist, list, cand, ncand);
-}
-
 /* Where a folded selection pass gets its states: pass 0 from the counts, a
  * later one by scanning the previous pass's histograms itself (every block of
  * the band, redundantly: no scan launch between two passes). Each pass has
@@ -1899,11 +1874,26 @@ struct SelFold {
     double pct;           /* the percentile (pass 0) */
     const SelState *prev; /* a later pass: the previous pass's states ... */
     const u64 *phist;     /* ... and histograms (all bands) */
+    const u64 *pcoarse;   /* ... and its coarse ones (sel_find_step), or NULL */
     u64 phmask;           /* the previous pass's digit */
     int pshift;
     SelState *out; /* this pass's states (all bands), for the next pass: block 0 writes them */
-    u64 *zero;     /* the next pass's histograms, zeroed here (NULL: none) */
+    u64 *zero;     /* the next pass's slot of histograms, zeroed here (NULL: none) ... */
+    size_t nzero;  /* ... its elements */
 };
+
+/* The states after the previous pass (f), band t.bz, into ss.nxt. */
+template <int NT>
+HYPROF_EADP_FN void sel_prev_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, int b)
+{
+    const SelState *cur = f.prev + (size_t)b * kSelQueries;
+    const u64 *gh = f.phist + (size_t)b * kSelQueries * kSelBins;
+    if (f.pcoarse)
+        sel_find_step<NT>(t, ss, cur, f.phmask, f.pshift, gh,
+                          f.pcoarse + (size_t)b * kSelQueries * kSelCoarse);
+    else
+        sel_scan_step<NT>(t, ss, cur, f.phmask, f.pshift, gh);
+}
 
 /* The pass's states of band t.bz into ss.nxt (every thread sees them); block 0
  * stores them, and (pass 0) clears the band's candidate count. */
@@ -1911,18 +1901,16 @@ template <int NT>
 HYPROF_EADP_FN void sel_fold_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, b = t.bz;
-    const size_t hb = (size_t)b * kSelQueries * kSelBins;
-    if (f.zero) /* this block's share of the band's next histograms */
-        for (size_t i = (size_t)t.bx * NT + tid; i < (size_t)kSelQueries * kSelBins;
-             i += (size_t)t.gdx * NT)
-            f.zero[hb + i] = 0;
+    if (f.zero) /* this block's share of the next slot */
+        for (size_t i = ((size_t)b * t.gdx + t.bx) * NT + tid; i < f.nzero;
+             i += (size_t)t.gdx * t.gdz * NT)
+            f.zero[i] = 0;
     if (f.cnt) {
         if (tid == 0)
             sel_ranks(f.cnt + 3 * b, f.pct, ss.nxt);
         HYPROF_EADP_SYNC();
     } else {
-        sel_scan_step<NT>(t, ss, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
-                          f.phist + hb);
+        sel_prev_states<NT>(t, ss, f, b);
     }
     if (t.bx == 0 && tid < kSelQueries)
         f.out[(size_t)b * kSelQueries + tid] = ss.nxt[tid];
@@ -1930,110 +1918,55 @@ HYPROF_EADP_FN void sel_fold_states(const Thr &t, SelStep<NT> &ss, const SelFold
         ncand[b] = 0;
 }
 
-/* A folded selection pass: its states (sel_fold_states), then its histogram
- * (sel_hist_body) into ghist, this pass's slot. */
+/* A selection pass: its states (sel_fold_states), then its histograms
+ * (sel_hist_body) into ghist and gcoarse, this pass's slot. */
 template <int NT>
 __global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
     sel_pass_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
                     const uint8_t *__restrict__ mask, size_t npix, SelFold f, u64 hmask,
-                    int shift, unsigned dmask, u64 *__restrict__ ghist, const u64 *list, u64 *cand,
-                    u64 *ncand)
+                    int shift, unsigned dmask, u64 *__restrict__ ghist, u64 *gcoarse,
+                    const u64 *list, u64 *cand, u64 *ncand)
 {
     __shared__ unsigned sh[kSelQueries * kSelBins];
     __shared__ SelStep<NT> ss;
     sel_fold_states<NT>(HYPROF_EADP_THR, ss, f, ncand);
     sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, ss.nxt, hmask, shift, dmask, ghist,
-                  list, cand, ncand);
+                  gcoarse, list, cand, ncand);
 }
 
-__global__ void __launch_bounds__(kSelThreads)
-    sel_scan_kernel(SelState *__restrict__ st, u64 hmask, int shift, u64 *__restrict__ ghist)
-{
-    __shared__ SelScanShared sh;
-    sel_scan_body(HYPROF_EADP_THR, sh, st, hmask, shift, ghist);
-}
-
-/* The selection's passes after kSelCollect (over the band's collected
- * candidates, normally a few thousand keys), their scans and the final k in
- * one block per band, the histograms in shared memory: sel_hist_body,
- * sel_scan_body and sel_final_body as their kernels run them, one launch
- * instead of 7 (each of those was a few microseconds of latency). */
-struct SelTailShared {
+/* The selection's end, one block of kSelLast threads per band: the states
+ * after pass first - 1 (f), the passes first .. kSelPasses - 1 over the band's
+ * candidates (normally a few thousand keys) with the histograms in shared
+ * memory, their scans, and k: one launch instead of 7 (each a few
+ * microseconds of latency). first = kSelPasses: only the last step and k. */
+struct SelLastShared {
     unsigned cnt[kSelQueries * kSelBins];
     u64 hist[kSelQueries * kSelBins];
-    SelScanShared scan;
+    SelStep<kSelLast> step;
 };
 
-__global__ void __launch_bounds__(kSelThreads)
-    sel_tail_kernel(size_t npix, SelState *__restrict__ st, const u64 *list, const u64 *ncand,
-                    const u64 *__restrict__ cnt, int nb, double pct, double *__restrict__ k)
-{
-    extern __shared__ float4 sel_tail_smem[];
-    SelTailShared &sh = *reinterpret_cast<SelTailShared *>(sel_tail_smem);
-    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
-    for (int i = tid; i < kSelQueries * kSelBins; i += kSelThreads)
-        sh.hist[i] = 0;
-    /* the kernels' view of this band: one block, band index 0 */
-    const Thr one{tid, 0, 0, 0, 0, kSelThreads, 1, 1, 1, 1};
-    SelState *sb = st + (size_t)b * kSelQueries;
-    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
-    __syncthreads();
-    for (int pass = kSelCollect + 1; pass < kSelPasses; ++pass) {
-        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
-        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
-                      sh.hist, lb, NULL, const_cast<u64 *>(nc));
-        __syncthreads();
-        sel_scan_body(one, sh.scan, sb, hmask, shift, sh.hist);
-        __syncthreads();
-    }
-    if (tid == 0) {
-        const Thr band{b, 0, 0, 0, 0, 1, 1, 1, 1, 1};
-        sel_final_body(band, cnt, st, nb, pct, k);
-    }
-}
-
-/* The folded selection's end, one block per band: the states after pass
- * first - 1 (f: scanning its histograms), the passes first .. kSelPasses - 1
- * over the band's candidates with the histograms in shared memory (as in
- * sel_tail_kernel), and k. first = kSelPasses: only the last scan and k. */
-template <int NT> struct SelLastShared {
-    unsigned cnt[kSelQueries * kSelBins];
-    u64 hist[kSelQueries * kSelBins];
-    SelStep<NT> step;
-};
-
-template <int NT>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(kSelLast)
     sel_last_kernel(size_t npix, SelFold f, int first, const u64 *list, const u64 *ncand,
                     const u64 *__restrict__ cnt, double pct, double *__restrict__ k)
 {
     extern __shared__ float4 sel_last_smem[];
-    SelLastShared<NT> &sh = *reinterpret_cast<SelLastShared<NT> *>(sel_last_smem);
+    SelLastShared &sh = *reinterpret_cast<SelLastShared *>(sel_last_smem);
     const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
-    const Thr one{tid, 0, 0, 0, 0, NT, 1, 1, 1, 1}; /* band index 0, as in sel_tail */
-    const size_t hb = (size_t)b * kSelQueries * kSelBins;
-    sel_scan_step<NT>(one, sh.step, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
-                      f.phist + hb);
+    const Thr one{tid, 0, 0, 0, 0, kSelLast, 1, 1, 1, 1}; /* the kernels' view: band index 0 */
+    sel_prev_states<kSelLast>(one, sh.step, f, b);
     const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
     for (int pass = first; pass < kSelPasses; ++pass) {
-        for (int i = tid; i < kSelQueries * kSelBins; i += NT)
+        for (int i = tid; i < kSelQueries * kSelBins; i += kSelLast)
             sh.hist[i] = 0; /* the previous scan loaded it before its first barrier */
         const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
         const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
         sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sh.step.nxt, hmask, shift,
-                      (1u << width) - 1u, sh.hist, lb, NULL, const_cast<u64 *>(nc));
+                      (1u << width) - 1u, sh.hist, NULL, lb, NULL, const_cast<u64 *>(nc));
         __syncthreads();
-        sel_scan_step<NT>(one, sh.step, sh.step.nxt, hmask, shift, sh.hist);
+        sel_scan_step<kSelLast>(one, sh.step, sh.step.nxt, hmask, shift, sh.hist);
     }
     if (tid == 0)
         k[b] = sel_k(cnt + 3 * b, sh.step.nxt, pct);
-}
-
-__global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
-                                 int nb, double pct, double *__restrict__ k)
-{
-    sel_final_body(HYPROF_EADP_THR, cnt, st, nb, pct, k);
 }
 
 __global__ void fill_kernel(double *__restrict__ k, int nb, double v)
@@ -2324,6 +2257,10 @@ size_t take(size_t *off, size_t bytes)
     return o;
 }
 
+/* A selection pass's slot of histograms (u64): nb bands' kSelQueries x kSelBins
+ * digits, then their kSelQueries x kSelCoarse coarse bins. */
+size_t sel_slot(size_t nb) { return nb * kSelQueries * (kSelBins + kSelCoarse); }
+
 Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
 {
     Layout L;
@@ -2339,7 +2276,7 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
      * pass's histograms; a slot of states and histograms per selection pass
      * (the folded passes: SelFold) */
     L.cnt = take(&off, nb * 3 * sizeof(u64));
-    L.hist = take(&off, mul_sat(nb, kSelPasses * kSelQueries * kSelBins * sizeof(u64)));
+    L.hist = take(&off, mul_sat(mul_sat(nb, kSelPasses * sizeof(u64)), sel_slot(1)));
     L.st = take(&off, nb * kSelPasses * kSelQueries * sizeof(SelState));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
@@ -2374,10 +2311,9 @@ class EadpCuda {
     int occ = 1;          /* fed_shfl_kernel (4 x 4 pixels per thread): blocks per SM */
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
-    bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
+    bool sel_tail = true;   /* the selection's last passes in sel_last_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
-    bool sel_fold = true;   /* the scans in the next pass's prologue (SelFold) */
-    int sel_last = 1024;    /* sel_last_kernel's block ($HYPROF_EADP_SEL_LAST=256) */
+    bool sel_coarse = true; /* the passes' prologues search the coarse histograms */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
     int sel_sms = 0;        /* the device's multiprocessors (the pass's grid) */
     bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
@@ -2434,7 +2370,7 @@ class EadpCuda {
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
     size_t sel_blocks(size_t nb) const;
-    hyprof_status_t select_folded(size_t nb, const unsigned *kh, size_t hslot, size_t sslot);
+    hyprof_status_t select_contrast(size_t nb, const unsigned *kh);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
                                 float *out);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
@@ -2520,7 +2456,7 @@ hyprof_status_t EadpCuda::plan()
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
     sel_hi = env_int("HYPROF_EADP_SEL_HI", 1) != 0;
-    sel_fold = env_int("HYPROF_EADP_SEL_FOLD", 1) != 0;
+    sel_coarse = env_int("HYPROF_EADP_SEL_COARSE", 1) != 0;
     sel_threads = env_int("HYPROF_EADP_SEL_THREADS", 1024) == 1024 ? 1024 : kSelThreads;
     {
         int dev = 0;
@@ -2528,19 +2464,9 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sel_sms, cudaDevAttrMultiProcessorCount, dev));
     }
     diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
-    sel_last = env_int("HYPROF_EADP_SEL_LAST", 1024) == 1024 ? 1024 : kSelThreads;
-    if (sel_fold) {
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel<1024>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)sizeof(SelLastShared<1024>)));
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel<kSelThreads>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)sizeof(SelLastShared<kSelThreads>)));
-    }
-    if (sel_tail)
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)sizeof(SelTailShared)));
+    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)sizeof(SelLastShared)));
     /* 2 concurrent FED chains by default: FED 1.34 ms a call against 1.37
      * for 3 and 1.53 for one (H100, 03:03 round; header comment). */
     const int fbr = env_int("HYPROF_EADP_FED_BRANCHES", 2);
@@ -2766,7 +2692,16 @@ static dim3 pix_grid(int W, int H, size_t nz)
     return dim3((unsigned)((W + kPixBX - 1) / kPixBX), gy, (unsigned)nz);
 }
 
-/* A selection pass's blocks per band (see prepare). */
+/* A selection pass's blocks per band. 4096 pixels per block of 256 threads:
+ * 40 such blocks per band (Houston size) left the SMs with 2 blocks each and
+ * ran at 0.9 TB/s (an H100, 41 us a pass). Blocks of 1024 threads, two an SM
+ * and one wave over the bands (37 a band): each block flushes its histogram
+ * once for 18k pixels instead of 4096, so 4 times fewer global atomics on the
+ * same bins (H100, 2026-11-27 07:45 round, Nsight: 15.9, 17.2, 16.1 us for
+ * passes 0-2 against 17.6, 27.5, 21.0; prepare stage 0.259-0.262 ms against
+ * 0.277-0.279). Counting a warp's equal bins once (__match_any_sync) in pass
+ * 0, where every key falls in a few bins, did not help (0.261 against
+ * 0.259). */
 size_t EadpCuda::sel_blocks(size_t nb) const
 {
     size_t nblk = npix / 4096;
@@ -2776,14 +2711,15 @@ size_t EadpCuda::sel_blocks(size_t nb) const
     return nblk < 1 ? 1 : nblk > 512 ? 512 : nblk;
 }
 
-/* The contrast selection with its setup and scans folded into the passes'
- * prologues (SelFold): pass p's states and histograms in slot p of sst and
- * hist (hslot and sslot elements a slot; slot 0 of hist cleared with the
- * counts, slot p + 1 by pass p); the passes after kSelCollect in
- * sel_last_kernel (or, $HYPROF_EADP_SEL_TAIL=0, as passes over the candidate
- * list, sel_last_kernel then only scanning and computing k). */
-hyprof_status_t EadpCuda::select_folded(size_t nb, const unsigned *kh, size_t hslot,
-                                        size_t sslot)
+/* The contrast k per band: the selection passes with their setup and scans
+ * folded into the passes' prologues (SelFold): pass p's states and
+ * histograms in slot p of L.st and L.hist (slot 0 of hist cleared with the
+ * counts, slot p + 1 by pass p). Pass kSelCollect also copies the keys that
+ * match a query (20 bits decided: normally a few thousand) into B, free here;
+ * the later passes read that list instead of G: in sel_last_kernel (or,
+ * $HYPROF_EADP_SEL_TAIL=0, as launches of their own, sel_last_kernel then only
+ * scanning and computing k). */
+hyprof_status_t EadpCuda::select_contrast(size_t nb, const unsigned *kh)
 {
     cudaStream_t st = cs.get();
     const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
@@ -2791,7 +2727,8 @@ hyprof_status_t EadpCuda::select_folded(size_t nb, const unsigned *kh, size_t hs
     u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
     u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
     SelState *sst = dev<SelState>(L.st);
-    const size_t nblk = sel_blocks(nb);
+    const size_t nblk = sel_blocks(nb), hslot = sel_slot(nb), sslot = nb * kSelQueries;
+    const size_t cof = nb * kSelQueries * kSelBins; /* the coarse bins in a slot */
     const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
     SelFold f = {};
     for (int pass = 0; pass <= passes; ++pass) {
@@ -2803,6 +2740,7 @@ hyprof_status_t EadpCuda::select_folded(size_t nb, const unsigned *kh, size_t hs
             f.cnt = NULL;
             f.prev = sst + (size_t)(pass - 1) * sslot;
             f.phist = hist + (size_t)(pass - 1) * hslot;
+            f.pcoarse = sel_coarse ? f.phist + cof : NULL;
             f.phmask = ps + pw >= 64 ? 0ull : ~0ull << (ps + pw);
             f.pshift = ps;
         }
@@ -2810,22 +2748,19 @@ hyprof_status_t EadpCuda::select_folded(size_t nb, const unsigned *kh, size_t hs
             break;
         f.out = sst + (size_t)pass * sslot;
         f.zero = pass + 1 < passes ? hist + (size_t)(pass + 1) * hslot : NULL;
+        f.nzero = hslot;
+        u64 *ph = hist + (size_t)pass * hslot;
         const int shift = kSelShift[pass], width = kSelWidth[pass];
         const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
         const unsigned dmask = (1u << width) - 1u;
         (sel_threads == 1024 ? sel_pass_kernel<1024> : sel_pass_kernel<kSelThreads>)<<<
             dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
-            A, kh, mask, npix, f, hmask, shift, dmask, hist + (size_t)pass * hslot,
+            A, kh, mask, npix, f, hmask, shift, dmask, ph, sel_coarse ? ph + cof : NULL,
             pass > kSelCollect ? cand : NULL, pass == kSelCollect ? cand : NULL, ncand);
         HYPROF_CUDA_CHECK_LAUNCH("sel_pass_kernel");
     }
-    if (sel_last == 1024)
-        sel_last_kernel<1024><<<dim3(1, 1, (unsigned)nb), 1024, sizeof(SelLastShared<1024>), st>>>(
-            npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
-    else
-        sel_last_kernel<kSelThreads><<<dim3(1, 1, (unsigned)nb), kSelThreads,
-                                       sizeof(SelLastShared<kSelThreads>), st>>>(
-            npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
+    sel_last_kernel<<<dim3(1, 1, (unsigned)nb), kSelLast, sizeof(SelLastShared), st>>>(
+        npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
     HYPROF_CUDA_CHECK_LAUNCH("sel_last_kernel");
     return HYPROF_OK;
 }
@@ -2839,8 +2774,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     float *x = dev<float>(L.x);
     double *A = dev<double>(L.A), *B = dev<double>(L.B), *gm = dev<double>(L.gm);
     const double *w = dev<double>(L.w);
-    u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
-    SelState *sst = dev<SelState>(L.st);
+    u64 *cnt = dev<u64>(L.cnt);
     double *k = dev<double>(L.k);
     /* The keys' high words (passes 0 .. kSelCollect) in gm, free until the
      * diffusivity is written there. */
@@ -2848,11 +2782,11 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
-    const bool fold = sel_fold && !(a->contrast > 0.0);
-    const size_t hslot = nb * kSelQueries * kSelBins, sslot = nb * kSelQueries;
-    /* fold: the first pass's histograms too (cnt is right before hist) */
-    HYPROF_CUDA_CHECK(cudaMemsetAsync(
-        cnt, 0, fold ? L.hist - L.cnt + hslot * sizeof(u64) : nb * 3 * sizeof(u64), st));
+    /* With the selection, the first pass's histograms too (right after cnt). */
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0,
+                                      a->contrast > 0.0 ? nb * 3 * sizeof(u64)
+                                                        : L.hist - L.cnt + sel_slot(nb) * sizeof(u64),
+                                      st));
     const int pty = prep16 ? 16 : prep_ty(r);
     const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
@@ -2885,51 +2819,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     if (a->contrast > 0.0) {
         fill_kernel<<<sb, 128, 0, st>>>(k, (int)nb, a->contrast);
         HYPROF_CUDA_CHECK_LAUNCH("fill_kernel");
-    } else if (fold) {
-        HYPROF_TRY(select_folded(nb, kh, hslot, sslot));
     } else {
-        sel_setup_kernel<<<sb, 128, 0, st>>>(cnt, (int)nb, a->percentile, sst);
-        HYPROF_CUDA_CHECK_LAUNCH("sel_setup_kernel");
-        HYPROF_CUDA_CHECK(
-            cudaMemsetAsync(hist, 0, nb * kSelQueries * kSelBins * sizeof(u64), st));
-        /* 4096 pixels per block of 256 threads: 40 such blocks per band
-         * (Houston size) left the SMs with 2 blocks each and ran at 0.9 TB/s
-         * (an H100, 41 us a pass). Blocks of 1024 threads, two an SM and one
-         * wave over the bands (37 a band): each block flushes its histogram
-         * once for 18k pixels instead of 4096, so 4 times fewer global
-         * atomics on the same bins (H100, 2026-11-27 07:45 round, Nsight:
-         * 15.9, 17.2, 16.1 us for passes 0-2 against 17.6, 27.5, 21.0;
-         * prepare stage 0.259-0.262 ms against 0.277-0.279). Counting a
-         * warp's equal bins once (__match_any_sync) in pass 0, where every
-         * key falls in a few bins, did not help (0.261 against 0.259). */
-        const size_t nblk = sel_blocks(nb);
-        /* Pass kSelCollect also copies the keys that match a query (20 bits
-         * decided: normally a few thousand) into B, free here; the later
-         * passes read that list instead of G. */
-        u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
-        HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
-        const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
-        for (int pass = 0; pass < passes; ++pass) {
-            const int shift = kSelShift[pass], width = kSelWidth[pass];
-            const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-            const unsigned dmask = (1u << width) - 1u;
-            (sel_threads == 1024 ? sel_hist_kernel<1024> : sel_hist_kernel<kSelThreads>)<<<
-                dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
-                A, kh, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
-                pass == kSelCollect ? cand : NULL, ncand);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
-            sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
-                                                                             hist);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
-        }
-        if (sel_tail) {
-            sel_tail_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, sizeof(SelTailShared), st>>>(
-                npix, sst, cand, ncand, cnt, (int)nb, a->percentile, k);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_tail_kernel");
-        } else {
-            sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
-        }
+        HYPROF_TRY(select_contrast(nb, kh));
     }
     input_out = shfl && cond && fed_output;
     if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
