@@ -164,7 +164,6 @@ static const variant_t g_variants[] = {
     {"selhi0", "HYPROF_EADP_SEL_HI", "0", 1},     {"diff0", "HYPROF_EADP_DIFF", "0", 1},
     {"preprows16", "HYPROF_EADP_PREP_ROWS", "16", 1},
     {"selthr256", "HYPROF_EADP_SEL_THREADS", "256", 1},
-    {"selcoarse0", "HYPROF_EADP_SEL_COARSE", "0", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])

@@ -32,17 +32,20 @@
  *               block per band stores them for the next launch; each pass
  *               has its own slot of states and histograms (pass p clears
  *               slot p + 1), so no block reads what its own launch
- *               writes. H100, 2026-11-27 08:05 round: prepare 0.247 ms of
- *               event time (3 runs) against 0.255-0.259 with the separate
- *               setup and scan launches; Nsight: passes 16.1, 24.4, 23.8
- *               us (every block's 1024 threads loading and scanning the
- *               16 KB histograms: 7 us a pass) against 15.9 + 2.9 (setup),
- *               17.2 + 5.7, 16.1 + 7.2; sel_last_kernel (1024 threads)
- *               20.4 us against 20.8 for the old tail on 256 (and prepare
- *               0.249-0.253 with 256). The passes also count coarse
- *               histograms (32 digits a bin) so that one warp a query
- *               finds the bin (sel_find_step: a few hundred bytes instead
- *               of every thread scanning 16 KB). 15:50 round (H100,
+ *               writes. The passes also count coarse histograms (32 digits
+ *               a bin) so that one warp a query finds the bin
+ *               (sel_find_step: a few hundred bytes instead of every
+ *               thread scanning 16 KB). H100, 2026-11-27 08:12 round:
+ *               prepare 0.235-0.237 ms of event time (3 runs) against
+ *               0.256-0.258 (main: separate setup and scan launches);
+ *               Nsight: passes 16.6, 21.5, 19.5 us against 15.9 + 2.9
+ *               (setup), 17.2 + 5.7, 16.1 + 7.2 (hist + scan);
+ *               sel_last_kernel 18.7 us against 20.8 for the old tail.
+ *               Slower: every block's 1024 threads loading and scanning
+ *               the whole 16 KB histograms (sel_scan_step) instead of the
+ *               coarse search, passes 24.4 and 23.8 us, prepare 0.246-0.247
+ *               (08:05 and 08:12 rounds); sel_last_kernel on 256 threads,
+ *               prepare 0.249-0.253 against 0.247 (08:05). 15:50 round (H100,
  *               Nsight, one call): selection 0.101 ms (main 0.141), prep
  *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
  *               0.264 ms of event time against 0.324 with all four off.
@@ -215,9 +218,7 @@
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
- * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels,
- * $HYPROF_EADP_SEL_COARSE=0 every block scanning the whole histograms
- * (sel_scan_step) instead of the coarse search;
+ * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
  * when memory is short). All of them give bit-identical results.
@@ -823,7 +824,7 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
  * the bin that holds its rank; appends the digit to the prefix and makes the
  * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
  * sums side by side by warp shuffles (two barriers): the states after the
- * pass whose histograms are `gh` (the band's, global or shared) from the
+ * pass whose histograms are `gh` (the band's, in shared memory) from the
  * states `cur` before it, into ss.nxt. cur is read and gh
  * loaded before the first barrier and ss.nxt written after it (exactly one
  * thread writes each query's state), so cur may be ss.nxt itself; every
@@ -940,11 +941,13 @@ HYPROF_EADP_FN int warp_find(int lane, u64 v, u64 r, u64 *before)
     return l;
 }
 
-/* sel_scan_step from the coarse histograms as well (`gc`: kSelCoarse bins of 32
- * digits, the band's): warp q alone finds query q's coarse bin (2 a lane),
- * then its digit among the 32 of that bin: 3 dependent loads of a few hundred
- * bytes instead of every thread loading and scanning the 16 KB histograms.
- * The same results; the same contract (ss.nxt after the one barrier). */
+/* sel_scan_step's result from the coarse histograms as well (`gc`: kSelCoarse
+ * bins of 32 digits, the band's), for the passes' prologues, where every
+ * block of the band does it: warp q alone finds query q's coarse bin (2 a
+ * lane), then its digit among the 32 of that bin: 3 dependent loads of a few
+ * hundred bytes instead of every thread loading and scanning the 16 KB
+ * histograms (which took 7 us a pass: header comment). The same contract
+ * (ss.nxt after the one barrier). */
 template <int NT>
 HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
                                   int shift, const u64 *gh, const u64 *gc)
@@ -1874,7 +1877,7 @@ struct SelFold {
     double pct;           /* the percentile (pass 0) */
     const SelState *prev; /* a later pass: the previous pass's states ... */
     const u64 *phist;     /* ... and histograms (all bands) */
-    const u64 *pcoarse;   /* ... and its coarse ones (sel_find_step), or NULL */
+    const u64 *pcoarse;   /* ... and its coarse ones (sel_find_step) */
     u64 phmask;           /* the previous pass's digit */
     int pshift;
     SelState *out; /* this pass's states (all bands), for the next pass: block 0 writes them */
@@ -1882,17 +1885,13 @@ struct SelFold {
     size_t nzero;  /* ... its elements */
 };
 
-/* The states after the previous pass (f), band t.bz, into ss.nxt. */
+/* The states after the previous pass (f), band b, into ss.nxt. */
 template <int NT>
 HYPROF_EADP_FN void sel_prev_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, int b)
 {
-    const SelState *cur = f.prev + (size_t)b * kSelQueries;
-    const u64 *gh = f.phist + (size_t)b * kSelQueries * kSelBins;
-    if (f.pcoarse)
-        sel_find_step<NT>(t, ss, cur, f.phmask, f.pshift, gh,
-                          f.pcoarse + (size_t)b * kSelQueries * kSelCoarse);
-    else
-        sel_scan_step<NT>(t, ss, cur, f.phmask, f.pshift, gh);
+    sel_find_step<NT>(t, ss, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
+                      f.phist + (size_t)b * kSelQueries * kSelBins,
+                      f.pcoarse + (size_t)b * kSelQueries * kSelCoarse);
 }
 
 /* The pass's states of band t.bz into ss.nxt (every thread sees them); block 0
@@ -2313,7 +2312,6 @@ class EadpCuda {
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
     bool sel_tail = true;   /* the selection's last passes in sel_last_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
-    bool sel_coarse = true; /* the passes' prologues search the coarse histograms */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
     int sel_sms = 0;        /* the device's multiprocessors (the pass's grid) */
     bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
@@ -2456,7 +2454,6 @@ hyprof_status_t EadpCuda::plan()
     use_graphs = env_int("HYPROF_EADP_GRAPH", 1) != 0;
     sel_tail = env_int("HYPROF_EADP_SEL_TAIL", 1) != 0;
     sel_hi = env_int("HYPROF_EADP_SEL_HI", 1) != 0;
-    sel_coarse = env_int("HYPROF_EADP_SEL_COARSE", 1) != 0;
     sel_threads = env_int("HYPROF_EADP_SEL_THREADS", 1024) == 1024 ? 1024 : kSelThreads;
     {
         int dev = 0;
@@ -2740,7 +2737,7 @@ hyprof_status_t EadpCuda::select_contrast(size_t nb, const unsigned *kh)
             f.cnt = NULL;
             f.prev = sst + (size_t)(pass - 1) * sslot;
             f.phist = hist + (size_t)(pass - 1) * hslot;
-            f.pcoarse = sel_coarse ? f.phist + cof : NULL;
+            f.pcoarse = f.phist + cof;
             f.phmask = ps + pw >= 64 ? 0ull : ~0ull << (ps + pw);
             f.pshift = ps;
         }
@@ -2755,7 +2752,7 @@ hyprof_status_t EadpCuda::select_contrast(size_t nb, const unsigned *kh)
         const unsigned dmask = (1u << width) - 1u;
         (sel_threads == 1024 ? sel_pass_kernel<1024> : sel_pass_kernel<kSelThreads>)<<<
             dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
-            A, kh, mask, npix, f, hmask, shift, dmask, ph, sel_coarse ? ph + cof : NULL,
+            A, kh, mask, npix, f, hmask, shift, dmask, ph, ph + cof,
             pass > kSelCollect ? cand : NULL, pass == kSelCollect ? cand : NULL, ncand);
         HYPROF_CUDA_CHECK_LAUNCH("sel_pass_kernel");
     }
