@@ -23,8 +23,29 @@
  *               three passes read the keys' high words (written by the
  *               gradient pass: their digits lie there; 4 bytes a pixel
  *               instead of 8); the last three, their scans and k run in one
- *               block per band (sel_tail_kernel, histograms in shared
- *               memory: one launch instead of 7). 15:50 round (H100,
+ *               block per band (sel_last_kernel, histograms in shared
+ *               memory: one launch instead of 7). No setup or scan
+ *               launches: every block of a pass (sel_pass_kernel) finds
+ *               the pass's states itself in its prologue (pass 0: the
+ *               ranks from the counts; later: the bins holding the ranks
+ *               in the previous pass's histograms, which stay in L2), one
+ *               block per band stores them for the next launch; each pass
+ *               has its own slot of states and histograms (pass p clears
+ *               slot p + 1), so no block reads what its own launch
+ *               writes. The passes also count coarse histograms (32 digits
+ *               a bin) so that one warp a query finds the bin
+ *               (sel_find_step: a few hundred bytes instead of every
+ *               thread scanning 16 KB). H100, 2026-11-27 08:12 round:
+ *               prepare 0.235-0.237 ms of event time (3 runs) against
+ *               0.256-0.258 (main: separate setup and scan launches);
+ *               Nsight: passes 16.6, 21.5, 19.5 us against 15.9 + 2.9
+ *               (setup), 17.2 + 5.7, 16.1 + 7.2 (hist + scan);
+ *               sel_last_kernel 18.7 us against 20.8 for the old tail.
+ *               Slower: every block's 1024 threads loading and scanning
+ *               the whole 16 KB histograms (sel_scan_step) instead of the
+ *               coarse search, passes 24.4 and 23.8 us, prepare 0.246-0.247
+ *               (08:05 and 08:12 rounds); sel_last_kernel on 256 threads,
+ *               prepare 0.249-0.253 against 0.247 (08:05). 15:50 round (H100,
  *               Nsight, one call): selection 0.101 ms (main 0.141), prep
  *               0.092 (0.108), diffuse_cond 0.057 (0.065); prepare stage
  *               0.264 ms of event time against 0.324 with all four off.
@@ -262,8 +283,10 @@ typedef unsigned long long u64;
 /* ---- shapes ------------------------------------------------------------------- */
 
 const int kPixBX = 32, kPixBY = 8;       /* block of the per-pixel kernels */
-const int kSelThreads = 256;             /* selection kernels */
+const int kSelThreads = 256;             /* selection passes ($HYPROF_EADP_SEL_THREADS=256) */
+const int kSelLast = 1024;               /* sel_last_kernel */
 const int kSelBins = 2048;               /* 11-bit digits */
+const int kSelCoarse = kSelBins / 32;    /* coarse bins of 32 digits (sel_find_step) */
 const int kSelQueries = 4;               /* lo, hi; lo, hi of the G > 0 fallback */
 const int kSelPasses = 6;
 const int kSelCollect = 2; /* the pass that collects the candidate keys */
@@ -691,15 +714,10 @@ HYPROF_EADP_FN void pct_ranks(double pct, u64 n, long long *lo, long long *hi, d
     *hi = (i + 1 >= n || *pos == (double)i) ? (long long)i : (long long)(i + 1);
 }
 
-/* One thread per band: the ranks to select. */
-HYPROF_EADP_FN void sel_setup_body(const Thr &t, const u64 *cnt, int nb, double pct,
-                                   SelState *st)
+/* The ranks to select in a band (its counts cb: valid, G == 0, G > 0). */
+HYPROF_EADP_FN void sel_ranks(const u64 *cb, double pct, SelState *s)
 {
-    const int b = t.bx * t.bdx + t.tx;
-    if (b >= nb)
-        return;
-    const u64 n = cnt[3 * b], z = cnt[3 * b + 1], np = cnt[3 * b + 2];
-    SelState *s = st + (size_t)b * kSelQueries;
+    const u64 n = cb[0], z = cb[1], np = cb[2];
     for (int q = 0; q < kSelQueries; ++q) {
         s[q].prefix = 0;
         s[q].rank = -1;
@@ -739,20 +757,23 @@ HYPROF_EADP_FN void sel_count(unsigned *sh, u64 key, u64 hmask, int shift, unsig
 
 /* Histogram of the next digit of the keys that match each query's prefix. Each
  * key counts once, for the first query with its prefix (queries with equal
- * prefixes share it: see sel_scan_body). `sh`: kSelQueries * kSelBins shared
- * counters. grid z = band. */
+ * prefixes share it: see sel_scan_step). `sh`: kSelQueries * kSelBins shared
+ * counters; `s`: the band's states; gcoarse (or NULL): the coarse histograms
+ * (kSelCoarse bins of 32 digits a query and band) that sel_find_step reads.
+ * grid z = band. */
 HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                                   const unsigned *Kh, const uint8_t *mask, size_t npix,
-                                  const SelState *st, u64 hmask, int shift, unsigned dmask,
-                                  u64 *ghist, const u64 *list, u64 *cand, u64 *ncand)
+                                  const SelState *s, u64 hmask, int shift, unsigned dmask,
+                                  u64 *ghist, u64 *gcoarse, const u64 *list, u64 *cand,
+                                  u64 *ncand)
 {
     const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
     const int b = t.bz;
     u64 pre[kSelQueries];
     bool act[kSelQueries], lead[kSelQueries];
     for (int q = 0; q < kSelQueries; ++q) {
-        act[q] = st[(size_t)b * kSelQueries + q].rank >= 0;
-        pre[q] = st[(size_t)b * kSelQueries + q].prefix & hmask;
+        act[q] = s[q].rank >= 0;
+        pre[q] = s[q].prefix & hmask;
         lead[q] = act[q];
         for (int q2 = 0; q2 < q; ++q2)
             if (act[q2] && pre[q2] == pre[q])
@@ -800,102 +821,190 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
                       dmask, act, pre, cand, ncand, b, npix, kb ? gb + p : NULL);
     HYPROF_EADP_SYNC();
     u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
+    u64 *gc = gcoarse ? gcoarse + (size_t)b * kSelQueries * kSelCoarse : NULL;
     for (int q = 0; q < kSelQueries; ++q)
         if (lead[q])
-            for (int i = tid; i < nbins; i += nthr)
-                if (sh[q * kSelBins + i])
-                    HYPROF_EADP_ATOMIC_ADD_U64(&gh[q * kSelBins + i], (u64)sh[q * kSelBins + i]);
+            for (int i = tid; i < nbins; i += nthr) { /* whole warps: nbins, nthr % 32 == 0 */
+                const unsigned v = sh[q * kSelBins + i];
+                if (v)
+                    HYPROF_EADP_ATOMIC_ADD_U64(&gh[q * kSelBins + i], (u64)v);
+                if (gc) { /* a warp's 32 bins are one coarse bin */
+                    const unsigned c = __reduce_add_sync(0xffffffffu, v);
+                    if ((tid & 31) == 0 && c)
+                        HYPROF_EADP_ATOMIC_ADD_U64(&gc[q * kSelCoarse + i / 32], (u64)c);
+                }
+            }
 }
 
-/* One block of kSelThreads per band: for each query, the bin that holds its
- * rank; appends the digit to the prefix, makes the rank relative to the bin,
- * and clears the histograms for the next pass. The queries' prefix sums run
- * side by side (one barrier sequence instead of one per query: the kernel
- * is latency-bound, 8.7 us a launch with four sequential scans, an H200). */
-struct SelScanShared {
-    u64 part[kSelQueries][kSelThreads];
-    SelState cur[kSelQueries], nxt[kSelQueries];
+/* A selection step in a block of NT threads (NT / 32 warps): for each query,
+ * the bin that holds its rank; appends the digit to the prefix and makes the
+ * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
+ * sums side by side by warp shuffles (two barriers): the states after the
+ * pass whose histograms are `gh` (the band's, in shared memory) from the
+ * states `cur` before it, into ss.nxt. cur is read and gh
+ * loaded before the first barrier and ss.nxt written after it (exactly one
+ * thread writes each query's state), so cur may be ss.nxt itself; every
+ * thread sees ss.nxt after the second. */
+template <int NT> struct SelStep {
+    u64 wsum[kSelQueries][NT / 32];
+    SelState nxt[kSelQueries];
 };
 
-HYPROF_EADP_FN void sel_scan_body(const Thr &t, SelScanShared &sh, SelState *st, u64 hmask,
-                                  int shift, u64 *ghist)
+template <int NT>
+HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
+                                  int shift, const u64 *gh)
 {
-    const int tid = t.tx, b = t.bz;
-    SelState *s = st + (size_t)b * kSelQueries;
-    u64 *gh = ghist + (size_t)b * kSelQueries * kSelBins;
-    if (tid < kSelQueries) {
-        sh.cur[tid] = s[tid];
-        sh.nxt[tid] = s[tid];
-    }
-    HYPROF_EADP_SYNC();
-    const int per = kSelBins / kSelThreads;
-    /* This thread's bins of the histogram that query q counts in, loaded
-     * once (all loads in flight together; the bin search reads registers). */
+    constexpr int per = kSelBins / NT, nw = NT / 32;
+    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, warp = tid >> 5;
     /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
     const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
     const bool used = tid * per < nbins;
-    u64 hv[kSelQueries][per];
-    bool on[kSelQueries], lead[kSelQueries];
-    u64 mine[kSelQueries];
+    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per], incl[kSelQueries];
+    bool on[kSelQueries];
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        mine[q] = 0;
-        on[q] = sh.cur[q].rank >= 0; /* the same for every thread */
-        int a = q;
+        pre[q] = cur[q].prefix;
+        rank[q] = (u64)cur[q].rank;
+        on[q] = cur[q].rank >= 0; /* the same for every thread */
+    }
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q) {
+        int a = q; /* the histogram query q counts in: the first with its prefix */
         for (int q2 = 0; q2 < q; ++q2)
-            if (sh.cur[q2].rank >= 0 &&
-                (sh.cur[q2].prefix & hmask) == (sh.cur[q].prefix & hmask)) {
+            if (on[q2] && (pre[q2] & hmask) == (pre[q] & hmask)) {
                 a = q2;
                 break;
             }
-        lead[q] = on[q] && a == q;
         const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
+        incl[q] = 0;
 #pragma unroll
         for (int j = 0; j < per; ++j) {
             hv[q][j] = on[q] && used ? h[j] : 0;
-            mine[q] += hv[q][j];
+            incl[q] += hv[q][j];
         }
     }
-    for (int q = 0; q < kSelQueries; ++q)
-        sh.part[q][tid] = mine[q];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1)
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q) {
+            const u64 v = __shfl_up_sync(0xffffffffu, incl[q], off);
+            if (lane >= off)
+                incl[q] += v;
+        }
+    if (lane == 31)
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q)
+            ss.wsum[q][warp] = incl[q];
     HYPROF_EADP_SYNC();
-    for (int off = 1; off < kSelThreads; off <<= 1) {
-        u64 v[kSelQueries];
-        for (int q = 0; q < kSelQueries; ++q)
-            v[q] = tid >= off ? sh.part[q][tid - off] : 0;
-        HYPROF_EADP_SYNC();
-        for (int q = 0; q < kSelQueries; ++q)
-            sh.part[q][tid] += v[q];
-        HYPROF_EADP_SYNC();
-    }
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        if (!on[q])
+        /* this warp's offset: the sum of the earlier warps' totals */
+        u64 w = lane < nw ? ss.wsum[q][lane] : 0;
+#pragma unroll
+        for (int off = 1; off < nw; off <<= 1) {
+            const u64 v = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off)
+                w += v;
+        }
+        const u64 base = __shfl_sync(0xffffffffu, w, warp > 0 ? warp - 1 : 0);
+        if (!on[q]) {
+            if (tid == q) /* unused: unchanged */
+                ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
             continue;
-        const u64 incl = sh.part[q][tid], excl = incl - mine[q], rank = (u64)sh.cur[q].rank;
-        if (rank >= excl && rank < incl) { /* the first bin whose end passes rank */
-            u64 cum = excl, base = 0;
+        }
+        u64 cum = (warp > 0 ? base : 0) + incl[q];
+        const u64 end = cum;
+#pragma unroll
+        for (int j = 0; j < per; ++j)
+            cum -= hv[q][j]; /* cum: the keys before this thread's bins */
+        if (rank[q] >= cum && rank[q] < end) { /* the first bin whose end passes rank */
             int jj = -1;
+            u64 bb = 0;
 #pragma unroll
             for (int j = 0; j < per; ++j) {
-                if (jj < 0 && rank < cum + hv[q][j]) {
+                if (jj < 0 && rank[q] < cum + hv[q][j]) {
                     jj = j;
-                    base = cum;
+                    bb = cum;
                 }
                 cum += hv[q][j];
             }
-            sh.nxt[q].prefix = sh.cur[q].prefix | ((u64)(tid * per + jj) << shift);
-            sh.nxt[q].rank = (long long)(rank - base);
+            ss.nxt[q] = SelState{pre[q] | ((u64)(tid * per + jj) << shift),
+                                 (long long)(rank[q] - bb)};
+        } else if (tid == NT - 1 && rank[q] >= end) { /* past every key: unchanged */
+            ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
         }
     }
     HYPROF_EADP_SYNC();
-    if (tid < kSelQueries)
-        s[tid] = sh.nxt[tid];
-    /* Only the histograms sel_hist_body wrote (the other ones stay 0). */
-    for (int q = 0; q < kSelQueries; ++q)
-        if (lead[q])
-            for (int i = tid; i < nbins; i += t.bdx)
-                gh[(size_t)q * kSelBins + i] = 0;
+}
+
+/* In a warp whose lanes hold counts v in order: the first lane whose inclusive
+ * prefix sum passes r (the same in every lane), and (*before) the counts of
+ * the lanes before it; 32 when r is past them all. */
+HYPROF_EADP_FN int warp_find(int lane, u64 v, u64 r, u64 *before)
+{
+    u64 incl = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const u64 u = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off)
+            incl += u;
+    }
+    const unsigned m = __ballot_sync(0xffffffffu, incl > r);
+    if (!m)
+        return 32;
+    const int l = __ffs((int)m) - 1;
+    *before = __shfl_sync(0xffffffffu, incl - v, l);
+    return l;
+}
+
+/* sel_scan_step's result from the coarse histograms as well (`gc`: kSelCoarse
+ * bins of 32 digits, the band's), for the passes' prologues, where every
+ * block of the band does it: warp q alone finds query q's coarse bin (2 a
+ * lane), then its digit among the 32 of that bin: 3 dependent loads of a few
+ * hundred bytes instead of every thread loading and scanning the 16 KB
+ * histograms (which took 7 us a pass: header comment). The same contract
+ * (ss.nxt after the one barrier). */
+template <int NT>
+HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
+                                  int shift, const u64 *gh, const u64 *gc)
+{
+    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, q = tid >> 5;
+    if (q < kSelQueries) {
+        const SelState c = cur[q];
+        SelState n = c; /* unused, or past every key: unchanged */
+        if (c.rank >= 0) {
+            int a = q; /* the histogram query q counts in: the first with its prefix */
+            for (int q2 = 0; q2 < q; ++q2) {
+                const SelState o = cur[q2];
+                if (o.rank >= 0 && (o.prefix & hmask) == (c.prefix & hmask)) {
+                    a = q2;
+                    break;
+                }
+            }
+            const u64 *ca = gc + (size_t)a * kSelCoarse;
+            const u64 c0 = ca[2 * lane], c1 = ca[2 * lane + 1];
+            u64 r = (u64)c.rank, bef = 0;
+            const int l = warp_find(lane, c0 + c1, r, &bef);
+            if (l < 32) { /* warp-uniform */
+                const u64 c0l = __shfl_sync(0xffffffffu, c0, l);
+                int cb = 2 * l;
+                if (r - bef >= c0l) {
+                    ++cb;
+                    bef += c0l;
+                }
+                r -= bef;
+                const u64 v = gh[(size_t)a * kSelBins + 32 * cb + lane];
+                const int l2 = warp_find(lane, v, r, &bef); /* < 32: the bin holds r */
+                if (l2 < 32) {
+                    n.prefix = c.prefix | ((u64)(32 * cb + l2) << shift);
+                    n.rank = (long long)(r - bef);
+                }
+            }
+        }
+        if (lane == 0)
+            ss.nxt[q] = n;
+    }
+    HYPROF_EADP_SYNC();
 }
 
 /* eadp.c's percentile from the two selected order statistics. */
@@ -913,22 +1022,18 @@ HYPROF_EADP_FN double pct_value(double pct, u64 n, const SelState *lo_hi)
 
 HYPROF_EADP_FN bool good_k(double k) { return k > 0.0 && k <= 1.7976931348623157e308; }
 
-/* One thread per band: k, with the fallbacks of eadp_impl.h / eadp.c. */
-HYPROF_EADP_FN void sel_final_body(const Thr &t, const u64 *cnt, const SelState *st, int nb,
-                                   double pct, double *k)
+/* A band's k from its counts cb and selected states s, with the fallbacks of
+ * eadp_impl.h / eadp.c. */
+HYPROF_EADP_FN double sel_k(const u64 *cb, const SelState *s, double pct)
 {
-    const int b = t.bx * t.bdx + t.tx;
-    if (b >= nb)
-        return;
-    const u64 n = cnt[3 * b], np = cnt[3 * b + 2];
-    const SelState *s = st + (size_t)b * kSelQueries;
+    const u64 n = cb[0], np = cb[2];
     double v = n ? pct_value(pct, n, s) : 0.0;
     if (!good_k(v)) {
         v = np ? pct_value(pct, np, s + 2) : 1.0;
         if (!good_k(v))
             v = 1.0;
     }
-    k[b] = v;
+    return v;
 }
 
 /* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
@@ -1778,75 +1883,105 @@ __global__ void __launch_bounds__(kPixBX *kPixBY)
                   cnt);
 }
 
-__global__ void sel_setup_kernel(const u64 *__restrict__ cnt, int nb, double pct,
-                                 SelState *__restrict__ st)
-{
-    sel_setup_body(HYPROF_EADP_THR, cnt, nb, pct, st);
-}
-
-template <int NT>
-__global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
-    sel_hist_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
-                    const uint8_t *__restrict__ mask, size_t npix,
-                    const SelState *__restrict__ st, u64 hmask, int shift, unsigned dmask,
-                    u64 *__restrict__ ghist, const u64 *list, u64 *cand, u64 *ncand)
-{
-    __shared__ unsigned sh[kSelQueries * kSelBins];
-    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, st, hmask, shift, dmask, ghist, list,
-                  cand, ncand);
-}
-
-__global__ void __launch_bounds__(kSelThreads)
-    sel_scan_kernel(SelState *__restrict__ st, u64 hmask, int shift, u64 *__restrict__ ghist)
-{
-    __shared__ SelScanShared sh;
-    sel_scan_body(HYPROF_EADP_THR, sh, st, hmask, shift, ghist);
-}
-
-/* The selection's passes after kSelCollect (over the band's collected
- * candidates, normally a few thousand keys), their scans and the final k in
- * one block per band, the histograms in shared memory: sel_hist_body,
- * sel_scan_body and sel_final_body as their kernels run them, one launch
- * instead of 7 (each of those was a few microseconds of latency). */
-struct SelTailShared {
-    unsigned cnt[kSelQueries * kSelBins];
-    u64 hist[kSelQueries * kSelBins];
-    SelScanShared scan;
+/* Where a folded selection pass gets its states: pass 0 from the counts, a
+ * later one by scanning the previous pass's histograms itself (every block of
+ * the band, redundantly: no scan launch between two passes). Each pass has
+ * its own slot of states and histograms, so no block reads what another block
+ * of its launch writes. */
+struct SelFold {
+    const u64 *cnt;       /* pass 0: the ranks from the counts (else NULL) */
+    double pct;           /* the percentile (pass 0) */
+    const SelState *prev; /* a later pass: the previous pass's states ... */
+    const u64 *phist;     /* ... and histograms (all bands) */
+    const u64 *pcoarse;   /* ... and its coarse ones (sel_find_step) */
+    u64 phmask;           /* the previous pass's digit */
+    int pshift;
+    SelState *out; /* this pass's states (all bands), for the next pass: block 0 writes them */
+    u64 *zero;     /* the next pass's slot of histograms, zeroed here (NULL: none) ... */
+    size_t nzero;  /* ... its elements */
 };
 
-__global__ void __launch_bounds__(kSelThreads)
-    sel_tail_kernel(size_t npix, SelState *__restrict__ st, const u64 *list, const u64 *ncand,
-                    const u64 *__restrict__ cnt, int nb, double pct, double *__restrict__ k)
+/* The states after the previous pass (f), band b, into ss.nxt. */
+template <int NT>
+HYPROF_EADP_FN void sel_prev_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, int b)
 {
-    extern __shared__ float4 sel_tail_smem[];
-    SelTailShared &sh = *reinterpret_cast<SelTailShared *>(sel_tail_smem);
-    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
-    for (int i = tid; i < kSelQueries * kSelBins; i += kSelThreads)
-        sh.hist[i] = 0;
-    /* the kernels' view of this band: one block, band index 0 */
-    const Thr one{tid, 0, 0, 0, 0, kSelThreads, 1, 1, 1, 1};
-    SelState *sb = st + (size_t)b * kSelQueries;
-    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
-    __syncthreads();
-    for (int pass = kSelCollect + 1; pass < kSelPasses; ++pass) {
-        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
-        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sb, hmask, shift, (1u << width) - 1u,
-                      sh.hist, lb, NULL, const_cast<u64 *>(nc));
-        __syncthreads();
-        sel_scan_body(one, sh.scan, sb, hmask, shift, sh.hist);
-        __syncthreads();
-    }
-    if (tid == 0) {
-        const Thr band{b, 0, 0, 0, 0, 1, 1, 1, 1, 1};
-        sel_final_body(band, cnt, st, nb, pct, k);
-    }
+    sel_find_step<NT>(t, ss, f.prev + (size_t)b * kSelQueries, f.phmask, f.pshift,
+                      f.phist + (size_t)b * kSelQueries * kSelBins,
+                      f.pcoarse + (size_t)b * kSelQueries * kSelCoarse);
 }
 
-__global__ void sel_final_kernel(const u64 *__restrict__ cnt, const SelState *__restrict__ st,
-                                 int nb, double pct, double *__restrict__ k)
+/* The pass's states of band t.bz into ss.nxt (every thread sees them); block 0
+ * stores them, and (pass 0) clears the band's candidate count. */
+template <int NT>
+HYPROF_EADP_FN void sel_fold_states(const Thr &t, SelStep<NT> &ss, const SelFold &f, u64 *ncand)
 {
-    sel_final_body(HYPROF_EADP_THR, cnt, st, nb, pct, k);
+    const int tid = t.ty * t.bdx + t.tx, b = t.bz;
+    if (f.zero) /* this block's share of the next slot */
+        for (size_t i = ((size_t)b * t.gdx + t.bx) * NT + tid; i < f.nzero;
+             i += (size_t)t.gdx * t.gdz * NT)
+            f.zero[i] = 0;
+    if (f.cnt) {
+        if (tid == 0)
+            sel_ranks(f.cnt + 3 * b, f.pct, ss.nxt);
+        HYPROF_EADP_SYNC();
+    } else {
+        sel_prev_states<NT>(t, ss, f, b);
+    }
+    if (t.bx == 0 && tid < kSelQueries)
+        f.out[(size_t)b * kSelQueries + tid] = ss.nxt[tid];
+    if (f.cnt && t.bx == 0 && tid == 0)
+        ncand[b] = 0;
+}
+
+/* A selection pass: its states (sel_fold_states), then its histograms
+ * (sel_hist_body) into ghist and gcoarse, this pass's slot. */
+template <int NT>
+__global__ void __launch_bounds__(NT, NT == 1024 ? 2 : 1)
+    sel_pass_kernel(const double *__restrict__ G, const unsigned *__restrict__ Kh,
+                    const uint8_t *__restrict__ mask, size_t npix, SelFold f, u64 hmask,
+                    int shift, unsigned dmask, u64 *__restrict__ ghist, u64 *gcoarse,
+                    const u64 *list, u64 *cand, u64 *ncand)
+{
+    __shared__ unsigned sh[kSelQueries * kSelBins];
+    __shared__ SelStep<NT> ss;
+    sel_fold_states<NT>(HYPROF_EADP_THR, ss, f, ncand);
+    sel_hist_body(HYPROF_EADP_THR, sh, G, Kh, mask, npix, ss.nxt, hmask, shift, dmask, ghist,
+                  gcoarse, list, cand, ncand);
+}
+
+/* The selection's end, one block of kSelLast threads per band: the states
+ * after pass first - 1 (f), the passes first .. kSelPasses - 1 over the band's
+ * candidates (normally a few thousand keys) with the histograms in shared
+ * memory, their scans, and k: one launch instead of 7 (each a few
+ * microseconds of latency). first = kSelPasses: only the last step and k. */
+struct SelLastShared {
+    unsigned cnt[kSelQueries * kSelBins];
+    u64 hist[kSelQueries * kSelBins];
+    SelStep<kSelLast> step;
+};
+
+__global__ void __launch_bounds__(kSelLast)
+    sel_last_kernel(size_t npix, SelFold f, int first, const u64 *list, const u64 *ncand,
+                    const u64 *__restrict__ cnt, double pct, double *__restrict__ k)
+{
+    extern __shared__ float4 sel_last_smem[];
+    SelLastShared &sh = *reinterpret_cast<SelLastShared *>(sel_last_smem);
+    const int b = (int)blockIdx.z, tid = (int)threadIdx.x;
+    const Thr one{tid, 0, 0, 0, 0, kSelLast, 1, 1, 1, 1}; /* the kernels' view: band index 0 */
+    sel_prev_states<kSelLast>(one, sh.step, f, b);
+    const u64 *lb = list + (size_t)b * npix, *nc = ncand + b;
+    for (int pass = first; pass < kSelPasses; ++pass) {
+        for (int i = tid; i < kSelQueries * kSelBins; i += kSelLast)
+            sh.hist[i] = 0; /* the previous scan loaded it before its first barrier */
+        const int shift = 55 - 11 * pass, width = 11; /* kSelShift, kSelWidth (host arrays) */
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        sel_hist_body(one, sh.cnt, NULL, NULL, NULL, npix, sh.step.nxt, hmask, shift,
+                      (1u << width) - 1u, sh.hist, NULL, lb, NULL, const_cast<u64 *>(nc));
+        __syncthreads();
+        sel_scan_step<kSelLast>(one, sh.step, sh.step.nxt, hmask, shift, sh.hist);
+    }
+    if (tid == 0)
+        k[b] = sel_k(cnt + 3 * b, sh.step.nxt, pct);
 }
 
 __global__ void fill_kernel(double *__restrict__ k, int nb, double v)
@@ -2137,6 +2272,10 @@ size_t take(size_t *off, size_t bytes)
     return o;
 }
 
+/* A selection pass's slot of histograms (u64): nb bands' kSelQueries x kSelBins
+ * digits, then their kSelQueries x kSelCoarse coarse bins. */
+size_t sel_slot(size_t nb) { return nb * kSelQueries * (kSelBins + kSelCoarse); }
+
 Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
 {
     Layout L;
@@ -2148,9 +2287,12 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.A = take(&off, mul_sat(dband, nb + 1));
     L.B = take(&off, mul_sat(dband, nb) + 256); /* + 256: the float u buffers (ubuf) */
     L.gm = take(&off, mul_sat(dband, nb));
+    /* cnt right before hist: one memset clears the counts and the first
+     * pass's histograms; a slot of states and histograms per selection pass
+     * (the folded passes: SelFold) */
     L.cnt = take(&off, nb * 3 * sizeof(u64));
-    L.st = take(&off, nb * kSelQueries * sizeof(SelState));
-    L.hist = take(&off, mul_sat(nb, kSelQueries * kSelBins * sizeof(u64)));
+    L.hist = take(&off, mul_sat(mul_sat(nb, kSelPasses * sizeof(u64)), sel_slot(1)));
+    L.st = take(&off, nb * kSelPasses * kSelQueries * sizeof(SelState));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
     L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
@@ -2185,7 +2327,7 @@ class EadpCuda {
     bool fed_output = true; /* fed_shfl_kernel writes the profile bands (output_in_fed) */
     bool slot_u = false;    /* ... as u itself (no mask: the same values), see u_into_slot */
     bool cond = true;       /* fed_shfl_kernel reads ce and cs (false: g) */
-    bool sel_tail = true;   /* the selection's last passes in sel_tail_kernel */
+    bool sel_tail = true;   /* the selection's last passes in sel_last_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
     int sel_sms = 0;        /* the device's multiprocessors (the pass's grid) */
@@ -2245,6 +2387,8 @@ class EadpCuda {
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t prepare(size_t nb);
+    size_t sel_blocks(size_t nb) const;
+    hyprof_status_t select_contrast(size_t nb, const unsigned *kh);
     hyprof_status_t enqueue_fed(const std::vector<double> &steps, size_t nb, int *cur,
                                 int oslot);
     hyprof_status_t enqueue_increment(size_t i, size_t nb, int *cur);
@@ -2339,10 +2483,9 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sel_sms, cudaDevAttrMultiProcessorCount, dev));
     }
     diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
-    if (sel_tail)
-        HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_tail_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)sizeof(SelTailShared)));
+    HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)sizeof(SelLastShared)));
     /* 2 concurrent FED chains by default: FED 1.34 ms a call against 1.37
      * for 3 and 1.53 for one (H100, 03:03 round; header comment). */
     const int fbr = env_int("HYPROF_EADP_FED_BRANCHES", 2);
@@ -2571,6 +2714,79 @@ static dim3 pix_grid(int W, int H, size_t nz)
     return dim3((unsigned)((W + kPixBX - 1) / kPixBX), gy, (unsigned)nz);
 }
 
+/* A selection pass's blocks per band. 4096 pixels per block of 256 threads:
+ * 40 such blocks per band (Houston size) left the SMs with 2 blocks each and
+ * ran at 0.9 TB/s (an H100, 41 us a pass). Blocks of 1024 threads, two an SM
+ * and one wave over the bands (37 a band): each block flushes its histogram
+ * once for 18k pixels instead of 4096, so 4 times fewer global atomics on the
+ * same bins (H100, 2026-11-27 07:45 round, Nsight: 15.9, 17.2, 16.1 us for
+ * passes 0-2 against 17.6, 27.5, 21.0; prepare stage 0.259-0.262 ms against
+ * 0.277-0.279). Counting a warp's equal bins once (__match_any_sync) in pass
+ * 0, where every key falls in a few bins, did not help (0.261 against
+ * 0.259). */
+size_t EadpCuda::sel_blocks(size_t nb) const
+{
+    size_t nblk = npix / 4096;
+    if (sel_threads == 1024) /* two blocks an SM, one wave over the bands */
+        nblk = (size_t)(2 * sel_sms) / nb < npix / 4096 ? (size_t)(2 * sel_sms) / nb
+                                                       : npix / 4096;
+    return nblk < 1 ? 1 : nblk > 512 ? 512 : nblk;
+}
+
+/* The contrast k per band: the selection passes with their setup and scans
+ * folded into the passes' prologues (SelFold): pass p's states and
+ * histograms in slot p of L.st and L.hist (slot 0 of hist cleared with the
+ * counts, slot p + 1 by pass p). Pass kSelCollect also copies the keys that
+ * match a query (20 bits decided: normally a few thousand) into B, free here;
+ * the later passes read that list instead of G: in sel_last_kernel (or,
+ * $HYPROF_EADP_SEL_TAIL=0, as launches of their own, sel_last_kernel then only
+ * scanning and computing k). */
+hyprof_status_t EadpCuda::select_contrast(size_t nb, const unsigned *kh)
+{
+    cudaStream_t st = cs.get();
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    const double *A = dev<double>(L.A);
+    u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
+    u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
+    SelState *sst = dev<SelState>(L.st);
+    const size_t nblk = sel_blocks(nb), hslot = sel_slot(nb), sslot = nb * kSelQueries;
+    const size_t cof = nb * kSelQueries * kSelBins; /* the coarse bins in a slot */
+    const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
+    SelFold f = {};
+    for (int pass = 0; pass <= passes; ++pass) {
+        if (pass == 0) {
+            f.cnt = cnt;
+            f.pct = a->percentile;
+        } else { /* the previous pass's slot */
+            const int ps = kSelShift[pass - 1], pw = kSelWidth[pass - 1];
+            f.cnt = NULL;
+            f.prev = sst + (size_t)(pass - 1) * sslot;
+            f.phist = hist + (size_t)(pass - 1) * hslot;
+            f.pcoarse = f.phist + cof;
+            f.phmask = ps + pw >= 64 ? 0ull : ~0ull << (ps + pw);
+            f.pshift = ps;
+        }
+        if (pass == passes)
+            break;
+        f.out = sst + (size_t)pass * sslot;
+        f.zero = pass + 1 < passes ? hist + (size_t)(pass + 1) * hslot : NULL;
+        f.nzero = hslot;
+        u64 *ph = hist + (size_t)pass * hslot;
+        const int shift = kSelShift[pass], width = kSelWidth[pass];
+        const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
+        const unsigned dmask = (1u << width) - 1u;
+        (sel_threads == 1024 ? sel_pass_kernel<1024> : sel_pass_kernel<kSelThreads>)<<<
+            dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
+            A, kh, mask, npix, f, hmask, shift, dmask, ph, ph + cof,
+            pass > kSelCollect ? cand : NULL, pass == kSelCollect ? cand : NULL, ncand);
+        HYPROF_CUDA_CHECK_LAUNCH("sel_pass_kernel");
+    }
+    sel_last_kernel<<<dim3(1, 1, (unsigned)nb), kSelLast, sizeof(SelLastShared), st>>>(
+        npix, f, passes, cand, ncand, cnt, a->percentile, dev<double>(L.k));
+    HYPROF_CUDA_CHECK_LAUNCH("sel_last_kernel");
+    return HYPROF_OK;
+}
+
 /* Upload, smoothing, gradient, contrast, diffusivity and u of one group. */
 hyprof_status_t EadpCuda::prepare(size_t nb)
 {
@@ -2580,8 +2796,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     float *x = dev<float>(L.x);
     double *A = dev<double>(L.A), *B = dev<double>(L.B), *gm = dev<double>(L.gm);
     const double *w = dev<double>(L.w);
-    u64 *cnt = dev<u64>(L.cnt), *hist = dev<u64>(L.hist);
-    SelState *sst = dev<SelState>(L.st);
+    u64 *cnt = dev<u64>(L.cnt);
     double *k = dev<double>(L.k);
     /* The keys' high words (passes 0 .. kSelCollect) in gm, free until the
      * diffusivity is written there. */
@@ -2589,7 +2804,11 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kPrepare, st, &tid));
 
-    HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0, nb * 3 * sizeof(u64), st));
+    /* With the selection, the first pass's histograms too (right after cnt). */
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(cnt, 0,
+                                      a->contrast > 0.0 ? nb * 3 * sizeof(u64)
+                                                        : L.hist - L.cnt + sel_slot(nb) * sizeof(u64),
+                                      st));
     const int pty = prep16 ? 16 : prep_ty(r);
     const unsigned prep_rows = (unsigned)((H + pty - 1) / pty);
     if (fused_prep && r <= kPrepMaxR && prep_rows <= 65535u) {
@@ -2623,55 +2842,7 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         fill_kernel<<<sb, 128, 0, st>>>(k, (int)nb, a->contrast);
         HYPROF_CUDA_CHECK_LAUNCH("fill_kernel");
     } else {
-        sel_setup_kernel<<<sb, 128, 0, st>>>(cnt, (int)nb, a->percentile, sst);
-        HYPROF_CUDA_CHECK_LAUNCH("sel_setup_kernel");
-        HYPROF_CUDA_CHECK(
-            cudaMemsetAsync(hist, 0, nb * kSelQueries * kSelBins * sizeof(u64), st));
-        /* 4096 pixels per block of 256 threads: 40 such blocks per band
-         * (Houston size) left the SMs with 2 blocks each and ran at 0.9 TB/s
-         * (an H100, 41 us a pass). Blocks of 1024 threads, two an SM and one
-         * wave over the bands (37 a band): each block flushes its histogram
-         * once for 18k pixels instead of 4096, so 4 times fewer global
-         * atomics on the same bins (H100, 2026-11-27 07:45 round, Nsight:
-         * 15.9, 17.2, 16.1 us for passes 0-2 against 17.6, 27.5, 21.0;
-         * prepare stage 0.259-0.262 ms against 0.277-0.279). Counting a
-         * warp's equal bins once (__match_any_sync) in pass 0, where every
-         * key falls in a few bins, did not help (0.261 against 0.259). */
-        size_t nblk = npix / 4096;
-        if (sel_threads == 1024) /* two blocks an SM, one wave over the bands */
-            nblk = (size_t)(2 * sel_sms) / nb < npix / 4096 ? (size_t)(2 * sel_sms) / nb
-                                                           : npix / 4096;
-        if (nblk < 1)
-            nblk = 1;
-        if (nblk > 512)
-            nblk = 512;
-        /* Pass kSelCollect also copies the keys that match a query (20 bits
-         * decided: normally a few thousand) into B, free here; the later
-         * passes read that list instead of G. */
-        u64 *cand = dev<u64>(L.B), *ncand = dev<u64>(L.ncand);
-        HYPROF_CUDA_CHECK(cudaMemsetAsync(ncand, 0, nb * sizeof(u64), st));
-        const int passes = sel_tail ? kSelCollect + 1 : kSelPasses;
-        for (int pass = 0; pass < passes; ++pass) {
-            const int shift = kSelShift[pass], width = kSelWidth[pass];
-            const u64 hmask = shift + width >= 64 ? 0ull : ~0ull << (shift + width);
-            const unsigned dmask = (1u << width) - 1u;
-            (sel_threads == 1024 ? sel_hist_kernel<1024> : sel_hist_kernel<kSelThreads>)<<<
-                dim3((unsigned)nblk, 1, (unsigned)nb), sel_threads, 0, st>>>(
-                A, kh, mask, npix, sst, hmask, shift, dmask, hist, pass > kSelCollect ? cand : NULL,
-                pass == kSelCollect ? cand : NULL, ncand);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_hist_kernel");
-            sel_scan_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, 0, st>>>(sst, hmask, shift,
-                                                                             hist);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_scan_kernel");
-        }
-        if (sel_tail) {
-            sel_tail_kernel<<<dim3(1, 1, (unsigned)nb), kSelThreads, sizeof(SelTailShared), st>>>(
-                npix, sst, cand, ncand, cnt, (int)nb, a->percentile, k);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_tail_kernel");
-        } else {
-            sel_final_kernel<<<sb, 128, 0, st>>>(cnt, sst, (int)nb, a->percentile, k);
-            HYPROF_CUDA_CHECK_LAUNCH("sel_final_kernel");
-        }
+        HYPROF_TRY(select_contrast(nb, kh));
     }
     input_out = shfl && cond && fed_output;
     if (input_out && copy_issued[0]) /* diffuse_cond_kernel writes the input band's slot */
