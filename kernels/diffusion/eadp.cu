@@ -59,7 +59,7 @@
  *               registers), 64.4 us against 57.1. Nor prep_kernel's loops
  *               without divisions or bounds (every shared entry computed,
  *               lanes on columns) and S in row pairs from shared registers
- *               (2026-11-27 08:25 round, H100, Nsight): 62.7 M instructions
+ *               (2026-11-27 08:08 round, H100, Nsight): 62.7 M instructions
  *               against 69.7 M, but 93.5 us against 92.7 (its issue slots
  *               73.7 % busy, 3.1 IPC: not bound by the count alone).
  *   diffuse     g per pixel (-1 marks a masked pixel), u = x (0 where masked);
