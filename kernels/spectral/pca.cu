@@ -1130,7 +1130,10 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * their items side by side (ring of 6), 270-274 us against 243-246; only
  * the warps without tiles queueing the copies (14 chunks a lane, no copy
  * descriptors beside the accumulators, fewer spills), 298-305 us against
- * 245 (covariance window 0.326-0.329 ms against 0.270-0.271). Nsight
+ * 245 (covariance window 0.326-0.329 ms against 0.270-0.271). No faster:
+ * the converters' ring offsets formed when each copy is queued (16 c)
+ * instead of kept in registers (stack 56 bytes against 72), 245-248 us
+ * either way (2026-11-27 08:24 round). Nsight
  * Compute on this kernel: 0.56 instructions issued a cycle per scheduler,
  * 1.6 of its 7 warps eligible, DRAM 49 % of peak: latency-bound. */
 const int kI8MaxCols = 4;   /* 48 accumulator registers a lane */
