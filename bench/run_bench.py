@@ -469,6 +469,10 @@ def host_label(gpus):
 
 
 def git_facts():
+    """The tree's commit; $HYPROF_BENCH_COMMIT when the tree is a copy whose git metadata
+    is not its own (a device machine's copy of a working tree)."""
+    if os.environ.get("HYPROF_BENCH_COMMIT"):
+        return os.environ["HYPROF_BENCH_COMMIT"]
     try:
         rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                              capture_output=True, text=True).stdout.strip()
@@ -711,6 +715,32 @@ def eadp_markdown(rows):
     return lines + dev_lines
 
 
+def device_copy_gbs():
+    """The GPU's device-to-device copy bandwidth (bytes read + written, 1 GiB, median of
+    20, CUDA events) with CuPy: the memory bandwidth a kernel can reach there, measured in
+    the same run as the FED's. None without CuPy or a GPU."""
+    try:
+        import cupy as cp
+
+        n = 1 << 28
+        x = cp.zeros(n, dtype=cp.float32)
+        y = cp.empty_like(x)
+        for _ in range(3):
+            cp.copyto(y, x)
+        ts = []
+        for _ in range(20):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            cp.copyto(y, x)
+            b.record()
+            b.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
+        del x, y
+        return 2 * 4 * n / sorted(ts)[len(ts) // 2] / 1e9
+    except Exception:
+        return None
+
+
 def eadp_device_split(dm):
     """Device ms of the CUDA EADP pipeline by kind, from hyprof_bench's device_ms
     (the library's CUDA event times): PCA kernels, diffusion kernels, transfers."""
@@ -732,11 +762,13 @@ def eadp_device_markdown(er):
              "(upload of the cube overlapped with the band sums) counted as a transfer; "
              "diffusion = smoothing, gradient, contrast, diffusivity + FED + float outputs; "
              "transfers = the cube's upload, the PCs' download, their upload and the profile's "
-             "download; FED GB/s = (u, g read + u written, 4 B each in float (the CUDA default), 8 B in "
-             "double, per pixel and band and "
-             "per launch) / FED time, next to the device's theoretical peak):", "",
+             "download; FED GB/s = (u, g read + u written, 4 B each in float (the CUDA default; "
+             "16 B in all when its kernel reads the precomputed edge conductances instead of g), "
+             "8 B each in double, per pixel and band and "
+             "per launch) / FED time, next to the device's theoretical peak and, where CuPy "
+             "measured it in this run, its device-to-device copy bandwidth (read + write)):", "",
              "| scene | device | PCA dev ms | diffusion dev ms | of which FED ms | "
-             "kernels ms (PCA + diffusion) | transfers ms | FED GB/s (% of peak) | "
+             "kernels ms (PCA + diffusion) | transfers ms | FED GB/s (% of peak; of copy) | "
              "FED unfused-equivalent GB/s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in cr:
@@ -744,8 +776,10 @@ def eadp_device_markdown(er):
         k = (sp["pca"] + sp["diffusion"]
              if sp["pca"] is not None and sp["diffusion"] is not None else None)
         gbs, peak = dm.get("eadp_fed_gbs"), dm.get("eadp_fed_peak_gbs")
-        g = (f"{gbs:.0f} ({100 * gbs / peak:.0f}% of {peak:.0f})" if gbs and peak
-             else (f"{gbs:.0f}" if gbs else "—"))
+        cg = r.get("device_copy_gbs")
+        of = ([f"{100 * gbs / peak:.0f}% of {peak:.0f}"] if gbs and peak else []) + \
+             ([f"{100 * gbs / cg:.0f}% of {cg:.0f} copy"] if gbs and cg else [])
+        g = f"{gbs:.0f}" + (f" ({'; '.join(of)})" if of else "") if gbs else "—"
         f = lambda v: "—" if v is None else f"{v:.3f}"
         un = dm.get("eadp_fed_unfused_gbs")
         lines.append(f"| {r['scene']} | {r.get('device') or '—'} | {f(sp['pca'])} | "
@@ -1586,6 +1620,12 @@ def main(argv=None):
             meta["hyprof_version"], meta["hyprof_build"] = r["hyprof_version"], r["hyprof_build"]
         if r.get("impl") == "hyprof-cuda" and r.get("device") and not meta["gpus"]:
             meta["gpus"] = [r["device"]]
+    if any(r.get("device_ms") for r in rows):
+        cg = device_copy_gbs()
+        meta["device_copy_gbs"] = cg
+        for r in rows:
+            if r.get("device_ms") and cg:
+                r["device_copy_gbs"] = cg
     meta["loadavg_after"] = loadavg()
     add_speedups(rows)
     add_eadp_facts(rows)
