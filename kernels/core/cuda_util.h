@@ -706,6 +706,14 @@ class Pipeline {
         return HYPROF_OK;
     }
 
+    /* Makes slot 0's stream wait for the work released on slot 1: what is
+     * queued on slot 0 next (a stage's end mark) comes after both slots'. */
+    hyprof_status_t join(hyprof_ctx_t *ctx, const char *op)
+    {
+        HYPROF_CUDA_CHECK(cudaStreamWaitEvent(slot[0].stream.get(), slot[1].done.get(), 0));
+        return HYPROF_OK;
+    }
+
     /* Waits for both slots and delivers their outputs. */
     hyprof_status_t drain(hyprof_ctx_t *ctx, const char *op)
     {

@@ -2456,7 +2456,7 @@ static hyprof_status_t eigh_jacobi(hyprof_ctx_t *ctx, cusolverDnHandle_t h, doub
 static hyprof_status_t end_then_drain(hyprof_ctx_t *ctx, const char *op, Pipeline &pipe,
                                       PcaClock &clock, size_t tid)
 {
-    HYPROF_CUDA_CHECK(cudaStreamWaitEvent(pipe.stream(0), pipe.slot[1].done.get(), 0));
+    HYPROF_TRY(pipe.join(ctx, op));
     HYPROF_TRY(clock.end(ctx, op, tid, pipe.stream(0)));
     return pipe.drain(ctx, op);
 }
