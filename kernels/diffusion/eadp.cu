@@ -153,7 +153,7 @@
  *               its conductances (1.7 us slower a launch): 2 chains
  *               1.392-1.395, 3 chains 1.406-1.415, 4 chains 1.428-1.435,
  *               7 (one per band) 1.439-1.446. With slot_u (2026-11-27
- *               08:40 round): 2 chains 1.280-1.283, 3 chains 1.312-1.314,
+ *               08:29 round): 2 chains 1.280-1.283, 3 chains 1.312-1.314,
  *               one 1.457; the longer chain's stream at the greatest
  *               priority (cudaStreamCreateWithPriority) 1.280-1.281, no
  *               change, not kept.
