@@ -237,7 +237,8 @@
  * instructions); $HYPROF_EADP_FED=pad the padded kernel;
  * $HYPROF_EADP_DIFF=0 the default shape with fed_shfl_steps (every difference
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
- * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels;
+ * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels,
+ * $HYPROF_EADP_SEL_THREADS=256 its passes on 256-thread blocks;
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_SLOT_U=0 keeps u out
  * of the output slots; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
