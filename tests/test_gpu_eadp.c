@@ -22,7 +22,9 @@
  * persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns per
  * thread (double only), the FED's bands in one chain of launches or in one
  * chain per band, $HYPROF_EADP_FED_BRANCHES=1, 7, and the smoothing and gradient as three kernels
- * instead of one, $HYPROF_EADP_PREP=split); $HYPROF_EADP_FMA=1 (double only) only has to
+ * instead of one, $HYPROF_EADP_PREP=split, the selection's passes on 256-thread
+ * blocks, and u kept out of the output slots, $HYPROF_EADP_SLOT_U=0; the list is
+ * g_variants); $HYPROF_EADP_FMA=1 (double only) only has to
  * meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
  * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
@@ -164,6 +166,7 @@ static const variant_t g_variants[] = {
     {"selhi0", "HYPROF_EADP_SEL_HI", "0", 1},     {"diff0", "HYPROF_EADP_DIFF", "0", 1},
     {"preprows16", "HYPROF_EADP_PREP_ROWS", "16", 1},
     {"selthr256", "HYPROF_EADP_SEL_THREADS", "256", 1},
+    {"slotu0", "HYPROF_EADP_SLOT_U", "0", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };
 #define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
