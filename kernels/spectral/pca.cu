@@ -756,14 +756,29 @@ __device__ __forceinline__ int i8_shift(double k)
     return fabs(k) < 4194304.0 ? (int)rint(k) : 0;
 }
 
+const int kI8Bias = 0x4B400000; /* the bits of 1.5 2^23 */
+
+/* x - K as an integer v (0 when !valid); bad |= a valid x that is not an
+ * integer of magnitude below 2^22 within [-32768, 32767] of K (the integer
+ * covariance's condition). kbias is K + kI8Bias: x + 1.5 2^23 rounds x to an
+ * integer held in the low mantissa bits (|x| < 2^22), exactly x if x is one. */
+__device__ __forceinline__ int i8_value(float x, int kbias, bool valid, unsigned &bad)
+{
+    const float t = __fadd_rn(x, 12582912.0f);
+    const int v = __float_as_int(t) - kbias;
+    const bool ok = fabsf(x) < 4194304.0f && __fsub_rn(t, 12582912.0f) == x &&
+                    (unsigned)(v + 32768) < 65536u;
+    bad |= (unsigned)(valid && !ok);
+    return valid ? v : 0;
+}
+
 /* Per-band shift K: the mean of the valid pixels among up to kShiftSample
  * evenly spaced ones (0 when none is valid: then the formula is the raw
  * moments', still exact in exact arithmetic). One block per band. With
  * `nonint` (device-mapped host memory, zeroed by the host), any sampled
- * value that would fail gram_i8_kernel's check (an integer of magnitude
- * below 2^22 within 32767 of the rounded K) sets *nonint: then the host
- * runs the FP64 kernel at once instead of the integer pass and its
- * fallback (a float-valued cube paid both: about 0.8 ms against 0.57 for
+ * value that would fail gram_i8_kernel's check (i8_value's) sets
+ * *nonint: then the host runs the FP64 kernel at once instead of the
+ * integer pass and its fallback (a float-valued cube paid both: about 0.8 ms against 0.57 for
  * Houston on an H100). */
 const int kShiftSample = 1024; /* 4 a thread, loaded together (24 us a call with 4096 in a dependent loop) */
 
@@ -811,12 +826,11 @@ __global__ void shift_kernel(const float *__restrict__ x, size_t n, const uint8_
     if (!nonint)
         return;
     __syncthreads();
-    const double k = (double)i8_shift(kb);
-    bool bad = false;
+    const int kbias = kI8Bias + i8_shift(kb);
+    unsigned bad = 0;
 #pragma unroll
     for (int u = 0; u < kShiftSample / kThreads; ++u)
-        bad |= ok[u] && !(fabsf(v[u]) < 4194304.0f && v[u] == rintf(v[u]) &&
-                          fabs((double)v[u] - k) <= 32767.0);
+        (void)i8_value(v[u], kbias, ok[u], bad);
     if (__syncthreads_or(bad) && threadIdx.x == 0)
         *nonint = 1.0; /* the same value from any block */
 }
@@ -1236,20 +1250,6 @@ __device__ __forceinline__ uint2 lds64(unsigned addr)
     return v;
 }
 
-/* x - K as an integer v (0 when !valid); bad |= a valid x that is not an
- * integer of magnitude below 2^22 within [-32768, 32767] of K. kbias is
- * K plus the bits of 1.5 2^23: x + 1.5 2^23 rounds x to an integer held in
- * the low mantissa bits (|x| < 2^22), exactly x if x is one. */
-__device__ __forceinline__ int i8_value(float x, int kbias, bool valid, unsigned &bad)
-{
-    const float t = __fadd_rn(x, 12582912.0f);
-    const int v = __float_as_int(t) - kbias;
-    const bool ok = fabsf(x) < 4194304.0f && __fsub_rn(t, 12582912.0f) == x &&
-                    (unsigned)(v + 32768) < 65536u;
-    bad |= (unsigned)(valid && !ok);
-    return valid ? v : 0;
-}
-
 /* A warp's tiles (r, c0 .. c0 + NC - 1) of the stage whose plane holds the
  * lane's A fragments at shared address pa and B fragments at pb. */
 template <int NC>
@@ -1356,9 +1356,9 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
     const int i0 = tid, i1 = kConv ? kI8Threads + cr * 32 + lane : 8 * bands;
     const bool has0 = i0 < 8 * bands, has1 = i1 < 8 * bands;
     const int b0 = has0 ? i0 >> 3 : 0, b1 = has1 ? i1 >> 3 : 0;
-    const int ro0 = off[b0] + 4 * (i0 & 7), kb0 = 0x4B400000 + K[b0];
+    const int ro0 = off[b0] + 4 * (i0 & 7), kb0 = kI8Bias + K[b0];
     const int wo0 = b0 * kI8Ld + ((i0 & 7) < 4 ? 8 * (i0 & 7) : 8 * ((i0 & 7) - 4) + 4);
-    const int ro1 = off[b1] + 4 * (i1 & 7), kb1 = 0x4B400000 + K[b1];
+    const int ro1 = off[b1] + 4 * (i1 & 7), kb1 = kI8Bias + K[b1];
     const int wo1 = b1 * kI8Ld + ((i1 & 7) < 4 ? 8 * (i1 & 7) : 8 * ((i1 & 7) - 4) + 4);
     int sum0 = 0, sum1 = 0;
     /* a converter lane's chunks, fixed too: stage 0's element offset (-1:
