@@ -1105,8 +1105,8 @@ __global__ void __launch_bounds__(32 * (kTcProducers + kTcMaxWarps), 1)
  * into v = 256 h + l with h signed and l unsigned bytes, and
  *   G = sum v v^T = 65536 sum h h^T + 256 sum (h l^T + l h^T) + sum l l^T,
  * three int8 products on the integer tensor cores (mma.sync m16n8k32, int32
- * accumulators: exact), written as three int32 slices a CTA and combined
- * and summed over the CTAs in int64 by gram_finish_kernel<long long>: G and
+ * accumulators: exact), combined in int64 and added up over the CTAs by
+ * 64-bit integer atomics, which gram_finish_kernel<long long> reads: G and
  * s = sum v are exact, and the
  * covariance (G - s s^T / n) / (n - 1) has only the rounding of its last
  * double operations (the FP64 kernel's sums round at every step). The
@@ -1336,8 +1336,8 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
                                         const uint8_t *__restrict__ mask, size_t p_begin,
                                         size_t p_end, int nst, int nconv, const long long *src,
                                         const int *K, const int *off, int *S, unsigned char *pl,
-                                        float *raw, int r, int c0, int cr, int *out,
-                                        long long *acc, unsigned *bad)
+                                        float *raw, int r, int c0, int cr, long long *acc,
+                                        unsigned *bad)
 {
     constexpr bool kConv = NC <= 2, kMma = NC > 0;
     constexpr int NA = NC > 0 ? NC : 1, kCh = kTcRaw / 4;
@@ -1442,41 +1442,30 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
         S[i0] = sum0; /* each item's sum: |S| <= 32768 kI8MaxPx / 8 = 2^27 */
     if (kConv && has1)
         S[i1] = sum1;
-    if constexpr (kMma) { /* three int32 slices (combined in 64 bits they spill 48 registers) */
-        const size_t bb = (size_t)bands * bands;
+    if constexpr (kMma) /* G's entries, added to the CTAs' total in 64 bits */
 #pragma unroll
         for (int c = 0; c < NA; ++c)
 #pragma unroll
             for (int h = 0; h < 4; ++h) {
                 const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
-                if (i < bands && j <= i) {
-                    if (acc) { /* or their sum, added to the CTAs' total in 64 bits */
-                        atomicAdd(reinterpret_cast<unsigned long long *>(acc) + i +
-                                      (size_t)j * bands,
-                                  (unsigned long long)(65536LL * hh[c][h] + 256LL * hl[c][h] +
-                                                       (long long)ll[c][h]));
-                        continue;
-                    }
-                    int *o = out + i + (size_t)j * bands;
-                    o[0] = hh[c][h];
-                    o[bb] = hl[c][h];
-                    o[2 * bb] = ll[c][h];
-                }
+                if (i < bands && j <= i)
+                    atomicAdd(reinterpret_cast<unsigned long long *>(acc) + i + (size_t)j * bands,
+                              (unsigned long long)(65536LL * hh[c][h] + 256LL * hl[c][h] +
+                                                   (long long)ll[c][h]));
             }
-    }
 }
 
 /* Dynamic shared memory: gram_i8_smem_bytes(bands); kI8Threads threads;
- * plan: i8_plan(bands); at most kI8MaxPx pixels a CTA. partial: gridDim.x
- * slices of 3 B x B int32 (hh, hl, ll; lower triangles written), psum:
- * gridDim.x slices of B int64; with acc, G's lower triangle (B x B int64)
- * and the band sums (psum, B int64) are added there instead (both zeroed by
- * the caller); *bad set (never cleared) if a valid value does not qualify. */
+ * plan: i8_plan(bands); at most kI8MaxPx pixels a CTA. Every CTA adds its
+ * part of G's lower triangle into acc (B x B int64) and of the band sums
+ * into psum (B int64), both zeroed by the caller (integer atomics: the same
+ * sums in any order); *bad set (never cleared) if a valid value does not
+ * qualify. */
 __global__ void __launch_bounds__(kI8Threads, 1)
     gram_i8_kernel(const float *__restrict__ x, size_t n, int bands,
                    const uint8_t *__restrict__ mask, const double *__restrict__ shift,
-                   const TcPlan plan, int *__restrict__ partial, long long *__restrict__ psum,
-                   long long *__restrict__ acc, unsigned *__restrict__ bad)
+                   const TcPlan plan, long long *__restrict__ acc, long long *__restrict__ psum,
+                   unsigned *__restrict__ bad)
 {
     extern __shared__ double2 i8_smem[]; /* 16-byte aligned */
     __shared__ unsigned groups[kI8Warps];
@@ -1512,12 +1501,11 @@ __global__ void __launch_bounds__(kI8Threads, 1)
     const unsigned grp = groups[warp];
     const int r = (int)(grp & 255u), c0 = (int)(grp >> 8 & 255u), nc = (int)(grp >> 16 & 255u);
     const int cr = (int)(grp >> 24);
-    int *out = partial + (size_t)cta * 3 * bands * bands;
     switch (nc) {
 #define HYPROF_I8_LOOP(NC)                                                                       \
     case NC:                                                                                     \
         i8_loop<NC>(x, n, bands, mask, p_begin, p_end, nst, plan.conv, src, K, off, S, pl, raw,   \
-                    r, c0, cr, out, acc, bad);                                                   \
+                    r, c0, cr, acc, bad);                                                        \
         break;
         HYPROF_I8_LOOP(1)
         HYPROF_I8_LOOP(2)
@@ -1526,7 +1514,7 @@ __global__ void __launch_bounds__(kI8Threads, 1)
 #undef HYPROF_I8_LOOP
     default: /* no tile: a converter only */
         i8_loop<0>(x, n, bands, mask, p_begin, p_end, nst, plan.conv, src, K, off, S, pl, raw, r,
-                   c0, cr, out, acc, bad);
+                   c0, cr, acc, bad);
         break;
     }
     __syncthreads(); /* every item's sum in S: a thread a band adds its 8 */
@@ -1534,27 +1522,24 @@ __global__ void __launch_bounds__(kI8Threads, 1)
         long long v = 0; /* each |S| <= 32768 kI8MaxPx / 8 = 2^27 */
         for (int q = 0; q < 8; ++q)
             v += S[8 * b + q];
-        if (acc)
-            atomicAdd(reinterpret_cast<unsigned long long *>(psum) + b, (unsigned long long)v);
-        else
-            psum[(size_t)cta * bands + b] = v;
+        atomicAdd(reinterpret_cast<unsigned long long *>(psum) + b, (unsigned long long)v);
     }
 }
 
 /* a (both triangles) = (G - s s^T / n) / (n - 1) and mean = K + s / n from
- * the ncta slices of gram_tc_kernel (T double) or gram_i8_kernel (T long
- * long: exact sums of G = 65536 hh + 256 hl + ll from its three int32
- * slices, or kSummed: the one int64 slice its CTAs added up; K its
- * rounded shift, and block 0 copies *bad after the matrix in host): kFinX entries a block, each summed by kFinY threads over
+ * the ncta slices of gram_tc_kernel (T double) or the one int64 slice that
+ * gram_i8_kernel's CTAs added up (T long long, ncta 1: exact; K its rounded
+ * shift, and block 0 copies *bad after the matrix in host): kFinX entries a
+ * block, each summed by kFinY threads over
  * the slices k = y, y + kFinY, ... (independent loads in flight; one thread
  * an entry took 65-79 us a call for 132 slices of 144 x 144 on an H100),
  * then over y in order: a fixed order, the same for s_i wherever band i
  * appears. */
 const int kFinX = 32, kFinY = 8;
 
-template <typename T, bool kSummed = false>
+template <typename T>
 __global__ void __launch_bounds__(kFinX * kFinY)
-    gram_finish_kernel(const void *__restrict__ vpartial, const T *__restrict__ psum, int ncta,
+    gram_finish_kernel(const T *__restrict__ partial, const T *__restrict__ psum, int ncta,
                        int bands, const double *__restrict__ shift, double n,
                        const unsigned *__restrict__ bad, double *__restrict__ a,
                        double *__restrict__ mean, double *__restrict__ host)
@@ -1570,14 +1555,7 @@ __global__ void __launch_bounds__(kFinX * kFinY)
     if (lower) {
 #pragma unroll 4
         for (int k = ty; k < ncta; k += kFinY) {
-            if constexpr (std::is_same<T, double>::value) {
-                g += static_cast<const double *>(vpartial)[(size_t)k * bb + idx];
-            } else if constexpr (kSummed) { /* one int64 slice (ncta 1) */
-                g += static_cast<const long long *>(vpartial)[(size_t)k * bb + idx];
-            } else {
-                const int *p = static_cast<const int *>(vpartial) + (size_t)k * 3 * bb + idx;
-                g += 65536LL * p[0] + 256LL * p[bb] + (long long)p[2 * bb];
-            }
+            g += partial[(size_t)k * bb + idx];
             si += psum[(size_t)k * bands + i];
             sj += psum[(size_t)k * bands + j];
         }
@@ -2390,32 +2368,25 @@ static I8Launch i8_launch(size_t n, size_t B)
 
 /* gram_fused with gram_i8_kernel: the same outputs, and host[B + B * B]
  * (mapped HostStage memory, required) is 1 when the cube did not qualify
- * (*d_bad, zeroed by the caller): then they are void. With acc (B x B int64,
- * and psum's first B, zeroed by the caller) the CTAs add G and the band sums
- * up there (integer atomics: the same sums in any order), and
- * gram_finish_kernel reads one slice instead of 3 x L.ncta int32 ones (H100,
- * Houston size, 2026-11-27 07:45 round, Nsight: gram_finish_kernel 5.8 us
- * against 17.2, gram_i8_kernel unchanged at 246; covariance 0.262-0.264 ms
- * of event time against 0.272-0.275). */
+ * (*d_bad, zeroed by the caller): then they are void. acc (B x B int64) and
+ * psum (B int64), zeroed by the caller, receive the CTAs' sums of G and of
+ * the bands (integer atomics), so gram_finish_kernel reads one slice: 5.8
+ * us against 17.2 for per-CTA slices of three int32 B x B (H100, Houston
+ * size, 2026-11-27 07:45 round, Nsight; gram_i8_kernel unchanged at 246;
+ * covariance 0.262-0.264 ms of event time against 0.272-0.275). */
 static hyprof_status_t gram_i8(hyprof_ctx_t *ctx, const I8Launch &L, const float *d_cube,
                                size_t n, size_t B, const uint8_t *d_mask, size_t nvalid,
-                               double *d_shift, int *partial, long long *psum, long long *acc,
+                               double *d_shift, long long *acc, long long *psum,
                                unsigned *d_bad, double *d_A, double *d_mean, double *host,
                                cudaStream_t st)
 {
     static const char op[] = "pca";
     gram_i8_kernel<<<(unsigned)L.ncta, kI8Threads, L.smem, st>>>(d_cube, n, (int)B, d_mask,
-                                                                 d_shift, L.plan, partial, psum,
-                                                                 acc, d_bad);
+                                                                 d_shift, L.plan, acc, psum, d_bad);
     HYPROF_CUDA_CHECK_LAUNCH("gram_i8_kernel");
-    const unsigned fin = (unsigned)div_up(B * B, (size_t)kFinX);
-    if (acc)
-        gram_finish_kernel<long long, true><<<fin, kFinX * kFinY, 0, st>>>(
+    gram_finish_kernel<long long>
+        <<<(unsigned)div_up(B * B, (size_t)kFinX), kFinX * kFinY, 0, st>>>(
             acc, psum, 1, (int)B, d_shift, (double)nvalid, d_bad, d_A, d_mean, host);
-    else
-        gram_finish_kernel<long long><<<fin, kFinX * kFinY, 0, st>>>(
-            partial, psum, (int)L.ncta, (int)B, d_shift, (double)nvalid, d_bad, d_A, d_mean,
-            host);
     HYPROF_CUDA_CHECK_LAUNCH("gram_finish_kernel");
     return HYPROF_OK;
 }
@@ -2650,8 +2621,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * (their destruction synchronises the device). */
     DeviceBuffer<double> d_mean, d_sum[2], d_partial[2], d_cov[2], d_A, d_W, d_work;
     DeviceBuffer<double> d_gram[2], d_ones, d_shift, d_tcpart, d_tcsum;
-    DeviceBuffer<int> d_i8part;
-    DeviceBuffer<long long> d_i8sum;
+    DeviceBuffer<long long> d_i8acc, d_i8sum;
     DeviceBuffer<unsigned> d_bad;
     DeviceBuffer<int> d_info;
     DeviceBuffer<float> d_cube;
@@ -2766,18 +2736,12 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
      * through HostStage whether the cube was integer-valued. */
     const I8Launch i8l = fused && mapped && !gram_env ? i8_launch(N, B) : I8Launch();
     bool i8 = i8l.ncta > 0;
-    if (i8 && (d_i8part.alloc(ctx, op, i8l.ncta * 3 * B * B) != HYPROF_OK ||
-               d_i8sum.alloc(ctx, op, i8l.ncta * B) != HYPROF_OK ||
+    if (i8 && (d_i8acc.alloc(ctx, op, B * B) != HYPROF_OK ||
+               d_i8sum.alloc(ctx, op, B) != HYPROF_OK ||
                d_bad.alloc(ctx, op, 1) != HYPROF_OK)) {
         ctx->error[0] = '\0'; /* not an error: the FP64 kernel follows */
         i8 = false;
     }
-    /* The CTAs' sums added up in place (atomics) in d_i8part's memory (2 B x B
-     * int32 of its 3 ncta B x B); $HYPROF_PCA_I8_SUM=slices: per-CTA slices. */
-    const char *i8_sum_env = getenv("HYPROF_PCA_I8_SUM");
-    long long *i8_acc = i8 && !(i8_sum_env && strcmp(i8_sum_env, "slices") == 0)
-                            ? reinterpret_cast<long long *>(d_i8part.get())
-                            : NULL;
     HYPROF_TRY(pipe.init(ctx, op, a->x, a->mask, N, B, 0, NULL, m, !resident));
     const size_t nch = pipe.nchunks();
     for (int s = 0; s < (nch > 1 ? 2 : 1); ++s)
@@ -2843,11 +2807,10 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
             d_sum[0].get(), d_sum[1].get(), B, (double)a->nvalid, d_mean.get());
         HYPROF_CUDA_CHECK_LAUNCH("mean_kernel");
     } else { /* the shift (a sample's mean) with pass 1, as the two-pass path's mean */
-        if (i8)
+        if (i8) { /* gram_i8_kernel's flag and sums start from 0 */
             HYPROF_CUDA_CHECK(cudaMemsetAsync(d_bad.get(), 0, sizeof(unsigned), pipe.stream(0)));
-        if (i8_acc) { /* gram_i8_kernel's sums start from 0 */
             HYPROF_CUDA_CHECK(
-                cudaMemsetAsync(i8_acc, 0, B * B * sizeof(long long), pipe.stream(0)));
+                cudaMemsetAsync(d_i8acc.get(), 0, B * B * sizeof(long long), pipe.stream(0)));
             HYPROF_CUDA_CHECK(
                 cudaMemsetAsync(d_i8sum.get(), 0, B * sizeof(long long), pipe.stream(0)));
         }
@@ -2872,8 +2835,7 @@ static hyprof_status_t fit(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a, bo
     bool gram_done = fused;
     if (i8)
         HYPROF_TRY(gram_i8(ctx, i8l, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
-                           a->nvalid, d_shift.get(), d_i8part.get(), d_i8sum.get(), i8_acc,
-                           d_bad.get(),
+                           a->nvalid, d_shift.get(), d_i8acc.get(), d_i8sum.get(), d_bad.get(),
                            d_A.get(), d_mean.get(), mapped, pipe.stream(0)));
     else if (fused)
         HYPROF_TRY(gram_fused(ctx, tcl, d_cube.get(), N, B, a->mask ? d_cmask.get() : NULL,
