@@ -2335,7 +2335,7 @@ class EadpCuda {
     bool sel_tail = true;   /* the selection's last passes in sel_last_kernel */
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
-    int sel_sms = 0;        /* the device's multiprocessors (the pass's grid) */
+    int sms = 0;            /* the device's multiprocessors (selection and persistent grids) */
     bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
@@ -2485,7 +2485,7 @@ hyprof_status_t EadpCuda::plan()
     {
         int dev = 0;
         HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sel_sms, cudaDevAttrMultiProcessorCount, dev));
+        HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
     diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
     HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel,
@@ -2581,9 +2581,7 @@ hyprof_status_t EadpCuda::plan()
         HYPROF_CUDA_CHECK(
             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         if (persist) {
-            int dev = 0, sms = 0, per_sm = 0;
-            HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-            HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            int per_sm = 0;
             HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                 &per_sm, fn, kFedBX / persist * (tile_rows / strip), (size_t)bytes));
             persist_ctas = (per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
@@ -2733,7 +2731,7 @@ size_t EadpCuda::sel_blocks(size_t nb) const
 {
     size_t nblk = npix / 4096;
     if (sel_threads == 1024) /* two blocks an SM, one wave over the bands */
-        nblk = (size_t)(2 * sel_sms) / nb < npix / 4096 ? (size_t)(2 * sel_sms) / nb
+        nblk = (size_t)(2 * sms) / nb < npix / 4096 ? (size_t)(2 * sms) / nb
                                                        : npix / 4096;
     return nblk < 1 ? 1 : nblk > 512 ? 512 : nblk;
 }
