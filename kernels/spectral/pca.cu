@@ -50,6 +50,7 @@
  * mapped page-locked memory by gram_finish_kernel: HostStage), projection
  * 0.186 against 0.202 (the end mark before the drain). */
 #include "../core/cuda_util.h"
+#include "../core/hopper.h"
 #include "../core/stage_clock.h"
 
 #include <algorithm>
@@ -1791,45 +1792,7 @@ inline size_t project_bulk_smem_bytes(int bands, int tiles, int depth)
     return (9 * bp + 2 * (size_t)depth) * sizeof(double) + (size_t)depth * 8 * row * sizeof(float);
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned smem_u32(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(b)),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT;\n"
-                 "}\n" ::"r"(smem_u32(b)),
-                 "r"(parity)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned bytes, uint64_t *b)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                 "%2, [%3];\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-}
-#endif
+/* smem_u32, mbar_*, bulk_copy: core/hopper.h */
 
 template <int kTiles>
 __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
@@ -1853,7 +1816,7 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
             mbar_init(full + i, 1);
             mbar_init(empty + i, kProjTcWarps);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
