@@ -176,6 +176,41 @@
  *               default times: every increment; one graph per starting
  *               ping-pong buffer and output slot: three; with slot_u, whose
  *               input slot cycles too, four, the first used once).
+ *               Copy engine (sm_90, the default there; fed_tma_kernel): the
+ *               same steps on a persistent grid of two CTAs per SM, each
+ *               region's u, ce and cs brought into shared memory by three
+ *               tensor copies (cp.async.bulk.tensor, zeros outside the
+ *               image) that one thread starts for the CTA's next region as
+ *               soon as the current one is in registers, so the copy runs
+ *               under the 7 steps; the planes' rows padded to a multiple
+ *               of 4 floats (the copy engine's rule; the output slots too,
+ *               downloaded by a 3-D copy that drops the padding), regions
+ *               starting at multiples of 4 columns (48 output columns
+ *               instead of 50), the 7 steps unrolled, 8-byte stores.
+ *               H100, Houston size, 2026-11-27 10:02 round (main in the
+ *               same run): FED 1.202-1.207 ms of event time against
+ *               1.282-1.286, 2.38 GB counted in 1.205 ms: 1.98 TB/s;
+ *               with rows of 50 columns, plain steps and 4-byte stores
+ *               (09:54 round) 1.239-1.242 against 1.276-1.278. Nsight (a
+ *               4-band launch, serialised): 11.3 M instructions against
+ *               12.0 M, 49 % of the issue slots busy, SMs active 77 % of
+ *               the launch (its first copies and its last regions).
+ *               $HYPROF_EADP_TMA=0: fed_shfl_kernel on dense planes.
+ *               Not kept: two stages (the copy two regions ahead;
+ *               10:06 round: 1.208-1.211 against 1.202-1.204 with one);
+ *               the step sizes in shared memory (10:26, 1.233-1.250
+ *               against main's 1.287-1.299, no gain); one CTA per SM
+ *               (1.398); one chain 1.332, three 1.326; one launch per
+ *               increment whose CTAs claim the regions of all its groups
+ *               in order (an atomic counter) and wait for the 3 x 3
+ *               regions of the group before (flags released after the
+ *               stores): 1.53 ms with the claiming done by one of the
+ *               computing threads (an H200, 10:16; main 1.236 there),
+ *               1.51 with a ninth, copying warp (H100, 10:22; main
+ *               1.28-1.30): the flags' fences and the claims' latency sit
+ *               on every region's path. From 14 bands a call instead of
+ *               7 (10:09 round): 0.158 ms of FED a band against 0.172, so
+ *               about 6 us of each launch group is its fill and drain.
  *   output      u -> float (float u: a flat copy), nodata where masked, into a
  *               ring of device slots (with fed_shfl_kernel the increment's
  *               last FED launch writes its slot itself: no copy_out pass;
@@ -239,6 +274,8 @@
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
  * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels,
  * $HYPROF_EADP_SEL_THREADS=256 its passes on 256-thread blocks;
+ * $HYPROF_EADP_TMA=0 keeps fed_shfl_kernel on sm_90 (dense planes),
+ * $HYPROF_EADP_TMA_CTAS=n gives fed_tma_kernel n CTAs per SM (at most 2);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_SLOT_U=0 keeps u out
  * of the output slots; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
@@ -248,6 +285,7 @@
  * and block indices passed in, __syncthreads and atomics behind macros) so that
  * a host harness can define them and run the bodies on the CPU. */
 #include "../core/cuda_util.h"
+#include "../core/hopper.h"
 #include "../core/stage_clock.h"
 #include "diffusion/eadp_impl.h"
 
@@ -1090,21 +1128,24 @@ HYPROF_EADP_FN float g_f32(const uint8_t *mask, const double *G, size_t off, siz
  * the FED then multiplies the same conductances, bit for bit. Per block of
  * kPixBX x kPixBY pixels, g of the block plus one column and one row goes
  * to shared memory `gs` first (1.16 evaluations of g per pixel instead of
- * 3). G, u, ce and cs must not overlap. */
+ * 3). G, u, ce and cs must not overlap. u, ce, cs and out are planes of
+ * rows `ld` floats apart, `plane` floats a band (the FED's layout: W and
+ * npix, or padded for the copy engine); x and G are dense. */
 HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], const float *x,
-                                      const uint8_t *mask, int W, int H, size_t npix,
-                                      const double *k, int diffusivity, const double *G,
-                                      float *u, float *ce, float *cs, float *out, float nodata)
+                                      const uint8_t *mask, int W, int H, size_t npix, int ld,
+                                      size_t plane, const double *k, int diffusivity,
+                                      const double *G, float *u, float *ce, float *cs, float *out,
+                                      float nodata)
 {
     const int b = t.bz, x0 = t.bx * kPixBX, tid = t.ty * kPixBX + t.tx;
     const double kb = k[b], k2 = mul_rn(kb, kb);
-    const size_t off = (size_t)b * npix;
+    const size_t off = (size_t)b * npix, poff = (size_t)b * plane;
     for (int y0 = t.by * kPixBY; y0 < H; y0 += t.gdy * kPixBY) { /* uniform per block */
         /* This pixel's input loaded before the diffusivities' pass (its
          * latency under theirs instead of after the barrier). */
         const int px = x0 + t.tx, py = y0 + t.ty;
         const bool here = px < W && py < H;
-        const size_t p = (size_t)py * W + px, i = off + p;
+        const size_t p = (size_t)py * W + px, i = off + p, o = poff + (size_t)py * ld + px;
         const float xi = here ? x[i] : 0.0f;
         const bool masked = here && mask && !mask[p];
         for (int e = tid; e < (kPixBY + 1) * (kPixBX + 1); e += kPixBX * kPixBY) {
@@ -1116,11 +1157,11 @@ HYPROF_EADP_FN void diffuse_cond_body(const Thr &t, float (*gs)[kPixBX + 1], con
         HYPROF_EADP_SYNC();
         if (here) {
             const float gp = gs[t.ty][t.tx];
-            u[i] = gp < 0.0f ? 0.0f : pos0(xi);
+            u[o] = gp < 0.0f ? 0.0f : pos0(xi);
             if (out) /* the profile's first band (copy_out_body's values) */
-                out[i] = masked ? nodata : xi;
-            ce[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
-            cs[i] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
+                out[o] = masked ? nodata : xi;
+            ce[o] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty][t.tx + 1]);
+            cs[o] = gp < 0.0f ? 0.0f : edge_c(gp, gs[t.ty + 1][t.tx]);
         }
         HYPROF_EADP_SYNC();
     }
@@ -1459,6 +1500,52 @@ __device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
     }
 }
 
+/* One step of fed_shfl_steps_diff (plane p of the edge rows). */
+template <int K, int BY, int R>
+__device__ __forceinline__ void fed_diff_step(FedShflSmem<K, BY, R, 2> &sm, int p,
+                                              float (&u)[R][2], const float (&ce)[R][2],
+                                              const float (&cs)[R][2], const float (&cwl)[R],
+                                              const float (&cn0)[2], float tau)
+{
+    const int C = 2;
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane;
+    sm_store<C>(&sm.top[p][w][c0], u[0]);
+    sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
+    __syncthreads();
+    float un[C], us_end[C], dn[C]; /* dn: un - u of the row */
+    sm_load<C>(&sm.bot[p][w][c0], un);
+    sm_load<C>(&sm.top[p][w + 1][c0], us_end);
+#pragma unroll
+    for (int j = 0; j < C; ++j)
+        dn[j] = __fsub_rn(un[j], u[0][j]);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
+        const float de0 = __fsub_rn(u[i][1], u[i][0]); /* ue - u of column 0 */
+        const float de1 = __fsub_rn(ueC, u[i][1]);     /* ue - u of column 1 */
+        const float dw0 = __shfl_up_sync(0xffffffffu, de1, 1); /* -(uw - u), column 0 */
+        float ds[C];
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            ds[j] = __fsub_rn(i + 1 < R ? u[i + 1][j] : us_end[j], u[i][j]);
+        const float cn_0 = i ? cs[i - 1][0] : cn0[0], cn_1 = i ? cs[i - 1][1] : cn0[1];
+        float f0 = __fmul_rn(ce[i][0], de0);
+        f0 = __fmaf_rn(cwl[i], -dw0, f0);
+        f0 = __fmaf_rn(cs[i][0], ds[0], f0);
+        f0 = __fmaf_rn(cn_0, dn[0], f0);
+        float f1 = __fmul_rn(ce[i][1], de1);
+        f1 = __fmaf_rn(ce[i][0], -de0, f1);
+        f1 = __fmaf_rn(cs[i][1], ds[1], f1);
+        f1 = __fmaf_rn(cn_1, dn[1], f1);
+        u[i][0] = __fmaf_rn(tau, f0, u[i][0]);
+        u[i][1] = __fmaf_rn(tau, f1, u[i][1]);
+#pragma unroll
+        for (int j = 0; j < C; ++j)
+            dn[j] = -ds[j];
+    }
+}
+
 /* fed_shfl_steps for 2 columns and the conductances in registers, with
  * each difference of neighbours formed once: fed_update's uw - u of a pixel
  * is -(ue - u) of its west neighbour, un - u is -(us - u) of its north one
@@ -1466,57 +1553,29 @@ __device__ __forceinline__ void fed_shfl_steps(FedShflSmem<K, BY, R, C> &sm,
  * fma(c, -d, f) rounds like fma(c, uw - u, f). 7 floating-point operations
  * per pixel and step instead of 9, the same bits. The west difference of
  * a thread's first column comes from its left neighbour's last one by a
- * shuffle (instead of its u). */
-template <int K, int BY, int R>
+ * shuffle (instead of its u). Full: steps.n == K and every warp computes
+ * every step (8-row strips: rb + R - 1 >= K for all of them): the K steps
+ * unrolled, their step sizes at fixed offsets. */
+template <int K, int BY, int R, bool Full = false>
 __device__ __forceinline__ void fed_shfl_steps_diff(FedShflSmem<K, BY, R, 2> &sm,
                                                     float (&u)[R][2], const float (&ce)[R][2],
                                                     const float (&cs)[R][2],
                                                     const float (&cwl)[R], const float (&cn0)[2],
                                                     const FedStepsF &steps)
 {
+    if constexpr (Full) {
+#pragma unroll
+        for (int s = 0; s < K; ++s)
+            fed_diff_step<K, BY, R>(sm, s & 1, u, ce, cs, cwl, cn0, steps.tau[s]);
+        return;
+    }
     const int C = 2, RH = BY * R;
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
     const int nc = min(steps.n, min(rb + R - 1, RH - 1 - rb));
 #pragma unroll 2
-    for (int s = 0; s < nc; ++s) {
-        const int p = s & 1;
-        sm_store<C>(&sm.top[p][w][c0], u[0]);
-        sm_store<C>(&sm.bot[p][w + 1][c0], u[R - 1]);
-        __syncthreads();
-        const float tau = steps.tau[s];
-        float un[C], us_end[C], dn[C]; /* dn: un - u of the row */
-        sm_load<C>(&sm.bot[p][w][c0], un);
-        sm_load<C>(&sm.top[p][w + 1][c0], us_end);
-#pragma unroll
-        for (int j = 0; j < C; ++j)
-            dn[j] = __fsub_rn(un[j], u[0][j]);
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const float ueC = __shfl_down_sync(0xffffffffu, u[i][0], 1);
-            const float de0 = __fsub_rn(u[i][1], u[i][0]); /* ue - u of column 0 */
-            const float de1 = __fsub_rn(ueC, u[i][1]);     /* ue - u of column 1 */
-            const float dw0 = __shfl_up_sync(0xffffffffu, de1, 1); /* -(uw - u), column 0 */
-            float ds[C];
-#pragma unroll
-            for (int j = 0; j < C; ++j)
-                ds[j] = __fsub_rn(i + 1 < R ? u[i + 1][j] : us_end[j], u[i][j]);
-            const float cn_0 = i ? cs[i - 1][0] : cn0[0], cn_1 = i ? cs[i - 1][1] : cn0[1];
-            float f0 = __fmul_rn(ce[i][0], de0);
-            f0 = __fmaf_rn(cwl[i], -dw0, f0);
-            f0 = __fmaf_rn(cs[i][0], ds[0], f0);
-            f0 = __fmaf_rn(cn_0, dn[0], f0);
-            float f1 = __fmul_rn(ce[i][1], de1);
-            f1 = __fmaf_rn(ce[i][0], -de0, f1);
-            f1 = __fmaf_rn(cs[i][1], ds[1], f1);
-            f1 = __fmaf_rn(cn_1, dn[1], f1);
-            u[i][0] = __fmaf_rn(tau, f0, u[i][0]);
-            u[i][1] = __fmaf_rn(tau, f1, u[i][1]);
-#pragma unroll
-            for (int j = 0; j < C; ++j)
-                dn[j] = -ds[j];
-        }
-    }
+    for (int s = 0; s < nc; ++s)
+        fed_diff_step<K, BY, R>(sm, s & 1, u, ce, cs, cwl, cn0, steps.tau[s]);
     for (int s = nc; s < steps.n; ++s) { /* step nc's neighbours still read u^nc */
         const int p = s & 1;
         sm_store<C>(&sm.top[p][w][c0], u[0]);
@@ -1526,13 +1585,14 @@ __device__ __forceinline__ void fed_shfl_steps_diff(FedShflSmem<K, BY, R, 2> &sm
 }
 
 /* The output tile's part of the thread's strip (first pixel (y0, x0), at
- * ro = y0 W + x0 in band boff): u into uout, and with out (the increment's
- * last launch) also its profile band: u, nodata where masked (copy_out_body's
- * values, without its pass). */
+ * ro = y0 ld + x0 in band boff of rows ld floats apart; at mo = y0 W + x0 in
+ * the mask): u into uout, and with out (the increment's last launch) also
+ * its profile band: u, nodata where masked (copy_out_body's values,
+ * without its pass). */
 template <int K, int BY, int R, int C>
 __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uout, float *out,
-                                               const uint8_t *mask, size_t boff, int ro, int x0,
-                                               int y0, int W, int H, float nodata)
+                                               const uint8_t *mask, size_t boff, int ro, int mo,
+                                               int x0, int y0, int W, int H, int ld, float nodata)
 {
     const int RW = 32 * C, RH = BY * R;
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
@@ -1542,9 +1602,9 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
     for (int j = 0; j < C; ++j)
         colin[j] = (unsigned)(x0 + j) < (unsigned)W;
     float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
-    const uint8_t *pm = mask + ro;
+    const uint8_t *pm = mask + mo;
 #pragma unroll
-    for (int i = 0; i < R; ++i, po += W, pw += W, pm += W) {
+    for (int i = 0; i < R; ++i, po += ld, pw += ld, pm += W) {
         const int r = rb + i;
         if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
             continue;
@@ -1677,7 +1737,146 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
         fed_shfl_steps_diff<K, BY, R>(sm, u, ce, cs, cwl, cn0, steps);
     else
         fed_shfl_steps<K, BY, R, C, SmemC>(sm, cc, u, ce, cs, cwl, cn0, steps);
-    fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, x0, y0, W, H, nodata);
+    fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, ro, x0, y0, W, H, W, nodata);
+}
+
+/* fed_tma_kernel's regions: 64 x 64, the output tile OW x OH at (XL, K). */
+template <int K> struct FedTmaShape {
+    static const int XL = (K + 3) / 4 * 4, OW = 64 - 2 * XL, OH = 64 - 2 * K;
+};
+
+/* fed_shfl_body's default shape (64 x 64 regions, 8 warps of 8 x 2 pixels,
+ * the steps of fed_shfl_steps_diff) on a persistent grid fed by the copy
+ * engine (sm_90): each CTA takes regions blockIdx.x, + gridDim.x, ... of the
+ * (bands x rows x columns of regions) sequence; one thread asks for the
+ * next region's u, ce and cs (three 64 x 64 boxes of tensor maps, zeros
+ * outside the image) as soon as the threads have taken the current one
+ * from shared memory into their registers, so the copy runs under the K
+ * steps instead of before them, and no thread issues a global load. The
+ * conductance of the column left of a thread's comes from its left
+ * neighbour by a shuffle and that of the row above its strip from the
+ * staged cs (both only wrong on the region's edge, which never reaches
+ * the output tile). Same operations on the same values as fed_shfl_body
+ * for every output pixel: the same bits. The planes' rows are `ld` floats
+ * apart (a multiple of 4: the copy engine's rule), and a box must start at
+ * a multiple of 16 bytes in x (an illegal instruction otherwise: seen on an
+ * H100, 2026-11-27), so the regions' columns start at multiples of 4: a
+ * halo of XL = K rounded up to 4 on either side (output tiles of 48
+ * columns for K = 7 instead of 50: 2.6 % more regions on Houston). K
+ * steps unrolled when a launch has K (its step sizes then at fixed
+ * offsets of the parameter), 8-byte stores (fed_tma_store). Measured: see
+ * the header comment (FED, copy engine). Dynamic shared memory:
+ * sizeof(FedTmaSmem) + 128 (alignment). */
+template <int K> struct __align__(128) FedTmaSmem {
+    float st[3][64][64]; /* u, ce, cs of the region */
+    FedShflSmem<K, 8, 8, 2> fs;
+    uint64_t full; /* the region's three boxes have arrived */
+};
+
+/* fed_shfl_store for fed_tma_kernel: its regions start at multiples of 4
+ * columns and its rows are ld (a multiple of 4) floats apart, so a thread's
+ * two columns are one 8-byte store (one 4-byte store at the image's right
+ * edge); the same values. */
+template <int K, int XL>
+__device__ __forceinline__ void fed_tma_store(const float (&u)[8][2], float *uout, float *out,
+                                              const uint8_t *mask, size_t boff, int ro, int mo,
+                                              int x0, int y0, int W, int H, int ld, float nodata)
+{
+    const int R = 8, RW = 64, RH = 64;
+    const int c0 = 2 * (int)threadIdx.x, rb = R * (int)threadIdx.y;
+    if (c0 < XL || c0 >= RW - XL || x0 >= W)
+        return;
+    const bool pair = x0 + 1 < W;
+    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
+    const uint8_t *pm = mask + mo;
+#pragma unroll
+    for (int i = 0; i < R; ++i, po += ld, pw += ld, pm += W) {
+        const int r = rb + i;
+        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
+            continue;
+        if (pair)
+            *reinterpret_cast<float2 *>(po) = make_float2(u[i][0], u[i][1]);
+        else
+            po[0] = u[i][0];
+        if (!out)
+            continue;
+        const float o0 = (mask && !pm[0]) ? nodata : u[i][0];
+        if (pair)
+            *reinterpret_cast<float2 *>(pw) =
+                make_float2(o0, (mask && !pm[1]) ? nodata : u[i][1]);
+        else
+            pw[0] = o0;
+    }
+}
+
+template <int K>
+__global__ void __launch_bounds__(256, 2)
+    fed_tma_kernel(const __grid_constant__ CUtensorMap tu, const __grid_constant__ CUtensorMap tce,
+                   const __grid_constant__ CUtensorMap tcs, float *__restrict__ uout,
+                   float *__restrict__ out, const uint8_t *__restrict__ mask, int W, int H, int ld,
+                   size_t plane, int z0, int gx, int gy, int ntiles,
+                   const __grid_constant__ FedStepsF steps, float nodata)
+{
+#ifdef HYPROF_HOPPER
+    const int BY = 8, R = 8, C = 2, RW = 64, RH = 64;
+    const int XL = FedTmaShape<K>::XL, OW = FedTmaShape<K>::OW, OH = FedTmaShape<K>::OH;
+    extern __shared__ float4 fed_tma_raw[];
+    FedTmaSmem<K> &sm = *reinterpret_cast<FedTmaSmem<K> *>(
+        (reinterpret_cast<uintptr_t>(fed_tma_raw) + 127) & ~(uintptr_t)127);
+    const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
+    const int c0 = C * lane, rb = w * R;
+    const bool leader = lane == 0 && w == 0;
+    auto issue = [&](int tile) {
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const int x = bx * OW - XL, y = by * OH - K;
+        mbar_arrive_tx(&sm.full, 3 * RW * RH * (unsigned)sizeof(float));
+        tensor_copy_3d(sm.st[0], &tu, x, y, z0 + bz, &sm.full);
+        tensor_copy_3d(sm.st[1], &tce, x, y, z0 + bz, &sm.full);
+        tensor_copy_3d(sm.st[2], &tcs, x, y, z0 + bz, &sm.full);
+    };
+    if (leader) {
+        mbar_init(&sm.full, 1);
+        mbar_init_fence();
+    }
+    if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
+        const float z[C] = {0.0f, 0.0f};
+        for (int p = 0; p < 2; ++p)
+            sm_store<C>(w == 0 ? &sm.fs.bot[p][0][c0] : &sm.fs.top[p][BY][c0], z);
+    }
+    __syncthreads();
+    if (leader && (int)blockIdx.x < ntiles)
+        issue((int)blockIdx.x);
+    unsigned phase = 0;
+    for (int tile = (int)blockIdx.x; tile < ntiles; tile += (int)gridDim.x) {
+        mbar_wait(&sm.full, phase);
+        phase ^= 1u;
+        float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            sm_load<C>(&sm.st[0][rb + i][c0], u[i]);
+            sm_load<C>(&sm.st[1][rb + i][c0], ce[i]);
+            sm_load<C>(&sm.st[2][rb + i][c0], cs[i]);
+        }
+        if (rb > 0) /* warp-uniform */
+            sm_load<C>(&sm.st[2][rb - 1][c0], cn0);
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            cwl[i] = __shfl_up_sync(0xffffffffu, ce[i][1], 1);
+        __syncthreads(); /* the region is in registers; the last one's steps are done */
+        if (leader && tile + (int)gridDim.x < ntiles) {
+            fence_proxy_async();
+            issue(tile + (int)gridDim.x);
+        }
+        if (steps.n == K) /* 8-row strips: every warp computes every step (R - 1 >= K) */
+            fed_shfl_steps_diff<K, BY, R, R - 1 >= K>(sm.fs, u, ce, cs, cwl, cn0, steps);
+        else
+            fed_shfl_steps_diff<K, BY, R>(sm.fs, u, ce, cs, cwl, cn0, steps);
+        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
+        const int x0 = bx * OW - XL + c0, y0 = by * OH - K + rb;
+        fed_tma_store<K, XL>(u, uout, out, mask, (size_t)bz * plane, y0 * ld + x0, y0 * W + x0,
+                             x0, y0, W, H, ld, nodata);
+    }
+#endif
 }
 
 /* The fused FED steps with a persistent grid: each CTA takes tiles
@@ -1832,9 +2031,11 @@ HYPROF_EADP_FN void to_float_body(const Thr &t, const T *src, const uint8_t *mas
 }
 
 /* The float source as it is, nodata where masked, over the bands as one flat
- * array of n values (4 at a time: src and out are 16-byte aligned). */
-HYPROF_EADP_FN void copy_out_body(const Thr &t, const float *src, const uint8_t *mask,
-                                  size_t npix, size_t n, float nodata, float *out)
+ * array of n values (4 at a time: src and out are 16-byte aligned), planes
+ * of `plane` values with rows ld apart (the mask's: W; the columns from W
+ * on are padding, copied as they are). */
+HYPROF_EADP_FN void copy_out_body(const Thr &t, const float *src, const uint8_t *mask, int W,
+                                  int ld, size_t plane, size_t n, float nodata, float *out)
 {
     const size_t stride = (size_t)t.gdx * t.bdx * 4;
     for (size_t i = ((size_t)t.bx * t.bdx + t.tx) * 4; i < n; i += stride) {
@@ -1842,8 +2043,11 @@ HYPROF_EADP_FN void copy_out_body(const Thr &t, const float *src, const uint8_t 
             *reinterpret_cast<float4 *>(out + i) = *reinterpret_cast<const float4 *>(src + i);
             continue;
         }
-        for (size_t j = i; j < i + 4 && j < n; ++j)
-            out[j] = (!mask || mask[j % npix]) ? src[j] : nodata;
+        for (size_t j = i; j < i + 4 && j < n; ++j) {
+            const size_t q = j % plane, c = q % (size_t)ld;
+            out[j] = (!mask || c >= (size_t)W || mask[q / (size_t)ld * (size_t)W + c]) ? src[j]
+                                                                                       : nodata;
+        }
     }
 }
 
@@ -2064,14 +2268,14 @@ __global__ void __launch_bounds__(32 * BY, MinB)
 
 __global__ void __launch_bounds__(kPixBX *kPixBY)
     diffuse_cond_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, int W,
-                        int H, size_t npix, const double *__restrict__ k, int diffusivity,
-                        const double *__restrict__ G, float *__restrict__ u,
+                        int H, size_t npix, int ld, size_t plane, const double *__restrict__ k,
+                        int diffusivity, const double *__restrict__ G, float *__restrict__ u,
                         float *__restrict__ ce, float *__restrict__ cs, float *__restrict__ out,
                         float nodata)
 {
     __shared__ float gs[kPixBY + 1][kPixBX + 1];
-    diffuse_cond_body(HYPROF_EADP_THR, gs, x, mask, W, H, npix, k, diffusivity, G, u, ce, cs,
-                      out, nodata);
+    diffuse_cond_body(HYPROF_EADP_THR, gs, x, mask, W, H, npix, ld, plane, k, diffusivity, G, u,
+                      ce, cs, out, nodata);
 }
 
 /* Dynamic shared memory: 4 * BY * R * kFedRW doubles; grid: a few CTAs per SM. */
@@ -2088,10 +2292,10 @@ __global__ void __launch_bounds__(kFedBX / CW * BY, 64 / (BY * R))
 }
 
 __global__ void __launch_bounds__(256)
-    copy_out_kernel(const float *__restrict__ src, const uint8_t *__restrict__ mask, size_t npix,
-                    size_t n, float nodata, float *__restrict__ out)
+    copy_out_kernel(const float *__restrict__ src, const uint8_t *__restrict__ mask, int W, int ld,
+                    size_t plane, size_t n, float nodata, float *__restrict__ out)
 {
-    copy_out_body(HYPROF_EADP_THR, src, mask, npix, n, nodata, out);
+    copy_out_body(HYPROF_EADP_THR, src, mask, W, ld, plane, n, nodata, out);
 }
 
 template <typename T>
@@ -2225,6 +2429,20 @@ size_t fed_shfl_smem_bytes(int rows, int R, int C, int occ)
     return b;
 }
 
+/* fed_tma_kernel for K steps (those of fed_shfl_ptr_k). */
+const void *fed_tma_ptr(int K)
+{
+    switch (K) {
+    case 4: return (const void *)fed_tma_kernel<4>;
+    case 7: return (const void *)fed_tma_kernel<7>;
+    case 8: return (const void *)fed_tma_kernel<8>;
+    default: return (const void *)fed_tma_kernel<6>;
+    }
+}
+
+/* Its dynamic shared memory: a FedTmaSmem (the same size for every K), 128-byte aligned. */
+size_t fed_tma_smem_bytes(int) { return sizeof(FedTmaSmem<7>) + 128; }
+
 int env_int(const char *name, int dflt)
 {
     const char *s = getenv(name);
@@ -2281,17 +2499,27 @@ size_t take(size_t *off, size_t bytes)
  * digits, then their kSelQueries x kSelCoarse coarse bins. */
 size_t sel_slot(size_t nb) { return nb * kSelQueries * (kSelBins + kSelCoarse); }
 
-Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
+/* The size of nb float planes, 256-byte aligned (one of u's buffers, an output slot). */
+size_t fplanes(size_t plane, size_t nb)
+{
+    return (mul_sat(mul_sat(plane, sizeof(float)), nb) + 255) & ~(size_t)255;
+}
+
+/* plane: floats per band of the float FED's planes (u, ce, cs, the output
+ * slots; npix, or more with padded rows). */
+Layout plan_layout(size_t npix, size_t plane, bool has_mask, int r, size_t nb, size_t nslots)
 {
     Layout L;
     size_t off = 0;
     const size_t fband = mul_sat(npix, sizeof(float)), dband = mul_sat(npix, sizeof(double));
+    const size_t dplanes = mul_sat(dband, nb), two = mul_sat(fplanes(plane, nb), 2);
     L.mask = take(&off, has_mask ? npix : 0);
     L.w = take(&off, (size_t)(2 * r + 1) * sizeof(double));
     L.x = take(&off, mul_sat(fband, nb));
     L.A = take(&off, mul_sat(dband, nb + 1));
-    L.B = take(&off, mul_sat(dband, nb) + 256); /* + 256: the float u buffers (ubuf) */
-    L.gm = take(&off, mul_sat(dband, nb));
+    /* B: s, then the float u buffers (ubuf); gm: G's keys, then g or ce and cs */
+    L.B = take(&off, (dplanes > two ? dplanes : two) + 256);
+    L.gm = take(&off, dplanes > two ? dplanes : two);
     /* cnt right before hist: one memset clears the counts and the first
      * pass's histograms; a slot of states and histograms per selection pass
      * (the folded passes: SelFold) */
@@ -2300,7 +2528,7 @@ Layout plan_layout(size_t npix, bool has_mask, int r, size_t nb, size_t nslots)
     L.st = take(&off, nb * kSelPasses * kSelQueries * sizeof(SelState));
     L.k = take(&off, nb * sizeof(double));
     L.ncand = take(&off, nb * sizeof(u64));
-    L.slot_bytes = (mul_sat(fband, nb) + 255) & ~(size_t)255;
+    L.slot_bytes = fplanes(plane, nb);
     L.slot0 = take(&off, mul_sat(L.slot_bytes, nslots));
     L.total = off;
     return L;
@@ -2324,6 +2552,16 @@ class EadpCuda {
 
     int W = 0, H = 0, r = 0, fuse = 4, tile_rows = 32, strip = 4; /* FED region, strip */
     size_t npix = 0, C = 0, nslots = 2, group = 1;
+    /* The float FED's planes (u, ce, cs, output slots): rows ld floats apart,
+     * plane floats a band; W and npix except for fed_tma_kernel (ld a
+     * multiple of 4, the copy engine's rule). */
+    int ld = 0;
+    size_t plane = 0;
+    bool tma = false; /* fed_tma_kernel (sm_90, the default shape) */
+    int tma_ctas = 0; /* its persistent grid */
+    /* Tensor maps of u's buffers (ubuf 0, 1, the slots 2 .. 4), ce (5), cs (6) */
+    static const int kMapCe = 5, kMapCs = 6;
+    CUtensorMap tmaps[7];
     bool use_graphs = true, fma = false;
     bool f32 = true;      /* FED in float (u, g, arithmetic); false: double */
     bool shfl = false;    /* float FED on precomputed conductances (fed_shfl_kernel) */
@@ -2391,6 +2629,11 @@ class EadpCuda {
 
     hyprof_status_t check_args();
     hyprof_status_t plan();
+    hyprof_status_t plan_tma();
+    hyprof_status_t make_tensor_maps();
+    hyprof_status_t launch_tma(const FedStepsF &ff, size_t b0, size_t nb, int cur, float *uo,
+                               float *o, cudaStream_t st);
+    cudaError_t download(float *dst, const float *slot, size_t nb, cudaStream_t st) const;
     hyprof_status_t prepare(size_t nb);
     size_t sel_blocks(size_t nb) const;
     hyprof_status_t select_contrast(size_t nb, const unsigned *kh);
@@ -2411,7 +2654,7 @@ template <> float *EadpCuda::ubuf<float>(int which) const
     if (which >= 2)
         return dev<float>(L.slot0 + (size_t)(which - 2) * L.slot_bytes);
     /* The second one 256-byte aligned (copy_out_kernel reads float4). */
-    const size_t second = (group * npix * sizeof(float) + 255) & ~(size_t)255;
+    const size_t second = fplanes(plane, group);
     return reinterpret_cast<float *>(arena.get() + L.B + (which ? second : 0));
 }
 
@@ -2568,6 +2811,7 @@ hyprof_status_t EadpCuda::plan()
     persist = env_int("HYPROF_EADP_PERSIST", 0);
     if (fuse < 4 || (persist != 1 && persist != 2) || strip == 2 || f32)
         persist = 0;
+    HYPROF_TRY(plan_tma());
     if (shfl)
         HYPROF_CUDA_CHECK(cudaFuncSetAttribute(
             fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff),
@@ -2607,7 +2851,7 @@ hyprof_status_t EadpCuda::plan()
         size_t lo = 0, hi = maxg; /* largest nb with plan_layout(nb).total <= budget */
         while (lo < hi) {
             size_t mid = lo + (hi - lo + 1) / 2;
-            if (plan_layout(npix, has_mask, r, mid, ns).total <= budget)
+            if (plan_layout(npix, plane, has_mask, r, mid, ns).total <= budget)
                 lo = mid;
             else
                 hi = mid - 1;
@@ -2625,9 +2869,10 @@ hyprof_status_t EadpCuda::plan()
                              "not enough device memory for one %zu x %zu band (%zu bytes "
                              "usable, %zu needed)",
                              a->width, a->height, budget,
-                             plan_layout(npix, has_mask, r, 1, 1).total);
-    L = plan_layout(npix, has_mask, r, group, nslots);
+                             plan_layout(npix, plane, has_mask, r, 1, 1).total);
+    L = plan_layout(npix, plane, has_mask, r, group, nslots);
     HYPROF_TRY(arena.alloc(ctx, op, L.total));
+    HYPROF_TRY(make_tensor_maps());
     HYPROF_TRY(cs.create(ctx, op));
     HYPROF_TRY(xs.create(ctx, op));
     const size_t nbr = fed_branches(group);
@@ -2706,6 +2951,85 @@ hyprof_status_t EadpCuda::plan()
                     persist == 2   ? ", persistent CTAs prefetching, 2 columns per thread"
                     : persist == 1 ? ", persistent CTAs prefetching"
                                    : "");
+    return HYPROF_OK;
+}
+
+/* fed_tma_kernel for the float FED's default shape on sm_90 (its planes'
+ * rows padded to a multiple of 4 floats; $HYPROF_EADP_TMA=0: fed_shfl_kernel
+ * on dense planes), its persistent grid ($HYPROF_EADP_TMA_CTAS: CTAs per SM,
+ * at most what fits). Sets ld and plane either way. */
+hyprof_status_t EadpCuda::plan_tma()
+{
+    ld = W;
+    plane = npix;
+    int dev = 0, major = 0;
+    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
+    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    const int oh = 64 - 2 * fuse, ow = 64 - 2 * ((fuse + 3) / 4 * 4); /* FedTmaShape */
+    const double tiles = ceil((double)W / ow) * ceil((double)H / oh) * (double)a->bands;
+    tma = shfl && cond && diff && fed_output && cols == 2 && strip == 8 && tile_rows == 64 &&
+          occ == 2 && major >= 9 && tiles < (double)INT_MAX &&
+          env_int("HYPROF_EADP_TMA", 1) != 0 && tensor_map_encoder() != NULL;
+    if (!tma)
+        return HYPROF_OK;
+    const void *fn = fed_tma_ptr(fuse);
+    const size_t bytes = fed_tma_smem_bytes(fuse);
+    HYPROF_CUDA_CHECK(
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    int per_sm = 0;
+    HYPROF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 256, bytes));
+    const int want = env_int("HYPROF_EADP_TMA_CTAS", 0);
+    if (want > 0 && want < per_sm)
+        per_sm = want;
+    if (per_sm < 1) {
+        tma = false;
+        return HYPROF_OK;
+    }
+    tma_ctas = per_sm * (sms > 0 ? sms : 1);
+    ld = (W + 3) & ~3;
+    plane = (size_t)ld * (size_t)H;
+    return HYPROF_OK;
+}
+
+/* fed_tma_kernel's tensor maps, once the buffers exist. */
+hyprof_status_t EadpCuda::make_tensor_maps()
+{
+    memset(tmaps, 0, sizeof tmaps);
+    if (!tma)
+        return HYPROF_OK;
+    const float *ce = dev<float>(L.gm), *buf[7] = {ubuf<float>(0), ubuf<float>(1), NULL, NULL,
+                                                    NULL, ce, ce + group * plane};
+    for (size_t s = 0; s < nslots; ++s)
+        buf[2 + s] = ubuf<float>(2 + (int)s);
+    for (int m = 0; m < 7; ++m)
+        if (buf[m] && !float_tensor_map(&tmaps[m], buf[m], (size_t)W, (size_t)H, group,
+                                        (size_t)ld, plane, 64, 64))
+            return hyprof__error(ctx, HYPROF_ERR_DEVICE, op,
+                                 "cuTensorMapEncodeTiled failed for %d x %d x %zu floats", W, H,
+                                 group);
+    return HYPROF_OK;
+}
+
+/* The FED launch of bands b0 .. b0 + nb - 1 from u's buffer `cur` into uo
+ * (and the profile band into o) on fed_tma_kernel. */
+hyprof_status_t EadpCuda::launch_tma(const FedStepsF &ff, size_t b0, size_t nb, int cur,
+                                     float *uo, float *o, cudaStream_t st)
+{
+    const int ow = 64 - 2 * ((fuse + 3) / 4 * 4), oh = 64 - 2 * fuse; /* FedTmaShape */
+    int gx = (W + ow - 1) / ow, gy = (H + oh - 1) / oh, z0 = (int)b0;
+    int ntiles = gx * gy * (int)nb; /* < INT_MAX: plan_tma */
+    const unsigned ctas = (unsigned)(ntiles < tma_ctas ? ntiles : tma_ctas);
+    const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
+    float nodata = a->nodata;
+    FedStepsF steps = ff;
+    void *params[] = {(void *)&tmaps[cur], (void *)&tmaps[kMapCe], (void *)&tmaps[kMapCs],
+                      (void *)&uo,         (void *)&o,             (void *)&mask,
+                      (void *)&W,          (void *)&H,             (void *)&ld,
+                      (void *)&plane,      (void *)&z0,            (void *)&gx,
+                      (void *)&gy,         (void *)&ntiles,        (void *)&steps,
+                      (void *)&nodata};
+    HYPROF_CUDA_CHECK(cudaLaunchKernel(fed_tma_ptr(fuse), dim3(ctas), dim3(32, 8), params,
+                                       fed_tma_smem_bytes(fuse), st));
     return HYPROF_OK;
 }
 
@@ -2852,8 +3176,8 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(st, copied[0].get(), 0));
     if (shfl && cond) /* B (s) is free now: u goes there; ce and cs into gm's 8 bytes */
         diffuse_cond_kernel<<<pix_grid(W, H, nb), block, 0, st>>>(
-            x, mask, W, H, npix, k, (int)a->diffusivity, A, ubuf<float>(0),
-            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * npix,
+            x, mask, W, H, npix, ld, plane, k, (int)a->diffusivity, A, ubuf<float>(0),
+            reinterpret_cast<float *>(gm), reinterpret_cast<float *>(gm) + group * plane,
             input_out ? dev<float>(L.slot0) : NULL, a->nodata);
     else if (f32) /* B (s) is free now: u goes there */
         diffuse_kernel<float><<<pix_grid(W, H, nb), block, 0, st>>>(
@@ -2935,12 +3259,12 @@ template <typename T>
 hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0, size_t nb,
                                      int *cur, int oslot, cudaStream_t st)
 {
-    const T *gm = dev<T>(L.gm) + b0 * npix;
+    const T *gm = dev<T>(L.gm) + b0 * plane; /* plane = npix but in fed_tma_kernel's layout */
     const size_t per = fuse > 1 ? (size_t)fuse : 1;
     float *out = oslot >= 0 ? dev<float>(L.slot0 + (size_t)oslot * L.slot_bytes) : NULL;
     for (size_t s0 = 0; s0 < steps.size(); s0 += per) {
-        const T *uin = ubuf<T>(*cur) + b0 * npix;
-        T *uout = ubuf<T>(next_u(*cur)) + b0 * npix;
+        const T *uin = ubuf<T>(*cur) + b0 * plane;
+        T *uout = ubuf<T>(next_u(*cur)) + b0 * plane;
         if (fuse <= 1) {
             if (fma)
                 fed_step_kernel<true, T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
@@ -2964,15 +3288,20 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 const int ow = 32 * cols - 2 * fuse, oh = tile_rows - 2 * fuse;
                 const dim3 grid((unsigned)((W + ow - 1) / ow), (unsigned)((H + oh - 1) / oh),
                                 (unsigned)nb);
-                const float *ce = dev<float>(L.gm) + b0 * npix;
-                const float *cs = ce + group * npix;
+                const float *ce = dev<float>(L.gm) + b0 * plane;
+                const float *cs = ce + group * plane;
                 const float *ui = reinterpret_cast<const float *>(uin);
                 float *uo = reinterpret_cast<float *>(uout);
-                float *o = out && s0 + per >= steps.size() ? out + b0 * npix : NULL;
+                float *o = out && s0 + per >= steps.size() ? out + b0 * plane : NULL;
                 const bool into_slot = o && u_into_slot(*cur, oslot);
                 if (into_slot) {
                     uo = o;
                     o = NULL;
+                }
+                if (tma) {
+                    HYPROF_TRY(launch_tma(ff, b0, nb, *cur, uo, o, st));
+                    *cur = into_slot ? 2 + oslot : next_u(*cur);
+                    continue;
                 }
                 const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
                 float nodata = a->nodata;
@@ -3105,12 +3434,17 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     size_t tid;
     HYPROF_TRY(clock.begin(ctx, op, kOutput, st, &tid));
     if (i == 0 || f32) { /* float already: a flat copy (nodata where masked) */
-        const size_t n = nb * npix;
+        /* x is dense: with padded planes (fed_tma_kernel) diffuse_cond_kernel
+         * writes the input band's slot (input_out), never this copy. */
+        if (i == 0 && ld != W)
+            return hyprof__error(ctx, HYPROF_ERR_INTERNAL, op, "input band copy with padded rows");
+        const size_t n = nb * plane;
         size_t blocks = (n + 4 * 256 - 1) / (4 * 256);
         blocks = blocks < 4096 ? blocks : 4096;
         copy_out_kernel<<<(unsigned)blocks, 256, 0, st>>>(i == 0 ? dev<float>(L.x)
                                                                  : ubuf<float>(cur),
-                                                          mask, npix, n, a->nodata, slot);
+                                                          mask, W, ld, plane, n, a->nodata,
+                                                          slot);
     } else
         to_float_kernel<double><<<grid, block, 0, st>>>(ubuf<double>(cur), mask, W, H, npix,
                                                         a->nodata, slot);
@@ -3118,6 +3452,24 @@ hyprof_status_t EadpCuda::enqueue_output(size_t i, size_t nb, int cur)
     HYPROF_TRY(clock.end(ctx, op, tid, st));
     HYPROF_CUDA_CHECK(cudaEventRecord(conv[s].get(), st));
     return HYPROF_OK;
+}
+
+/* Profile band i of nb bands from its slot to the host (dst: band 0's; a
+ * band's profile bands are (C + 1) npix floats apart there): one 2-D copy, or
+ * a 3-D one that drops the padding of fed_tma_kernel's rows. */
+cudaError_t EadpCuda::download(float *dst, const float *slot, size_t nb, cudaStream_t st) const
+{
+    if (ld == W)
+        return copy_cols_d2h(dst, (C + 1) * npix, slot, npix, npix, nb, st);
+    cudaMemcpy3DParms p;
+    memset(&p, 0, sizeof p);
+    p.srcPtr = make_cudaPitchedPtr(const_cast<float *>(slot), (size_t)ld * sizeof(float),
+                                   (size_t)W * sizeof(float), (size_t)H);
+    p.dstPtr = make_cudaPitchedPtr(dst, (size_t)W * sizeof(float), (size_t)W * sizeof(float),
+                                   (C + 1) * (size_t)H);
+    p.extent = make_cudaExtent((size_t)W * sizeof(float), (size_t)H, nb);
+    p.kind = cudaMemcpyDeviceToHost;
+    return cudaMemcpy3DAsync(&p, st);
 }
 
 hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
@@ -3143,16 +3495,14 @@ hyprof_status_t EadpCuda::run_group(size_t g0, size_t nb)
     size_t next = 1;
     while (next <= C && next < nslots)
         HYPROF_TRY(enqueue_increment(next++, nb, &cur));
-    const size_t ld = (C + 1) * npix;
     for (size_t i = 0; i <= C; ++i) {
         const size_t s = i % nslots;
         HYPROF_CUDA_CHECK(cudaStreamWaitEvent(xs.get(), conv[s].get(), 0));
         HYPROF_TRY(clock.begin(ctx, op, kDownload, xs.get(), &tid));
         /* Pageable destination: returns when the copy is done, while the
          * increments queued before it run on the compute stream. */
-        HYPROF_CUDA_CHECK(copy_cols_d2h(a->out + (g0 * (C + 1) + i) * npix, ld,
-                                        dev<float>(L.slot0 + s * L.slot_bytes), npix, npix, nb,
-                                        xs.get()));
+        HYPROF_CUDA_CHECK(download(a->out + (g0 * (C + 1) + i) * npix,
+                                   dev<float>(L.slot0 + s * L.slot_bytes), nb, xs.get()));
         HYPROF_TRY(clock.end(ctx, op, tid, xs.get()));
         HYPROF_CUDA_CHECK(cudaEventRecord(copied[s].get(), xs.get()));
         copy_issued[s] = true;
