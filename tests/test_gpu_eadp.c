@@ -24,9 +24,9 @@
  * chain per band, $HYPROF_EADP_FED_BRANCHES=1, 7, and the smoothing and gradient as three kernels
  * instead of one, $HYPROF_EADP_PREP=split, the selection's passes on 256-thread
  * blocks, u kept out of the output slots, $HYPROF_EADP_SLOT_U=0, and the
- * FED on fed_shfl_kernel instead of the copy engine's kernel (sm_90),
- * $HYPROF_EADP_TMA=0, or that kernel with one CTA per multiprocessor,
- * $HYPROF_EADP_TMA_CTAS=1; the list is
+ * FED on fed_shfl_kernel or on the copy engine's kernel (sm_90; taken
+ * by default for large images only), $HYPROF_EADP_TMA=0 and =1, the latter
+ * also with one CTA per multiprocessor, $HYPROF_EADP_TMA_CTAS=1; the list is
  * g_variants); $HYPROF_EADP_FMA=1 (double only) only has to
  * meet the CPU tolerance. A cancelled run must
  * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
@@ -171,6 +171,7 @@ static const variant_t g_variants[] = {
     {"selthr256", "HYPROF_EADP_SEL_THREADS", "256", 1},
     {"slotu0", "HYPROF_EADP_SLOT_U", "0", 1},
     {"tma0", "HYPROF_EADP_TMA", "0", 1},
+    {"tma1", "HYPROF_EADP_TMA", "1", 1},
     {"tmactas1", "HYPROF_EADP_TMA_CTAS", "1", 1},
     {"fma", "HYPROF_EADP_FMA", "1", 0},
 };

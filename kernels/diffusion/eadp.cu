@@ -196,6 +196,9 @@
  *               12.0 M, 49 % of the issue slots busy, SMs active 77 % of
  *               the launch (its first copies and its last regions).
  *               $HYPROF_EADP_TMA=0: fed_shfl_kernel on dense planes.
+ *               Taken when each chain's launch has at least 3 regions
+ *               per CTA (plan_tma: the smaller scenes lost, Pavia U's
+ *               FED 0.504 ms against 0.420).
  *               Not kept: two stages (the copy two regions ahead;
  *               10:06 round: 1.208-1.211 against 1.202-1.204 with one);
  *               the step sizes in shared memory (10:26, 1.233-1.250
@@ -274,8 +277,10 @@
  * formed); $HYPROF_EADP_SEL_HI=0 the selection's first passes on the full
  * keys, $HYPROF_EADP_SEL_TAIL=0 its last passes as separate kernels,
  * $HYPROF_EADP_SEL_THREADS=256 its passes on 256-thread blocks;
- * $HYPROF_EADP_TMA=0 keeps fed_shfl_kernel on sm_90 (dense planes),
- * $HYPROF_EADP_TMA_CTAS=n gives fed_tma_kernel n CTAs per SM (at most 2);
+ * $HYPROF_EADP_TMA=0 keeps fed_shfl_kernel on sm_90 (dense planes), =1
+ * takes fed_tma_kernel whatever the regions per CTA;
+ * $HYPROF_EADP_TMA_CTAS=n gives fed_tma_kernel n CTAs per SM (at most 2; it
+ * forces the kernel too);
  * $HYPROF_EADP_GRAPH=0 disables CUDA graphs; $HYPROF_EADP_SLOT_U=0 keeps u out
  * of the output slots; $HYPROF_EADP_BAND_GROUP=N forces
  * at most N bands per group; $HYPROF_EADP_SLOTS=1|2 fewer output slots (as
@@ -289,6 +294,7 @@
 #include "../core/stage_clock.h"
 #include "diffusion/eadp_impl.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cuda_pipeline.h>
@@ -2954,10 +2960,12 @@ hyprof_status_t EadpCuda::plan()
     return HYPROF_OK;
 }
 
-/* fed_tma_kernel for the float FED's default shape on sm_90 (its planes'
- * rows padded to a multiple of 4 floats; $HYPROF_EADP_TMA=0: fed_shfl_kernel
- * on dense planes), its persistent grid ($HYPROF_EADP_TMA_CTAS: CTAs per SM,
- * at most what fits). Sets ld and plane either way. */
+/* fed_tma_kernel for the float FED's default shape on sm_90 when each
+ * chain's launch has at least 3 regions per CTA (its planes' rows padded to
+ * a multiple of 4 floats; otherwise fed_shfl_kernel on dense planes;
+ * $HYPROF_EADP_TMA=0: never, =1: always), its persistent grid
+ * ($HYPROF_EADP_TMA_CTAS: CTAs per SM, at most what fits; setting it
+ * forces the kernel too). Sets ld and plane either way. */
 hyprof_status_t EadpCuda::plan_tma()
 {
     ld = W;
@@ -2967,9 +2975,11 @@ hyprof_status_t EadpCuda::plan_tma()
     HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     const int oh = 64 - 2 * fuse, ow = 64 - 2 * ((fuse + 3) / 4 * 4); /* FedTmaShape */
     const double tiles = ceil((double)W / ow) * ceil((double)H / oh) * (double)a->bands;
+    const int mode = env_int("HYPROF_EADP_TMA", -1); /* -1: when it pays */
+    const bool forced = mode == 1 || getenv("HYPROF_EADP_TMA_CTAS") != NULL;
     tma = shfl && cond && diff && fed_output && cols == 2 && strip == 8 && tile_rows == 64 &&
-          occ == 2 && major >= 9 && tiles < (double)INT_MAX &&
-          env_int("HYPROF_EADP_TMA", 1) != 0 && tensor_map_encoder() != NULL;
+          occ == 2 && major >= 9 && tiles < (double)INT_MAX && mode != 0 &&
+          tensor_map_encoder() != NULL;
     if (!tma)
         return HYPROF_OK;
     const void *fn = fed_tma_ptr(fuse);
@@ -2986,6 +2996,19 @@ hyprof_status_t EadpCuda::plan_tma()
         return HYPROF_OK;
     }
     tma_ctas = per_sm * (sms > 0 ? sms : 1);
+    /* Only with a few regions per CTA in every chain's launch: the first
+     * region's copy is not hidden, and the regions are 48 columns wide
+     * instead of 50. H100, 2026-11-27 10:30 run_bench against 08:32: FED
+     * on Houston (3.2 and 4.2 regions a CTA) 1.198 ms against 1.282; on
+     * Pavia U (1.2 and 1.6) 0.504 against 0.420, on Indian Pines (0.2)
+     * 0.243 against 0.191. */
+    const size_t nbr = std::min(std::min(a->bands, (size_t)65534), fed_branches_max);
+    const double chain_tiles =
+        tiles / (double)a->bands * (double)(std::min(a->bands, (size_t)65534) / nbr);
+    if (!forced && chain_tiles < 3.0 * tma_ctas) {
+        tma = false;
+        return HYPROF_OK;
+    }
     ld = (W + 3) & ~3;
     plane = (size_t)ld * (size_t)H;
     return HYPROF_OK;
