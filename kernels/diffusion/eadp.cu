@@ -1592,10 +1592,12 @@ __device__ __forceinline__ void fed_shfl_steps_diff(FedShflSmem<K, BY, R, 2> &sm
 
 /* The output tile's part of the thread's strip (first pixel (y0, x0), at
  * ro = y0 ld + x0 in band boff of rows ld floats apart; at mo = y0 W + x0 in
- * the mask): u into uout, and with out (the increment's last launch) also
- * its profile band: u, nodata where masked (copy_out_body's values,
- * without its pass). */
-template <int K, int BY, int R, int C>
+ * the mask; the region's output columns XL .. 32 C - 1 - XL): u into uout,
+ * and with out (the increment's last launch) also its profile band: u,
+ * nodata where masked (copy_out_body's values, without its pass). Pair
+ * (fed_tma_kernel: C = 2, x0 and ld even, XL even): a thread's two columns
+ * as one 8-byte store (one 4-byte store at the image's right edge). */
+template <int K, int BY, int R, int C, int XL = K, bool Pair = false>
 __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uout, float *out,
                                                const uint8_t *mask, size_t boff, int ro, int mo,
                                                int x0, int y0, int W, int H, int ld, float nodata)
@@ -1603,6 +1605,9 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
     const int RW = 32 * C, RH = BY * R;
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
+    if (Pair && (c0 < XL || c0 >= RW - XL || x0 >= W))
+        return;
+    const bool pair = x0 + 1 < W;
     bool colin[C];
 #pragma unroll
     for (int j = 0; j < C; ++j)
@@ -1614,13 +1619,28 @@ __device__ __forceinline__ void fed_shfl_store(const float (&u)[R][C], float *uo
         const int r = rb + i;
         if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
             continue;
+        if constexpr (Pair) {
+            if (pair)
+                *reinterpret_cast<float2 *>(po) = make_float2(u[i][0], u[i][1]);
+            else
+                po[0] = u[i][0];
+            if (!out)
+                continue;
+            const float o0 = (mask && !pm[0]) ? nodata : u[i][0];
+            if (pair)
+                *reinterpret_cast<float2 *>(pw) =
+                    make_float2(o0, (mask && !pm[1]) ? nodata : u[i][1]);
+            else
+                pw[0] = o0;
+        } else {
 #pragma unroll
-        for (int j = 0; j < C; ++j)
-            if (c0 + j >= K && c0 + j < RW - K && colin[j]) {
-                po[j] = u[i][j];
-                if (out)
-                    pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
-            }
+            for (int j = 0; j < C; ++j)
+                if (c0 + j >= XL && c0 + j < RW - XL && colin[j]) {
+                    po[j] = u[i][j];
+                    if (out)
+                        pw[j] = (mask && !pm[j]) ? nodata : u[i][j];
+                }
+        }
     }
 }
 
@@ -1770,7 +1790,7 @@ template <int K> struct FedTmaShape {
  * halo of XL = K rounded up to 4 on either side (output tiles of 48
  * columns for K = 7 instead of 50: 2.6 % more regions on Houston). K
  * steps unrolled when a launch has K (its step sizes then at fixed
- * offsets of the parameter), 8-byte stores (fed_tma_store). Measured: see
+ * offsets of the parameter), 8-byte stores (fed_shfl_store's Pair). Measured: see
  * the header comment (FED, copy engine). Dynamic shared memory:
  * sizeof(FedTmaSmem) + 128 (alignment). */
 template <int K> struct __align__(128) FedTmaSmem {
@@ -1778,42 +1798,6 @@ template <int K> struct __align__(128) FedTmaSmem {
     FedShflSmem<K, 8, 8, 2> fs;
     uint64_t full; /* the region's three boxes have arrived */
 };
-
-/* fed_shfl_store for fed_tma_kernel: its regions start at multiples of 4
- * columns and its rows are ld (a multiple of 4) floats apart, so a thread's
- * two columns are one 8-byte store (one 4-byte store at the image's right
- * edge); the same values. */
-template <int K, int XL>
-__device__ __forceinline__ void fed_tma_store(const float (&u)[8][2], float *uout, float *out,
-                                              const uint8_t *mask, size_t boff, int ro, int mo,
-                                              int x0, int y0, int W, int H, int ld, float nodata)
-{
-    const int R = 8, RW = 64, RH = 64;
-    const int c0 = 2 * (int)threadIdx.x, rb = R * (int)threadIdx.y;
-    if (c0 < XL || c0 >= RW - XL || x0 >= W)
-        return;
-    const bool pair = x0 + 1 < W;
-    float *po = uout + boff + ro, *pw = out ? out + boff + ro : NULL;
-    const uint8_t *pm = mask + mo;
-#pragma unroll
-    for (int i = 0; i < R; ++i, po += ld, pw += ld, pm += W) {
-        const int r = rb + i;
-        if (r < K || r >= RH - K || (unsigned)(y0 + i) >= (unsigned)H)
-            continue;
-        if (pair)
-            *reinterpret_cast<float2 *>(po) = make_float2(u[i][0], u[i][1]);
-        else
-            po[0] = u[i][0];
-        if (!out)
-            continue;
-        const float o0 = (mask && !pm[0]) ? nodata : u[i][0];
-        if (pair)
-            *reinterpret_cast<float2 *>(pw) =
-                make_float2(o0, (mask && !pm[1]) ? nodata : u[i][1]);
-        else
-            pw[0] = o0;
-    }
-}
 
 template <int K>
 __global__ void __launch_bounds__(256, 2)
@@ -1879,8 +1863,9 @@ __global__ void __launch_bounds__(256, 2)
             fed_shfl_steps_diff<K, BY, R>(sm.fs, u, ce, cs, cwl, cn0, steps);
         const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
         const int x0 = bx * OW - XL + c0, y0 = by * OH - K + rb;
-        fed_tma_store<K, XL>(u, uout, out, mask, (size_t)bz * plane, y0 * ld + x0, y0 * W + x0,
-                             x0, y0, W, H, ld, nodata);
+        fed_shfl_store<K, BY, R, C, XL, true>(u, uout, out, mask, (size_t)bz * plane,
+                                              y0 * ld + x0, y0 * W + x0, x0, y0, W, H, ld,
+                                              nodata);
     }
 #endif
 }
