@@ -1766,9 +1766,11 @@ __device__ __forceinline__ void fed_shfl_body(FedShflSmem<K, BY, R, C> &sm, cons
     fed_shfl_store<K, BY, R, C>(u, uout, out, mask, boff, ro, ro, x0, y0, W, H, W, nodata);
 }
 
-/* fed_tma_kernel's regions: 64 x 64, the output tile OW x OH at (XL, K). */
+/* fed_tma_kernel's regions: 64 x 64, the output tile OW x OH at (XL, K);
+ * XL: K rounded up to 4 (a box starts at a multiple of 16 bytes in x). */
+__host__ __device__ constexpr int fed_tma_xl(int K) { return (K + 3) / 4 * 4; }
 template <int K> struct FedTmaShape {
-    static const int XL = (K + 3) / 4 * 4, OW = 64 - 2 * XL, OH = 64 - 2 * K;
+    static const int XL = fed_tma_xl(K), OW = 64 - 2 * XL, OH = 64 - 2 * K;
 };
 
 /* fed_shfl_body's default shape (64 x 64 regions, 8 warps of 8 x 2 pixels,
@@ -1816,9 +1818,15 @@ __global__ void __launch_bounds__(256, 2)
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
     const bool leader = lane == 0 && w == 0;
+    /* Region `tile`'s band and first column and row (the copies' origin). */
+    auto origin = [&](int tile, int *x, int *y) {
+        *x = tile % gx * OW - XL;
+        *y = (tile / gx) % gy * OH - K;
+        return tile / (gx * gy);
+    };
     auto issue = [&](int tile) {
-        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
-        const int x = bx * OW - XL, y = by * OH - K;
+        int x, y;
+        const int bz = origin(tile, &x, &y);
         mbar_arrive_tx(&sm.full, 3 * RW * RH * (unsigned)sizeof(float));
         tensor_copy_3d(sm.st[0], &tu, x, y, z0 + bz, &sm.full);
         tensor_copy_3d(sm.st[1], &tce, x, y, z0 + bz, &sm.full);
@@ -1861,8 +1869,9 @@ __global__ void __launch_bounds__(256, 2)
             fed_shfl_steps_diff<K, BY, R, R - 1 >= K>(sm.fs, u, ce, cs, cwl, cn0, steps);
         else
             fed_shfl_steps_diff<K, BY, R>(sm.fs, u, ce, cs, cwl, cn0, steps);
-        const int bx = tile % gx, by = (tile / gx) % gy, bz = tile / (gx * gy);
-        const int x0 = bx * OW - XL + c0, y0 = by * OH - K + rb;
+        int x0, y0;
+        const int bz = origin(tile, &x0, &y0);
+        x0 += c0, y0 += rb;
         fed_shfl_store<K, BY, R, C, XL, true>(u, uout, out, mask, (size_t)bz * plane,
                                               y0 * ld + x0, y0 * W + x0, x0, y0, W, H, ld,
                                               nodata);
@@ -2565,6 +2574,7 @@ class EadpCuda {
     bool sel_hi = true;     /* the first passes read the keys' high words (4 bytes) */
     int sel_threads = 1024; /* a selection pass's block ($HYPROF_EADP_SEL_THREADS=256) */
     int sms = 0;            /* the device's multiprocessors (selection and persistent grids) */
+    int cc_major = 0;       /* its compute capability (fed_tma_kernel: 9 and up) */
     bool diff = true;       /* fed_shfl_kernel's default shape with fed_shfl_steps_diff */
     bool input_out = false; /* diffuse_cond_kernel wrote the input band's output slot */
     bool fused_prep = true; /* smoothing + gradient in one kernel (prep_kernel) */
@@ -2621,6 +2631,7 @@ class EadpCuda {
     hyprof_status_t check_args();
     hyprof_status_t plan();
     hyprof_status_t plan_tma();
+    void tma_grid(int *gx, int *gy) const;
     hyprof_status_t make_tensor_maps();
     hyprof_status_t launch_tma(const FedStepsF &ff, size_t b0, size_t nb, int cur, float *uo,
                                float *o, cudaStream_t st);
@@ -2720,6 +2731,8 @@ hyprof_status_t EadpCuda::plan()
         int dev = 0;
         HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
         HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        HYPROF_CUDA_CHECK(
+            cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     }
     diff = env_int("HYPROF_EADP_DIFF", 1) != 0;
     HYPROF_CUDA_CHECK(cudaFuncSetAttribute(sel_last_kernel,
@@ -2955,15 +2968,13 @@ hyprof_status_t EadpCuda::plan_tma()
 {
     ld = W;
     plane = npix;
-    int dev = 0, major = 0;
-    HYPROF_CUDA_CHECK(cudaGetDevice(&dev));
-    HYPROF_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    const int oh = 64 - 2 * fuse, ow = 64 - 2 * ((fuse + 3) / 4 * 4); /* FedTmaShape */
-    const double tiles = ceil((double)W / ow) * ceil((double)H / oh) * (double)a->bands;
+    int gx = 0, gy = 0;
+    tma_grid(&gx, &gy);
+    const double per_band = (double)gx * (double)gy, tiles = per_band * (double)a->bands;
     const int mode = env_int("HYPROF_EADP_TMA", -1); /* -1: when it pays */
     const bool forced = mode == 1 || getenv("HYPROF_EADP_TMA_CTAS") != NULL;
     tma = shfl && cond && diff && fed_output && cols == 2 && strip == 8 && tile_rows == 64 &&
-          occ == 2 && major >= 9 && tiles < (double)INT_MAX && mode != 0 &&
+          occ == 2 && cc_major >= 9 && tiles < (double)INT_MAX && mode != 0 &&
           tensor_map_encoder() != NULL;
     if (!tma)
         return HYPROF_OK;
@@ -2987,9 +2998,8 @@ hyprof_status_t EadpCuda::plan_tma()
      * on Houston (3.2 and 4.2 regions a CTA) 1.198 ms against 1.282; on
      * Pavia U (1.2 and 1.6) 0.504 against 0.420, on Indian Pines (0.2)
      * 0.243 against 0.191. */
-    const size_t nbr = std::min(std::min(a->bands, (size_t)65534), fed_branches_max);
-    const double chain_tiles =
-        tiles / (double)a->bands * (double)(std::min(a->bands, (size_t)65534) / nbr);
+    const size_t maxg = std::min(a->bands, (size_t)65534); /* plan()'s largest group */
+    const double chain_tiles = per_band * (double)(maxg / std::min(maxg, fed_branches_max));
     if (!forced && chain_tiles < 3.0 * tma_ctas) {
         tma = false;
         return HYPROF_OK;
@@ -2997,6 +3007,14 @@ hyprof_status_t EadpCuda::plan_tma()
     ld = (W + 3) & ~3;
     plane = (size_t)ld * (size_t)H;
     return HYPROF_OK;
+}
+
+/* fed_tma_kernel's regions across and down the image (FedTmaShape<fuse>). */
+void EadpCuda::tma_grid(int *gx, int *gy) const
+{
+    const int ow = 64 - 2 * fed_tma_xl(fuse), oh = 64 - 2 * fuse;
+    *gx = (W + ow - 1) / ow;
+    *gy = (H + oh - 1) / oh;
 }
 
 /* fed_tma_kernel's tensor maps, once the buffers exist. */
@@ -3023,8 +3041,8 @@ hyprof_status_t EadpCuda::make_tensor_maps()
 hyprof_status_t EadpCuda::launch_tma(const FedStepsF &ff, size_t b0, size_t nb, int cur,
                                      float *uo, float *o, cudaStream_t st)
 {
-    const int ow = 64 - 2 * ((fuse + 3) / 4 * 4), oh = 64 - 2 * fuse; /* FedTmaShape */
-    int gx = (W + ow - 1) / ow, gy = (H + oh - 1) / oh, z0 = (int)b0;
+    int gx = 0, gy = 0, z0 = (int)b0;
+    tma_grid(&gx, &gy);
     int ntiles = gx * gy * (int)nb; /* < INT_MAX: plan_tma */
     const unsigned ctas = (unsigned)(ntiles < tma_ctas ? ntiles : tma_ctas);
     const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
