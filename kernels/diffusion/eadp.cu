@@ -1813,8 +1813,12 @@ __global__ void __launch_bounds__(256, 2)
     const int BY = 8, R = 8, C = 2, RW = 64, RH = 64;
     const int XL = FedTmaShape<K>::XL, OW = FedTmaShape<K>::OW, OH = FedTmaShape<K>::OH;
     extern __shared__ float4 fed_tma_raw[];
+    /* Aligned by an offset from the shared array, not by a round trip
+     * through an integer: that loses the address space, and every access
+     * to `sm` became a generic load or store (LD.E / ST.E instead of LDS /
+     * STS: longer latency, counted as long-scoreboard stalls). */
     FedTmaSmem<K> &sm = *reinterpret_cast<FedTmaSmem<K> *>(
-        (reinterpret_cast<uintptr_t>(fed_tma_raw) + 127) & ~(uintptr_t)127);
+        reinterpret_cast<char *>(fed_tma_raw) + ((128u - (smem_u32(fed_tma_raw) & 127u)) & 127u));
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
     const bool leader = lane == 0 && w == 0;
