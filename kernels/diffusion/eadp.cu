@@ -1821,22 +1821,34 @@ __global__ void __launch_bounds__(256, 2)
         reinterpret_cast<char *>(fed_tma_raw) + ((128u - (smem_u32(fed_tma_raw) & 127u)) & 127u));
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
-    const bool leader = lane == 0 && w == 0;
+    /* Warps 0, 1, 2 each start one of the three copies (u with the
+     * expected bytes, ce, cs), so that no warp is late by all three at the
+     * first step's barrier (H100, 2026-11-27 12:02 round: FED 1.118-1.119
+     * ms against 1.125 with warp 0 starting them all; Nsight: stalls at
+     * the first step's barrier 2.0 % of the samples, 3.4 % with warp 0
+     * starting them all, 7.0 % when it also did the next region's
+     * divisions there, as it once did). A copy may
+     * complete its bytes before warp 0's expect_tx (the mbarrier's tx-count
+     * may go below zero); the phase cannot end before that arrival, its
+     * only one. */
+    const bool issuer = lane == 0 && w < 3;
     /* Region `tile`'s band and first column and row (the copies' origin). */
     auto origin = [&](int tile, int *x, int *y) {
         *x = tile % gx * OW - XL;
         *y = (tile / gx) % gy * OH - K;
         return tile / (gx * gy);
     };
-    auto issue = [&](int tile) {
-        int x, y;
-        const int bz = origin(tile, &x, &y);
-        mbar_arrive_tx(&sm.full, 3 * RW * RH * (unsigned)sizeof(float));
-        tensor_copy_3d(sm.st[0], &tu, x, y, z0 + bz, &sm.full);
-        tensor_copy_3d(sm.st[1], &tce, x, y, z0 + bz, &sm.full);
-        tensor_copy_3d(sm.st[2], &tcs, x, y, z0 + bz, &sm.full);
+    auto issue = [&](int x, int y, int z) { /* by the issuers */
+        if (w == 0) {
+            mbar_arrive_tx(&sm.full, 3 * RW * RH * (unsigned)sizeof(float));
+            tensor_copy_3d(sm.st[0], &tu, x, y, z0 + z, &sm.full);
+        } else if (w == 1) {
+            tensor_copy_3d(sm.st[1], &tce, x, y, z0 + z, &sm.full);
+        } else {
+            tensor_copy_3d(sm.st[2], &tcs, x, y, z0 + z, &sm.full);
+        }
     };
-    if (leader) {
+    if (lane == 0 && w == 0) {
         mbar_init(&sm.full, 1);
         mbar_init_fence();
     }
@@ -1846,10 +1858,21 @@ __global__ void __launch_bounds__(256, 2)
             sm_store<C>(w == 0 ? &sm.fs.bot[p][0][c0] : &sm.fs.top[p][BY][c0], z);
     }
     __syncthreads();
-    if (leader && (int)blockIdx.x < ntiles)
-        issue((int)blockIdx.x);
+    if (issuer && (int)blockIdx.x < ntiles) {
+        int x, y;
+        const int z = origin((int)blockIdx.x, &x, &y);
+        issue(x, y, z);
+    }
     unsigned phase = 0;
     for (int tile = (int)blockIdx.x; tile < ntiles; tile += (int)gridDim.x) {
+        /* The divisions before the wait, off the first step's path: this
+         * region's origin (for the stores) and, for the issuers, the next
+         * one's. */
+        const int next = tile + (int)gridDim.x;
+        int x0, y0, nx = 0, ny = 0, nz = 0;
+        const int bz = origin(tile, &x0, &y0);
+        if (issuer && next < ntiles)
+            nz = origin(next, &nx, &ny);
         mbar_wait(&sm.full, phase);
         phase ^= 1u;
         float u[R][C], ce[R][C], cs[R][C], cwl[R], cn0[C] = {0.0f, 0.0f};
@@ -1865,16 +1888,14 @@ __global__ void __launch_bounds__(256, 2)
         for (int i = 0; i < R; ++i)
             cwl[i] = __shfl_up_sync(0xffffffffu, ce[i][1], 1);
         __syncthreads(); /* the region is in registers; the last one's steps are done */
-        if (leader && tile + (int)gridDim.x < ntiles) {
+        if (issuer && next < ntiles) {
             fence_proxy_async();
-            issue(tile + (int)gridDim.x);
+            issue(nx, ny, nz);
         }
         if (steps.n == K) /* 8-row strips: every warp computes every step (R - 1 >= K) */
             fed_shfl_steps_diff<K, BY, R, R - 1 >= K>(sm.fs, u, ce, cs, cwl, cn0, steps);
         else
             fed_shfl_steps_diff<K, BY, R>(sm.fs, u, ce, cs, cwl, cn0, steps);
-        int x0, y0;
-        const int bz = origin(tile, &x0, &y0);
         x0 += c0, y0 += rb;
         fed_shfl_store<K, BY, R, C, XL, true>(u, uout, out, mask, (size_t)bz * plane,
                                               y0 * ld + x0, y0 * W + x0, x0, y0, W, H, ld,
