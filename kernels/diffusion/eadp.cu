@@ -196,6 +196,35 @@
  *               12.0 M, 49 % of the issue slots busy, SMs active 77 % of
  *               the launch (its first copies and its last regions).
  *               $HYPROF_EADP_TMA=0: fed_shfl_kernel on dense planes.
+ *               2026-11-27 11:52-12:19 rounds (H100s, Nsight source
+ *               counters): the staged region and the edge rows were
+ *               reached through generic addresses (the shared array
+ *               aligned through an integer), 44 LD.E and 34 ST.E instead
+ *               of LDS/STS; fixed, FED 1.141-1.146 ms against
+ *               1.203-1.204. Then warp 0 alone started the next region's
+ *               three copies after the region's barrier, with the
+ *               divisions of its origin: the other warps waited for it at
+ *               the first step's barrier (7.0 % of the stall samples);
+ *               the copies now start from warps 0, 1 and 2 and the
+ *               divisions run before the mbarrier wait: 2.0 %, FED
+ *               1.118-1.119 against 1.125 (one issuing warp, divisions
+ *               moved). Final check 12:12-12:14 (be80996, run_bench):
+ *               FED 1.129-1.138 ms, 2.09-2.11 TB/s, 71-73 % of the CuPy
+ *               copy (2888-2951 GB/s), 70.1-71.0 % of PyTorch's
+ *               (2972-2984). What the samples show now: 17-19 % waiting
+ *               for a region's copies (mostly each launch's first
+ *               region: every CTA asks at once), 9-10 % at barriers (4 %
+ *               at the region's). Not kept (same builds, knobs removed):
+ *               tensor stores of the output tiles from shared memory (two
+ *               tile buffers, the copy engine clipping the edges)
+ *               1.133-1.138 against 1.116-1.118 (12:19); the region's
+ *               barrier replaced by an "empty" mbarrier for the issuing
+ *               warps, the edge rows' planes alternating across regions,
+ *               1.132-1.139 against 1.125-1.131 (12:10); programmatic
+ *               dependent launch (the conductances' copies before
+ *               griddepcontrol.wait, u's after) 1.127-1.130 against
+ *               1.127 (12:06); grids balanced to equal regions per CTA
+ *               (fewer CTAs) 1.235-1.237 against 1.203-1.204 (11:52).
  *               Taken when each chain's launch has at least 3 regions
  *               per CTA (plan_tma: the smaller scenes lost, Pavia U's
  *               FED 0.504 ms against 0.420).
