@@ -1850,16 +1850,13 @@ __global__ void __launch_bounds__(256, 2)
         reinterpret_cast<char *>(fed_tma_raw) + ((128u - (smem_u32(fed_tma_raw) & 127u)) & 127u));
     const int lane = (int)threadIdx.x, w = (int)threadIdx.y;
     const int c0 = C * lane, rb = w * R;
-    /* Warps 0, 1, 2 each start one of the three copies (u with the
-     * expected bytes, ce, cs), so that no warp is late by all three at the
-     * first step's barrier (H100, 2026-11-27 12:02 round: FED 1.118-1.119
-     * ms against 1.125 with warp 0 starting them all; Nsight: stalls at
-     * the first step's barrier 2.0 % of the samples, 3.4 % with warp 0
-     * starting them all, 7.0 % when it also did the next region's
-     * divisions there, as it once did). A copy may
-     * complete its bytes before warp 0's expect_tx (the mbarrier's tx-count
-     * may go below zero); the phase cannot end before that arrival, its
-     * only one. */
+    /* Warps 0, 1, 2 each start one of the three copies (u, ce, cs; each
+     * arriving on the mbarrier with its own box's bytes), so that no warp
+     * is late by all three at the first step's barrier (H100, 2026-11-27
+     * 12:02 round: FED 1.118-1.119 ms against 1.125 with warp 0 starting
+     * them all; Nsight: stalls at the first step's barrier 2.0 % of the
+     * samples, 3.4 % with warp 0 starting them all and 7.0 % when it also
+     * computed the next region's origin there). */
     const bool issuer = lane == 0 && w < 3;
     /* Region `tile`'s band and first column and row (the copies' origin). */
     auto origin = [&](int tile, int *x, int *y) {
@@ -1868,17 +1865,11 @@ __global__ void __launch_bounds__(256, 2)
         return tile / (gx * gy);
     };
     auto issue = [&](int x, int y, int z) { /* by the issuers */
-        if (w == 0) {
-            mbar_arrive_tx(&sm.full, 3 * RW * RH * (unsigned)sizeof(float));
-            tensor_copy_3d(sm.st[0], &tu, x, y, z0 + z, &sm.full);
-        } else if (w == 1) {
-            tensor_copy_3d(sm.st[1], &tce, x, y, z0 + z, &sm.full);
-        } else {
-            tensor_copy_3d(sm.st[2], &tcs, x, y, z0 + z, &sm.full);
-        }
+        mbar_arrive_tx(&sm.full, RW * RH * (unsigned)sizeof(float));
+        tensor_copy_3d(sm.st[w], w == 0 ? &tu : w == 1 ? &tce : &tcs, x, y, z0 + z, &sm.full);
     };
     if (lane == 0 && w == 0) {
-        mbar_init(&sm.full, 1);
+        mbar_init(&sm.full, 3); /* one arrival per issuer */
         mbar_init_fence();
     }
     if (w == 0 || w == BY - 1) { /* the zero rows (never written again) */
