@@ -211,7 +211,9 @@
  *               moved). Final check 12:12-12:14 (be80996, run_bench):
  *               FED 1.129-1.138 ms, 2.09-2.11 TB/s, 71-73 % of the CuPy
  *               copy (2888-2951 GB/s), 70.1-71.0 % of PyTorch's
- *               (2972-2984). What the samples show now: 17-19 % waiting
+ *               (2972-2984); 12:26 (aee20b8): 1.118 ms, 2.13 TB/s, 72 % of
+ *               the 2960 GB/s CuPy copy, 71.6 % of PyTorch's 2977. What
+ *               the samples show now: 17-19 % waiting
  *               for a region's copies (mostly each launch's first
  *               region: every CTA asks at once), 9-10 % at barriers (4 %
  *               at the region's). Not kept (same builds, knobs removed):
