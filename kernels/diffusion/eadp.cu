@@ -3367,13 +3367,14 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 float *uo = reinterpret_cast<float *>(uout);
                 float *o = out && s0 + per >= steps.size() ? out + b0 * plane : NULL;
                 const bool into_slot = o && u_into_slot(*cur, oslot);
+                const int ncur = into_slot ? 2 + oslot : next_u(*cur); /* u after the launch */
                 if (into_slot) {
                     uo = o;
                     o = NULL;
                 }
                 if (tma) {
                     HYPROF_TRY(launch_tma(ff, b0, nb, *cur, uo, o, st));
-                    *cur = into_slot ? 2 + oslot : next_u(*cur);
+                    *cur = ncur;
                     continue;
                 }
                 const uint8_t *mask = a->mask ? dev<uint8_t>(L.mask) : NULL;
@@ -3385,7 +3386,7 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                     fed_shfl_ptr(fuse, tile_rows, strip, cols, occ, cond, diff), grid,
                     dim3(32, (unsigned)(tile_rows / strip)), params,
                     fed_shfl_smem_bytes(tile_rows, strip, cols, occ), st));
-                *cur = into_slot ? 2 + oslot : next_u(*cur);
+                *cur = ncur;
                 continue;
             }
             const int OW = kFedRW - 2 * fuse, OH = tile_rows - 2 * fuse;
