@@ -2672,6 +2672,7 @@ class EadpCuda {
                                    int *cur, int oslot, cudaStream_t st);
     bool output_in_fed(size_t nsteps) const;
     bool u_into_slot(int cur, int oslot) const;
+    int u_next(int cur, int oslot, bool last) const;
     int u_after(int cur, size_t nsteps, int oslot) const;
     size_t fed_branches(size_t nb) const;
 
@@ -3319,12 +3320,19 @@ bool EadpCuda::u_into_slot(int cur, int oslot) const
     return slot_u && oslot >= 0 && cur != 2 + oslot;
 }
 
+/* Where a FED launch that reads u from `cur` leaves it (last: the
+ * increment's last launch, which may write u into slot oslot). */
+int EadpCuda::u_next(int cur, int oslot, bool last) const
+{
+    return last && u_into_slot(cur, oslot) ? 2 + oslot : next_u(cur);
+}
+
 /* Where u is after an increment of nsteps steps that starts in `cur`. */
 int EadpCuda::u_after(int cur, size_t nsteps, int oslot) const
 {
     const size_t per = fuse > 1 ? (size_t)fuse : 1, n = (nsteps + per - 1) / per;
     for (size_t l = 0; l < n; ++l)
-        cur = l + 1 == n && u_into_slot(cur, oslot) ? 2 + oslot : next_u(cur);
+        cur = u_next(cur, oslot, l + 1 == n);
     return cur;
 }
 
@@ -3366,8 +3374,8 @@ hyprof_status_t EadpCuda::launch_fed(const std::vector<double> &steps, size_t b0
                 const float *ui = reinterpret_cast<const float *>(uin);
                 float *uo = reinterpret_cast<float *>(uout);
                 float *o = out && s0 + per >= steps.size() ? out + b0 * plane : NULL;
-                const bool into_slot = o && u_into_slot(*cur, oslot);
-                const int ncur = into_slot ? 2 + oslot : next_u(*cur); /* u after the launch */
+                const int ncur = u_next(*cur, oslot, s0 + per >= steps.size());
+                const bool into_slot = ncur >= 2; /* o != NULL then */
                 if (into_slot) {
                     uo = o;
                     o = NULL;
