@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -65,6 +66,9 @@ void cli_progress_init(cli_progress_t *p, const char *mode)
     memset(p, 0, sizeof *p);
     p->hi = 1.0;
     p->last = -1.0;
+    /* $HYPROF_LOG=info or debug shows the library's messages of that level. */
+    const char *log = getenv("HYPROF_LOG");
+    p->verbose = log && (strcmp(log, "info") == 0 || strcmp(log, "debug") == 0);
     if (!mode)
         p->mode = isatty(STDERR_FILENO) ? PROGRESS_BAR : PROGRESS_NONE;
     else if (strcmp(mode, "json") == 0)

@@ -53,6 +53,13 @@ void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 
+/* The environment switches (env.c): the lowest log level passed on
+ * ($HYPROF_LOG, default warning); whether it is debug (stage traces); the
+ * device-memory cap in bytes ($HYPROF_DEVICE_MEMORY, 0: none). */
+hyprof_log_level_t hyprof__log_threshold(void);
+int hyprof__log_debug(void);
+size_t hyprof__device_memory_cap(void);
+
 /* One backend implementation of an operation step: both backends take the
  * same argument struct, private to the operation. */
 typedef hyprof_status_t (*hyprof__impl_fn)(hyprof_ctx_t *ctx, void *args);

@@ -51,6 +51,15 @@ const char *hyprof_backend_name(hyprof_backend_t backend);
 /* Parses "auto", "cpu" or "cuda"; returns HYPROF_ERR_ARGUMENT otherwise. */
 hyprof_status_t hyprof_backend_parse(const char *text, hyprof_backend_t *backend);
 
+/* Host memory this process may still allocate, in bytes: the least of the
+ * system's available memory, the cgroup's remaining limit and the process's
+ * address-space and data limits (SIZE_MAX when nothing can be read). */
+size_t hyprof_host_memory_available(void);
+/* HYPROF_OK when `bytes` fits in hyprof_host_memory_available(); otherwise
+ * HYPROF_ERR_NOMEM with "WHAT needs X MiB of memory, but only Y MiB is
+ * available" in err. */
+hyprof_status_t hyprof_host_memory_check(size_t bytes, const char *what, char *err, size_t len);
+
 /* Progress: fraction in [0,1] of the current operation and a short stage name.
  * Returning non-zero asks the library to stop (HYPROF_ERR_CANCELLED). */
 typedef int (*hyprof_progress_fn)(void *user, double fraction, const char *stage);

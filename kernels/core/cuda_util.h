@@ -187,12 +187,19 @@ class hyprof__cuda_device_scope {
     int prev_ = -1, cur_ = -1;
 };
 
-/* Free and total memory of the current device. */
+/* Free and total memory of the current device (every CUDA path asks here). */
 static inline hyprof_status_t hyprof__cuda_mem_info(hyprof_ctx_t *ctx, const char *op,
                                                     size_t *free_bytes, size_t *total_bytes)
 {
     size_t f = 0, t = 0;
     HYPROF_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+    /* $HYPROF_DEVICE_MEMORY: the tests' cap, so any GPU takes the chunked
+     * and low-memory paths. */
+    size_t cap = hyprof__device_memory_cap();
+    if (cap && cap < t)
+        t = cap;
+    if (f > t)
+        f = t;
     if (free_bytes)
         *free_bytes = f;
     if (total_bytes)
