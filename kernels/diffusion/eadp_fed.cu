@@ -156,7 +156,7 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const
 }
 
 
-/* The float FED's default kernel: K fused steps on a (32 C) x (BY R) region
+/* fed_shfl_kernel's body: K fused steps on a (32 C) x (BY R) region
  * (output tile + halo K) with the edge conductances precomputed
  * (diffuse_cond_body) and the horizontal neighbours exchanged by warp
  * shuffles. Warp w (thread row) owns rows w R .. w R + R - 1 of the region,
@@ -169,12 +169,11 @@ HYPROF_EADP_FN void fed_fused_body(const Thr &t, T (*buf)[BY * R][kFedRW], const
  * (warps 0 and BY - 1) get a neighbour that is not theirs (a finite value:
  * their own or zero): like every pixel within s of the region's edge after s
  * steps, they are wrong but never reach the output tile. Per pixel and
- * step: the nine float operations of fed_update, 2 / C shuffles and 4 / R
- * shared accesses per column (fed_fused_pad_body: one store and two loads).
- * Pixels outside the image have u = 0 and zero conductances (they stay 0).
- * Same operations in the same order as fed_fused_pad_body on the same
- * conductances: the same bits. Device code only (shuffles): no host
- * harness runs it. */
+ * step: the float operations of fed_update (fed_shfl_steps_diff: 7 instead
+ * of 9), 2 / C shuffles and 4 / R shared accesses per column. Pixels outside
+ * the image have u = 0 and zero conductances (they stay 0). The same
+ * operations in the same order as fed_step_kernel<float> on the same
+ * conductances: the same bits. */
 template <int K, int BY, int R, int C> struct __align__(16) FedShflSmem { /* float4 accesses */
     float top[2][BY + 1][32 * C]; /* [plane][w]: warp w's first row; [BY]: zeros */
     float bot[2][BY + 1][32 * C]; /* [plane][w + 1]: warp w's last row; [0]: zeros */
@@ -436,14 +435,12 @@ template <int K> struct FedTmaShape {
  * the output tile). Same operations on the same values as fed_shfl_body
  * for every output pixel: the same bits. The planes' rows are `ld` floats
  * apart (a multiple of 4: the copy engine's rule), and a box must start at
- * a multiple of 16 bytes in x (an illegal instruction otherwise: seen on an
- * H100, 2026-11-27), so the regions' columns start at multiples of 4: a
- * halo of XL = K rounded up to 4 on either side (output tiles of 48
- * columns for K = 7 instead of 50: 2.6 % more regions on Houston). K
- * steps unrolled when a launch has K (its step sizes then at fixed
- * offsets of the parameter), 8-byte stores (fed_shfl_store's Pair). Measured: see
- * the header comment (FED, copy engine). Dynamic shared memory:
- * sizeof(FedTmaSmem) + 128 (alignment). */
+ * a multiple of 16 bytes in x (an illegal instruction otherwise), so the
+ * regions' columns start at multiples of 4: a halo of XL = K rounded up to 4
+ * on either side (output tiles of 48 columns for K = 7 instead of 50). K
+ * steps unrolled when a launch has K (its step sizes then at fixed offsets
+ * of the parameter), 8-byte stores (fed_shfl_store's Pair). Dynamic shared
+ * memory: sizeof(FedTmaSmem) + 128 (alignment). */
 template <int K> struct __align__(128) FedTmaSmem {
     float st[3][64][64]; /* u, ce, cs of the region */
     FedShflSmem<K, 8, 8, 2> fs;
@@ -472,11 +469,7 @@ __global__ void __launch_bounds__(256, 2)
     const int c0 = C * lane, rb = w * R;
     /* Warps 0, 1, 2 each start one of the three copies (u, ce, cs; each
      * arriving on the mbarrier with its own box's bytes), so that no warp
-     * is late by all three at the first step's barrier (H100, 2026-11-27
-     * 12:02 round: FED 1.118-1.119 ms against 1.125 with warp 0 starting
-     * them all; Nsight: stalls at the first step's barrier 2.0 % of the
-     * samples, 3.4 % with warp 0 starting them all and 7.0 % when it also
-     * computed the next region's origin there). */
+     * is late by all three at the first step's barrier. */
     const bool issuer = lane == 0 && w < 3;
     /* Region `tile`'s band and first column and row (the copies' origin). */
     auto origin = [&](int tile, int *x, int *y) {

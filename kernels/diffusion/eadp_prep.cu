@@ -140,15 +140,61 @@ HYPROF_EADP_FN void scharr_body(const Thr &t, unsigned *cnt_sh, const double *s,
         atomicAdd(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
 }
 
+const int kPrepSW = kPrepTX + 2;
+const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
+
+/* prep_body's last part: G (and its keys' high words) of the tile from S,
+ * and the band's counts. */
+template <int kPrepTY>
+HYPROF_EADP_FN void prep_gradient(const Thr &t, double (*S)[kPrepSW], unsigned *cnt_sh,
+                                  const uint8_t *mask, int W, int H, size_t npix, double *G,
+                                  unsigned *Kh, u64 *cnt)
+{
+    const int tid = t.ty * t.bdx + t.tx, nthr = t.bdx * t.bdy;
+    const int b = t.bz, x0 = t.bx * kPrepTX, y0 = t.by * kPrepTY;
+    /* The counts in registers, added once a warp, instead of two shared
+     * atomics a pixel on the same three counters. */
+    unsigned cv = 0, cz = 0, cp = 0;
+    for (int e = tid; e < kPrepTY * kPrepTX; e += nthr) {
+        const int xx = x0 + e % kPrepTX, y = y0 + e / kPrepTX;
+        if (xx >= W || y >= H)
+            continue;
+        /* s at image (Y, X) is S[Y - y0 + 1][X - x0 + 1] */
+        const int xm = reflect_index(xx - 1, W) - x0 + 1, xp = reflect_index(xx + 1, W) - x0 + 1;
+        const int xc = xx - x0 + 1;
+        const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
+                     *rp = S[reflect_index(y + 1, H) - y0 + 1];
+        const size_t p = (size_t)y * W + xx;
+        const double g = scharr_g(rm, r0, rp, xm, xc, xp, p, G + (size_t)b * npix,
+                                  Kh ? Kh + (size_t)b * npix : NULL);
+        if (!mask || mask[p]) {
+            ++cv;
+            cz += g == 0.0;
+            cp += g > 0.0;
+        }
+    }
+    cv = __reduce_add_sync(0xffffffffu, cv);
+    cz = __reduce_add_sync(0xffffffffu, cz);
+    cp = __reduce_add_sync(0xffffffffu, cp);
+    if ((tid & 31) == 0) {
+        if (cv)
+            atomicAdd(&cnt_sh[0], cv);
+        if (cz)
+            atomicAdd(&cnt_sh[1], cz);
+        if (cp)
+            atomicAdd(&cnt_sh[2], cp);
+    }
+    __syncthreads();
+    if (tid < 3 && cnt_sh[tid])
+        atomicAdd(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
+}
+
 /* gauss_h, gauss_v and scharr in one pass for a kPrepTX x kPrepTY tile of
  * band t.bz: the horizontal sums of the rows the tile's smoothing needs go
  * to shared memory (Hn: of m x, Hd: of m; row k holds image row
  * reflect(y0 - 1 - r + k)), then s over the tile plus a 1-pixel border (S),
  * then G and the counts. The same operations in the same order as the three
  * kernels, so the same bits; r <= kPrepMaxR. */
-const int kPrepSW = kPrepTX + 2;
-const int kPrepXW = kPrepTX + 2 + 2 * kPrepMaxR; /* staged input columns */
-
 template <int RT, int kPrepTY = prep_ty(RT)>
 HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char (*Xm)[kPrepXW],
                               double (*Hn)[kPrepSW], double (*Hd)[kPrepSW], double (*S)[kPrepSW],
@@ -225,42 +271,7 @@ HYPROF_EADP_FN void prep_body(const Thr &t, float (*Xv)[kPrepXW], unsigned char 
         S[ky][cx] = sd > 0.0 ? sn / sd : 0.0;
     }
     __syncthreads();
-    /* The counts in registers, added once a warp, instead of two shared
-     * atomics a pixel on the same three counters (H100, Nsight: 91.6 us
-     * against 93.6). */
-    unsigned cv = 0, cz = 0, cp = 0;
-    for (int e = tid; e < kPrepTY * kPrepTX; e += nthr) {
-        const int xx = x0 + e % kPrepTX, y = y0 + e / kPrepTX;
-        if (xx >= W || y >= H)
-            continue;
-        /* s at image (Y, X) is S[Y - y0 + 1][X - x0 + 1] */
-        const int xm = reflect_index(xx - 1, W) - x0 + 1, xp = reflect_index(xx + 1, W) - x0 + 1;
-        const int xc = xx - x0 + 1;
-        const double *rm = S[reflect_index(y - 1, H) - y0 + 1], *r0 = S[y - y0 + 1],
-                     *rp = S[reflect_index(y + 1, H) - y0 + 1];
-        const size_t p = (size_t)y * W + xx;
-        const double g = scharr_g(rm, r0, rp, xm, xc, xp, p, G + (size_t)b * npix,
-                                  Kh ? Kh + (size_t)b * npix : NULL);
-        if (!mask || mask[p]) {
-            ++cv;
-            cz += g == 0.0;
-            cp += g > 0.0;
-        }
-    }
-    cv = __reduce_add_sync(0xffffffffu, cv);
-    cz = __reduce_add_sync(0xffffffffu, cz);
-    cp = __reduce_add_sync(0xffffffffu, cp);
-    if ((tid & 31) == 0) {
-        if (cv)
-            atomicAdd(&cnt_sh[0], cv);
-        if (cz)
-            atomicAdd(&cnt_sh[1], cz);
-        if (cp)
-            atomicAdd(&cnt_sh[2], cp);
-    }
-    __syncthreads();
-    if (tid < 3 && cnt_sh[tid])
-        atomicAdd(&cnt[(size_t)b * 3 + tid], (u64)cnt_sh[tid]);
+    prep_gradient<kPrepTY>(t, S, cnt_sh, mask, W, H, npix, G, Kh, cnt);
 }
 
 /* The diffusivity of a pixel whose squared gradient is Gv (k2 = k^2). */
