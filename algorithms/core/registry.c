@@ -94,8 +94,8 @@ static const hyprof_param_t eadp_params[] = {
      HYPROF_PARAM_ADVANCED},
     {"precision", HYPROF_PARAM_CHOICE, "float", NOLIMIT, "float|double",
      "Arithmetic of the diffusion steps on CUDA: float (faster; within 1e-4 of double, "
-     "relative to the band's largest value) or double (the CPU's result). The CPU "
-     "backend computes in double either way.",
+     "relative to the band's largest value) or double (the CPU backend's result, to the "
+     "last bit with g2). The CPU backend computes in double either way.",
      HYPROF_PARAM_ADVANCED},
 };
 
