@@ -17,7 +17,7 @@
  * give results bit-identical to the default run of the same precision:
  * smaller band groups and fewer output slots (device memory capped with
  * $HYPROF_DEVICE_MEMORY at the smallest caps that give 1 band a group and 1
- * slot, 1 band and 2 slots, 2 bands and 1 slot, found by bisection on the
+ * slot, 1 band and 2 slots, 2 bands and 2 slots, found by bisection on the
  * plan's debug line); and on a cube large enough for fed_tma_kernel on sm_90
  * (1905 x 349 x 7), its first band alone (fed_shfl_kernel: too few regions
  * per CTA), bands being independent. On sm_80 both runs take fed_shfl_kernel:
@@ -174,15 +174,15 @@ static hyprof_status_t run_capped(hyprof_ctx_t *gpu, const hyprof_cube_t *cube,
     return st;
 }
 
-/* The smallest cap (to 4 KiB) at which the run plans at least `group` bands
- * a group and `slots` output slots, by bisection (the plan's budget grows
- * with the cap, above the library's 64 MiB margin); 0 if none up to 256 MiB
- * above the margin. */
+/* The smallest cap (to 256 bytes, the layout's alignment) at which the run
+ * plans at least `group` bands a group and `slots` output slots, by
+ * bisection (the plan's budget grows with the cap, above the library's
+ * 64 MiB margin); 0 if none up to 256 MiB above the margin. */
 static size_t cap_for(hyprof_ctx_t *gpu, const hyprof_cube_t *cube,
                       const hyprof_eadp_params_t *p, size_t group, size_t slots)
 {
     size_t lo = (size_t)64 << 20, hi = lo + ((size_t)256 << 20);
-    for (int first = 1; first || hi - lo > 4096; first = 0) {
+    for (int first = 1; first || hi - lo > 256; first = 0) {
         const size_t mid = first ? hi : lo + (hi - lo) / 2;
         hyprof_cube_t out;
         memset(&out, 0, sizeof out);
@@ -252,13 +252,14 @@ static const double g_default_times[8] = {65, 130, 195, 260, 325, 390, 455, 520}
 
 /* The run of `p` with smaller band groups and fewer output slots (the
  * smallest device-memory caps that plan 1 band a group and 1 slot, 1 band
- * and 2 slots, 2 bands and 1 slot while the cube has more) must equal `base`
- * (the uncapped run, contrasts kbase) bit for bit. */
+ * and 2 slots, 2 bands and 2 slots while the cube has more: the plan takes
+ * fewer than 3 slots only for a larger group) must equal `base` (the
+ * uncapped run, contrasts kbase) bit for bit. */
 static void check_groups(const char *label, const hyprof_cube_t *cube,
                          const hyprof_eadp_params_t *p, hyprof_ctx_t *gpu,
                          const hyprof_cube_t *base, const double *kbase)
 {
-    static const size_t want[3][2] = {{1, 1}, {1, 2}, {2, 1}};
+    static const size_t want[3][2] = {{1, 1}, {1, 2}, {2, 2}};
     const char *prec = p->precision == HYPROF_EADP_DOUBLE ? "double" : "float";
     for (int v = 0; v < 3; v++) {
         if (want[v][0] >= cube->bands)
