@@ -181,13 +181,11 @@ cudaError_t launch_diffuse_cond(const float *x, const uint8_t *mask, int W, int 
                                 int ld, size_t plane, size_t nb, const double *k,
                                 int diffusivity, const double *G, float *u, float *ce, float *cs,
                                 float *out, float nodata, cudaStream_t st);
-/* g (-1 where masked) and u = x of T; u may be G (double). */
-cudaError_t launch_diffuse_f32(const float *x, const uint8_t *mask, int W, int H, size_t npix,
-                               size_t nb, const double *k, int diffusivity, const double *G,
-                               float *u, float *g, cudaStream_t st);
-cudaError_t launch_diffuse_f64(const float *x, const uint8_t *mask, int W, int H, size_t npix,
-                               size_t nb, const double *k, int diffusivity, const double *G,
-                               double *u, double *g, cudaStream_t st);
+/* g (-1 where masked) and u = x as T (float or double); u may be G (double). */
+template <typename T>
+cudaError_t launch_diffuse(const float *x, const uint8_t *mask, int W, int H, size_t npix,
+                           size_t nb, const double *k, int diffusivity, const double *G, T *u,
+                           T *g, cudaStream_t st);
 
 /* eadp_select.cu: the contrast k of nb bands (see the file). */
 struct SelectArgs {
@@ -210,10 +208,9 @@ cudaError_t launch_select(const SelectArgs &s, cudaStream_t st);
  * fed_fused_kernel in double); fed_tma_kernel's, and its CTAs per SM. */
 cudaError_t fed_setup(bool shfl, bool fused_f64);
 cudaError_t fed_tma_setup(int *per_sm);
-cudaError_t launch_fed_step_f32(const float *uin, float *uout, const float *g, int W, int H,
-                                size_t npix, size_t nb, float tau, cudaStream_t st);
-cudaError_t launch_fed_step_f64(const double *uin, double *uout, const double *g, int W, int H,
-                                size_t npix, size_t nb, double tau, cudaStream_t st);
+template <typename T> /* float or double: one plain step a launch */
+cudaError_t launch_fed_step(const T *uin, T *uout, const T *g, int W, int H, size_t npix,
+                            size_t nb, T tau, cudaStream_t st);
 cudaError_t launch_fed_fused_f64(const double *uin, double *uout, const double *g, int W, int H,
                                  size_t npix, size_t nb, const FedSteps &steps, cudaStream_t st);
 cudaError_t launch_fed_shfl(const float *uin, float *uout, const float *ce, const float *cs,

@@ -656,21 +656,18 @@ cudaError_t fed_tma_setup(int *per_sm)
     return e;
 }
 
-cudaError_t launch_fed_step_f32(const float *uin, float *uout, const float *g, int W, int H,
-                                size_t npix, size_t nb, float tau, cudaStream_t st)
+template <typename T>
+cudaError_t launch_fed_step(const T *uin, T *uout, const T *g, int W, int H, size_t npix,
+                            size_t nb, T tau, cudaStream_t st)
 {
-    fed_step_kernel<float><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-        uin, uout, g, W, H, npix, tau);
+    fed_step_kernel<T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(uin, uout, g, W, H,
+                                                                             npix, tau);
     return cudaGetLastError();
 }
-
-cudaError_t launch_fed_step_f64(const double *uin, double *uout, const double *g, int W, int H,
-                                size_t npix, size_t nb, double tau, cudaStream_t st)
-{
-    fed_step_kernel<double><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-        uin, uout, g, W, H, npix, tau);
-    return cudaGetLastError();
-}
+template cudaError_t launch_fed_step<float>(const float *, float *, const float *, int, int,
+                                            size_t, size_t, float, cudaStream_t);
+template cudaError_t launch_fed_step<double>(const double *, double *, const double *, int, int,
+                                             size_t, size_t, double, cudaStream_t);
 
 cudaError_t launch_fed_fused_f64(const double *uin, double *uout, const double *g, int W, int H,
                                  size_t npix, size_t nb, const FedSteps &steps, cudaStream_t st)

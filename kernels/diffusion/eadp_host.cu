@@ -65,9 +65,9 @@ hyprof_status_t EadpCuda::prepare(size_t nb)
                                               a->nodata, st));
     else if (f32) /* B (s) is free now: u goes there */
         HYPROF_CUDA_CHECK(
-            launch_diffuse_f32(x, mask, W, H, npix, nb, k, dif, A, ubuf<float>(0), gf, st));
+            launch_diffuse<float>(x, mask, W, H, npix, nb, k, dif, A, ubuf<float>(0), gf, st));
     else
-        HYPROF_CUDA_CHECK(launch_diffuse_f64(x, mask, W, H, npix, nb, k, dif, A, A, gm, st));
+        HYPROF_CUDA_CHECK(launch_diffuse<double>(x, mask, W, H, npix, nb, k, dif, A, A, gm, st));
     return clock.end(ctx, op, tid, st);
 }
 
@@ -149,7 +149,7 @@ hyprof_status_t EadpCuda::launch_fed_f32(const std::vector<double> &steps, size_
         float *uo = ubuf<float>(next_u(*cur)) + b0 * plane;
         if (!shfl) { /* g in gm */
             HYPROF_CUDA_CHECK(
-                launch_fed_step_f32(ui, uo, ce, W, H, npix, nb, (float)steps[s0], st));
+                launch_fed_step<float>(ui, uo, ce, W, H, npix, nb, (float)steps[s0], st));
             *cur = next_u(*cur);
             continue;
         }
@@ -188,7 +188,7 @@ hyprof_status_t EadpCuda::launch_fed_f64(const std::vector<double> &steps, size_
         const double *uin = ubuf<double>(*cur) + b0 * plane;
         double *uout = ubuf<double>(next_u(*cur)) + b0 * plane;
         if (fuse <= 1) {
-            HYPROF_CUDA_CHECK(launch_fed_step_f64(uin, uout, g, W, H, npix, nb, steps[s0], st));
+            HYPROF_CUDA_CHECK(launch_fed_step<double>(uin, uout, g, W, H, npix, nb, steps[s0], st));
         } else {
             FedSteps fs;
             memset(&fs, 0, sizeof fs);

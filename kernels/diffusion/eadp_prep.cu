@@ -489,23 +489,21 @@ cudaError_t launch_diffuse_cond(const float *x, const uint8_t *mask, int W, int 
     return cudaGetLastError();
 }
 
-cudaError_t launch_diffuse_f32(const float *x, const uint8_t *mask, int W, int H, size_t npix,
-                               size_t nb, const double *k, int diffusivity, const double *G,
-                               float *u, float *g, cudaStream_t st)
+template <typename T>
+cudaError_t launch_diffuse(const float *x, const uint8_t *mask, int W, int H, size_t npix,
+                           size_t nb, const double *k, int diffusivity, const double *G, T *u,
+                           T *g, cudaStream_t st)
 {
-    diffuse_kernel<float><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
+    diffuse_kernel<T><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
         x, mask, W, H, npix, k, diffusivity, G, u, g);
     return cudaGetLastError();
 }
-
-cudaError_t launch_diffuse_f64(const float *x, const uint8_t *mask, int W, int H, size_t npix,
-                               size_t nb, const double *k, int diffusivity, const double *G,
-                               double *u, double *g, cudaStream_t st)
-{
-    diffuse_kernel<double><<<pix_grid(W, H, nb), dim3(kPixBX, kPixBY), 0, st>>>(
-        x, mask, W, H, npix, k, diffusivity, G, u, g);
-    return cudaGetLastError();
-}
+template cudaError_t launch_diffuse<float>(const float *, const uint8_t *, int, int, size_t,
+                                           size_t, const double *, int, const double *,
+                                           float *, float *, cudaStream_t);
+template cudaError_t launch_diffuse<double>(const float *, const uint8_t *, int, int, size_t,
+                                            size_t, const double *, int, const double *,
+                                            double *, double *, cudaStream_t);
 
 } /* namespace eadp */
 } /* namespace hyprof_cuda */
