@@ -718,6 +718,70 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
     hyprof_cube_free(&c);
 }
 
+/* The synthetic cases: odd shapes, masks, a constant band, the diffusivities,
+ * contrasts, percentiles, radii and schedules; the band-group fallbacks on
+ * four of them. */
+static void synthetic_cases(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
+{
+    const image_opts_t plain = {0.0, 0, -1};
+
+    synthetic("default-64x48", 64, 48, 3, 1, plain, p, cpu, gpu, 1);
+    synthetic("odd-37x23", 37, 23, 2, 2, plain, p, cpu, gpu, 0);
+    synthetic("line-1x5", 1, 5, 1, 3, plain, p, cpu, gpu, 0);
+    synthetic("column-7x1", 7, 1, 2, 4, plain, p, cpu, gpu, 0);
+    synthetic("tiles-300x200", 300, 200, 4, 5, plain, p, cpu, gpu, 0);
+    {
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("masked-3pct-150x100", 150, 100, 3, 6, o, p, cpu, gpu, 1);
+    }
+    {
+        image_opts_t o = {0.03, 1, -1};
+        synthetic("masked-nan-97x61", 97, 61, 2, 7, o, p, cpu, gpu, 0);
+    }
+    {
+        image_opts_t o = {0.0, 0, 1};
+        synthetic("constant-band-50x40", 50, 40, 3, 8, o, p, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.cycles = 3;
+        synthetic("cycles3-37x23", 37, 23, 2, 9, plain, &q, cpu, gpu, 1);
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("cycles3-masked-120x90", 120, 90, 2, 10, o, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.diffusivity = HYPROF_DIFFUSIVITY_G1;
+        synthetic("g1-64x48", 64, 48, 2, 11, plain, &q, cpu, gpu, 0);
+        q.diffusivity = HYPROF_DIFFUSIVITY_G3;
+        synthetic("g3-64x48", 64, 48, 2, 12, plain, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.contrast = 25.0;
+        synthetic("contrast-25-64x48", 64, 48, 2, 13, plain, &q, cpu, gpu, 0);
+        q.contrast = 0.0;
+        q.percentile = 0.3;
+        synthetic("percentile-0.3-64x48", 64, 48, 2, 14, plain, &q, cpu, gpu, 0);
+        q.percentile = 0.95;
+        q.sigma = 2.5;
+        synthetic("p0.95-sigma2.5-64x48", 64, 48, 2, 15, plain, &q, cpu, gpu, 0);
+    }
+    {
+        static const double times[4] = {3.0, 10.0, 40.0, 41.0};
+        hyprof_eadp_params_t q = *p;
+        q.times = times;
+        q.ntimes = 4;
+        q.cycles = 2;
+        synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.sigma = 3.0; /* radius 9: the smoothing in three kernels */
+        synthetic("sigma3-64x48", 64, 48, 2, 21, plain, &q, cpu, gpu, 0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -747,68 +811,13 @@ int main(int argc, char **argv)
     hyprof_eadp_params_default(&p);
     p.times = g_default_times;
     p.ntimes = 8;
-    const image_opts_t plain = {0.0, 0, -1};
-
-    synthetic("default-64x48", 64, 48, 3, 1, plain, &p, cpu, gpu, 1);
-    synthetic("odd-37x23", 37, 23, 2, 2, plain, &p, cpu, gpu, 0);
-    synthetic("line-1x5", 1, 5, 1, 3, plain, &p, cpu, gpu, 0);
-    synthetic("column-7x1", 7, 1, 2, 4, plain, &p, cpu, gpu, 0);
-    synthetic("tiles-300x200", 300, 200, 4, 5, plain, &p, cpu, gpu, 0);
-    {
-        image_opts_t o = {0.03, 0, -1};
-        synthetic("masked-3pct-150x100", 150, 100, 3, 6, o, &p, cpu, gpu, 1);
-    }
-    {
-        image_opts_t o = {0.03, 1, -1};
-        synthetic("masked-nan-97x61", 97, 61, 2, 7, o, &p, cpu, gpu, 0);
-    }
-    {
-        image_opts_t o = {0.0, 0, 1};
-        synthetic("constant-band-50x40", 50, 40, 3, 8, o, &p, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.cycles = 3;
-        synthetic("cycles3-37x23", 37, 23, 2, 9, plain, &q, cpu, gpu, 1);
-        image_opts_t o = {0.03, 0, -1};
-        synthetic("cycles3-masked-120x90", 120, 90, 2, 10, o, &q, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.diffusivity = HYPROF_DIFFUSIVITY_G1;
-        synthetic("g1-64x48", 64, 48, 2, 11, plain, &q, cpu, gpu, 0);
-        q.diffusivity = HYPROF_DIFFUSIVITY_G3;
-        synthetic("g3-64x48", 64, 48, 2, 12, plain, &q, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.contrast = 25.0;
-        synthetic("contrast-25-64x48", 64, 48, 2, 13, plain, &q, cpu, gpu, 0);
-        q.contrast = 0.0;
-        q.percentile = 0.3;
-        synthetic("percentile-0.3-64x48", 64, 48, 2, 14, plain, &q, cpu, gpu, 0);
-        q.percentile = 0.95;
-        q.sigma = 2.5;
-        synthetic("p0.95-sigma2.5-64x48", 64, 48, 2, 15, plain, &q, cpu, gpu, 0);
-    }
-    {
-        static const double times[4] = {3.0, 10.0, 40.0, 41.0};
-        hyprof_eadp_params_t q = p;
-        q.times = times;
-        q.ntimes = 4;
-        q.cycles = 2;
-        synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.sigma = 3.0; /* radius 9: the smoothing in three kernels */
-        synthetic("sigma3-64x48", 64, 48, 2, 21, plain, &q, cpu, gpu, 0);
-    }
+    synthetic_cases(cpu, gpu, &p);
     test_regions(cpu, gpu, &p);
     test_tall(cpu, gpu, &p);
     test_cancel(&p);
-    test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
     {
+        const image_opts_t plain = {0.0, 0, -1};
+        test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
         image_opts_t o = {0.03, 0, -1};
         test_handover("op-masked-130x70x9", 130, 70, 9, 18, o, gpu);
         image_opts_t q = {0.03, 1, -1};
