@@ -297,10 +297,10 @@ hyprof_status_t EadpCuda::plan()
     HYPROF_TRY(xs.create(ctx, op));
     const size_t nbr = fed_branches(group);
     if (nbr > 1) {
-        HYPROF_TRY(fork_ev.create(ctx, op));
+        HYPROF_TRY(fork_ev.create_ordering(ctx, op));
         for (size_t j = 0; j < nbr; ++j) {
             HYPROF_TRY(bs[j].create(ctx, op));
-            HYPROF_TRY(join_ev[j].create(ctx, op));
+            HYPROF_TRY(join_ev[j].create_ordering(ctx, op));
         }
     }
     for (size_t s = 0; s < nslots; ++s) {
