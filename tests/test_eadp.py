@@ -162,6 +162,19 @@ def pc_file(tmp_path_factory):
 
 # ---- properties on real data --------------------------------------------------------
 
+def test_precision_leaves_the_cpu_result(pc_file, tmp_path):
+    """--precision picks the arithmetic of the CUDA backend's FED steps; the CPU
+    backend computes in double either way, so both values give the same bits."""
+    path, _ = pc_file
+    outs = []
+    for prec in ("float", "double"):
+        out = tmp_path / ("%s.tif" % prec)
+        eadp("--reduction", "none", "--count", 2, "--precision", prec, path, out, cwd=tmp_path)
+        outs.append(read_cube(out, np.float32))
+    assert outs[0].shape == outs[1].shape
+    assert np.array_equal(outs[0], outs[1], equal_nan=True)
+
+
 def test_band_count_and_names(quick):
     names = band_names(quick.out)
     parsed = parse_names(names, 3, 3)
@@ -483,6 +496,7 @@ BAD = {
     "count-0": (["--count", "0"], ["count", re.compile(r"\b0\b")]),
     "contrast-0": (["--contrast", "0"], ["contrast", re.compile(r"\b0\b")]),
     "diffusivity-g4": (["--diffusivity", "g4"], ["g4"]),
+    "precision-half": (["--precision", "half"], ["half"]),
     "reduction-bogus": (["--reduction", "ica"], ["ica"]),
 }
 

@@ -5,44 +5,36 @@
  * Seeded synthetic images (smooth field + step edges + noise; odd sizes, a
  * 1-pixel-wide line, 3 % masked pixels with a nodata value and with NaN under
  * the mask, a constant band, g1/g2/g3, a given contrast, other percentiles,
- * the default times 65..520 with 1 and 3 cycles, irregular times) and,
- * optionally, the first 3 bands of a real cube given as raw float32 BSQ (RAW,
- * width W, height H, bands B).
+ * a smoothing radius above prep_kernel's, the default times 65..520 with 1
+ * and 3 cycles, irregular times) and, optionally, the first 3 bands of a
+ * real cube given as raw float32 BSQ (RAW, width W, height H, bands B).
  *
  * Checks (the CPU's double result as reference): for every output band, max
  * |cuda - cpu| / max |cpu| over valid pixels below 1e-4 for the default CUDA
  * run (FED in float: DESIGN.md's bound for a float path) and below 1e-6 with
- * $HYPROF_EADP_PRECISION=double (FED in double); the contrast k relative 1e-9;
- * masked pixels identical (nodata) on both backends; the CUDA path really ran.
- * On a few cases the CUDA variants ($HYPROF_EADP_FUSE = 1, 2, 6, 8, graphs off,
- * band groups of 1 and 2, 1 and 2 output slots, 64 x 64 tiles) must give
- * bit-identical results to the default run of the same precision, in float
- * and in double (and 2-, 4-, 8- or 16-row strips (16: float only),
- * $HYPROF_EADP_STRIP, 4 steps and 64 x 32 regions (the double defaults), the
- * persistent prefetching grid, $HYPROF_EADP_PERSIST=1, =2 with 2 columns per
- * thread (double only), the FED's bands in one chain of launches or in one
- * chain per band, $HYPROF_EADP_FED_BRANCHES=1, 7, and the smoothing and gradient as three kernels
- * instead of one, $HYPROF_EADP_PREP=split, the selection's passes on 256-thread
- * blocks, u kept out of the output slots, $HYPROF_EADP_SLOT_U=0, and the
- * FED on fed_shfl_kernel or on the copy engine's kernel (sm_90; taken
- * by default for large images only), $HYPROF_EADP_TMA=0 and =1, the latter
- * also with one CTA per multiprocessor, $HYPROF_EADP_TMA_CTAS=1; the list is
- * g_variants); $HYPROF_EADP_FMA=1 (double only) only has to
- * meet the CPU tolerance. A cancelled run must
- * return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7 components, then
- * the profile), whose CUDA path hands the PCs from the PCA to the diffusion on
- * the device, must equal its two-call path ($HYPROF_EADP_RESIDENT=0) bit for
- * bit (values, band names, contrasts in the metadata), masked cubes included.
+ * precision double; the contrast k relative 1e-9; masked pixels identical
+ * (nodata) on both backends; the CUDA path really ran. The fallbacks must
+ * give results bit-identical to the default run of the same precision:
+ * smaller band groups and fewer output slots (device memory capped with
+ * $HYPROF_DEVICE_MEMORY at the smallest caps that give 1 band a group and 1
+ * slot, 1 band and 2 slots, 2 bands and 2 slots, found by bisection on the
+ * plan's debug line); and on a cube large enough for fed_tma_kernel on sm_90
+ * (1905 x 349 x 7), its first band alone (fed_shfl_kernel: too few regions
+ * per CTA), bands being independent. On sm_80 both runs take fed_shfl_kernel:
+ * the copy-engine kernel is covered only where the device is sm_90 or later.
+ * Images too tall for the fused FED grids (one plain step a launch, and the
+ * smoothing in three kernels) are checked against the CPU. A cancelled run
+ * must return HYPROF_ERR_CANCELLED. The eadp operation (PCA to 7
+ * components, then the profile), whose CUDA path hands the PCs from the PCA
+ * to the diffusion on the device, must equal the two public calls
+ * (hyprof_pca_fit_transform, hyprof_eadp) bit for bit, masked cubes included.
  *
  * Timing (information only, never asserted): ms per CUDA run of a 1905 x 349 x 7
  * synthetic cube with the default parameters, median of 5 after a warm-up (and of
- * 3 with $HYPROF_EADP_PRECISION=double),
- * host to host (upload, diffusion, download of the 63 profile bands).
- * $HYPROF_TEST_TIMING=0 skips it; =sweep also times the tuning knobs
- * ($HYPROF_EADP_FUSE, _TILE_ROWS, _FMA, _GRAPH, _SLOTS), or the combinations
- * listed in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8"). Each time is
- * followed by the library's device stage times and FED bandwidth (its CUDA
- * events, from the debug log) of the last run.
+ * 3 with precision double), host to host (upload, diffusion, download of the
+ * 63 profile bands), each followed by the library's device stage times and
+ * FED bandwidth (its CUDA events, from the debug log). $HYPROF_TEST_TIMING=0
+ * skips it.
  *
  * Exit 0 when all pass, 1 on any failure (each printed), 77 when there is no
  * CUDA device (ctest: skipped). */
@@ -142,47 +134,69 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* ---- GPU variants ------------------------------------------------------------- */
+/* ---- the plan of a CUDA run ------------------------------------------------------ */
 
-typedef struct {
-    const char *name, *var, *value;
-    int exact; /* must equal the default CUDA result bit for bit; 0: double only */
-} variant_t;
+/* From the last run's plan line ("eadp: CUDA ..., G group(s) of up to N
+ * band(s), S output slot(s), FED in P on KERNEL, ..."): N, S and KERNEL. */
+static size_t g_plan_group, g_plan_slots;
+static char g_plan_kernel[64];
 
-static const variant_t g_variants[] = {
-    {"fuse1", "HYPROF_EADP_FUSE", "1", 1},       {"fuse2", "HYPROF_EADP_FUSE", "2", 1},
-    {"fuse6", "HYPROF_EADP_FUSE", "6", 1},       {"fuse8", "HYPROF_EADP_FUSE", "8", 1},
-    {"nograph", "HYPROF_EADP_GRAPH", "0", 1},    {"group1", "HYPROF_EADP_BAND_GROUP", "1", 1},
-    {"group2", "HYPROF_EADP_BAND_GROUP", "2", 1}, {"slots1", "HYPROF_EADP_SLOTS", "1", 1},
-    {"slots2", "HYPROF_EADP_SLOTS", "2", 1},      {"rows64", "HYPROF_EADP_TILE_ROWS", "64", 1},
-    {"strip8", "HYPROF_EADP_STRIP", "8", 1},      {"strip2", "HYPROF_EADP_STRIP", "2", 1},
-    {"strip4", "HYPROF_EADP_STRIP", "4", 1},      {"strip16", "HYPROF_EADP_STRIP", "16", 1},
-    {"fuse4", "HYPROF_EADP_FUSE", "4", 1},        {"rows32", "HYPROF_EADP_TILE_ROWS", "32", 1},
-    {"persist", "HYPROF_EADP_PERSIST", "1", 1},   {"persist2", "HYPROF_EADP_PERSIST", "2", 1},
-    {"branches1", "HYPROF_EADP_FED_BRANCHES", "1", 1},
-    {"branches7", "HYPROF_EADP_FED_BRANCHES", "7", 1},
-    {"prepsplit", "HYPROF_EADP_PREP", "split", 1},
-    {"fedpad", "HYPROF_EADP_FED", "pad", 1},      {"cols4", "HYPROF_EADP_COLS", "4", 1},
-    {"occ3", "HYPROF_EADP_OCC", "3", 1},          {"fedout0", "HYPROF_EADP_FED_OUTPUT", "0", 1},
-    {"cond0", "HYPROF_EADP_COND", "0", 1},        {"fuse7", "HYPROF_EADP_FUSE", "7", 1},
-    {"rows128", "HYPROF_EADP_TILE_ROWS", "128", 1}, {"seltail0", "HYPROF_EADP_SEL_TAIL", "0", 1},
-    {"selhi0", "HYPROF_EADP_SEL_HI", "0", 1},     {"diff0", "HYPROF_EADP_DIFF", "0", 1},
-    {"preprows16", "HYPROF_EADP_PREP_ROWS", "16", 1},
-    {"selthr256", "HYPROF_EADP_SEL_THREADS", "256", 1},
-    {"slotu0", "HYPROF_EADP_SLOT_U", "0", 1},
-    {"tma0", "HYPROF_EADP_TMA", "0", 1},
-    {"tma1", "HYPROF_EADP_TMA", "1", 1},
-    {"tmactas1", "HYPROF_EADP_TMA_CTAS", "1", 1},
-    {"fma", "HYPROF_EADP_FMA", "1", 0},
-};
-#define NVARIANTS (sizeof g_variants / sizeof g_variants[0])
-
-static void clear_variants(void)
+static void watch_plan(void *user, hyprof_log_level_t level, const char *message)
 {
-    for (size_t i = 0; i < NVARIANTS; i++)
-        unsetenv(g_variants[i].var);
-    unsetenv("HYPROF_EADP_RESIDENT");
-    unsetenv("HYPROF_EADP_PRECISION");
+    (void)user;
+    (void)level;
+    const char *g = strstr(message, "group(s) of up to "), *k = strstr(message, " on fed_");
+    if (strncmp(message, "eadp: CUDA ", 11) != 0 || !g || !k)
+        return;
+    if (sscanf(g, "group(s) of up to %zu band(s), %zu output slot(s)", &g_plan_group,
+               &g_plan_slots) != 2)
+        g_plan_group = g_plan_slots = 0;
+    snprintf(g_plan_kernel, sizeof g_plan_kernel, "%.*s", (int)strcspn(k + 4, ","), k + 4);
+}
+
+/* One CUDA run with the device memory capped at `cap` bytes (0: not
+ * capped), its plan recorded. */
+static hyprof_status_t run_capped(hyprof_ctx_t *gpu, const hyprof_cube_t *cube,
+                                  const hyprof_eadp_params_t *p, size_t cap, hyprof_cube_t *out,
+                                  double *k)
+{
+    char v[32];
+    if (cap) {
+        snprintf(v, sizeof v, "%zu", cap);
+        setenv("HYPROF_DEVICE_MEMORY", v, 1);
+    }
+    g_plan_group = g_plan_slots = 0;
+    g_plan_kernel[0] = '\0';
+    hyprof_ctx_set_log(gpu, watch_plan, NULL);
+    hyprof_status_t st = hyprof_eadp(gpu, cube, p, out, k);
+    hyprof_ctx_set_log(gpu, NULL, NULL);
+    unsetenv("HYPROF_DEVICE_MEMORY");
+    return st;
+}
+
+/* The smallest cap (to 256 bytes, the layout's alignment) at which the run
+ * plans at least `group` bands a group and `slots` output slots, by
+ * bisection (the plan's budget grows with the cap, above the library's
+ * 64 MiB margin); 0 if none up to 256 MiB above the margin. */
+static size_t cap_for(hyprof_ctx_t *gpu, const hyprof_cube_t *cube,
+                      const hyprof_eadp_params_t *p, size_t group, size_t slots)
+{
+    size_t lo = (size_t)64 << 20, hi = lo + ((size_t)256 << 20);
+    for (int first = 1; first || hi - lo > 256; first = 0) {
+        const size_t mid = first ? hi : lo + (hi - lo) / 2;
+        hyprof_cube_t out;
+        memset(&out, 0, sizeof out);
+        hyprof_status_t st = run_capped(gpu, cube, p, mid, &out, NULL);
+        hyprof_cube_free(&out);
+        const int ok = st == HYPROF_OK && g_plan_group >= group && g_plan_slots >= slots;
+        if (first && !ok)
+            return 0;
+        if (!first && ok)
+            hi = mid;
+        else if (!first)
+            lo = mid;
+    }
+    return hi;
 }
 
 /* ---- comparisons --------------------------------------------------------------- */
@@ -236,7 +250,53 @@ static double k_error(const double *kc, const double *kg, size_t n)
 
 static const double g_default_times[8] = {65, 130, 195, 260, 325, 390, 455, 520};
 
-/* Runs the case on both backends (and the variants when asked) and checks. */
+/* The run of `p` with smaller band groups and fewer output slots (the
+ * smallest device-memory caps that plan 1 band a group and 1 slot, 1 band
+ * and 2 slots, 2 bands and 2 slots while the cube has more: the plan takes
+ * fewer than 3 slots only for a larger group) must equal `base` (the
+ * uncapped run, contrasts kbase) bit for bit. */
+static void check_groups(const char *label, const hyprof_cube_t *cube,
+                         const hyprof_eadp_params_t *p, hyprof_ctx_t *gpu,
+                         const hyprof_cube_t *base, const double *kbase)
+{
+    static const size_t want[3][2] = {{1, 1}, {1, 2}, {2, 2}};
+    const char *prec = p->precision == HYPROF_EADP_DOUBLE ? "double" : "float";
+    for (int v = 0; v < 3; v++) {
+        if (want[v][0] >= cube->bands)
+            continue;
+        char what[160];
+        snprintf(what, sizeof what, "%s [%s, groups of %zu, %zu slot(s)]", label, prec,
+                 want[v][0], want[v][1]);
+        const size_t cap = cap_for(gpu, cube, p, want[v][0], want[v][1]);
+        hyprof_cube_t ov;
+        memset(&ov, 0, sizeof ov);
+        double *kv = calloc(cube->bands, sizeof *kv);
+        g_checks += 2;
+        hyprof_status_t st =
+            !kv ? HYPROF_ERR_NOMEM : cap ? run_capped(gpu, cube, p, cap, &ov, kv) : HYPROF_ERR_INTERNAL;
+        if (st != HYPROF_OK || g_plan_group != want[v][0] || g_plan_slots != want[v][1]) {
+            FAIL("%s: cap %zu: %s, planned %zu band(s) a group, %zu slot(s)", what, cap,
+                 hyprof_status_text(st), g_plan_group, g_plan_slots);
+        } else if (expect_cuda(gpu, what)) {
+            size_t n = base->width * base->height * base->bands, diff = 0;
+            for (size_t i = 0; i < n; i++)
+                if (!same_float(((float *)base->data)[i], ((float *)ov.data)[i]))
+                    diff++;
+            const int kdiff = memcmp(kv, kbase, cube->bands * sizeof *kv) != 0;
+            if (diff || kdiff || ov.bands != base->bands)
+                FAIL("%s: %zu values and %s differ from the default CUDA run", what, diff,
+                     kdiff ? "the contrasts" : "no contrast");
+            else
+                printf("  %-34s bit-identical to the default CUDA run (cap %zu bytes)\n", what,
+                       cap);
+        }
+        hyprof_cube_free(&ov);
+        free(kv);
+    }
+}
+
+/* Runs the case on both backends (and the band-group fallbacks when asked)
+ * and checks. */
 static void run_case(const char *label, const hyprof_cube_t *cube, const hyprof_eadp_params_t *p,
                      hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, int variants)
 {
@@ -259,7 +319,6 @@ static void run_case(const char *label, const hyprof_cube_t *cube, const hyprof_
         FAIL("%s: CPU eadp: %s (%s)", label, hyprof_status_text(st), hyprof_ctx_last_error(cpu));
         goto done;
     }
-    clear_variants();
     g_checks++;
     st = hyprof_eadp(gpu, cube, p, &og, kg);
     if (st != HYPROF_OK) {
@@ -268,10 +327,10 @@ static void run_case(const char *label, const hyprof_cube_t *cube, const hyprof_
         goto done;
     }
     expect_cuda(gpu, label);
-    setenv("HYPROF_EADP_PRECISION", "double", 1);
+    hyprof_eadp_params_t q = *p;
+    q.precision = HYPROF_EADP_DOUBLE;
     g_checks++;
-    st = hyprof_eadp(gpu, cube, p, &od, kd);
-    clear_variants();
+    st = hyprof_eadp(gpu, cube, &q, &od, kd);
     if (st != HYPROF_OK) {
         FAIL("%s: CUDA eadp in double: %s (%s)", label, hyprof_status_text(st),
              hyprof_ctx_last_error(gpu));
@@ -304,59 +363,9 @@ static void run_case(const char *label, const hyprof_cube_t *cube, const hyprof_
            label, cube->width, cube->height, B, oc.bands, c.rel, cd.rel, ek, kc[0],
            cd.valid ? 100.0 * (double)cd.exact / (double)cd.valid : 100.0);
 
-    for (size_t v = 0; variants && v < 2 * NVARIANTS; v++) {
-        const variant_t *var = &g_variants[v % NVARIANTS];
-        const int dbl = v >= NVARIANTS; /* first every variant in float, then in double */
-        if (!dbl && !var->exact)
-            continue;
-        const hyprof_cube_t *base = dbl ? &od : &og;
-        const double *kbase = dbl ? kd : kg;
-        hyprof_cube_t ov;
-        memset(&ov, 0, sizeof ov);
-        double *kv = calloc(B, sizeof *kv);
-        clear_variants();
-        setenv(var->var, var->value, 1);
-        if (dbl)
-            setenv("HYPROF_EADP_PRECISION", "double", 1);
-        g_checks++;
-        st = kv ? hyprof_eadp(gpu, cube, p, &ov, kv) : HYPROF_ERR_NOMEM;
-        clear_variants();
-        if (st != HYPROF_OK) {
-            FAIL("%s [%s]: CUDA eadp: %s (%s)", label, var->name, hyprof_status_text(st),
-                 hyprof_ctx_last_error(gpu));
-            free(kv);
-            continue;
-        }
-        char what[160], vname[48];
-        snprintf(vname, sizeof vname, "%s%s", var->name, dbl ? "/dbl" : "");
-        snprintf(what, sizeof what, "%s [%s]", label, vname);
-        expect_cuda(gpu, what);
-        g_checks++;
-        if (ov.bands != base->bands) {
-            FAIL("%s: %zu bands", what, ov.bands);
-        } else if (var->exact) {
-            cmp_t cv = compare(cube, base, &ov);
-            size_t n = base->width * base->height * base->bands, diff = 0;
-            for (size_t i = 0; i < n; i++)
-                if (!same_float(((float *)base->data)[i], ((float *)ov.data)[i]))
-                    diff++;
-            int kdiff = memcmp(kv, kbase, B * sizeof *kv) != 0;
-            if (diff || kdiff)
-                FAIL("%s: %zu values (max rel %.3g) and %s differ from the default CUDA run",
-                     what, diff, cv.rel, kdiff ? "the contrasts" : "no contrast");
-            else
-                printf("  %-34s %-12s bit-identical to the default CUDA run\n", label, vname);
-        } else {
-            cmp_t cv = compare(cube, &oc, &ov);
-            double ekv = k_error(kc, kv, B);
-            if (!(cv.rel <= REL_TOL) || !(ekv <= K_TOL) || cv.nodata_bad)
-                FAIL("%s: max rel %.3g, k rel %.3g, %zu nodata differences against the CPU",
-                     what, cv.rel, ekv, cv.nodata_bad);
-            else
-                printf("  %-34s %-12s max rel %.2e against the CPU\n", label, vname, cv.rel);
-        }
-        hyprof_cube_free(&ov);
-        free(kv);
+    if (variants) {
+        check_groups(label, cube, p, gpu, &og, kg);
+        check_groups(label, cube, &q, gpu, &od, kd);
     }
 done:
     fflush(stdout);
@@ -406,72 +415,170 @@ static hyprof_status_t run_op(hyprof_ctx_t *ctx, const hyprof_cube_t *in, hyprof
     return st;
 }
 
-/* The eadp operation (--reduction pca, defaults) on CUDA with the PCs handed
- * from the PCA to the diffusion on the device must give the result of the
- * two-call path ($HYPROF_EADP_RESIDENT=0) bit for bit: values, nodata,
- * band names and the contrasts in the metadata. */
+/* The two public calls the eadp operation (--reduction pca, defaults) stands
+ * for: hyprof_pca_fit_transform to 7 components, then hyprof_eadp of the PCs
+ * carrying the input's mask and nodata (NaN when the input has none), as the
+ * operation hands its features over. */
+static hyprof_status_t two_calls(hyprof_ctx_t *gpu, const hyprof_cube_t *in, hyprof_cube_t *out)
+{
+    hyprof_eadp_params_t p;
+    hyprof_eadp_params_default(&p);
+    p.times = g_default_times;
+    p.ntimes = 8;
+    hyprof_pca_model_t *m = NULL;
+    hyprof_cube_t pcs;
+    memset(&pcs, 0, sizeof pcs);
+    hyprof_status_t st = hyprof_pca_fit_transform(gpu, in, 7, &m, &pcs);
+    hyprof_pca_model_free(&m);
+    if (st == HYPROF_OK) {
+        pcs.has_nodata = in->has_nodata;
+        pcs.nodata = in->nodata;
+    }
+    if (st == HYPROF_OK && in->mask && (st = hyprof_cube_alloc_mask(&pcs)) == HYPROF_OK) {
+        for (size_t y = 0; y < in->height; y++)
+            memcpy(pcs.mask + (ptrdiff_t)y * pcs.mask_stride_y,
+                   in->mask + (ptrdiff_t)y * in->mask_stride_y, in->width);
+        if (!pcs.has_nodata && hyprof_cube_count_valid(&pcs) < in->width * in->height) {
+            pcs.has_nodata = 1;
+            pcs.nodata = NAN;
+        }
+    }
+    if (st == HYPROF_OK)
+        st = hyprof_eadp(gpu, &pcs, &p, out, NULL);
+    hyprof_cube_free(&pcs);
+    return st;
+}
+
+/* The eadp operation on CUDA hands the PCs from the PCA to the diffusion on
+ * the device (once); its profile must equal the two public calls' bit for
+ * bit, nodata flag included. */
 static void test_handover(const char *label, size_t w, size_t h, size_t bands, uint64_t seed,
                           image_opts_t o, hyprof_ctx_t *gpu)
 {
-    hyprof_cube_t c;
+    hyprof_cube_t c, two;
     memset(&c, 0, sizeof c);
-    hyprof_result_t r0, r1;
-    hyprof_result_init(&r0);
+    memset(&two, 0, sizeof two);
+    hyprof_result_t r1;
     hyprof_result_init(&r1);
     if (make_image(&c, w, h, bands, seed, &o)) {
         FAIL("%s: cannot build the image", label);
         hyprof_cube_free(&c);
         return;
     }
-    clear_variants();
-    setenv("HYPROF_EADP_RESIDENT", "0", 1);
     g_device_handover = 0;
     hyprof_ctx_set_log(gpu, watch_handover, NULL);
-    hyprof_status_t st = run_op(gpu, &c, &r0);
-    unsetenv("HYPROF_EADP_RESIDENT");
-    int handed0 = g_device_handover;
-    g_device_handover = 0;
-    if (st == HYPROF_OK)
-        st = run_op(gpu, &c, &r1);
+    hyprof_status_t st = run_op(gpu, &c, &r1);
     hyprof_ctx_set_log(gpu, NULL, NULL);
+    int handed = g_device_handover;
+    if (st == HYPROF_OK)
+        st = two_calls(gpu, &c, &two);
     g_checks += 4;
     if (st != HYPROF_OK) {
-        FAIL("%s: eadp operation: %s (%s)", label, hyprof_status_text(st),
+        FAIL("%s: eadp operation or its two calls: %s (%s)", label, hyprof_status_text(st),
              hyprof_ctx_last_error(gpu));
         goto done;
     }
     expect_cuda(gpu, label);
-    if (handed0 || g_device_handover != 1)
-        FAIL("%s: device hand-over used %d time(s) with HYPROF_EADP_RESIDENT=0, %d without "
-             "(expected 0 and 1)", label, handed0, g_device_handover);
-    size_t n = r0.cube.width * r0.cube.height * r0.cube.bands, diff = 0;
-    if (r1.cube.bands != r0.cube.bands || r1.cube.width != r0.cube.width) {
-        FAIL("%s: %zu bands on the device path, %zu on the two-call path", label, r1.cube.bands,
-             r0.cube.bands);
+    if (handed != 1)
+        FAIL("%s: device hand-over used %d time(s), expected 1", label, handed);
+    if (r1.cube.bands != two.bands || r1.cube.width != two.width) {
+        FAIL("%s: %zu bands on the device path, %zu from the two calls", label, r1.cube.bands,
+             two.bands);
         goto done;
     }
+    size_t n = two.width * two.height * two.bands, diff = 0;
     for (size_t i = 0; i < n; i++)
-        if (!same_float(((float *)r0.cube.data)[i], ((float *)r1.cube.data)[i]))
+        if (!same_float(((float *)two.data)[i], ((float *)r1.cube.data)[i]))
             diff++;
-    size_t meta_diff = r0.nmeta != r1.nmeta, name_diff = 0;
-    for (size_t i = 0; !meta_diff && i < r0.nmeta; i++)
-        meta_diff += strcmp(r0.meta_keys[i], r1.meta_keys[i]) ||
-                     strcmp(r0.meta_values[i], r1.meta_values[i]);
-    for (size_t b = 0; b < r0.cube.bands; b++)
-        name_diff += !r0.band_names[b] || !r1.band_names[b] ||
-                     strcmp(r0.band_names[b], r1.band_names[b]);
-    if (diff || meta_diff || name_diff || r0.cube.has_nodata != r1.cube.has_nodata)
-        FAIL("%s: device hand-over differs from the two-call path: %zu values, %zu metadata, "
-             "%zu band names, nodata flag %d vs %d",
-             label, diff, meta_diff, name_diff, r1.cube.has_nodata, r0.cube.has_nodata);
+    if (diff || r1.cube.has_nodata != two.has_nodata)
+        FAIL("%s: device hand-over differs from the two calls: %zu values, nodata flag %d vs %d",
+             label, diff, r1.cube.has_nodata, two.has_nodata);
     else
         printf("  %-34s eadp operation: PCs handed over on the device, %zu bands bit-identical "
-               "to the two-call path\n",
-               label, r0.cube.bands);
+               "to the two calls\n",
+               label, two.bands);
 done:
     fflush(stdout);
-    hyprof_result_free(&r0);
     hyprof_result_free(&r1);
+    hyprof_cube_free(&two);
+    hyprof_cube_free(&c);
+}
+
+/* ---- the automatic kernel choices ---------------------------------------------------- */
+
+/* On a cube with enough regions per CTA for fed_tma_kernel (sm_90), the
+ * profile of its first band must equal that of its first band alone (too few
+ * regions: fed_shfl_kernel) bit for bit, bands being independent; the whole
+ * cube is checked against the CPU too. */
+static void test_regions(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
+{
+    const char *label = "regions-1905x349x7";
+    hyprof_cube_t c, all, one;
+    memset(&c, 0, sizeof c);
+    memset(&all, 0, sizeof all);
+    memset(&one, 0, sizeof one);
+    image_opts_t o = {0.0, 0, -1};
+    if (make_image(&c, 1905, 349, 7, 2024, &o)) {
+        FAIL("%s: cannot build the image", label);
+        hyprof_cube_free(&c);
+        return;
+    }
+    run_case(label, &c, p, cpu, gpu, 0);
+    char k_all[64], k_one[64];
+    hyprof_status_t st = run_capped(gpu, &c, p, 0, &all, NULL);
+    snprintf(k_all, sizeof k_all, "%s", g_plan_kernel);
+    const size_t bands = c.bands;
+    c.bands = 1; /* BSQ: the first band is a prefix */
+    if (st == HYPROF_OK)
+        st = run_capped(gpu, &c, p, 0, &one, NULL);
+    c.bands = bands;
+    snprintf(k_one, sizeof k_one, "%s", g_plan_kernel);
+    g_checks += 2;
+    if (st != HYPROF_OK) {
+        FAIL("%s: CUDA eadp: %s (%s)", label, hyprof_status_text(st), hyprof_ctx_last_error(gpu));
+    } else {
+        size_t n = one.width * one.height * one.bands, diff = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!same_float(((float *)all.data)[i], ((float *)one.data)[i]))
+                diff++;
+        if (diff)
+            FAIL("%s: %zu values of band 1's profile differ between %s (7 bands) and %s (1 band)",
+                 label, diff, k_all, k_one);
+        else
+            printf("  %-34s band 1's profile bit-identical on %s (7 bands) and %s (1 band)\n",
+                   label, k_all, k_one);
+    }
+    hyprof_cube_free(&all);
+    hyprof_cube_free(&one);
+    hyprof_cube_free(&c);
+}
+
+/* An image too tall for the fused FED kernels' grids and for prep_kernel's:
+ * one plain step a launch and the smoothing in three kernels, in both
+ * precisions, against the CPU. */
+static void test_tall(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
+{
+    const char *label = "tall-1x3300000";
+    hyprof_cube_t c, out;
+    memset(&c, 0, sizeof c);
+    image_opts_t o = {0.0, 0, -1};
+    if (make_image(&c, 1, 3300000, 1, 20, &o)) {
+        FAIL("%s: cannot build the image", label);
+        hyprof_cube_free(&c);
+        return;
+    }
+    run_case(label, &c, p, cpu, gpu, 0);
+    hyprof_eadp_params_t q = *p;
+    for (int d = 0; d < 2; d++) {
+        q.precision = d ? HYPROF_EADP_DOUBLE : HYPROF_EADP_FLOAT;
+        memset(&out, 0, sizeof out);
+        hyprof_status_t st = run_capped(gpu, &c, &q, 0, &out, NULL);
+        g_checks++;
+        if (st != HYPROF_OK || strcmp(g_plan_kernel, "fed_step_kernel") != 0)
+            FAIL("%s: %s, FED on %s (expected fed_step_kernel)", label, hyprof_status_text(st),
+                 g_plan_kernel);
+        hyprof_cube_free(&out);
+    }
     hyprof_cube_free(&c);
 }
 
@@ -583,25 +690,7 @@ static void print_device(void)
     g_dev_ms[0] = g_dev_bw[0] = '\0';
 }
 
-/* Sets "NAME=V,NAME=V" (NAME without the HYPROF_EADP_ prefix); 0 if malformed. */
-static int set_combo(const char *combo)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", combo);
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '='), var[96];
-        if (!eq)
-            return 0;
-        *eq = '\0';
-        snprintf(var, sizeof var, "HYPROF_EADP_%s", kv);
-        setenv(var, eq + 1, 1);
-    }
-    return 1;
-}
-
-/* $HYPROF_TEST_TIMING=sweep also times the variants (tuning aid), or the
- * combinations in $HYPROF_TEST_SWEEP ("FUSE=2,BAND_GROUP=2;FUSE=8;..."). */
-static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
+static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
 {
     hyprof_cube_t c;
     memset(&c, 0, sizeof c);
@@ -611,7 +700,6 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
         hyprof_cube_free(&c);
         return;
     }
-    clear_variants();
     hyprof_ctx_set_log(gpu, keep_device_log, NULL);
     double lo, hi, med = time_runs(gpu, &c, p, 5, &lo, &hi);
     if (med >= 0.0)
@@ -619,49 +707,79 @@ static void timing(hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p, int sweep)
                "median %.2f ms per run (min %.2f, max %.2f; host to host)\n",
                p->cycles, med, lo, hi);
     print_device();
-    setenv("HYPROF_EADP_PRECISION", "double", 1);
-    med = time_runs(gpu, &c, p, 3, &lo, &hi);
-    clear_variants();
+    hyprof_eadp_params_t q = *p;
+    q.precision = HYPROF_EADP_DOUBLE;
+    med = time_runs(gpu, &c, &q, 3, &lo, &hi);
     if (med >= 0.0)
-        printf("timing:   PRECISION=double: median %.2f ms (min %.2f, max %.2f)\n", med, lo, hi);
+        printf("timing:   precision double: median %.2f ms (min %.2f, max %.2f)\n", med, lo,
+               hi);
     print_device();
-    const char *combos = getenv("HYPROF_TEST_SWEEP");
-    if (sweep && combos && *combos) {
-        char list[2048];
-        snprintf(list, sizeof list, "%s", combos);
-        for (char *save = NULL, *cb = strtok_r(list, ";", &save); cb;
-             cb = strtok_r(NULL, ";", &save)) {
-            clear_variants();
-            if (!set_combo(cb)) {
-                printf("timing:   %s: malformed (NAME=VALUE,...)\n", cb);
-                continue;
-            }
-            med = time_runs(gpu, &c, p, 3, &lo, &hi);
-            clear_variants();
-            if (med >= 0.0)
-                printf("timing:   %s: median %.2f ms (min %.2f, max %.2f)\n", cb, med, lo, hi);
-            print_device();
-        }
-        sweep = 0;
-    }
-    static const char *sw[][2] = {
-        {"HYPROF_EADP_FUSE", "1"},       {"HYPROF_EADP_FUSE", "2"},
-        {"HYPROF_EADP_FUSE", "6"},       {"HYPROF_EADP_FUSE", "8"},
-        {"HYPROF_EADP_TILE_ROWS", "64"}, {"HYPROF_EADP_FMA", "1"},
-        {"HYPROF_EADP_GRAPH", "0"},      {"HYPROF_EADP_SLOTS", "1"},
-    };
-    for (size_t i = 0; sweep && i < sizeof sw / sizeof sw[0]; i++) {
-        clear_variants();
-        setenv(sw[i][0], sw[i][1], 1);
-        med = time_runs(gpu, &c, p, 3, &lo, &hi);
-        clear_variants();
-        if (med >= 0.0)
-            printf("timing:   %s=%s: median %.2f ms (min %.2f, max %.2f)\n", sw[i][0], sw[i][1],
-                   med, lo, hi);
-        print_device();
-    }
     hyprof_ctx_set_log(gpu, NULL, NULL);
     hyprof_cube_free(&c);
+}
+
+/* The synthetic cases: odd shapes, masks, a constant band, the diffusivities,
+ * contrasts, percentiles, radii and schedules; the band-group fallbacks on
+ * four of them. */
+static void synthetic_cases(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const hyprof_eadp_params_t *p)
+{
+    const image_opts_t plain = {0.0, 0, -1};
+
+    synthetic("default-64x48", 64, 48, 3, 1, plain, p, cpu, gpu, 1);
+    synthetic("odd-37x23", 37, 23, 2, 2, plain, p, cpu, gpu, 0);
+    synthetic("line-1x5", 1, 5, 1, 3, plain, p, cpu, gpu, 0);
+    synthetic("column-7x1", 7, 1, 2, 4, plain, p, cpu, gpu, 0);
+    synthetic("tiles-300x200", 300, 200, 4, 5, plain, p, cpu, gpu, 0);
+    {
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("masked-3pct-150x100", 150, 100, 3, 6, o, p, cpu, gpu, 1);
+    }
+    {
+        image_opts_t o = {0.03, 1, -1};
+        synthetic("masked-nan-97x61", 97, 61, 2, 7, o, p, cpu, gpu, 0);
+    }
+    {
+        image_opts_t o = {0.0, 0, 1};
+        synthetic("constant-band-50x40", 50, 40, 3, 8, o, p, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.cycles = 3;
+        synthetic("cycles3-37x23", 37, 23, 2, 9, plain, &q, cpu, gpu, 1);
+        image_opts_t o = {0.03, 0, -1};
+        synthetic("cycles3-masked-120x90", 120, 90, 2, 10, o, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.diffusivity = HYPROF_DIFFUSIVITY_G1;
+        synthetic("g1-64x48", 64, 48, 2, 11, plain, &q, cpu, gpu, 0);
+        q.diffusivity = HYPROF_DIFFUSIVITY_G3;
+        synthetic("g3-64x48", 64, 48, 2, 12, plain, &q, cpu, gpu, 0);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.contrast = 25.0;
+        synthetic("contrast-25-64x48", 64, 48, 2, 13, plain, &q, cpu, gpu, 0);
+        q.contrast = 0.0;
+        q.percentile = 0.3;
+        synthetic("percentile-0.3-64x48", 64, 48, 2, 14, plain, &q, cpu, gpu, 0);
+        q.percentile = 0.95;
+        q.sigma = 2.5;
+        synthetic("p0.95-sigma2.5-64x48", 64, 48, 2, 15, plain, &q, cpu, gpu, 0);
+    }
+    {
+        static const double times[4] = {3.0, 10.0, 40.0, 41.0};
+        hyprof_eadp_params_t q = *p;
+        q.times = times;
+        q.ntimes = 4;
+        q.cycles = 2;
+        synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
+    }
+    {
+        hyprof_eadp_params_t q = *p;
+        q.sigma = 3.0; /* radius 9: the smoothing in three kernels */
+        synthetic("sigma3-64x48", 64, 48, 2, 21, plain, &q, cpu, gpu, 0);
+    }
 }
 
 int main(int argc, char **argv)
@@ -678,8 +796,6 @@ int main(int argc, char **argv)
         printf("%s %s; device 0: %s, %.1f GiB, %.1f GiB free\n", hyprof_version(),
                hyprof_build_info(), name, (double)total / 1073741824.0,
                (double)freeb / 1073741824.0);
-    clear_variants();
-
     hyprof_ctx_t *cpu = hyprof_ctx_new(), *gpu = hyprof_ctx_new();
     if (!cpu || !gpu) {
         printf("FAIL: hyprof_ctx_new\n");
@@ -695,61 +811,13 @@ int main(int argc, char **argv)
     hyprof_eadp_params_default(&p);
     p.times = g_default_times;
     p.ntimes = 8;
-    const image_opts_t plain = {0.0, 0, -1};
-
-    synthetic("default-64x48", 64, 48, 3, 1, plain, &p, cpu, gpu, 1);
-    synthetic("odd-37x23", 37, 23, 2, 2, plain, &p, cpu, gpu, 0);
-    synthetic("line-1x5", 1, 5, 1, 3, plain, &p, cpu, gpu, 0);
-    synthetic("column-7x1", 7, 1, 2, 4, plain, &p, cpu, gpu, 0);
-    synthetic("tiles-300x200", 300, 200, 4, 5, plain, &p, cpu, gpu, 0);
-    {
-        image_opts_t o = {0.03, 0, -1};
-        synthetic("masked-3pct-150x100", 150, 100, 3, 6, o, &p, cpu, gpu, 1);
-    }
-    {
-        image_opts_t o = {0.03, 1, -1};
-        synthetic("masked-nan-97x61", 97, 61, 2, 7, o, &p, cpu, gpu, 0);
-    }
-    {
-        image_opts_t o = {0.0, 0, 1};
-        synthetic("constant-band-50x40", 50, 40, 3, 8, o, &p, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.cycles = 3;
-        synthetic("cycles3-37x23", 37, 23, 2, 9, plain, &q, cpu, gpu, 1);
-        image_opts_t o = {0.03, 0, -1};
-        synthetic("cycles3-masked-120x90", 120, 90, 2, 10, o, &q, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.diffusivity = HYPROF_DIFFUSIVITY_G1;
-        synthetic("g1-64x48", 64, 48, 2, 11, plain, &q, cpu, gpu, 0);
-        q.diffusivity = HYPROF_DIFFUSIVITY_G3;
-        synthetic("g3-64x48", 64, 48, 2, 12, plain, &q, cpu, gpu, 0);
-    }
-    {
-        hyprof_eadp_params_t q = p;
-        q.contrast = 25.0;
-        synthetic("contrast-25-64x48", 64, 48, 2, 13, plain, &q, cpu, gpu, 0);
-        q.contrast = 0.0;
-        q.percentile = 0.3;
-        synthetic("percentile-0.3-64x48", 64, 48, 2, 14, plain, &q, cpu, gpu, 0);
-        q.percentile = 0.95;
-        q.sigma = 2.5;
-        synthetic("p0.95-sigma2.5-64x48", 64, 48, 2, 15, plain, &q, cpu, gpu, 0);
-    }
-    {
-        static const double times[4] = {3.0, 10.0, 40.0, 41.0};
-        hyprof_eadp_params_t q = p;
-        q.times = times;
-        q.ntimes = 4;
-        q.cycles = 2;
-        synthetic("irregular-times-70x50", 70, 50, 3, 16, plain, &q, cpu, gpu, 1);
-    }
+    synthetic_cases(cpu, gpu, &p);
+    test_regions(cpu, gpu, &p);
+    test_tall(cpu, gpu, &p);
     test_cancel(&p);
-    test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
     {
+        const image_opts_t plain = {0.0, 0, -1};
+        test_handover("op-160x90x12", 160, 90, 12, 17, plain, gpu);
         image_opts_t o = {0.03, 0, -1};
         test_handover("op-masked-130x70x9", 130, 70, 9, 18, o, gpu);
         image_opts_t q = {0.03, 1, -1};
@@ -776,7 +844,7 @@ int main(int argc, char **argv)
 
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!(tm && strcmp(tm, "0") == 0))
-        timing(gpu, &p, tm && strcmp(tm, "sweep") == 0);
+        timing(gpu, &p);
 
     hyprof_ctx_free(&cpu);
     hyprof_ctx_free(&gpu);

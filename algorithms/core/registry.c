@@ -92,6 +92,11 @@ static const hyprof_param_t eadp_params[] = {
     {"diffusivity", HYPROF_PARAM_CHOICE, "g2", NOLIMIT, "g1|g2|g3",
      "g1 = exp(-|grad|^2/k^2), g2 = 1/(1+|grad|^2/k^2) (Perona-Malik), g3 = Weickert.",
      HYPROF_PARAM_ADVANCED},
+    {"precision", HYPROF_PARAM_CHOICE, "float", NOLIMIT, "float|double",
+     "Arithmetic of the diffusion steps on CUDA: float (faster; within 1e-4 of double, "
+     "relative to the band's largest value) or double (the CPU backend's result, to the "
+     "last bit with g2). The CPU backend computes in double either way.",
+     HYPROF_PARAM_ADVANCED},
 };
 
 static const hyprof_param_t eap_params[] = {

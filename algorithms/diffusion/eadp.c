@@ -338,6 +338,9 @@ static hyprof_status_t check_params(hyprof_ctx_t *ctx, const hyprof_eadp_params_
                              (int)p->diffusivity);
     if (p->cycles < 1)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "cycles %d must be >= 1", p->cycles);
+    if (p->precision != HYPROF_EADP_FLOAT && p->precision != HYPROF_EADP_DOUBLE)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "unknown precision %d",
+                             (int)p->precision);
     if (!p->times || p->ntimes == 0)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no diffusion times given");
     for (size_t i = 0; i < p->ntimes; i++) {
@@ -419,7 +422,8 @@ static hyprof_eadp_args_t make_args(const hyprof_cube_t *x, const uint8_t *mask,
     hyprof_eadp_args_t a = {x->data, mask, x->width, x->height, x->bands, params->sigma,
                             params->percentile, params->contrast, params->diffusivity,
                             params->ntimes, params->cycles, nsteps,
-                            (const double *const *)tau, nodata, out->data, contrast_out};
+                            (const double *const *)tau, nodata, out->data, contrast_out,
+                            params->precision};
     return a;
 }
 
@@ -476,6 +480,8 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         p->contrast = hyprof_args_float(args, "contrast");
     p->cycles = (int)hyprof_args_int(args, "cycles");
     p->diffusivity = (hyprof_diffusivity_t)(hyprof_args_str(args, "diffusivity")[1] - '0');
+    p->precision = strcmp(hyprof_args_str(args, "precision"), "double") == 0 ? HYPROF_EADP_DOUBLE
+                                                                             : HYPROF_EADP_FLOAT;
     p->times = op_times(args, &p->ntimes);
     return p->times ? HYPROF_OK : hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
 }
@@ -501,7 +507,7 @@ static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t n
  * on the device and the diffusion starts from them there (no download of the
  * PCs and upload again). Everything else is as hyprof_eadp on the features
  * reduce.c returns (same mask, nodata and arguments), so the result is the
- * same bit for bit. $HYPROF_EADP_RESIDENT=0 turns it off. */
+ * same bit for bit. */
 typedef struct {
     hyprof_ctx_t *ctx;
     const hyprof_cube_t *in;
@@ -572,9 +578,7 @@ static hyprof_status_t reduce(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     d->hi = saved[1];
     hyprof_pca_device_fn fn = NULL;
 #ifdef HYPROF_HAVE_CUDA
-    const char *env = getenv("HYPROF_EADP_RESIDENT");
-    if (!(env && strcmp(env, "0") == 0))
-        fn = diffuse_on_device;
+    fn = diffuse_on_device;
 #endif
     hyprof_status_t st = hyprof__reduce_device(ctx, OP, args, in, feat, names, fn, d);
     hyprof__progress_pop(ctx, saved);

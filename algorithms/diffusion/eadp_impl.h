@@ -1,4 +1,4 @@
-/* EADP step shared by the CPU (eadp.c) and CUDA (kernels/diffusion/eadp.cu)
+/* EADP step shared by the CPU (eadp.c) and CUDA (kernels/diffusion/eadp_*.cu)
  * backends: the whole diffusion profile of a batch of feature bands.
  *
  * Exact semantics, per band u (float32 input, all arithmetic in double), with
@@ -52,6 +52,7 @@ typedef struct {
     float nodata;
     float *out;                /* width*height*bands*(ntimes+1), BSQ */
     double *contrast_out;      /* bands: the k used */
+    hyprof_eadp_precision_t precision; /* the CUDA FED's arithmetic (the CPU: double) */
 } hyprof_eadp_args_t;
 
 hyprof_status_t hyprof__cpu_eadp(hyprof_ctx_t *ctx, void *args);

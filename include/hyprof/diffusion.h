@@ -15,6 +15,13 @@ typedef enum {
     HYPROF_DIFFUSIVITY_G3 = 3  /* 1 - exp(-3.315 / (|grad|/k)^8)    (Weickert) */
 } hyprof_diffusivity_t;
 
+/* The arithmetic of the CUDA backend's FED steps. The CPU backend computes in
+ * double either way. */
+typedef enum {
+    HYPROF_EADP_FLOAT = 0, /* float u and conductances (default): within 1e-4 of double */
+    HYPROF_EADP_DOUBLE = 1 /* double, in the CPU's order: the CPU's result with g2 */
+} hyprof_eadp_precision_t;
+
 typedef struct {
     double sigma;             /* Gaussian pre-smoothing (> 0), kernel radius ceil(3 sigma) */
     double percentile;        /* contrast k from this percentile of |grad|, in (0, 1) */
@@ -23,10 +30,11 @@ typedef struct {
     const double *times;      /* increasing process times T_1 < ... < T_C (> 0) */
     size_t ntimes;
     int cycles;               /* FED cycles per increment T_i - T_(i-1) (>= 1) */
+    hyprof_eadp_precision_t precision; /* CUDA FED arithmetic (HYPROF_EADP_FLOAT) */
 } hyprof_eadp_params_t;
 
 /* Sets the seed paper's defaults: sigma 1, percentile 0.7, g2, one cycle, and
- * no times (the caller provides them). */
+ * no times (the caller provides them); precision float. */
 void hyprof_eadp_params_default(hyprof_eadp_params_t *p);
 
 /* For every band X of `in` (features: principal components, wavelet

@@ -407,18 +407,31 @@ class Event {
         HYPROF_CUDA_CHECK(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
         return HYPROF_OK;
     }
+    /* An event that only orders streams, also inside graph captures: it is
+     * destroyed without waiting (waiting on an event last recorded in a
+     * capture is an invalid-argument error, and nothing on the host depends
+     * on it). */
+    hyprof_status_t create_ordering(hyprof_ctx_t *ctx, const char *op)
+    {
+        HYPROF_TRY(create(ctx, op));
+        wait_on_reset_ = false;
+        return HYPROF_OK;
+    }
     void reset()
     {
         if (e_) {
-            (void)cudaEventSynchronize(e_);
+            if (wait_on_reset_)
+                (void)cudaEventSynchronize(e_);
             (void)cudaEventDestroy(e_);
         }
         e_ = NULL;
+        wait_on_reset_ = true;
     }
     cudaEvent_t get() const { return e_; }
 
   private:
     cudaEvent_t e_ = NULL;
+    bool wait_on_reset_ = true;
 };
 
 class Blas {
