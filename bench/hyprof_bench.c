@@ -20,7 +20,7 @@
  * --wavelet, the level count whose band count is closest to --features 4, or
  * --levels), the EMP (disk, radii 1,3,5,7) and, for wmcd, the 2-D haar
  * denoising (automatic levels, soft). The library's stage trace
- * ($HYPROF_EMP_TRACE, one line per device share) gives the stages: spectral
+ * (HYPROF_LOG=debug, one line per device share) gives the stages: spectral
  * (upload and DWT), quantise (with several devices: and the exchange of the
  * feature rows), emp, denoise (or the float conversion), download (the tail
  * after the last computation), device and wall, each the slowest share's,
@@ -1326,7 +1326,7 @@ int main(int argc, char **argv)
         hyprof_ctx_set_log(ctx, keep_device_stages, NULL);
     }
     if (is_profile_op(&o)) {
-        setenv("HYPROF_EMP_TRACE", "1", 1);
+        setenv("HYPROF_LOG", "debug", 1); /* the stage lines */
         hyprof_ctx_set_log(ctx, keep_share_stages, NULL);
     }
     if (!strcmp(o.op, "eadp")) {

@@ -18,15 +18,17 @@
  * the chain), with two and three shares, and with more shares than feature
  * bands. With one device the shares are all on device 0 (--devices 0,0):
  * the same partition and exchange code runs, through same-device copies.
- * Some checks again with the output page-locked and copied into directly
- * ($HYPROF_EMP_PIN=lock), locked late ($HYPROF_EMP_PIN=late) and with
- * pageable input copies
- * ($HYPROF_EMP_STAGING=0).
+ * The chains again with a page-locked input and outputs (the copies go
+ * straight to and from them instead of through the staging pool). Low
+ * device memory (HYPROF_DEVICE_MEMORY): the denoising in groups of two
+ * planes through two group buffers that take turns (instead of the whole
+ * output on the device), and, with too little memory for one plane,
+ * HYPROF_ERR_DEVICE_MEMORY on cuda and the CPU's result on auto.
  *
  * Timing (information only, never asserted): ms per CUDA run of a
  * Pavia Centre-size 1096 x 715 x 4 feature cube (EMP, W-MCD), median of 3
  * after a warm-up, host to host, one device and (if present) two; the last
- * repetition prints the library's per-device stage times ($HYPROF_EMP_TRACE).
+ * repetition prints the library's per-device stage times (HYPROF_LOG=debug).
  * $HYPROF_TEST_TIMING=0 skips it.
  *
  * Exit 0 when all pass, 1 on any failure (each printed), 77 without a CUDA
@@ -384,6 +386,61 @@ static void run_chain_case(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, const chain_cas
     }
 }
 
+/* Low device memory (HYPROF_DEVICE_MEMORY caps what the chain plans with).
+ * cases[0] is 97 x 61, 3 bands, 4 radii: 27 planes of 354,624 bytes of
+ * denoising work each. With 64 MiB + 1.8 MB the budget is 1.8 MB (the free
+ * memory less its 64 MiB margin), half of it holds two planes: groups of
+ * two, through two group buffers that take turns, since the whole float
+ * output does not fit beside them. With 64 MiB the budget is 0: not one
+ * plane fits, cuda fails with HYPROF_ERR_DEVICE_MEMORY and auto falls back
+ * to the CPU. */
+static void low_memory(hyprof_ctx_t *cpu, hyprof_ctx_t *gpu, int ndev)
+{
+    printf("low device memory (HYPROF_DEVICE_MEMORY):\n");
+    setenv("HYPROF_DEVICE_MEMORY", "68908864", 1);
+    run_case(cpu, gpu, &cases[0], ndev);
+    setenv("HYPROF_DEVICE_MEMORY", "64M", 1);
+    hyprof_cube_t in, ref, out;
+    hyprof_wmcd_params_t p;
+    hyprof_wmcd_params_default(&p);
+    if (make_features(&in, 97, 61, 3, 7, 0.0)) {
+        FAIL("low memory: cannot build the input");
+        unsetenv("HYPROF_DEVICE_MEMORY");
+        return;
+    }
+    g_checks++;
+    hyprof_status_t st = hyprof_wmcd(gpu, &in, &p, &out, NULL, NULL);
+    if (st != HYPROF_ERR_DEVICE_MEMORY)
+        FAIL("W-MCD in 64 MiB on cuda: expected HYPROF_ERR_DEVICE_MEMORY, got %s",
+             hyprof_status_text(st));
+    else
+        printf("ok   W-MCD in 64 MiB on cuda: %s\n", hyprof_ctx_last_error(gpu));
+    if (st == HYPROF_OK)
+        hyprof_cube_free(&out);
+    /* auto (HYPROF_BACKEND, when set, replaces it: then there is no fallback) */
+    hyprof_ctx_t *aut = getenv("HYPROF_BACKEND") ? NULL : hyprof_ctx_new();
+    if (!aut) {
+        printf("skip W-MCD in 64 MiB on auto: HYPROF_BACKEND is set\n");
+    } else if (hyprof_wmcd(aut, &in, &p, &out, NULL, NULL) != HYPROF_OK) {
+        FAIL("W-MCD in 64 MiB on auto: %s", hyprof_ctx_last_error(aut));
+    } else {
+        g_checks++;
+        if (hyprof_ctx_used_backend(aut) != HYPROF_BACKEND_CPU)
+            FAIL("W-MCD in 64 MiB on auto: ran on %s, not on the CPU",
+                 hyprof_backend_name(hyprof_ctx_used_backend(aut)));
+        if (hyprof_wmcd(cpu, &in, &p, &ref, NULL, NULL) != HYPROF_OK) {
+            FAIL("W-MCD on the CPU: %s", hyprof_ctx_last_error(cpu));
+        } else {
+            compare("W-MCD in 64 MiB on auto vs CPU", &ref, &out, 1);
+            hyprof_cube_free(&ref);
+        }
+        hyprof_cube_free(&out);
+    }
+    hyprof_ctx_free(&aut);
+    hyprof_cube_free(&in);
+    unsetenv("HYPROF_DEVICE_MEMORY");
+}
+
 static double now_ms(void)
 {
     struct timespec t;
@@ -397,7 +454,7 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The library's $HYPROF_EMP_TRACE lines (stage times per device). */
+/* The library's stage lines (HYPROF_LOG=debug: stage times per device). */
 static void print_log(void *user, hyprof_log_level_t level, const char *message)
 {
     (void)user;
@@ -425,7 +482,7 @@ static void timing(hyprof_ctx_t *gpu, int ndev)
             for (int i = 0; i < 4; i++) {
                 hyprof_cube_t out;
                 if (i == 3) { /* the last repetition traces its stages */
-                    setenv("HYPROF_EMP_TRACE", "1", 1);
+                    setenv("HYPROF_LOG", "debug", 1);
                     hyprof_ctx_set_log(gpu, print_log, NULL);
                 }
                 double t0 = now_ms();
@@ -433,7 +490,7 @@ static void timing(hyprof_ctx_t *gpu, int ndev)
                                            : hyprof_emp(gpu, &in, &p.emp, &out, NULL);
                 t[i] = now_ms() - t0;
                 if (i == 3) {
-                    unsetenv("HYPROF_EMP_TRACE");
+                    unsetenv("HYPROF_LOG");
                     hyprof_ctx_set_log(gpu, NULL, NULL);
                 }
                 if (st != HYPROF_OK) {
@@ -475,21 +532,7 @@ int main(void)
     printf("page-locked input and outputs (hyprof_cube_alloc_pinned, hyprof_pinned_cache_set):\n");
     for (size_t i = 0; i < sizeof chain_cases / sizeof chain_cases[0]; i++)
         run_chain_case(cpu, gpu, &chain_cases[i], multi, 2, 1);
-    /* and the output page-locked, the copies straight into it */
-    printf("page-locked output (HYPROF_EMP_PIN=lock):\n");
-    setenv("HYPROF_EMP_PIN", "lock", 1);
-    run_case(cpu, gpu, &cases[1], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[0], multi, 2, 0);
-    unsetenv("HYPROF_EMP_PIN");
-    printf("late output locking (HYPROF_EMP_PIN=late):\n");
-    setenv("HYPROF_EMP_PIN", "late", 1);
-    run_case(cpu, gpu, &cases[0], ndev);
-    run_chain_case(cpu, gpu, &chain_cases[1], multi, 2, 0);
-    unsetenv("HYPROF_EMP_PIN");
-    printf("pageable input copies (HYPROF_EMP_STAGING=0):\n");
-    setenv("HYPROF_EMP_STAGING", "0", 1);
-    run_chain_case(cpu, gpu, &chain_cases[2], multi, 1, 0);
-    unsetenv("HYPROF_EMP_STAGING");
+    low_memory(cpu, gpu, ndev);
     const char *tm = getenv("HYPROF_TEST_TIMING");
     if (!tm || strcmp(tm, "0") != 0)
         timing(gpu, ndev);

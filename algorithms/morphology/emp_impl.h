@@ -63,16 +63,6 @@ void hyprof__se_rows(hyprof_se_t se, int r, int *hw);
 hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args);
 hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *args);
 
-/* CPU W-MCD of one plane (row-major width x height, n = w*h, as double):
- * out[k * n + p] for levels[k], k < 3. Returns 0, or -1 when out of memory.
- * (algorithms/wavelet/dwt2.c) */
-int hyprof__wmcd_plane(const double *x, size_t width, size_t height,
-                       const hyprof_wavelet_t *w, const int levels[3], int hard, double *out);
-/* The universal threshold of a plane from |HH1| (n1 values, reordered):
- * median / 0.6745 * sqrt(2 ln npix), the median as NumPy's (mean of the two
- * middle values for an even count). */
-double hyprof__universal_threshold(double *abs_hh1, size_t n1, size_t npix);
-
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
  * the planes. OpenMP over bands x radii. Semantics: include/hyprof/morphology.h. */
 #define _DEFAULT_SOURCE /* clock_gettime */
 #include "emp_impl.h"
-#include "../wavelet/dwt_impl.h"
+#include "wavelet/dwt_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -371,13 +371,10 @@ void hyprof__pack_cols(int threads, float *dst, const float *src, size_t src_ld,
 {
     /* pieces of at least 256 KiB: one column can be split among threads */
     const size_t piece = (size_t)64 << 10, per = (m + piece - 1) / piece, total = per * cols;
-    /* $HYPROF_EMP_NT (to compare): 0 never streaming stores, all always */
-    const char *env = getenv("HYPROF_EMP_NT");
-    const int nt = env && strcmp(env, "0") == 0 ? 0 : env && strcmp(env, "all") == 0 ? 1 : stream;
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (size_t t = 0; t < total; t++) {
         size_t c = t / per, i0 = (t % per) * piece, len = m - i0 < piece ? m - i0 : piece;
-        if (nt)
+        if (stream)
             copy_stream(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
         else
             memcpy(dst + c * m + i0, src + c * src_ld + i0, len * sizeof *dst);
@@ -449,10 +446,9 @@ hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
     t[4] = now_ms();
     free(q);
     free(emp);
-    /* $HYPROF_EMP_TRACE: the stage line the CUDA backend logs per device */
-    const char *env = getenv("HYPROF_EMP_TRACE");
-    if (st == HYPROF_OK && env && strcmp(env, "0") != 0)
-        hyprof__log(ctx, HYPROF_LOG_INFO,
+    /* HYPROF_LOG=debug: the stage line the CUDA backend logs per device */
+    if (st == HYPROF_OK && hyprof__log_debug())
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "%s stages: share=0 shares=1 device=cpu threads=%d spectral_ms=%.3f "
                     "quantise_ms=%.3f emp_ms=%.3f %s_ms=%.3f wall_ms=%.3f", a->op,
                     hyprof__threads(ctx), t[1] - t[0], t[2] - t[1], t[3] - t[2],

@@ -9,7 +9,7 @@
  *   a[o] = sum_j lo[j] s[(F/2 + 2o - j) mod n'],  d[o] the same with hi.
  * The synthesis scatters a[o] lo[j] + d[o] hi[j] back to (F/2 + 2o - j) mod n'
  * and keeps the first n samples (waverec2 crops to the next level's size). */
-#include "../morphology/emp_impl.h"
+#include "dwt_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

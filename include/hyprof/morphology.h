@@ -82,10 +82,6 @@ void hyprof_wmcd_params_default(hyprof_wmcd_params_t *p);
  * floor(log2(w)) - 1, w the smaller side. */
 void hyprof_wmcd_auto_levels(size_t width, size_t height, int levels[3]);
 
-/* Largest 2-D level for the wavelet on a width x height image:
- * pywt.dwt_max_level(min(width, height), wavelet length). */
-int hyprof_dwt2_max_levels(size_t width, size_t height, const hyprof_wavelet_t *wavelet);
-
 /* W-MCD of every band of `in`: `out` becomes an owned float32 BSQ cube of
  * 3 * bands * (2 nradii + 1) bands: for every EMP plane, its denoised versions
  * at levels[0], levels[1], levels[2]. `levels_used` (optional, 3) receives

@@ -30,6 +30,10 @@ int hyprof_dwt_max_levels(size_t bands);
  * (ties: more bands): how eap, emp and wmcd turn --features into levels. */
 int hyprof_dwt_levels_for_features(size_t bands, long features);
 
+/* Largest 2-D level for the wavelet on a width x height image:
+ * pywt.dwt_max_level(min(width, height), wavelet length). */
+int hyprof_dwt2_max_levels(size_t width, size_t height, const hyprof_wavelet_t *wavelet);
+
 /* Spectral DWT feature extraction: for every pixel, the approximation
  * coefficients after `levels` levels of the Mallat decomposition with periodic
  * extension (PyWavelets mode='periodization'). `out` becomes an owned float32
