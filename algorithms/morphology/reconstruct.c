@@ -337,10 +337,9 @@ static hyprof_status_t cpu_denoise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a
 
 /* memcpy with streaming stores: the destination's lines are not fetched
  * first, a third less memory traffic than memcpy's cached stores below its
- * non-temporal threshold, for a destination nobody reads soon (measured on a
- * 2 x H200 host, W-MCD of 1.3 GB: copying the output out of the staging 21
- * ms instead of 31; packing the input into staging that the DMA reads next
- * 54 ms instead of 41, which stays with memcpy). */
+ * non-temporal threshold, for a destination nobody reads soon (the output
+ * copied out of the staging). Packing the input into staging that the DMA
+ * reads next stays with memcpy: there the cached stores are faster. */
 static void copy_stream(void *dst, const void *src, size_t bytes)
 {
 #if defined(__SSE2__)

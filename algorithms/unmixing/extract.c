@@ -92,7 +92,7 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     double first = 0.0;
     hyprof_status_t st = HYPROF_OK;
     /* Threads from a thousand candidates on (each pixel's sums are the same
-     * whatever the split): SSPP's 3100 took 16 ms alone on the H100 bench host. */
+     * whatever the split); fewer are cheaper on one thread. */
     int threads = n >= 1024 ? hyprof__threads(ctx) : 1;
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t i = 0; i < n; i += DOT_ROWS)
@@ -440,9 +440,9 @@ static double best_swap(const double *Ai, const double *z, size_t p, size_t *jbe
  * by (A^-1 [1; z_i])_j, so one matrix-vector product per pixel tries every
  * replacement; pixels are visited in order and a pixel replaces the column
  * that grows the volume most while that factor exceeds 1 + 1e-9. Sweeps
- * until nothing changes. Serial on purpose: one OpenMP region per chunk of
- * pixels was measured 30x slower on a loaded machine (thousands of regions),
- * and a few thousand SSPP candidates take milliseconds. */
+ * until nothing changes. Serial on purpose: a sweep is thousands of short
+ * steps, too short for a parallel region each, and a few thousand SSPP
+ * candidates take milliseconds. */
 static hyprof_status_t nfindr(hyprof_ctx_t *ctx, const char *op, float *D, size_t n, size_t B,
                               size_t p, size_t *chosen)
 {
