@@ -43,7 +43,10 @@ static int param_index(const hyprof_args_t *a, const char *name)
 
 static int has_range(const hyprof_param_t *p) { return p->min != 0.0 || p->max != 0.0; }
 
-/* Parses one number; `integer` demands an integral value. */
+/* Parses one number; `integer` demands an integral value. The whole text
+ * must be the number (end pointer checked), in range of the type (overflow
+ * checked) and, for a parameter that cannot be negative, without a sign
+ * (strtoll and strtod would take "-0"; strtoull would take "-1" as 2^64-1). */
 static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
                                     int integer, double *out)
 {
@@ -55,12 +58,17 @@ static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, c
         v = (double)n;
     } else {
         v = strtod(s, &end);
+        if (errno == ERANGE && fabs(v) < 1.0)
+            errno = 0; /* underflow: the nearest double (0 or subnormal) is the value */
     }
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || strpbrk(s, "xX"))
         return fail(a, "parameter '%s': '%s' is not %s", p->name, s,
                     integer ? "an integer" : "a finite number");
+    if (has_range(p) && p->min >= 0.0 && strchr(s, '-') == s + strspn(s, " \t"))
+        return fail(a, "parameter '%s': '%s' is negative (the range is [%.15g, %.15g])", p->name,
+                    s, p->min, p->max);
     if (has_range(p) && (v < p->min || v > p->max))
-        return fail(a, "parameter '%s': %s is out of range [%g, %g]", p->name, s, p->min,
+        return fail(a, "parameter '%s': %s is out of range [%.15g, %.15g]", p->name, s, p->min,
                     p->max);
     *out = v;
     return HYPROF_OK;
