@@ -144,3 +144,27 @@ def test_threads_beyond_the_processors_under_a_memory_limit(tmp_path):
     r = run("pca", "--threads", 4096, "--progress", "none", SAMSON, tmp_path / "p.tif",
             preexec_fn=limit)
     assert r.returncode == EXIT_OK, r.stderr
+
+
+def test_class_metadata_number_overflow_is_not_wrapped(ip_profile, tmp_path):
+    """A CLASS_<v> name item of a label map whose v overflows 32 bits names no
+    class (it was read modulo 2^32: CLASS_4294967312 named class 16)."""
+    src = gdal.Open(str(SAMPLES / "indian_pines_train.tif"))
+    labels_path = tmp_path / "labels.tif"
+    gdal.SetConfigOption("GDAL_PAM_ENABLED", "NO")
+    try:
+        ds = gdal.GetDriverByName("GTiff").Create(str(labels_path), src.RasterXSize,
+                                                  src.RasterYSize, 1, gdal.GDT_Byte)
+        ds.GetRasterBand(1).WriteArray(src.GetRasterBand(1).ReadAsArray())
+        md = {k: v for k, v in src.GetMetadata().items()
+              if k.startswith("CLASS_") and k not in ("CLASS_16", "CLASS_NAMES")}
+        md["CLASS_4294967312"] = "Bogus"
+        ds.SetMetadata(md)
+        ds = None
+    finally:
+        gdal.SetConfigOption("GDAL_PAM_ENABLED", None)
+    model = tmp_path / "m.model"
+    run_ok("train", "--classifier", "elm", "--neurons", 20, "--labels", labels_path,
+           "--progress", "none", ip_profile, model)
+    classes = [l for l in model.read_text().splitlines() if l.startswith("class ")]
+    assert len(classes) == 16 and "Bogus" not in classes[15], classes[15]
