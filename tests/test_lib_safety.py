@@ -168,3 +168,12 @@ def test_class_metadata_number_overflow_is_not_wrapped(ip_profile, tmp_path):
            "--progress", "none", ip_profile, model)
     classes = [l for l in model.read_text().splitlines() if l.startswith("class ")]
     assert len(classes) == 16 and "Bogus" not in classes[15], classes[15]
+
+
+def test_driver_refuses_the_largest_step_when_opening():
+    """The HYPROF driver's open asks the band count; the FED bound is checked
+    there, before gdalinfo or a read computes anything."""
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="FED steps"):
+        gdal.Open("HYPROF:eadp:step=1e9:%s" % SAMSON)
+    assert time.monotonic() - t0 < 20

@@ -696,8 +696,12 @@ hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t in_bands, size_t *out_bands)
 {
     size_t nfeat = 0, ntimes = 0;
-    hyprof_status_t st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
+    hyprof_eadp_params_t p;
+    hyprof_status_t st = op_params(ctx, args, &p); /* the FED bound, before any work */
     if (st != HYPROF_OK)
+        return st;
+    free((double *)p.times);
+    if ((st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat)) != HYPROF_OK)
         return st;
     if (!hyprof_args_list(args, "times", &ntimes))
         ntimes = (size_t)hyprof_args_int(args, "count");
