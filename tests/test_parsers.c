@@ -298,6 +298,9 @@ static void test_args(void)
     for (size_t i = 0; i < sizeof bad_times / sizeof *bad_times; i++)
         CHECK(hyprof_args_set(a, "times", bad_times[i]) == HYPROF_ERR_ARGUMENT, "times='%s'",
               bad_times[i]);
+    CHECK(hyprof_args_set(a, "times", "1,,3") == HYPROF_ERR_ARGUMENT &&
+              strstr(hyprof_args_error(a), "element 2 of 3 is empty") != NULL,
+          "%s", hyprof_args_error(a));
     CHECK(hyprof_args_set(a, "count", "99999999999999999999") == HYPROF_ERR_ARGUMENT,
           "overflow accepted");
     CHECK(hyprof_args_set(a, "count", "4294967297") == HYPROF_ERR_ARGUMENT, "2^32+1 accepted");

@@ -1,4 +1,5 @@
 /* Parsed, range-checked argument values of one operation, from text. */
+#define _GNU_SOURCE
 #include "internal.h"
 #include "hyprof/registry.h"
 
@@ -74,6 +75,9 @@ static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, c
     return HYPROF_OK;
 }
 
+/* A comma-separated list, split without a copy of the whole text: every
+ * element is parsed whole, however long the list; an empty element is an
+ * error naming its position. */
 static hyprof_status_t parse_list(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
                                   arg_value_t *v)
 {
@@ -81,21 +85,22 @@ static hyprof_status_t parse_list(hyprof_args_t *a, const hyprof_param_t *p, con
     for (const char *c = s; *c; c++)
         n += *c == ',';
     double *list = calloc(n, sizeof *list);
-    char *copy = strdup(s);
-    if (!list || !copy) {
-        free(list);
-        free(copy);
+    if (!list)
         return fail(a, "out of memory");
-    }
-    size_t k = 0;
     hyprof_status_t st = HYPROF_OK;
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && st == HYPROF_OK;
-         tok = strtok_r(NULL, ",", &save))
-        st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, &list[k++]);
-    if (st == HYPROF_OK && k != n)
-        st = fail(a, "parameter '%s': '%s' has an empty element", p->name, s);
-    free(copy);
+    const char *c = s;
+    for (size_t k = 0; k < n && st == HYPROF_OK; k++) {
+        size_t len = strcspn(c, ",");
+        char *tok = len ? strndup(c, len) : NULL;
+        if (!len)
+            st = fail(a, "parameter '%s': element %zu of %zu is empty", p->name, k + 1, n);
+        else if (!tok)
+            st = fail(a, "out of memory");
+        else
+            st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, &list[k]);
+        free(tok);
+        c += len + 1;
+    }
     if (st != HYPROF_OK) {
         free(list);
         return st;

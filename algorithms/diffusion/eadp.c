@@ -103,12 +103,18 @@ static size_t reflect(long i, size_t n)
     return (size_t)i;
 }
 
-/* One separable pass of the normalised Gaussian along x (dx = 1) or y. */
-static void gauss_pass(const double *num, const double *den, double *onum, double *oden,
-                       size_t w, size_t h, const double *k, long r, int along_x, int threads)
+/* One separable pass of the normalised Gaussian along x (dx = 1) or y. A
+ * wide kernel (sigma up to 1000: 6001 weights) on a large image takes
+ * seconds: rows left once the context is cancelled are skipped (the caller
+ * then reports the cancellation). */
+static void gauss_pass(hyprof_ctx_t *ctx, const double *num, const double *den, double *onum,
+                       double *oden, size_t w, size_t h, const double *k, long r, int along_x,
+                       int threads)
 {
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t y = 0; y < h; y++)
+    for (size_t y = 0; y < h; y++) {
+        if (hyprof_ctx_cancelled(ctx))
+            continue;
         for (size_t x = 0; x < w; x++) {
             double sn = 0.0, sd = 0.0;
             for (long j = -r; j <= r; j++) {
@@ -120,11 +126,13 @@ static void gauss_pass(const double *num, const double *den, double *onum, doubl
             onum[y * w + x] = sn;
             oden[y * w + x] = sd;
         }
+    }
 }
 
 /* Smoothed band s (step 1) and squared gradient G (step 2). */
-static void smooth_and_gradient(const hyprof_eadp_args_t *a, const double *u, double *s,
-                                double *G, double *t1, double *t2, double *t3, int threads)
+static void smooth_and_gradient(hyprof_ctx_t *ctx, const hyprof_eadp_args_t *a, const double *u,
+                                double *s, double *G, double *t1, double *t2, double *t3,
+                                int threads)
 {
     size_t w = a->width, h = a->height, n = w * h;
     long r = (long)ceil(3.0 * a->sigma);
@@ -136,8 +144,8 @@ static void smooth_and_gradient(const hyprof_eadp_args_t *a, const double *u, do
         t1[p] = m ? u[p] : 0.0; /* not m * u: a NaN under the mask would spread */
         t2[p] = m ? 1.0 : 0.0;
     }
-    gauss_pass(t1, t2, t3, s, w, h, k, r, 1, threads);  /* t3: num, s: den */
-    gauss_pass(t3, s, t1, t2, w, h, k, r, 0, threads);  /* t1: num, t2: den */
+    gauss_pass(ctx, t1, t2, t3, s, w, h, k, r, 1, threads);  /* t3: num, s: den */
+    gauss_pass(ctx, t3, s, t1, t2, w, h, k, r, 0, threads);  /* t1: num, t2: den */
     for (size_t p = 0; p < n; p++)
         s[p] = t2[p] > 0.0 ? t1[p] / t2[p] : 0.0;
     #pragma omp parallel for num_threads(threads) schedule(static)
@@ -286,7 +294,10 @@ static hyprof_status_t profile_band(hyprof_ctx_t *ctx, const hyprof_eadp_args_t 
     const float *x = a->x + b * n;
     for (size_t p = 0; p < n; p++)
         u[p] = (!a->mask || a->mask[p]) ? x[p] : 0.0;
-    smooth_and_gradient(a, u, s, G, t1, t2, v, threads);
+    smooth_and_gradient(ctx, a, u, s, G, t1, t2, v, threads);
+    hyprof_status_t cst = hyprof__progress(ctx, (double)b / (double)a->bands, OP);
+    if (cst != HYPROF_OK)
+        return cst;
     double k = contrast_of(a, G, t1);
     if (a->contrast_out)
         a->contrast_out[b] = k;
