@@ -95,10 +95,14 @@ static hyprof_status_t read_names(GDALDatasetH ds, GDALRasterBandH band, hyprof_
      * repeat them as CLASS_<v> items, which survive a lost sidecar. */
     char **md = GDALGetMetadata(ds, NULL);
     for (int i = 0; md && md[i]; i++) {
-        unsigned v;
-        int used = 0;
-        if (sscanf(md[i], "CLASS_%u=%n", &v, &used) == 1 && used > 0 && v < 65536 &&
-            hyprof_legend_set(l, v, md[i] + used, NULL) != HYPROF_OK)
+        /* Digits only and no overflow: "%u" would read CLASS_4294967312 as 16. */
+        const char *d = md[i] + 6;
+        char *end = NULL;
+        errno = 0;
+        unsigned long v = strncmp(md[i], "CLASS_", 6) == 0 && *d >= '0' && *d <= '9'
+                              ? strtoul(d, &end, 10) : 65536;
+        if (v < 65536 && !errno && *end == '=' &&
+            hyprof_legend_set(l, (unsigned)v, end + 1, NULL) != HYPROF_OK)
             return HYPROF_ERR_NOMEM;
     }
     return HYPROF_OK;

@@ -705,12 +705,29 @@ static void op_params_free(op_params_t *o)
         free(o->thresholds[i]);
 }
 
+/* "area,,std", "area," or ",area": an element of the comma-separated list
+ * holds nothing but blanks (strtok_r below would skip it silently). */
+static int has_empty_element(const char *list)
+{
+    for (const char *c = list;; c++) {
+        c += strspn(c, " ");
+        if (*c == ',' || *c == '\0')
+            return 1;
+        c += strcspn(c, ",");
+        if (*c == '\0')
+            return 0;
+    }
+}
+
 static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args, op_params_t *o)
 {
     memset(o, 0, sizeof *o);
     o->connectivity = atoi(hyprof_args_str(args, "connectivity"));
     o->levels = strcmp(hyprof_args_str(args, "quantisation"), "16") == 0 ? 65536u : 256u;
     const char *list = hyprof_args_str(args, "attribute");
+    if (list && has_empty_element(list))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "--attribute '%s' has an empty element", list);
     char *copy = strdup(list ? list : "");
     if (!copy)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");

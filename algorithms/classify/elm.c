@@ -88,18 +88,54 @@ static hyprof_status_t solve_beta(hyprof_ctx_t *ctx, hyprof__elm_t *e, const dou
     return HYPROF_OK;
 }
 
+/* H (n x L) and H'H (L x L) must fit: --neurons sets both. */
+static hyprof_status_t check_memory(hyprof_ctx_t *ctx, size_t n, size_t L, size_t K)
+{
+    double need = ((double)n * (double)L + (double)L * (double)L + (double)n * (double)K) *
+                  sizeof(double);
+    char why[256];
+    if (need < (double)SIZE_MAX &&
+        hyprof_host_memory_check((size_t)need, "the ELM's hidden layer and H'H", why,
+                                 sizeof why) == HYPROF_OK)
+        return HYPROF_OK;
+    return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "--neurons %zu with %zu training pixels: %s",
+                         L, n, need < (double)SIZE_MAX ? why : "more memory than addressable");
+}
+
 hyprof_status_t hyprof__cpu_elm_solve(hyprof_ctx_t *ctx, void *args)
 {
     hyprof__elm_solve_args_t *a = args;
     hyprof__elm_t *e = a->elm;
     size_t L = e->neurons;
+    hyprof_status_t st = check_memory(ctx, a->n, L, a->nclasses);
+    if (st != HYPROF_OK)
+        return st;
     double *H = malloc(a->n * L * sizeof *H);
     if (!H)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu neurons)", L);
+    int stop = 0;
+    /* Rows in blocks of 256, each row alone (the result does not depend on
+     * the blocks or the threads); cancellable between blocks. */
+    size_t nblocks = (a->n + 255) / 256;
 #pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
-    for (size_t i = 0; i < a->n; i++)
-        hidden_layer(e, a->bands, a->x + i * a->bands, H + i * L);
-    hyprof_status_t st = solve_beta(ctx, e, H, a->y, a->n, a->nclasses);
+    for (size_t blk = 0; blk < nblocks; blk++) {
+        int halt;
+#pragma omp atomic read
+        halt = stop;
+        if (halt)
+            continue;
+        size_t end = (blk + 1) * 256 < a->n ? (blk + 1) * 256 : a->n;
+        for (size_t i = blk * 256; i < end; i++)
+            hidden_layer(e, a->bands, a->x + i * a->bands, H + i * L);
+        if (hyprof__progress_omp(ctx, 0.5 * (double)end / (double)a->n, "ELM hidden layer")) {
+#pragma omp atomic write
+            stop = 1;
+        }
+    }
+    if (stop)
+        st = hyprof__progress(ctx, 0.5, "ELM hidden layer");
+    if (st == HYPROF_OK)
+        st = solve_beta(ctx, e, H, a->y, a->n, a->nclasses);
     free(H);
     return st;
 }

@@ -226,8 +226,28 @@ hyprof_status_t hyprof_classifier_save(hyprof_ctx_t *ctx, const hyprof_classifie
 
 static hyprof_status_t bad(hyprof__reader_t *r, const char *what, const char *text)
 {
-    return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP, "'%s' line %d: %s '%.40s'", r->path,
-                         r->lineno, what, text);
+    char q[64];
+    return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP, "'%s' line %d: %s '%s'", r->path,
+                         r->lineno, what, hyprof__quote(text, q));
+}
+
+/* Next integer of a line: decimal digits with an optional '-', no overflow,
+ * within [min, max]; advances *s. */
+static int next_int(const char **s, long min, long max, long *out)
+{
+    const char *v = *s;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    if (!((*v >= '0' && *v <= '9') || (*v == '-' && v[1] >= '0' && v[1] <= '9')))
+        return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || x < min || x > max || (*end && *end != ' ' && *end != '\t'))
+        return 0;
+    *out = x;
+    *s = end;
+    return 1;
 }
 
 static char *dup_text(const char *s) { return strdup(s ? s : ""); }
@@ -253,17 +273,18 @@ static hyprof_status_t read_class(hyprof__reader_t *r, hyprof_classifier_t *m, s
     hyprof_status_t st = hyprof__read_line(r, "class", &v);
     if (st)
         return st;
-    int value, n = 0;
-    unsigned c[4];
-    if (sscanf(v, "%d %u %u %u %u %n", &value, &c[0], &c[1], &c[2], &c[3], &n) != 5 ||
-        n == 0 || value < 1 || value > 65535 || c[0] > 255 || c[1] > 255 || c[2] > 255 ||
-        c[3] > 255 || (k > 0 && value <= m->values[k - 1]))
-        return bad(r, "expected 'class VALUE R G B A NAME' with increasing values 1..65535, "
-                      "found", v);
-    m->values[k] = value;
+    const char *s = v;
+    long value = 0, c[4] = {0, 0, 0, 0};
+    int ok = next_int(&s, 1, 65535, &value);
+    for (int i = 0; ok && i < 4; i++)
+        ok = next_int(&s, 0, 255, &c[i]);
+    if (!ok || (*s && *s != ' ') || (k > 0 && value <= m->values[k - 1]))
+        return bad(r, "expected 'class VALUE R G B A NAME' with increasing values 1..65535 "
+                      "and R G B A 0..255, found", v);
+    m->values[k] = (int)value;
     for (int i = 0; i < 4; i++)
         m->rgba[4 * k + i] = (uint8_t)c[i];
-    m->names[k] = dup_text(v + n);
+    m->names[k] = dup_text(*s ? s + 1 : s);
     return m->names[k] ? HYPROF_OK : HYPROF_ERR_NOMEM;
 }
 
@@ -273,16 +294,13 @@ static hyprof_status_t read_ints(hyprof__reader_t *r, const char *key, int *out,
     hyprof_status_t st = hyprof__read_line(r, key, &v);
     if (st)
         return st;
-    char *end;
     for (size_t i = 0; i < n; i++) {
-        errno = 0;
-        long x = strtol(v, &end, 10);
-        if (end == v || errno || x < 0 || x > 1000000000)
+        long x;
+        if (!next_int(&v, 0, 1000000000, &x))
             return bad(r, "bad integer list, found", v);
         out[i] = (int)x;
-        v = end;
     }
-    while (*v == ' ')
+    while (*v == ' ' || *v == '\t')
         v++;
     return *v ? bad(r, "too many values:", v) : HYPROF_OK;
 }
@@ -297,14 +315,19 @@ static hyprof_status_t expect_line(hyprof__reader_t *r, const char *key, const c
 }
 
 /* One support vector line: nr_class - 1 coefficients then 1:v .. B:v (an
- * index LIBSVM left out because its value was 0 reads as 0). */
+ * index LIBSVM left out because its value was 0 reads as 0; a line the file
+ * ends inside, whose cut values would read as 0 too, hyprof__read_raw
+ * refuses). */
 static hyprof_status_t read_sv(hyprof__reader_t *r, hyprof_classifier_t *m, size_t i)
 {
     hyprof__svm_t *s = &m->svm;
-    ssize_t len = getline(&r->line, &r->cap, r->f);
-    r->lineno++;
-    if (len < 0)
-        return bad(r, "ends early: support vector missing", "");
+    int got = hyprof__read_raw(r);
+    if (got < 0)
+        return HYPROF_ERR_FORMAT;
+    if (got == 0)
+        return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP,
+                             "'%s' ends early: line %d (support vector %zu of %zu) is missing",
+                             r->path, r->lineno, i + 1, s->nsv);
     const char *v = r->line;
     char *end;
     for (size_t k = 0; k + 1 < s->nr_class; k++) {
@@ -318,14 +341,17 @@ static hyprof_status_t read_sv(hyprof__reader_t *r, hyprof_classifier_t *m, size
     for (;;) {
         while (*v == ' ' || *v == '\t')
             v++;
-        if (*v == '\n' || *v == '\r' || *v == '\0')
+        if (*v == '\0')
             break;
-        long idx = strtol(v, &end, 10);
-        if (end == v || *end != ':' || idx <= last || idx > (long)m->bands)
+        errno = 0;
+        long idx = *v >= '0' && *v <= '9' ? strtol(v, &end, 10) : 0;
+        if (errno || idx == 0 || *end != ':' || idx <= last || idx > (long)m->bands)
             return bad(r, "bad index:value (indices must increase within 1..bands) in", v);
         v = end + 1;
         x[idx - 1] = strtod(v, &end);
         if (end == v || !isfinite(x[idx - 1]))
+            return bad(r, "bad support vector value in", v);
+        if (*end && *end != ' ' && *end != '\t')
             return bad(r, "bad support vector value in", v);
         v = end;
         last = idx;
@@ -375,6 +401,11 @@ static hyprof_status_t read_libsvm(hyprof__reader_t *r, hyprof_classifier_t *m)
         (st = hyprof__read_size(r, "nr_class", m->nclasses, m->nclasses, &s->nr_class)) ||
         (st = hyprof__read_size(r, "total_sv", 1, 100000000, &s->nsv)))
         return st;
+    /* Each support vector line holds at least its nr_class - 1 coefficients. */
+    size_t per_sv = (m->bands + s->nr_class) * sizeof(double);
+    if ((st = hyprof__reader_expect(r, "total_sv", s->nsv, 2 * (s->nr_class - 1),
+                                    hyprof__mul_sat(s->nsv, per_sv))))
+        return st;
     if (alloc_svm(s, m->bands) != HYPROF_OK)
         return hyprof__error(r->ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate %zu support vectors",
                              s->nsv);
@@ -396,6 +427,11 @@ static hyprof_status_t read_elm(hyprof__reader_t *r, hyprof_classifier_t *m)
     if ((st = hyprof__read_size(r, "neurons", 1, 1000000, &e->neurons)) ||
         (st = hyprof__read_doubles(r, "elm_c", &e->c, 1)) ||
         (st = hyprof__read_size(r, "seed", 0, (size_t)-1, &seed)))
+        return st;
+    /* Each neuron has a weight line of B numbers and a beta line of K. */
+    size_t per_neuron = (m->bands + m->nclasses + 1) * sizeof(double);
+    if ((st = hyprof__reader_expect(r, "neurons", e->neurons, 2 * (m->bands + m->nclasses),
+                                    hyprof__mul_sat(e->neurons, per_neuron))))
         return st;
     e->seed = seed;
     e->w = calloc(e->neurons * m->bands, sizeof *e->w);
@@ -424,7 +460,8 @@ static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **ou
     size_t bands = 0, nclasses = 0;
     hyprof_status_t st;
     if ((st = hyprof__read_magic(r, "hyprof-classifier", 1)) || (st = read_kind(r, &kind)) ||
-        (st = hyprof__read_size(r, "bands", 1, MAX_BANDS, &bands)))
+        (st = hyprof__read_size(r, "bands", 1, MAX_BANDS, &bands)) ||
+        (st = hyprof__reader_expect(r, "bands", bands, 4, bands * 5 * sizeof(double))))
         return st;
     /* The band names come before the class count: keep them aside. */
     char **names = calloc(bands, sizeof *names);
@@ -443,7 +480,9 @@ static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **ou
     if (st == HYPROF_OK && !((st = hyprof__read_size(r, "scale", 0, 1, &scale)) ||
                              (st = hyprof__read_doubles(r, "min", mm, bands)) ||
                              (st = hyprof__read_doubles(r, "max", mm + bands, bands)) ||
-                             (st = hyprof__read_size(r, "classes", 2, MAX_CLASSES, &nclasses)))) {
+                             (st = hyprof__read_size(r, "classes", 2, MAX_CLASSES, &nclasses)) ||
+                             (st = hyprof__reader_expect(r, "classes", nclasses, 15,
+                                                         nclasses * 64)))) {
         *out = hyprof__classifier_new(kind, bands, nclasses);
         if (!*out)
             st = HYPROF_ERR_NOMEM;
@@ -485,8 +524,9 @@ hyprof_status_t hyprof_classifier_load(hyprof_ctx_t *ctx, const char *path,
         m->cv_accuracy = cv < 0.0 ? NAN : cv;
         st = m->kind == HYPROF_CLASSIFIER_SVM ? read_libsvm(&r, m) : read_elm(&r, m);
     }
-    if (st == HYPROF_OK && getline(&r.line, &r.cap, r.f) >= 0)
-        st = bad(&r, "unexpected text after the model:", r.line);
+    int more = st == HYPROF_OK ? hyprof__read_raw(&r) : 0;
+    if (more != 0)
+        st = more < 0 ? HYPROF_ERR_FORMAT : bad(&r, "unexpected text after the model:", r.line);
     if (st == HYPROF_ERR_NOMEM)
         hyprof__error(ctx, st, OP, "out of memory reading '%s'", path);
     hyprof__reader_close(&r);

@@ -1,4 +1,5 @@
 /* Parsed, range-checked argument values of one operation, from text. */
+#define _GNU_SOURCE
 #include "internal.h"
 #include "hyprof/registry.h"
 
@@ -43,7 +44,10 @@ static int param_index(const hyprof_args_t *a, const char *name)
 
 static int has_range(const hyprof_param_t *p) { return p->min != 0.0 || p->max != 0.0; }
 
-/* Parses one number; `integer` demands an integral value. */
+/* Parses one number; `integer` demands an integral value. The whole text
+ * must be the number (end pointer checked), in range of the type (overflow
+ * checked) and, for a parameter that cannot be negative, without a sign
+ * (strtoll and strtod would take "-0"; strtoull would take "-1" as 2^64-1). */
 static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
                                     int integer, double *out)
 {
@@ -55,17 +59,25 @@ static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, c
         v = (double)n;
     } else {
         v = strtod(s, &end);
+        if (errno == ERANGE && fabs(v) < 1.0)
+            errno = 0; /* underflow: the nearest double (0 or subnormal) is the value */
     }
-    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v))
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || strpbrk(s, "xX"))
         return fail(a, "parameter '%s': '%s' is not %s", p->name, s,
                     integer ? "an integer" : "a finite number");
+    if (has_range(p) && p->min >= 0.0 && strchr(s, '-') == s + strspn(s, " \t"))
+        return fail(a, "parameter '%s': '%s' is negative (the range is [%.15g, %.15g])", p->name,
+                    s, p->min, p->max);
     if (has_range(p) && (v < p->min || v > p->max))
-        return fail(a, "parameter '%s': %s is out of range [%g, %g]", p->name, s, p->min,
+        return fail(a, "parameter '%s': %s is out of range [%.15g, %.15g]", p->name, s, p->min,
                     p->max);
     *out = v;
     return HYPROF_OK;
 }
 
+/* A comma-separated list, split without a copy of the whole text: every
+ * element is parsed whole, however long the list; an empty element is an
+ * error naming its position. */
 static hyprof_status_t parse_list(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
                                   arg_value_t *v)
 {
@@ -73,21 +85,22 @@ static hyprof_status_t parse_list(hyprof_args_t *a, const hyprof_param_t *p, con
     for (const char *c = s; *c; c++)
         n += *c == ',';
     double *list = calloc(n, sizeof *list);
-    char *copy = strdup(s);
-    if (!list || !copy) {
-        free(list);
-        free(copy);
+    if (!list)
         return fail(a, "out of memory");
-    }
-    size_t k = 0;
     hyprof_status_t st = HYPROF_OK;
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok && st == HYPROF_OK;
-         tok = strtok_r(NULL, ",", &save))
-        st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, &list[k++]);
-    if (st == HYPROF_OK && k != n)
-        st = fail(a, "parameter '%s': '%s' has an empty element", p->name, s);
-    free(copy);
+    const char *c = s;
+    for (size_t k = 0; k < n && st == HYPROF_OK; k++) {
+        size_t len = strcspn(c, ",");
+        char *tok = len ? strndup(c, len) : NULL;
+        if (!len)
+            st = fail(a, "parameter '%s': element %zu of %zu is empty", p->name, k + 1, n);
+        else if (!tok)
+            st = fail(a, "out of memory");
+        else
+            st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, &list[k]);
+        free(tok);
+        c += len + 1;
+    }
     if (st != HYPROF_OK) {
         free(list);
         return st;

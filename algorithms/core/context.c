@@ -164,10 +164,17 @@ void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2])
     ctx->progress_hi = saved[1];
 }
 
+/* The threads an OpenMP region of this context uses: the count asked for, at
+ * most one a processor. More threads than processors compute nothing faster,
+ * and each one's stack and libgomp's per-thread state can exhaust a memory
+ * limit (libgomp aborts when it cannot create a thread). */
 int hyprof__threads(const hyprof_ctx_t *ctx)
 {
 #ifdef _OPENMP
-    return ctx->threads > 0 ? ctx->threads : omp_get_max_threads();
+    int procs = omp_get_num_procs();
+    if (ctx->threads > 0)
+        return ctx->threads < procs ? ctx->threads : procs;
+    return omp_get_max_threads();
 #else
     (void)ctx;
     return 1;

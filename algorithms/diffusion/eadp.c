@@ -12,6 +12,14 @@
 
 #define OP "eadp"
 #define TAU_MAX 0.25 /* stability limit of the explicit 2-D scheme, grid spacing 1 */
+/* The most steps one FED cycle may have. The Leja ordering costs n^2
+ * logarithms (about 0.1 s at 2048 steps, the longest the library runs between
+ * cancellation points), and the longest step of a cycle amplifies a rounding
+ * error up to about 0.72 n^2 times (3e6 at 2048 steps: float32 keeps 7
+ * digits). A longer increment takes more cycles (--cycles) instead. */
+#define FED_MAX_STEPS 2048
+/* Pixel-steps of diffusion between two cancellation checks (a few ms). */
+#define FED_POLL_WORK ((size_t)1 << 22)
 
 void hyprof_eadp_params_default(hyprof_eadp_params_t *p)
 {
@@ -95,12 +103,18 @@ static size_t reflect(long i, size_t n)
     return (size_t)i;
 }
 
-/* One separable pass of the normalised Gaussian along x (dx = 1) or y. */
-static void gauss_pass(const double *num, const double *den, double *onum, double *oden,
-                       size_t w, size_t h, const double *k, long r, int along_x, int threads)
+/* One separable pass of the normalised Gaussian along x (dx = 1) or y. A
+ * wide kernel (sigma up to 1000: 6001 weights) on a large image takes
+ * seconds: rows left once the context is cancelled are skipped (the caller
+ * then reports the cancellation). */
+static void gauss_pass(hyprof_ctx_t *ctx, const double *num, const double *den, double *onum,
+                       double *oden, size_t w, size_t h, const double *k, long r, int along_x,
+                       int threads)
 {
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t y = 0; y < h; y++)
+    for (size_t y = 0; y < h; y++) {
+        if (hyprof_ctx_cancelled(ctx))
+            continue;
         for (size_t x = 0; x < w; x++) {
             double sn = 0.0, sd = 0.0;
             for (long j = -r; j <= r; j++) {
@@ -112,11 +126,13 @@ static void gauss_pass(const double *num, const double *den, double *onum, doubl
             onum[y * w + x] = sn;
             oden[y * w + x] = sd;
         }
+    }
 }
 
 /* Smoothed band s (step 1) and squared gradient G (step 2). */
-static void smooth_and_gradient(const hyprof_eadp_args_t *a, const double *u, double *s,
-                                double *G, double *t1, double *t2, double *t3, int threads)
+static void smooth_and_gradient(hyprof_ctx_t *ctx, const hyprof_eadp_args_t *a, const double *u,
+                                double *s, double *G, double *t1, double *t2, double *t3,
+                                int threads)
 {
     size_t w = a->width, h = a->height, n = w * h;
     long r = (long)ceil(3.0 * a->sigma);
@@ -128,8 +144,8 @@ static void smooth_and_gradient(const hyprof_eadp_args_t *a, const double *u, do
         t1[p] = m ? u[p] : 0.0; /* not m * u: a NaN under the mask would spread */
         t2[p] = m ? 1.0 : 0.0;
     }
-    gauss_pass(t1, t2, t3, s, w, h, k, r, 1, threads);  /* t3: num, s: den */
-    gauss_pass(t3, s, t1, t2, w, h, k, r, 0, threads);  /* t1: num, t2: den */
+    gauss_pass(ctx, t1, t2, t3, s, w, h, k, r, 1, threads);  /* t3: num, s: den */
+    gauss_pass(ctx, t3, s, t1, t2, w, h, k, r, 0, threads);  /* t1: num, t2: den */
     for (size_t p = 0; p < n; p++)
         s[p] = t2[p] > 0.0 ? t1[p] / t2[p] : 0.0;
     #pragma omp parallel for num_threads(threads) schedule(static)
@@ -278,19 +294,30 @@ static hyprof_status_t profile_band(hyprof_ctx_t *ctx, const hyprof_eadp_args_t 
     const float *x = a->x + b * n;
     for (size_t p = 0; p < n; p++)
         u[p] = (!a->mask || a->mask[p]) ? x[p] : 0.0;
-    smooth_and_gradient(a, u, s, G, t1, t2, v, threads);
+    smooth_and_gradient(ctx, a, u, s, G, t1, t2, v, threads);
+    hyprof_status_t cst = hyprof__progress(ctx, (double)b / (double)a->bands, OP);
+    if (cst != HYPROF_OK)
+        return cst;
     double k = contrast_of(a, G, t1);
     if (a->contrast_out)
         a->contrast_out[b] = k;
     conductances(a, G, k, ce, cs, t1);
     write_band(a, u, b * (C + 1));
+    size_t work = 0;
     for (size_t i = 0; i < C; i++) {
+        double done = ((double)b + (double)i / (double)C) / (double)a->bands;
         for (int c = 0; c < a->cycles; c++)
             for (size_t j = 0; j < a->nsteps[i]; j++) {
                 fed_step(u, v, ce, cs, a->width, a->height, a->tau[i][j], threads);
                 double *t = u;
                 u = v;
                 v = t;
+                if ((work += n) >= FED_POLL_WORK) { /* a long increment stays cancellable */
+                    work = 0;
+                    hyprof_status_t st = hyprof__progress(ctx, done, OP);
+                    if (st != HYPROF_OK)
+                        return st;
+                }
             }
         write_band(a, u, b * (C + 1) + i + 1);
         hyprof_status_t st = hyprof__progress(
@@ -311,7 +338,9 @@ hyprof_status_t hyprof__cpu_eadp(hyprof_ctx_t *ctx, void *args)
                              "cannot allocate the diffusion buffers (%zux%zu)", a->width,
                              a->height);
     hyprof_status_t st = HYPROF_OK;
-    int threads = hyprof__threads(ctx);
+    /* Every pixel's value is computed alone, so the thread count leaves the
+     * result unchanged; a small image is not worth a parallel region a step. */
+    int threads = n >= 16384 ? hyprof__threads(ctx) : 1;
     for (size_t b = 0; b < a->bands && st == HYPROF_OK; b++)
         st = profile_band(ctx, a, b, buf, threads);
     free(buf);
@@ -319,6 +348,41 @@ hyprof_status_t hyprof__cpu_eadp(hyprof_ctx_t *ctx, void *args)
 }
 
 /* ---- the public API ------------------------------------------------------- */
+
+/* The fewest cycles (up to 1000, the registry's bound, then 0) that split an
+ * increment dt into cycles of at most FED_MAX_STEPS steps. */
+static int cycles_needed(double dt)
+{
+    for (int c = 1; c <= 1000; c++)
+        if (hyprof_fed_steps(dt / c, NULL) <= FED_MAX_STEPS)
+            return c;
+    return 0;
+}
+
+/* Every increment's cycle within FED_MAX_STEPS steps; `name` is the
+ * parameter the times came from, for the message. */
+static hyprof_status_t check_cycle_lengths(hyprof_ctx_t *ctx, const hyprof_eadp_params_t *p,
+                                           const char *name)
+{
+    for (size_t i = 0; i < p->ntimes; i++) {
+        double dt = p->times[i] - (i ? p->times[i - 1] : 0.0);
+        size_t n = hyprof_fed_steps(dt / p->cycles, NULL);
+        if (n <= FED_MAX_STEPS)
+            continue;
+        int need = cycles_needed(dt);
+        char hint[96];
+        if (need)
+            snprintf(hint, sizeof hint, "--cycles %d or more", need);
+        else
+            snprintf(hint, sizeof hint, "smaller increments: even 1000 cycles are too few");
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "--%s %g: the time increment %g in %d cycle(s) needs %zu FED steps "
+                             "a cycle, more than %d; use %s", name,
+                             strcmp(name, "times") == 0 ? p->times[i] : dt, dt, p->cycles, n,
+                             FED_MAX_STEPS, hint);
+    }
+    return HYPROF_OK;
+}
 
 static hyprof_status_t check_params(hyprof_ctx_t *ctx, const hyprof_eadp_params_t *p)
 {
@@ -350,7 +414,7 @@ static hyprof_status_t check_params(hyprof_ctx_t *ctx, const hyprof_eadp_params_
                                  "times must be positive and increasing: T%zu = %g after %g",
                                  i + 1, p->times[i], prev);
     }
-    return HYPROF_OK;
+    return check_cycle_lengths(ctx, p, "times");
 }
 
 /* The FED schedule of every increment, one allocation. */
@@ -370,17 +434,28 @@ static hyprof_status_t make_schedule(hyprof_ctx_t *ctx, const hyprof_eadp_params
         free(*tau);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the FED schedule");
     }
+    hyprof_status_t st = HYPROF_OK;
+    double last = NAN;
     for (size_t i = 0; i < p->ntimes; i++) {
         (*tau)[i] = all;
-        size_t n = hyprof_fed_steps((p->times[i] - (i ? p->times[i - 1] : 0.0)) / p->cycles,
-                                    (*tau)[i]);
-        if (n != (*nsteps)[i]) {
+        double dt = (p->times[i] - (i ? p->times[i - 1] : 0.0)) / p->cycles;
+        size_t n = (*nsteps)[i];
+        if (dt == last) /* the same increment (--step): the same schedule */
+            memcpy(all, (*tau)[i - 1], n * sizeof *all);
+        else
+            n = hyprof_fed_steps(dt, all);
+        last = dt;
+        if (n == (*nsteps)[i])
+            st = hyprof__progress(ctx, 0.0, OP);
+        if (n != (*nsteps)[i] || st != HYPROF_OK) {
             free((*tau)[0]);
             free(*tau);
             free(*nsteps);
             *tau = NULL;
             *nsteps = NULL;
-            return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the FED schedule");
+            return st != HYPROF_OK ? st
+                                   : hyprof__error(ctx, HYPROF_ERR_NOMEM, OP,
+                                                   "cannot allocate the FED schedule");
         }
         all += n;
     }
@@ -483,7 +558,16 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     p->precision = strcmp(hyprof_args_str(args, "precision"), "double") == 0 ? HYPROF_EADP_DOUBLE
                                                                              : HYPROF_EADP_FLOAT;
     p->times = op_times(args, &p->ntimes);
-    return p->times ? HYPROF_OK : hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    if (!p->times)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    /* Checked here, before the reduction, and named as given. */
+    hyprof_status_t st = check_cycle_lengths(ctx, p, hyprof_args_given(args, "times") ? "times"
+                                                                                       : "step");
+    if (st != HYPROF_OK) {
+        free((double *)p->times);
+        p->times = NULL;
+    }
+    return st;
 }
 
 static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
@@ -627,8 +711,12 @@ hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t in_bands, size_t *out_bands)
 {
     size_t nfeat = 0, ntimes = 0;
-    hyprof_status_t st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
+    hyprof_eadp_params_t p;
+    hyprof_status_t st = op_params(ctx, args, &p); /* the FED bound, before any work */
     if (st != HYPROF_OK)
+        return st;
+    free((double *)p.times);
+    if ((st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat)) != HYPROF_OK)
         return st;
     if (!hyprof_args_list(args, "times", &ntimes))
         ntimes = (size_t)hyprof_args_int(args, "count");

@@ -88,7 +88,9 @@ hyprof_status_t hyprof_pca_model_load(hyprof_ctx_t *ctx, const char *path,
         (st = hyprof__read_size(&r, "bands", 1, 1000000, &bands)) ||
         (st = hyprof__read_size(&r, "components", 1, bands, &comps)) ||
         (st = hyprof__read_size(&r, "samples", 0, (size_t)-1, &samples)) ||
-        (st = hyprof__read_doubles(&r, "total_variance", &total, 1))) {
+        (st = hyprof__read_doubles(&r, "total_variance", &total, 1)) ||
+        (st = hyprof__reader_expect(&r, "components", comps + 1, 2 * bands,
+                                    hyprof__mul_sat((comps + 2) * bands, sizeof(double))))) {
         hyprof__reader_close(&r);
         return st;
     }
@@ -107,6 +109,14 @@ hyprof_status_t hyprof_pca_model_load(hyprof_ctx_t *ctx, const char *path,
         char key[32];
         snprintf(key, sizeof key, "component %zu", k + 1);
         st = hyprof__read_doubles(&r, key, m->vectors + k * bands, bands);
+    }
+    int more = st == HYPROF_OK ? hyprof__read_raw(&r) : 0;
+    if (more > 0) {
+        char q[64];
+        st = hyprof__error(ctx, HYPROF_ERR_FORMAT, OP, "'%s' line %d: unexpected text after the "
+                           "model: '%s'", path, r.lineno, hyprof__quote(r.line, q));
+    } else if (more < 0) {
+        st = HYPROF_ERR_FORMAT;
     }
     hyprof__reader_close(&r);
     if (st != HYPROF_OK)

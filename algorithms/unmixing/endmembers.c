@@ -181,9 +181,15 @@ static hyprof_status_t read_rows(hyprof_ctx_t *ctx, const char *path, FILE *f, s
     hyprof_status_t st = HYPROF_OK;
     *spectra = NULL;
     *wl = NULL;
-    while (getline(&line, &cap, f) > 0) {
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
         lineno++;
-        if (line[0] == '\n' || line[0] == '\r' || line[0] == '\0')
+        if (strlen(line) != (size_t)len) {
+            st = hyprof__error(ctx, HYPROF_ERR_FORMAT, OP, "'%s' line %d holds a NUL byte", path,
+                               lineno);
+            break;
+        }
+        if (line[0] == '\n' || line[0] == '\r')
             continue;
         if (n == alloc) {
             alloc = alloc ? 2 * alloc : 256;
@@ -236,7 +242,8 @@ hyprof_status_t hyprof_endmembers_load_csv(hyprof_ctx_t *ctx, const char *path,
     size_t cap = 0, bands = 0;
     double *rows = NULL, *wl = NULL;
     hyprof_status_t st = HYPROF_OK;
-    if (getline(&line, &cap, f) <= 0 || strncmp(line, "band,wavelength", 15) != 0)
+    ssize_t len = getline(&line, &cap, f);
+    if (len <= 0 || strlen(line) != (size_t)len || strncmp(line, "band,wavelength", 15) != 0)
         st = hyprof__error(ctx, HYPROF_ERR_FORMAT, OP,
                            "'%s' line 1: expected the header 'band,wavelength,E1,...'", path);
     size_t p = st == HYPROF_OK ? count_fields(line) - 2 : 0;

@@ -98,6 +98,9 @@ static hyprof_status_t atgp(hyprof_ctx_t *ctx, const char *op, const float *D, s
     for (size_t i = 0; i < n; i += DOT_ROWS)
         dot_rows(NULL, D, B, i, n - i < DOT_ROWS ? n - i : DOT_ROWS, r2 + i);
     for (size_t k = 0; k < p; k++) {
+        /* Each endmember costs a pass over the candidates: a cancellation point. */
+        if ((st = hyprof__progress(ctx, 0.0, op)) != HYPROF_OK)
+            break;
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
             if (r2[i] > r2[best])
@@ -223,6 +226,8 @@ static hyprof_status_t vca(hyprof_ctx_t *ctx, const char *op, const float *D, si
         Q[p - 1] = 1.0;
     }
     for (size_t k = 0; st == HYPROF_OK && k < p; k++) {
+        if ((st = hyprof__progress(ctx, 0.0, op)) != HYPROF_OK)
+            break;
         double nf = 0.0;
         for (size_t j = 0; j < p; j++)
             f[j] = uniform(&seed);

@@ -18,10 +18,14 @@
 
 #define CHUNK 16384
 
-static void correlation(const float *x, const uint8_t *mask, size_t npix, size_t B, double *R,
-                        double *buf)
+/* R = Y Y', a chunk of pixels at a time; cancellable between chunks. */
+static hyprof_status_t correlation(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask,
+                                   size_t npix, size_t B, double *R, double *buf)
 {
     for (size_t p0 = 0; p0 < npix; p0 += CHUNK) {
+        hyprof_status_t st = hyprof__progress(ctx, 0.0, "HySime");
+        if (st != HYPROF_OK)
+            return st;
         size_t n = npix - p0 < CHUNK ? npix - p0 : CHUNK;
         for (size_t b = 0; b < B; b++)
             for (size_t i = 0; i < n; i++)
@@ -32,6 +36,7 @@ static void correlation(const float *x, const uint8_t *mask, size_t npix, size_t
     for (size_t j = 0; j < B; j++)
         for (size_t i = j + 1; i < B; i++)
             R[i + j * B] = R[j + i * B];
+    return HYPROF_OK;
 }
 
 hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x,
@@ -49,7 +54,8 @@ hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
         goto done;
     }
-    correlation(x, mask, npix, B, R, buf);
+    if ((st = correlation(ctx, x, mask, npix, B, R, buf)) != HYPROF_OK)
+        goto done;
     double tr = 0.0;
     for (size_t i = 0; i < B; i++)
         tr += R[i * B + i];
@@ -77,6 +83,8 @@ hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x
     }
     size_t k = 0;
     for (size_t c = 0; c < B; c++) {
+        if (c % 64 == 63 && (st = hyprof__progress(ctx, 0.0, "HySime")) != HYPROF_OK)
+            goto done;
         const double *e = Rx + c * B;
         double py = 0.0, pn = 0.0;
         for (size_t i = 0; i < B; i++) {

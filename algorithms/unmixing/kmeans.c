@@ -123,7 +123,10 @@ hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
     const double *ref = mean;
     for (size_t j = 0; j < a->k; j++) {
         size_t best = npix;
-        hyprof_status_t st = step(ctx, impl, ref, j, &best);
+        /* Each centre is a pass over the pixels: a cancellation point. */
+        hyprof_status_t st = hyprof__progress(ctx, 0.0, OP);
+        if (st == HYPROF_OK)
+            st = step(ctx, impl, ref, j, &best);
         if (st != HYPROF_OK)
             return st;
         if (best >= npix)

@@ -90,7 +90,8 @@ static hyprof_status_t candidates(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     return *idx ? HYPROF_OK : hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
 }
 
-/* Wavelengths given (the CLI passes the input's) when there is one a band. */
+/* Wavelengths given (the CLI passes the input's; hyprof__run_unmix checks
+ * there is one a band). */
 static void set_wavelengths(const hyprof_args_t *args, hyprof_endmembers_t *em)
 {
     size_t n = 0;
@@ -221,6 +222,11 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_abundance_method_t method = HYPROF_ABUNDANCE_FCLS;
     double sec[7] = {0};
     size_t ncand = 0;
+    size_t nwl = 0;
+    if (hyprof_args_list(args, "wavelengths", &nwl) && nwl != in->bands)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "--wavelengths has %zu values but the input has %zu bands", nwl,
+                             in->bands);
     hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;

@@ -1,0 +1,40 @@
+/* libFuzzer target: the classifier model reader (hyprof_classifier_load),
+ * SVM and ELM models alike (one reader, model.c over textio.c). The input is
+ * the file's bytes, handed over as a memfd's /proc/self/fd path.
+ *
+ * By hand: build libhyprof with -fsanitize=fuzzer-no-link,address,undefined, then
+ *   clang -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_lib_svm_model.c \
+ *         -Lbuild -lhyprof && ./a.out tests/fuzz/corpus/lib_svm_model
+ */
+#define _GNU_SOURCE
+#include "hyprof/hyprof.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int fd = memfd_create("model", 0);
+    if (fd < 0 || write(fd, data, size) != (ssize_t)size) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    hyprof_ctx_t *ctx = hyprof_ctx_new();
+    hyprof_classifier_t *m = NULL;
+    if (hyprof_classifier_load(ctx, path, &m) == HYPROF_OK) {
+        /* Walk what a loaded model offers, as classify does. */
+        for (size_t b = 0; b < hyprof_classifier_bands(m); b++)
+            (void)hyprof_classifier_band_name(m, b);
+        for (size_t k = 0; k < hyprof_classifier_classes(m); k++)
+            (void)hyprof_classifier_class_rgba(m, k);
+    }
+    hyprof_classifier_free(&m);
+    hyprof_ctx_free(&ctx);
+    close(fd);
+    return 0;
+}
