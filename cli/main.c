@@ -21,17 +21,29 @@ static int has_variable(char **envp, const char *name)
     return 0;
 }
 
+/* Commands that run no operation (no OpenMP threads): not worth a second load. */
+static int runs_no_operation(int argc, char **argv)
+{
+    static const char *const quick[] = {"--version", "--help", "-h", "help", "describe", "info"};
+    if (argc < 2)
+        return 1;
+    for (size_t i = 0; i < sizeof quick / sizeof *quick; i++)
+        if (strcmp(argv[1], quick[i]) == 0)
+            return 1;
+    return 0;
+}
+
 /* Runs from the executable's .preinit_array: after the loader has mapped
  * every library, before any library's initialiser.
  *
  * libgomp reads OMP_WAIT_POLICY in its initialiser, from the environment the
  * process started with (libc's initialiser, which runs after this one,
  * resets `environ` to it). When the user has chosen neither OMP_WAIT_POLICY
- * nor GOMP_SPINCOUNT, the process executes itself again once with
- * OMP_WAIT_POLICY=PASSIVE added: its threads then sleep at barriers instead
- * of spinning, which costs one more program load alone and keeps several
- * hyprof processes on shared cores (QGIS batch runs) from spinning against
- * each other.
+ * nor GOMP_SPINCOUNT, a process that runs an operation executes itself again
+ * once with OMP_WAIT_POLICY=PASSIVE added: its threads then sleep at barriers
+ * instead of spinning, which costs one more program load alone and keeps
+ * several hyprof processes on shared cores (QGIS batch runs) from spinning
+ * against each other.
  *
  * SIGINT and SIGTERM are blocked from the first instruction here to the
  * installation of the handlers (a blocked signal stays pending across the
@@ -39,13 +51,13 @@ static int has_variable(char **envp, const char *name)
  * cancellation (exit 3). */
 static void early_start(int argc, char **argv, char **envp)
 {
-    (void)argc;
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     sigprocmask(SIG_BLOCK, &sigs, NULL);
-    if (!has_variable(envp, "OMP_WAIT_POLICY") && !has_variable(envp, "GOMP_SPINCOUNT")) {
+    if (!runs_no_operation(argc, argv) && !has_variable(envp, "OMP_WAIT_POLICY") &&
+        !has_variable(envp, "GOMP_SPINCOUNT")) {
         size_t n = 0;
         while (envp && envp[n])
             n++;

@@ -162,7 +162,9 @@ def test_split_leaves_only_its_outputs_and_their_legends(tmp_path):
 
 def version_time():
     """How long the executable takes to start and stop doing nothing (the
-    fastest of a few runs): it has installed its handlers by then."""
+    fastest of a few runs): an operation started that long ago has been
+    loaded and has installed its handlers (the handlers come right after the
+    loader, before any library's initialiser)."""
     best = 1e9
     for _ in range(3):
         t = time.monotonic()
@@ -173,7 +175,7 @@ def version_time():
 
 def test_signal_at_start_up_cancels(tmp_path):
     t0 = version_time()
-    for k, factor in enumerate((1.0, 1.2, 1.5, 2.0)):
+    for k, factor in enumerate((1.5, 2.0, 2.5, 3.0)):
         out = tmp_path / ("out%d.tif" % k)
         p = subprocess.Popen([exe_path(), "eadp", "--progress", "none", str(INDIAN_PINES),
                               str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -325,23 +327,31 @@ def test_every_message_names_the_operation(tmp_path):
 # ---- several runs at once ----------------------------------------------------------------
 
 def test_concurrent_runs_share_the_cores(tmp_path):
-    """Four operations at once finish within three times the time of running
-    them one after another (OpenMP threads that spin at barriers while other
-    processes hold the cores take tens of times longer)."""
+    """Four operations at once, in the default environment, finish within three
+    times the time of running them one after another. OpenMP threads that spin
+    at barriers while other processes hold the cores take tens of times
+    longer. The one-after-another reference runs with OMP_WAIT_POLICY=PASSIVE
+    so that it does not depend on how the machine's other load treats a
+    spinning default either."""
+    default = {k: v for k, v in os.environ.items()
+               if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    passive = dict(default, OMP_WAIT_POLICY="PASSIVE")
+
     def cmd(k):
         return [exe_path(), "eadp", "--progress", "none", str(INDIAN_PINES),
                 str(tmp_path / ("o%d.tif" % k))]
 
     t = time.monotonic()
     for k in range(4):
-        subprocess.run(cmd(k), check=True, capture_output=True, timeout=600)
+        subprocess.run(cmd(k), check=True, capture_output=True, timeout=600, env=passive)
     sequential = time.monotonic() - t
     for k in range(4):
         (tmp_path / ("o%d.tif" % k)).unlink()
     t = time.monotonic()
-    procs = [subprocess.Popen(cmd(k), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for k in range(4)]
+    procs = [subprocess.Popen(cmd(k), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env=default) for k in range(4)]
     for p in procs:
         assert p.wait(timeout=1200) == EXIT_OK, p.stderr.read()
     concurrent = time.monotonic() - t
+    print("four eadp runs: %.2f s one after another, %.2f s at once" % (sequential, concurrent))
     assert concurrent < 3.0 * sequential, (concurrent, sequential)
