@@ -35,7 +35,7 @@ static int check_positionals(const cli_command_t *cmd, int overwrite)
             cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", name, f);
             return EXIT_USAGE;
         }
-        const char *wrong = strstr(kind, "_in") ? cli_not_a_file(&sb, 0) : NULL;
+        const char *wrong = strstr(kind, "_in") ? hyprof_input_problem(&sb, 0) : NULL;
         if (wrong) {
             cli_error(cmd->op->name, "%s '%s' %s", name, f, wrong);
             return EXIT_USAGE;

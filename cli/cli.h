@@ -73,9 +73,6 @@ void cli_lib_error(const char *op, const char *message);
 
 /* Shared by the runners (run.c). */
 int cli_exit_code(hyprof_status_t st, int reading);
-struct stat;
-/* What is wrong with an input that is not a regular file, or NULL. */
-const char *cli_not_a_file(const struct stat *sb, int folder_ok);
 /* Checks the files named by parameters (inputs readable, outputs creatable). */
 int cli_check_param_files(const cli_command_t *cmd, int overwrite);
 hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg);

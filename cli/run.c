@@ -27,19 +27,6 @@ int cli_exit_code(hyprof_status_t st, int reading)
     }
 }
 
-/* What is wrong with an input file that is not a regular file (NULL when
- * nothing is); `folder_ok` for vector sources, which may be folders. */
-const char *cli_not_a_file(const struct stat *sb, int folder_ok)
-{
-    if (S_ISDIR(sb->st_mode))
-        return folder_ok ? NULL : "is a folder, not a file";
-    if (S_ISFIFO(sb->st_mode))
-        return "is a FIFO (named pipe), not a file";
-    if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode))
-        return "is a device, not a file";
-    return S_ISREG(sb->st_mode) ? NULL : "is not a regular file";
-}
-
 /* Model and report files named by parameters, checked before any work. */
 int cli_check_param_files(const cli_command_t *cmd, int overwrite)
 {
@@ -56,7 +43,7 @@ int cli_check_param_files(const cli_command_t *cmd, int overwrite)
             return EXIT_USAGE;
         }
         const char *wrong = p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN
-                                ? cli_not_a_file(&sb, strcmp(p->name, "samples") == 0)
+                                ? hyprof_input_problem(&sb, strcmp(p->name, "samples") == 0)
                                 : NULL;
         if (wrong) {
             cli_error(cmd->op->name, "--%s: '%s' %s", p->name, v, wrong);

@@ -7,6 +7,7 @@
 #include "hyprof/hyprof.h"
 
 #include <gdal.h>
+#include <sys/stat.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -41,6 +42,12 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    const hyprof_io_progress_t *progress, hyprof_raster_t *out,
                                    char *err, size_t err_len);
 void hyprof_raster_free(hyprof_raster_t *r);
+
+/* What is wrong with an input file of this stat (a phrase after its name:
+ * "is a FIFO (named pipe), not a file"), or NULL when it is a regular,
+ * non-empty file (or a folder, with folder_ok). Such inputs make GDAL and
+ * the model readers block (FIFO, /dev/zero) or fail without a reason. */
+const char *hyprof_input_problem(const struct stat *sb, int folder_ok);
 
 /* Opens `path` with the checks of hyprof_raster_read and gives its size and
  * whether band 1 holds integers, without reading pixels. Inputs that are not

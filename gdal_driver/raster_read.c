@@ -99,19 +99,16 @@ static void read_band_info(GDALDatasetH ds, hyprof_raster_t *r)
     }
 }
 
-/* What is wrong with a file that is not a regular, non-empty file (NULL
- * when nothing is): such inputs make GDAL block (FIFO, /dev/zero) or fail
- * without a reason. */
-static const char *not_a_file(const struct stat *sb)
+const char *hyprof_input_problem(const struct stat *sb, int folder_ok)
 {
     if (S_ISDIR(sb->st_mode))
-        return "is a folder, not a raster file";
+        return folder_ok ? NULL : "is a folder, not a file";
     if (S_ISFIFO(sb->st_mode))
-        return "is a FIFO (named pipe), not a raster file";
+        return "is a FIFO (named pipe), not a file";
     if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode))
-        return "is a device, not a raster file";
+        return "is a device, not a file";
     if (S_ISSOCK(sb->st_mode))
-        return "is a socket, not a raster file";
+        return "is a socket, not a file";
     if (!S_ISREG(sb->st_mode))
         return "is not a regular file";
     if (sb->st_size == 0)
@@ -133,7 +130,7 @@ static hyprof_status_t open_checked(const char *path, GDALDatasetH *ds, char *er
     if (!found && !gdal_name(path))
         return say(HYPROF_ERR_IO, err, n, "input '%s' does not exist: %s", path,
                    strerror(errno));
-    const char *wrong = found ? not_a_file(&sb) : NULL;
+    const char *wrong = found ? hyprof_input_problem(&sb, 0) : NULL;
     if (wrong)
         return say(HYPROF_ERR_INPUT, err, n, "input '%s' %s", path, wrong);
     CPLErrorReset();
