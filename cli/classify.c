@@ -19,6 +19,7 @@ typedef struct {
     cli_progress_t pg;
     hyprof_ctx_t *ctx;
     hyprof_io_progress_t io;
+    cli_outputs_t outs; /* written to temporaries, committed at the end */
     char err[1024];
 } job_t;
 
@@ -32,6 +33,11 @@ static int check_positionals(const cli_command_t *cmd, int overwrite)
         const char *f = cmd->files[i];
         if (strstr(kind, "_in") && (stat(f, &sb) != 0 || access(f, R_OK) != 0)) {
             cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", name, f);
+            return EXIT_USAGE;
+        }
+        const char *wrong = strstr(kind, "_in") ? hyprof_input_problem(&sb, 0) : NULL;
+        if (wrong) {
+            cli_error(cmd->op->name, "%s '%s' %s", name, f, wrong);
             return EXIT_USAGE;
         }
         if (strstr(kind, "_out") &&
@@ -54,7 +60,9 @@ static int job_start(job_t *j, cli_command_t *cmd)
     j->cmd = cmd;
     j->name = cmd->op->name;
     j->overwrite = hyprof_args_bool(cmd->common, "overwrite");
-    int rc = cli_check_param_files(cmd, j->overwrite);
+    int rc = cli_check_distinct(cmd);
+    if (rc == EXIT_OK)
+        rc = cli_check_param_files(cmd, j->overwrite);
     if (rc == EXIT_OK)
         rc = check_positionals(cmd, j->overwrite);
     if (rc != EXIT_OK)
@@ -65,26 +73,62 @@ static int job_start(job_t *j, cli_command_t *cmd)
         cli_error(j->name, "out of memory");
         return EXIT_RUNTIME;
     }
-    cli_install_signals(j->ctx);
+    cli_cancel_on_signal(j->ctx);
     j->io.fn = cli_progress_fn;
     j->io.user = &j->pg;
     return EXIT_OK;
 }
 
+static int io_fail(job_t *j, hyprof_status_t st, int reading);
+
+/* Renames every output written so far onto its target, or none. */
+static int job_commit(job_t *j)
+{
+    cli_progress_done(&j->pg);
+    return cli_outputs_commit(&j->outs, j->name, j->overwrite);
+}
+
+/* Removes the temporaries of a run that did not commit. */
 static int job_end(job_t *j, int rc)
 {
     cli_progress_done(&j->pg);
+    cli_outputs_discard(&j->outs);
     if (cli_interrupted() && rc != EXIT_OK)
         rc = EXIT_CANCELLED;
+    cli_cancel_on_signal(NULL);
     hyprof_ctx_free(&j->ctx);
     return rc;
+}
+
+/* The temporary an output is written to (NULL, after a message: out of memory). */
+static const char *job_output(job_t *j, const char *path, int raster)
+{
+    const char *tmp = cli_outputs_add(&j->outs, path, raster);
+    if (!tmp)
+        cli_error(j->name, "out of memory");
+    return tmp;
+}
+
+/* Class maps and references hold class numbers: a float raster is refused. */
+static int need_integers(job_t *j, const char *what, const char *path)
+{
+    size_t w, h, b;
+    int integer = 0;
+    hyprof_status_t st = hyprof_raster_probe(path, &w, &h, &b, &integer, j->err, sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    if (integer)
+        return EXIT_OK;
+    cli_error(j->name, "%s '%s' is not an integer raster: class values are whole numbers "
+              "(convert it, e.g. gdal_translate -ot UInt16)", what, path);
+    return EXIT_USAGE;
 }
 
 /* A failed library call: its message, its exit code. */
 static int lib_fail(job_t *j, hyprof_status_t st)
 {
     cli_progress_done(&j->pg);
-    cli_error(NULL, "%s", hyprof_ctx_last_error(j->ctx));
+    cli_lib_error(j->name, hyprof_ctx_last_error(j->ctx));
     return cli_exit_code(st, 0);
 }
 
@@ -255,12 +299,17 @@ static int run_train(job_t *j)
         rc = lib_fail(j, st);
         goto done;
     }
-    if ((st = hyprof_classifier_save(j->ctx, model, j->cmd->files[1])) != HYPROF_OK) {
+    const char *tmp = job_output(j, j->cmd->files[1], 0);
+    if (!tmp) {
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    if ((st = hyprof_classifier_save(j->ctx, model, tmp)) != HYPROF_OK) {
         rc = lib_fail(j, st);
         goto done;
     }
-    cli_progress_done(&j->pg);
-    report_model(j, model, j->cmd->files[1]);
+    if ((rc = job_commit(j)) == EXIT_OK)
+        report_model(j, model, j->cmd->files[1]);
 done:
     hyprof_classifier_free(&model);
     if (burnt)
@@ -292,7 +341,7 @@ static hyprof_status_t model_legend(const hyprof_classifier_t *m, hyprof_legend_
 /* --probabilities: one float32 band per class, named after it. */
 static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
                                     const hyprof_classifier_t *m, hyprof_cube_t *scores,
-                                    const char *path, const char *backend)
+                                    const char *path, const char *tmp, const char *backend)
 {
     hyprof_result_t res;
     hyprof_result_init(&res);
@@ -307,8 +356,8 @@ static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
                                         ? "fraction of one-vs-one votes won by the class"
                                         : "softmax of the ELM output layer");
     if (st == HYPROF_OK)
-        st = hyprof_raster_write(path, in, &res, j->cmd->args, backend, j->overwrite, &j->io,
-                                 j->err, sizeof j->err);
+        st = hyprof_raster_write(path, tmp, in, &res, j->cmd->args, backend, &j->io, j->err,
+                                 sizeof j->err);
     else
         snprintf(j->err, sizeof j->err, "out of memory");
     res.cube.owns = 0; /* the names and items go, the caller frees the cube */
@@ -345,7 +394,12 @@ static int run_classify(job_t *j)
     }
     cli_progress_stage(&j->pg, 0.9, 1.0);
     const char *backend = hyprof_backend_name(hyprof_ctx_used_backend(j->ctx));
-    if (prob && (st = write_scores(j, &in, m, &scores, prob, backend)) != HYPROF_OK) {
+    const char *map_tmp = job_output(j, out, 1), *prob_tmp = prob ? job_output(j, prob, 1) : NULL;
+    if (!map_tmp || (prob && !prob_tmp)) {
+        rc = EXIT_RUNTIME;
+        goto done;
+    }
+    if (prob && (st = write_scores(j, &in, m, &scores, prob, prob_tmp, backend)) != HYPROF_OK) {
         rc = io_fail(j, st, 0);
         goto done;
     }
@@ -356,15 +410,14 @@ static int run_classify(job_t *j)
              hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM ? "svm" : "elm");
     char *meta[] = {"HYPROF_OPERATION=classify", model_item, backend_item, kind_item, NULL};
     if ((st = model_legend(m, &legend)) == HYPROF_OK)
-        st = hyprof_classmap_write(out, &in, map.data, &legend, meta, j->overwrite, j->err,
+        st = hyprof_classmap_write(out, map_tmp, &in, map.data, &legend, meta, j->err,
                                    sizeof j->err);
     if (st != HYPROF_OK) {
-        if (prob)
-            unlink(prob);
         rc = io_fail(j, st, 0);
         goto done;
     }
-    cli_progress_done(&j->pg);
+    if ((rc = job_commit(j)) != EXIT_OK)
+        goto done;
     printf("%s: wrote %s (%zux%zu, %zu classes, backend %s)\n", j->name, out, in.cube.width,
            in.cube.height, hyprof_classifier_classes(m), backend);
     if (prob)
@@ -419,6 +472,9 @@ static int run_assess(job_t *j)
     uint16_t *values = NULL;
     int rc = EXIT_OK;
     hyprof_status_t st;
+    if ((rc = need_integers(j, "CLASSMAP", j->cmd->files[0])) != EXIT_OK ||
+        (rc = need_integers(j, "--reference", ref_path)) != EXIT_OK)
+        goto done;
     if ((st = read_raster(j, j->cmd->files[0], &map, 0.0, 0.45)) != HYPROF_OK ||
         (st = read_raster(j, ref_path, &ref, 0.45, 0.9)) != HYPROF_OK) {
         rc = io_fail(j, st, 1);
@@ -451,15 +507,18 @@ static int run_assess(job_t *j)
         cli_assess_text(stdout, &a, &legend);
     if (html) {
         values = class_values(&map.cube);
-        st = values ? cli_assess_html(html, &a, &legend, values, map.cube.width,
-                                      map.cube.height, j->cmd->files[0], ref_path, j->overwrite,
-                                      j->err, sizeof j->err)
-                    : HYPROF_ERR_NOMEM;
+        const char *tmp = job_output(j, html, 0);
+        if (!values || !tmp) {
+            rc = EXIT_RUNTIME;
+            goto done;
+        }
+        st = cli_assess_html(html, tmp, &a, &legend, values, map.cube.width, map.cube.height,
+                             j->cmd->files[0], ref_path, j->err, sizeof j->err);
         if (st != HYPROF_OK) {
             rc = io_fail(j, st, 0);
             goto done;
         }
-        if (!hyprof_args_bool(j->cmd->args, "json"))
+        if ((rc = job_commit(j)) == EXIT_OK && !hyprof_args_bool(j->cmd->args, "json"))
             printf("%s: wrote %s\n", j->name, html);
     }
 done:
@@ -519,15 +578,20 @@ static int write_split(job_t *j, const hyprof_raster_t *ref, const hyprof_legend
                     "SPLIT_SEED).random(n_c) over the class's pixels in row-major order; the "
                     "pixels with the smallest u train",
                     seed, tr_item, te_item, src, NULL};
-    hyprof_status_t st = hyprof_classmap_write(j->cmd->files[0], ref, train, legend, meta,
-                                               j->overwrite, j->err, sizeof j->err);
-    if (st == HYPROF_OK &&
-        (st = hyprof_classmap_write(j->cmd->files[1], ref, test, legend, meta, j->overwrite,
-                                    j->err, sizeof j->err)) != HYPROF_OK)
-        unlink(j->cmd->files[0]);
+    const char *tr_tmp = job_output(j, j->cmd->files[0], 1);
+    const char *te_tmp = tr_tmp ? job_output(j, j->cmd->files[1], 1) : NULL;
+    if (!te_tmp)
+        return EXIT_RUNTIME;
+    hyprof_status_t st = hyprof_classmap_write(j->cmd->files[0], tr_tmp, ref, train, legend,
+                                               meta, j->err, sizeof j->err);
+    if (st == HYPROF_OK)
+        st = hyprof_classmap_write(j->cmd->files[1], te_tmp, ref, test, legend, meta, j->err,
+                                   sizeof j->err);
     if (st != HYPROF_OK)
         return io_fail(j, st, 0);
-    cli_progress_done(&j->pg);
+    int rc = job_commit(j);
+    if (rc != EXIT_OK)
+        return rc;
     printf("%s: wrote %s (training pixels per class %s)\n%s: wrote %s (test pixels per class "
            "%s)\n", j->name, j->cmd->files[0], counts_tr, j->name, j->cmd->files[1], counts_te);
     return EXIT_OK;
@@ -546,6 +610,8 @@ static int run_split(job_t *j)
     memset(&ref, 0, sizeof ref);
     hyprof_legend_t legend = {0, NULL, NULL};
     uint16_t *train = NULL, *test = NULL;
+    if ((rc = need_integers(j, "--reference", ref_path)) != EXIT_OK)
+        return rc;
     hyprof_status_t st = read_raster(j, ref_path, &ref, 0.0, 0.5);
     if (st == HYPROF_OK)
         st = hyprof_legend_read(ref_path, &legend, j->err, sizeof j->err);

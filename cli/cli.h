@@ -54,13 +54,22 @@ void cli_progress_stage(cli_progress_t *p, double lo, double hi);
 int cli_progress_fn(void *user, double fraction, const char *stage);
 void cli_progress_done(cli_progress_t *p);
 void cli_log_fn(void *user, hyprof_log_level_t level, const char *message);
-void cli_install_signals(hyprof_ctx_t *ctx);
+/* SIGINT/SIGTERM set the cancel flag from the start of the process
+ * (cli_install_signals runs before main); cli_cancel_on_signal ties the flag
+ * to a context, cancelling it at once when a signal came before. */
+void cli_install_signals(void);
+void cli_cancel_on_signal(hyprof_ctx_t *ctx);
 int cli_interrupted(void);
+/* The operation whose name prefixes log lines ("hyprof eadp: warning: ..."). */
+void cli_set_op_name(const char *name);
 
 /* JSON string literal of s on f. */
 void cli_json_string(FILE *f, const char *s);
 /* One-line error: "hyprof OP: message". */
 void cli_error(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The library's last error under "hyprof OP: " (without repeating "OP: "
+ * when the library's text starts with it; another stage's name stays). */
+void cli_lib_error(const char *op, const char *message);
 
 /* Shared by the runners (run.c). */
 int cli_exit_code(hyprof_status_t st, int reading);
@@ -70,5 +79,35 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg);
 /* The registry's positionals of an operation: count, and the KIND and NAME
  * of file i (into kind/name buffers). */
 int cli_positionals(const hyprof_op_t *op, int i, char *kind, size_t kn, char *name, size_t nn);
+
+/* ---- the files of a run (outputs.c) ---- */
+
+#define CLI_MAX_OUTPUTS 8
+
+typedef struct {
+    char *final, *tmp;
+    int raster; /* GDAL may give it an .aux.xml sidecar */
+} cli_output_t;
+
+/* Outputs written to temporaries, committed together. */
+typedef struct {
+    cli_output_t f[CLI_MAX_OUTPUTS];
+    size_t n;
+} cli_outputs_t;
+
+/* Refuses (EXIT_USAGE, one message) an output that is the same file as an
+ * input or as another output, with or without --overwrite. */
+int cli_check_distinct(const cli_command_t *cmd);
+/* Registers the output `path` and returns the temporary the run writes it to
+ * (owned by o; NULL when out of memory). Removes the temporaries that dead
+ * runs left in its folder. */
+const char *cli_outputs_add(cli_outputs_t *o, const char *path, int raster);
+/* Renames every temporary onto its target, or none: a cancellation flagged
+ * until now (EXIT_CANCELLED), a target created meanwhile (EXIT_USAGE) or a
+ * failed rename (EXIT_RUNTIME) leaves the old files as they were. Prints the
+ * message; the set is emptied either way. */
+int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite);
+/* Removes every temporary (and its sidecar). */
+void cli_outputs_discard(cli_outputs_t *o);
 
 #endif

@@ -7,7 +7,86 @@
 
 #include <cpl_error.h>
 #include <gdal.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static int has_variable(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
+            return 1;
+    return 0;
+}
+
+/* Commands that run no operation (no OpenMP threads): not worth a second load. */
+static int runs_no_operation(int argc, char **argv)
+{
+    static const char *const quick[] = {"--version", "--help", "-h", "help", "describe", "info"};
+    if (argc < 2)
+        return 1;
+    for (size_t i = 0; i < sizeof quick / sizeof *quick; i++)
+        if (strcmp(argv[1], quick[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Runs from the executable's .preinit_array: after the loader has mapped
+ * every library, before any library's initialiser.
+ *
+ * libgomp reads OMP_WAIT_POLICY in its initialiser, from the environment the
+ * process started with (libc's initialiser, which runs after this one,
+ * resets `environ` to it). When the user has chosen neither OMP_WAIT_POLICY
+ * nor GOMP_SPINCOUNT, a process that runs an operation executes itself again
+ * once with OMP_WAIT_POLICY=PASSIVE added: its threads then sleep at barriers
+ * instead of spinning, which costs one more program load alone and keeps
+ * several hyprof processes on shared cores (QGIS batch runs) from spinning
+ * against each other.
+ *
+ * SIGINT and SIGTERM are blocked from the first instruction here to the
+ * installation of the handlers (a blocked signal stays pending across the
+ * exec), so a signal at any time after the program is loaded becomes a
+ * cancellation (exit 3). */
+static void early_start(int argc, char **argv, char **envp)
+{
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    if (!runs_no_operation(argc, argv) && !has_variable(envp, "OMP_WAIT_POLICY") &&
+        !has_variable(envp, "GOMP_SPINCOUNT")) {
+        size_t n = 0;
+        while (envp && envp[n])
+            n++;
+        char *env[n + 2];
+        for (size_t i = 0; i < n; i++)
+            env[i] = envp[i];
+        env[n] = "OMP_WAIT_POLICY=PASSIVE";
+        env[n + 1] = NULL;
+        execve("/proc/self/exe", argv, env);
+        /* No /proc: run as we are, with libgomp's default policy. */
+    }
+    cli_install_signals();
+    sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+}
+
+__attribute__((section(".preinit_array"), used)) static void (*const preinit)(int, char **,
+                                                                             char **) = early_start;
+
+/* HYPROF_BACKEND, the library's override of --backend auto: an unknown value
+ * would be ignored, so it is refused. */
+static int check_backend_env(const char *op)
+{
+    const char *v = getenv("HYPROF_BACKEND");
+    hyprof_backend_t b;
+    if (!v || !*v || hyprof_backend_parse(v, &b) == HYPROF_OK)
+        return EXIT_OK;
+    cli_error(op, "HYPROF_BACKEND='%s' is not one of auto, cpu, cuda", v);
+    return EXIT_USAGE;
+}
 
 static void print_usage(FILE *f)
 {
@@ -60,12 +139,17 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "describe") == 0)
         return cli_describe(argc - 2, argv + 2);
+    const hyprof_op_t *op = hyprof_op_find(cmd);
+    if (op) {
+        cli_set_op_name(op->name);
+        if (check_backend_env(op->name) != EXIT_OK)
+            return EXIT_USAGE;
+    }
     GDALAllRegister();
     /* GDAL's reasons are folded into hyprof's own one-line messages. */
     CPLSetErrorHandler(CPLQuietErrorHandler);
     if (strcmp(cmd, "info") == 0)
         return cli_info(argc - 2, argv + 2);
-    const hyprof_op_t *op = hyprof_op_find(cmd);
     if (!op) {
         cli_error(NULL, "unknown operation '%s' (see 'hyprof --help')", cmd);
         return EXIT_USAGE;
@@ -77,5 +161,7 @@ int main(int argc, char **argv)
     else if (rc == EXIT_OK)
         rc = op->run ? cli_run(&c) : cli_run_classification(&c);
     cli_command_free(&c);
+    if (rc != EXIT_OK && cli_interrupted())
+        rc = EXIT_CANCELLED;
     return rc;
 }

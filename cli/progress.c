@@ -9,29 +9,39 @@
 #include <string.h>
 #include <unistd.h>
 
-static hyprof_ctx_t *signal_ctx;
+static hyprof_ctx_t *volatile signal_ctx;
 static volatile sig_atomic_t interrupted;
+static const char *op_name;
 
 static void on_signal(int sig)
 {
     (void)sig;
     interrupted = 1;
-    if (signal_ctx)
-        hyprof_ctx_cancel(signal_ctx);
+    hyprof_ctx_t *ctx = signal_ctx;
+    if (ctx)
+        hyprof_ctx_cancel(ctx);
 }
 
-void cli_install_signals(hyprof_ctx_t *ctx)
+void cli_install_signals(void)
 {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    signal_ctx = ctx;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }
 
+void cli_cancel_on_signal(hyprof_ctx_t *ctx)
+{
+    signal_ctx = ctx;
+    if (interrupted && ctx)
+        hyprof_ctx_cancel(ctx);
+}
+
 int cli_interrupted(void) { return interrupted; }
+
+void cli_set_op_name(const char *name) { op_name = name; }
 
 void cli_error(const char *op, const char *fmt, ...)
 {
@@ -41,6 +51,15 @@ void cli_error(const char *op, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+void cli_lib_error(const char *op, const char *message)
+{
+    const char *m = message ? message : "unknown error";
+    size_t len = op ? strlen(op) : 0;
+    if (len && strncmp(m, op, len) == 0 && m[len] == ':' && m[len + 1] == ' ')
+        m += len + 2;
+    cli_error(op, "%s", m);
 }
 
 void cli_json_string(FILE *f, const char *s)
@@ -140,7 +159,8 @@ void cli_log_fn(void *user, hyprof_log_level_t level, const char *message)
     } else {
         if (p->mode == PROGRESS_BAR && p->last >= 0.0)
             fputc('\n', stderr);
-        fprintf(stderr, "hyprof: %s: %s\n", lv, message);
+        fprintf(stderr, "hyprof%s%s: %s: %s\n", op_name ? " " : "", op_name ? op_name : "",
+                lv, message);
     }
     fflush(stderr);
 }

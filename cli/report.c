@@ -213,10 +213,10 @@ static void write_html(FILE *f, const hyprof_assessment_t *a, const hyprof_legen
     fputs("\"></div>\n</body></html>\n", f);
 }
 
-hyprof_status_t cli_assess_html(const char *path, const hyprof_assessment_t *a,
+hyprof_status_t cli_assess_html(const char *path, const char *tmp, const hyprof_assessment_t *a,
                                 const hyprof_legend_t *legend, const uint16_t *map,
                                 size_t width, size_t height, const char *map_path,
-                                const char *ref_path, int overwrite, char *err, size_t n)
+                                const char *ref_path, char *err, size_t n)
 {
     unsigned char *png = NULL;
     size_t png_len = 0;
@@ -224,14 +224,6 @@ hyprof_status_t cli_assess_html(const char *path, const hyprof_assessment_t *a,
                                              err, n);
     if (st != HYPROF_OK)
         return st;
-    size_t len = strlen(path) + 48;
-    char *tmp = malloc(len);
-    if (!tmp) {
-        free(png);
-        snprintf(err, n, "out of memory");
-        return HYPROF_ERR_NOMEM;
-    }
-    snprintf(tmp, len, "%s.hyprof-%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) {
         snprintf(err, n, "cannot write '%s': %s", path, strerror(errno));
@@ -240,15 +232,11 @@ hyprof_status_t cli_assess_html(const char *path, const hyprof_assessment_t *a,
         write_html(f, a, legend, png, png_len, map_path, ref_path);
         int bad = ferror(f);
         bad |= fclose(f) != 0;
-        if (!bad)
-            st = hyprof_output_check(path, overwrite, err, n);
-        if (bad || (st == HYPROF_OK && rename(tmp, path) != 0)) {
+        if (bad) {
             snprintf(err, n, "cannot write '%s': %s", path, strerror(errno));
             st = HYPROF_ERR_IO;
         }
     }
-    unlink(tmp);
-    free(tmp);
     free(png);
     return st;
 }

@@ -11,10 +11,11 @@ void cli_assess_json(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_
                      const char *map_path, const char *ref_path);
 /* The HTML report: figures, per-class table, the confusion matrix as an
  * inline SVG picture and the class map as an inline PNG thumbnail; written
- * under a temporary name and renamed. */
-hyprof_status_t cli_assess_html(const char *path, const hyprof_assessment_t *a,
+ * into the file `tmp`, which the caller renames to `path` (named in
+ * messages). */
+hyprof_status_t cli_assess_html(const char *path, const char *tmp, const hyprof_assessment_t *a,
                                 const hyprof_legend_t *legend, const uint16_t *map,
                                 size_t width, size_t height, const char *map_path,
-                                const char *ref_path, int overwrite, char *err, size_t n);
+                                const char *ref_path, char *err, size_t n);
 
 #endif

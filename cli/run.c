@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "raster_io.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,8 @@ int cli_exit_code(hyprof_status_t st, int reading)
     case HYPROF_ERR_ARGUMENT:
     case HYPROF_ERR_INPUT:
     case HYPROF_ERR_FORMAT: return EXIT_USAGE;
-    case HYPROF_ERR_IO: return reading ? EXIT_USAGE : EXIT_RUNTIME;
+    case HYPROF_ERR_IO:
+    case HYPROF_ERR_NOMEM: return reading ? EXIT_USAGE : EXIT_RUNTIME;
     default: return EXIT_RUNTIME;
     }
 }
@@ -38,6 +40,13 @@ int cli_check_param_files(const cli_command_t *cmd, int overwrite)
         if ((p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) &&
             (stat(v, &sb) != 0 || access(v, R_OK) != 0)) {
             cli_error(cmd->op->name, "--%s: '%s' does not exist or is not readable", p->name, v);
+            return EXIT_USAGE;
+        }
+        const char *wrong = p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN
+                                ? hyprof_input_problem(&sb, strcmp(p->name, "samples") == 0)
+                                : NULL;
+        if (wrong) {
+            cli_error(cmd->op->name, "--%s: '%s' %s", p->name, v, wrong);
             return EXIT_USAGE;
         }
         if (p->type == HYPROF_PARAM_FILE_OUT &&
@@ -62,53 +71,28 @@ static int check_files(const cli_command_t *cmd, int overwrite)
     return EXIT_OK;
 }
 
-/* Files an operation writes besides OUTPUT (models) go to temporary names
- * first and are renamed only once OUTPUT is complete, so a failed or
- * cancelled run leaves none of them: the operation sees the temporary
+/* Files an operation writes besides OUTPUT (models, endmember spectra) go
+ * to temporaries committed with OUTPUT: the operation sees the temporary
  * names, the output's metadata the final ones. */
-typedef struct {
-    const char *param;
-    char *final, *tmp;
-} side_file_t;
-
-static size_t side_files(cli_command_t *cmd, side_file_t *f, size_t max)
+static int add_side_files(cli_command_t *cmd, cli_outputs_t *o, const char **param)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < cmd->op->nparams && n < max; i++) {
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
         const hyprof_param_t *p = &cmd->op->params[i];
         const char *v = hyprof_args_str(cmd->args, p->name);
         if (p->type != HYPROF_PARAM_FILE_OUT || !v)
             continue;
-        size_t len = strlen(v) + 48;
-        f[n].param = p->name;
-        f[n].final = strdup(v);
-        f[n].tmp = malloc(len);
-        if (f[n].tmp)
-            snprintf(f[n].tmp, len, "%s.hyprof-%ld.tmp", v, (long)getpid());
-        n++;
+        param[o->n] = p->name;
+        if (!cli_outputs_add(o, v, 0))
+            return -1;
     }
-    return n;
+    return 0;
 }
 
-static void swap_side_files(cli_command_t *cmd, side_file_t *f, size_t n, int to_tmp)
+static void route_side_files(cli_command_t *cmd, const cli_outputs_t *o, const char **param,
+                             int to_tmp)
 {
-    for (size_t i = 0; i < n; i++)
-        hyprof_args_set(cmd->args, f[i].param, to_tmp ? f[i].tmp : f[i].final);
-}
-
-static hyprof_status_t finish_side_files(side_file_t *f, size_t n, int ok, char *err, size_t len)
-{
-    hyprof_status_t st = HYPROF_OK;
-    for (size_t i = 0; i < n; i++) {
-        if (ok && st == HYPROF_OK && rename(f[i].tmp, f[i].final) != 0) {
-            snprintf(err, len, "cannot rename '%s' to '%s'", f[i].tmp, f[i].final);
-            st = HYPROF_ERR_IO;
-        }
-        unlink(f[i].tmp);
-        free(f[i].tmp);
-        free(f[i].final);
-    }
-    return st;
+    for (size_t i = 1; i < o->n; i++)
+        hyprof_args_set(cmd->args, param[i], to_tmp ? o->f[i].tmp : o->f[i].final);
 }
 
 /* Side files named after OUTPUT (HYPROF_PARAM_BESIDE_OUTPUT): OUTPUT with its
@@ -180,11 +164,77 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
     return ctx;
 }
 
+/* The memory the run needs before it starts: the input as the file declares
+ * it and the output as the operation will make it. */
+static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
+{
+    size_t w, h, nb, out_bands = 0;
+    char err[1024], what[1200];
+    hyprof_status_t st = hyprof_raster_probe(cmd->input, &w, &h, &nb, NULL, err, sizeof err);
+    if (st != HYPROF_OK) {
+        cli_error(cmd->op->name, "%s", err);
+        return cli_exit_code(st, 1);
+    }
+    if (!cmd->op->bands || cmd->op->bands(ctx, cmd->args, nb, &out_bands) != HYPROF_OK)
+        out_bands = 0;
+    size_t in = hyprof_raster_read_bytes(w, h, nb), out = hyprof_raster_read_bytes(w, h, out_bands);
+    size_t need = in > SIZE_MAX - out ? SIZE_MAX : in + out;
+    snprintf(what, sizeof what, "'%s' (%zux%zu pixels, %zu bands in, %zu out)", cmd->input, w, h,
+             nb, out_bands);
+    if (hyprof_host_memory_check(need, what, err, sizeof err) != HYPROF_OK) {
+        cli_error(cmd->op->name, "%s", err);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Computes the result and writes every output to its temporary. */
+static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
+                             hyprof_raster_t *in, hyprof_result_t *res, cli_outputs_t *outs)
+{
+    const char *name = cmd->op->name, *param[CLI_MAX_OUTPUTS];
+    char err[1024];
+    hyprof_io_progress_t io = {cli_progress_fn, pg};
+    cli_progress_stage(pg, 0.0, READ_END);
+    hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, in, err, sizeof err);
+    if (st != HYPROF_OK) {
+        cli_progress_done(pg);
+        cli_error(name, "%s", err);
+        return cli_exit_code(st, 1);
+    }
+    pass_wavelengths(cmd, in);
+    if (!cli_outputs_add(outs, cmd->output, 1) || add_side_files(cmd, outs, param) != 0) {
+        cli_error(name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    cli_progress_stage(pg, READ_END, COMPUTE_END);
+    route_side_files(cmd, outs, param, 1);
+    st = hyprof_op_run(ctx, cmd->op, cmd->args, &in->cube, res);
+    route_side_files(cmd, outs, param, 0);
+    if (st != HYPROF_OK) {
+        cli_progress_done(pg);
+        cli_lib_error(name, hyprof_ctx_last_error(ctx));
+        return cli_exit_code(st, 0);
+    }
+    cli_progress_stage(pg, COMPUTE_END, 1.0);
+    const char *used = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
+    st = hyprof_raster_write(cmd->output, outs->f[0].tmp, in, res, cmd->args, used, &io, err,
+                             sizeof err);
+    cli_progress_done(pg);
+    if (st != HYPROF_OK) {
+        cli_error(name, "%s", err);
+        return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
+    }
+    return EXIT_OK;
+}
+
 int cli_run(cli_command_t *cmd)
 {
     const char *name = cmd->op->name;
     int overwrite = hyprof_args_bool(cmd->common, "overwrite");
     int rc = name_beside_output(cmd);
+    if (rc == EXIT_OK)
+        rc = cli_check_distinct(cmd);
     if (rc == EXIT_OK)
         rc = check_files(cmd, overwrite);
     if (rc != EXIT_OK)
@@ -196,58 +246,31 @@ int cli_run(cli_command_t *cmd)
         cli_error(name, "out of memory");
         return EXIT_RUNTIME;
     }
-    cli_install_signals(ctx);
-    hyprof_io_progress_t io = {cli_progress_fn, &pg};
+    cli_cancel_on_signal(ctx);
     hyprof_raster_t in;
+    memset(&in, 0, sizeof in);
     hyprof_result_t res;
     hyprof_result_init(&res);
-    char err[1024];
-
-    cli_progress_stage(&pg, 0.0, READ_END);
-    hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, &in, err, sizeof err);
-    if (st != HYPROF_OK) {
-        cli_progress_done(&pg);
-        cli_error(name, "%s", err);
-        hyprof_ctx_free(&ctx);
-        return cli_exit_code(st, 1);
+    cli_outputs_t outs = {.n = 0};
+    rc = check_memory(cmd, ctx);
+    if (rc == EXIT_OK)
+        rc = compute_and_write(cmd, ctx, &pg, &in, &res, &outs);
+    if (rc == EXIT_OK)
+        rc = cli_outputs_commit(&outs, name, overwrite);
+    cli_outputs_discard(&outs);
+    if (rc == EXIT_OK) {
+        printf("%s: wrote %s (%zux%zu, %zu bands, backend %s)\n", name, cmd->output,
+               res.cube.width, res.cube.height, res.cube.bands,
+               hyprof_backend_name(hyprof_ctx_used_backend(ctx)));
+        for (size_t i = 0; i < cmd->op->nparams; i++)
+            if (cmd->op->params[i].type == HYPROF_PARAM_FILE_OUT &&
+                hyprof_args_str(cmd->args, cmd->op->params[i].name))
+                printf("%s: wrote %s\n", name,
+                       hyprof_args_str(cmd->args, cmd->op->params[i].name));
     }
-    pass_wavelengths(cmd, &in);
-    cli_progress_stage(&pg, READ_END, COMPUTE_END);
-    side_file_t side[8];
-    size_t nside = side_files(cmd, side, 8);
-    swap_side_files(cmd, side, nside, 1);
-    st = hyprof_op_run(ctx, cmd->op, cmd->args, &in.cube, &res);
-    swap_side_files(cmd, side, nside, 0);
-    if (st != HYPROF_OK) {
-        cli_progress_done(&pg);
-        cli_error(NULL, "%s", hyprof_ctx_last_error(ctx)); /* "op: ..." */
-        rc = cli_exit_code(st, 0);
-        finish_side_files(side, nside, 0, err, sizeof err);
-        goto done;
-    }
-    cli_progress_stage(&pg, COMPUTE_END, 1.0);
-    const char *used = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
-    st = hyprof_raster_write(cmd->output, &in, &res, cmd->args, used, overwrite, &io, err,
-                             sizeof err);
-    cli_progress_done(&pg);
-    hyprof_status_t st2 = finish_side_files(side, nside, st == HYPROF_OK, err, sizeof err);
-    if (st == HYPROF_OK)
-        st = st2;
-    if (st != HYPROF_OK) {
-        cli_error(name, "%s", err);
-        rc = st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
-        goto done;
-    }
-    printf("%s: wrote %s (%zux%zu, %zu bands, backend %s)\n", name, cmd->output,
-           res.cube.width, res.cube.height, res.cube.bands, used);
-    for (size_t i = 0; i < cmd->op->nparams; i++)
-        if (cmd->op->params[i].type == HYPROF_PARAM_FILE_OUT &&
-            hyprof_args_str(cmd->args, cmd->op->params[i].name))
-            printf("%s: wrote %s\n", name, hyprof_args_str(cmd->args, cmd->op->params[i].name));
-    rc = EXIT_OK;
-done:
     if (cli_interrupted() && rc != EXIT_OK)
         rc = EXIT_CANCELLED;
+    cli_cancel_on_signal(NULL);
     hyprof_result_free(&res);
     hyprof_raster_free(&in);
     hyprof_ctx_free(&ctx);

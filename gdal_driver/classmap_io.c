@@ -213,38 +213,12 @@ static GDALDatasetH create_classmap(const char *tmp, const hyprof_raster_t *src,
     return ds;
 }
 
-/* Renames tmp (and its .aux.xml) to path (and path.aux.xml). */
-static hyprof_status_t publish(const char *tmp, const char *path, char *err, size_t n)
+hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
+                                      const hyprof_raster_t *src, const uint16_t *values,
+                                      const hyprof_legend_t *legend, char **meta, char *err,
+                                      size_t n)
 {
-    size_t lt = strlen(tmp) + 16, lp = strlen(path) + 16;
-    char *aux_tmp = malloc(lt), *aux = malloc(lp);
     hyprof_status_t st = HYPROF_OK;
-    if (!aux_tmp || !aux) {
-        st = say(HYPROF_ERR_NOMEM, err, n, "out of memory");
-    } else {
-        snprintf(aux_tmp, lt, "%s.aux.xml", tmp);
-        snprintf(aux, lp, "%s.aux.xml", path);
-        if (access(aux_tmp, F_OK) != 0)
-            unlink(aux); /* a stale sidecar would relabel the new map */
-        else if (rename(aux_tmp, aux) != 0)
-            st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s': %s", aux_tmp, strerror(errno));
-        if (st == HYPROF_OK && rename(tmp, path) != 0)
-            st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s' to '%s': %s", tmp, path,
-                     strerror(errno));
-        unlink(aux_tmp);
-    }
-    free(aux_tmp);
-    free(aux);
-    return st;
-}
-
-hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *src,
-                                      const uint16_t *values, const hyprof_legend_t *legend,
-                                      char **meta, int overwrite, char *err, size_t n)
-{
-    hyprof_status_t st = hyprof_output_check(path, overwrite, err, n);
-    if (st != HYPROF_OK)
-        return st;
     size_t W = src->cube.width, H = src->cube.height;
     uint16_t maxv = 0;
     for (size_t i = 0; i < W * H; i++)
@@ -256,17 +230,12 @@ hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *s
             maxv = v > maxv ? (uint16_t)v : maxv;
             break;
         }
-    char *tmp = hyprof_output_temp_name(path);
-    if (!tmp)
-        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
     CPLErrorReset();
     GDALDataType t = maxv <= 255 ? GDT_Byte : GDT_UInt16;
     GDALDatasetH ds = create_classmap(tmp, src, t);
-    if (!ds) {
-        st = say(HYPROF_ERR_IO, err, n, "cannot create '%s': %s", tmp, gdal_reason());
-        free(tmp);
-        return st;
-    }
+    if (!ds)
+        return say(HYPROF_ERR_IO, err, n, "cannot create a temporary file for '%s': %s", path,
+                   gdal_reason());
     GDALRasterBandH band = GDALGetRasterBand(ds, 1);
     GDALSetRasterNoDataValue(band, 0.0);
     GDALSetDescription(band, "class");
@@ -285,17 +254,6 @@ hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *s
     GDALClose(ds);
     if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
         st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, gdal_reason());
-    if (st == HYPROF_OK)
-        st = hyprof_output_check(path, overwrite, err, n);
-    if (st == HYPROF_OK)
-        st = publish(tmp, path, err, n);
-    if (st != HYPROF_OK) {
-        char aux[4096];
-        snprintf(aux, sizeof aux, "%s.aux.xml", tmp);
-        unlink(aux);
-        unlink(tmp);
-    }
-    free(tmp);
     return st;
 }
 

@@ -28,14 +28,15 @@ hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *e
 /* True when the two rasters share size, geotransform and CRS; else the reason. */
 int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
 
-/* Writes a one-band class map (Byte when every value is <= 255, else
- * UInt16; 0 = nodata) on src's grid, with the legend as colour table,
- * category names and CLASS_<v> metadata, plus `meta` (NULL-terminated
- * KEY=VALUE list). Written under a temporary name (with its .aux.xml) and
- * renamed at the end. */
-hyprof_status_t hyprof_classmap_write(const char *path, const hyprof_raster_t *src,
-                                      const uint16_t *values, const hyprof_legend_t *legend,
-                                      char **meta, int overwrite, char *err, size_t n);
+/* Writes into the file `tmp` a one-band class map (Byte when every value is
+ * <= 255, else UInt16; 0 = nodata) on src's grid, with the legend as colour
+ * table, category names and CLASS_<v> metadata, plus `meta` (NULL-terminated
+ * KEY=VALUE list). The category names go to GDAL's sidecar tmp.aux.xml: the
+ * caller renames both onto `path` (named in messages) and path.aux.xml. */
+hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
+                                      const hyprof_raster_t *src, const uint16_t *values,
+                                      const hyprof_legend_t *legend, char **meta, char *err,
+                                      size_t n);
 
 /* Rasterises the features of a vector layer on `grid` (reprojected to its
  * CRS): labels (width*height, 0 = none) receive the class of `field`

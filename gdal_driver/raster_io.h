@@ -7,6 +7,7 @@
 #include "hyprof/hyprof.h"
 
 #include <gdal.h>
+#include <sys/stat.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,20 +35,35 @@ typedef struct {
 
 /* Reads a whole raster. Nodata values, GDAL mask bands, NaN and infinities
  * all mark a pixel invalid (in any band). Errors: HYPROF_ERR_IO (cannot open
- * or read, message names the file and GDAL's reason), HYPROF_ERR_INPUT. */
+ * or read, message names the file and GDAL's reason), HYPROF_ERR_INPUT (see
+ * hyprof_raster_probe), HYPROF_ERR_NOMEM (the size the file declares does not
+ * fit in the memory hyprof_host_memory_available() reports). */
 hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    const hyprof_io_progress_t *progress, hyprof_raster_t *out,
                                    char *err, size_t err_len);
 void hyprof_raster_free(hyprof_raster_t *r);
 
+/* What is wrong with an input file of this stat (a phrase after its name:
+ * "is a FIFO (named pipe), not a file"), or NULL when it is a regular,
+ * non-empty file (or a folder, with folder_ok). Such inputs make GDAL and
+ * the model readers block (FIFO, /dev/zero) or fail without a reason. */
+const char *hyprof_input_problem(const struct stat *sb, int folder_ok);
+
+/* Opens `path` with the checks of hyprof_raster_read and gives its size and
+ * whether band 1 holds integers, without reading pixels. Inputs that are not
+ * regular non-empty files (folder, FIFO, device), formats GDAL does not
+ * recognise and complex pixel types are refused (HYPROF_ERR_INPUT) with a
+ * message naming what is wrong. */
+hyprof_status_t hyprof_raster_probe(const char *path, size_t *w, size_t *h, size_t *bands,
+                                    int *integer, char *err, size_t n);
+/* The bytes hyprof_raster_read allocates for a w x h x bands raster
+ * (SIZE_MAX when that overflows). */
+size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t bands);
+
 /* Writes the message into err (n bytes) and returns st: the error style of
  * everything in this folder. */
 hyprof_status_t hyprof_io_error(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-
-/* The temporary name of an output: hidden, beside `path`, unique to this
- * process (malloc'ed; NULL when out of memory). */
-char *hyprof_output_temp_name(const char *path);
 
 /* The CRS and geotransform of `src` (when it has them) onto a new dataset. */
 void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
@@ -56,14 +72,15 @@ void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
  * is writable, and the file does not exist unless overwrite. */
 hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t err_len);
 
-/* Writes `res` as GeoTIFF with the source's CRS, geotransform and nodata,
- * band descriptions, and metadata: the operation, every parameter of `args`,
- * the backend used and the result's own items. Written to a temporary file
- * beside `path` and renamed at the end; nothing is left on failure or
- * cancellation (HYPROF_ERR_CANCELLED). */
-hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src,
-                                    const hyprof_result_t *res, const hyprof_args_t *args,
-                                    const char *backend, int overwrite,
+/* Writes `res` into the file `tmp` as GeoTIFF with the source's CRS,
+ * geotransform and nodata, band descriptions, and metadata: the operation,
+ * every parameter of `args`, the backend used and the result's own items.
+ * `path` is the output `tmp` becomes once the caller has renamed it (and any
+ * tmp.aux.xml GDAL wrote), named in messages. On failure or cancellation
+ * (HYPROF_ERR_CANCELLED) the caller removes tmp. */
+hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
+                                    const hyprof_raster_t *src, const hyprof_result_t *res,
+                                    const hyprof_args_t *args, const char *backend,
                                     const hyprof_io_progress_t *progress, char *err,
                                     size_t err_len);
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,24 +99,98 @@ static void read_band_info(GDALDatasetH ds, hyprof_raster_t *r)
     }
 }
 
+const char *hyprof_input_problem(const struct stat *sb, int folder_ok)
+{
+    if (S_ISDIR(sb->st_mode))
+        return folder_ok ? NULL : "is a folder, not a file";
+    if (S_ISFIFO(sb->st_mode))
+        return "is a FIFO (named pipe), not a file";
+    if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode))
+        return "is a device, not a file";
+    if (S_ISSOCK(sb->st_mode))
+        return "is a socket, not a file";
+    if (!S_ISREG(sb->st_mode))
+        return "is not a regular file";
+    if (sb->st_size == 0)
+        return "is an empty file (0 bytes)";
+    return NULL;
+}
+
+/* Paths GDAL resolves itself: /vsi... files and connection strings
+ * ("HYPROF:...", "NETCDF:file:var"). */
+static int gdal_name(const char *path)
+{
+    return strncmp(path, "/vsi", 4) == 0 || strchr(path, ':') != NULL;
+}
+
 static hyprof_status_t open_checked(const char *path, GDALDatasetH *ds, char *err, size_t n)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0 && strncmp(path, "/vsi", 4) != 0 && !strchr(path, ':'))
+    int found = stat(path, &sb) == 0;
+    if (!found && !gdal_name(path))
         return say(HYPROF_ERR_IO, err, n, "input '%s' does not exist: %s", path,
                    strerror(errno));
+    const char *wrong = found ? hyprof_input_problem(&sb, 0) : NULL;
+    if (wrong)
+        return say(HYPROF_ERR_INPUT, err, n, "input '%s' %s", path, wrong);
     CPLErrorReset();
     *ds = GDALOpenEx(path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
-    if (!*ds)
-        return say(HYPROF_ERR_IO, err, n, "cannot open '%s' as a raster: %s", path,
-                   gdal_reason());
+    if (!*ds) {
+        const char *m = CPLGetLastErrorMsg();
+        if (m && *m)
+            return say(HYPROF_ERR_IO, err, n, "cannot open '%s' as a raster: %s", path, m);
+        return say(HYPROF_ERR_INPUT, err, n, "input '%s' is not a raster format GDAL recognises",
+                   path);
+    }
     int w = GDALGetRasterXSize(*ds), h = GDALGetRasterYSize(*ds), b = GDALGetRasterCount(*ds);
+    const char *why = NULL;
     if (w <= 0 || h <= 0 || b <= 0) {
         GDALClose(*ds);
         return say(HYPROF_ERR_INPUT, err, n, "input '%s' is empty (%dx%d pixels, %d bands)",
                    path, w, h, b);
     }
+    for (int i = 1; i <= b && !why; i++) {
+        GDALDataType t = GDALGetRasterDataType(GDALGetRasterBand(*ds, i));
+        if (GDALDataTypeIsComplex(t))
+            why = GDALGetDataTypeName(t);
+    }
+    if (why) {
+        GDALClose(*ds);
+        return say(HYPROF_ERR_INPUT, err, n,
+                   "input '%s' has complex pixels (%s); hyprof reads real values only (take "
+                   "the real part, modulus or phase first, e.g. with a VRT pixel function)",
+                   path, why);
+    }
     return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_raster_probe(const char *path, size_t *w, size_t *h, size_t *bands,
+                                    int *integer, char *err, size_t n)
+{
+    GDALDatasetH ds = NULL;
+    hyprof_status_t st = open_checked(path, &ds, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    *w = (size_t)GDALGetRasterXSize(ds);
+    *h = (size_t)GDALGetRasterYSize(ds);
+    *bands = (size_t)GDALGetRasterCount(ds);
+    if (integer) {
+        GDALDataType t = GDALGetRasterDataType(GDALGetRasterBand(ds, 1));
+        *integer = GDALDataTypeIsInteger(t);
+    }
+    GDALClose(ds);
+    return HYPROF_OK;
+}
+
+/* The memory hyprof_raster_read takes for a w x h x nb raster. */
+size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t nb)
+{
+    size_t npix = w * h;
+    if (h && npix / h != w)
+        return SIZE_MAX;
+    if (npix > SIZE_MAX / (nb * sizeof(float) + 2))
+        return SIZE_MAX;
+    return npix * nb * sizeof(float) + 2 * npix; /* cube, mask, mask scratch */
 }
 
 static hyprof_status_t read_bands(GDALDatasetH ds, hyprof_raster_t *r,
@@ -156,6 +231,14 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
         return st;
     size_t w = (size_t)GDALGetRasterXSize(ds), h = (size_t)GDALGetRasterYSize(ds);
     size_t nb = (size_t)GDALGetRasterCount(ds);
+    /* What the file declares, checked before allocating: a small sparse file
+     * may declare gigabytes. */
+    char what[1200];
+    snprintf(what, sizeof what, "reading '%s' (%zux%zu pixels, %zu bands)", path, w, h, nb);
+    if (hyprof_host_memory_check(hyprof_raster_read_bytes(w, h, nb), what, err, n) != HYPROF_OK) {
+        GDALClose(ds);
+        return HYPROF_ERR_NOMEM;
+    }
     st = hyprof_cube_alloc(&r->cube, HYPROF_FLOAT32, w, h, nb);
     if (st == HYPROF_OK)
         st = hyprof_cube_alloc_mask(&r->cube);

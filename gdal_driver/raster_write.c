@@ -179,54 +179,21 @@ static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
     return st;
 }
 
-char *hyprof_output_temp_name(const char *path)
-{
-    char *dir = folder_of(path), *copy = strdup(path);
-    size_t len = strlen(path) + 64;
-    char *tmp = malloc(len);
-    if (dir && copy && tmp)
-        snprintf(tmp, len, "%s/.%s.hyprof-%ld.tmp.tif", dir, basename(copy), (long)getpid());
-    else {
-        free(tmp);
-        tmp = NULL;
-    }
-    free(dir);
-    free(copy);
-    return tmp;
-}
-
-hyprof_status_t hyprof_raster_write(const char *path, const hyprof_raster_t *src,
-                                    const hyprof_result_t *res, const hyprof_args_t *args,
-                                    const char *backend, int overwrite,
+hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
+                                    const hyprof_raster_t *src, const hyprof_result_t *res,
+                                    const hyprof_args_t *args, const char *backend,
                                     const hyprof_io_progress_t *pg, char *err, size_t n)
 {
-    hyprof_status_t st = hyprof_output_check(path, overwrite, err, n);
-    if (st != HYPROF_OK)
-        return st;
-    char *tmp = hyprof_output_temp_name(path);
-    if (!tmp)
-        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
     CPLErrorReset();
     GDALDatasetH ds = create(tmp, src, res);
-    if (!ds) {
-        st = say(HYPROF_ERR_IO, err, n, "cannot create '%s': %s", tmp, CPLGetLastErrorMsg());
-        free(tmp);
-        return st;
-    }
+    if (!ds)
+        return say(HYPROF_ERR_IO, err, n, "cannot create a temporary file for '%s': %s", path,
+                   CPLGetLastErrorMsg());
     set_metadata(ds, src, res, args, backend);
-    st = write_bands(ds, res, pg, path, err, n);
+    hyprof_status_t st = write_bands(ds, res, pg, path, err, n);
     CPLErrorReset();
     GDALClose(ds);
     if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
         st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, CPLGetLastErrorMsg());
-    /* Re-checked: another process may have created the target meanwhile. */
-    if (st == HYPROF_OK)
-        st = hyprof_output_check(path, overwrite, err, n);
-    if (st == HYPROF_OK && rename(tmp, path) != 0)
-        st = say(HYPROF_ERR_IO, err, n, "cannot rename '%s' to '%s': %s", tmp, path,
-                 strerror(errno));
-    if (st != HYPROF_OK)
-        unlink(tmp);
-    free(tmp);
     return st;
 }

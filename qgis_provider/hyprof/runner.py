@@ -90,11 +90,21 @@ def _stop(proc):
         proc.wait()
 
 
+def _environment():
+    """The executable's environment: QGIS's, with OpenMP threads that sleep at
+    barriers unless the user chose otherwise (batch mode runs several at once
+    on shared cores; the executable would otherwise set it and start again)."""
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
 def run(argv, feedback):
     """Runs argv (a list: no shell) and reports through `feedback`."""
     feedback.pushCommandInfo(" ".join(argv))
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1)
+                            stderr=subprocess.PIPE, text=True, bufsize=1, env=_environment())
     # same process group: a Ctrl+C on qgis_process also cancels the executable
     feedback.pushDebugInfo("hyprof pid %d" % proc.pid)
     q = queue.Queue()

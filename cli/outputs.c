@@ -1,0 +1,356 @@
+/* The files of one run: inputs checked before any work, outputs written to
+ * temporaries and committed all together or not at all.
+ *
+ * Every file argument (the registry's positionals, FILE_IN/RASTER_IN and
+ * FILE_OUT parameters, side files named beside OUTPUT) is compared by
+ * identity: the device and inode of the file after following links, or, for
+ * an output that does not exist yet, those of its folder plus its name. An
+ * output that is an input or another output is refused whatever --overwrite
+ * says, so no run can destroy what it reads.
+ *
+ * Outputs go to short hidden names beside their targets
+ * (".<n>.hyprof-<pid>.tmp": a valid 255-byte target name always leaves room),
+ * so GDAL's .aux.xml sidecar of a temporary is ".<n>.hyprof-<pid>.tmp.aux.xml".
+ * The commit checks the cancel flag one last time, links each existing target
+ * to a backup name, renames every temporary (and sidecar) onto its target and,
+ * if one rename fails, puts every target back as it was. Temporaries of dead
+ * runs (their pid in the name, kill(pid, 0) fails with ESRCH) are removed
+ * when their folder receives an output again. */
+#include "cli.h"
+#include "raster_io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    const char *base; /* NULL: dev/ino are the file's; else the folder's + this name */
+} file_id_t;
+
+static char *folder_of(const char *path)
+{
+    char *copy = strdup(path);
+    char *d = copy ? strdup(dirname(copy)) : NULL;
+    free(copy);
+    return d;
+}
+
+static const char *base_of(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* The identity of `path`; -1 when neither it nor its folder can be found. */
+static int file_id(const char *path, file_id_t *id)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        id->dev = sb.st_dev;
+        id->ino = sb.st_ino;
+        id->base = NULL;
+        return 0;
+    }
+    char *dir = folder_of(path);
+    int rc = dir && stat(dir, &sb) == 0 ? 0 : -1;
+    free(dir);
+    id->dev = sb.st_dev;
+    id->ino = sb.st_ino;
+    id->base = base_of(path);
+    return rc;
+}
+
+static int same_id(const file_id_t *a, const file_id_t *b)
+{
+    if (a->dev != b->dev || a->ino != b->ino || !a->base != !b->base)
+        return 0;
+    return !a->base || strcmp(a->base, b->base) == 0;
+}
+
+/* Every file of the command: role ("--html", "OUTPUT"), path, output or not. */
+typedef struct {
+    char role[72];
+    const char *path;
+    int out;
+} named_file_t;
+
+static size_t list_files(const cli_command_t *cmd, named_file_t *f, size_t max)
+{
+    size_t n = 0;
+    char kind[32], name[64];
+    for (int i = 0; i < cmd->nfiles && n < max; i++, n++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, name, sizeof name);
+        snprintf(f[n].role, sizeof f[n].role, "%s", name);
+        f[n].path = cmd->files[i];
+        f[n].out = strstr(kind, "_out") != NULL;
+    }
+    for (size_t i = 0; i < cmd->op->nparams && n < max; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        if (!v || (p->type != HYPROF_PARAM_FILE_IN && p->type != HYPROF_PARAM_RASTER_IN &&
+                   p->type != HYPROF_PARAM_FILE_OUT))
+            continue;
+        snprintf(f[n].role, sizeof f[n].role, "--%s", p->name);
+        f[n].path = v;
+        f[n++].out = p->type == HYPROF_PARAM_FILE_OUT;
+    }
+    return n;
+}
+
+int cli_check_distinct(const cli_command_t *cmd)
+{
+    named_file_t f[CLI_MAX_FILES + 16];
+    file_id_t id[CLI_MAX_FILES + 16];
+    size_t n = list_files(cmd, f, sizeof f / sizeof *f);
+    for (size_t i = 0; i < n; i++) {
+        if (file_id(f[i].path, &id[i]) != 0) {
+            id[i].base = NULL; /* unknown: compared by name below */
+            id[i].dev = 0;
+            id[i].ino = 0;
+        }
+        for (size_t j = 0; j < i; j++) {
+            int same = (id[i].dev || id[i].ino) ? same_id(&id[i], &id[j])
+                                                : strcmp(f[i].path, f[j].path) == 0;
+            if (!same || (!f[i].out && !f[j].out))
+                continue;
+            cli_error(cmd->op->name,
+                      "%s '%s' is the same file as %s '%s': an output may not be an input or "
+                      "another output",
+                      f[i].role, f[i].path, f[j].role, f[j].path);
+            return EXIT_USAGE;
+        }
+    }
+    return EXIT_OK;
+}
+
+/* ---- temporaries ------------------------------------------------------------------------ */
+
+/* The pid in a temporary's name (".<n>.hyprof-<pid>.tmp...", or the
+ * ".<name>.hyprof-<pid>.tmp.tif" and "<name>.hyprof-<pid>.tmp" of earlier
+ * versions); 0 when the name is not one of them. */
+static long temp_pid(const char *name)
+{
+    const char *h = strstr(name, ".hyprof-");
+    if (!h || !strstr(h, ".tmp"))
+        return 0;
+    char *end;
+    long pid = strtol(h + 8, &end, 10);
+    if (end == h + 8 || (*end != '-' && *end != '.'))
+        return 0;
+    return pid;
+}
+
+static void remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = temp_pid(e->d_name);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *p = malloc(len);
+        if (p) {
+            snprintf(p, len, "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        free(p);
+    }
+    closedir(d);
+}
+
+/* A new hidden name in path's folder, unique in this process. */
+static char *temp_name(const char *path)
+{
+    static unsigned counter;
+    char *dir = folder_of(path);
+    if (!dir)
+        return NULL;
+    size_t len = strlen(dir) + 64;
+    char *t = malloc(len);
+    if (t)
+        snprintf(t, len, "%s/.%u.hyprof-%ld.tmp", dir, counter++, (long)getpid());
+    free(dir);
+    return t;
+}
+
+static char *with_aux(const char *path)
+{
+    size_t len = strlen(path) + 9;
+    char *a = malloc(len);
+    if (a)
+        snprintf(a, len, "%s.aux.xml", path);
+    return a;
+}
+
+const char *cli_outputs_add(cli_outputs_t *o, const char *path, int raster)
+{
+    if (o->n == CLI_MAX_OUTPUTS)
+        return NULL;
+    cli_output_t *f = &o->f[o->n];
+    char *dir = folder_of(path);
+    if (dir)
+        remove_stale_temps(dir);
+    free(dir);
+    f->final = strdup(path);
+    f->tmp = temp_name(path);
+    f->raster = raster;
+    if (!f->final || !f->tmp) {
+        free(f->final);
+        free(f->tmp);
+        return NULL;
+    }
+    o->n++;
+    return f->tmp;
+}
+
+static void unlink_aux(const char *path)
+{
+    char *a = with_aux(path);
+    if (a)
+        unlink(a);
+    free(a);
+}
+
+void cli_outputs_discard(cli_outputs_t *o)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        unlink(o->f[i].tmp);
+        unlink_aux(o->f[i].tmp);
+        free(o->f[i].tmp);
+        free(o->f[i].final);
+    }
+    o->n = 0;
+}
+
+/* ---- commit ------------------------------------------------------------------------------ */
+
+/* One file move of the commit: src onto dst (src NULL: dst is removed). */
+typedef struct {
+    char *src, *dst, *backup;
+    int done;
+} move_t;
+
+/* The moves of a commit into m; -1 when out of memory. */
+static int plan_moves(const cli_outputs_t *o, move_t *m, size_t *count)
+{
+    size_t n = 0;
+    int ok = 1;
+    for (size_t i = 0; i < o->n; i++) {
+        m[n] = (move_t){strdup(o->f[i].tmp), strdup(o->f[i].final), NULL, 0};
+        ok &= m[n].src && m[n].dst;
+        n++;
+        if (!o->f[i].raster)
+            continue;
+        /* The sidecar goes with its raster; an old one would relabel it. */
+        char *src = with_aux(o->f[i].tmp), *dst = with_aux(o->f[i].final);
+        if (src && access(src, F_OK) != 0) {
+            free(src);
+            src = NULL;
+        }
+        if (!src && dst && access(dst, F_OK) != 0) {
+            free(dst);
+            continue;
+        }
+        ok &= dst != NULL;
+        m[n++] = (move_t){src, dst, NULL, 0};
+    }
+    *count = n;
+    return ok ? 0 : -1;
+}
+
+/* Keeps the current target under a backup name (a hard link, or the file
+ * itself moved aside where links are not supported). */
+static int back_up(move_t *m)
+{
+    if (access(m->dst, F_OK) != 0)
+        return 0;
+    m->backup = temp_name(m->dst);
+    if (!m->backup)
+        return -1;
+    if (link(m->dst, m->backup) == 0 || rename(m->dst, m->backup) == 0)
+        return 0;
+    free(m->backup);
+    m->backup = NULL;
+    return -1;
+}
+
+static void roll_back(move_t *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].backup)
+            rename(m[i].backup, m[i].dst);
+        else if (m[i].done)
+            unlink(m[i].dst);
+    }
+}
+
+static int apply_moves(move_t *m, size_t n, char *err, size_t len)
+{
+    for (size_t i = 0; i < n; i++)
+        if (back_up(&m[i]) != 0) {
+            snprintf(err, len, "cannot keep a copy of '%s' while replacing it: %s", m[i].dst,
+                     strerror(errno));
+            roll_back(m, i);
+            return -1;
+        }
+    for (size_t i = 0; i < n; i++) {
+        int rc = m[i].src ? rename(m[i].src, m[i].dst) : unlink(m[i].dst);
+        if (rc != 0 && !(errno == ENOENT && !m[i].src)) {
+            snprintf(err, len, "cannot rename '%s' to '%s': %s", m[i].src ? m[i].src : "",
+                     m[i].dst, strerror(errno));
+            roll_back(m, n);
+            return -1;
+        }
+        m[i].done = 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (m[i].backup)
+            unlink(m[i].backup);
+    return 0;
+}
+
+int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
+{
+    char err[1024];
+    /* The last point where a cancellation takes effect: nothing is replaced yet. */
+    if (cli_interrupted()) {
+        cli_outputs_discard(o);
+        cli_error(op, "cancelled; no output written");
+        return EXIT_CANCELLED;
+    }
+    for (size_t i = 0; i < o->n; i++)
+        if (hyprof_output_check(o->f[i].final, overwrite, err, sizeof err) != HYPROF_OK) {
+            cli_outputs_discard(o);
+            cli_error(op, "%s", err);
+            return EXIT_USAGE;
+        }
+    move_t m[2 * CLI_MAX_OUTPUTS];
+    size_t n = 0;
+    int rc = EXIT_OK;
+    if (plan_moves(o, m, &n) != 0) {
+        snprintf(err, sizeof err, "out of memory");
+        rc = EXIT_RUNTIME;
+    }
+    else if (apply_moves(m, n, err, sizeof err) != 0)
+        rc = EXIT_RUNTIME;
+    for (size_t i = 0; i < n; i++) {
+        free(m[i].src);
+        free(m[i].dst);
+        free(m[i].backup);
+    }
+    cli_outputs_discard(o);
+    if (rc != EXIT_OK)
+        cli_error(op, "%s", err);
+    return rc;
+}

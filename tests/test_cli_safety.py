@@ -1,0 +1,357 @@
+"""What the hyprof executable must never do to the user's files, and how it
+behaves under signals, memory limits, odd inputs and concurrency (issue 23):
+
+- an output that is an input or another output (same device and inode after
+  following links, or same folder and name) is refused, exit 2, with or
+  without --overwrite;
+- several outputs of one run (side files and .aux.xml sidecars included) are
+  committed all or none; a failed run keeps the previous files;
+- SIGTERM at any time, from the start of the process to the final rename, is
+  a cancellation: exit 3 and no output;
+- the memory an input declares is checked before it is allocated (exit 2);
+- folders, FIFOs, devices, empty and unrecognised files, complex pixels and
+  float class maps are refused up front with a message naming the problem;
+- a 240-character output name works; temporaries of dead runs are removed;
+- an unknown HYPROF_BACKEND is refused; every message is "hyprof <op>: ...";
+- several runs at once on shared cores do not spin against each other.
+
+Run: /usr/bin/python3 -m pytest tests/test_cli_safety.py
+"""
+
+import hashlib
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from conftest import (EXIT_CANCELLED, EXIT_OK, EXIT_RUNTIME, EXIT_USAGE, INDIAN_PINES, SAMPLES,
+                      SAMSON, exe_path, gdal, message_lines, read_cube, run, run_ok, write_cube)
+
+GT = SAMPLES / "indian_pines_gt.tif"
+TEST_MAP = SAMPLES / "indian_pines_test.tif"
+
+
+def digest(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def folder_state(folder):
+    """Name -> content digest of every file in `folder` (hidden ones included)."""
+    return {p.name: digest(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def copy_sample(src, folder, name=None):
+    dst = folder / (name or src.name)
+    shutil.copy(src, dst)
+    aux = src.parent / (src.name + ".aux.xml")
+    if aux.exists():
+        shutil.copy(aux, folder / (dst.name + ".aux.xml"))
+    return dst
+
+
+def assert_usage(r, *words):
+    assert r.returncode == EXIT_USAGE, "exit %d\nstdout: %s\nstderr: %s" % (
+        r.returncode, r.stdout, r.stderr)
+    lines = message_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# ---- an output is never an input or another output --------------------------------
+
+def test_output_same_as_input_is_refused(tmp_path):
+    cube = copy_sample(SAMSON, tmp_path)
+    before = folder_state(tmp_path)
+    for out in (cube.name, "./" + cube.name, str(cube)):
+        r = run("eadp", "--overwrite", "--progress", "none", cube.name, out, cwd=tmp_path)
+        assert_usage(r, "same file")
+    os.symlink(cube.name, tmp_path / "link.tif")
+    r = run("pca", "--overwrite", "--progress", "none", cube, tmp_path / "link.tif")
+    assert_usage(r, "same file")
+    os.link(cube, tmp_path / "hard.tif")
+    r = run("pca", "--overwrite", "--progress", "none", tmp_path / "hard.tif", cube)
+    assert_usage(r, "same file")
+    (tmp_path / "link.tif").unlink()
+    (tmp_path / "hard.tif").unlink()
+    assert folder_state(tmp_path) == before
+
+
+def test_assess_html_over_its_class_map_is_refused(tmp_path):
+    cmap = copy_sample(TEST_MAP, tmp_path, "C.tif")
+    ref = copy_sample(GT, tmp_path, "ref.tif")
+    before = folder_state(tmp_path)
+    for html, target in ((cmap, "CLASSMAP"), (ref, "--reference")):
+        r = run("assess", "--overwrite", "--reference", ref, "--html", html, cmap)
+        line = assert_usage(r, "--html", target)
+        assert "same file" in line
+    assert folder_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_side_file_given_the_output_path_is_refused(tmp_path, overwrite):
+    ow = ["--overwrite"] if overwrite else []
+    out = tmp_path / "out.tif"
+    model = tmp_path / "m.model"
+    model.write_text("not read: the command is refused before\n")
+    cases = [
+        ("pca", "--save-model", out, SAMSON, out),
+        ("unmix", "--endmembers-csv", out, SAMSON, out),
+        ("classify", "--model", model, "--probabilities", out, SAMSON, out),
+        # the endmember CSV named beside OUTPUT is OUTPUT itself
+        ("unmix", SAMSON, tmp_path / "out.csv"),
+    ]
+    for args in cases:
+        r = run(args[0], *ow, "--progress", "none", *args[1:])
+        assert_usage(r, "same file")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["m.model"], args
+
+
+def test_split_outputs_must_differ(tmp_path):
+    r = run("split", "--reference", GT, "--per-class", "5", tmp_path / "a.tif",
+            str(tmp_path) + "/./a.tif")
+    assert_usage(r, "TEST", "TRAIN", "same file")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- all outputs or none ---------------------------------------------------------
+
+def limit_file_size(nbytes):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+    return apply
+
+
+def test_split_keeps_the_previous_split_when_test_cannot_be_written(tmp_path):
+    """TRAIN fits under the file-size limit, TEST does not (the disk is 'full'
+    for it): the run fails and both previous files stay as they were."""
+    tr, te = tmp_path / "train.tif", tmp_path / "test.tif"
+    run_ok("split", "--reference", GT, "--per-class", "0.1", "--progress", "none", tr, te)
+    before = folder_state(tmp_path)
+    args = ["split", "--overwrite", "--reference", GT, "--per-class", "1", "--seed", "7",
+            "--progress", "none", tr, te]
+    # A fresh split of these arguments: its TRAIN map is smaller than its TEST map.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    run_ok(*args[:-2], fresh / "train.tif", fresh / "test.tif")
+    small, large = (fresh / "train.tif").stat().st_size, (fresh / "test.tif").stat().st_size
+    assert small + 256 < large, (small, large)
+    shutil.rmtree(fresh)
+    r = run(*args, preexec_fn=limit_file_size((small + large) // 2))
+    assert r.returncode == EXIT_RUNTIME, (r.returncode, r.stderr)
+    assert len(message_lines(r.stderr)) == 1, r.stderr
+    assert folder_state(tmp_path) == before
+
+
+def test_split_leaves_only_its_outputs_and_their_legends(tmp_path):
+    tr, te = tmp_path / "train.tif", tmp_path / "test.tif"
+    run_ok("split", "--reference", GT, "--per-class", "0.1", "--progress", "none", tr, te)
+    # The legends (category names) live in GDAL's sidecars: one per map, nothing else.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "test.tif", "test.tif.aux.xml", "train.tif", "train.tif.aux.xml"]
+
+
+# ---- signals --------------------------------------------------------------------------
+
+def version_time():
+    """How long the executable takes to start and stop doing nothing (the
+    fastest of a few runs): an operation started that long ago has been
+    loaded and has installed its handlers (the handlers come right after the
+    loader, before any library's initialiser)."""
+    best = 1e9
+    for _ in range(3):
+        t = time.monotonic()
+        run_ok("--version")
+        best = min(best, time.monotonic() - t)
+    return best
+
+
+def test_signal_at_start_up_cancels(tmp_path):
+    t0 = version_time()
+    for k, factor in enumerate((1.5, 2.0, 2.5, 3.0)):
+        out = tmp_path / ("out%d.tif" % k)
+        p = subprocess.Popen([exe_path(), "eadp", "--progress", "none", str(INDIAN_PINES),
+                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        time.sleep(t0 * factor)
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == EXIT_CANCELLED, (factor, t0, p.returncode, err)
+        assert list(tmp_path.iterdir()) == [], (factor, list(tmp_path.iterdir()))
+
+
+def test_signal_during_the_final_close_cancels(tmp_path):
+    """SIGTERM after the last band is handed to GDAL, while the file is being
+    compressed and closed: exit 3, no output, nothing left."""
+    out = tmp_path / "out.tif"
+    p = subprocess.Popen([exe_path(), "eadp", "--progress", "json", str(INDIAN_PINES),
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sent = False
+    for line in p.stderr:
+        if '"stage":"write"' in line and '"progress":1.000' in line:
+            p.send_signal(signal.SIGTERM)
+            sent = True
+            break
+    _, err = p.communicate(timeout=120)
+    assert sent, err
+    assert p.returncode == EXIT_CANCELLED, (p.returncode, err)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- memory ---------------------------------------------------------------------------
+
+def test_declared_size_is_checked_before_reading(tmp_path):
+    """A sparse GeoTIFF of a few KB declaring 4096x4096x16 float32 (1 GiB):
+    under a 1.5 GiB address-space limit pca is refused before it allocates."""
+    path = tmp_path / "sparse.tif"
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), 4096, 4096, 16, gdal.GDT_Float32,
+                                              ["SPARSE_OK=TRUE", "TILED=YES"])
+    ds = None
+    assert path.stat().st_size < 100_000
+    limit = 1536 << 20
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    r = run("pca", "--progress", "none", path, tmp_path / "out.tif", preexec_fn=cap, timeout=120)
+    line = assert_usage(r, "hyprof pca:", "sparse.tif", "MiB")
+    assert "4096x4096" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sparse.tif"]
+
+
+# ---- inputs that are not raster files --------------------------------------------------
+
+def test_non_regular_and_unrecognised_inputs(tmp_path):
+    fifo = tmp_path / "fifo.tif"
+    os.mkfifo(fifo)
+    (tmp_path / "empty.tif").write_bytes(b"")
+    (tmp_path / "text.tif").write_text("this is not a raster\n" * 20)
+    (tmp_path / "dir.tif").mkdir()
+    cases = [(fifo, "FIFO"), ("/dev/zero", "device"), (tmp_path / "empty.tif", "empty"),
+             (tmp_path / "text.tif", "not a raster format GDAL recognises"),
+             (tmp_path / "dir.tif", "folder")]
+    for path, what in cases:
+        for args in (("pca", path, tmp_path / "out.tif"), ("info", path),
+                     ("assess", "--reference", GT, path)):
+            r = run(*args, timeout=60)
+            line = assert_usage(r, what)
+            assert str(path) in line
+            assert "GDAL gave no reason" not in line
+    r = run("classify", "--model", fifo, SAMSON, tmp_path / "out.tif", timeout=60)
+    assert_usage(r, "FIFO")
+    assert not (tmp_path / "out.tif").exists()
+
+
+def test_complex_input_is_refused(tmp_path):
+    path = tmp_path / "complex.tif"
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), 8, 8, 3, gdal.GDT_CFloat32)
+    for b in range(3):
+        ds.GetRasterBand(b + 1).WriteArray(np.full((8, 8), 1 + 2j, np.complex64))
+    ds = None
+    r = run("pca", "--components", "2", "--progress", "none", path, tmp_path / "out.tif")
+    assert_usage(r, "complex", "CFloat32")
+    assert not (tmp_path / "out.tif").exists()
+
+
+def test_assess_refuses_a_float_class_map(tmp_path):
+    cmap = read_cube(TEST_MAP, np.float32)
+    f = write_cube(tmp_path / "float.tif", cmap, like=TEST_MAP)
+    r = run("assess", "--reference", GT, f)
+    assert_usage(r, "float.tif", "integer")
+    r = run("assess", "--reference", f, TEST_MAP)
+    assert_usage(r, "float.tif", "integer")
+    r = run("split", "--reference", f, "--per-class", "2", tmp_path / "a.tif",
+            tmp_path / "b.tif")
+    assert_usage(r, "float.tif", "integer")
+
+
+# ---- names, temporaries, environment, messages ---------------------------------------
+
+def test_long_output_name(tmp_path):
+    name = "p" * 236 + ".tif"  # 240 bytes: a valid name
+    r = run("pca", "--components", "2", "--progress", "none", SAMSON, tmp_path / name)
+    assert r.returncode == EXIT_OK, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+    name = "t" * 236 + ".tif"
+    r = run("split", "--reference", GT, "--per-class", "3", "--progress", "none",
+            tmp_path / name, tmp_path / ("u" * 236 + ".tif"))
+    assert r.returncode == EXIT_OK, r.stderr
+
+
+def dead_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_temporaries_of_dead_runs_are_removed(tmp_path):
+    pid = dead_pid()
+    stale = [".0.hyprof-%d.tmp" % pid, ".0.hyprof-%d.tmp.aux.xml" % pid,
+             ".out.tif.hyprof-%d.tmp.tif" % pid]
+    live = ".0.hyprof-%d.tmp" % os.getpid()  # this process is alive: kept
+    for n in stale + [live]:
+        (tmp_path / n).write_bytes(b"x" * 100)
+    run_ok("pca", "--components", "2", "--progress", "none", SAMSON, tmp_path / "out.tif")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live, "out.tif"])
+
+
+def test_unknown_backend_in_the_environment_is_refused(tmp_path):
+    env = dict(os.environ, HYPROF_BACKEND="gpu")
+    r = run("pca", "--progress", "none", SAMSON, tmp_path / "out.tif", env=env)
+    assert_usage(r, "HYPROF_BACKEND", "gpu")
+    assert not (tmp_path / "out.tif").exists()
+    env["HYPROF_BACKEND"] = "cpu"
+    run_ok("pca", "--components", "2", "--progress", "none", SAMSON, tmp_path / "out.tif",
+           env=env)
+
+
+def test_every_message_names_the_operation(tmp_path):
+    """eadp's PCA stage fails: the message is eadp's, the stage may follow."""
+    r = run("eadp", "--components", "500", "--progress", "none", SAMSON, tmp_path / "o.tif")
+    assert r.returncode != EXIT_OK
+    lines = message_lines(r.stderr)
+    assert lines, r.stderr
+    for l in lines:
+        assert l.startswith("hyprof eadp: "), l
+    r = run("pca", "--progress", "none", tmp_path / "missing.tif", tmp_path / "o.tif")
+    assert message_lines(r.stderr)[0].startswith("hyprof pca: ")
+
+
+# ---- several runs at once ----------------------------------------------------------------
+
+def test_concurrent_runs_share_the_cores(tmp_path):
+    """Four operations at once, in the default environment, finish within three
+    times the time of running them one after another. OpenMP threads that spin
+    at barriers while other processes hold the cores take tens of times
+    longer. The one-after-another reference runs with OMP_WAIT_POLICY=PASSIVE
+    so that it does not depend on how the machine's other load treats a
+    spinning default either."""
+    default = {k: v for k, v in os.environ.items()
+               if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    passive = dict(default, OMP_WAIT_POLICY="PASSIVE")
+
+    def cmd(k):
+        return [exe_path(), "eadp", "--progress", "none", str(INDIAN_PINES),
+                str(tmp_path / ("o%d.tif" % k))]
+
+    t = time.monotonic()
+    for k in range(4):
+        subprocess.run(cmd(k), check=True, capture_output=True, timeout=600, env=passive)
+    sequential = time.monotonic() - t
+    for k in range(4):
+        (tmp_path / ("o%d.tif" % k)).unlink()
+    t = time.monotonic()
+    procs = [subprocess.Popen(cmd(k), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env=default) for k in range(4)]
+    for p in procs:
+        assert p.wait(timeout=1200) == EXIT_OK, p.stderr.read()
+    concurrent = time.monotonic() - t
+    print("four eadp runs: %.2f s one after another, %.2f s at once" % (sequential, concurrent))
+    assert concurrent < 3.0 * sequential, (concurrent, sequential)
