@@ -148,8 +148,8 @@ def test_threads_beyond_the_processors_under_a_memory_limit(tmp_path):
     if sanitized():
         pytest.skip("RLIMIT_AS under AddressSanitizer")
 
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    def limit():  # room for the CUDA libraries, not for 4096 thread stacks
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
     r = run("pca", "--threads", 4096, "--progress", "none", SAMSON, tmp_path / "p.tif",
             preexec_fn=limit)
     assert r.returncode == EXIT_OK, r.stderr
