@@ -1,13 +1,17 @@
 """The peers of run_bench.py: for each operation, the other implementations timed
-on the same cube as hyprof, and the reference its output is compared with.
+on the same cube as hyprof, how one is timed and checked, and the papers' figures.
 
 Each <op>_peers(sc) takes run_bench's scene (cube (bands, height, width) float32,
 X the same pixel-major, params the operation's settings, outs hyprof's outputs by
 implementation) and returns (peers, notes): a Peer per implementation, the
 reference first, and one line per peer that could not be made (a missing package).
-A peer's output has the layout of the operation's reference. Imported by
-run_bench.py after its thread variables are set.
+A peer's output has the layout of the operation's reference (or peer_check makes
+it so). run_peer times one under the run's thread limit: one warm-up, then the
+repetitions, fewer when they would pass the budget. Imported by run_bench.py after
+its thread variables are set.
 """
+import contextlib
+import importlib.util
 import os
 import sys
 import time
@@ -37,6 +41,82 @@ def test_module(name):
         return __import__(name)
     finally:
         sys.path.pop(0)
+
+
+# ------------------------------------------------- timing and checking a peer
+
+def time_call(fn, repeat, budget_s):
+    """One warm-up, then `repeat` timed calls (fewer when repeat calls would pass
+    budget_s). Returns (times, last output)."""
+    t0 = time.perf_counter()
+    out = fn()
+    warm = time.perf_counter() - t0
+    n = max(1, int(budget_s // max(warm, 1e-9))) if warm * repeat > budget_s else repeat
+    times = []
+    for _ in range(n):
+        del out
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+def median(v):
+    s = sorted(v)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def rel_diff(a, ref):
+    a, ref = np.asarray(a, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if a.shape != ref.shape:
+        return None
+    scale = np.max(np.abs(ref))
+    return float(np.max(np.abs(a - ref)) / scale) if scale > 0 else float(np.max(np.abs(a)))
+
+
+def thread_limit(n):
+    try:
+        from threadpoolctl import threadpool_limits
+        return threadpool_limits(limits=n)
+    except ImportError:
+        return contextlib.nullcontext()
+
+
+def run_peer(op, sc, peer, ref, budget_s):
+    """One peer timed under the thread limit: its row and output (None if it failed)."""
+    stages = []
+
+    def call():
+        out = peer.fn()
+        if peer.staged:
+            stages.append(out[0])
+            out = out[1]
+        return out
+    n = min(sc.args.repeat, peer.repeat_cap or sc.args.repeat)
+    with thread_limit(sc.args.threads):
+        try:
+            times, out = time_call(call, n, budget_s)
+        except Exception as e:  # a peer failing is reported, not fatal
+            sc.notes.append(f"{sc.name} {op.name} {peer.name} failed: {type(e).__name__}: {e}")
+            return None, None
+    if len(times) < n:
+        sc.notes.append(f"{sc.name} {op.name} {peer.name}: {len(times)} repetition(s) only")
+    times = [t * peer.scale for t in times]
+    row = dict(sc.base, op=op.name, **sc.params, impl=peer.name, kind=peer.kind,
+               threads=sc.args.threads, device=sc.cpu_model, median_s=median(times),
+               min_s=min(times), times_s=times, repeat=len(times))
+    if peer.staged:
+        row["stages"] = {f"{k}_median_s": median([s[k] for s in stages[1:]]) for k in stages[0]}
+    elif peer.stage:
+        row.update(stage=peer.stage, stages={f"{peer.stage}_median_s": row["median_s"]},
+                   extrapolated=peer.scale if peer.scale != 1.0 else None)
+    row.update(peer.extra)
+    if peer.name == op.reference:
+        row["check_rel_diff"] = "ref"
+    elif ref is not None and out is not None:
+        row["check_rel_diff"] = rel_diff(op.peer_check(out, ref), ref)
+    return row, out
 
 
 # ------------------------------------------------------------------------- pca
@@ -185,11 +265,9 @@ def emp_chain(cube, levels, op):
 
 
 def emp_peers(sc):
-    try:
-        import pywt  # noqa: F401
-        import skimage  # noqa: F401
-    except ImportError as e:
-        return [], [f"no scikit-image/PyWavelets peer ({e})"]
+    missing = [m for m in ("pywt", "skimage") if importlib.util.find_spec(m) is None]
+    if missing:
+        return [], [f"no scikit-image/PyWavelets peer ({', '.join(missing)} missing)"]
     return [Peer("skimage+pywt", lambda: emp_chain(sc.cube, sc.params["levels"], sc.op),
                  staged=True, repeat_cap=3, extra={"threads": 1})], []
 
@@ -295,6 +373,42 @@ def eap_peers(sc):
 
 def eap_check(out, ref):
     return out.reshape(ref.shape)
+
+
+# ---------------------------------------------------------- the papers' figures
+
+# The papers' figures, seconds. EADP Table III "Total" (diffusion, PCA not included).
+PAPER_EADP = {"houston": {"gpu": 17.99e-3, "cpu": 208.69e-3},
+              "indian_pines": {"gpu": 0.91e-3, "cpu": 10.02e-3},
+              "pavia_u": {"gpu": 6.01e-3, "cpu": 49.24e-3}}
+PAPER_EADP_DEV = {"gpu": ("NVIDIA GeForce GTX 1060 6 GB (EADP paper, Table III)", None),
+                  "cpu": ("Intel Core i5-8400, 6 cores (EADP paper, Table III)", 6)}
+PAPER_EAP = {"pavia_c": (0.92, 1.41), "multispectral": (None, 185.0)}  # reduction, profile
+PAPER_EAP_GPU = "NVIDIA GeForce GTX 1070 (EAP paper)"
+PAPER_WMCD = {"pavia_c": {"one K80 GPU": 0.957, "two K80 GPUs": 0.623,
+                          "4 CPU threads (Xeon E5-2680 v3)": 5.477}}
+
+
+def eadp_paper(scene, base):
+    return [dict(base, impl=f"paper-{side}", kind="paper", device=dev, threads=thr,
+                 threads_used=thr, median_s=None, stages={"eadp_median_s": s},
+                 eadp_core_s=s * thr if thr else None)
+            for side, s in PAPER_EADP.get(scene, {}).items()
+            for dev, thr in [PAPER_EADP_DEV[side]]]
+
+
+def eap_paper(scene, base):
+    if scene not in PAPER_EAP:
+        return []
+    red, prof = PAPER_EAP[scene]
+    return [dict(base, impl="paper-gpu", kind="paper", device=PAPER_EAP_GPU, median_s=None,
+                 stages={"reduction_median_s": red, "profile_median_s": prof},
+                 paper_total_s=prof + (red or 0.0))]
+
+
+def wmcd_paper(scene, base):
+    return [dict(base, impl=f"paper ({dev})", kind="paper", median_s=s, min_s=None)
+            for dev, s in PAPER_WMCD.get(scene, {}).items()] if base["op"] == "wmcd" else []
 
 
 # ---------------------------------------------------------------- the device

@@ -3,10 +3,9 @@
 scene sizes, built by mirroring real data.
 
 Each scene is a real cube (bench/data/*.npy, made by prepare_data.py) mirrored
-spatially (symmetric extension, edge repeated) to the scene's width and height and
-spectrally to its band count (mirror-extended, or an evenly spaced band subset),
-written as raw float32 BSQ. Then, per operation whose scene list holds the scene
-(OPS below: one description per operation), in the same run:
+spatially (symmetric extension, edge repeated) and spectrally (mirror-extended, or an
+evenly spaced band subset) to the scene's size, written as raw float32 BSQ. Then,
+per operation whose scene list holds the scene (make_ops(): one description each):
 
   1. hyprof_bench --op OP per backend (and per variant: EADP's whole operation on
      CUDA, W-MCD on --wmcd-devices): one warm-up, --repeat timed calls of the public
@@ -18,25 +17,21 @@ written as raw float32 BSQ. Then, per operation whose scene list holds the scene
      EAP): max |out - ref| / max |ref|;
   4. the papers' figures (EADP Table III, EAP, W-MCD) as rows of their own.
 
-Every implementation gets the same thread count (hyprof --threads;
-OMP/OpenBLAS/MKL/BLIS variables and threadpoolctl for the peers). --ops classify,train
-adds bench/classify_bench.py's rows.
-
-Results: a dated section appended to bench/results.md (--out-md; earlier sections
-are never touched) and the run appended to bench/results/<date>-<host>.json
-(--out-json): a list of runs, each {meta, rows, notes}.
-
-Needs python3 with NumPy; scikit-learn, PyWavelets, scikit-image, SciPy, higra,
-threadpoolctl and CuPy are used when present. No GDAL.
+Every implementation gets the same thread count (hyprof --threads; OMP/OpenBLAS/
+MKL/BLIS variables and threadpoolctl for the peers). --ops classify,train adds
+bench/classify_bench.py's rows. Results: a dated section appended to --out-md
+(bench/results.md) and the run appended to --out-json (bench/results/<date>-<host>.json,
+a list of runs, each {meta, rows, notes}). Needs NumPy; scikit-learn, PyWavelets,
+scikit-image, SciPy, higra, threadpoolctl and CuPy are used when present. No GDAL.
 """
 import argparse
-import contextlib
 import datetime as _dt
 import functools
 import json
 import math
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -67,16 +62,6 @@ DEFAULT_SCENES = [s for s in SCENES if s not in HUGE | {"cuprite", "pavia_c_2x2"
 SETTLE_S = 1.0        # pause before each hyprof run: the peers' idle BLAS threads stop spinning
 PEER_BUDGET_S = 120.0  # a peer slower than this over --repeat calls gets fewer repetitions
 
-# The papers' figures, seconds. EADP Table III "Total" (diffusion, PCA not included).
-PAPER_EADP = {"houston": {"gpu": 17.99e-3, "cpu": 208.69e-3},
-              "indian_pines": {"gpu": 0.91e-3, "cpu": 10.02e-3},
-              "pavia_u": {"gpu": 6.01e-3, "cpu": 49.24e-3}}
-PAPER_EADP_DEV = {"gpu": ("NVIDIA GeForce GTX 1060 6 GB (EADP paper, Table III)", None),
-                  "cpu": ("Intel Core i5-8400, 6 cores (EADP paper, Table III)", 6)}
-PAPER_EAP = {"pavia_c": (0.92, 1.41), "multispectral": (None, 185.0)}  # reduction, profile
-PAPER_EAP_GPU = "NVIDIA GeForce GTX 1070 (EAP paper)"
-PAPER_WMCD = {"pavia_c": {"one K80 GPU": 0.957, "two K80 GPUs": 0.623,
-                          "4 CPU threads (Xeon E5-2680 v3)": 5.477}}
 EAP_AREA = [36, 144, 324, 576, 900, 1296, 1764]
 UNMIX_P = {"wtc": 31, "cuprite": 25}  # the SSPP paper's endmember counts; other scenes 10
 
@@ -128,7 +113,7 @@ class Scene:
         t0 = time.perf_counter()
         self.name, self.args, self.cube = name, args, mirror_cube(sources[src], w, h, b)
         self.path = os.path.join(tmpdir, f"{name}.f32")
-        self.tmpdir, self.notes = tmpdir, notes
+        self.tmpdir, self.notes, self.cpu_model = tmpdir, notes, cpu_facts()["model"]
         self.cube.tofile(self.path)
         self.base = {"scene": name, "width": w, "height": h, "bands": b, "source": src}
         self._X, self.op, self.params, self.outs = None, None, None, {}
@@ -141,46 +126,6 @@ class Scene:
         if self._X is None:
             self._X = np.ascontiguousarray(self.cube.reshape(self.cube.shape[0], -1).T)
         return self._X
-
-
-# ------------------------------------------------------------------- timing
-
-def time_call(fn, repeat, budget_s):
-    """One warm-up, then `repeat` timed calls (fewer when repeat calls would pass
-    budget_s). Returns (times, last output)."""
-    t0 = time.perf_counter()
-    out = fn()
-    warm = time.perf_counter() - t0
-    n = max(1, int(budget_s // max(warm, 1e-9))) if warm * repeat > budget_s else repeat
-    times = []
-    for _ in range(n):
-        del out
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return times, out
-
-
-def median(v):
-    s = sorted(v)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def rel_diff(a, ref):
-    a, ref = np.asarray(a, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    if a.shape != ref.shape:
-        return None
-    scale = np.max(np.abs(ref))
-    return float(np.max(np.abs(a - ref)) / scale) if scale > 0 else float(np.max(np.abs(a)))
-
-
-def thread_limit(n):
-    try:
-        from threadpoolctl import threadpool_limits
-        return threadpool_limits(limits=n)
-    except ImportError:
-        return contextlib.nullcontext()
 
 
 # ------------------------------------------------------------ hyprof_bench
@@ -215,7 +160,7 @@ def run_bench_exe(exe, op, backend, cube_path, shape, args, extra, out_path=None
 
 HYPROF_FIELDS = ("device", "median_s", "min_s", "times_s", "repeat", "stages", "device_stages",
                  "device_ms", "out_bands", "checksum", "checksum_abs", "hyprof_version",
-                 "hyprof_build", "threads", "per_band", "device_ms_all_bands")
+                 "hyprof_build", "threads")
 
 
 def hyprof_row(base, op, params, backend, rec, args, notes):
@@ -230,7 +175,8 @@ def hyprof_row(base, op, params, backend, rec, args, notes):
         if f"hyprof-{backend} skipped: {rec['skipped']}" not in notes:
             notes.append(f"hyprof-{backend} skipped: {rec['skipped']}")
     else:
-        row.update({k: rec[k] for k in HYPROF_FIELDS if k in rec}, impl=f"hyprof-{rec['backend']}")
+        row.update({k: rec.get(k) for k in HYPROF_FIELDS}, impl=f"hyprof-{rec['backend']}")
+        row.update({k: rec[k] for k in ("per_band", "device_ms_all_bands") if k in rec})
     return row
 
 
@@ -259,7 +205,7 @@ class Table:
 class Op:
     name: str
     scenes: str             # the args attribute listing its scenes
-    params: Callable        # (scene, (b, h, w), args) -> the row's settings
+    params: Callable        # (scene name, bands) -> the row's settings
     flags: List[str]        # the settings passed to hyprof_bench as --name value
     peers: Optional[Callable] = None     # (scene) -> ([Peer], notes), the reference first
     reference: Optional[str] = None      # the implementation whose output is the reference
@@ -297,30 +243,7 @@ def wmcd_runs(args):
                                f" (devices {args.wmcd_devices})")] if more else [])
 
 
-def eadp_paper(scene, base):
-    return [dict(base, impl=f"paper-{side}", kind="paper", device=dev, threads=thr,
-                 threads_used=thr, median_s=None, stages={"eadp_median_s": s},
-                 eadp_core_s=s * thr if thr else None)
-            for side, s in PAPER_EADP.get(scene, {}).items()
-            for dev, thr in [PAPER_EADP_DEV[side]]]
-
-
-def eap_paper(scene, base):
-    if scene not in PAPER_EAP:
-        return []
-    red, prof = PAPER_EAP[scene]
-    return [dict(base, impl="paper-gpu", kind="paper", device=PAPER_EAP_GPU, median_s=None,
-                 stages={"reduction_median_s": red, "profile_median_s": prof},
-                 paper_total_s=prof + (red or 0.0))]
-
-
-def wmcd_paper(scene, base):
-    return [dict(base, impl=f"paper ({dev})", kind="paper", median_s=s, min_s=None)
-            for dev, s in PAPER_WMCD.get(scene, {}).items()] if base["op"] == "wmcd" else []
-
-
-def eap_params(scene, shape, args):
-    b, k = shape[0], 8
+def eap_params(scene, b, k=8):
     return dict({"attribute": "area", "thresholds": EAP_AREA, "connectivity": 4,
                  "quantisation": 8, "reduction": "pca" if b > k else "none",
                  "features": min(b, k)}, **({"components": k} if b > k else {}))
@@ -345,7 +268,7 @@ def eadp_facts(rows):
             if r["kind"] != "paper" and r.get("threads_used"):
                 r["eadp_core_s"] = r["stages"]["eadp_median_s"] * r["threads_used"]
         ref = next((r.get("eadp_core_s") for r in grp if r["impl"] == "numpy-eadp"), None)
-        paper = PAPER_EADP.get(grp[0]["scene"], {})
+        paper = peers.PAPER_EADP.get(grp[0]["scene"], {})
         for r in grp:
             e, side = r["stages"]["eadp_median_s"], {"hyprof-cuda": "gpu",
                                                      "hyprof-cpu": "cpu"}.get(r["impl"])
@@ -354,36 +277,28 @@ def eadp_facts(rows):
             if side in paper:
                 r["paper_eadp_s"], r["paper_over_this"] = paper[side], paper[side] / e
                 if side == "cpu" and r.get("eadp_core_s"):
-                    r["paper_core_s_over_this"] = (paper[side] * PAPER_EADP_DEV["cpu"][1]
+                    r["paper_core_s_over_this"] = (paper[side] * peers.PAPER_EADP_DEV["cpu"][1]
                                                    / r["eadp_core_s"])
+
+
+def num(spec, scale=1.0, unit=""):
+    """A cell formatter: None as a dash, else v * scale in `spec`, then `unit`."""
+    return lambda v: "—" if v is None else format(v * scale, spec) + unit
+
+
+fmt_x, fmt_ms, fmt_gbs, f3 = num(".2f", unit="x"), num(".4g", 1e3), num(".0f"), num(".3f")
 
 
 def fmt_s(v):
     return "—" if v is None else (f"{v:.4g}" if v >= 0.001 else f"{v:.3g}")
 
 
-def fmt_x(v):
-    return "—" if v is None else f"{v:.2f}x"
-
-
 def fmt_err(v):
     return (v or "") if v is None or isinstance(v, str) else f"{v:.1e}"
 
 
-def fmt_ms(v):
-    return "—" if v is None else f"{1e3 * v:.4g}"
-
-
 def fmt_ms_wide(v):
     return "—" if v is None else (f"{1e3 * v:.0f}" if v >= 1.0 else f"{1e3 * v:.4g}")
-
-
-def fmt_gbs(v):
-    return "—" if v is None else f"{v:.0f}"
-
-
-def f3(v):
-    return "—" if v is None else f"{v:.3f}"
 
 
 def st(key, fmt=fmt_ms):
@@ -424,6 +339,7 @@ def has_stage(op, stage):
     return lambda r: r["op"] in op and (r.get("stages") or {}).get(f"{stage}_median_s")
 
 
+CHECK_COLUMN = ("max rel diff", "r", get("check_rel_diff", fmt_err))
 EADP_TABLES = [
     Table(has_stage(("eadp",), "eadp"), lambda r: (
         f"EADP by stage ({r['components']} PCs, T = {r['step']:g}...{r['step'] * r['count']:g}, "
@@ -437,22 +353,21 @@ EADP_TABLES = [
          ("total ms", "r", get("median_s", fmt_ms)), ("diffusion core·s", "r",
                                                       get("eadp_core_s", fmt_s)),
          ("per-core speed-up vs numpy-eadp", "r", get("per_core_speedup_vs_numpy", fmt_x)),
-         ("paper / this", "r", paper_ratio), ("max rel diff", "r", get("check_rel_diff", fmt_err))]),
+         ("paper / this", "r", paper_ratio), CHECK_COLUMN]),
     Table(lambda r: r["op"] == "eadp" and r.get("device_ms"), lambda r: (
         "EADP device time by stage (hyprof-cuda; CUDA event times the library logs, medians "
         "over the timed runs; PCA = covariance + eigh + projection, its pass 1 (upload of the "
         "cube overlapped with the band sums) counted as a transfer; diffusion = smoothing, "
         "gradient, contrast, diffusivity + FED + float outputs; transfers = the cube's upload, "
         "the PCs' download, their upload and the profile's download; FED GB/s = the bytes the "
-        "FED kernels read and write / FED time, as the library's debug log gives them, next to the device's theoretical peak and, where CuPy measured it in this run, "
-        "its device-to-device copy bandwidth (read + write)):"),
-        [("scene", "l", get("scene")), ("device", "l", get("device")),
-         ("PCA dev ms", "r", lambda r: f3(eadp_split(r)["pca"])),
-         ("diffusion dev ms", "r", lambda r: f3(eadp_split(r)["diffusion"])),
-         ("of which FED ms", "r", lambda r: f3(eadp_split(r)["fed"])),
-         ("kernels ms (PCA + diffusion)", "r", lambda r: f3(eadp_split(r)["kernels"])),
-         ("transfers ms", "r", lambda r: f3(eadp_split(r)["transfers"])),
-         ("FED GB/s (% of peak; of copy)", "r", fed_gbs),
+        "FED kernels read and write / FED time, as the library's debug log gives them, next to "
+        "the device's theoretical peak and, where CuPy measured it in this run, its "
+        "device-to-device copy bandwidth (read + write)):"),
+        [("scene", "l", get("scene")), ("device", "l", get("device"))]
+        + [(head, "r", lambda r, k=k: f3(eadp_split(r)[k])) for head, k in (
+            ("PCA dev ms", "pca"), ("diffusion dev ms", "diffusion"), ("of which FED ms", "fed"),
+            ("kernels ms (PCA + diffusion)", "kernels"), ("transfers ms", "transfers"))]
+        + [("FED GB/s (% of peak; of copy)", "r", fed_gbs),
          ("FED unfused-equivalent GB/s", "r", lambda r: fmt_gbs(
              r["device_ms"].get("eadp_fed_unfused_gbs")))])]
 
@@ -464,10 +379,10 @@ EAP_TABLES = [Table(has_stage(("eap",), "profile"), lambda r: (
     "over its band batches):"),
     [("scene", "l", get("scene")), ("implementation", "l", get("impl")),
      ("device", "l", get("device")), ("reduction ms", "r", st("reduction", fmt_ms_wide)),
-     ("profile ms", "r", st("profile", fmt_ms_wide)), ("total ms", "r", get("median_s", fmt_ms_wide)),
+     ("profile ms", "r", st("profile", fmt_ms_wide)),
+     ("total ms", "r", get("median_s", fmt_ms_wide)),
      ("CUDA device stages", "l", lambda r: str(r.get("device_stages") or "").split(
-         "device ms:", 1)[-1].strip()),
-     ("max rel diff", "r", get("check_rel_diff", fmt_err))])]
+         "device ms:", 1)[-1].strip()), CHECK_COLUMN])]
 
 UNMIX_STAGES = ["homogeneity", "purity", "kmeans", "fusion", "extraction", "abundances"]
 UNMIX_TABLES = [Table(lambda r: r["op"] in ("sspp", "unmix") and r.get("median_s") is not None,
@@ -488,25 +403,25 @@ UNMIX_TABLES = [Table(lambda r: r["op"] in ("sspp", "unmix") and r.get("median_s
 def make_ops():
     """One description per operation, in the order they run on a scene."""
     emp = dict(scenes="wmcd_scene_list", flags=["features"],
-               params=lambda s, sh, a: {"features": 4, "levels": wmcd_levels(sh[0])},
+               params=lambda s, b: {"features": 4, "levels": wmcd_levels(b)},
                peers=peers.emp_peers, reference="skimage+pywt", runs=wmcd_runs,
-               paper=wmcd_paper, size=lambda r: f", L={r['levels']}, 4 features, disk 1,3,5,7"
+               paper=peers.wmcd_paper, size=lambda r: f", L={r['levels']}, 4 features, disk 1,3,5,7"
                + stage_ms(r))
     unmix = dict(scenes="unmix_scene_list", flags=["endmembers", "sspp", "extract"],
                  peers=peers.unmix_peers)
     ops = [
-        Op("pca", "scene_list", lambda s, sh, a: {"components": 7}, ["components"],
+        Op("pca", "scene_list", lambda s, b: {"components": 7}, ["components"],
            peers=peers.pca_peers, reference="numpy-eigh-f64", layout=lambda o: o.T,
            peer_check=peers.pca_check,
            setting=lambda a: "PCA: 7 components (hyprof: fit + apply)"),
-        Op("dwt", "scene_list", lambda s, sh, a: {"wavelet": "db4", "levels": levels_for(sh[0])},
+        Op("dwt", "scene_list", lambda s, b: {"wavelet": "db4", "levels": levels_for(b)},
            ["wavelet", "levels"], peers=peers.dwt_peers, reference="pywt (pixel-major, axis=-1)",
            layout=lambda o: o.T, peer_check=peers.dwt_check, size=lambda r: f", L={r['levels']}",
            setting=lambda a: "DWT: db4, periodization, levels in the size column"),
         Op("eadp", "eadp_scene_list",
-           lambda s, sh, a: {"components": 7, "count": 8, "step": 65.0, "cycles": 1},
+           lambda s, b: {"components": 7, "count": 8, "step": 65.0, "cycles": 1},
            ["components", "count", "step", "cycles"], peers=peers.eadp_peers,
-           reference="numpy-eadp", layout=lambda o: o, runs=eadp_runs, paper=eadp_paper,
+           reference="numpy-eadp", layout=lambda o: o, runs=eadp_runs, paper=peers.eadp_paper,
            size=lambda r: f", {r['components']} PCs x {r['count'] + 1}", tables=EADP_TABLES,
            finish=eadp_facts, setting=lambda a: (
                "EADP: T = 65, 130, 195, 260, 325, 390, 455, 520, 1 FED cycle(s) per increment, "
@@ -514,15 +429,15 @@ def make_ops():
         Op("eap", "eap_scene_list", eap_params, ["reduction", "attribute", "thresholds",
                                                  "connectivity", "quantisation", "components"],
            peers=peers.eap_peers, reference="hyprof-cpu", layout=lambda o: o,
-           peer_check=peers.eap_check, paper=eap_paper, speedup_stage="profile",
+           peer_check=peers.eap_check, paper=peers.eap_paper, speedup_stage="profile",
            big_output=True, tables=EAP_TABLES,
            size=lambda r: f", {r['features']} features x {2 * len(r['thresholds']) + 1}",
            setting=lambda a: "EAP: area, on " + ", ".join(
                s for s in a.eap_scene_list if s in a.scene_list)),
         Op("emp", **emp, layout=lambda o: o),
         Op("wmcd", **emp, layout=lambda o: o),
-        Op("sspp", **unmix, params=lambda s, sh, a: {"endmembers": UNMIX_P.get(s, 10)}),
-        Op("unmix", **unmix, tables=UNMIX_TABLES, params=lambda s, sh, a: {
+        Op("sspp", **unmix, params=lambda s, b: {"endmembers": UNMIX_P.get(s, 10)}),
+        Op("unmix", **unmix, tables=UNMIX_TABLES, params=lambda s, b: {
             "endmembers": UNMIX_P.get(s, 10), "sspp": 1, "extract": "nfindr",
             "nnls_pixels": 5000}),
     ]
@@ -561,47 +476,21 @@ def run_hyprof(op, sc, exe, params, write):
     return rows, outs
 
 
-def run_peer(op, sc, peer, ref):
-    """One peer timed under the thread limit: its row and output (None if it failed)."""
-    stages = []
-
-    def call():
-        out = peer.fn()
-        if peer.staged:
-            stages.append(out[0])
-            out = out[1]
-        return out
-    n = min(sc.args.repeat, peer.repeat_cap or sc.args.repeat)
-    with thread_limit(sc.args.threads):
+def reference_only(op, sc, peer):
+    """The reference peer's output without timing it (--no-peers), None if it fails."""
+    with peers.thread_limit(sc.args.threads):
         try:
-            times, out = time_call(call, n, PEER_BUDGET_S)
-        except Exception as e:  # a peer failing is reported, not fatal
+            out = peer.fn()
+        except Exception as e:
             sc.notes.append(f"{sc.name} {op.name} {peer.name} failed: {type(e).__name__}: {e}")
-            return None, None
-    if len(times) < n:
-        sc.notes.append(f"{sc.name} {op.name} {peer.name}: {len(times)} repetition(s) only")
-    times = [t * peer.scale for t in times]
-    row = dict(sc.base, op=op.name, **sc.params, impl=peer.name, kind=peer.kind,
-               threads=sc.args.threads, device=cpu_facts()["model"], median_s=median(times),
-               min_s=min(times), times_s=times, repeat=len(times))
-    if peer.staged:
-        row["stages"] = {f"{k}_median_s": median([s[k] for s in stages[1:]]) for k in stages[0]}
-    elif peer.stage:
-        row["stages"] = {f"{peer.stage}_median_s": row["median_s"]}
-    if peer.scale != 1.0:
-        row["extrapolated"] = peer.scale
-    row.update(peer.extra)
-    if peer.name == op.reference:
-        row["check_rel_diff"] = "ref"
-    elif ref is not None and out is not None:
-        row["check_rel_diff"] = rel_diff(op.peer_check(out, ref), ref)
-    return row, out
+            return None
+    return out[1] if peer.staged else out
 
 
 def bench_op(op, sc, exe, rows):
     """hyprof per backend, the peers, the checks against the reference, the papers."""
     args, huge = sc.args, sc.name in HUGE and op.big_output
-    sc.op, sc.params = op.name, op.params(sc.name, sc.cube.shape, args)
+    sc.op, sc.params = op.name, op.params(sc.name, sc.cube.shape[0])
     hy, sc.outs = run_hyprof(op, sc, exe, sc.params, op.layout is not None and not huge)
     ref = sc.outs.get(op.reference)
     new = []
@@ -609,15 +498,14 @@ def bench_op(op, sc, exe, rows):
         sc.notes.append(f"{sc.name} {op.name}: no peers and no output at this size")
     elif op.peers and not (args.no_peers and ref is not None):
         plist, pnotes = op.peers(sc)
-        sc.notes.extend(f"{sc.name} {op.name}: {n}" for n in pnotes)
+        sc.notes.extend(n for n in dict.fromkeys(f"{op.name}: {n}" for n in pnotes)
+                        if n not in sc.notes and not args.no_peers)
         for peer in plist:
             if args.no_peers:  # the reference only, once, untimed
                 if peer.name == op.reference:
-                    with thread_limit(args.threads):
-                        out = peer.fn()
-                    ref = out[1] if peer.staged else out
+                    ref = reference_only(op, sc, peer)
                 continue
-            row, out = run_peer(op, sc, peer, ref)
+            row, out = peers.run_peer(op, sc, peer, ref, PEER_BUDGET_S)
             if row:
                 new.append(row)
                 report(row, f", max rel diff {row['check_rel_diff']:.1e} against {op.reference}"
@@ -629,12 +517,13 @@ def bench_op(op, sc, exe, rows):
         if row["impl"] == op.reference and ref is not None:
             row["check_rel_diff"] = "ref"
         elif ref is not None and row["impl"] in sc.outs:
-            row["check_rel_diff"] = rel_diff(sc.outs[row["impl"]], ref)
+            row["check_rel_diff"] = peers.rel_diff(sc.outs[row["impl"]], ref)
     done = [r for r in hy if r.get("median_s") is not None]
     if op.layout is not None and not sc.outs and len(done) > 1:
         same = len({(r.get("checksum"), r.get("checksum_abs")) for r in done}) == 1
         sc.notes.append(f"{sc.name} {op.name}: {', '.join(r['impl'] for r in done)} checksums "
-                        f"{'identical' if same else 'DIFFER'} (outputs not compared value by value)")
+                        f"{'identical' if same else 'DIFFER'} (outputs not compared value by "
+                        "value)")
     rows += hy + new + op.paper(sc.name, dict(sc.base, op=op.name, **sc.params))
     sc.outs = {}
 
@@ -657,34 +546,28 @@ def bench_classification(args, exe, tmpdir, rows, notes):
     sys.path.insert(0, HERE)
     import classify_bench as cb
     if "classify" in args.op_list:
-        cb.bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube, time_call,
-                          median, run_bench_exe)
+        cb.bench_classify(args, exe, tmpdir, rows, notes, hyprof_row, mirror_cube,
+                          peers.time_call, peers.median, run_bench_exe)
     if "train" in args.op_list:
-        cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, time_call, median,
-                       run_bench_exe)
+        cb.bench_train(args, exe, tmpdir, rows, notes, hyprof_row, peers.time_call,
+                       peers.median, run_bench_exe)
 
 
 # ---------------------------------------------------------- machine facts
 
 @functools.lru_cache(maxsize=None)
 def cpu_facts():
-    model, phys, cur = platform.processor() or "unknown", set(), {}
     try:
         with open("/proc/cpuinfo") as f:
-            for line in list(f) + [""]:
-                if ":" not in line:
-                    if cur:
-                        phys.add((cur.get("physical id"), cur.get("core id")))
-                    cur = {}
-                    continue
-                k, v = (s.strip() for s in line.split(":", 1))
-                cur[k] = v
-                model = v if k == "model name" else model
+            info = f.read()
     except OSError:
-        pass
-    physical = len(phys) if phys and None not in next(iter(phys)) else None
-    return {"model": model, "logical_cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)), "physical_cores": physical}
+        info = ""
+    model = re.search(r"^model name\s*:\s*(.*)$", info, re.M)
+    cores = set(re.findall(r"^physical id\s*:\s*(\d+)$.*?^core id\s*:\s*(\d+)$", info,
+                           re.M | re.S))
+    return {"model": model.group(1) if model else platform.processor() or "unknown",
+            "logical_cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
+            "physical_cores": len(cores) or None}
 
 
 def gpu_facts():
@@ -698,10 +581,7 @@ def gpu_facts():
 
 
 def loadavg():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return None
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 def host_label(gpus):
@@ -963,7 +843,7 @@ def main(argv=None):
                      "cycles": 1},
             "settings": [op.setting(args) for n, op in ops.items() if n in args.op_list],
             "git": git_facts(), "bench_exe": os.path.abspath(exe), "sources": {}}
-    with thread_limit(args.threads):
+    with peers.thread_limit(args.threads):
         meta["libraries"] = library_facts()
     print(f"run_bench: {meta['cpu']['model']}, {args.threads} threads, GPU: "
           f"{'; '.join(gpus) or 'none'}, bench {exe}", flush=True)
