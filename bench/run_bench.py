@@ -363,7 +363,8 @@ EADP_TABLES = [
         "FED kernels read and write / FED time, as the library's debug log gives them, next to "
         "the device's theoretical peak and, where CuPy measured it in this run, its "
         "device-to-device copy bandwidth (read + write)):"),
-        [("scene", "l", get("scene")), ("device", "l", get("device"))]
+        [("scene", "l", get("scene")), ("implementation", "l", get("impl")),
+         ("device", "l", get("device"))]
         + [(head, "r", lambda r, k=k: f3(eadp_split(r)[k])) for head, k in (
             ("PCA dev ms", "pca"), ("diffusion dev ms", "diffusion"), ("of which FED ms", "fed"),
             ("kernels ms (PCA + diffusion)", "kernels"), ("transfers ms", "transfers"))]
