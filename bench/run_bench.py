@@ -203,6 +203,9 @@ class Table:
 
 @dataclass
 class Op:
+    """One operation: its hyprof_bench settings and scenes, its peers and reference, the
+    variants of hyprof it runs, and what its rows add to the report. Without a layout,
+    hyprof's output is neither written nor compared (sspp, unmix)."""
     name: str
     scenes: str             # the args attribute listing its scenes
     params: Callable        # (scene name, bands) -> the row's settings
