@@ -1,5 +1,6 @@
 /* What the pixel functions share: sources in, values out, arguments. */
 #include "pixfn.h"
+#include "driver_text.h"
 
 #include <cpl_conv.h>
 #include <cpl_error.h>
@@ -9,7 +10,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 hyprof_status_t hyprof_pixfn_sources(const char *fname, void **sources, int nsources,
                                      int width, int height, GDALDataType type, int has_nodata,
@@ -174,12 +174,6 @@ CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, doubl
     return CE_None;
 }
 
-static int is_file(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
 /* The canonical name: the model cache's key must not depend on the folder a
  * relative name was found from. */
 static char *canonical(const char *path)
@@ -190,6 +184,8 @@ static char *canonical(const char *path)
     return out;
 }
 
+/* A model file must be a regular, non-empty file: a FIFO or a device would
+ * block or never end. */
 char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
 {
     const char *v = CSLFetchNameValue(args, name);
@@ -197,21 +193,31 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
         CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument '%s' is missing", fname, name);
         return NULL;
     }
-    if (!CPLIsFilenameRelative(v) || is_file(v)) {
-        if (is_file(v))
-            return canonical(v);
-        CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' does not exist", fname, name, v);
+    int exists;
+    const char *why = hyprof_file_problem(v, &exists);
+    if (!why)
+        return canonical(v);
+    if (exists || !CPLIsFilenameRelative(v)) {
+        CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' %s", fname, name, v, why);
         return NULL;
     }
     char **dirs = CSLTokenizeString2(CPLGetConfigOption("HYPROF_MODEL_PATH", ""), ":", 0);
     char *found = NULL;
     for (int i = 0; dirs && dirs[i] && !found; i++) {
-        const char *p = CPLFormFilename(dirs[i], v, NULL);
-        if (is_file(p))
+        char *p = hyprof_path_join(dirs[i], v);
+        const char *problem = hyprof_file_problem(p, &exists);
+        if (!problem)
             found = canonical(p);
+        else if (exists) {
+            CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' (found as '%s') %s", fname,
+                     name, v, p, problem);
+            CPLFree(p);
+            break;
+        }
+        CPLFree(p);
     }
     CSLDestroy(dirs);
-    if (!found)
+    if (!found && !exists)
         CPLError(CE_Failure, CPLE_OpenFailed,
                  "%s: %s '%s' does not exist (relative paths are searched in the current "
                  "folder and the HYPROF_MODEL_PATH folders)", fname, name, v);
