@@ -4,7 +4,9 @@
  * result that could not fit (in memory or in GDAL's band limit) fails here,
  * naming the parameters, before anything is computed. */
 /* VSIStatBufL is struct stat64 */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "driver.h"
 #include "driver_text.h"
 

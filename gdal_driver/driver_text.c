@@ -1,7 +1,9 @@
 /* Exact strings, paths and file stamps (see driver_text.h): every length is
  * measured, nothing is written into a fixed buffer. */
 /* VSIStatBufL is struct stat64, with st_mtim */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "driver_text.h"
 
 #include <cpl_conv.h>
