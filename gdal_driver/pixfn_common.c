@@ -164,10 +164,11 @@ CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, doubl
     if (!v || EQUAL(v, "nan"))
         return CE_None;
     char *end = NULL;
+    errno = 0;
     double d = strtod(v, &end);
-    if (end == v || *end != '\0') {
-        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument nodata='%s' is not a number", fname,
-                 v);
+    if (end == v || *end != '\0' || (errno == ERANGE && isinf(d))) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument nodata='%s' is not a number (or "
+                 "beyond the range of a double)", fname, v);
         return CE_Failure;
     }
     *nodata = d;

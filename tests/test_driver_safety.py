@@ -216,6 +216,51 @@ def test_open_computes_nothing_for_sizes(tmp_path):
     assert int(ds.GetMetadataItem("COMPUTATIONS", "HYPROF_CACHE")) == before
 
 
+READ_UNDER_LIMIT = """
+import resource, sys
+from osgeo import gdal
+gdal.UseExceptions()
+ds = gdal.Open(sys.argv[1])
+status = open("/proc/self/status").read()
+vmdata = int(status.split("VmData:")[1].split()[0]) * 1024
+limit = vmdata + (40 << 20)
+resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+try:
+    ds.GetRasterBand(1).ReadAsArray(0, 0, 2, 2)
+except RuntimeError as e:
+    print(e)
+    sys.exit(3)
+"""
+
+
+def test_compute_checks_memory_first():
+    """Memory that shrank between open and the first read: the computation fails
+    with a message before allocating its result (76 MB under a 40 MB margin)."""
+    r = subprocess.run([sys.executable, "-c", READ_UNDER_LIMIT,
+                        "HYPROF:eadp:count=300,step=1:%s" % SAMSON],
+                       capture_output=True, text=True, env=gdal_env(), timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "computing eadp on" in r.stdout and "MiB is available" in r.stdout, r.stdout
+
+
+def test_pixel_function_nodata_overflow(tmp_path):
+    """nodata=1e999 overflows a double: an error naming it, not an infinite nodata."""
+    n = gdal.Open(str(SAMSON)).RasterCount
+    vrt = tmp_path / "s.vrt"
+    vrt.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
+                   'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
+                   "<PixelFunctionType>hyprof_scale</PixelFunctionType>"
+                   '<PixelFunctionArguments scale="2" nodata="1e999"/>'
+                   "<SourceTransferType>Float32</SourceTransferType>"
+                   '<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
+                   "<SourceBand>1</SourceBand></SimpleSource>"
+                   "</VRTRasterBand></VRTDataset>" % SAMSON)
+    with pytest.raises(RuntimeError) as e:
+        gdal.Open(str(vrt)).ReadAsArray()
+    assert "nodata='1e999'" in str(e.value)
+    assert n > 1
+
+
 # ---- 9: files changed while a dataset is open --------------------------------------
 
 def test_model_changed_while_open(tmp_path):
