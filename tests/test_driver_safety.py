@@ -301,6 +301,41 @@ def test_model_changed_while_open(tmp_path):
         gdal.SetConfigOption("HYPROF_CACHE_MAX", None)
 
 
+def test_model_replaced_same_size_and_time(tmp_path):
+    """A model replaced (rename) by one of the same size and modification time:
+    the pixel function and a newly opened dataset use the new one."""
+    model = tmp_path / "m.pca"
+    shutil.copy(PCA_MODEL, model)
+    text = model.read_text()
+    first_mean = text.split("mean ")[1].split()[0]
+    assert first_mean.startswith("28.")
+    edited = tmp_path / "edited.pca"
+    edited.write_text(text.replace("mean " + first_mean, "mean 9" + first_mean[1:], 1))
+    n = gdal.Open(str(SAMSON)).RasterCount
+    sources = "".join('<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
+                      "<SourceBand>%d</SourceBand></SimpleSource>" % (SAMSON, b)
+                      for b in range(1, n + 1))
+    vrt = tmp_path / "pca.vrt"
+    vrt.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
+                   'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
+                   "<PixelFunctionType>hyprof_pca</PixelFunctionType>"
+                   '<PixelFunctionArguments model="%s" component="1"/>'
+                   "<SourceTransferType>Float32</SourceTransferType>%s"
+                   "</VRTRasterBand></VRTDataset>" % (model, sources))
+    conn = "HYPROF:pca:model=%s:%s" % (model, SAMSON)
+    old_pix, old_drv = gdal.Open(str(vrt)).ReadAsArray(), gdal.Open(conn).ReadAsArray()
+    st = os.stat(model)
+    os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(edited).st_size == st.st_size
+    os.replace(edited, model)
+    ref = tmp_path / "ref.tif"
+    run_ok("pca", "--backend", "cpu", "--model", model, SAMSON, ref)
+    new_pix, new_drv = gdal.Open(str(vrt)).ReadAsArray(), gdal.Open(conn).ReadAsArray()
+    same(new_pix, array(ref)[0])
+    same(new_drv, array(ref))
+    assert not np.array_equal(new_pix, old_pix) and not np.array_equal(new_drv, old_drv)
+
+
 def test_input_changed_while_open(tmp_path):
     """An input replaced by a larger raster after open: reading fails naming the
     file, without reading outside the announced result."""
