@@ -3,7 +3,12 @@
  * suffixes, or a percentage of RAM; default 25 % of RAM, 1 GB when RAM is
  * unknown) and evicted least recently used first. A result being read
  * (pinned) is never evicted, nor the most recently used one, so a result larger than the
- * limit still serves its reads until another takes its place. */
+ * limit still serves its reads until another takes its place.
+ *
+ * A result is computed only from the files the dataset was opened on (their
+ * stamps are compared before and after reading them) and after checking that
+ * the input and the result fit in memory; a result is handed out only to a
+ * dataset of its size, band count and type. */
 #include "driver.h"
 #include "raster_io.h"
 
@@ -12,6 +17,7 @@
 #include <cpl_string.h>
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +63,8 @@ static size_t cache_limit(void)
                  "using %zu bytes", v, def);
         return def;
     }
-    return (size_t)(n * unit);
+    double bytes = n * unit;
+    return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }
 
 static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src)
