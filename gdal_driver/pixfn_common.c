@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -233,4 +234,53 @@ hyprof_ctx_t *hyprof_pixfn_ctx(const char *fname)
     else
         hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
     return ctx;
+}
+
+/* Whether arguments_xml declares <Argument name='NAME'. */
+static int declared(const char *xml, const char *name, size_t n)
+{
+    static const char tag[] = "<Argument name='";
+    for (const char *p = strstr(xml, tag); p; p = strstr(p + 1, tag)) {
+        const char *v = p + sizeof tag - 1;
+        if (strncmp(v, name, n) == 0 && v[n] == '\'')
+            return 1;
+    }
+    return 0;
+}
+
+/* Under `warned_lock`: whether "function:name" was warned about before;
+ * remembers it (up to a bound: past it, warnings repeat). */
+static int warned_before(const char *fname, const char *name, size_t n)
+{
+    static char *warned[64];
+    char *key = hyprof_strdup_printf("%s:%.*s", fname, (int)n, name);
+    size_t i = 0;
+    for (; i < 64 && warned[i]; i++)
+        if (strcmp(warned[i], key) == 0) {
+            CPLFree(key);
+            return 1;
+        }
+    if (i < 64)
+        warned[i] = key;
+    else
+        CPLFree(key);
+    return 0;
+}
+
+void hyprof_pixfn_check_names(const hyprof_pixfn_t *f, CSLConstList args)
+{
+    static pthread_mutex_t warned_lock = PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; args && args[i]; i++) {
+        const char *eq = strchr(args[i], '=');
+        size_t n = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
+        if (declared(f->arguments_xml, args[i], n))
+            continue;
+        pthread_mutex_lock(&warned_lock);
+        int before = warned_before(f->name, args[i], n);
+        pthread_mutex_unlock(&warned_lock);
+        if (!before)
+            CPLError(CE_Warning, CPLE_IllegalArg,
+                     "%s: unknown argument '%.*s' is ignored (see the function's arguments "
+                     "in GDAL's pixel function list)", f->name, (int)n, args[i]);
+    }
 }

@@ -261,6 +261,25 @@ def test_pixel_function_nodata_overflow(tmp_path):
     assert n > 1
 
 
+def test_pixel_function_unknown_argument_warns(tmp_path):
+    """A misspelt argument (scael=2) is named in a warning instead of being
+    ignored in silence; the declared ones still apply."""
+    vrt = tmp_path / "s.vrt"
+    vrt.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
+                   'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
+                   "<PixelFunctionType>hyprof_scale</PixelFunctionType>"
+                   '<PixelFunctionArguments scael="2" offset="1"/>'
+                   "<SourceTransferType>Float32</SourceTransferType>"
+                   '<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
+                   "<SourceBand>1</SourceBand></SimpleSource>"
+                   "</VRTRasterBand></VRTDataset>" % SAMSON)
+    r = subprocess.run(["gdalinfo", "-checksum", str(vrt)], capture_output=True, text=True,
+                       env=gdal_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "hyprof_scale: unknown argument 'scael'" in r.stderr, r.stderr
+    assert r.stderr.count("unknown argument") == 1
+
+
 # ---- 9: files changed while a dataset is open --------------------------------------
 
 def test_model_changed_while_open(tmp_path):
