@@ -66,6 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     text[size - 3] = '\0';
     char **args = CSLTokenizeString2(text, "\n", 0);
     fill_sources(type, n, sources);
+    hyprof_pixfn_check_names(f, args);
     (void)f->fn(sources, n, out, W, H, type, GDT_Float64, sizeof(double),
                 (int)(W * sizeof(double)), args);
     CSLDestroy(args);
