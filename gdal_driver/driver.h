@@ -23,7 +23,9 @@ typedef struct {
     hyprof_args_t *args;    /* the operation's parameters */
     hyprof_args_t *common;  /* backend, device, threads */
     char *input;            /* the input raster, absolute when it is a file */
-    char *key;              /* identifies the result in the cache */
+    char *key;              /* identifies the result in the cache, exactly */
+    char **files;           /* the input and the files parameters name (CSL)... */
+    char **stamps;          /* ...and their identities when opened (hyprof_file_stamp) */
     int width, height, in_bands, bands;
     char *wkt;              /* NULL without a CRS */
     double geotransform[6];
@@ -33,15 +35,34 @@ typedef struct {
     double nodata;
 } hyprof_gdal_source_t;
 
+/* The largest band count a dataset may announce: GDAL's own default bound
+ * (GDAL_MAX_BAND_COUNT). */
+#define HYPROF_DRIVER_MAX_BANDS 65536
+
+/* The parsers of outside text, with no file or dataset opened: a connection
+ * string, and a descriptor's JSON text (`path` names it in messages and its
+ * folder anchors relative names). NULL after a CPLError naming the problem. */
+hyprof_gdal_source_t *hyprof_gdal_parse_connection(const char *name);
+hyprof_gdal_source_t *hyprof_gdal_parse_descriptor(const char *text, size_t len,
+                                                   const char *path);
+
 /* True for "HYPROF:..." names and for .hyprof files whose first bytes look
  * like a JSON descriptor. */
 int hyprof_gdal_identify(const char *filename, const char *header, int header_len);
 /* Parses and checks the name, opens the input for its size, CRS and
  * geotransform, and derives the output band count through the library.
  * NULL after a CPLError naming the problem (unknown operation or parameter,
- * missing input, malformed descriptor...). */
+ * missing input or one that is not a regular file, malformed descriptor, a
+ * result too large for the memory or for GDAL...). */
 hyprof_gdal_source_t *hyprof_gdal_source_open(const char *filename);
 void hyprof_gdal_source_free(hyprof_gdal_source_t *src);
+/* 1 when the input and the files named by parameters are as they were at
+ * open; otherwise 0 after a CPLError naming the changed file (a result
+ * computed now would not be the one the dataset announced). */
+int hyprof_gdal_source_unchanged(const hyprof_gdal_source_t *src);
+/* The bytes the result and the input take in memory (float32), in double
+ * so that absurd sizes do not wrap. */
+double hyprof_gdal_source_bytes(const hyprof_gdal_source_t *src, size_t bands);
 
 /* A computed result, as the CLI would write it: the operation's result with
  * its float32 bands as written (nodata and the ulp rule applied, no mask
@@ -49,12 +70,14 @@ void hyprof_gdal_source_free(hyprof_gdal_source_t *src);
  * Read-only while pinned. */
 typedef struct {
     hyprof_result_t result;
-    char backend[16];
+    const char *backend; /* hyprof_backend_name's static text */
 } hyprof_gdal_result_t;
 
 /* The result of `src`: computed on first use (once per process: other
  * threads asking meanwhile wait for it), then served from the cache. Pinned
- * until hyprof_gdal_result_release. NULL after a CPLError. */
+ * until hyprof_gdal_result_release. Its size, band count (when src->bands is
+ * set) and type are checked against `src`: a mismatch is an error, never a
+ * read. NULL after a CPLError. */
 const hyprof_gdal_result_t *hyprof_gdal_result_acquire(const hyprof_gdal_source_t *src);
 void hyprof_gdal_result_release(const hyprof_gdal_result_t *res);
 

@@ -3,7 +3,12 @@
  * suffixes, or a percentage of RAM; default 25 % of RAM, 1 GB when RAM is
  * unknown) and evicted least recently used first. A result being read
  * (pinned) is never evicted, nor the most recently used one, so a result larger than the
- * limit still serves its reads until another takes its place. */
+ * limit still serves its reads until another takes its place.
+ *
+ * A result is computed only from the files the dataset was opened on (their
+ * stamps are compared before and after reading them) and after checking that
+ * the input and the result fit in memory; a result is handed out only to a
+ * dataset of its size, band count and type. */
 #include "driver.h"
 #include "raster_io.h"
 
@@ -12,6 +17,7 @@
 #include <cpl_string.h>
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,7 +63,8 @@ static size_t cache_limit(void)
                  "using %zu bytes", v, def);
         return def;
     }
-    return (size_t)(n * unit);
+    double bytes = n * unit;
+    return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }
 
 static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src)
@@ -73,49 +80,85 @@ static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src)
     return ctx;
 }
 
+/* Before reading anything: the files are those the dataset was opened on,
+ * and the input and result fit in the memory this process may allocate. */
+static int can_compute(const hyprof_gdal_source_t *src)
+{
+    if (!hyprof_gdal_source_unchanged(src))
+        return 0;
+    double need = hyprof_gdal_source_bytes(src, src->bands ? (size_t)src->bands
+                                                           : (size_t)src->in_bands);
+    size_t avail = hyprof_host_memory_available();
+    if (need > (double)avail) {
+        CPLError(CE_Failure, CPLE_OutOfMemory,
+                 "HYPROF: computing %s on '%s' needs %.1f MiB of memory for its input and "
+                 "result, but only %.1f MiB is available", src->op->name, src->input,
+                 need / 1048576.0, avail / 1048576.0);
+        return 0;
+    }
+    return 1;
+}
+
+static int read_input(hyprof_ctx_t *ctx, const hyprof_gdal_source_t *src, hyprof_raster_t *in)
+{
+    size_t n = strlen(src->input) + 1024; /* the reader's messages quote the name */
+    char *err = CPLMalloc(n);
+    hyprof_status_t st = hyprof_raster_read(ctx, src->input, NULL, in, err, n);
+    if (st != HYPROF_OK)
+        CPLError(CE_Failure, CPLE_FileIO, "HYPROF: %s", err);
+    CPLFree(err);
+    return st == HYPROF_OK;
+}
+
 /* Outside the lock: read the input, run the operation, turn the bands into
  * what the CLI writes. */
 static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
 {
+    hyprof_result_init(&out->result);
+    if (!can_compute(src))
+        return 0;
     hyprof_ctx_t *ctx = make_ctx(src);
     hyprof_raster_t in;
-    char err[1024];
     if (!ctx) {
         CPLError(CE_Failure, CPLE_OutOfMemory, "HYPROF: out of memory");
         return 0;
     }
-    hyprof_result_init(&out->result);
-    hyprof_status_t st = hyprof_raster_read(ctx, src->input, NULL, &in, err, sizeof err);
-    if (st != HYPROF_OK) {
-        CPLError(CE_Failure, CPLE_FileIO, "HYPROF: %s", err);
+    if (!read_input(ctx, src, &in)) {
         hyprof_ctx_free(&ctx);
         return 0;
     }
     CPLDebug("HYPROF", "computing %s on %s", src->op->name, src->input);
-    st = hyprof_op_run(ctx, src->op, src->args, &in.cube, &out->result);
+    hyprof_status_t st = hyprof_op_run(ctx, src->op, src->args, &in.cube, &out->result);
     hyprof_raster_free(&in);
     if (st != HYPROF_OK)
         CPLError(CE_Failure, CPLE_AppDefined, "HYPROF: %s", hyprof_ctx_last_error(ctx));
+    else if (!hyprof_gdal_source_unchanged(src)) /* changed while it was read */
+        st = HYPROF_ERR_INPUT;
     hyprof_cube_t *c = &out->result.cube;
-    if (st == HYPROF_OK && src->bands && (c->bands != (size_t)src->bands ||
-                                          c->width != (size_t)src->width ||
-                                          c->height != (size_t)src->height)) {
-        CPLError(CE_Failure, CPLE_AppDefined,
-                 "HYPROF: %s gave %zux%zux%zu, the dataset announced %dx%dx%d (a library bug)",
-                 src->op->name, c->width, c->height, c->bands, src->width, src->height,
-                 src->bands);
-        st = HYPROF_ERR_INTERNAL;
-    }
     if (st == HYPROF_OK) {
         for (size_t b = 0; b < c->bands; b++) /* in place: same index in and out */
             hyprof_result_band_f32(c, b, (float *)c->data + b * c->width * c->height);
-        snprintf(out->backend, sizeof out->backend, "%s",
-                 hyprof_backend_name(hyprof_ctx_used_backend(ctx)));
+        out->backend = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
     } else {
         hyprof_result_free(&out->result);
     }
     hyprof_ctx_free(&ctx);
     return st == HYPROF_OK;
+}
+
+/* A result serves a dataset only with the dataset's size, band count and
+ * type: reading it otherwise would read outside it or give other pixels. */
+static int fits(const hyprof_gdal_result_t *res, const hyprof_gdal_source_t *src)
+{
+    const hyprof_cube_t *c = &res->result.cube;
+    if (c->width == (size_t)src->width && c->height == (size_t)src->height &&
+        (!src->bands || c->bands == (size_t)src->bands) && c->dtype == HYPROF_FLOAT32 && c->data)
+        return 1;
+    CPLError(CE_Failure, CPLE_AppDefined,
+             "HYPROF: %s gave a %zux%zux%zu result, but the dataset is %dx%dx%d float32 "
+             "(a bug: refusing to read it)", src->op->name, c->width, c->height, c->bands,
+             src->width, src->height, src->bands);
+    return 0;
 }
 
 static void unlink_entry(entry_t *e)
@@ -174,7 +217,10 @@ const hyprof_gdal_result_t *hyprof_gdal_result_acquire(const hyprof_gdal_source_
         e->pins++;
         e->last_use = ++ticks;
         pthread_mutex_unlock(&lock);
-        return &e->res;
+        if (fits(&e->res, src))
+            return &e->res;
+        hyprof_gdal_result_release(&e->res);
+        return NULL;
     }
     e = CPLCalloc(1, sizeof *e);
     e->key = CPLStrdup(src->key);
@@ -201,6 +247,10 @@ const hyprof_gdal_result_t *hyprof_gdal_result_acquire(const hyprof_gdal_source_
     }
     pthread_cond_broadcast(&done);
     pthread_mutex_unlock(&lock);
+    if (e && !fits(&e->res, src)) {
+        hyprof_gdal_result_release(&e->res);
+        e = NULL;
+    }
     return e ? &e->res : NULL;
 }
 

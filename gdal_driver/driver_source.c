@@ -1,292 +1,32 @@
-/* HYPROF dataset names: "HYPROF:op:key=value,...:input" connection strings
- * and .hyprof JSON descriptors, parsed through the operation registry, and
- * what opening one tells without computing. */
+/* Opening a HYPROF dataset name (parsed in driver_parse.c): the files it
+ * names must be regular files, the input's header gives the size, CRS and
+ * geotransform, the library gives the band count from the parameters, and a
+ * result that could not fit (in memory or in GDAL's band limit) fails here,
+ * naming the parameters, before anything is computed. */
 /* VSIStatBufL is struct stat64 */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include "driver.h"
+#include "driver_text.h"
 
 #include <cpl_conv.h>
 #include <cpl_error.h>
 #include <cpl_string.h>
 #include <cpl_vsi.h>
-#include <json.h>
 
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ERR(cls, ...) CPLError(CE_Failure, cls, "HYPROF: " __VA_ARGS__)
-
-/* The common options a dataset may set; progress and overwrite mean nothing
- * to a reader. */
-static const char *const common_names[] = {"backend", "device", "threads"};
-
-static hyprof_op_t common;
-static pthread_once_t common_once = PTHREAD_ONCE_INIT;
-
-static void init_common(void)
-{
-    common.params = hyprof_common_params(&common.nparams);
-    common.name = "common";
-}
-
-static const hyprof_op_t *common_op(void)
-{
-    pthread_once(&common_once, init_common);
-    return &common;
-}
-
-void hyprof_gdal_source_free(hyprof_gdal_source_t *src)
-{
-    if (!src)
-        return;
-    hyprof_args_free(&src->args);
-    hyprof_args_free(&src->common);
-    CPLFree(src->input);
-    CPLFree(src->key);
-    CPLFree(src->wkt);
-    CPLFree(src);
-}
-
-static int is_common(const char *name)
-{
-    for (size_t i = 0; i < sizeof common_names / sizeof *common_names; i++)
-        if (strcmp(name, common_names[i]) == 0)
-            return 1;
-    return 0;
-}
-
-/* One parameter; relative file names are taken from `base` (the
- * descriptor's folder; NULL: the current folder). */
-static int set_param(hyprof_gdal_source_t *src, const char *name, const char *value,
-                     const char *base)
-{
-    const hyprof_param_t *p = hyprof_op_param(src->op, name);
-    if (!p && is_common(name)) {
-        if (hyprof_args_set(src->common, name, value) == HYPROF_OK)
-            return 1;
-        ERR(CPLE_IllegalArg, "%s", hyprof_args_error(src->common));
-        return 0;
-    }
-    if (p && p->type == HYPROF_PARAM_FILE_OUT) {
-        ERR(CPLE_NotSupported, "parameter '%s' of operation '%s' writes a file; the driver "
-            "only reads", name, src->op->name);
-        return 0;
-    }
-    char *path = NULL;
-    if (p && (p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) && base &&
-        CPLIsFilenameRelative(value))
-        value = path = CPLStrdup(CPLFormFilename(base, value, NULL));
-    int ok = hyprof_args_set(src->args, name, value) == HYPROF_OK;
-    if (!ok)
-        ERR(CPLE_IllegalArg, "%s", hyprof_args_error(src->args));
-    CPLFree(path);
-    return ok;
-}
-
-/* "key=value,key=value": a piece without '=' continues the previous value,
- * so lists (thresholds=36,144,324) need no quoting; a lone name sets a flag. */
-static int parse_params(hyprof_gdal_source_t *src, const char *text)
-{
-    char **tok = CSLTokenizeString2(text, ",", CSLT_PRESERVEQUOTES);
-    char *name = NULL, *value = NULL;
-    int ok = 1;
-    for (int i = 0; ok && tok && tok[i]; i++) {
-        const char *eq = strchr(tok[i], '=');
-        if (!eq && value) {
-            char *longer = CPLStrdup(CPLSPrintf("%s,%s", value, tok[i]));
-            CPLFree(value);
-            value = longer;
-            continue;
-        }
-        if (name)
-            ok = set_param(src, name, value, NULL);
-        CPLFree(name);
-        CPLFree(value);
-        name = eq ? CPLStrdup(CPLSPrintf("%.*s", (int)(eq - tok[i]), tok[i])) : CPLStrdup(tok[i]);
-        value = CPLStrdup(eq ? eq + 1 : "true");
-    }
-    if (ok && name)
-        ok = set_param(src, name, value, NULL);
-    CPLFree(name);
-    CPLFree(value);
-    CSLDestroy(tok);
-    return ok;
-}
-
-static hyprof_gdal_source_t *new_source(const char *op_name)
-{
-    const hyprof_op_t *op = hyprof_op_find(op_name);
-    if (!op) {
-        ERR(CPLE_IllegalArg, "unknown operation '%s' (see 'hyprof --help')", op_name);
-        return NULL;
-    }
-    if (!op->run) {
-        ERR(CPLE_NotSupported, "operation '%s' does not map a raster to a raster", op_name);
-        return NULL;
-    }
-    hyprof_gdal_source_t *src = CPLCalloc(1, sizeof *src);
-    src->op = op;
-    src->args = hyprof_args_new(op);
-    src->common = hyprof_args_new(common_op());
-    if (!src->args || !src->common) {
-        ERR(CPLE_OutOfMemory, "out of memory");
-        hyprof_gdal_source_free(src);
-        return NULL;
-    }
-    return src;
-}
-
-/* "HYPROF:op:params:input"; the input is everything after the third colon
- * (it may hold colons itself: /vsicurl/http://...). */
-static hyprof_gdal_source_t *parse_connection(const char *name)
-{
-    const char *op = name + strlen(HYPROF_DRIVER_PREFIX);
-    const char *c1 = strchr(op, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c1 || !c2 || !c2[1]) {
-        ERR(CPLE_IllegalArg, "'%s' is not HYPROF:operation:key=value,...:input", name);
-        return NULL;
-    }
-    char *op_name = CPLStrdup(CPLSPrintf("%.*s", (int)(c1 - op), op));
-    char *params = CPLStrdup(CPLSPrintf("%.*s", (int)(c2 - c1 - 1), c1 + 1));
-    hyprof_gdal_source_t *src = new_source(op_name);
-    if (src && !parse_params(src, params)) {
-        hyprof_gdal_source_free(src);
-        src = NULL;
-    }
-    if (src)
-        src->input = CPLStrdup(c2 + 1);
-    CPLFree(op_name);
-    CPLFree(params);
-    return src;
-}
-
-/* A JSON value as parameter text: lists comma-joined, numbers exactly. */
-static int json_text(json_object *v, char *buf, size_t n)
-{
-    switch (json_object_get_type(v)) {
-    case json_type_string: snprintf(buf, n, "%s", json_object_get_string(v)); return 1;
-    case json_type_boolean: snprintf(buf, n, "%s", json_object_get_boolean(v) ? "true" : "false"); return 1;
-    case json_type_int: snprintf(buf, n, "%lld", (long long)json_object_get_int64(v)); return 1;
-    case json_type_double: {
-        double d = json_object_get_double(v);
-        snprintf(buf, n, "%.15g", d);
-        if (strtod(buf, NULL) != d)
-            snprintf(buf, n, "%.17g", d);
-        return 1;
-    }
-    case json_type_array: {
-        size_t len = 0;
-        buf[0] = '\0';
-        for (size_t i = 0; i < json_object_array_length(v); i++) {
-            json_object *e = json_object_array_get_idx(v, i);
-            char one[64];
-            if (json_object_get_type(e) == json_type_array || !json_text(e, one, sizeof one))
-                return 0;
-            int w = snprintf(buf + len, n - len, "%s%s", i ? "," : "", one);
-            if (w < 0 || (size_t)w >= n - len)
-                return 0;
-            len += (size_t)w;
-        }
-        return 1;
-    }
-    default: return 0;
-    }
-}
-
-static int descriptor_params(hyprof_gdal_source_t *src, json_object *params, const char *path,
-                             const char *base)
-{
-    if (json_object_get_type(params) != json_type_object) {
-        ERR(CPLE_AppDefined, "descriptor '%s': \"parameters\" must be an object", path);
-        return 0;
-    }
-    char buf[8192];
-    json_object_object_foreach(params, key, val) {
-        if (!json_text(val, buf, sizeof buf)) {
-            ERR(CPLE_AppDefined, "descriptor '%s': parameter '%s' must be a string, number, "
-                "boolean or list of those", path, key);
-            return 0;
-        }
-        if (!set_param(src, key, buf, base))
-            return 0;
-    }
-    return 1;
-}
-
-static json_object *read_json(const char *path)
-{
-    GByte *text = NULL;
-    if (!VSIIngestFile(NULL, path, &text, NULL, 1024 * 1024)) {
-        ERR(CPLE_OpenFailed, "cannot read descriptor '%s'", path);
-        return NULL;
-    }
-    enum json_tokener_error jerr = json_tokener_success;
-    json_object *doc = json_tokener_parse_verbose((const char *)text, &jerr);
-    VSIFree(text);
-    if (!doc)
-        ERR(CPLE_AppDefined, "descriptor '%s' is not valid JSON: %s", path,
-            json_tokener_error_desc(jerr));
-    else if (json_object_get_type(doc) != json_type_object) {
-        ERR(CPLE_AppDefined, "descriptor '%s' must be a JSON object", path);
-        json_object_put(doc);
-        doc = NULL;
-    }
-    return doc;
-}
-
-static const char *member_string(json_object *doc, const char *key, const char *path)
-{
-    json_object *v = NULL;
-    if (!json_object_object_get_ex(doc, key, &v) || json_object_get_type(v) != json_type_string) {
-        ERR(CPLE_AppDefined, "descriptor '%s': \"%s\" (a string) is missing", path, key);
-        return NULL;
-    }
-    return json_object_get_string(v);
-}
-
-/* {"operation": "eadp", "parameters": {...}, "input": "scene.tif"}; relative
- * files are relative to the descriptor. */
-static hyprof_gdal_source_t *parse_descriptor(const char *path)
-{
-    json_object *doc = read_json(path);
-    if (!doc)
-        return NULL;
-    hyprof_gdal_source_t *src = NULL;
-    char *base = CPLStrdup(CPLGetPath(path));
-    const char *op = member_string(doc, "operation", path);
-    const char *input = op ? member_string(doc, "input", path) : NULL;
-    json_object_object_foreach(doc, key, val) {
-        (void)val;
-        if (input && strcmp(key, "operation") && strcmp(key, "input") && strcmp(key, "parameters")) {
-            ERR(CPLE_AppDefined, "descriptor '%s': unknown member \"%s\" (operation, "
-                "parameters, input)", path, key);
-            input = NULL;
-        }
-    }
-    json_object *params = NULL;
-    if (input && (src = new_source(op)) != NULL) {
-        if (json_object_object_get_ex(doc, "parameters", &params) &&
-            !descriptor_params(src, params, path, base)) {
-            hyprof_gdal_source_free(src);
-            src = NULL;
-        } else {
-            src->input = CPLStrdup(CPLIsFilenameRelative(input)
-                                       ? CPLFormFilename(base, input, NULL) : input);
-        }
-    }
-    CPLFree(base);
-    json_object_put(doc);
-    return src;
-}
 
 int hyprof_gdal_identify(const char *filename, const char *header, int header_len)
 {
     if (STARTS_WITH_CI(filename, HYPROF_DRIVER_PREFIX))
         return 1;
-    if (!EQUAL(CPLGetExtension(filename), "hyprof") || !header || header_len <= 0)
+    if (!hyprof_ends_with_ci(filename, ".hyprof") || !header || header_len <= 0)
         return 0;
     for (int i = 0; i < header_len; i++)
         if (!strchr(" \t\r\n", header[i]))
@@ -294,54 +34,133 @@ int hyprof_gdal_identify(const char *filename, const char *header, int header_le
     return 0;
 }
 
-static int file_stamp(const char *path, char *buf, size_t n)
+/* Descriptors are small JSON files; a larger one is refused by name rather
+ * than read in part. */
+#define DESCRIPTOR_MAX ((vsi_l_offset)16 << 20)
+
+static hyprof_gdal_source_t *open_descriptor(const char *path)
 {
+    int exists;
+    const char *why = hyprof_file_problem(path, &exists);
+    if (why) {
+        ERR(CPLE_OpenFailed, "descriptor '%s' %s", path, why);
+        return NULL;
+    }
+    GByte *text = NULL;
+    vsi_l_offset size = 0;
     VSIStatBufL sb;
-    if (VSIStatL(path, &sb) != 0)
-        return 0;
-    snprintf(buf, n, "%lld:%lld", (long long)sb.st_mtime, (long long)sb.st_size);
-    return 1;
+    if (VSIStatL(path, &sb) == 0 && (vsi_l_offset)sb.st_size > DESCRIPTOR_MAX) {
+        ERR(CPLE_OpenFailed, "descriptor '%s' is %lld bytes; descriptors are limited to "
+            "16 MiB", path, (long long)sb.st_size);
+        return NULL;
+    }
+    if (!VSIIngestFile(NULL, path, &text, &size, (GIntBig)DESCRIPTOR_MAX)) {
+        ERR(CPLE_OpenFailed, "cannot read descriptor '%s'", path);
+        return NULL;
+    }
+    hyprof_gdal_source_t *src = hyprof_gdal_parse_descriptor((const char *)text, (size_t)size,
+                                                             path);
+    VSIFree(text);
+    return src;
 }
 
-/* Files named by parameters must exist (as the CLI checks before work). */
+static int is_file_param(const hyprof_param_t *p)
+{
+    return p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN;
+}
+
+/* Names GDAL may read without a file behind them (subdatasets such as
+ * NETCDF:f.nc:var, network /vsi paths) are left to GDAL when stat cannot
+ * find them. */
+static int maybe_not_a_file(const char *name)
+{
+    return strchr(name, ':') != NULL;
+}
+
+/* The input and files named by parameters must be regular, non-empty files
+ * (a FIFO or a device would block or never end). A folder is left to GDAL
+ * for the input (some formats are folders). */
 static int check_files(const hyprof_gdal_source_t *src)
 {
-    char stamp[64];
+    int exists;
+    const char *why = hyprof_file_problem(src->input, &exists);
+    if (!exists && maybe_not_a_file(src->input))
+        why = NULL;
+    if (why && strcmp(why, "is a directory") != 0) {
+        ERR(CPLE_OpenFailed, "input '%s' %s", src->input, why);
+        return 0;
+    }
     for (size_t i = 0; i < src->op->nparams; i++) {
         const hyprof_param_t *p = &src->op->params[i];
         const char *v = hyprof_args_str(src->args, p->name);
-        if (v && (p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) &&
-            !file_stamp(v, stamp, sizeof stamp)) {
-            ERR(CPLE_OpenFailed, "parameter '%s': '%s' does not exist", p->name, v);
+        if (!v || !is_file_param(p))
+            continue;
+        why = hyprof_file_problem(v, &exists);
+        if (!exists && p->type == HYPROF_PARAM_RASTER_IN && maybe_not_a_file(v))
+            why = NULL;
+        if (why) {
+            ERR(CPLE_OpenFailed, "parameter '%s': '%s' %s", p->name, v, why);
             return 0;
         }
     }
     return 1;
 }
 
-/* The cache key: the operation, every parameter, and the input and named
- * files with their modification times and sizes (an edited input is a new
- * result). Backend, device and threads do not change the result. */
+static void add_file(hyprof_gdal_source_t *src, const char *path)
+{
+    char *stamp = hyprof_file_stamp(path);
+    src->files = CSLAddString(src->files, path);
+    src->stamps = CSLAddString(src->stamps, stamp ? stamp : "");
+    CPLFree(stamp);
+}
+
+/* One field of the key, length-prefixed so that no value can pose as
+ * another field. */
+static void key_field(hyprof_text_t *key, const char *name, const char *value)
+{
+    hyprof_text_printf(key, "%zu:%s=%zu:%s\n", strlen(name), name, strlen(value), value);
+}
+
+/* The cache key, exact: the operation, every parameter, and the input and
+ * named files with their identities (device, inode, modification time,
+ * size: an edited file is a new result). Backend, device and threads do
+ * not change the result. */
 static void make_key(hyprof_gdal_source_t *src)
 {
-    char stamp[64] = "";
-    char *key = CPLStrdup(CPLSPrintf("%s\n", src->op->name));
+    hyprof_text_t key = {0};
+    key_field(&key, "operation", src->op->name);
+    add_file(src, src->input);
     for (size_t i = 0; i < src->op->nparams; i++) {
         const hyprof_param_t *p = &src->op->params[i];
         const char *v = hyprof_args_str(src->args, p->name);
         if (!v)
             continue;
-        stamp[0] = '\0';
-        if (p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN)
-            file_stamp(v, stamp, sizeof stamp);
-        char *longer = CPLStrdup(CPLSPrintf("%s%s=%s %s\n", key, p->name, v, stamp));
-        CPLFree(key);
-        key = longer;
+        key_field(&key, p->name, v);
+        if (is_file_param(p))
+            add_file(src, v);
     }
-    stamp[0] = '\0';
-    file_stamp(src->input, stamp, sizeof stamp);
-    src->key = CPLStrdup(CPLSPrintf("%sinput=%s %s", key, src->input, stamp));
-    CPLFree(key);
+    for (int i = 0; src->files && src->files[i]; i++) {
+        key_field(&key, "file", src->files[i]);
+        key_field(&key, "stamp", src->stamps[i]);
+    }
+    src->key = hyprof_text_take(&key);
+}
+
+int hyprof_gdal_source_unchanged(const hyprof_gdal_source_t *src)
+{
+    for (int i = 0; src->files && src->files[i]; i++) {
+        if (!*src->stamps[i])
+            continue;
+        char *now = hyprof_file_stamp(src->files[i]);
+        int same = now && strcmp(now, src->stamps[i]) == 0;
+        CPLFree(now);
+        if (!same) {
+            ERR(CPLE_FileIO, "'%s' changed since the dataset was opened (its result would not "
+                "be the one announced); open the dataset again", src->files[i]);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* Local files by absolute name, so the key and metadata do not depend on
@@ -351,12 +170,12 @@ static void absolute_input(hyprof_gdal_source_t *src)
     if (STARTS_WITH(src->input, "/vsi") || strchr(src->input, ':') ||
         !CPLIsFilenameRelative(src->input))
         return;
-    char *cwd = CPLGetCurrentDir();
+    char *cwd = getcwd(NULL, 0);
     if (cwd) {
-        char *abs = CPLStrdup(CPLFormFilename(cwd, src->input, NULL));
+        char *abs = hyprof_path_join(cwd, src->input);
         CPLFree(src->input);
         src->input = abs;
-        CPLFree(cwd);
+        free(cwd);
     }
 }
 
@@ -383,14 +202,16 @@ static void input_nodata(hyprof_gdal_source_t *src, GDALDatasetH ds)
 
 static int read_input_header(hyprof_gdal_source_t *src)
 {
-    VSIStatBufL sb;
-    if (!strchr(src->input, ':') && VSIStatL(src->input, &sb) != 0) {
-        ERR(CPLE_OpenFailed, "input '%s' does not exist", src->input);
-        return 0;
-    }
+    CPLErrorReset();
     GDALDatasetH ds = GDALOpenEx(src->input, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
     if (!ds) {
-        ERR(CPLE_OpenFailed, "cannot open input '%s' as a raster", src->input);
+        VSIStatBufL sb;
+        const char *why = CPLGetLastErrorType() != CE_None ? CPLGetLastErrorMsg() : "";
+        int dir = VSIStatL(src->input, &sb) == 0 && VSI_ISDIR(sb.st_mode);
+        char *reason = CPLStrdup(*why ? why : dir ? "it is a folder no GDAL driver reads"
+                                                  : "no GDAL driver recognises its format");
+        ERR(CPLE_OpenFailed, "cannot open input '%s' as a raster: %s", src->input, reason);
+        CPLFree(reason);
         return 0;
     }
     src->width = GDALGetRasterXSize(ds);
@@ -408,8 +229,53 @@ static int read_input_header(hyprof_gdal_source_t *src)
     return ok;
 }
 
-/* The output band count from the library (no computation); an operation
- * that cannot tell is computed now. */
+double hyprof_gdal_source_bytes(const hyprof_gdal_source_t *src, size_t bands)
+{
+    return (double)src->width * (double)src->height * ((double)bands + src->in_bands) *
+           sizeof(float);
+}
+
+/* The parameters given, for messages about what they ask for (long values
+ * shortened: the message names them, it does not restate them). */
+static char *given_params(const hyprof_gdal_source_t *src)
+{
+    hyprof_text_t t = {0};
+    for (size_t i = 0; i < src->op->nparams; i++) {
+        const char *name = src->op->params[i].name, *v = hyprof_args_str(src->args, name);
+        if (!v || !hyprof_args_given(src->args, name))
+            continue;
+        size_t n = strlen(v);
+        hyprof_text_printf(&t, "%s%s=%.*s%s", t.len ? ", " : "", name, n > 40 ? 37 : (int)n, v,
+                           n > 40 ? "..." : "");
+    }
+    if (!t.len)
+        hyprof_text_printf(&t, "the defaults");
+    return hyprof_text_take(&t);
+}
+
+/* A band count GDAL can hold and a result (with the input it is computed
+ * from) that fits in the memory this process may still allocate. */
+static int check_size(const hyprof_gdal_source_t *src, size_t bands)
+{
+    double need = hyprof_gdal_source_bytes(src, bands);
+    double avail = (double)hyprof_host_memory_available();
+    if (bands <= HYPROF_DRIVER_MAX_BANDS && need <= avail)
+        return 1;
+    char *given = given_params(src);
+    if (bands > HYPROF_DRIVER_MAX_BANDS)
+        ERR(CPLE_IllegalArg, "%s with %s gives %zu bands; a dataset holds at most %d",
+            src->op->name, given, bands, HYPROF_DRIVER_MAX_BANDS);
+    else
+        ERR(CPLE_OutOfMemory, "%s with %s gives %zu bands of %dx%d pixels: with its input "
+            "that needs %.1f MiB of memory, but only %.1f MiB is available", src->op->name,
+            given, bands, src->width, src->height, need / 1048576.0, avail / 1048576.0);
+    CPLFree(given);
+    return 0;
+}
+
+/* The output band count from the library, from the parameters alone. An
+ * operation that cannot tell (unmix with endmembers=auto: HySime decides)
+ * is computed now, after checking that its input fits in memory. */
 static int output_bands(hyprof_gdal_source_t *src)
 {
     hyprof_ctx_t *ctx = hyprof_ctx_new();
@@ -422,7 +288,7 @@ static int output_bands(hyprof_gdal_source_t *src)
     if (st != HYPROF_OK)
         ERR(CPLE_IllegalArg, "%s", hyprof_ctx_last_error(ctx));
     hyprof_ctx_free(&ctx);
-    if (st != HYPROF_OK)
+    if (st != HYPROF_OK || !check_size(src, n ? n : (size_t)src->in_bands))
         return 0;
     if (n == 0) {
         const hyprof_gdal_result_t *res = hyprof_gdal_result_acquire(src);
@@ -438,13 +304,17 @@ static int output_bands(hyprof_gdal_source_t *src)
 hyprof_gdal_source_t *hyprof_gdal_source_open(const char *filename)
 {
     hyprof_gdal_source_t *src = STARTS_WITH_CI(filename, HYPROF_DRIVER_PREFIX)
-                                    ? parse_connection(filename)
-                                    : parse_descriptor(filename);
+                                    ? hyprof_gdal_parse_connection(filename)
+                                    : open_descriptor(filename);
     if (!src)
         return NULL;
     absolute_input(src);
-    make_key(src);
-    if (!check_files(src) || !read_input_header(src) || !output_bands(src)) {
+    if (!check_files(src)) {
+        hyprof_gdal_source_free(src);
+        return NULL;
+    }
+    make_key(src); /* stamps the files before their header is read */
+    if (!read_input_header(src) || !output_bands(src)) {
         hyprof_gdal_source_free(src);
         return NULL;
     }

@@ -13,6 +13,8 @@
 typedef struct entry {
     const hyprof_model_kind_t *kind;
     char *path;
+    dev_t dev; /* the file's identity and state when loaded */
+    ino_t ino;
     struct timespec mtime;
     off_t size;
     void *model;
@@ -27,8 +29,8 @@ static entry_t *entries;
 static int same_file(const entry_t *e, const hyprof_model_kind_t *kind, const char *path,
                      const struct stat *sb)
 {
-    return e->kind == kind && strcmp(e->path, path) == 0 &&
-           e->mtime.tv_sec == sb->st_mtim.tv_sec && e->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
+    return e->kind == kind && strcmp(e->path, path) == 0 && e->dev == sb->st_dev &&
+           e->ino == sb->st_ino && e->mtime.tv_sec == sb->st_mtim.tv_sec && e->mtime.tv_nsec == sb->st_mtim.tv_nsec &&
            e->size == sb->st_size;
 }
 
@@ -103,7 +105,8 @@ const void *hyprof_model_acquire(const char *who, const hyprof_model_kind_t *kin
         e = model ? calloc(1, sizeof *e) : NULL;
         char *copy = e ? strdup(path) : NULL;
         if (copy) {
-            *e = (entry_t){kind, copy, sb.st_mtim, sb.st_size, model, 0, 0, entries};
+            *e = (entry_t){kind, copy, sb.st_dev, sb.st_ino, sb.st_mtim, sb.st_size, model, 0, 0,
+                           entries};
             entries = e;
         } else {
             if (model) {

@@ -1,6 +1,7 @@
 /* Fitted models (PCA, classifiers, endmember sets) loaded once per
  * process for the pixel functions: a thread-safe cache keyed by kind, path,
- * modification time and size, so an edited model file is reloaded. */
+ * device, inode, modification time and size, so an edited or replaced model
+ * file is reloaded. */
 #ifndef HYPROF_MODEL_CACHE_H
 #define HYPROF_MODEL_CACHE_H
 

@@ -24,6 +24,12 @@ typedef struct {
     const char *arguments_xml; /* <PixelFunctionArgumentsList>: documents the arguments */
 } hyprof_pixfn_t;
 
+/* Warns (CE_Warning, once per function and name in a process) about each
+ * argument of `args` that `f`'s arguments_xml does not declare: a misspelt
+ * argument would otherwise be ignored and its default used in silence.
+ * plugin.c calls it before every pixel function. */
+void hyprof_pixfn_check_names(const hyprof_pixfn_t *f, CSLConstList args);
+
 /* The sources of one call as a float32 BSQ cube (one band per source, as the
  * CLI reads its input) with its mask: a pixel is invalid where any source is
  * NaN, infinite or equal to `nodata` (when has_nodata). On failure, a

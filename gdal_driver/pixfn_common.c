@@ -1,5 +1,6 @@
 /* What the pixel functions share: sources in, values out, arguments. */
 #include "pixfn.h"
+#include "driver_text.h"
 
 #include <cpl_conv.h>
 #include <cpl_error.h>
@@ -7,9 +8,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 hyprof_status_t hyprof_pixfn_sources(const char *fname, void **sources, int nsources,
                                      int width, int height, GDALDataType type, int has_nodata,
@@ -164,20 +165,15 @@ CPLErr hyprof_pixfn_nodata(const char *fname, CSLConstList args, int *has, doubl
     if (!v || EQUAL(v, "nan"))
         return CE_None;
     char *end = NULL;
+    errno = 0;
     double d = strtod(v, &end);
-    if (end == v || *end != '\0') {
-        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument nodata='%s' is not a number", fname,
-                 v);
+    if (end == v || *end != '\0' || (errno == ERANGE && isinf(d))) {
+        CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument nodata='%s' is not a number (or "
+                 "beyond the range of a double)", fname, v);
         return CE_Failure;
     }
     *nodata = d;
     return CE_None;
-}
-
-static int is_file(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
 /* The canonical name: the model cache's key must not depend on the folder a
@@ -190,6 +186,8 @@ static char *canonical(const char *path)
     return out;
 }
 
+/* A model file must be a regular, non-empty file: a FIFO or a device would
+ * block or never end. */
 char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
 {
     const char *v = CSLFetchNameValue(args, name);
@@ -197,21 +195,31 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
         CPLError(CE_Failure, CPLE_IllegalArg, "%s: argument '%s' is missing", fname, name);
         return NULL;
     }
-    if (!CPLIsFilenameRelative(v) || is_file(v)) {
-        if (is_file(v))
-            return canonical(v);
-        CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' does not exist", fname, name, v);
+    int exists;
+    const char *why = hyprof_file_problem(v, &exists);
+    if (!why)
+        return canonical(v);
+    if (exists || !CPLIsFilenameRelative(v)) {
+        CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' %s", fname, name, v, why);
         return NULL;
     }
     char **dirs = CSLTokenizeString2(CPLGetConfigOption("HYPROF_MODEL_PATH", ""), ":", 0);
     char *found = NULL;
     for (int i = 0; dirs && dirs[i] && !found; i++) {
-        const char *p = CPLFormFilename(dirs[i], v, NULL);
-        if (is_file(p))
+        char *p = hyprof_path_join(dirs[i], v);
+        const char *problem = hyprof_file_problem(p, &exists);
+        if (!problem)
             found = canonical(p);
+        else if (exists) {
+            CPLError(CE_Failure, CPLE_OpenFailed, "%s: %s '%s' (found as '%s') %s", fname,
+                     name, v, p, problem);
+            CPLFree(p);
+            break;
+        }
+        CPLFree(p);
     }
     CSLDestroy(dirs);
-    if (!found)
+    if (!found && !exists)
         CPLError(CE_Failure, CPLE_OpenFailed,
                  "%s: %s '%s' does not exist (relative paths are searched in the current "
                  "folder and the HYPROF_MODEL_PATH folders)", fname, name, v);
@@ -226,4 +234,53 @@ hyprof_ctx_t *hyprof_pixfn_ctx(const char *fname)
     else
         hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
     return ctx;
+}
+
+/* Whether arguments_xml declares <Argument name='NAME'. */
+static int declared(const char *xml, const char *name, size_t n)
+{
+    static const char tag[] = "<Argument name='";
+    for (const char *p = strstr(xml, tag); p; p = strstr(p + 1, tag)) {
+        const char *v = p + sizeof tag - 1;
+        if (strncmp(v, name, n) == 0 && v[n] == '\'')
+            return 1;
+    }
+    return 0;
+}
+
+/* Under `warned_lock`: whether "function:name" was warned about before;
+ * remembers it (up to a bound: past it, warnings repeat). */
+static int warned_before(const char *fname, const char *name, size_t n)
+{
+    static char *warned[64];
+    char *key = hyprof_strdup_printf("%s:%.*s", fname, (int)n, name);
+    size_t i = 0;
+    for (; i < 64 && warned[i]; i++)
+        if (strcmp(warned[i], key) == 0) {
+            CPLFree(key);
+            return 1;
+        }
+    if (i < 64)
+        warned[i] = key;
+    else
+        CPLFree(key);
+    return 0;
+}
+
+void hyprof_pixfn_check_names(const hyprof_pixfn_t *f, CSLConstList args)
+{
+    static pthread_mutex_t warned_lock = PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; args && args[i]; i++) {
+        const char *eq = strchr(args[i], '=');
+        size_t n = eq ? (size_t)(eq - args[i]) : strlen(args[i]);
+        if (declared(f->arguments_xml, args[i], n))
+            continue;
+        pthread_mutex_lock(&warned_lock);
+        int before = warned_before(f->name, args[i], n);
+        pthread_mutex_unlock(&warned_lock);
+        if (!before)
+            CPLError(CE_Warning, CPLE_IllegalArg,
+                     "%s: unknown argument '%.*s' is ignored (see the function's arguments "
+                     "in GDAL's pixel function list)", f->name, (int)n, args[i]);
+    }
 }
