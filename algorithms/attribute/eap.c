@@ -162,13 +162,11 @@ static hyprof_status_t cpu_each(hyprof_ctx_t *ctx, void *args)
 
 /* Both backends give identical planes (kernels/attribute/eap_*.cu). With 8-bit
  * levels the CUDA path is the faster one (its trees are built by tile floods,
- * a run of levels a launch): measured on an H100 at Pavia Centre size (the
- * profile of 8 PCA features of 1096x715, area x 7), 24 ms host to host into
- * pageable memory (16 ms page-locked) against 83 ms for the CPU path on 32
- * threads (bench/results.md, 2026-11-26). With 16-bit levels the flooding needs a
- * launch per level present (tens of thousands): 0.53 s against 0.12 s. So
- * `auto` runs 8-bit profiles on the GPU (falling back to the CPU when the
- * device memory is short, as every operation) and 16-bit ones on the CPU. */
+ * a run of levels a launch); with 16-bit levels its flooding needs a launch
+ * per level present (tens of thousands) and the CPU is faster (figures:
+ * bench/notes/eap.md). So `auto` runs 8-bit profiles on the GPU (falling
+ * back to the CPU when the device memory is short, as every operation) and
+ * 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
     hyprof__impl_fn cuda = (hyprof__impl_fn)0;

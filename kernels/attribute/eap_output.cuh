@@ -66,9 +66,10 @@ class OutputPrep {
         const auto t0 = std::chrono::steady_clock::now();
         pin = pin && cudaSetDevice(device) == cudaSuccess;
         if (bytes) {
+            const auto t1 = std::chrono::steady_clock::now();
             if (fault)
                 hyprof__eap_prefault(ctx, p, bytes);
-            prefault_ms_ = since(t0);
+            prefault_ms_ = since(t1);
             if (pin && cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess)
                 locked_ = p;
             (void)cudaGetLastError();

@@ -76,14 +76,18 @@ void *arena_take(int device, size_t need, size_t *got)
     s = ArenaSlot();
     return nullptr;
 }
-/* Back to the cache (or freed); the device work on it is over. */
-void arena_give(hyprof_ctx_t *ctx, const char *op, int device, void *p, size_t bytes)
+/* Back to the cache (or freed); the device work on it is over. Kept up to
+ * an eighth of the device's memory (capped as hyprof__cuda_mem_info does;
+ * no message: this runs after the call's own error, if any). */
+void arena_give(int device, void *p, size_t bytes)
 {
     if (!p)
         return;
-    size_t total = 0;
-    bool keep = device >= 0 && device < 64 &&
-                hyprof__cuda_mem_info(ctx, op, NULL, &total) == HYPROF_OK && bytes <= total / 8;
+    size_t free_b = 0, total = 0, cap = hyprof__device_memory_cap();
+    bool known = cudaMemGetInfo(&free_b, &total) == cudaSuccess;
+    if (cap && cap < total)
+        total = cap;
+    bool keep = device >= 0 && device < 64 && known && bytes <= total / 8;
     (void)cudaGetLastError();
     {
         ArenaCache &c = arena_cache();
@@ -381,7 +385,7 @@ void give_arena(Run &r)
         return;
     (void)cudaDeviceSynchronize();
     (void)cudaGetLastError();
-    arena_give(r.ctx, r.op, d.device, d.arena, d.arena_bytes);
+    arena_give(d.device, d.arena, d.arena_bytes);
     d.arena = nullptr;
     d.arena_bytes = 0;
 }
