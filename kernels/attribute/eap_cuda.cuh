@@ -38,7 +38,7 @@ const size_t kPinChunk = (size_t)1 << 30; /* larger ones a piece at a time for i
         return;                                                                           \
     int img = (int)blockIdx.y
 
-/* What eap_plan decides for a call. */
+/* What plan() (eap_plan.cu) decides for a call. */
 struct Plan {
     size_t n = 0;            /* pixels of a band */
     size_t nb = 0;           /* bands a batch */
@@ -175,7 +175,7 @@ struct Run {
     Args g{};                 /* the kernels' arguments for the current batch */
     size_t b0 = 0;            /* the batch's first band */
     unsigned char *out_base = nullptr;
-    OutputPrep *prep = nullptr; /* eap_run's */
+    OutputPrep *prep = nullptr; /* run()'s (eap_host.cu) */
     Trace trace;
     StageTimer timer;
     Staging stage;

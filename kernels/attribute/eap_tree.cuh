@@ -1,7 +1,7 @@
 /* The CUDA attribute profiles' tree-building bodies: one max-tree per image
  * (band 2i: the opening image f, 2i + 1: the closing image L-1-f), as par[]
  * links to smaller keys (level, index), then its canonical form (canon1,
- * canon2: the CPU's). Two ways to the same tree, chosen in eap_plan:
+ * canon2: the CPU's). Two ways to the same tree, chosen by plan() (eap_plan.cu):
  * - the tile floods (8-bit levels, the default): FTile below;
  * - the pixels' flooding (16-bit levels, or 2^29 pixels or more, where the
  *   edge lists' p << 3 | j does not fit 32 bits): Flood below.
