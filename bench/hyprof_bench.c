@@ -861,7 +861,7 @@ static void keep_device_stages(void *user, hyprof_log_level_t level, const char 
 {
     (void)user;
     (void)level;
-    if (getenv("HYPROF_BENCH_TRACE")) /* with $HYPROF_EAP_TRACE=1: the kernels' times */
+    if (getenv("HYPROF_BENCH_TRACE")) /* with HYPROF_LOG=debug: the kernels' times too */
         fprintf(stderr, "%s\n", message);
     const char *d = strstr(message, "device ms: ");
     if (!d)

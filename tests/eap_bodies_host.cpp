@@ -1,5 +1,6 @@
-/* The CUDA attribute profiles' kernel bodies (kernels/attribute/eap.cu, the
- * 8-bit path: flooding, canonical form, attributes, filters) run on the host,
+/* The CUDA attribute profiles' kernel bodies (kernels/attribute/eap_*.cuh:
+ * tile floods and pixels' flooding, canonical form, attributes, filters) run
+ * on the host,
  * one kernel after the other and every "thread" of a kernel in turn, against
  * the CPU backend (hyprof_attribute_profiles): a check of the algorithm that
  * needs no GPU. The pixels of each level are shuffled (the order in which
@@ -55,7 +56,6 @@ static inline int h_or(int *p, int v)
 }
 #define EAP_BODIES_ONLY
 #define EAP_FN inline
-#define EAP_CAS32(p, o, n) h_cas((p), (o), (n))
 #define EAP_ACAS32(p, o, n) h_cas((p), (o), (n))
 #define EAP_ADD32(p, v) h_add<uint32_t>((p), (v))
 #define EAP_SUB32(p, v) h_sub<uint32_t>((p), (v))
@@ -71,7 +71,8 @@ static inline int h_or(int *p, int v)
 #define EAP_SADD32(p, v) h_add<uint32_t>((p), (v))
 #define ft_popc(m) __builtin_popcount(m)
 #define ft_ctz(m) __builtin_ctz(m)
-#include "../kernels/attribute/eap.cu"
+#include "../kernels/attribute/eap_filter.cuh"
+#include "../kernels/attribute/eap_tree.cuh"
 
 #include "hyprof/attribute.h"
 #include "hyprof/hyprof.h"
@@ -123,82 +124,6 @@ static void make_band(int kind, int w, int h, bool masked, std::vector<uint16_t>
                               : 7;
         if (masked && rng() % 10 == 0)
             mask[p] = band[p] = 0;
-    }
-}
-
-/* kernels/attribute/eap.cu's uf_unite_warp, on every edge of level t of
- * image img, the warps (32 edges each) in lockstep: every lane finds its
- * two roots (a of the larger key); then, the groups of lanes with the same
- * a in a warp in a shuffled order, each group's lane with the smallest b
- * links a under it (compare-and-swap: it fails when another warp's group
- * linked a since the find) and the others then link their b under that
- * smallest b, taking both for roots. The warp's votes and shuffles as
- * loops over its lanes. */
-typedef std::vector<std::pair<uint32_t, uint32_t>> Edges;
-static void warp_unite_host(const Args &A, const Flood &fl, int img, const Edges &edges)
-{
-    uint32_t cnt = (uint32_t)edges.size();
-    size_t o = (size_t)img * A.n;
-    uint32_t *uf = fl.uf + o, *par = A.par + o;
-    const uint16_t *lev = A.lev + o;
-    struct Lane {
-        uint32_t a, b, pa, pb;
-        bool live;
-    };
-    std::vector<Lane> ln(cnt);
-    for (uint32_t i = 0; i < cnt; i++) {
-        uint32_t p = edges[i].first, q = edges[i].second;
-        ln[i] = {p, q, uf[p], uf[q], true};
-    }
-    std::vector<uint32_t> order(cnt);
-    for (uint32_t k = 0; k < cnt; k++)
-        order[k] = k;
-    for (bool any = true; any;) {
-        any = false;
-        for (Lane &l : ln) { /* find, order the pair */
-            if (!l.live)
-                continue;
-            uf_find2(uf, l.a, l.b, l.pa, l.pb);
-            if (l.a == l.b) {
-                l.live = false;
-                continue;
-            }
-            if (higher(lev, l.b, l.a))
-                std::swap(l.a, l.b);
-            any = true;
-        }
-        if (!any)
-            break;
-        std::shuffle(order.begin(), order.end(), rng);
-        std::vector<bool> seen(cnt, false);
-        for (uint32_t k : order) { /* a group: the lanes of k's warp with k's a */
-            if (!ln[k].live || seen[k])
-                continue;
-            uint32_t root = ln[k].a, bmin = UINT32_MAX, w0 = k / 32 * 32;
-            uint32_t w1 = w0 + 32 < cnt ? w0 + 32 : cnt;
-            for (uint32_t j = w0; j < w1; j++)
-                if (ln[j].live && ln[j].a == root && ln[j].b < bmin)
-                    bmin = ln[j].b;
-            uint32_t r = h_cas(&uf[root], root, bmin);
-            if (r == root)
-                par[root] = bmin;
-            for (uint32_t j = w0; j < w1; j++) {
-                if (!ln[j].live || ln[j].a != root)
-                    continue;
-                seen[j] = true;
-                if (r != root) {
-                    ln[j].pa = r;
-                    ln[j].pb = ln[j].b;
-                } else if (ln[j].b == bmin) {
-                    ln[j].live = false;
-                } else {
-                    ln[j].a = ln[j].b;
-                    ln[j].b = bmin;
-                    ln[j].pa = ln[j].a;
-                    ln[j].pb = ln[j].b;
-                }
-            }
-        }
     }
 }
 
@@ -292,15 +217,195 @@ static int ftile_host(const Args &a, Flood &fl, std::vector<uint32_t> &eord, siz
     return 0;
 }
 
-/* The CUDA path's launches for one band (images 0: f, 1: L-1-f), on the host. */
-/* tflood: 0 the pixels' flooding, 1 the tile floods */
+/* The device buffers of one band's two images (0: f, 1: L-1-f), on the host. */
+struct Bufs {
+    std::vector<uint16_t> lev;
+    std::vector<uint32_t> par, aux, aux2, pend, cnt, box, ord, off;
+    std::vector<uint8_t> k0, k1, node;
+    std::vector<unsigned long long> s64;
+    int err = 0;
+    Args a{};
+    Bufs(int w, int h, int eight, const uint8_t *mask, const std::vector<uint16_t> &band)
+    {
+        const size_t n = (size_t)w * h, m = 2 * n;
+        lev.assign(m, 0);
+        for (auto *v : {&par, &aux, &aux2, &pend, &cnt, &ord})
+            v->assign(m, 0);
+        box.assign(4 * m, 0);
+        off.assign(2 * (2 * L + 1), 0);
+        for (auto *v : {&k0, &k1, &node})
+            v->assign(m, 0);
+        s64.assign(6 * m, 0);
+        a.n = n;
+        a.width = w;
+        a.height = h;
+        a.eight = eight;
+        a.top = L - 1;
+        a.nimg = 2;
+        a.mask = mask;
+        a.lev = lev.data();
+        a.par = par.data();
+        a.aux = aux.data();
+        a.aux2 = aux2.data();
+        a.pend = pend.data();
+        a.k0 = k0.data();
+        a.k1 = k1.data();
+        a.node = node.data();
+        a.cnt = cnt.data();
+        a.s1 = s64.data();
+        a.s2 = s64.data() + m;
+        a.sx = s64.data() + 2 * m;
+        a.sy = s64.data() + 3 * m;
+        a.sxx = s64.data() + 4 * m;
+        a.syy = s64.data() + 5 * m;
+        a.x0 = box.data();
+        a.x1 = box.data() + m;
+        a.y0 = box.data() + 2 * m;
+        a.y1 = box.data() + 3 * m;
+        a.error = &err;
+        std::copy(band.begin(), band.end(), lev.begin());
+    }
+};
+#define EACH_PIXEL                                                                        \
+    for (int img = 0; img < B.a.nimg; img++)                                              \
+        for (size_t p = 0; p < B.a.n; p++)
+
+/* The trees: tflood 1 the tile floods (8-bit levels), 0 the pixels'
+ * flooding (the path of 16-bit levels and of very large images, here at
+ * any levels), each level's pixels shuffled; then the canonical form. */
+static int host_tree(Bufs &B, int tflood)
+{
+    const Args &a = B.a;
+    const size_t n = a.n;
+    Flood fl;
+    fl.off = B.off.data();
+    fl.ord = B.ord.data();
+    fl.uf = B.aux2.data();
+    fl.levels = L;
+    fl.stride = n;
+    const size_t ecap = n * (a.eight ? 4 : 2);
+    std::vector<uint32_t> eord(2 * ecap);
+    EACH_PIXEL body_flood_prepare(a, fl, img, p);
+    if (tflood) { /* the tile floods, then the global flooding */
+        if (ftile_host<uint32_t>(a, fl, eord, ecap))
+            return 1;
+    } else { /* a level after the other, a thread an edge of the level's pixels */
+        std::vector<size_t> maxc(L, 0);
+        for (int img = 0; img < a.nimg; img++) {
+            std::vector<std::vector<uint32_t>> b(L);
+            for (size_t p = 0; p < n; p++)
+                if (valid(a, p))
+                    b[B.lev[img * n + p]].push_back((uint32_t)p);
+            lay_out(b, &B.off[img * (L + 1)], &B.ord[img * n], maxc);
+        }
+        for (int l = L - 1; l >= 0; l--)
+            for (int img = 0; img < a.nimg; img++)
+                for (size_t i = 0; i < maxc[l] * (a.eight ? 8 : 4); i++)
+                    body_flood_unite(a, fl, img, i, (unsigned)l);
+    }
+    EACH_PIXEL body_canon1(a, img, p);
+    EACH_PIXEL body_canon2(a, img, p);
+    return 0;
+}
+
+static void host_attributes(Bufs &B)
+{
+    const Args &a = B.a;
+    const size_t m = 2 * a.n;
+    std::fill(B.box.begin(), B.box.begin() + m, 0xffffffffu);         /* x0 */
+    std::fill(B.box.begin() + 2 * m, B.box.begin() + 3 * m, 0xffffffffu); /* y0 */
+    EACH_PIXEL body_acc_pixel(a, img, p);
+    EACH_PIXEL body_pend(a, img, p);
+    EACH_PIXEL body_leaf(a, img, p);
+    EACH_PIXEL body_up(a, img, p);
+}
+
+/* kept (in *kin) and up (in *jin) for filter F. */
+static void host_kept_up(Bufs &B, const Filter &F, uint8_t **kin, uint32_t **jin)
+{
+    const Args &a = B.a;
+    EACH_PIXEL body_pass(a, F, img, p);
+    uint8_t *ki = a.k0, *ko = a.k1;
+    uint32_t *ji = a.aux, *jo = a.aux2;
+    if (!hyprof_attribute_is_increasing((hyprof_attribute_t)F.attribute)) {
+        for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
+            EACH_PIXEL body_jump_min(a, ki, ji, ko, jo, img, p);
+            std::swap(ki, ko);
+            std::swap(ji, jo);
+        }
+        EACH_PIXEL body_up_init(a, ji, img, p);
+    }
+    for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
+        EACH_PIXEL body_jump_up(a, ki, ji, jo, img, p);
+        std::swap(ji, jo);
+    }
+    *kin = ki;
+    *jin = ji;
+}
+
+/* Filter F's planes of pixels [F.p0, F.p1) into out (via a chunk of oc
+ * pixels a plane, 8-bit when `narrow`). */
+static void host_out_chunk(Bufs &B, Filter &F, const uint8_t *kin, const uint32_t *jin,
+                           bool narrow, size_t rows, std::vector<uint16_t> &out)
+{
+    const Args &a = B.a;
+    const size_t n = a.n, oc = F.stride;
+    std::vector<uint16_t> chunk(F.planes * oc);
+    std::vector<uint8_t> chunk8(F.planes * oc);
+    for (int img = 0; img < a.nimg; img++)
+        for (size_t p = F.p0; p < F.p1; p++) {
+            if (narrow) {
+                body_out<uint8_t>(a, F, kin, jin, chunk8.data(), img, p);
+                if (F.first && img == 0)
+                    body_band<uint8_t>(a, F, chunk8.data(), img, p);
+            } else {
+                body_out<uint16_t>(a, F, kin, jin, chunk.data(), img, p);
+                if (F.first && img == 0)
+                    body_band<uint16_t>(a, F, chunk.data(), img, p);
+            }
+        }
+    for (size_t r = 0; r < rows; r++)
+        for (size_t p = F.p0; p < F.p1; p++)
+            out[(F.off + r) * n + p] = narrow ? chunk8[(F.off + r) * oc + p - F.p0]
+                                              : chunk[(F.off + r) * oc + p - F.p0];
+}
+
+/* Every filter's planes, in chunks of 1000 pixels (the out-of-memory path). */
+static void host_filters(Bufs &B, size_t planes, bool narrow, std::vector<uint16_t> &out)
+{
+    const size_t n = B.a.n, oc = 1000;
+    size_t first_plane = 0;
+    for (int fi = 0; fi < kFilters; fi++) {
+        Filter F{};
+        F.attribute = kAttr[fi];
+        F.thr = kThr[fi];
+        F.nt = kNt[fi];
+        F.planes = planes;
+        F.off = first_plane;
+        F.first = fi == 0;
+        uint8_t *kin;
+        uint32_t *jin;
+        host_kept_up(B, F, &kin, &jin);
+        size_t rows = 2 * (size_t)kNt[fi] + F.first;
+        for (size_t p0 = 0; p0 < n; p0 += oc) {
+            F.p0 = p0;
+            F.p1 = std::min(n, p0 + oc);
+            F.stride = oc;
+            host_out_chunk(B, F, kin, jin, narrow, rows, out);
+        }
+        first_plane += rows;
+    }
+}
+#undef EACH_PIXEL
+
+/* The CUDA path's launches for one band, on the host, against the CPU. */
 static int run_case(int w, int h, int kind, int eight, bool masked, unsigned levels, int tflood)
 {
     L = levels;
     for (int j = 0; j < kNt[3]; j++) /* std thresholds in levels: the same filter */
         kThr[3][j] = (j == 0 ? 0.5 : j == 1 ? 1 : j == 2 ? 3 : j == 3 ? 10 : 30) *
                      (levels > 256 ? 257.0 : 1.0);
-    const size_t n = (size_t)w * h, nimg = 2, m = nimg * n;
+    const size_t n = (size_t)w * h;
     std::vector<uint16_t> band;
     std::vector<uint8_t> mask;
     make_band(kind, w, h, masked, band, mask);
@@ -319,184 +424,23 @@ static int run_case(int w, int h, int kind, int eight, bool masked, unsigned lev
     }
     hyprof_ctx_free(&ctx);
 
-    std::vector<uint16_t> lev(m);
-    std::vector<uint32_t> par(m), aux(m), aux2(m), pend(m), cnt(m), box(4 * m), ord(m),
-        off(nimg * (2 * L + 1));
-    std::vector<uint8_t> k0(m), k1(m), node(m);
-    std::vector<unsigned long long> s64(6 * m);
-    int err = 0;
-    Args a{};
-    a.n = n;
-    a.width = w;
-    a.height = h;
-    a.eight = eight;
-    a.top = L - 1;
-    a.nimg = (int)nimg;
-    a.mask = masked ? mask.data() : nullptr;
-    a.lev = lev.data();
-    a.par = par.data();
-    a.aux = aux.data();
-    a.aux2 = aux2.data();
-    a.pend = pend.data();
-    a.k0 = k0.data();
-    a.k1 = k1.data();
-    a.node = node.data();
-    a.cnt = cnt.data();
-    a.s1 = s64.data();
-    a.s2 = s64.data() + m;
-    a.sx = s64.data() + 2 * m;
-    a.sy = s64.data() + 3 * m;
-    a.sxx = s64.data() + 4 * m;
-    a.syy = s64.data() + 5 * m;
-    a.x0 = box.data();
-    a.x1 = box.data() + m;
-    a.y0 = box.data() + 2 * m;
-    a.y1 = box.data() + 3 * m;
-    a.error = &err;
-    std::copy(band.begin(), band.end(), lev.begin());
-#define EACH_PIXEL for (int img = 0; img < (int)nimg; img++) for (size_t p = 0; p < n; p++)
-
-    /* tree: counting sort (each level shuffled), a launch a level, canon */
-    Flood fl;
-    fl.off = off.data();
-    fl.ord = ord.data();
-    fl.uf = aux2.data();
-    fl.levels = L;
-    fl.stride = n;
-    /* 8-bit levels, all kinds but one: the edge list (k_ehist, k_escatter,
-     * k_flood_eunite), its edges shuffled within each level */
-    const bool elist = L <= 256 && (kind != 1 || tflood);
-    const bool pooled = elist && (w + h + eight) % 2 == 0; /* the warp-pooled unions */
-    const size_t ecap = n * (eight ? 4 : 2);
-    std::vector<uint32_t> eord(nimg * ecap);
-    EACH_PIXEL body_flood_prepare(a, fl, img, p);
-    if (tflood) { /* the tile floods, then the global flooding */
-        if (ftile_host<uint32_t>(a, fl, eord, ecap))
-            return 1;
-    } else {
-        if (elist) {
-            fl.ord = eord.data();
-            fl.stride = ecap;
-            std::vector<size_t> maxe(L, 0);
-            for (size_t img = 0; img < nimg; img++) {
-                std::vector<std::vector<uint32_t>> b(L);
-                for (size_t p = 0; p < n; p++)
-                    if (valid(a, p))
-                        for (unsigned m = active_edges(a, img * n, (uint32_t)p); m; m &= m - 1)
-                            b[lev[img * n + p]].push_back((uint32_t)p << 3 |
-                                                          (uint32_t)__builtin_ctz(m));
-                uint32_t s = lay_out(b, &off[img * (L + 1)], &eord[img * ecap], maxe);
-                if (s > ecap) {
-                    printf("edge list overflow: %u > %zu\n", s, ecap);
-                    return 1;
-                }
-            }
-            for (int l = L - 1; l >= 0; l--)
-                for (int img = 0; img < (int)nimg; img++) {
-                    if (pooled) { /* k_flood_eunite_warp's rule */
-                        const uint32_t *o = fl.off + (size_t)img * (L + 1);
-                        Edges ed;
-                        for (uint32_t i = o[l]; i < o[l + 1]; i++) {
-                            uint32_t v = eord[img * ecap + i];
-                            ed.push_back({v >> 3, (uint32_t)((int64_t)(v >> 3) + edge_delta(a, v & 7))});
-                        }
-                        warp_unite_host(a, fl, img, ed);
-                    } else
-                        for (size_t i = 0; i < maxe[l]; i++)
-                            body_flood_eunite(a, fl, img, i, (unsigned)l);
-                }
-        }
-        std::vector<size_t> maxc(L, 0);
-        for (size_t img = 0; img < nimg; img++) {
-            std::vector<std::vector<uint32_t>> b(L);
-            for (size_t p = 0; p < n; p++)
-                if (valid(a, p))
-                    b[lev[img * n + p]].push_back((uint32_t)p);
-            lay_out(b, &off[img * (L + 1)], &ord[img * n], maxc);
-        }
-        const int per_edge = masked; /* both launch shapes: a thread an edge, a thread a pixel */
-        for (int l = L - 1; l >= 0 && !elist; l--)
-            for (int img = 0; img < (int)nimg; img++)
-                for (size_t i = 0; i < maxc[l] * (per_edge ? (eight ? 8 : 4) : 1); i++)
-                    body_flood_unite(a, fl, img, i, (unsigned)l, per_edge);
-    }
-    EACH_PIXEL body_canon1(a, img, p);
-    EACH_PIXEL body_canon2(a, img, p);
-
-    /* attributes */
-    std::fill(box.begin(), box.begin() + m, 0xffffffffu);         /* x0 */
-    std::fill(box.begin() + 2 * m, box.begin() + 3 * m, 0xffffffffu); /* y0 */
-    EACH_PIXEL body_acc_pixel(a, img, p);
-    EACH_PIXEL body_pend(a, img, p);
-    EACH_PIXEL body_leaf(a, img, p);
-    EACH_PIXEL body_up(a, img, p);
-
-    /* filters, the planes in chunks of oc pixels */
-    const size_t oc = 1000;
-    std::vector<uint16_t> chunk(planes * oc);
+    Bufs B(w, h, eight, masked ? mask.data() : nullptr, band);
+    if (host_tree(B, tflood))
+        return 1;
+    host_attributes(B);
     /* 8-bit planes (the CUDA path's default for float output), for half the
      * 8-bit cases: masked pixels come out 0 there and get nodata (0 here)
      * from the host's widening */
     const bool narrow = L <= 256 && (kind & 1);
-    std::vector<uint8_t> chunk8(planes * oc);
-    size_t first_plane = 0;
-    for (int fi = 0; fi < kFilters; fi++) {
-        Filter F{};
-        F.attribute = kAttr[fi];
-        F.thr = kThr[fi];
-        F.nt = kNt[fi];
-        F.planes = planes;
-        F.off = first_plane;
-        F.first = fi == 0;
-        EACH_PIXEL body_pass(a, F, img, p);
-        uint8_t *kin = a.k0, *kout = a.k1;
-        uint32_t *jin = a.aux, *jout = a.aux2;
-        if (!hyprof_attribute_is_increasing(kAttr[fi])) {
-            for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
-                EACH_PIXEL body_jump_min(a, kin, jin, kout, jout, img, p);
-                std::swap(kin, kout);
-                std::swap(jin, jout);
-            }
-            EACH_PIXEL body_up_init(a, jin, img, p);
-        }
-        for (int r = 0; r < (L > 256 ? 16 : 8); r++) {
-            EACH_PIXEL body_jump_up(a, kin, jin, jout, img, p);
-            std::swap(jin, jout);
-        }
-        size_t rows = 2 * (size_t)kNt[fi] + F.first;
-        for (size_t p0 = 0; p0 < n; p0 += oc) {
-            F.p0 = p0;
-            F.p1 = std::min(n, p0 + oc);
-            F.stride = oc;
-            for (int img = 0; img < (int)nimg; img++)
-                for (size_t p = F.p0; p < F.p1; p++) {
-                    if (narrow) {
-                        body_out<uint8_t>(a, F, kin, jin, chunk8.data(), img, p);
-                        if (F.first && img == 0)
-                            body_band<uint8_t>(a, F, chunk8.data(), img, p);
-                    } else {
-                        body_out<uint16_t>(a, F, kin, jin, chunk.data(), img, p);
-                        if (F.first && img == 0)
-                            body_band<uint16_t>(a, F, chunk.data(), img, p);
-                    }
-                }
-            for (size_t r = 0; r < rows; r++)
-                for (size_t p = F.p0; p < F.p1; p++)
-                    out[(F.off + r) * n + p] = narrow ? chunk8[(F.off + r) * oc + p - F.p0]
-                                                      : chunk[(F.off + r) * oc + p - F.p0];
-        }
-        first_plane += rows;
-    }
-#undef EACH_PIXEL
+    host_filters(B, planes, narrow, out);
 
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < planes * n; i++)
         if (out[i] != ref[i] && !diff++)
             first = i;
-    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
-           masked ? ", masked" : "",
-           tflood ? ", tile floods" : "",
-           tflood ? "" : elist ? (pooled ? ", edge list, pooled" : ", edge list") : "",
+    const int err = B.err;
+    printf("%dx%d kind %d, %u levels, %d-connectivity%s%s%s: %s", w, h, kind, L, eight ? 8 : 4,
+           masked ? ", masked" : "", tflood ? ", tile floods" : ", pixels' flooding",
            narrow ? ", 8-bit planes" : "", diff || err ? "FAIL" : "ok");
     if (diff)
         printf(" (%zu values differ, the first at plane %zu, pixel %zu)", diff, first / n,

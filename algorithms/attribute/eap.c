@@ -160,15 +160,13 @@ static hyprof_status_t cpu_each(hyprof_ctx_t *ctx, void *args)
     return st;
 }
 
-/* Both backends give identical planes (kernels/attribute/eap.cu). With 8-bit
+/* Both backends give identical planes (kernels/attribute/eap_*.cu). With 8-bit
  * levels the CUDA path is the faster one (its trees are built by tile floods,
- * a run of levels a launch): measured on an H100 at Pavia Centre size (the
- * profile of 8 PCA features of 1096x715, area x 7), 24 ms host to host into
- * pageable memory (16 ms page-locked) against 83 ms for the CPU path on 32
- * threads (bench/results.md, 2026-11-26). With 16-bit levels the flooding needs a
- * launch per level present (tens of thousands): 0.53 s against 0.12 s. So
- * `auto` runs 8-bit profiles on the GPU (falling back to the CPU when the
- * device memory is short, as every operation) and 16-bit ones on the CPU. */
+ * a run of levels a launch); with 16-bit levels its flooding needs a launch
+ * per level present (tens of thousands) and the CPU is faster (figures:
+ * bench/notes/eap.md). So `auto` runs 8-bit profiles on the GPU (falling
+ * back to the CPU when the device memory is short, as every operation) and
+ * 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
 {
     hyprof__impl_fn cuda = (hyprof__impl_fn)0;
@@ -186,20 +184,16 @@ void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
 {
     const size_t chunk = (size_t)2 << 20;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    /* 2 MiB pages where the kernel allows them: 512 times fewer faults
-     * ($HYPROF_EAP_HUGEPAGE=0: not asked for, to compare) */
-    const char *hp = getenv("HYPROF_EAP_HUGEPAGE");
+    /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
     const uintptr_t huge = (uintptr_t)2 << 20;
     uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (e > a && !(hp && strcmp(hp, "0") == 0))
+    if (e > a)
         (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
 #endif
     const size_t nchunks = (bytes + chunk - 1) / chunk;
     /* A chunk's pages in one call (Linux >= 5.14), without a fault per page;
      * the pages holding its first and last bytes are the output's too (so
-     * mapped), whole. $HYPROF_EAP_POPULATE=0: a write per page. */
-    const char *pe = getenv("HYPROF_EAP_POPULATE");
-    int populate = !(pe && strcmp(pe, "0") == 0);
+     * mapped), whole; where that fails, a write per page. */
     /* dynamic: a thread the system runs late holds up one chunk, not a
      * thirty-second of the output */
     #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
@@ -207,14 +201,12 @@ void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
         size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
         volatile char *q = (char *)p + c * chunk;
 #if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-        if (populate) {
+        {
             uintptr_t s0 = (uintptr_t)q & ~(uintptr_t)4095,
                       s1 = ((uintptr_t)q + len + 4095) & ~(uintptr_t)4095;
             if (madvise((void *)s0, s1 - s0, MADV_POPULATE_WRITE) == 0)
                 continue;
         }
-#else
-        (void)populate;
 #endif
         for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
             q[off] = 0;
@@ -245,24 +237,20 @@ static void widen_f32_stream(const uint8_t *src, size_t len, float *o)
 }
 #endif
 
-/* Elements [first, first + len) of the planes from src, on this thread.
- * `nt`: non-temporal stores for the unmasked float output. */
+/* Elements [first, first + len) of the planes from src, on this thread
+ * (non-temporal stores for the unmasked float output). */
 static void hyprof__eap_widen_range(const uint8_t *src, size_t len, size_t first, size_t n,
                                     const uint8_t *mask, float *out32, uint16_t *out16,
-                                    float nodata32, uint16_t nodata16, int nt)
+                                    float nodata32, uint16_t nodata16)
 {
     if (!mask && out32) {
         float *o = out32 + first;
 #if defined(__SSE2__)
-        if (nt) {
-            widen_f32_stream(src, len, o);
-            return;
-        }
+        widen_f32_stream(src, len, o);
 #else
-        (void)nt;
-#endif
         for (size_t i = 0; i < len; i++)
             o[i] = (float)src[i];
+#endif
         return;
     }
     if (!mask) {
@@ -306,8 +294,6 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
     atomic_int failed;
     atomic_init(&failed, 0);
     int threads = hyprof__threads(ctx);
-    const char *ntv = getenv("HYPROF_EAP_STREAM_STORES"); /* "0": plain stores */
-    const int nt = !(ntv && strcmp(ntv, "0") == 0);
     #pragma omp parallel num_threads(threads > 1 ? threads : 2)
     {
         int master = omp_get_thread_num() == 0, team = omp_get_num_threads();
@@ -324,7 +310,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 len = len < s->piece ? len : s->piece;
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages], len,
                                         s->first + k * s->piece, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16, nt);
+                                        s->out16, s->nodata32, s->nodata16);
                 if (k + (size_t)s->nstages < pieces &&
                     (r = s->issue(s->user, k + (size_t)s->nstages)) != 0)
                     atomic_store(&failed, r);
@@ -372,7 +358,7 @@ int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t 
                 hyprof__eap_widen_range(s->stage[k % (size_t)s->nstages] + i0,
                                         (len - i0 < unit ? len - i0 : unit),
                                         s->first + k * s->piece + i0, s->n, s->mask, s->out32,
-                                        s->out16, s->nodata32, s->nodata16, nt);
+                                        s->out16, s->nodata32, s->nodata16);
             atomic_fetch_add(&done[k], 1);
         }
     }

@@ -1,5 +1,5 @@
 /* Attribute profiles, the step shared by the CPU backend (maxtree.c) and the
- * CUDA one (kernels/attribute/eap.cu): the profiles of a batch of quantised bands.
+ * CUDA one (kernels/attribute/eap_*.cu): the profiles of a batch of quantised bands.
  *
  * Exact semantics, per band f (levels 0..L-1, L = `levels`) and validity mask
  * m (all valid when mask is NULL); see include/hyprof/attribute.h for the
@@ -90,7 +90,7 @@ typedef struct {
     uint16_t nodata16;
 } hyprof_eap_stream_t;
 int hyprof__eap_widen_stream(const hyprof_ctx_t *ctx, const hyprof_eap_stream_t *s);
-/* kernels/attribute/eap.cu (CUDA builds only): the same planes, bit for bit. */
+/* kernels/attribute/eap_host.cu (CUDA builds only): the same planes, bit for bit. */
 hyprof_status_t hyprof__cuda_eap(hyprof_ctx_t *ctx, void *args);
 
 #ifdef __cplusplus
