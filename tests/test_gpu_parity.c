@@ -472,7 +472,6 @@ static int cancel_on_second(void *user, double fraction, const char *stage)
 
 static void test_cancel(const hyprof_cube_t *cube)
 {
-    size_t npix = cube->width * cube->height;
     for (int op = 0; op < 2; op++) {
         hyprof_ctx_t *ctx = hyprof_ctx_new();
         if (!ctx) {

@@ -217,6 +217,54 @@ __device__ __forceinline__ unsigned i8_valid(int q, int lim, const uint8_t *m0)
     return valid;
 }
 
+/* A converter lane's chunks, fixed for the call: stage 0's element offset
+ * (-1: none) and the byte offset in a ring slot. */
+__device__ __forceinline__ void i8_chunk_offsets(int cr, int lane, int nconv, int bands,
+                                                 const long long *src,
+                                                 long long (&ge)[kI8Chunks],
+                                                 unsigned (&so)[kI8Chunks])
+{
+    constexpr int kCh = kTcRaw / 4;
+#pragma unroll
+    for (int m = 0; m < kI8Chunks; ++m) {
+        const int c = cr * 32 + lane + m * 32 * nconv, b = c / kCh, k = c - kCh * b;
+        ge[m] = c < bands * kCh ? src[b] + 4 * k : -1;
+        so[m] = (unsigned)(b * kTcRaw + 4 * k) * 4u;
+    }
+}
+
+/* The end of a warp's loop: the failed-check flag, its items' sums into S
+ * (each |S| <= 32768 kI8MaxPx / 8 = 2^27) and G's entries of its NC tiles
+ * (r, c0 ..), the h 256 + l parts combined in 64 bits, added to the CTAs'
+ * total. */
+template <int NC, int NA>
+__device__ __forceinline__ void i8_finish(const int (&hh)[NA][4], const int (&hl)[NA][4],
+                                          const int (&ll)[NA][4], int r, int c0, int bands,
+                                          int lane, unsigned nok, unsigned *bad, int *S, int i0,
+                                          bool has0, int sum0, int i1, bool has1, int sum1,
+                                          long long *acc)
+{
+    constexpr bool kConv = NC <= 2;
+    const int g = lane >> 2, t = lane & 3;
+    if (__any_sync(0xffffffffu, nok) && lane == 0)
+        *bad = 1u;
+    if (has0)
+        S[i0] = sum0;
+    if (kConv && has1)
+        S[i1] = sum1;
+    if constexpr (NC > 0)
+#pragma unroll
+        for (int c = 0; c < NA; ++c)
+#pragma unroll
+            for (int h = 0; h < 4; ++h) {
+                const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
+                if (i < bands && j <= i)
+                    atomicAdd(reinterpret_cast<unsigned long long *>(acc) + i + (size_t)j * bands,
+                              (unsigned long long)(65536LL * hh[c][h] + 256LL * hl[c][h] +
+                                                   (long long)ll[c][h]));
+            }
+}
+
 /* A warp's part of the CTA's loop: NC tiles (r, c0 ..). Every thread
  * converts item tid of each stage; the warps with NC <= 2 (converter cr of
  * nconv) also queue the copies and convert the items past kI8Threads (the
@@ -226,9 +274,11 @@ __device__ __forceinline__ unsigned i8_valid(int q, int lim, const uint8_t *m0)
  * for their copies of stage s + 1; one barrier (stage s + 1 landed, plane
  * (s + 1) & 1 and ring slot s free); (converters) queue stage s +
  * kI8Ring into slot s; convert stage s + 1 into plane (s + 1) & 1;
- * multiply plane s & 1. Shared memory: src (stage 0's 16-byte aligned run
- * starts), K, off (b kTcRaw + the run's offset), S ([bands][8] item sums),
- * pl (two planes), raw (the ring). */
+ * multiply plane s & 1. A thread's items are fixed for the call: tid, and
+ * for converters kI8Threads + 32 cr + lane (none past the stage's 8 bands
+ * items); so are a converter's chunks (i8_chunk_offsets). Shared memory: src
+ * (stage 0's 16-byte aligned run starts), K, off (b kTcRaw + the run's
+ * offset), S ([bands][8] item sums), pl (two planes), raw (the ring). */
 template <int NC>
 __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, int bands,
                                         const uint8_t *__restrict__ mask, size_t p_begin,
@@ -238,7 +288,7 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
                                         unsigned *bad)
 {
     constexpr bool kConv = NC <= 2, kMma = NC > 0;
-    constexpr int NA = NC > 0 ? NC : 1, kCh = kTcRaw / 4;
+    constexpr int NA = NC > 0 ? NC : 1;
     const int tid = (int)threadIdx.x, lane = tid & 31, g = lane >> 2, t = lane & 3;
     int hh[NA][4], hl[NA][4], ll[NA][4];
 #pragma unroll
@@ -249,8 +299,6 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
     unsigned nok = 0;
     const unsigned base = (unsigned)__cvta_generic_to_shared(pl);
     const unsigned sa = base + (16 * r + g) * kI8Ld + 8 * t, sb = base + (8 * c0 + g) * kI8Ld + 8 * t;
-    /* the items, fixed for the call: tid, and for converters kI8Threads +
-     * 32 cr + lane (none when past the stage's 8 bands items) */
     const int i0 = tid, i1 = kConv ? kI8Threads + cr * 32 + lane : 8 * bands;
     const bool has0 = i0 < 8 * bands, has1 = i1 < 8 * bands;
     const int b0 = has0 ? i0 >> 3 : 0, b1 = has1 ? i1 >> 3 : 0;
@@ -259,20 +307,12 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
     const int ro1 = off[b1] + 4 * (i1 & 7), kb1 = kI8Bias + K[b1];
     const int wo1 = b1 * kI8Ld + ((i1 & 7) < 4 ? 8 * (i1 & 7) : 8 * ((i1 & 7) - 4) + 4);
     int sum0 = 0, sum1 = 0;
-    /* a converter lane's chunks, fixed too: stage 0's element offset (-1:
-     * none) and the byte offset in a ring slot */
     long long ge[kConv ? kI8Chunks : 1];
     unsigned so[kConv ? kI8Chunks : 1];
     const long long total = (long long)n * bands, last = src[bands - 1] + kTcRaw;
     const unsigned rawb = (unsigned)__cvta_generic_to_shared(raw), slot = bands * kTcRaw * 4;
-    if constexpr (kConv) {
-#pragma unroll
-        for (int m = 0; m < kI8Chunks; ++m) {
-            const int c = cr * 32 + lane + m * 32 * nconv, b = c / kCh, k = c - kCh * b;
-            ge[m] = c < bands * kCh ? src[b] + 4 * k : -1;
-            so[m] = (unsigned)(b * kTcRaw + 4 * k) * 4u;
-        }
-    }
+    if constexpr (kConv)
+        i8_chunk_offsets(cr, lane, nconv, bands, src, ge, so);
     auto issue = [&](int s) {
         if constexpr (kConv) {
             if (s < nst) {
@@ -334,23 +374,8 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
     }
     if (kConv)
         __pipeline_wait_prior(0);
-    if (__any_sync(0xffffffffu, nok) && lane == 0)
-        *bad = 1u;
-    if (has0)
-        S[i0] = sum0; /* each item's sum: |S| <= 32768 kI8MaxPx / 8 = 2^27 */
-    if (kConv && has1)
-        S[i1] = sum1;
-    if constexpr (kMma) /* G's entries, added to the CTAs' total in 64 bits */
-#pragma unroll
-        for (int c = 0; c < NA; ++c)
-#pragma unroll
-            for (int h = 0; h < 4; ++h) {
-                const int i = 16 * r + g + (h >> 1) * 8, j = 8 * (c0 + c) + 2 * t + (h & 1);
-                if (i < bands && j <= i)
-                    atomicAdd(reinterpret_cast<unsigned long long *>(acc) + i + (size_t)j * bands,
-                              (unsigned long long)(65536LL * hh[c][h] + 256LL * hl[c][h] +
-                                                   (long long)ll[c][h]));
-            }
+    i8_finish<NC, NA>(hh, hl, ll, r, c0, bands, lane, nok, bad, S, i0, has0, sum0, i1, has1, sum1,
+                      acc);
 }
 
 /* Dynamic shared memory: gram_i8_smem_bytes(bands); kI8Threads threads;

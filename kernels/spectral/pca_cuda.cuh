@@ -8,7 +8,9 @@
  *                       cube on the integer tensor cores (the default);
  *   pca_eigh.cu         the host eigen-decomposition (LAPACK);
  *   pca_project.cu      the projections (fit-transform and apply);
- *   pca_host.cu         the fit's plan and orchestration, the entry points.
+ *   pca_host.cu         the fit's plan and orchestration, the entry points;
+ *   pca_on_device.cu    a device-resident cube's PCA with cuSOLVER (for SSPP's
+ *                       purity step; its own header, pca_on_device.cuh).
  *
  * Device code and constants here have internal linkage (each stage compiles
  * its own copy of what it uses: no relocatable device code); the host
