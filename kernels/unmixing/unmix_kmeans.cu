@@ -204,7 +204,7 @@ assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask,
             s[c] = 0.0f;
         /* The centres of a band come as float4 (one shared-memory load for
          * four centres, all threads of the warp at the same address): with a
-         * load for every centre the loop was bound by the loads, not the
+         * load for every centre the loop would be bound by the loads, not the
          * arithmetic. The arithmetic, and so every bound below, is the same. */
         for (int b = 0; b < B; b++) {
             float xb = x[(size_t)b * npix + i];
