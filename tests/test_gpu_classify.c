@@ -8,7 +8,8 @@
  *   - CPU path (LIBSVM's svm_predict_values, or the exact reimplementation in
  *     builds without LIBSVM) against the fixture;
  *   - CUDA against the fixture and the CPU, vote fractions identical, in one
- *     chunk and in chunks of 1000 pixels, with nodata pixels;
+ *     chunk and in chunks of about 1000 pixels (a device-memory cap), with
+ *     nodata pixels;
  *   - random LIBSVM-format models (5 and 12 classes) on random pixels, and a
  *     model whose decision values are all exactly 0 (every pixel a tie,
  *     decided on the host by LIBSVM's rule), CUDA against CPU;
@@ -170,12 +171,27 @@ static void gpu_vs(const hyprof_classifier_t *m, const hyprof_cube_t *in, const 
     hyprof_ctx_free(&gpu);
 }
 
+/* $HYPROF_DEVICE_MEMORY such that the SVM prediction's chunks hold about
+ * `pixels` pixels: the budget (the cap less its 64 MiB margin) for both
+ * pipeline slots at the per-pixel bytes classify.cu plans with (input,
+ * kernel row, decision values and outputs with scores). */
+static void set_chunk_cap(const hyprof_classifier_t *m, size_t pixels)
+{
+    const size_t B = m->bands, nsv = m->svm.nsv, nc = m->svm.nr_class;
+    const size_t npairs = nc * (nc - 1) / 2, cols = 2 + m->nclasses;
+    const size_t per_pixel = 2 * (B * sizeof(float) + (B + 1 + nsv + npairs) * sizeof(double) +
+                                  cols * sizeof(float));
+    char buf[32];
+    snprintf(buf, sizeof buf, "%zu", ((size_t)64 << 20) + pixels * per_pixel);
+    setenv("HYPROF_DEVICE_MEMORY", buf, 1);
+}
+
 static void fixture_gpu(const hyprof_classifier_t *m, hyprof_cube_t *in, const uint16_t *want)
 {
     gpu_vs(m, in, want, "fixture, one chunk");
-    setenv("HYPROF_CUDA_CHUNK_PIXELS", "1000", 1);
-    gpu_vs(m, in, want, "fixture, chunks of 1000");
-    unsetenv("HYPROF_CUDA_CHUNK_PIXELS");
+    set_chunk_cap(m, 1000);
+    gpu_vs(m, in, want, "fixture, chunks of about 1000");
+    unsetenv("HYPROF_DEVICE_MEMORY");
     /* Nodata: every 7th pixel NaN in one band. */
     float *d = in->data;
     for (size_t p = 0; p < in->width * in->height; p += 7)

@@ -5,9 +5,11 @@
  * Synthetic cubes (seeded; some with masked pixels, odd band counts, 224
  * bands) and, optionally, a real cube given as raw float32 BSQ (RAW, width W,
  * height H, bands B). Each GPU case runs three ways: the default plan (one chunk,
- * cube resident), forced small chunks ($HYPROF_CUDA_CHUNK_PIXELS) with the cube
- * resident, and forced small chunks streamed from pinned host memory
- * ($HYPROF_CUDA_RESIDENT=0). Tolerances (CPU result as reference):
+ * cube resident), and two device-memory caps ($HYPROF_DEVICE_MEMORY, computed
+ * from the cube's size) that leave room for the resident cube and chunks of
+ * about a fifth of it, or only for chunks of about an eighth streamed from
+ * pinned host memory; the PCA fit's debug log must name the plan the mode
+ * forces. Tolerances (CPU result as reference):
  *   PCA   means relative 1e-9, eigenvalues relative 1e-9, component loadings
  *         absolute 1e-6, projections: max error of each output band below
  *         1e-4 of that band's max |value|;
@@ -89,8 +91,8 @@ static int make_cube(hyprof_cube_t *cube, size_t w, size_t h, size_t bands, uint
 
 typedef struct {
     const char *name;
-    int forced_chunk; /* set $HYPROF_CUDA_CHUNK_PIXELS to about npix/5 */
-    int resident;     /* 0: set $HYPROF_CUDA_RESIDENT=0 */
+    int capped;   /* set $HYPROF_DEVICE_MEMORY from the cube's size */
+    int resident; /* the plan the cap forces: the cube stays on the device */
 } gpu_mode_t;
 
 static const gpu_mode_t g_modes[] = {
@@ -100,27 +102,45 @@ static const gpu_mode_t g_modes[] = {
 };
 #define NMODES (sizeof g_modes / sizeof g_modes[0])
 
-static void set_mode(const gpu_mode_t *m, size_t npix)
+/* The margin hyprof__cuda_budget keeps below a cap under 1.25 GiB (64 MiB). */
+#define BUDGET_MARGIN ((size_t)64 << 20)
+
+/* The pixels a chunk of mode m should hold (0: not capped). */
+static size_t mode_chunk(const gpu_mode_t *m, size_t npix)
 {
-    if (m->forced_chunk) {
-        char buf[32];
-        size_t chunk = npix / 5 + 13; /* 5 chunks, the last one ragged */
-        snprintf(buf, sizeof buf, "%zu", chunk);
-        setenv("HYPROF_CUDA_CHUNK_PIXELS", buf, 1);
-    } else {
-        unsetenv("HYPROF_CUDA_CHUNK_PIXELS");
-    }
-    if (m->resident)
-        unsetenv("HYPROF_CUDA_RESIDENT");
-    else
-        setenv("HYPROF_CUDA_RESIDENT", "0", 1);
+    if (!m->capped)
+        return 0;
+    if (m->resident) /* about a fifth, the last one ragged; the fit keeps at least 1024 */
+        return npix / 5 + 13 > 1024 ? npix / 5 + 13 : 1024;
+    return npix / 8 + 13;
 }
 
-static void clear_mode(void)
+/* The cap that makes the PCA fit plan mode m for a cube of npix x bands
+ * (mask: one byte a pixel): resident, the cube plus a chunk at 2 doubles a
+ * band a pixel; streamed, a chunk at 2 (float + double + mask) a band a
+ * pixel, which leaves no room for the cube. */
+static size_t mode_cap(const gpu_mode_t *m, size_t npix, size_t bands, int masked)
 {
-    unsetenv("HYPROF_CUDA_CHUNK_PIXELS");
-    unsetenv("HYPROF_CUDA_RESIDENT");
+    const size_t chunk = mode_chunk(m, npix), mb = masked ? 1 : 0;
+    if (m->resident)
+        return BUDGET_MARGIN + npix * bands * sizeof(float) + npix * mb +
+               chunk * 2 * bands * sizeof(double);
+    return BUDGET_MARGIN + chunk * 2 * (bands * sizeof(float) + bands * sizeof(double) + mb);
 }
+
+static void set_mode(const gpu_mode_t *m, const hyprof_cube_t *cube)
+{
+    if (!m->capped) {
+        unsetenv("HYPROF_DEVICE_MEMORY");
+        return;
+    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%zu",
+             mode_cap(m, cube->width * cube->height, cube->bands, cube->mask != NULL));
+    setenv("HYPROF_DEVICE_MEMORY", buf, 1);
+}
+
+static void clear_mode(void) { unsetenv("HYPROF_DEVICE_MEMORY"); }
 
 /* ---- comparisons -------------------------------------------------------------- */
 
@@ -156,17 +176,40 @@ static double compare_projection(const hyprof_cube_t *in, const hyprof_cube_t *r
 }
 
 /* Which covariance the CUDA fit's debug log named: 'i' exact integers, 'f'
- * FP64 after the integer check failed, 0 neither (another path). */
+ * FP64 after the integer check failed, 0 neither (another path); and its
+ * plan: the chunk count and whether the cube stayed on the device. */
 static char g_cov_path;
+static size_t g_fit_chunks;
+static int g_fit_resident = -1;
 
 static void log_cov_path(void *user, hyprof_log_level_t level, const char *message)
 {
     (void)user;
     (void)level;
+    const char *plan = strstr(message, "pca: CUDA fit of ");
     if (strstr(message, "pca: covariance exact in integers"))
         g_cov_path = 'i';
     else if (strstr(message, "pca: covariance in FP64"))
         g_cov_path = 'f';
+    else if (plan && strstr(plan, " chunk(s) of ")) {
+        const char *c = strstr(plan, "bands, ");
+        g_fit_chunks = c ? strtoull(c + 7, NULL, 10) : 0;
+        g_fit_resident = strstr(plan, "cube resident on the device") != NULL;
+    }
+}
+
+/* The fit's plan against the one mode m forces. */
+static void check_plan(const char *label, const gpu_mode_t *m, size_t npix)
+{
+    const size_t chunk = mode_chunk(m, npix);
+    g_checks++;
+    if (g_fit_resident != m->resident)
+        FAIL("%s [%s]: the CUDA fit %s the cube on the device", label, m->name,
+             g_fit_resident == 1 ? "kept" : g_fit_resident == 0 ? "did not keep" : "logged no plan for");
+    g_checks++;
+    if (m->capped && chunk < npix && g_fit_chunks < 2)
+        FAIL("%s [%s]: the CUDA fit ran %zu chunk(s), expected several of %zu pixels", label,
+             m->name, g_fit_chunks, chunk);
 }
 
 /* path: the covariance the default mode must take ('i', 'f' or 0; '?' any). */
@@ -196,9 +239,11 @@ static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
 
     for (size_t mi = 0; mi < NMODES; mi++) {
         char what[256];
-        set_mode(&g_modes[mi], npix);
+        set_mode(&g_modes[mi], cube);
         hyprof_pca_model_t *mg = NULL;
         g_cov_path = 0;
+        g_fit_chunks = 0;
+        g_fit_resident = -1;
         hyprof_status_t st = hyprof_pca_fit(gpu, cube, ncomp, &mg);
         g_checks++;
         if (st != HYPROF_OK) {
@@ -210,6 +255,7 @@ static void test_pca(const char *label, const hyprof_cube_t *cube, size_t ncomp,
         if (mi == 0 && path != '?' && g_cov_path != path)
             FAIL("%s: the CUDA covariance took path '%c', expected '%c' (i: exact integers, "
                  "f: FP64 fallback)", label, g_cov_path ? g_cov_path : '-', path ? path : '-');
+        check_plan(label, &g_modes[mi], npix);
         snprintf(what, sizeof what, "%s [%s] pca fit", label, g_modes[mi].name);
         expect_cuda(gpu, what);
         const double *mean_g = hyprof_pca_model_mean(mg), *ev_g = hyprof_pca_model_eigenvalues(mg),
@@ -325,7 +371,7 @@ static void test_dwt(const char *label, const hyprof_cube_t *cube, const char *w
          * on a subset to keep the test short. */
         if (mi > 0 && !(levels == 2 || levels == hyprof_dwt_max_levels(cube->bands)))
             continue;
-        set_mode(&g_modes[mi], npix);
+        set_mode(&g_modes[mi], cube);
         hyprof_cube_t og;
         memset(&og, 0, sizeof og);
         hyprof_status_t st = hyprof_dwt_spectral(gpu, cube, w, levels, &og);
@@ -426,7 +472,6 @@ static int cancel_on_second(void *user, double fraction, const char *stage)
 
 static void test_cancel(const hyprof_cube_t *cube)
 {
-    size_t npix = cube->width * cube->height;
     for (int op = 0; op < 2; op++) {
         hyprof_ctx_t *ctx = hyprof_ctx_new();
         if (!ctx) {
@@ -436,7 +481,7 @@ static void test_cancel(const hyprof_cube_t *cube)
         hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CUDA);
         cancel_state_t s = {0};
         hyprof_ctx_set_progress(ctx, cancel_on_second, &s);
-        set_mode(&g_modes[2], npix);
+        set_mode(&g_modes[2], cube);
         hyprof_status_t st;
         if (op == 0) {
             hyprof_pca_model_t *m = NULL;

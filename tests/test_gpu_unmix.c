@@ -18,8 +18,10 @@
  *     rounding only: near-equal noise eigenvalues can tilt the last component);
  *   - unmix: the same endmember pixels (with --sspp: unless the candidates
  *     differed, which is then reported), abundances within 1e-5;
- *   - the same with $HYPROF_CUDA_RESIDENT=0 and $HYPROF_KMEANS_F32=0 (the steps
- *     outside the chain's device copy, K-means without its float pre-pass);
+ *   - the same under a device-memory cap ($HYPROF_DEVICE_MEMORY: a budget of
+ *     half the cube) that leaves no room for the chain's device copy: each
+ *     step uploads its own, the purity step fits with the library's PCA (its
+ *     streamed path), the abundances stream in chunks;
  *   - p = 40 > 32 with backend cuda: HYPROF_ERR_DEVICE_MEMORY (auto falls back);
  *   - the CUDA path really ran.
  * Timing (information only): ms of hyprof_abundances FCLS on a 614 x 512 x 224
@@ -259,6 +261,17 @@ static void test_unmix(const char *label, const hyprof_cube_t *c, const char *p,
     hyprof_result_free(&b);
 }
 
+/* $HYPROF_DEVICE_MEMORY such that the device-memory budget (the cap less a
+ * 64 MiB margin below 1.25 GiB) is half the cube c: too small for the
+ * unmixing chain to keep it on the device. */
+static void set_half_cube_cap(const hyprof_cube_t *c)
+{
+    char buf[32];
+    size_t bytes = c->width * c->height * c->bands * sizeof(float);
+    snprintf(buf, sizeof buf, "%zu", ((size_t)64 << 20) + bytes / 2);
+    setenv("HYPROF_DEVICE_MEMORY", buf, 1);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -316,15 +329,14 @@ int main(void)
     test_abundances("200x150x120", &s2, 31, cpu, gpu);
     test_sspp("97x83x60-masked", &s1, "5", "25", cpu, gpu);
     test_sspp("200x150x120", &s2, "12", "25", cpu, gpu);
-    /* The paths outside the chain's device copy (each step uploads its own,
-     * the library's PCA, band-by-band homogeneity), K-means without its float
-     * pre-pass. */
-    setenv("HYPROF_CUDA_RESIDENT", "0", 1);
-    setenv("HYPROF_KMEANS_F32", "0", 1);
+    /* The paths outside the chain's device copy: a budget of half the cube
+     * (each step uploads its own, the library's PCA streams the cube, the
+     * abundances stream in chunks). */
+    set_half_cube_cap(&s1);
     test_sspp("97x83x60-masked-nonresident", &s1, "5", "25", cpu, gpu);
+    set_half_cube_cap(&s2);
     test_unmix("200x150x120-nonresident", &s2, "12", "nfindr", 1, cpu, gpu);
-    unsetenv("HYPROF_CUDA_RESIDENT");
-    unsetenv("HYPROF_KMEANS_F32");
+    unsetenv("HYPROF_DEVICE_MEMORY");
     test_unmix("97x83x60-masked", &s1, "5", "nfindr", 0, cpu, gpu);
     test_unmix("97x83x60-masked", &s1, "5", "nfindr", 1, cpu, gpu);
     test_unmix("200x150x120", &s2, "12", "vca", 1, cpu, gpu);

@@ -2,10 +2,8 @@
  * and the process-wide cache of page-locked blocks that large outputs of
  * operations running on CUDA are taken from (hyprof_pinned_cache_set).
  *
- * Why a cache: page-locking fresh memory costs about as much as the copies
- * it speeds up (cudaHostRegister of the 2.6 GB of a large W-MCD's input and
- * output took 348 ms on an H100 host, the whole operation 61 ms), so blocks
- * are locked once and handed out again by best fit. */
+ * Why a cache: page-locking fresh memory costs more than the copies it
+ * speeds up, so blocks are locked once and handed out again by best fit. */
 #include "internal.h"
 
 #include <pthread.h>

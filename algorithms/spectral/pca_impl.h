@@ -1,4 +1,4 @@
-/* PCA steps shared by the CPU (pca.c) and CUDA (kernels/spectral/pca.cu)
+/* PCA steps shared by the CPU (pca.c) and CUDA (kernels/spectral/pca_*.cu)
  * backends. Data is float32 BSQ, i.e. a column-major npix x bands matrix. */
 #ifndef HYPROF_PCA_IMPL_H
 #define HYPROF_PCA_IMPL_H

@@ -1,6 +1,6 @@
 /* The per-pixel least-squares solvers of the abundance step, written once for
  * both backends (plain C, compiled as host code by pca-free C files and as
- * device code by kernels/unmixing/unmix.cu).
+ * device code by kernels/unmixing/unmix_chain.cu).
  *
  * Problem, for one pixel y with endmember matrix M (bands x p):
  *   min_a 1/2 a'Ga - b'a,  G = M'M,  b = M'y

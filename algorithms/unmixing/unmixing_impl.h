@@ -167,7 +167,7 @@ hyprof_status_t hyprof__hysime(hyprof_ctx_t *ctx, const char *op, const float *x
 /* The unmixing chain reads the same cube in several CUDA steps (homogeneity,
  * K-means, abundances): between hold and release, the first of them leaves
  * its upload on the device for the others (per thread; only for that exact
- * host array; $HYPROF_CUDA_RESIDENT=0 turns it off). No-ops without CUDA. */
+ * host array; when it fits in the device-memory budget). No-ops without CUDA. */
 void hyprof__unmix_hold(const float *x, const uint8_t *mask, size_t npix, size_t bands);
 void hyprof__unmix_release(void);
 

@@ -211,8 +211,7 @@ hyprof_status_t plan_prediction_chunk(hyprof_ctx_t *ctx, const char *op, size_t 
 {
     size_t budget = 0;
     HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env = hyprof__cuda_chunk_override();
-    size_t target = env ? env : kKernelMatrixBytes / (inner * sizeof(double));
+    size_t target = kKernelMatrixBytes / (inner * sizeof(double));
     if (target < 1024)
         target = 1024;
     *chunk = plan_chunk(budget, 0, per_pixel, target, N, widest);
@@ -358,6 +357,31 @@ struct ElmWork {
 
 } /* namespace */
 
+/* Rounding bound of an ELM output: hidden values (in (0, 1)) off by at most
+ * (bands + 2) u (|bias| + sum |w x|) / 4 with |x| <= max |x|, then the sum
+ * over neurons; 8 times that, as for the SVM. */
+static double elm_tolerance(const hyprof_classifier_t *m)
+{
+    const hyprof__elm_t *e = &m->elm;
+    const size_t B = m->bands, L = e->neurons, K = m->nclasses;
+    double wmax = 0.0, bmax = 0.0, betasum = 0.0;
+    for (size_t i = 0; i < L * B; ++i)
+        wmax = fabs(e->w[i]) > wmax ? fabs(e->w[i]) : wmax;
+    for (size_t h = 0; h < L; ++h) {
+        bmax = fabs(e->bias[h]) > bmax ? fabs(e->bias[h]) : bmax;
+        double row = 0.0;
+        for (size_t k = 0; k < K; ++k)
+            row += fabs(e->beta[h * K + k]);
+        betasum += row;
+    }
+    double xmax = 1.0;
+    if (!m->scale)
+        for (size_t b = 0; b < B; ++b)
+            xmax = fmax(xmax, fmax(fabs(m->min[b]), fabs(m->max[b])));
+    return 16.0 * kUlp * betasum *
+           ((double)(B + 2) * (bmax + (double)B * wmax * xmax) / 4.0 + (double)L + 4.0);
+}
+
 static hyprof_status_t classify_elm(hyprof_ctx_t *ctx, hyprof__classify_args_t *a)
 {
     static const char op[] = "classify";
@@ -374,25 +398,7 @@ static hyprof_status_t classify_elm(hyprof_ctx_t *ctx, hyprof__classify_args_t *
     std::vector<double> range(B);
     for (size_t b = 0; b < B; ++b)
         range[b] = m->max[b] - m->min[b];
-    /* Rounding bound of an output: hidden values (in (0, 1)) off by at most
-     * (bands + 2) u (|bias| + sum |w x|) / 4 with |x| <= max |x|, then the
-     * sum over neurons; 8 times that, as for the SVM. */
-    double wmax = 0.0, bmax = 0.0, betasum = 0.0;
-    for (size_t i = 0; i < L * B; ++i)
-        wmax = fabs(e->w[i]) > wmax ? fabs(e->w[i]) : wmax;
-    for (size_t h = 0; h < L; ++h) {
-        bmax = fabs(e->bias[h]) > bmax ? fabs(e->bias[h]) : bmax;
-        double row = 0.0;
-        for (size_t k = 0; k < K; ++k)
-            row += fabs(e->beta[h * K + k]);
-        betasum += row;
-    }
-    double xmax = 1.0;
-    if (!m->scale)
-        for (size_t b = 0; b < B; ++b)
-            xmax = fmax(xmax, fmax(fabs(m->min[b]), fabs(m->max[b])));
-    const double tol = 16.0 * kUlp * betasum *
-                       ((double)(B + 2) * (bmax + (double)B * wmax * xmax) / 4.0 + (double)L + 4.0);
+    const double tol = elm_tolerance(m);
 
     DeviceBuffer<double> d_w, d_bias, d_beta, d_lo, d_range;
     DeviceBuffer<int> d_values;

@@ -9,8 +9,8 @@
  *   the dispatcher can fall back to the CPU. They expect `ctx` and `op` in scope;
  * - RAII owners (device buffer, pinned host buffer, stream, event, cuBLAS and
  *   cuSOLVER handles) so that every return path frees what was allocated;
- * - free device memory and the chunk-size knobs read from the environment
- *   ($HYPROF_CUDA_CHUNK_PIXELS, $HYPROF_CUDA_RESIDENT);
+ * - free device memory (hyprof__cuda_mem_info, capped by $HYPROF_DEVICE_MEMORY)
+ *   and the budget a chunked operation plans with (hyprof__cuda_budget);
  * - hyprof_cuda::Pipeline, the two-slot pixel-chunk pipeline used by PCA and DWT.
  *
  * Everything here is static/inline: nothing is exported from the library. */
@@ -222,9 +222,11 @@ static inline hyprof_status_t hyprof__cuda_budget(hyprof_ctx_t *ctx, const char 
     return HYPROF_OK;
 }
 
-/* ---- environment knobs (tests and benchmarks) ---------------------------------- */
+/* ---- environment knobs: removed at merge ---------------------------------------- */
 
-/* $HYPROF_CUDA_CHUNK_PIXELS: forces the number of pixels per chunk (0: not set). */
+/* removed at merge: no caller is left in kernels/ (HYPROF_DEVICE_MEMORY
+ * caps the budget instead, which forces the chunked and streaming paths).
+ * $HYPROF_CUDA_CHUNK_PIXELS: forces the number of pixels per chunk (0: not set). */
 static inline size_t hyprof__cuda_chunk_override(void)
 {
     const char *s = getenv("HYPROF_CUDA_CHUNK_PIXELS");
@@ -237,7 +239,8 @@ static inline size_t hyprof__cuda_chunk_override(void)
     return (size_t)v;
 }
 
-/* $HYPROF_CUDA_RESIDENT=0 forbids keeping a whole cube on the device between
+/* removed at merge: no caller is left in kernels/.
+ * $HYPROF_CUDA_RESIDENT=0 forbids keeping a whole cube on the device between
  * passes (forces the streaming path); anything else leaves it automatic. */
 static inline int hyprof__cuda_resident_allowed(void)
 {
@@ -246,9 +249,8 @@ static inline int hyprof__cuda_resident_allowed(void)
 }
 
 /* Preferred chunk: the whole cube when it fits in half the budget (one
- * upload, no page-locked staging to allocate: measured on an H200, chunking
- * a 320 MB cube through freshly pinned 32 MiB buffers took 90 ms against
- * about 40 ms for one pageable copy), else about `target_bytes` per chunk. */
+ * upload, no page-locked staging to allocate, which costs more than it saves
+ * for a single pass), else about `target_bytes` per chunk. */
 static inline size_t hyprof__cuda_preferred_chunk(size_t npix, size_t per_pixel, size_t budget,
                                                   size_t bands, size_t target_bytes);
 
@@ -772,10 +774,10 @@ static inline size_t plan_chunk(size_t budget, size_t fixed, size_t per_pixel, s
     return m;
 }
 
-/* The chunk of a streamed operation (PCA apply, DWT): the whole cube when it
- * fits, else about `target_bytes` of input, $HYPROF_CUDA_CHUNK_PIXELS when
- * set; bounded by the free device memory at `per_pixel` bytes a pixel, and
- * m * cap_cols kept inside int. */
+/* The chunk of a streamed operation (PCA apply, DWT, abundances): the whole
+ * cube when it fits, else about `target_bytes` of input; bounded by the
+ * device-memory budget at `per_pixel` bytes a pixel, and m * cap_cols kept
+ * inside int. */
 static inline hyprof_status_t plan_streamed_chunk(hyprof_ctx_t *ctx, const char *op,
                                                   size_t npix, size_t bands, size_t per_pixel,
                                                   size_t cap_cols, size_t target_bytes,
@@ -783,9 +785,8 @@ static inline hyprof_status_t plan_streamed_chunk(hyprof_ctx_t *ctx, const char 
 {
     size_t budget = 0;
     HYPROF_TRY(hyprof__cuda_budget(ctx, op, &budget));
-    const size_t env = hyprof__cuda_chunk_override();
     const size_t target =
-        env ? env : hyprof__cuda_preferred_chunk(npix, per_pixel, budget, bands, target_bytes);
+        hyprof__cuda_preferred_chunk(npix, per_pixel, budget, bands, target_bytes);
     *m = plan_chunk(budget, 0, per_pixel, target, npix, cap_cols);
     if (*m == 0)
         return hyprof__error(ctx, HYPROF_ERR_DEVICE_MEMORY, op,
