@@ -22,7 +22,7 @@ hyprof_ctx_t *hyprof_ctx_new(void)
     /* The environment overrides auto only; an unknown value is ignored here
      * and reported by the CLI, which knows how to say so. */
     hyprof_backend_t env;
-    if (hyprof_backend_parse(getenv("HYPROF_BACKEND"), &env) == HYPROF_OK)
+    if (hyprof__env_backend(&env))
         ctx->backend = env;
     return ctx;
 }
@@ -43,7 +43,7 @@ hyprof_status_t hyprof_ctx_set_backend(hyprof_ctx_t *ctx, hyprof_backend_t backe
                              (int)backend);
     if (backend == HYPROF_BACKEND_AUTO) {
         hyprof_backend_t env;
-        if (hyprof_backend_parse(getenv("HYPROF_BACKEND"), &env) == HYPROF_OK)
+        if (hyprof__env_backend(&env))
             backend = env;
     }
     ctx->backend = backend;

@@ -17,6 +17,11 @@
 #include <string.h>
 #include <strings.h>
 
+int hyprof__env_backend(hyprof_backend_t *backend)
+{
+    return hyprof_backend_parse(getenv("HYPROF_BACKEND"), backend) == HYPROF_OK;
+}
+
 hyprof_log_level_t hyprof__log_threshold(void)
 {
     const char *s = getenv("HYPROF_LOG");

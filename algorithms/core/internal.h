@@ -53,9 +53,11 @@ void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 
-/* The environment switches (env.c): the lowest log level passed on
+/* The environment switches (env.c): whether $HYPROF_BACKEND names a backend
+ * (then *backend is it; an unknown value is reported by the CLI); the lowest log level passed on
  * ($HYPROF_LOG, default warning); whether it is debug (stage traces); the
  * device-memory cap in bytes ($HYPROF_DEVICE_MEMORY, 0: none). */
+int hyprof__env_backend(hyprof_backend_t *backend);
 hyprof_log_level_t hyprof__log_threshold(void);
 int hyprof__log_debug(void);
 size_t hyprof__device_memory_cap(void);

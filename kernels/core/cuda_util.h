@@ -222,32 +222,6 @@ static inline hyprof_status_t hyprof__cuda_budget(hyprof_ctx_t *ctx, const char 
     return HYPROF_OK;
 }
 
-/* ---- environment knobs: removed at merge ---------------------------------------- */
-
-/* removed at merge: no caller is left in kernels/ (HYPROF_DEVICE_MEMORY
- * caps the budget instead, which forces the chunked and streaming paths).
- * $HYPROF_CUDA_CHUNK_PIXELS: forces the number of pixels per chunk (0: not set). */
-static inline size_t hyprof__cuda_chunk_override(void)
-{
-    const char *s = getenv("HYPROF_CUDA_CHUNK_PIXELS");
-    if (!s || !*s)
-        return 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || v == 0)
-        return 0;
-    return (size_t)v;
-}
-
-/* removed at merge: no caller is left in kernels/.
- * $HYPROF_CUDA_RESIDENT=0 forbids keeping a whole cube on the device between
- * passes (forces the streaming path); anything else leaves it automatic. */
-static inline int hyprof__cuda_resident_allowed(void)
-{
-    const char *s = getenv("HYPROF_CUDA_RESIDENT");
-    return !(s && s[0] == '0' && s[1] == '\0');
-}
-
 /* Preferred chunk: the whole cube when it fits in half the budget (one
  * upload, no page-locked staging to allocate, which costs more than it saves
  * for a single pass), else about `target_bytes` per chunk. */

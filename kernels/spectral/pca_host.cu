@@ -145,7 +145,11 @@ hyprof_status_t plan_chunks(hyprof_ctx_t *ctx, Fit &F)
         size_t need = target < 1024 ? target : 1024;
         if (F.m >= need && F.m > 0) {
             F.resident = true;
-            if (F.d_cube.alloc(ctx, op, N * B) != HYPROF_OK ||
+            /* 4 floats more: gram_tc_kernel's producers copy 16-byte chunks,
+             * and the last may start 1 to 3 floats before the cube's end
+             * (cp.async copies only the bytes inside, but memory checkers
+             * see a 16-byte read). */
+            if (F.d_cube.alloc(ctx, op, N * B + 4) != HYPROF_OK ||
                 (F.a->mask && F.d_cmask.alloc(ctx, op, N) != HYPROF_OK)) {
                 F.d_cube.reset();
                 F.d_cmask.reset();
