@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import threading
@@ -46,21 +47,51 @@ from conftest import (EXIT_CANCELLED, EXIT_OK, EXIT_RUNTIME, SAMSON, exe_path, g
 SEED = int(os.environ.get("HYPROF_FAULTS_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
 
 
-def shim_path():
-    env = os.environ.get("HYPROF_FAILWRITE")
-    path = Path(env) if env else Path(exe_path()).resolve().parent.parent / "tests" / "faults" / "failwrite.so"
+def shim_path(name="failwrite"):
+    """tests/faults/NAME.so of the executable's build tree ($HYPROF_FAILWRITE
+    for failwrite.so when set)."""
+    env = os.environ.get("HYPROF_FAILWRITE") if name == "failwrite" else None
+    path = Path(env) if env else (Path(exe_path()).resolve().parent.parent / "tests" / "faults"
+                                  / (name + ".so"))
     if not path.is_file():
-        pytest.fail("failwrite.so not found at %s: build the target failwrite or set "
-                    "HYPROF_FAILWRITE" % path, pytrace=False)
+        pytest.fail("%s not found: build the target %s" % (path, name), pytrace=False)
     return str(path)
 
 
-def shim_env(**extra):
-    """The environment of a run under the shim (after an inherited preload)."""
+def shim_env(shim="failwrite", **extra):
+    """The environment of a run under a shim (after an inherited preload)."""
     pre = os.environ.get("LD_PRELOAD", "")
-    env = dict(os.environ, LD_PRELOAD=(pre + ":" if pre else "") + shim_path())
+    env = dict(os.environ, LD_PRELOAD=(pre + ":" if pre else "") + shim_path(shim))
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+class Started:
+    """A run of the executable that tells when it can first run code of its own
+    (tests/faults/started.so writes a byte to a pipe once the dynamic loader is
+    done). A signal sent before that may find the process still in the loader,
+    where nothing can catch it; after it, the program is responsible."""
+
+    def __init__(self, args, **kw):
+        self.r, w = os.pipe()
+        env = shim_env("started", FAULTS_STARTED_FD=w)
+        try:
+            self.p = subprocess.Popen([exe_path()] + [str(a) for a in args], env=env,
+                                      pass_fds=(w,), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, **kw)
+        finally:
+            os.close(w)
+        self.seen = False
+
+    def started(self, timeout=0.0):
+        """True once the loader is done (waits up to timeout seconds for it)."""
+        if not self.seen:
+            ready, _, _ = select.select([self.r], [], [], timeout)
+            self.seen = bool(ready)
+        return self.seen
+
+    def close(self):
+        os.close(self.r)
 
 
 # ---- inputs and the operations ------------------------------------------------
@@ -222,41 +253,64 @@ def outputs_equal(a, b, names):
     return True
 
 
+def cancel_once(name, inputs, out, clean, delay, after_start, where):
+    """Starts `name`, sends SIGTERM `delay` s after it started (after the loader
+    is done when after_start), and checks the outcome; returns the exit code."""
+    run = Started(op_args(name, inputs, out))
+    try:
+        if after_start:
+            assert run.started(timeout=60), where + ": the process never started"
+        time.sleep(delay)
+        strict = run.started()
+        run.p.send_signal(signal.SIGTERM)
+        stdout, stderr = run.p.communicate(timeout=120)
+    finally:
+        if run.p.poll() is None:
+            run.p.kill()
+            run.p.wait()
+        run.close()
+    rc = run.p.returncode
+    where += " (%s the dynamic loader was done)" % ("after" if strict else "maybe before")
+    allowed = (EXIT_OK, EXIT_CANCELLED) + (() if strict else (-signal.SIGTERM,))
+    assert rc in allowed, "%s: exit %d (negative: killed by signal %d)\n%s" % (
+        where, rc, -rc, stderr[-2000:])
+    names = OPS[name][1]
+    if rc == EXIT_OK:
+        assert set(names) <= set(os.listdir(out)), where + ": exit 0 but %s" % os.listdir(out)
+        assert outputs_equal(out, clean, names), where + ": exit 0 with different outputs"
+    else:
+        assert sorted(os.listdir(out)) == [], where + ": left %s" % os.listdir(out)
+    if rc == EXIT_CANCELLED:
+        msg = message_lines(stderr)
+        assert len(msg) == 1 and "cancel" in msg[0].lower(), where + ": " + stderr
+    return rc
+
+
 @pytest.mark.parametrize("name", CANCEL_OPS)
 def test_cancel_at_random_times(inputs, tmp_path, name):
-    """SIGTERM at random delays from 0 (start-up) to past the end of a clean run
-    (the final close and rename among them): exit 3 and nothing left, or exit 0
-    and outputs equal to the clean run's. Never killed by the signal."""
+    """SIGTERM at random delays from the start to past the end of a clean run
+    (start-up, the computation, the final close and rename): exit 3 with nothing
+    left, or exit 0 with outputs equal to the clean run's. Never killed by the
+    signal once the process can run code of its own (a signal that may have
+    arrived inside the dynamic loader may kill it, leaving nothing)."""
     rng = random.Random(SEED)
     clean = tmp_path / "clean"
     clean.mkdir()
     t0 = time.monotonic()
     run_ok(*op_args(name, inputs, clean))
     took = time.monotonic() - t0
-    names = OPS[name][1]
-    delays = [0.0, 0.0005, 0.002, 0.01] + [rng.uniform(0, 1.1 * took) for _ in range(12)]
-    delays += [rng.uniform(0.8 * took, 1.05 * took) for _ in range(4)]
+    # (delay, counted from the end of the dynamic loader?)
+    trials = [(d, True) for d in (0.0, 0.0, 0.0005, 0.001, 0.003, 0.01, 0.03)]
+    trials += [(d, False) for d in (0.0, 0.002, 0.01)]
+    trials += [(rng.uniform(0, 1.1 * took), False) for _ in range(10)]
+    trials += [(rng.uniform(0.8 * took, 1.05 * took), False) for _ in range(4)]
     outcomes = []
-    for k, delay in enumerate(delays):
+    for k, (delay, after_start) in enumerate(trials):
         out = tmp_path / ("run-%d" % k)
         out.mkdir()
-        p = subprocess.Popen([exe_path()] + op_args(name, inputs, out), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
-        p.send_signal(signal.SIGTERM)
-        stdout, stderr = p.communicate(timeout=120)
-        rc = p.returncode
-        outcomes.append(rc)
-        where = "SIGTERM after %.4f s (clean run %.3f s, seed %d)" % (delay, took, SEED)
-        assert rc in (EXIT_OK, EXIT_CANCELLED), "%s: exit %d (negative: killed by signal %d)\n%s" % (
-            where, rc, -rc, stderr[-2000:])
-        if rc == EXIT_CANCELLED:
-            assert sorted(os.listdir(out)) == [], where + ": left %s" % os.listdir(out)
-            msg = message_lines(stderr)
-            assert len(msg) == 1 and "cancel" in msg[0].lower(), where + ": " + stderr
-        else:
-            assert set(names) <= set(os.listdir(out)), where + ": exit 0 but %s" % os.listdir(out)
-            assert outputs_equal(out, clean, names), where + ": exit 0 with different outputs"
+        where = "SIGTERM %.4f s after %s (clean run %.3f s, seed %d)" % (
+            delay, "start-up" if after_start else "exec", took, SEED)
+        outcomes.append(cancel_once(name, inputs, out, clean, delay, after_start, where))
     assert EXIT_CANCELLED in outcomes, "no run was cancelled: %s" % outcomes
 
 
