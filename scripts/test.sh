@@ -35,8 +35,9 @@ echo "hyprof test: the suite took $((SECONDS - t0)) s with setup"
 # load the plugin too (gdal_translate, qgis_process, Python) need it. Leaks are
 # detected in every process except in stacks through the Python interpreter
 # (CPython does not free what it holds at exit; the plugin's leaks inside
-# Python go unchecked with them) and through QGIS, Qt and OpenSSL (qgis_process
-# leaks at exit): the executable's, the C tests' and GDAL's are checked.
+# Python go unchecked with them) and through QGIS, Qt, fontconfig and OpenSSL
+# (QGIS leaks at exit, in qgis_process and in the Python process of the
+# provider's tests): the executable's, the C tests' and GDAL's are checked.
 if [ "${HYPROF_ASAN:-1}" != 0 ]; then
   stage "2/3 the suite under AddressSanitizer and UndefinedBehaviorSanitizer"
   t2=$SECONDS
@@ -45,7 +46,7 @@ if [ "${HYPROF_ASAN:-1}" != 0 ]; then
     cmake --build build-asan -j"$(nproc)" || failed+=(asan-build)
   echo "hyprof test: the ASan build took $((SECONDS - t2)) s"
   printf 'leak:%s\n' python3 libpython3 libqgis libQt5 qgis_process libcrypto libssl \
-    >build-asan/lsan.supp
+    libfontconfig >build-asan/lsan.supp
   t2=$SECONDS
   LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libstdc++.so)" \
     HYPROF_UNDER_ASAN=1 \
