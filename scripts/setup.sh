@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what hyprof needs on Debian 12 (idempotent), then configures and
+# Installs what hyprof needs on Debian 12 (idempotent; clang and its runtime
+# libraries for the fuzz targets of scripts/fuzz.sh), then configures and
 # builds it in ./build. Used by demo.sh, test.sh and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,7 @@ PACKAGES=(
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
   qgis python3-qgis qgis-providers
   libsvm-dev python3-libsvm libsvm-tools
+  clang libclang-rt-14-dev
 )
 
 missing=()
