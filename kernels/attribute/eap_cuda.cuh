@@ -14,7 +14,8 @@
 #include "../core/cuda_util.h"
 #include "attribute/eap_impl.h"
 #include "eap_bodies.cuh"
-#include "eap_output.cuh"
+#include "../core/output_prep.cuh"
+#include "../core/staging.cuh"
 
 #include <chrono>
 #include <memory>
@@ -122,8 +123,9 @@ struct Trace {
 };
 
 /* Page-locked staging of the 8-bit planes' downloads (kStages pieces). */
-struct Staging {
-    PinnedBuffer<uint8_t> own[kStages]; /* when the cache's are taken */
+struct PlaneStaging {
+    PinnedBuffer<uint8_t> own[kStages]; /* when the pool's cannot be had */
+    StagingPool::Buf pooled[kStages];  /* the pool's (cached) */
     uint8_t *ptr[kStages] = {};
     bool cached = false;
     Event ev[kStages];
@@ -178,7 +180,7 @@ struct Run {
     OutputPrep *prep = nullptr; /* run()'s (eap_host.cu) */
     Trace trace;
     StageTimer timer;
-    Staging stage;
+    PlaneStaging stage;
     EachPipe each;
     GroupPipe pipe;
     HostTimes t;

@@ -548,7 +548,15 @@ hyprof_status_t run(Run &r)
     int device = 0;
     HYPROF_CUDA_CHECK(cudaGetDevice(&device));
     r.prep = &prep;
-    prep.start(ctx, r.out_base, r.p.out_bytes, r.p.pinned, !r.p.caller_pinned, device);
+    OutputPrepPlan out;
+    out.p = r.out_base;
+    out.bytes = r.p.out_bytes;
+    out.caller_pinned = r.p.caller_pinned;
+    out.populate = true;
+    out.threads = hyprof__threads(ctx);
+    out.pin = r.p.pinned;
+    out.device = device;
+    prep.start(out);
     auto h0 = std::chrono::steady_clock::now();
     c.prep_start = ms_since(r0) - c.plan;
     HYPROF_TRY(alloc_buffers(r));

@@ -5,74 +5,45 @@
  *   page-locked memory; larger outputs are page-locked kPinChunk at a time
  *   for their copies (a pageable copy runs at a fraction of the bus).
  * - 8-bit planes (8-bit levels; a quarter of the float planes' bytes): the
- *   copies go through page-locked staging, kStages pieces of kStageBytes in
- *   flight, each piece widened into the output (float or 16-bit, nodata
- *   under the mask) on the context's threads while the next ones copy
- *   (hyprof__eap_widen_stream). The staging is kept for the process: its
- *   allocation costs about as much as a call's compute.
+ *   copies go through page-locked staging (the pool of
+ *   kernels/core/staging.cuh), kStages pieces of kStageBytes in flight,
+ *   each piece widened into the output (float or 16-bit, nodata under the
+ *   mask) on the context's threads while the next ones copy
+ *   (hyprof__eap_widen_stream). The pool keeps the staging for the
+ *   process: its allocation costs about as much as a call's compute.
  * - Chunked planes (one band's planes do not fit the device): each chunk's
  *   rows to their places in the output, by a 2-D copy. */
 #include "eap_cuda.cuh"
 
-#include <mutex>
-
 namespace eap {
 namespace {
 
-/* Page-locked staging kept for the process (kStages x kStageBytes,
- * portable). A call that finds it taken (another call at the same time)
- * allocates its own. */
-struct StageCache {
-    std::mutex m;
-    uint8_t *p[kStages] = {};
-    size_t bytes = 0;
-    bool busy = false, failed = false;
-};
-StageCache &stage_cache()
+/* kStages buffers of `bytes` from the staging pool into s.pooled (true),
+ * or none of them (false: the call allocates its own). */
+bool pool_take(PlaneStaging &s)
 {
-    static StageCache c;
-    return c;
-}
-/* The cache's buffers into p (true), or false: allocate your own. */
-bool stage_cache_take(size_t bytes, uint8_t **p)
-{
-    StageCache &c = stage_cache();
-    std::lock_guard<std::mutex> lock(c.m);
-    if (c.busy || c.failed || bytes > kStageBytes)
-        return false;
-    if (!c.bytes) {
-        for (int i = 0; i < kStages; i++)
-            if (cudaHostAlloc((void **)&c.p[i], kStageBytes, cudaHostAllocPortable) !=
-                cudaSuccess) {
-                (void)cudaGetLastError();
-                for (int j = 0; j < i; j++)
-                    (void)cudaFreeHost(c.p[j]);
-                c.failed = true;
-                return false;
-            }
-        c.bytes = kStageBytes;
-    }
     for (int i = 0; i < kStages; i++)
-        p[i] = c.p[i];
-    c.busy = true;
+        if (!StagingPool::take(s.bytes, &s.pooled[i])) {
+            for (int j = 0; j < i; j++) {
+                StagingPool::give(s.pooled[j]);
+                s.pooled[j] = StagingPool::Buf();
+            }
+            return false;
+        }
+    for (int i = 0; i < kStages; i++)
+        s.ptr[i] = (uint8_t *)s.pooled[i].p;
     return true;
 }
-void stage_cache_give()
-{
-    StageCache &c = stage_cache();
-    std::lock_guard<std::mutex> lock(c.m);
-    c.busy = false;
-}
 
-/* The staging, once per call: the cache's, or the call's own. */
+/* The staging, once per call: the pool's, or the call's own. */
 hyprof_status_t staging_take(Run &r)
 {
     hyprof_ctx_t *ctx = r.ctx;
     const char *op = r.op;
-    Staging &s = r.stage;
+    PlaneStaging &s = r.stage;
     auto t0 = std::chrono::steady_clock::now();
     s.bytes = kStageBytes;
-    s.cached = stage_cache_take(s.bytes, s.ptr);
+    s.cached = pool_take(s);
     for (int i = 0; i < kStages; i++) {
         if (!s.cached) {
             if (!s.own[i].try_alloc(s.bytes))
@@ -115,7 +86,7 @@ int ready_cb(void *user, size_t k)
 int issue_cb(void *user, size_t k)
 {
     NarrowCopy *c = (NarrowCopy *)user;
-    Staging &s = c->r->stage;
+    PlaneStaging &s = c->r->stage;
     size_t sb = s.bytes, len = c->count - k * sb < sb ? c->count - k * sb : sb;
     int i = (int)(k % kStages);
     cudaError_t e = cudaMemcpyAsync((void *)s.ptr[i], c->src + k * sb, len,
@@ -203,15 +174,18 @@ hyprof_status_t download_chunk(Run &r, const Filter &f, const unsigned char *out
     return HYPROF_OK;
 }
 
-/* The staging back to the cache once the copies into it are over. */
+/* The staging back to the pool once the copies into it are over. */
 void staging_release(Run &r)
 {
     if (!r.stage.cached)
         return;
     for (Event &e : r.stage.ev)
-        e.reset(); /* the copies into the cache's buffers are over */
+        e.reset(); /* the copies into the pool's buffers are over */
     (void)cudaDeviceSynchronize();
-    stage_cache_give();
+    for (StagingPool::Buf &b : r.stage.pooled) {
+        StagingPool::give(b);
+        b = StagingPool::Buf();
+    }
     r.stage.cached = false;
 }
 

@@ -11,8 +11,8 @@
  *                reconstruction by dilation (exact), the EMP planes
  *   denoise      emp_denoise.cu: (W-MCD) the 2-D DWT denoising of every plane
  *                in double, in groups of planes
- *   transfers    emp_transfer.cu: page-locked staging, the output's prefault,
- *                staged downloads
+ *   transfers    emp_transfer.cu: staged downloads (page-locked staging and
+ *                the output's prefault: kernels/core/staging.cuh, output_prep.cuh)
  *
  * This file holds the entry point, the plan (every automatic choice of the
  * chain, from the context's threads, the share count, the data's size and
@@ -449,10 +449,14 @@ extern "C" hyprof_status_t hyprof__cuda_emp(hyprof_ctx_t *ctx, void *vargs)
         /* each share's output planes (bytes): the prefault's order */
         const size_t plane = a->width * a->height * (a->wavelet ? 3 : 1) *
                              hyprof__emp_planes(a->nradii) * sizeof(float);
-        std::vector<std::pair<size_t, size_t>> ranges;
+        OutputPrepPlan out;
         for (const Share &s : c.sh)
-            ranges.push_back(std::make_pair(s.b0 * plane, s.b1 * plane));
-        prep.start(c.threads.prefault, a->out, out_floats(a) * sizeof(float), ranges);
+            out.ranges.push_back(std::make_pair(s.b0 * plane, s.b1 * plane));
+        out.p = a->out;
+        out.bytes = out_floats(a) * sizeof(float);
+        out.caller_pinned = hyprof__cuda_is_pinned(a->out) != 0;
+        out.threads = c.threads.prefault;
+        prep.start(out);
         if (nshares == 1) {
             const int saved = ctx->device;
             ctx->device = c.sh[0].device;

@@ -6,7 +6,8 @@
  *   emp_features.cu     spectral stage, statistics, quantisation, exchange
  *   emp_reconstruct.cu  markers, reconstruction by dilation, finish
  *   emp_denoise.cu      the W-MCD denoising of the EMP planes
- *   emp_transfer.cu     page-locked staging, output preparation, downloads
+ *   emp_transfer.cu     staged downloads (staging and output preparation:
+ *                       kernels/core/staging.cuh, kernels/core/output_prep.cuh)
  *
  * Kernels stay inside the file that launches them (no relocatable device
  * code); the host classes below are shared. */
@@ -15,6 +16,8 @@
 
 #include "morphology/emp_impl.h"
 #include "../core/cuda_util.h"
+#include "../core/output_prep.cuh"
+#include "../core/staging.cuh"
 
 #include <atomic>
 #include <chrono>
@@ -83,96 +86,6 @@ DenoisePlan plan_denoise(size_t budget, size_t planes, size_t n, size_t per_plan
 bool pool_on(hyprof_ctx_t *ctx, const char *op, int device);
 
 /* ---- host transfers (emp_transfer.cu) -------------------------------------------------- */
-
-/* The host side of the output, on a helper thread while the devices compute:
- * touches its fresh pages (in parallel: faults no longer serialise inside the
- * copies) in 2 MiB chunks, in the order the downloads need them (the shares'
- * ranges taken in turn, each from its start). The staged downloads wait only
- * for the chunks they write (ensure(), which touches a chunk itself when no
- * prefault thread has taken it yet); a direct download waits for all of it.
- * A caller's page-locked output (hyprof_pinned_cache_set) is resident:
- * nothing to touch, and the devices copy into it directly. */
-class OutputPrep {
-  public:
-    OutputPrep() : fut_(pr_.get_future().share()) {}
-    OutputPrep(const OutputPrep &) = delete;
-    OutputPrep &operator=(const OutputPrep &) = delete;
-    ~OutputPrep();
-    void start(int prefault_threads, void *p, size_t bytes,
-               const std::vector<std::pair<size_t, size_t>> &ranges);
-    void wait() const { fut_.wait(); }
-    /* the pages of [q, q + len) inside the output are touched */
-    void ensure(const void *q, size_t len) const;
-    bool ready() const
-    {
-        return fut_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-    }
-    double prefault_ms() const { return prefault_ms_; }
-    bool caller_pinned() const { return caller_pinned_; }
-    /* the output through the staging pool */
-    bool staged() const { return !caller_pinned_; }
-
-  private:
-    static constexpr size_t kChunk = (size_t)2 << 20;
-    void plan(void *p, size_t bytes, const std::vector<std::pair<size_t, size_t>> &ranges);
-    size_t chunk_of(const void *q) const { return (size_t)((uintptr_t)q / kChunk - first_); }
-    bool claim(size_t c) const;
-    void touch(size_t c) const;
-    void prefault();
-    void work();
-    std::promise<void> pr_;
-    std::shared_future<void> fut_;
-    std::thread t_;
-    int threads_ = 1;
-    bool touch_ = false;
-    char *p_lo_ = NULL, *p_hi_ = NULL;
-    uintptr_t first_ = 0;
-    size_t nchunk_ = 0;
-    std::unique_ptr<std::atomic<unsigned char>[]> st_;
-    std::vector<size_t> order_;
-    std::atomic<size_t> next_{0};
-    double prefault_ms_ = 0.0;
-    bool caller_pinned_ = false;
-};
-
-/* Page-locked staging, kept for the next call: pinning fresh memory costs
- * about as much as the copy it speeds up, so the buffers (portable: any
- * device may read them) are allocated once per process and reused, at most
- * kPoolBytes of them. */
-class StagingPool {
-  public:
-    static constexpr size_t kPoolBytes = (size_t)256 << 20;
-    struct Buf {
-        void *p = NULL;
-        size_t bytes = 0;
-    };
-    static bool take(size_t bytes, Buf *b);
-    /* The copies from b must be done. */
-    static void give(Buf b);
-
-  private:
-    static std::mutex &mu();
-    static std::vector<Buf> &list();
-};
-
-/* One staging buffer, back to the pool once `stream`'s copies from it are done. */
-class Staging {
-  public:
-    Staging() = default;
-    Staging(const Staging &) = delete;
-    Staging &operator=(const Staging &) = delete;
-    ~Staging();
-    bool take(size_t bytes, cudaStream_t s)
-    {
-        s_ = s;
-        return StagingPool::take(bytes, &b_);
-    }
-    float *get() const { return static_cast<float *>(b_.p); }
-
-  private:
-    StagingPool::Buf b_;
-    cudaStream_t s_ = NULL;
-};
 
 /* The share's compute stream while its thread runs, when the pool is on
  * (__thread: a plain TLS slot, no C++ initialisation wrapper). */
