@@ -180,39 +180,6 @@ static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
     return hyprof__dispatch(ctx, OP, a->each ? cpu_each : hyprof__cpu_eap, cuda, a);
 }
 
-void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes)
-{
-    const size_t chunk = (size_t)2 << 20;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    /* 2 MiB pages where the kernel allows them: 512 times fewer faults */
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (e > a)
-        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#endif
-    const size_t nchunks = (bytes + chunk - 1) / chunk;
-    /* A chunk's pages in one call (Linux >= 5.14), without a fault per page;
-     * the pages holding its first and last bytes are the output's too (so
-     * mapped), whole; where that fails, a write per page. */
-    /* dynamic: a thread the system runs late holds up one chunk, not a
-     * thirty-second of the output */
-    #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t len = bytes - c * chunk < chunk ? bytes - c * chunk : chunk;
-        volatile char *q = (char *)p + c * chunk;
-#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
-        {
-            uintptr_t s0 = (uintptr_t)q & ~(uintptr_t)4095,
-                      s1 = ((uintptr_t)q + len + 4095) & ~(uintptr_t)4095;
-            if (madvise((void *)s0, s1 - s0, MADV_POPULATE_WRITE) == 0)
-                continue;
-        }
-#endif
-        for (size_t off = 0; off < len; off += 4096) /* one write per page: it is zero */
-            q[off] = 0;
-    }
-}
-
 #if defined(__SSE2__)
 /* o[i] = src[i] with non-temporal stores: the output is written once and
  * not read back here, so its lines need not be read into the cache first

@@ -60,9 +60,6 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args);
 /* hyprof_quantise with the messages tagged by `op` (emp and wmcd reuse it). */
 hyprof_status_t hyprof__quantise(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
                                  unsigned levels, uint16_t *out, double *range);
-/* Touches every page of a fresh output (zero: it is overwritten), huge
- * pages where the kernel allows, on the context's threads. */
-void hyprof__eap_prefault(const hyprof_ctx_t *ctx, void *p, size_t bytes);
 /* The staged download of 8-bit planes, widened as the pieces arrive: piece
  * k (bytes [k * piece, ...) of `count`) lands in stage[k % nstages] once
  * ready(user, k) returns 1 (0: not yet, < 0: failed); its stage can take
