@@ -257,7 +257,7 @@ static void test_op(const op_case_t *oc, const hyprof_cube_t *in, hyprof_ctx_t *
     hyprof_result_free(&ref);
 }
 
-/* classify: an SVM trained on the CPU, applied under each cap. */
+/* classify: an SVM (an ELM without LIBSVM) trained on the CPU, applied under each cap. */
 static void test_classify(const hyprof_cube_t *in, const uint16_t *labels, hyprof_ctx_t *cpu,
                           hyprof_ctx_t *gpu, hyprof_ctx_t *aut)
 {
@@ -268,6 +268,10 @@ static void test_classify(const hyprof_cube_t *in, const uint16_t *labels, hypro
     tp.c = &c;
     tp.gamma = &gamma;
     tp.n_c = tp.n_gamma = 1;
+    if (!hyprof_have_libsvm()) { /* the GPU machines have no LIBSVM: an ELM then */
+        tp.kind = HYPROF_CLASSIFIER_ELM;
+        printf("note classify: no LIBSVM in this build, an ELM instead of the SVM\n");
+    }
     hyprof_classifier_t *m = NULL;
     hyprof_cube_t cmap, cs;
     unsetenv("HYPROF_DEVICE_MEMORY");
