@@ -164,7 +164,7 @@ static hyprof_status_t cpu_each(hyprof_ctx_t *ctx, void *args)
  * levels the CUDA path is the faster one (its trees are built by tile floods,
  * a run of levels a launch); with 16-bit levels its flooding needs a launch
  * per level present (tens of thousands) and the CPU is faster (figures:
- * bench/notes/eap.md). So `auto` runs 8-bit profiles on the GPU (falling
+ * bench/NOTES.md). So `auto` runs 8-bit profiles on the GPU (falling
  * back to the CPU when the device memory is short, as every operation) and
  * 16-bit ones on the CPU. */
 static hyprof_status_t dispatch(hyprof_ctx_t *ctx, hyprof_eap_args_t *a)
