@@ -36,5 +36,7 @@ def test_readme_is_a_users_page(hyprof_exe):
     for step in ("hyprof eadp", "hyprof train", "hyprof classify", "hyprof assess"):
         assert step in head, f"the quick start's '{step}' is not in the README's first 100 lines"
     names = {op["name"] for op in json.loads(run("describe", "--json").stdout)["operations"]}
-    used = set(re.findall(r"^\s*hyprof ([a-z]+) ", readme.decode("utf-8"), re.M))
+    code = "\n".join(re.findall(r"^```[a-z]*\n(.*?)^```", readme.decode("utf-8"), re.M | re.S))
+    used = set(re.findall(r"^\s*hyprof ([a-z]+) ", code, re.M))
+    assert {"eadp", "train", "classify", "assess"} <= used
     assert used <= names | {"info", "describe"}, f"unknown operations in README: {used - names}"
