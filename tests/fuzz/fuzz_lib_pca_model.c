@@ -5,24 +5,19 @@
  *   clang -fsanitize=fuzzer,address,undefined -Iinclude tests/fuzz/fuzz_lib_pca_model.c \
  *         -Lbuild -lhyprof && ./a.out tests/fuzz/corpus/lib_pca_model
  */
-#define _GNU_SOURCE
+#include "fuzz_memfile.h"
 #include "hyprof/hyprof.h"
 
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int fd = memfd_create("pca", 0);
-    if (fd < 0 || write(fd, data, size) != (ssize_t)size) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int fd = fuzz_memfile("pca", data, size, path, sizeof path);
+    if (fd < 0)
+        return 0;
     hyprof_ctx_t *ctx = hyprof_ctx_new();
     hyprof_pca_model_t *m = NULL;
     if (hyprof_pca_model_load(ctx, path, &m) == HYPROF_OK) {
