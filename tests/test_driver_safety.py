@@ -158,23 +158,28 @@ def test_descriptor_in_a_deep_folder(tmp_path):
     same(gdal.Open(str(desc)).ReadAsArray(), array(ref))
 
 
+def pca_vrt(path, model, component):
+    """A .vrt of one hyprof_pca band over Samson's bands (`model` as written)."""
+    n = gdal.Open(str(SAMSON)).RasterCount
+    sources = "".join('<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
+                      "<SourceBand>%d</SourceBand></SimpleSource>" % (SAMSON, b)
+                      for b in range(1, n + 1))
+    path.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
+                    'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
+                    "<PixelFunctionType>hyprof_pca</PixelFunctionType>"
+                    '<PixelFunctionArguments model="%s" component="%d"/>'
+                    "<SourceTransferType>Float32</SourceTransferType>%s"
+                    "</VRTRasterBand></VRTDataset>" % (model, component, sources))
+    return path
+
+
 def test_pixel_function_model_in_a_deep_folder(tmp_path):
     """HYPROF_MODEL_PATH folders longer than GDAL's path buffer are searched."""
     d = deep_folder(tmp_path)
     shutil.copy(PCA_MODEL, d / "m.pca")
     ref = tmp_path / "cli.tif"
     run_ok("pca", "--backend", "cpu", "--model", PCA_MODEL, SAMSON, ref)
-    n = gdal.Open(str(SAMSON)).RasterCount
-    sources = "".join('<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
-                      "<SourceBand>%d</SourceBand></SimpleSource>" % (SAMSON, b)
-                      for b in range(1, n + 1))
-    vrt = tmp_path / "pca.vrt"
-    vrt.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
-                   'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
-                   "<PixelFunctionType>hyprof_pca</PixelFunctionType>"
-                   '<PixelFunctionArguments model="m.pca" component="2"/>'
-                   "<SourceTransferType>Float32</SourceTransferType>%s"
-                   "</VRTRasterBand></VRTDataset>" % sources)
+    vrt = pca_vrt(tmp_path / "pca.vrt", "m.pca", 2)
     gdal.SetConfigOption("HYPROF_MODEL_PATH", str(d))
     try:
         got = gdal.Open(str(vrt)).ReadAsArray()
@@ -335,17 +340,7 @@ def test_model_replaced_same_size_and_time(tmp_path):
     assert first_mean.startswith("28.")
     edited = tmp_path / "edited.pca"
     edited.write_text(text.replace("mean " + first_mean, "mean 9" + first_mean[1:], 1))
-    n = gdal.Open(str(SAMSON)).RasterCount
-    sources = "".join('<SimpleSource><SourceFilename relativeToVRT="0">%s</SourceFilename>'
-                      "<SourceBand>%d</SourceBand></SimpleSource>" % (SAMSON, b)
-                      for b in range(1, n + 1))
-    vrt = tmp_path / "pca.vrt"
-    vrt.write_text('<VRTDataset rasterXSize="95" rasterYSize="95"><VRTRasterBand '
-                   'dataType="Float32" band="1" subClass="VRTDerivedRasterBand">'
-                   "<PixelFunctionType>hyprof_pca</PixelFunctionType>"
-                   '<PixelFunctionArguments model="%s" component="1"/>'
-                   "<SourceTransferType>Float32</SourceTransferType>%s"
-                   "</VRTRasterBand></VRTDataset>" % (model, sources))
+    vrt = pca_vrt(tmp_path / "pca.vrt", model, 1)
     conn = "HYPROF:pca:model=%s:%s" % (model, SAMSON)
     old_pix, old_drv = gdal.Open(str(vrt)).ReadAsArray(), gdal.Open(conn).ReadAsArray()
     st = os.stat(model)
