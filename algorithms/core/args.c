@@ -4,6 +4,7 @@
 #include "hyprof/registry.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -241,10 +242,19 @@ int hyprof_args_given(const hyprof_args_t *args, const char *name)
     return v && v->given;
 }
 
+/* Integer parameters hold integral values within long long; a FLOAT one read
+ * as an integer is truncated and saturated to [LONG_MIN, LONG_MAX] (0x1p63 is
+ * LONG_MAX + 1, exactly representable), so no value converts out of range. */
 long hyprof_args_int(const hyprof_args_t *args, const char *name)
 {
     const arg_value_t *v = value_of(args, name);
-    return v && v->set ? (long)v->num : 0;
+    if (!v || !v->set || isnan(v->num))
+        return 0;
+    if (v->num >= 0x1p63)
+        return LONG_MAX;
+    if (v->num < -0x1p63)
+        return LONG_MIN;
+    return (long)v->num;
 }
 
 double hyprof_args_float(const hyprof_args_t *args, const char *name)
