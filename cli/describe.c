@@ -32,6 +32,9 @@ static void print_param(FILE *f, const hyprof_param_t *p)
             c = bar ? bar + 1 : NULL;
         }
         fputc(']', f);
+    } else if (p->type == HYPROF_PARAM_FIELD) {
+        fputs(",\"parent\":", f);
+        cli_json_string(f, p->choices);
     } else if (p->choices) {
         fputs(",\"file_filter\":", f);
         cli_json_string(f, p->choices);

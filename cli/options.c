@@ -163,7 +163,8 @@ static void print_param(FILE *f, const hyprof_param_t *p)
                  : p->type == HYPROF_PARAM_FLOAT ? "X"
                  : p->type == HYPROF_PARAM_INT_LIST || p->type == HYPROF_PARAM_FLOAT_LIST
                      ? "A,B,..."
-                 : p->type == HYPROF_PARAM_STRING ? "TEXT" : "FILE");
+                 : p->type == HYPROF_PARAM_STRING ? "TEXT"
+                 : p->type == HYPROF_PARAM_FIELD ? "FIELD" : "FILE");
     fprintf(f, "  %-28s %s", head, p->help);
     if (p->def && p->type != HYPROF_PARAM_BOOL)
         fprintf(f, " [default: %s]", p->def);

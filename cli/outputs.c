@@ -95,8 +95,7 @@ static size_t list_files(const cli_command_t *cmd, named_file_t *f, size_t max)
     for (size_t i = 0; i < cmd->op->nparams && n < max; i++) {
         const hyprof_param_t *p = &cmd->op->params[i];
         const char *v = hyprof_args_str(cmd->args, p->name);
-        if (!v || (p->type != HYPROF_PARAM_FILE_IN && p->type != HYPROF_PARAM_RASTER_IN &&
-                   p->type != HYPROF_PARAM_FILE_OUT))
+        if (!v || (!hyprof_param_is_input(p) && p->type != HYPROF_PARAM_FILE_OUT))
             continue;
         snprintf(f[n].role, sizeof f[n].role, "--%s", p->name);
         f[n].path = v;

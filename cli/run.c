@@ -37,13 +37,13 @@ int cli_check_param_files(const cli_command_t *cmd, int overwrite)
         const char *v = hyprof_args_str(cmd->args, p->name);
         if (!v)
             continue;
-        if ((p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) &&
+        if (hyprof_param_is_input(p) &&
             (stat(v, &sb) != 0 || access(v, R_OK) != 0)) {
             cli_error(cmd->op->name, "--%s: '%s' does not exist or is not readable", p->name, v);
             return EXIT_USAGE;
         }
-        const char *wrong = p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN
-                                ? hyprof_input_problem(&sb, strcmp(p->name, "samples") == 0)
+        const char *wrong = hyprof_param_is_input(p)
+                                ? hyprof_input_problem(&sb, p->type == HYPROF_PARAM_VECTOR_IN)
                                 : NULL;
         if (wrong) {
             cli_error(cmd->op->name, "--%s: '%s' %s", p->name, v, wrong);

@@ -79,7 +79,7 @@ static int set_param(hyprof_gdal_source_t *src, const char *name, const char *va
         return 0;
     }
     char *path = NULL;
-    if (p && (p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN) && base &&
+    if (hyprof_param_is_input(p) && base &&
         *base && CPLIsFilenameRelative(value))
         value = path = hyprof_path_join(base, value);
     int ok = hyprof_args_set(src->args, name, value) == HYPROF_OK;

@@ -66,7 +66,7 @@ static hyprof_gdal_source_t *open_descriptor(const char *path)
 
 static int is_file_param(const hyprof_param_t *p)
 {
-    return p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN;
+    return hyprof_param_is_input(p);
 }
 
 /* Names GDAL may read without a file behind them (subdatasets such as

@@ -169,12 +169,12 @@ static const hyprof_param_t train_params[] = {
      "Training labels on the features' grid: class values 1..65535, 0 or nodata = "
      "unlabelled. Its colour table and category names become the classes' colours and "
      "names. Give --labels or --samples.", 0},
-    {"samples", HYPROF_PARAM_FILE_IN, NULL, NOLIMIT,
+    {"samples", HYPROF_PARAM_VECTOR_IN, NULL, NOLIMIT,
      "Vector layer (*.gpkg *.shp *.geojson *.kml)",
      "Training samples as points or polygons in any CRS: reprojected and rasterised on the "
      "features' grid (a polygon takes the pixels whose centre it contains; a point, its "
      "pixel).", 0},
-    {"class-field", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+    {"class-field", HYPROF_PARAM_FIELD, NULL, NOLIMIT, "samples",
      "With --samples: the attribute holding the class, integers 1..65535 or names "
      "(numbered 1, 2, ... in sorted order and kept as the class names).", 0},
     {"layer", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
@@ -438,8 +438,16 @@ const char *hyprof_param_type_name(hyprof_param_type_t type)
     case HYPROF_PARAM_FILE_IN: return "file_in";
     case HYPROF_PARAM_FILE_OUT: return "file_out";
     case HYPROF_PARAM_RASTER_IN: return "raster_in";
+    case HYPROF_PARAM_VECTOR_IN: return "vector_in";
+    case HYPROF_PARAM_FIELD: return "field";
     }
     return "unknown";
+}
+
+int hyprof_param_is_input(const hyprof_param_t *p)
+{
+    return p && (p->type == HYPROF_PARAM_FILE_IN || p->type == HYPROF_PARAM_RASTER_IN ||
+                 p->type == HYPROF_PARAM_VECTOR_IN);
 }
 
 hyprof_status_t hyprof_op_output_bands(hyprof_ctx_t *ctx, const hyprof_op_t *op,

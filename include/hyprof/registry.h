@@ -20,7 +20,9 @@ typedef enum {
     HYPROF_PARAM_BOOL,       /* a flag: present = true */
     HYPROF_PARAM_FILE_IN,    /* a file that must exist (model, table) */
     HYPROF_PARAM_FILE_OUT,   /* a file the operation writes (model, report) */
-    HYPROF_PARAM_RASTER_IN   /* a second raster input (reference map, labels) */
+    HYPROF_PARAM_RASTER_IN,  /* a second raster input (reference map, labels) */
+    HYPROF_PARAM_VECTOR_IN,  /* a vector dataset (points or polygons, any CRS) */
+    HYPROF_PARAM_FIELD       /* an attribute of the VECTOR_IN parameter named in `choices` */
 } hyprof_param_type_t;
 
 #define HYPROF_PARAM_REQUIRED 1u /* no default: must be given */
@@ -75,6 +77,9 @@ const hyprof_param_t *hyprof_op_param(const hyprof_op_t *op, const char *name);
 /* The options every operation takes (backend, device, threads, progress, overwrite). */
 const hyprof_param_t *hyprof_common_params(size_t *count);
 const char *hyprof_param_type_name(hyprof_param_type_t type);
+/* Whether the parameter names a file the operation reads (FILE_IN, RASTER_IN,
+ * VECTOR_IN). */
+int hyprof_param_is_input(const hyprof_param_t *p);
 
 /* ---- parsed arguments ------------------------------------------------------ */
 
@@ -90,6 +95,7 @@ hyprof_status_t hyprof_args_check(hyprof_args_t *args);
 const char *hyprof_args_error(const hyprof_args_t *args);
 int hyprof_args_is_set(const hyprof_args_t *args, const char *name);  /* given or defaulted */
 int hyprof_args_given(const hyprof_args_t *args, const char *name);   /* given explicitly */
+/* A FLOAT value read as an integer is truncated and saturated to long. */
 long hyprof_args_int(const hyprof_args_t *args, const char *name);
 double hyprof_args_float(const hyprof_args_t *args, const char *name);
 int hyprof_args_bool(const hyprof_args_t *args, const char *name);
