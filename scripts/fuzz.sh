@@ -8,10 +8,14 @@
 # memory, keeping the input under build-fuzz/artifacts/ (add it to the corpus
 # once fixed: it then stays a regression test, replayed by ctest -L fuzz).
 #
+# HYPROF_FUZZ_SEED fixes libFuzzer's seed (default 0: a new one each run); CI
+# fixes it so that a failure it reports replays with the same command.
+#
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-${HYPROF_FUZZ_SECONDS:-60}}
+seed=${HYPROF_FUZZ_SEED:-0}
 shift || true
 build=build-fuzz
 
@@ -40,7 +44,7 @@ for t in "${targets[@]}"; do
   [ -d "$corpus" ] && cp -r "$corpus/." "$work/"
   log=$build/artifacts/$t.log
   set +e
-  "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
+  "$build/tests/fuzz/$t" -max_total_time="$seconds" -seed="$seed" -timeout=25 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$work" >"$log" 2>&1
   rc=$?
   set -e

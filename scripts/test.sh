@@ -16,6 +16,8 @@
 # Arguments go to both ctest runs (e.g. -R core, -L python). Environment:
 #   HYPROF_ASAN=0            skip stage 2
 #   HYPROF_FUZZ_SECONDS=N    seconds per fuzz target (0: skip stage 3)
+#   HYPROF_FUZZ_SEED=N       libFuzzer's seed (1, so a reported failure replays;
+#                            0: a new seed each run)
 #   HYPROF_CI_BUDGET_S=N     CI's time limit in seconds (5400: 90 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,7 +83,7 @@ if [ "$fuzz_seconds" != 0 ]; then
       fuzz_seconds=5
     fi
   fi
-  bash scripts/fuzz.sh "$fuzz_seconds" || failed+=(fuzz)
+  HYPROF_FUZZ_SEED=${HYPROF_FUZZ_SEED:-1} bash scripts/fuzz.sh "$fuzz_seconds" || failed+=(fuzz)
 fi
 
 echo
