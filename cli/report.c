@@ -189,11 +189,15 @@ static void base64(FILE *f, const unsigned char *d, size_t n)
     }
 }
 
-/* Up to `max` characters of a class's label ("3 Corn-notill"), HTML-escaped. */
+/* A class's label ("3 Corn-notill") cut to `max` characters, the whole label
+ * as its tooltip; HTML-escaped. */
 static void svg_label(FILE *f, const hyprof_legend_t *l, int v, size_t max)
 {
     char buf[48], label[80];
     snprintf(label, sizeof label, "%d %s", v, class_name(l, v, buf, sizeof buf));
+    fputs("<title>", f);
+    html_text(f, label);
+    fputs("</title>", f);
     if (strlen(label) > max)
         strcpy(label + max - 3, "...");
     html_text(f, label);
