@@ -5,7 +5,8 @@
  * A subset is built in GDAL's in-memory file system under the target's
  * extension (FlatGeobuf, for one, takes a name without ".fgb" for a folder),
  * then copied into the caller's temporary, which the caller renames onto the
- * target with the run's other outputs. */
+ * target with the run's other outputs; the memory it takes is checked first
+ * against the source's size. */
 #include "vector_io.h"
 
 #include <gdal.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define say hyprof_io_error
@@ -281,10 +283,18 @@ hyprof_status_t hyprof_vector_write_subset(const char *vector, const char *layer
     GDALDriverH drv = GDALGetDriverByName(fmt);
     if (!drv)
         return say(HYPROF_ERR_IO, err, n, "GDAL's %s driver is missing", fmt);
+    /* The subset is built in memory: at most the source's size, plus room
+     * for the copy into tmp. */
+    struct stat sb;
+    hyprof_status_t st = HYPROF_OK;
+    if (stat(vector, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+        st = hyprof_host_memory_check(2 * (size_t)sb.st_size, "writing the split in memory",
+                                      err, n);
+    if (st != HYPROF_OK)
+        return st;
     GDALDatasetH src;
     OGRLayerH layer;
-    hyprof_status_t st = open_layer(vector, layer_name, &src, &layer, err, n);
-    if (st != HYPROF_OK)
+    if ((st = open_layer(vector, layer_name, &src, &layer, err, n)) != HYPROF_OK)
         return st;
     static unsigned counter;
     char mem[96];
