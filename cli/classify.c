@@ -869,8 +869,12 @@ static int run_split_vector(job_t *j, double per_class)
         cli_error(j->name, "out of memory");
     for (size_t i = 0; rc == EXIT_OK && i < c.n; i++)
         cls[i] = c.cls[i];
-    if (rc == EXIT_OK && c.n == 0) {
-        cli_error(j->name, "'%s' has no feature", hyprof_args_str(args, "samples"));
+    size_t classed = 0;
+    for (size_t i = 0; i < c.n; i++)
+        classed += c.cls[i] != 0;
+    if (rc == EXIT_OK && classed == 0) {
+        cli_error(j->name, "no feature of '%s' has a class in '%s'",
+                  hyprof_args_str(args, "samples"), field);
         rc = EXIT_USAGE;
     }
     if (rc == EXIT_OK) {

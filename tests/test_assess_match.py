@@ -448,3 +448,12 @@ def test_bad_arguments(tmp_path):
     expect_usage(tmp_path, outs, "split", "--samples", tmp_path / "s.gpkg", "--per-class",
                  "2", tmp_path / "a.gpkg", tmp_path / "b.gpkg",
                  message=r"--samples needs --class-field")
+    expect_usage(tmp_path, outs, "split", "--samples", tmp_path / "s.gpkg", "--class-field",
+                 "id", "--per-class", "2", tmp_path / "a.gpkg", tmp_path / "b.gpkg",
+                 message=r"feature 1: class '0' is not an integer 1\.\.65535")
+    ds = ogr.Open(str(tmp_path / "s.gpkg"), 1)
+    ds.GetLayer(0).CreateField(ogr.FieldDefn("empty", ogr.OFTString))
+    ds = None
+    expect_usage(tmp_path, outs, "split", "--samples", tmp_path / "s.gpkg", "--class-field",
+                 "empty", "--per-class", "2", tmp_path / "a.gpkg", tmp_path / "b.gpkg",
+                 message=r"no feature of '.*s.gpkg' has a class in 'empty'")
