@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "classmap_io.h"
 #include "report.h"
+#include "vector_io.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -459,75 +460,227 @@ static hyprof_status_t merge_legend(hyprof_legend_t *dst, const hyprof_legend_t 
     return HYPROF_OK;
 }
 
+/* The inputs and results of one assessment. */
+typedef struct {
+    hyprof_raster_t map, ref;
+    const char *ref_path, *ref_field;
+    float *burnt, *renumbered;    /* a vector reference rasterised; the class map renumbered */
+    hyprof_cube_t ref_cube;       /* the reference as scored */
+    uint16_t *map_values, *ref_values;
+    /* [v]: v predicted on a labelled reference pixel; [65536 + v]: v in the reference */
+    uint8_t *present;
+    hyprof_legend_t map_legend, ref_legend, legend, picture;
+    cli_match_t match;
+    hyprof_assessment_t a;
+} assess_t;
+
+static void assess_free(assess_t *s)
+{
+    hyprof_raster_free(&s->map);
+    hyprof_raster_free(&s->ref);
+    free(s->burnt);
+    free(s->renumbered);
+    free(s->map_values);
+    free(s->ref_values);
+    free(s->present);
+    hyprof_legend_free(&s->map_legend);
+    hyprof_legend_free(&s->ref_legend);
+    hyprof_legend_free(&s->legend);
+    hyprof_legend_free(&s->picture);
+    cli_match_free(&s->match);
+    hyprof_assessment_free(&s->a);
+}
+
+/* --reference RASTER or --reference-vector VECTOR --class-field FIELD [--layer]. */
+static int reference_options(job_t *j, assess_t *s)
+{
+    const hyprof_args_t *args = j->cmd->args;
+    const char *vec = hyprof_args_str(args, "reference-vector");
+    s->ref_path = vec ? vec : hyprof_args_str(args, "reference");
+    s->ref_field = hyprof_args_str(args, "class-field");
+    if (!!hyprof_args_str(args, "reference") == !!vec) {
+        cli_error(j->name, "give either --reference RASTER or --reference-vector VECTOR "
+                  "--class-field FIELD");
+        return EXIT_USAGE;
+    }
+    if (vec && !s->ref_field) {
+        cli_error(j->name, "--reference-vector needs --class-field (the attribute holding the "
+                  "class)");
+        return EXIT_USAGE;
+    }
+    if (!vec && (s->ref_field || hyprof_args_str(args, "layer"))) {
+        cli_error(j->name, "--%s applies to --reference-vector only",
+                  s->ref_field ? "class-field" : "layer");
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* The reference on the class map's grid: read and checked, or rasterised. */
+static int read_reference(job_t *j, assess_t *s)
+{
+    hyprof_status_t st;
+    if (!hyprof_args_str(j->cmd->args, "reference-vector")) {
+        if ((st = read_raster(j, s->ref_path, &s->ref, 0.45, 0.9)) != HYPROF_OK)
+            return io_fail(j, st, 1);
+        if (grid_mismatch(j, &s->map, &s->ref))
+            return EXIT_USAGE;
+        s->ref_cube = s->ref.cube;
+        if ((st = hyprof_legend_read(s->ref_path, &s->ref_legend, j->err, sizeof j->err)) !=
+            HYPROF_OK)
+            return io_fail(j, st, 1);
+        return EXIT_OK;
+    }
+    size_t w = s->map.cube.width, h = s->map.cube.height;
+    if (!(s->burnt = calloc(w * h, sizeof *s->burnt))) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    cli_progress_stage(&j->pg, 0.45, 0.9);
+    st = hyprof_rasterize_samples(s->ref_path, hyprof_args_str(j->cmd->args, "layer"),
+                                  s->ref_field, &s->map, s->burnt, &s->ref_legend, j->err,
+                                  sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    s->ref_cube = hyprof_cube_bsq(s->burnt, HYPROF_FLOAT32, w, h, 1);
+    return EXIT_OK;
+}
+
+/* Class values of both sides, which values occur, and how they pair. */
+static int match_classes(job_t *j, assess_t *s)
+{
+    size_t npix = s->map.cube.width * s->map.cube.height;
+    s->map_values = class_values(&s->map.cube);
+    s->ref_values = class_values(&s->ref_cube);
+    s->present = calloc(2 * 65536, 1);
+    if (!s->map_values || !s->ref_values || !s->present) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    size_t labelled = 0;
+    for (size_t p = 0; p < npix; p++) {
+        s->present[s->map_values[p]] |= s->ref_values[p] != 0;
+        s->present[65536 + s->ref_values[p]] = 1;
+        labelled += s->ref_values[p] != 0;
+    }
+    if (!labelled && s->burnt) {
+        cli_progress_done(&j->pg);
+        cli_error(j->name, "no feature of '%s' covers a pixel centre of the class map '%s' "
+                  "(compared in the class map's CRS)", s->ref_path, j->cmd->files[0]);
+        return EXIT_USAGE;
+    }
+    cli_progress_done(&j->pg);
+    return cli_match_classes(j->name, hyprof_args_str(j->cmd->args, "match"), j->cmd->files[0],
+                             &s->map_legend, s->present, s->ref_path, &s->ref_legend,
+                             s->present + 65536, &s->match);
+}
+
+/* The report's legend by reference value (by name: the class map's names and
+ * colours of the pairs) and the thumbnail's by class-map value. */
+static hyprof_status_t report_legends(assess_t *s)
+{
+    const cli_match_t *m = &s->match;
+    if (!m->by_names) {
+        hyprof_status_t st = merge_legend(&s->legend, &s->ref_legend);
+        if (st == HYPROF_OK)
+            st = merge_legend(&s->legend, &s->map_legend);
+        if (st == HYPROF_OK)
+            st = merge_legend(&s->picture, &s->legend);
+        return st;
+    }
+    if (merge_legend(&s->legend, &s->ref_legend) != HYPROF_OK ||
+        merge_legend(&s->picture, &s->map_legend) != HYPROF_OK)
+        return HYPROF_ERR_NOMEM;
+    for (size_t i = 0; i < m->npairs; i++) {
+        size_t mv = (size_t)m->pairs[i].map, rv = (size_t)m->pairs[i].ref;
+        const uint8_t *mc = s->map_legend.rgba + 4 * mv;
+        const uint8_t *rc = rv < s->ref_legend.n && s->ref_legend.rgba[4 * rv + 3]
+                                ? s->ref_legend.rgba + 4 * rv : NULL;
+        if (hyprof_legend_set(&s->legend, rv, m->pairs[i].map_name, mc[3] ? mc : NULL) !=
+                HYPROF_OK ||
+            (!mc[3] && hyprof_legend_set(&s->picture, mv, NULL, rc) != HYPROF_OK))
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
+/* Scores the class map (renumbered into the reference's values by name). */
+static int score(job_t *j, assess_t *s)
+{
+    hyprof_cube_t map = s->map.cube;
+    if (s->match.by_names) {
+        size_t npix = map.width * map.height;
+        if (!(s->renumbered = malloc(npix * sizeof *s->renumbered))) {
+            cli_error(j->name, "out of memory");
+            return EXIT_RUNTIME;
+        }
+        for (size_t p = 0; p < npix; p++)
+            s->renumbered[p] = (float)s->match.map_to_ref[s->map_values[p]];
+        map = hyprof_cube_bsq(s->renumbered, HYPROF_FLOAT32, map.width, map.height, 1);
+    }
+    hyprof_status_t st = hyprof_assess(j->ctx, &map, &s->ref_cube, &s->a);
+    if (st != HYPROF_OK)
+        return lib_fail(j, st);
+    if (report_legends(s) != HYPROF_OK) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    if (s->match.fallback)
+        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->match.how);
+    for (size_t i = 0; i < s->match.nnotes; i++)
+        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->match.notes[i]);
+    return EXIT_OK;
+}
+
+static int assess_report(job_t *j, assess_t *s)
+{
+    const char *html = hyprof_args_str(j->cmd->args, "html");
+    int json = hyprof_args_bool(j->cmd->args, "json");
+    cli_report_t r = {&s->a, &s->legend, &s->match, j->cmd->files[0], s->ref_path,
+                      s->burnt ? s->ref_field : NULL};
+    if (json)
+        cli_assess_json(stdout, &r);
+    else
+        cli_assess_text(stdout, &r);
+    if (!html)
+        return EXIT_OK;
+    const char *tmp = job_output(j, html, 0);
+    if (!tmp)
+        return EXIT_RUNTIME;
+    hyprof_status_t st = cli_assess_html(html, tmp, &r, &s->picture, s->map_values,
+                                         s->map.cube.width, s->map.cube.height, j->err,
+                                         sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 0);
+    int rc = job_commit(j);
+    if (rc == EXIT_OK && !json)
+        printf("%s: wrote %s\n", j->name, html);
+    return rc;
+}
+
 static int run_assess(job_t *j)
 {
-    const char *ref_path = hyprof_args_str(j->cmd->args, "reference");
-    const char *html = hyprof_args_str(j->cmd->args, "html");
-    hyprof_raster_t map, ref;
-    memset(&map, 0, sizeof map);
-    memset(&ref, 0, sizeof ref);
-    hyprof_assessment_t a;
-    memset(&a, 0, sizeof a);
-    hyprof_legend_t legend = {0, NULL, NULL}, map_legend = {0, NULL, NULL};
-    uint16_t *values = NULL;
-    int rc = EXIT_OK;
+    assess_t s;
+    memset(&s, 0, sizeof s);
     hyprof_status_t st;
-    if ((rc = need_integers(j, "CLASSMAP", j->cmd->files[0])) != EXIT_OK ||
-        (rc = need_integers(j, "--reference", ref_path)) != EXIT_OK)
+    int rc = reference_options(j, &s);
+    if (rc == EXIT_OK)
+        rc = need_integers(j, "CLASSMAP", j->cmd->files[0]);
+    if (rc == EXIT_OK && !s.ref_field)
+        rc = need_integers(j, "--reference", s.ref_path);
+    if (rc != EXIT_OK)
         goto done;
-    if ((st = read_raster(j, j->cmd->files[0], &map, 0.0, 0.45)) != HYPROF_OK ||
-        (st = read_raster(j, ref_path, &ref, 0.45, 0.9)) != HYPROF_OK) {
-        rc = io_fail(j, st, 1);
-        goto done;
-    }
-    if (grid_mismatch(j, &map, &ref)) {
-        rc = EXIT_USAGE;
-        goto done;
-    }
-    if ((st = hyprof_assess(j->ctx, &map.cube, &ref.cube, &a)) != HYPROF_OK) {
-        rc = lib_fail(j, st);
-        goto done;
-    }
-    /* Names from the reference, colours from the class map where it has them. */
-    if ((st = hyprof_legend_read(ref_path, &legend, j->err, sizeof j->err)) != HYPROF_OK ||
-        (st = hyprof_legend_read(j->cmd->files[0], &map_legend, j->err, sizeof j->err)) !=
+    if ((st = read_raster(j, j->cmd->files[0], &s.map, 0.0, 0.45)) != HYPROF_OK ||
+        (st = hyprof_legend_read(j->cmd->files[0], &s.map_legend, j->err, sizeof j->err)) !=
             HYPROF_OK) {
         rc = io_fail(j, st, 1);
         goto done;
     }
-    if ((st = merge_legend(&legend, &map_legend)) != HYPROF_OK) {
-        cli_error(j->name, "out of memory");
-        rc = EXIT_RUNTIME;
-        goto done;
-    }
-    cli_progress_done(&j->pg);
-    if (hyprof_args_bool(j->cmd->args, "json"))
-        cli_assess_json(stdout, &a, &legend, j->cmd->files[0], ref_path);
-    else
-        cli_assess_text(stdout, &a, &legend);
-    if (html) {
-        values = class_values(&map.cube);
-        const char *tmp = job_output(j, html, 0);
-        if (!values || !tmp) {
-            rc = EXIT_RUNTIME;
-            goto done;
-        }
-        st = cli_assess_html(html, tmp, &a, &legend, values, map.cube.width, map.cube.height,
-                             j->cmd->files[0], ref_path, j->err, sizeof j->err);
-        if (st != HYPROF_OK) {
-            rc = io_fail(j, st, 0);
-            goto done;
-        }
-        if ((rc = job_commit(j)) == EXIT_OK && !hyprof_args_bool(j->cmd->args, "json"))
-            printf("%s: wrote %s\n", j->name, html);
-    }
+    if ((rc = read_reference(j, &s)) == EXIT_OK && (rc = match_classes(j, &s)) == EXIT_OK &&
+        (rc = score(j, &s)) == EXIT_OK)
+        rc = assess_report(j, &s);
 done:
-    free(values);
-    hyprof_assessment_free(&a);
-    hyprof_raster_free(&map);
-    hyprof_raster_free(&ref);
-    hyprof_legend_free(&legend);
-    hyprof_legend_free(&map_legend);
+    assess_free(&s);
     return rc;
 }
 
@@ -597,6 +750,146 @@ static int write_split(job_t *j, const hyprof_raster_t *ref, const hyprof_legend
     return EXIT_OK;
 }
 
+/* ---- split of vector samples ---------------------------------------------------------- */
+
+/* "name:count,..." (or "value:count") of the features marked in `part`. */
+static void feature_counts(const hyprof_vector_classes_t *c, const uint16_t *part, char *out,
+                           size_t n)
+{
+    size_t *count = calloc(65536, sizeof *count), used = 0;
+    out[0] = '\0';
+    if (!count)
+        return;
+    for (size_t i = 0; i < c->n; i++)
+        count[part[i]]++;
+    for (size_t v = 1; v < 65536 && used + 16 < n; v++)
+        if (count[v]) {
+            int k = c->nnames ? snprintf(out + used, n - used, "%s%s:%zu", used ? "," : "",
+                                         c->names[v - 1], count[v])
+                              : snprintf(out + used, n - used, "%s%zu:%zu", used ? "," : "", v,
+                                         count[v]);
+            used = k < 0 || (size_t)k >= n - used ? n - 1 : used + (size_t)k;
+        }
+    free(count);
+}
+
+/* A class with too few features for one to be left for testing, named as the
+ * user knows it (hyprof_split would speak of pixels). */
+static int check_feature_counts(job_t *j, const hyprof_vector_classes_t *c, double per_class)
+{
+    size_t *count = calloc(65536, sizeof *count);
+    if (!count) {
+        cli_error(j->name, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    for (size_t i = 0; i < c->n; i++)
+        count[c->cls[i]]++;
+    int rc = EXIT_OK;
+    for (size_t v = 1; v < 65536 && rc == EXIT_OK; v++) {
+        if (!count[v] || per_class <= 0 || (per_class >= 1 && per_class != floor(per_class)))
+            continue;
+        size_t k = per_class >= 1 ? (size_t)per_class : (size_t)nearbyint(per_class * count[v]);
+        k = k < 1 ? 1 : k;
+        if (k < count[v])
+            continue;
+        char num[16];
+        snprintf(num, sizeof num, "%zu", v);
+        cli_error(j->name, "class '%s' has %zu feature(s): %zu for training would leave none "
+                  "for testing", c->nnames ? c->names[v - 1] : num, count[v], k);
+        rc = EXIT_USAGE;
+    }
+    free(count);
+    return rc;
+}
+
+static int write_vector_split(job_t *j, const hyprof_vector_classes_t *c, const uint16_t *train,
+                              const uint16_t *test)
+{
+    const char *samples = hyprof_args_str(j->cmd->args, "samples");
+    const char *layer = hyprof_args_str(j->cmd->args, "layer");
+    const uint16_t *part[2] = {train, test};
+    for (int k = 0; k < 2; k++) {
+        const char *tmp = job_output(j, j->cmd->files[k], 0);
+        if (!tmp)
+            return EXIT_RUNTIME;
+        hyprof_status_t st = hyprof_vector_write_subset(samples, layer, part[k], c->n,
+                                                        j->cmd->files[k], tmp, j->err,
+                                                        sizeof j->err);
+        if (st != HYPROF_OK)
+            return io_fail(j, st, 0);
+    }
+    int rc = job_commit(j);
+    if (rc != EXIT_OK)
+        return rc;
+    char counts[2][4096];
+    size_t unused = 0;
+    feature_counts(c, train, counts[0], sizeof counts[0]);
+    feature_counts(c, test, counts[1], sizeof counts[1]);
+    for (size_t i = 0; i < c->n; i++)
+        unused += !c->cls[i];
+    printf("%s: wrote %s (training features per class %s)\n%s: wrote %s (test features per "
+           "class %s)\n", j->name, j->cmd->files[0], counts[0], j->name, j->cmd->files[1],
+           counts[1]);
+    if (unused)
+        printf("%s: %zu feature(s) without a class in neither\n", j->name, unused);
+    return EXIT_OK;
+}
+
+/* Whole features drawn per class as hyprof_split draws pixels: the features
+ * in layer order stand for the pixels of a one-row reference. */
+static int run_split_vector(job_t *j, double per_class)
+{
+    const hyprof_args_t *args = j->cmd->args;
+    const char *field = hyprof_args_str(args, "class-field");
+    if (!field) {
+        cli_error(j->name, "--samples needs --class-field (the attribute holding the class)");
+        return EXIT_USAGE;
+    }
+    if (strcmp(hyprof_args_str(args, "preset"), "none") != 0) {
+        cli_error(j->name, "--preset gives pixel counts of a --reference raster; with "
+                  "--samples give --per-class");
+        return EXIT_USAGE;
+    }
+    for (int k = 0; k < 2; k++)
+        if (!hyprof_vector_format(j->cmd->files[k], j->err, sizeof j->err)) {
+            cli_error(j->name, "%s", j->err);
+            return EXIT_USAGE;
+        }
+    hyprof_vector_classes_t c;
+    hyprof_status_t st = hyprof_vector_classes(hyprof_args_str(args, "samples"),
+                                               hyprof_args_str(args, "layer"), field, &c,
+                                               j->err, sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    float *cls = malloc((c.n ? c.n : 1) * sizeof *cls);
+    uint16_t *train = malloc((c.n ? c.n : 1) * sizeof *train);
+    uint16_t *test = malloc((c.n ? c.n : 1) * sizeof *test);
+    int rc = cls && train && test ? check_feature_counts(j, &c, per_class) : EXIT_RUNTIME;
+    if (rc == EXIT_RUNTIME && (!cls || !train || !test))
+        cli_error(j->name, "out of memory");
+    for (size_t i = 0; rc == EXIT_OK && i < c.n; i++)
+        cls[i] = c.cls[i];
+    size_t classed = 0;
+    for (size_t i = 0; i < c.n; i++)
+        classed += c.cls[i] != 0;
+    if (rc == EXIT_OK && classed == 0) {
+        cli_error(j->name, "no feature of '%s' has a class in '%s'",
+                  hyprof_args_str(args, "samples"), field);
+        rc = EXIT_USAGE;
+    }
+    if (rc == EXIT_OK) {
+        hyprof_cube_t ref = hyprof_cube_bsq(cls, HYPROF_FLOAT32, c.n, 1, 1);
+        st = hyprof_split(j->ctx, &ref, per_class, NULL, 0,
+                          (uint64_t)hyprof_args_int(args, "seed"), train, test);
+        rc = st != HYPROF_OK ? lib_fail(j, st) : write_vector_split(j, &c, train, test);
+    }
+    free(cls);
+    free(train);
+    free(test);
+    hyprof_vector_classes_free(&c);
+    return rc;
+}
+
 static int run_split(job_t *j)
 {
     const char *ref_path = hyprof_args_str(j->cmd->args, "reference");
@@ -606,6 +899,18 @@ static int run_split(job_t *j)
     int rc = split_counts(j, &per_class, &counts, &ncounts);
     if (rc != EXIT_OK)
         return rc;
+    if (!!ref_path == !!hyprof_args_str(j->cmd->args, "samples")) {
+        cli_error(j->name, "give either --reference RASTER or --samples VECTOR --class-field "
+                  "FIELD");
+        return EXIT_USAGE;
+    }
+    if (!ref_path)
+        return run_split_vector(j, per_class);
+    if (hyprof_args_str(j->cmd->args, "class-field") || hyprof_args_str(j->cmd->args, "layer")) {
+        cli_error(j->name, "--%s applies to --samples only",
+                  hyprof_args_str(j->cmd->args, "class-field") ? "class-field" : "layer");
+        return EXIT_USAGE;
+    }
     hyprof_raster_t ref;
     memset(&ref, 0, sizeof ref);
     hyprof_legend_t legend = {0, NULL, NULL};

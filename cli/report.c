@@ -25,27 +25,53 @@ static int has_other(const hyprof_assessment_t *a)
     return 0;
 }
 
-void cli_assess_text(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_t *legend)
+/* The class-map value paired with reference value v by name (0: none). */
+static int map_value(const cli_match_t *m, int v)
 {
+    for (size_t i = 0; i < m->npairs; i++)
+        if (m->pairs[i].ref == v)
+            return m->pairs[i].map;
+    return 0;
+}
+
+static uint64_t row_total(const hyprof_assessment_t *a, size_t k)
+{
+    uint64_t row = 0;
+    for (size_t c = 0; c <= a->nclasses; c++)
+        row += a->confusion[k * (a->nclasses + 1) + c];
+    return row;
+}
+
+void cli_assess_text(FILE *f, const cli_report_t *r)
+{
+    const hyprof_assessment_t *a = r->a;
+    const cli_match_t *m = r->match;
     size_t K = a->nclasses;
     char buf[48];
-    fprintf(f, "pixels  %llu\nOA      %.4f\nAA      %.4f\nkappa   %.4f\n\n",
-            (unsigned long long)a->total, a->oa, a->aa, a->kappa);
-    fprintf(f, "%6s  %-30s %9s %9s %9s\n", "class", "name", "pixels", "producer", "user");
+    fprintf(f, "pixels  %llu\nOA      %.4f\nAA      %.4f\nkappa   %.4f\n\n%s\n",
+            (unsigned long long)a->total, a->oa, a->aa, a->kappa, m->how);
+    for (size_t i = 0; i < m->nnotes; i++)
+        fprintf(f, "warning: %s\n", m->notes[i]);
+    fprintf(f, "\n%6s  %-30s %s%9s %9s %9s\n", "class", "name", m->by_names ? "  map " : "",
+            "pixels", "producer", "user");
     for (size_t k = 0; k < K; k++) {
-        uint64_t row = 0;
-        for (size_t c = 0; c <= K; c++)
-            row += a->confusion[k * (K + 1) + c];
-        fprintf(f, "%6d  %-30.30s %9llu %9.4f %9.4f\n", a->values[k],
-                class_name(legend, a->values[k], buf, sizeof buf), (unsigned long long)row,
-                a->producer[k], a->user[k]);
+        fprintf(f, "%6d  %-30.30s ", a->values[k],
+                class_name(r->legend, a->values[k], buf, sizeof buf));
+        int mv = m->by_names ? map_value(m, a->values[k]) : 0;
+        if (m->by_names && mv)
+            fprintf(f, "%5d ", mv);
+        else if (m->by_names)
+            fprintf(f, "%5s ", "-");
+        fprintf(f, "%9llu %9.4f %9.4f\n", (unsigned long long)row_total(a, k), a->producer[k],
+                a->user[k]);
     }
-    fputs("\nconfusion matrix (rows: reference, columns: class map", f);
+    fputs("\nconfusion matrix (rows: reference, columns: class map, both in the order of the "
+          "classes above", f);
     fputs(has_other(a) ? "; last column: other or no class)\n" : ")\n", f);
     size_t cols = K + (size_t)has_other(a);
-    for (size_t r = 0; r < K; r++) {
+    for (size_t i = 0; i < K; i++) {
         for (size_t c = 0; c < cols; c++)
-            fprintf(f, "%s%llu", c ? " " : "", (unsigned long long)a->confusion[r * (K + 1) + c]);
+            fprintf(f, "%s%llu", c ? " " : "", (unsigned long long)a->confusion[i * (K + 1) + c]);
         fputc('\n', f);
     }
 }
@@ -58,41 +84,81 @@ static void json_number(FILE *f, double v)
         fprintf(f, "%.17g", v);
 }
 
-void cli_assess_json(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_t *legend,
-                     const char *map_path, const char *ref_path)
+static void json_match(FILE *f, const cli_match_t *m)
 {
-    size_t K = a->nclasses;
+    fprintf(f, ",\"match\":{\"by\":\"%s\",\"how\":", m->by_names ? "names" : "numbers");
+    cli_json_string(f, m->how);
+    fputs(",\"notes\":[", f);
+    for (size_t i = 0; i < m->nnotes; i++) {
+        fputs(i ? "," : "", f);
+        cli_json_string(f, m->notes[i]);
+    }
+    fputs("],\"pairs\":[", f);
+    for (size_t i = 0; i < m->npairs; i++) {
+        const cli_pair_t *p = &m->pairs[i];
+        fprintf(f, "%s{\"classmap_value\":%d,\"classmap_name\":", i ? "," : "", p->map);
+        cli_json_string(f, p->map_name);
+        fprintf(f, ",\"reference_value\":%d,\"reference_name\":", p->ref);
+        cli_json_string(f, p->ref_name);
+        fputc('}', f);
+    }
+    fputs("]}", f);
+}
+
+static void json_classes(FILE *f, const cli_report_t *r)
+{
+    const hyprof_assessment_t *a = r->a;
     char buf[48];
-    fputs("{\"classmap\":", f);
-    cli_json_string(f, map_path);
-    fputs(",\"reference\":", f);
-    cli_json_string(f, ref_path);
-    fprintf(f, ",\"pixels\":%llu,\"oa\":", (unsigned long long)a->total);
-    json_number(f, a->oa);
-    fputs(",\"aa\":", f);
-    json_number(f, a->aa);
-    fputs(",\"kappa\":", f);
-    json_number(f, a->kappa);
     fputs(",\"classes\":[", f);
-    for (size_t k = 0; k < K; k++) {
+    for (size_t k = 0; k < a->nclasses; k++) {
         fprintf(f, "%s{\"value\":%d,\"name\":", k ? "," : "", a->values[k]);
-        cli_json_string(f, class_name(legend, a->values[k], buf, sizeof buf));
+        cli_json_string(f, class_name(r->legend, a->values[k], buf, sizeof buf));
+        if (r->match->by_names) {
+            int mv = map_value(r->match, a->values[k]);
+            if (mv)
+                fprintf(f, ",\"classmap_value\":%d", mv);
+            else
+                fputs(",\"classmap_value\":null", f);
+        }
         fputs(",\"producer\":", f);
         json_number(f, a->producer[k]);
         fputs(",\"user\":", f);
         json_number(f, a->user[k]);
         fputc('}', f);
     }
-    fputs("],\"confusion\":[", f);
-    for (size_t r = 0; r < K; r++) {
-        fputs(r ? ",[" : "[", f);
+    fputc(']', f);
+}
+
+void cli_assess_json(FILE *f, const cli_report_t *r)
+{
+    const hyprof_assessment_t *a = r->a;
+    size_t K = a->nclasses;
+    fputs("{\"classmap\":", f);
+    cli_json_string(f, r->map_path);
+    fputs(",\"reference\":", f);
+    cli_json_string(f, r->ref_path);
+    if (r->ref_field) {
+        fputs(",\"reference_field\":", f);
+        cli_json_string(f, r->ref_field);
+    }
+    fprintf(f, ",\"pixels\":%llu,\"oa\":", (unsigned long long)a->total);
+    json_number(f, a->oa);
+    fputs(",\"aa\":", f);
+    json_number(f, a->aa);
+    fputs(",\"kappa\":", f);
+    json_number(f, a->kappa);
+    json_match(f, r->match);
+    json_classes(f, r);
+    fputs(",\"confusion\":[", f);
+    for (size_t i = 0; i < K; i++) {
+        fputs(i ? ",[" : "[", f);
         for (size_t c = 0; c < K; c++)
-            fprintf(f, "%s%llu", c ? "," : "", (unsigned long long)a->confusion[r * (K + 1) + c]);
+            fprintf(f, "%s%llu", c ? "," : "", (unsigned long long)a->confusion[i * (K + 1) + c]);
         fputc(']', f);
     }
     fputs("],\"unclassified\":[", f);
-    for (size_t r = 0; r < K; r++)
-        fprintf(f, "%s%llu", r ? "," : "", (unsigned long long)a->confusion[r * (K + 1) + K]);
+    for (size_t i = 0; i < K; i++)
+        fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)a->confusion[i * (K + 1) + K]);
     fputs("]}\n", f);
 }
 
@@ -123,30 +189,47 @@ static void base64(FILE *f, const unsigned char *d, size_t n)
     }
 }
 
+/* A class's label ("3 Corn-notill") cut to `max` characters, the whole label
+ * as its tooltip; HTML-escaped. */
+static void svg_label(FILE *f, const hyprof_legend_t *l, int v, size_t max)
+{
+    char buf[48], label[80];
+    snprintf(label, sizeof label, "%d %s", v, class_name(l, v, buf, sizeof buf));
+    fputs("<title>", f);
+    html_text(f, label);
+    fputs("</title>", f);
+    if (strlen(label) > max)
+        strcpy(label + max - 3, "...");
+    html_text(f, label);
+}
+
 /* The confusion matrix as an SVG heat map: each cell shaded by its share of
- * the reference row, with its count. */
-static void confusion_svg(FILE *f, const hyprof_assessment_t *a)
+ * the reference row, with its count; rows and columns labelled with the
+ * classes' values and names (columns written upwards). */
+static void confusion_svg(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_t *l)
 {
     size_t K = a->nclasses, cols = K + (size_t)has_other(a);
-    const int cell = 34, left = 60, top = 60;
+    const int cell = 34, left = 170, top = 150, max = 26;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%zu\" height=\"%zu\" "
                "font-family=\"sans-serif\" font-size=\"10\">\n",
             left + cols * cell + 10, top + K * cell + 10);
-    fprintf(f, "<text x=\"%d\" y=\"14\">class map &#8594;</text><text x=\"4\" y=\"%d\">"
-               "reference &#8595;</text>\n", left, top - 8);
-    for (size_t c = 0; c < cols; c++)
+    fprintf(f, "<text x=\"%d\" y=\"12\">class map &#8594;</text><text x=\"4\" y=\"%d\">"
+               "reference &#8595;</text>\n", left, top - 4);
+    for (size_t c = 0; c < cols; c++) {
+        size_t x = left + c * cell + cell / 2 + 4;
+        fprintf(f, "<text transform=\"translate(%zu,%d) rotate(-90)\">", x, top - 6);
         if (c < K)
-            fprintf(f, "<text x=\"%zu\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
-                    left + c * cell + cell / 2, top - 24, a->values[c]);
+            svg_label(f, l, a->values[c], max);
         else
-            fprintf(f, "<text x=\"%zu\" y=\"%d\" text-anchor=\"middle\">other</text>\n",
-                    left + c * cell + cell / 2, top - 24);
+            fputs("other", f);
+        fputs("</text>\n", f);
+    }
     for (size_t r = 0; r < K; r++) {
-        uint64_t row = 0;
-        for (size_t c = 0; c <= K; c++)
-            row += a->confusion[r * (K + 1) + c];
-        fprintf(f, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">%d</text>\n", left - 6,
-                top + r * cell + cell / 2 + 4, a->values[r]);
+        uint64_t row = row_total(a, r);
+        fprintf(f, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">", left - 6,
+                top + r * cell + cell / 2 + 4);
+        svg_label(f, l, a->values[r], max);
+        fputs("</text>\n", f);
         for (size_t c = 0; c < cols; c++) {
             uint64_t v = a->confusion[r * (K + 1) + c];
             double share = row ? (double)v / (double)row : 0.0;
@@ -167,60 +250,100 @@ static void confusion_svg(FILE *f, const hyprof_assessment_t *a)
     fputs("</svg>\n", f);
 }
 
-static void class_table(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_t *legend)
+static void class_table(FILE *f, const cli_report_t *r)
 {
+    const hyprof_assessment_t *a = r->a;
+    const cli_match_t *m = r->match;
     char buf[48];
-    size_t K = a->nclasses;
-    fputs("<table><tr><th></th><th>class</th><th>name</th><th>pixels</th><th>producer's</th>"
-          "<th>user's</th></tr>\n", f);
-    for (size_t k = 0; k < K; k++) {
+    fprintf(f, "<table><tr><th></th><th>class</th><th>name</th>%s<th>pixels</th>"
+               "<th>producer's</th><th>user's</th></tr>\n",
+            m->by_names ? "<th>class map value</th>" : "");
+    for (size_t k = 0; k < a->nclasses; k++) {
         int v = a->values[k];
-        uint64_t row = 0;
-        for (size_t c = 0; c <= K; c++)
-            row += a->confusion[k * (K + 1) + c];
-        const uint8_t *c = (size_t)v < legend->n ? legend->rgba + 4 * v : NULL;
+        const uint8_t *c = (size_t)v < r->legend->n ? r->legend->rgba + 4 * v : NULL;
         fprintf(f, "<tr><td style=\"background:rgb(%d,%d,%d);width:1.5em\"></td><td>%d</td><td>",
                 c ? c[0] : 255, c ? c[1] : 255, c ? c[2] : 255, v);
-        html_text(f, class_name(legend, v, buf, sizeof buf));
-        fprintf(f, "</td><td>%llu</td><td>%.4f</td><td>%.4f</td></tr>\n",
-                (unsigned long long)row, a->producer[k], a->user[k]);
+        html_text(f, class_name(r->legend, v, buf, sizeof buf));
+        fputs("</td>", f);
+        if (m->by_names && map_value(m, v))
+            fprintf(f, "<td>%d</td>", map_value(m, v));
+        else if (m->by_names)
+            fputs("<td>none</td>", f);
+        fprintf(f, "<td>%llu</td><td>%.4f</td><td>%.4f</td></tr>\n",
+                (unsigned long long)row_total(a, k), a->producer[k], a->user[k]);
     }
     fputs("</table>\n", f);
 }
 
-static void write_html(FILE *f, const hyprof_assessment_t *a, const hyprof_legend_t *legend,
-                       const unsigned char *png, size_t png_len, const char *map_path,
-                       const char *ref_path)
+/* How the classes were paired, the pairs by name and the warnings. */
+static void match_section(FILE *f, const cli_match_t *m)
 {
+    fputs("<h2>Class matching</h2>\n<p>", f);
+    html_text(f, m->how);
+    fputs(".</p>\n", f);
+    if (m->nnotes) {
+        fputs("<ul class=\"warn\">\n", f);
+        for (size_t i = 0; i < m->nnotes; i++) {
+            fputs("<li>", f);
+            html_text(f, m->notes[i]);
+            fputs("</li>\n", f);
+        }
+        fputs("</ul>\n", f);
+    }
+    if (!m->npairs)
+        return;
+    fputs("<table><tr><th>class map value</th><th>class map name</th><th>reference value</th>"
+          "<th>reference name</th></tr>\n", f);
+    for (size_t i = 0; i < m->npairs; i++) {
+        fprintf(f, "<tr><td>%d</td><td>", m->pairs[i].map);
+        html_text(f, m->pairs[i].map_name);
+        fprintf(f, "</td><td>%d</td><td>", m->pairs[i].ref);
+        html_text(f, m->pairs[i].ref_name);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void write_html(FILE *f, const cli_report_t *r, const unsigned char *png, size_t png_len)
+{
+    const hyprof_assessment_t *a = r->a;
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hyprof accuracy report"
           "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:"
           "collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+          ".warn{color:#a00}"
           ".fig{display:inline-block;vertical-align:top;margin-right:2em}</style></head><body>\n"
           "<h1>Accuracy report</h1>\n<p>Class map: <code>", f);
-    html_text(f, map_path);
+    html_text(f, r->map_path);
     fputs("</code><br>Reference: <code>", f);
-    html_text(f, ref_path);
-    fprintf(f, "</code><br>hyprof %s</p>\n<table><tr><th>pixels</th><th>OA</th><th>AA</th>"
+    html_text(f, r->ref_path);
+    fputs("</code>", f);
+    if (r->ref_field) {
+        fputs(" (class field <code>", f);
+        html_text(f, r->ref_field);
+        fputs("</code>, rasterised on the class map's grid)", f);
+    }
+    fprintf(f, "<br>hyprof %s</p>\n<table><tr><th>pixels</th><th>OA</th><th>AA</th>"
                "<th>kappa</th></tr><tr><td>%llu</td><td>%.4f</td><td>%.4f</td><td>%.4f</td>"
-               "</tr></table>\n<h2>Classes</h2>\n",
+               "</tr></table>\n",
             hyprof_version(), (unsigned long long)a->total, a->oa, a->aa, a->kappa);
-    class_table(f, a, legend);
+    match_section(f, r->match);
+    fputs("<h2>Classes</h2>\n", f);
+    class_table(f, r);
     fputs("<div class=\"fig\"><h2>Confusion matrix</h2>\n", f);
-    confusion_svg(f, a);
+    confusion_svg(f, a, r->legend);
     fputs("</div><div class=\"fig\"><h2>Class map</h2>\n<img alt=\"class map\" "
           "src=\"data:image/png;base64,", f);
     base64(f, png, png_len);
     fputs("\"></div>\n</body></html>\n", f);
 }
 
-hyprof_status_t cli_assess_html(const char *path, const char *tmp, const hyprof_assessment_t *a,
-                                const hyprof_legend_t *legend, const uint16_t *map,
-                                size_t width, size_t height, const char *map_path,
-                                const char *ref_path, char *err, size_t n)
+hyprof_status_t cli_assess_html(const char *path, const char *tmp, const cli_report_t *r,
+                                const hyprof_legend_t *picture, const uint16_t *map,
+                                size_t width, size_t height, char *err, size_t n)
 {
     unsigned char *png = NULL;
     size_t png_len = 0;
-    hyprof_status_t st = hyprof_classmap_png(map, width, height, legend, 400, &png, &png_len,
+    hyprof_status_t st = hyprof_classmap_png(map, width, height, picture, 400, &png, &png_len,
                                              err, n);
     if (st != HYPROF_OK)
         return st;
@@ -229,7 +352,7 @@ hyprof_status_t cli_assess_html(const char *path, const char *tmp, const hyprof_
         snprintf(err, n, "cannot write '%s': %s", path, strerror(errno));
         st = HYPROF_ERR_IO;
     } else {
-        write_html(f, a, legend, png, png_len, map_path, ref_path);
+        write_html(f, r, png, png_len);
         int bad = ferror(f);
         bad |= fclose(f) != 0;
         if (bad) {

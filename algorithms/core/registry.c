@@ -210,8 +210,24 @@ static const hyprof_param_t classify_params[] = {
 
 static const hyprof_param_t assess_params[] = {
     {"reference", HYPROF_PARAM_RASTER_IN, NULL, NOLIMIT, "Reference raster (*.tif)",
-     "Reference class map on the same grid (class values > 0; 0 or nodata are not scored).",
-     HYPROF_PARAM_REQUIRED},
+     "Reference class map on the same grid (class values > 0; 0 or nodata are not scored). "
+     "Give --reference or --reference-vector.", 0},
+    {"reference-vector", HYPROF_PARAM_VECTOR_IN, NULL, NOLIMIT,
+     "Vector layer (*.gpkg *.shp *.geojson *.kml)",
+     "Reference as points or polygons in any CRS: reprojected and rasterised on the class "
+     "map's grid (a polygon takes the pixels whose centre it contains; a point, its pixel).",
+     0},
+    {"class-field", HYPROF_PARAM_FIELD, NULL, NOLIMIT, "reference-vector",
+     "With --reference-vector: the attribute holding the class, integers 1..65535 or names "
+     "(then matched by name).", 0},
+    {"layer", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "With --reference-vector: the layer to read (default: the first).",
+     HYPROF_PARAM_ADVANCED},
+    {"match", HYPROF_PARAM_CHOICE, "auto", NOLIMIT, "auto|names|numbers",
+     "How classes of the class map and the reference are paired: names (equal names, case "
+     "and whitespace ignored), numbers (equal class values), or auto: names when both "
+     "carry class names, else numbers. The report says which, and names the classes "
+     "without a partner.", 0},
     {"json", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
      "Print the report as JSON on stdout instead of text.", 0},
     {"html", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "HTML report (*.html)",
@@ -221,9 +237,20 @@ static const hyprof_param_t assess_params[] = {
 
 static const hyprof_param_t split_params[] = {
     {"reference", HYPROF_PARAM_RASTER_IN, NULL, NOLIMIT, "Reference raster (*.tif)",
-     "Reference class map to split (class values > 0).", HYPROF_PARAM_REQUIRED},
+     "Reference class map to split (class values > 0). Give --reference or --samples.", 0},
+    {"samples", HYPROF_PARAM_VECTOR_IN, NULL, NOLIMIT,
+     "Vector layer (*.gpkg *.shp *.geojson *.kml)",
+     "Samples as points or polygons to split by feature: TRAIN and TEST are then vector "
+     "files (GeoPackage, GeoJSON or FlatGeobuf by their extension) holding whole features, "
+     "so no polygon is on both sides.", 0},
+    {"class-field", HYPROF_PARAM_FIELD, NULL, NOLIMIT, "samples",
+     "With --samples: the attribute holding the class, integers 1..65535 or names (classes "
+     "in sorted order).", 0},
+    {"layer", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "With --samples: the layer to read (default: the first).", HYPROF_PARAM_ADVANCED},
     {"per-class", HYPROF_PARAM_FLOAT, NULL, 1e-9, 1e9, NULL,
-     "Training pixels per class: a count (>= 1) or a fraction of the class (< 1).", 0},
+     "Training pixels (with --samples: features) per class: a count (>= 1) or a fraction "
+     "of the class (< 1).", 0},
     {"preset", HYPROF_PARAM_CHOICE, "none", NOLIMIT, "none|eadp-table1",
      "eadp-table1: the EADP paper's Indian Pines training counts (Table I: 15 for classes "
      "1, 7 and 9, 50 for the others); with --seed 1992 it gives "
@@ -362,17 +389,23 @@ static const hyprof_op_t ops[] = {
      "raster: 1 band of class values with a colour table", NULL,
      "raster_in:FEATURES raster_out:OUTPUT"},
     {"assess", "Classification", "Accuracy of a class map",
-     "Scores CLASSMAP against --reference over the reference's labelled pixels: overall "
+     "Scores CLASSMAP against --reference (a raster) or --reference-vector (points or "
+     "polygons, rasterised on CLASSMAP's grid) over the reference's labelled pixels: overall "
      "accuracy, average accuracy (mean producer's accuracy), Cohen's kappa, per-class "
      "producer's and user's accuracy and the confusion matrix (rows: reference, columns: "
-     "class map). Text or --json on stdout, optionally an HTML report.",
+     "class map). Classes are paired by name or by number (--match); the report says which "
+     "and names the classes without a partner. Text or --json on stdout, optionally an HTML "
+     "report.",
      assess_params, N(assess_params), NULL, "report on stdout (text or JSON)", NULL,
      "raster_in:CLASSMAP"},
     {"split", "Classification", "Split a reference map into training and test pixels",
      "Draws, per class, --per-class training pixels (or the --preset counts) at random "
      "with --seed; the rest of the class's pixels are the test set. Reproducible: "
-     "NumPy's default_rng(seed) stream, as samples/make_samples.py.",
-     split_params, N(split_params), NULL, "two rasters: training and test class maps", NULL,
+     "NumPy's default_rng(seed) stream, as samples/make_samples.py. With --samples, the "
+     "same draw picks whole features (in layer order) instead of pixels, and TRAIN and TEST "
+     "are vector files.",
+     split_params, N(split_params), NULL,
+     "two rasters (or, with --samples, two vector files): training and test", NULL,
      "raster_out:TRAIN raster_out:TEST"},
     {"sspp", "Unmixing", "Spatial-spectral preprocessing: endmember candidates",
      "SSPP (Martin and Plaza; Bernabe et al. on GPU): the spatial homogeneity of every "

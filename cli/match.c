@@ -1,0 +1,217 @@
+/* Pairing the classes of a class map with those of a reference (`assess
+ * --match`). A model trained from a text field numbers its classes in sorted
+ * name order, a reference numbers them its own way: equal numbers are then
+ * different classes. By name, each reference class pairs with the class-map
+ * class of the same name (ASCII case and whitespace ignored); the class map
+ * is renumbered into the reference's values before scoring, and what has no
+ * partner is listed. By number, values pair as they are and names that
+ * disagree are listed. auto takes names when both sides name their classes
+ * (each name once), else numbers, and says why. */
+#include "match.h"
+#include "cli.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Equal up to ASCII case and whitespace. */
+static int same_name(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        while (*a && isspace((unsigned char)*a))
+            a++;
+        while (*b && isspace((unsigned char)*b))
+            b++;
+        if (!*a || !*b)
+            return !*a && !*b;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return 0;
+    }
+}
+
+const char *cli_class_name(const hyprof_legend_t *l, int v)
+{
+    if (v < 1 || (size_t)v >= l->n || !l->names || !l->names[v])
+        return NULL;
+    const char *s = l->names[v];
+    char num[16], cls[32];
+    snprintf(num, sizeof num, "%d", v);
+    snprintf(cls, sizeof cls, "class %d", v);
+    return same_name(s, "") || same_name(s, num) || same_name(s, cls) ? NULL : s;
+}
+
+/* A one-line list of classes under construction ("2 'Oats', 5 'Corn'"). */
+typedef struct {
+    char text[4096];
+    size_t len, count;
+} class_list_t;
+
+static void list_add(class_list_t *l, int v, const char *name, const char *other)
+{
+    char item[1100];
+    int k = other ? snprintf(item, sizeof item, "%d '%s' ('%s' in the class map)", v, name, other)
+            : name ? snprintf(item, sizeof item, "%d '%s'", v, name)
+                   : snprintf(item, sizeof item, "%d", v);
+    size_t need = (size_t)(k > 0 ? k : 0) + 2;
+    if (l->len + need + 4 < sizeof l->text)
+        l->len += (size_t)snprintf(l->text + l->len, sizeof l->text - l->len, "%s%s",
+                                   l->count ? ", " : "", item);
+    else if (!strstr(l->text, "..."))
+        l->len += (size_t)snprintf(l->text + l->len, sizeof l->text - l->len, ", ...");
+    l->count++;
+}
+
+/* A note "<what>: <list>" when the list is not empty; -1 when out of memory. */
+static int add_note(cli_match_t *m, const char *what, const class_list_t *l)
+{
+    if (!l->count)
+        return 0;
+    size_t len = strlen(what) + l->len + 3;
+    char *note = malloc(len);
+    char **n = realloc(m->notes, (m->nnotes + 1) * sizeof *n);
+    if (n)
+        m->notes = n;
+    if (!note || !n) {
+        free(note);
+        return -1;
+    }
+    snprintf(note, len, "%s: %s", what, l->text);
+    m->notes[m->nnotes++] = note;
+    return 0;
+}
+
+void cli_match_free(cli_match_t *m)
+{
+    for (size_t i = 0; i < m->nnotes; i++)
+        free(m->notes[i]);
+    free(m->notes);
+    free(m->pairs);
+    free(m->map_to_ref);
+    memset(m, 0, sizeof *m);
+}
+
+/* Whether a side names any of its classes (`present`, or every legend entry
+ * when present is NULL); a name given to two classes goes into `dup`. */
+static int names_of(const hyprof_legend_t *l, const uint8_t *present, char *dup, size_t n)
+{
+    int named = 0;
+    for (size_t v = 1; v < l->n && v < 65536; v++) {
+        const char *a = (!present || present[v]) ? cli_class_name(l, (int)v) : NULL;
+        if (!a)
+            continue;
+        named = 1;
+        for (size_t w = v + 1; !*dup && w < l->n && w < 65536; w++) {
+            const char *b = (!present || present[w]) ? cli_class_name(l, (int)w) : NULL;
+            if (b && same_name(a, b))
+                snprintf(dup, n, "'%s' names classes %zu and %zu", a, v, w);
+        }
+    }
+    return named;
+}
+
+/* By name: the pairs, the renumbering and the classes without partner (on
+ * the class map's side, those predicted on labelled reference pixels). */
+static int pair_by_name(const hyprof_legend_t *ml, const uint8_t *pm, const hyprof_legend_t *rl,
+                        const uint8_t *pr, cli_match_t *m)
+{
+    m->map_to_ref = calloc(65536, sizeof *m->map_to_ref);
+    m->pairs = malloc(65536 * sizeof *m->pairs);
+    class_list_t *l = calloc(4, sizeof *l); /* unnamed ref, unpaired ref, unnamed map, unpaired map */
+    if (!m->map_to_ref || !m->pairs || !l) {
+        free(l);
+        return -1;
+    }
+    for (int r = 1; r < 65536; r++) {
+        const char *rn = pr[r] ? cli_class_name(rl, r) : NULL;
+        int hit = 0;
+        for (size_t v = 1; rn && !hit && v < ml->n && v < 65536; v++) {
+            const char *mn = cli_class_name(ml, (int)v);
+            if (mn && same_name(mn, rn)) {
+                hit = (int)v;
+                m->map_to_ref[v] = (uint16_t)r;
+                m->pairs[m->npairs++] = (cli_pair_t){hit, r, mn, rn};
+            }
+        }
+        if (pr[r] && !hit)
+            list_add(&l[rn ? 1 : 0], r, rn, NULL);
+    }
+    for (int v = 1; v < 65536; v++)
+        if (pm[v] && !m->map_to_ref[v])
+            list_add(&l[cli_class_name(ml, v) ? 3 : 2], v, cli_class_name(ml, v), NULL);
+    int bad = add_note(m, "reference classes without a name (no class of the class map pairs "
+                       "with them)", &l[0]) ||
+              add_note(m, "reference classes without a class of that name in the class map "
+                       "(none of their pixels can be right)", &l[1]) ||
+              add_note(m, "class-map classes without a name, predicted on reference pixels "
+                       "(counted as other)", &l[2]) ||
+              add_note(m, "class-map classes without a class of that name in the reference, "
+                       "predicted on reference pixels (counted as other)", &l[3]);
+    free(l);
+    return bad;
+}
+
+/* By number: the classes whose two names disagree. */
+static int compare_names(const hyprof_legend_t *ml, const hyprof_legend_t *rl, const uint8_t *pr,
+                         cli_match_t *m)
+{
+    class_list_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return -1;
+    for (int v = 1; v < 65536; v++) {
+        const char *mn = pr[v] ? cli_class_name(ml, v) : NULL, *rn = cli_class_name(rl, v);
+        if (mn && rn && !same_name(mn, rn))
+            list_add(l, v, rn, mn);
+    }
+    int bad = add_note(m, "classes matched by number whose names disagree (reference name "
+                       "first)", l);
+    free(l);
+    return bad;
+}
+
+int cli_match_classes(const char *op, const char *mode, const char *map_path,
+                      const hyprof_legend_t *map_legend, const uint8_t *present_map,
+                      const char *ref_path, const hyprof_legend_t *ref_legend,
+                      const uint8_t *present_ref, cli_match_t *m)
+{
+    memset(m, 0, sizeof *m);
+    char mdup[600] = "", rdup[600] = "";
+    int map_named = names_of(map_legend, NULL, mdup, sizeof mdup);
+    int ref_named = names_of(ref_legend, present_ref, rdup, sizeof rdup);
+    const char *missing = !map_named && !ref_named ? "neither the class map nor the reference "
+                                                     "names its classes"
+                          : !map_named             ? "the class map has no class names"
+                          : !ref_named             ? "the reference has no class names"
+                                                   : NULL;
+    char why[700] = "";
+    if (missing)
+        snprintf(why, sizeof why, "%s", missing);
+    else if (*mdup || *rdup)
+        snprintf(why, sizeof why, "in the %s, %s", *rdup ? "reference" : "class map",
+                 *rdup ? rdup : mdup);
+    if (strcmp(mode, "names") == 0 && *why) {
+        const char *side = !ref_named || *rdup ? "reference" : "class map";
+        const char *path = !ref_named || *rdup ? ref_path : map_path;
+        cli_error(op, "--match names: the %s '%s' cannot be matched by name: %s", side, path,
+                  why);
+        return EXIT_USAGE;
+    }
+    m->by_names = strcmp(mode, "numbers") != 0 && !*why;
+    m->fallback = strcmp(mode, "auto") == 0 && *why && (map_named || ref_named);
+    if (strcmp(mode, "numbers") == 0)
+        snprintf(m->how, sizeof m->how, "classes matched by number, as asked (--match numbers)");
+    else if (m->by_names)
+        snprintf(m->how, sizeof m->how, "classes matched by name (case and whitespace "
+                 "ignored)%s", strcmp(mode, "auto") == 0 ? ": both sides name their classes"
+                                                         : ", as asked");
+    else
+        snprintf(m->how, sizeof m->how, "classes matched by number: %.250s", why);
+    int bad = m->by_names ? pair_by_name(map_legend, present_map, ref_legend, present_ref, m)
+                          : compare_names(map_legend, ref_legend, present_ref, m);
+    if (bad) {
+        cli_match_free(m);
+        cli_error(op, "out of memory");
+        return EXIT_RUNTIME;
+    }
+    return EXIT_OK;
+}
