@@ -9,7 +9,7 @@ from qgis.core import QgsProcessingAlgorithm, QgsProcessingException
 from . import runner
 from .engine import EngineError
 from .params import (LAYER_OPTION, PROVIDER_OWNED, RASTER_EXTENSIONS, Param, beside_path,
-                     layer_path, positionals, stdout_output, vector_source)
+                     label, layer_path, positionals, stdout_output, vector_source)
 from .docs import help_url
 from .styling import OutputStyler
 
@@ -71,8 +71,9 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
         return help_url(self._op["name"], self._engine.exe)
 
     def helpString(self):  # noqa: N802
-        rows = "".join("<li><b>%s</b>: %s</li>" % (p.name, html.escape(p.reg.get("help", "")))
-                       for p in self._params)
+        rows = "".join("<li><b>%s</b> (%s, <code>--%s</code>): %s</li>"
+                       % (html.escape(label(p.reg)), p.name, p.reg["name"],
+                          html.escape(p.reg.get("help", ""))) for p in self._params)
         return self.shortHelpString() + "<ul>%s</ul>" % rows
 
     # ---- parameters -----------------------------------------------------------------
