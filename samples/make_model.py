@@ -54,12 +54,20 @@ def ops_by_name(reg):
     return ops
 
 
-def first_param(op, *types, html=False):
-    """The qgis name of op's first parameter of one of `types`."""
+def first_option(op, *types, html=False):
+    """The registry name of op's first parameter of one of `types`."""
     for p in op["params"]:
         if p["type"] in types and (not html or "*.htm" in p.get("file_filter", "").lower()):
-            return p["name"].replace("-", "_")
+            return p["name"]
     return None
+
+
+def first_param(op, *types, html=False):
+    """The Processing name of op's first parameter of one of `types`."""
+    sys.path.insert(0, str(ROOT / "qgis_provider"))
+    from hyprof.params import qgis_name
+    name = first_option(op, *types, html=html)
+    return qgis_name(name) if name else None
 
 
 def first_file(op, kind):
@@ -77,6 +85,11 @@ def html_output(op):
     from hyprof.params import positionals
     html = [f.name for f in positionals(op) if f.output_kind == "html"]
     return html[0] if html else first_param(op, "file_out", html=True)
+
+
+def html_option(op):
+    """The CLI option of assess's HTML report."""
+    return "--" + first_option(op, "file_out", html=True)
 
 
 def build(ops):
@@ -181,7 +194,7 @@ def check_runs(model, work, env, exe):
         subprocess.run([exe] + [str(a) for a in args], check=True, capture_output=True)
 
     def opt(op, kind):
-        return "--" + first_param(ops[op], kind).replace("_", "-")
+        return "--" + first_option(ops[op], kind)
 
     eadp, svm = work / "eadp.tif", work / "ip_eadp.model"
     cli("eadp", cube, eadp)
@@ -203,8 +216,8 @@ def check_runs(model, work, env, exe):
     assert a.max() > 0
     # the same class map file scored by the CLI: the report names it, so the same path
     cli_report = work / "cli_report.html"
-    cli("assess", opt("assess", "raster_in"), test,
-        "--" + html_output(ops["assess"]).replace("_", "-"), cli_report, classes)
+    cli("assess", opt("assess", "raster_in"), test, html_option(ops["assess"]), cli_report,
+        classes)
     assert report.read_bytes() == cli_report.read_bytes(), "the model's report differs"
 
 

@@ -80,7 +80,9 @@ def render(d):
         if op["group"] != group:
             group = op["group"]
             out += ["", f"## {group}"]
-        out += ["", f"### `{op['name']}` — {op['summary']}", "", "```", synopsis(op), "```", "",
+        # the explicit anchor is what the QGIS provider's help URLs point at
+        out += ["", f"<a id=\"op-{op['name']}\"></a>", "",
+                f"### `{op['name']}` — {op['summary']}", "", "```", synopsis(op), "```", "",
                 op.get("help", "")]
         if op.get("output", {}).get("description"):
             out += ["", f"Output: {op['output']['description']}"]

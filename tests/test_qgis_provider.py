@@ -42,6 +42,11 @@ from qgis.PyQt.QtCore import QCoreApplication, QSettings  # noqa: E402
 PLUGIN_ROOT = ROOT / "qgis_provider"
 GROUPS = {"Feature extraction", "Profiles", "Unmixing", "Classification"}
 PROVIDER_OWNED = {"progress", "overwrite"}
+
+
+def qgis_name(name):
+    """Processing's name of a registry parameter (the oracle: QGIS' convention)."""
+    return name.replace("-", "_").upper()
 QGIS_PLUGINS = "/usr/share/qgis/python/plugins"  # Processing's own Python
 
 
@@ -72,10 +77,20 @@ def registry():
     return json.loads(r.stdout)
 
 
+_QGIS = {}  # one QgsApplication per process, shared with test_qgis_layers.py
+
+
 @pytest.fixture(scope="module")
-def qgis(tmp_path_factory):
+def qgis(tmp_path_factory, request):
     """An offscreen QgsApplication with Processing and the plugin loaded the
-    way qgis_process loads it (classFactory(None) + initProcessing())."""
+    way qgis_process loads it (classFactory(None) + initProcessing()).
+
+    Started once per process: QGIS cannot start again after exitQgis(), so
+    the modules that use it (this one and test_qgis_layers.py) share it, and
+    it stops when pytest ends."""
+    if _QGIS:
+        yield _QGIS
+        return
     home = tmp_path_factory.mktemp("qgis-profile")
     # QgsSettings of this process go to a private file, not the user's profile
     QCoreApplication.setOrganizationName("hyprof-tests")
@@ -93,11 +108,17 @@ def qgis(tmp_path_factory):
     plugin = hyprof.classFactory(None)
     plugin.initProcessing()
     import processing
-    yield {"app": app, "plugin": plugin, "provider": plugin.provider, "processing": processing}
-    plugin.unload()
-    app.exitQgis()  # every QgsRasterLayer of the tests is deleted by now
+    _QGIS.update(app=app, plugin=plugin, provider=plugin.provider, processing=processing)
+    request.config.add_cleanup(_stop_qgis)
+    yield _QGIS
+
+
+def _stop_qgis():
+    _QGIS["plugin"].unload()
+    _QGIS["app"].exitQgis()  # every QgsRasterLayer of the tests is deleted by now
+    _QGIS.clear()
     # exitQgis() destroys GDAL's driver manager: register the drivers again for
-    # the tests that run after these in the same process.
+    # anything that runs after these in the same process.
     from osgeo import gdal, ogr
     gdal.AllRegister()
     ogr.RegisterAll()
@@ -174,12 +195,13 @@ def _expected_type(p):
     if t == "file_out":
         return "rasterDestination" if "*.tif" in f else "fileDestination"
     return {"choice": "enum", "bool": "boolean", "file_in": "file",
-            "raster_in": "raster", "raster_out": "rasterDestination"}.get(t, "string")
+            "raster_in": "raster", "raster_out": "rasterDestination",
+            "vector_in": "source", "field": "field"}.get(t, "string")
 
 
 def _check_param(alg, p, advanced):
     """Mismatches between one registry parameter and its Processing definition."""
-    name = p["name"].replace("-", "_")
+    name = qgis_name(p["name"])
     d = alg.parameterDefinition(name)
     if d is None:
         return ["%s: no parameter %s" % (alg.name(), name)]
@@ -215,6 +237,8 @@ def _check_param(alg, p, advanced):
         want("file filter", d.fileFilter(), p["file_filter"])
     elif p["type"] in ("string", "int_list", "float_list"):
         want("default", d.defaultValue(), default)
+    elif p["type"] == "field":
+        want("parent", d.parentLayerParameterName(), qgis_name(p["parent"]))
     return bad
 
 
@@ -245,7 +269,7 @@ def _check_files(alg, op):
             for name, kind in _files(op) if kind != "raster_in"}
     for p in op["params"]:
         if p["type"] == "file_out":
-            want[p["name"].replace("-", "_")] = (
+            want[qgis_name(p["name"])] = (
                 "outputRaster" if "*.tif" in p.get("file_filter", "") else
                 "outputHtml" if "*.htm" in p.get("file_filter", "") else "outputFile")
     if "on stdout" in op.get("result", ""):
@@ -259,16 +283,19 @@ def test_parameters_match_the_registry(qgis, registry):
     bad = []
     for op in registry["operations"]:
         alg = QgsApplication.processingRegistry().algorithmById("hyprof:" + op["name"])
-        for p in op["params"]:
+        # with a vector input, the provider names the layer itself (no "layer")
+        vector = any(p["type"] == "vector_in" for p in op["params"])
+        params = [p for p in op["params"] if not (vector and p["name"] == "layer")]
+        for p in params:
             bad += _check_param(alg, p, False)
         for p in registry["common"]:
             if p["name"] in PROVIDER_OWNED:
-                assert alg.parameterDefinition(p["name"]) is None
+                assert alg.parameterDefinition(qgis_name(p["name"])) is None
             else:
                 bad += _check_param(alg, p, True)
         bad += _check_files(alg, op)
         files = {name for name, _ in _files(op)}
-        names = {p["name"].replace("-", "_") for p in op["params"] + registry["common"]}
+        names = {qgis_name(p["name"]) for p in params + registry["common"]}
         extra = {d.name() for d in alg.parameterDefinitions()} - names - files
         assert extra == set(), "%s has parameters the registry lacks: %s" % (op["name"], extra)
     assert not bad, "\n".join(bad)
@@ -287,18 +314,18 @@ def test_the_classification_operations_are_mapped(qgis, registry):
     def types(name):
         return {d.name(): d.type() for d in alg(name).parameterDefinitions()
                 if d.name() in ("FEATURES", "MODEL", "OUTPUT", "CLASSMAP", "TRAIN", "TEST",
-                                "INPUT", "reference", "labels", "model", "html")}
+                                "INPUT", "REFERENCE", "LABELS", "MODEL", "HTML")}
 
     assert types("train") == {"FEATURES": "raster", "MODEL": "fileDestination",
-                              "labels": "raster"}
+                              "LABELS": "raster"}
     assert types("classify") == {"FEATURES": "raster", "OUTPUT": "rasterDestination",
-                                 "model": "file"}
-    assert types("assess") == {"CLASSMAP": "raster", "reference": "raster",
-                               "html": "fileDestination"}
+                                 "MODEL": "file"}
+    assert types("assess") == {"CLASSMAP": "raster", "REFERENCE": "raster",
+                               "HTML": "fileDestination"}
     assert types("split") == {"TRAIN": "rasterDestination", "TEST": "rasterDestination",
-                              "reference": "raster"}
+                              "REFERENCE": "raster"}
     outs = {o.name(): o for o in alg("assess").outputDefinitions()}
-    assert isinstance(outs["html"], QgsProcessingOutputHtml)
+    assert isinstance(outs["HTML"], QgsProcessingOutputHtml)
     assert outs["REPORT"].type() == "outputString"
     assert alg("train").outputDefinition("MODEL").type() == "outputFile"
     for name in ("train", "classify", "assess", "split"):
@@ -330,14 +357,14 @@ def test_mapping_of_outputs_other_than_a_raster(qgis, registry):
     engine = Engine(None, "not needed here", {"operations": [op], "common": []})
     alg = HyprofAlgorithm(op, engine).create()
     types = {d.name(): d.type() for d in alg.parameterDefinitions()}
-    assert types == {"INPUT": "raster", "reference": "raster", "model": "file",
-                     "report": "fileDestination", "confusion": "rasterDestination",
-                     "novel": "string", "OUTPUT": "fileDestination"}
+    assert types == {"INPUT": "raster", "REFERENCE": "raster", "MODEL": "file",
+                     "REPORT": "fileDestination", "CONFUSION": "rasterDestination",
+                     "NOVEL": "source", "OUTPUT": "fileDestination"}
     outs = {o.name(): o for o in alg.outputDefinitions()}
     assert isinstance(outs["OUTPUT"], QgsProcessingOutputHtml)
-    assert isinstance(outs["report"], QgsProcessingOutputHtml)
-    assert outs["confusion"].type() == "outputRaster"
-    assert alg.parameterDefinition("model").fileFilter() == "SVM model (*.svm)"
+    assert isinstance(outs["REPORT"], QgsProcessingOutputHtml)
+    assert outs["CONFUSION"].type() == "outputRaster"
+    assert alg.parameterDefinition("MODEL").fileFilter() == "SVM model (*.svm)"
     model = dict(op, output={"name": "OUTPUT", "type": "raster",
                              "description": "model: the trained SVM"})
     alg = HyprofAlgorithm(model, engine).create()
@@ -351,14 +378,14 @@ def test_mapping_of_outputs_other_than_a_raster(qgis, registry):
 
 RUNS = [
     # (op, Processing parameters, the same as CLI options)
-    ("eadp", {"count": 2, "components": 3, "step": 30.5, "diffusivity": "g1"},
+    ("eadp", {"COUNT": 2, "COMPONENTS": 3, "STEP": 30.5, "DIFFUSIVITY": "g1"},
      ["--count", "2", "--components", "3", "--step", "30.5", "--diffusivity", "g1"]),
-    ("eadp", {"reduction": "dwt", "wavelet": "db2", "levels": 3, "times": "10,25.5",
-              "backend": "cpu"},
+    ("eadp", {"REDUCTION": "dwt", "WAVELET": "db2", "LEVELS": 3, "TIMES": "10,25.5",
+              "BACKEND": "cpu"},
      ["--reduction", "dwt", "--wavelet", "db2", "--levels", "3", "--times", "10,25.5",
       "--backend", "cpu"]),
-    ("pca", {"components": 4}, ["--components", "4"]),
-    ("eap", {"area_thresholds": "10,50", "connectivity": "8"},
+    ("pca", {"COMPONENTS": 4}, ["--components", "4"]),
+    ("eap", {"AREA_THRESHOLDS": "10,50", "CONNECTIVITY": "8"},
      ["--area-thresholds", "10,50", "--connectivity", "8"]),
 ]
 
@@ -379,14 +406,14 @@ def test_processing_run_equals_the_cli(qgis, tmp_path, op, params, cli):
 
 def test_model_file_output_equals_the_cli(qgis, tmp_path):
     res = qgis["processing"].run("hyprof:pca", {
-        "INPUT": str(sample("samson.tif")), "components": 3, "save_model": str(tmp_path / "q.pca"),
+        "INPUT": str(sample("samson.tif")), "COMPONENTS": 3, "SAVE_MODEL": str(tmp_path / "q.pca"),
         "OUTPUT": str(tmp_path / "q.tif")}, feedback=Feedback())
-    assert res["save_model"] == str(tmp_path / "q.pca")
+    assert res["SAVE_MODEL"] == str(tmp_path / "q.pca")
     run_ok("pca", "--components", "3", "--save-model", tmp_path / "c.pca", sample("samson.tif"),
            tmp_path / "c.tif")
     assert (tmp_path / "q.pca").read_bytes() == (tmp_path / "c.pca").read_bytes()
     # and the model applies through the file_in parameter
-    qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "model": str(tmp_path / "q.pca"),
+    qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "MODEL": str(tmp_path / "q.pca"),
                                           "OUTPUT": str(tmp_path / "applied.tif")})
     assert_same_raster(tmp_path / "applied.tif", tmp_path / "c.tif")
 
@@ -413,15 +440,15 @@ def pines(qgis, registry, tmp_path_factory):
 def test_train_and_classify_equal_the_cli(qgis, pines, tmp_path):
     run = qgis["processing"].run
     res = run("hyprof:train", {"FEATURES": str(pines / "pc.tif"),
-                               "labels": str(pines / "indian_pines_train.tif"),
-                               "grid": SMALL_GRID, "MODEL": str(tmp_path / "q.model")},
+                               "LABELS": str(pines / "indian_pines_train.tif"),
+                               "GRID": SMALL_GRID, "MODEL": str(tmp_path / "q.model")},
               feedback=Feedback())
     assert res["MODEL"] == str(tmp_path / "q.model")
     run_ok("train", "--labels", pines / "indian_pines_train.tif", "--grid", SMALL_GRID,
            pines / "pc.tif", tmp_path / "c.model")
     assert (tmp_path / "q.model").read_bytes() == (tmp_path / "c.model").read_bytes()
     res = run("hyprof:classify", {"FEATURES": str(pines / "pc.tif"),
-                                  "model": str(tmp_path / "q.model"),
+                                  "MODEL": str(tmp_path / "q.model"),
                                   "OUTPUT": str(tmp_path / "q.tif")}, feedback=Feedback())
     assert res["OUTPUT"] == str(tmp_path / "q.tif")
     run_ok("classify", "--model", tmp_path / "c.model", pines / "pc.tif", tmp_path / "c.tif")
@@ -443,13 +470,13 @@ def test_assess_report_equals_the_cli(qgis, pines, tmp_path):
     cli_html = report.read_bytes()
     report.unlink()
     res = qgis["processing"].run("hyprof:assess", {
-        "CLASSMAP": str(classes), "reference": str(ref), "html": str(report)},
+        "CLASSMAP": str(classes), "REFERENCE": str(ref), "HTML": str(report)},
         feedback=Feedback())
     assert res["REPORT"] == cli.stdout and "kappa" in cli.stdout
-    assert res["html"] == str(report)
+    assert res["HTML"] == str(report)
     assert report.read_bytes() == cli_html
     res = qgis["processing"].run("hyprof:assess", {
-        "CLASSMAP": str(classes), "reference": str(ref), "json": True}, feedback=Feedback())
+        "CLASSMAP": str(classes), "REFERENCE": str(ref), "JSON": True}, feedback=Feedback())
     cli = run_ok("assess", "--reference", ref, "--json", classes)
     assert json.loads(res["REPORT"]) == json.loads(cli.stdout)
     assert json.loads(res["REPORT"])["pixels"] == 9554
@@ -457,7 +484,7 @@ def test_assess_report_equals_the_cli(qgis, pines, tmp_path):
 
 def test_split_writes_both_rasters_like_the_cli(qgis, pines, tmp_path):
     res = qgis["processing"].run("hyprof:split", {
-        "reference": str(pines / "indian_pines_gt.tif"), "per_class": 10, "seed": 7,
+        "REFERENCE": str(pines / "indian_pines_gt.tif"), "PER_CLASS": 10, "SEED": 7,
         "TRAIN": str(tmp_path / "q_train.tif"), "TEST": str(tmp_path / "q_test.tif")},
         feedback=Feedback())
     assert (res["TRAIN"], res["TEST"]) == (str(tmp_path / "q_train.tif"),
@@ -478,7 +505,7 @@ def test_class_map_output_loads_as_a_paletted_layer(qgis, pines, tmp_path):
     context = QgsProcessingContext()
     context.setProject(QgsProject.instance())
     qgis["processing"].run("hyprof:classify", {
-        "FEATURES": str(pines / "pc.tif"), "model": str(tmp_path / "m.model"),
+        "FEATURES": str(pines / "pc.tif"), "MODEL": str(tmp_path / "m.model"),
         "OUTPUT": QgsProcessingOutputLayerDefinition(out, QgsProject.instance())},
         context=context, feedback=Feedback())
     assert context.willLoadLayerOnCompletion(out)
@@ -504,25 +531,25 @@ def test_unmix_side_files_are_outputs(qgis, registry, tmp_path):
     returned as outputs; named ones go where they are named."""
     if "unmix" not in {o["name"] for o in registry["operations"]}:
         pytest.skip("unmix is not in describe --json")
-    params = {"INPUT": str(sample("samson.tif")), "endmembers": "3", "extract": "vca"}
+    params = {"INPUT": str(sample("samson.tif")), "ENDMEMBERS": "3", "EXTRACT": "vca"}
     res = qgis["processing"].run("hyprof:unmix", dict(params, OUTPUT=str(tmp_path / "q.tif")),
                                  feedback=Feedback())
-    assert res["endmembers_csv"] == str(tmp_path / "q.csv")
-    assert res["endmembers_json"] == str(tmp_path / "q.json")
+    assert res["ENDMEMBERS_CSV"] == str(tmp_path / "q.csv")
+    assert res["ENDMEMBERS_JSON"] == str(tmp_path / "q.json")
     run_ok("unmix", "--endmembers", "3", "--extract", "vca", sample("samson.tif"),
            tmp_path / "c.tif")
     assert_same_raster(tmp_path / "q.tif", tmp_path / "c.tif")
     assert (tmp_path / "q.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
     res = qgis["processing"].run("hyprof:unmix", dict(
-        params, OUTPUT=str(tmp_path / "n.tif"), endmembers_csv=str(tmp_path / "named.csv")),
+        params, OUTPUT=str(tmp_path / "n.tif"), ENDMEMBERS_CSV=str(tmp_path / "named.csv")),
         feedback=Feedback())
-    assert res["endmembers_csv"] == str(tmp_path / "named.csv")
+    assert res["ENDMEMBERS_CSV"] == str(tmp_path / "named.csv")
     assert (tmp_path / "named.csv").read_bytes() == (tmp_path / "c.csv").read_bytes()
 
 
 def test_profile_stack_keeps_band_names(qgis, tmp_path):
     out = tmp_path / "p.tif"
-    qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "count": 1, "components": 2,
+    qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "COUNT": 1, "COMPONENTS": 2,
                                            "OUTPUT": str(out)})
     _, names, _ = read_tif(out)
     layer = QgsRasterLayer(str(out), "p", "gdal")
@@ -556,15 +583,16 @@ def test_class_map_is_styled_with_its_classes(qgis, tmp_path):
 
 
 def test_outputs_loaded_into_a_project_get_the_styler(qgis, tmp_path):
-    """Raster outputs that Processing will load carry the post-processor that
-    styles class maps (it leaves a profile stack's renderer alone)."""
+    """Raster outputs that Processing will load carry the post-processor: a
+    stack of features is shown as one grey band stretched to its range
+    (QGIS' default would be a false-colour RGB of bands 1-3)."""
     from qgis.core import QgsProcessingOutputLayerDefinition, QgsProject
     from hyprof.styling import OutputStyler
     out = str(tmp_path / "loaded.tif")
     context = QgsProcessingContext()
     context.setProject(QgsProject.instance())
     qgis["processing"].run("hyprof:pca", {
-        "INPUT": str(sample("samson.tif")), "components": 3,
+        "INPUT": str(sample("samson.tif")), "COMPONENTS": 3,
         "OUTPUT": QgsProcessingOutputLayerDefinition(out, QgsProject.instance())},
         context=context, feedback=Feedback())
     assert context.willLoadLayerOnCompletion(out)
@@ -574,9 +602,17 @@ def test_outputs_loaded_into_a_project_get_the_styler(qgis, tmp_path):
     before = type(layer.renderer()).__name__
     fb = Feedback()
     styler.postProcessLayer(layer, context, fb)
-    after = type(layer.renderer()).__name__
-    del layer
-    assert after == before and not fb.infos
+    r = layer.renderer()
+    after = type(r).__name__
+    ce = r.contrastEnhancement()
+    shown = (r.grayBand(), ce.minimumValue(), ce.maximumValue())
+    del layer, r, ce
+    assert before == "QgsMultiBandColorRenderer"
+    assert after == "QgsSingleBandGrayRenderer"
+    pc1 = read_tif(out)[0][0]
+    assert shown == (1, pytest.approx(float(np.nanmin(pc1)), rel=1e-6),
+                     pytest.approx(float(np.nanmax(pc1)), rel=1e-6))
+    assert any("band 1 of 3 shown in grey" in i for i in fb.infos), fb.infos
 
 
 def test_cancel_stops_the_executable_and_leaves_no_output(qgis, tmp_path):
@@ -585,7 +621,7 @@ def test_cancel_stops_the_executable_and_leaves_no_output(qgis, tmp_path):
     with pytest.raises(QgsProcessingException) as e:
         # a long run: many FED cycles on the larger sample, one thread
         qgis["processing"].run("hyprof:eadp", {
-            "INPUT": str(sample("indian_pines.tif")), "cycles": 200, "count": 16, "threads": 1,
+            "INPUT": str(sample("indian_pines.tif")), "CYCLES": 200, "COUNT": 16, "THREADS": 1,
             "OUTPUT": str(out)}, feedback=fb)
     assert fb.isCanceled()
     messages = " ".join(fb.warnings + fb.infos + [str(e.value)])
@@ -599,21 +635,21 @@ def test_cancel_stops_the_executable_and_leaves_no_output(qgis, tmp_path):
 def test_a_bad_list_value_is_refused_before_running(qgis, tmp_path):
     fb = Feedback()
     with pytest.raises(QgsProcessingException):
-        qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "times": "10,abc",
+        qgis["processing"].run("hyprof:eadp", {"INPUT": str(sample("samson.tif")), "TIMES": "10,abc",
                                                "OUTPUT": str(tmp_path / "x.tif")}, feedback=fb)
     assert not fb.commands, "the executable ran"
     assert files_in(tmp_path) == []
     alg = QgsApplication.processingRegistry().algorithmById("hyprof:eadp")
-    ok, msg = alg.checkParameterValues({"INPUT": str(sample("samson.tif")), "times": "10,abc",
+    ok, msg = alg.checkParameterValues({"INPUT": str(sample("samson.tif")), "TIMES": "10,abc",
                                         "OUTPUT": str(tmp_path / "x.tif")},
                                        QgsProcessingContext())
-    assert not ok and "times" in msg and "abc" in msg
+    assert not ok and "TIMES" in msg and "abc" in msg
 
 
 def test_cli_errors_reach_the_log(qgis, tmp_path):
     fb = Feedback()
     with pytest.raises(QgsProcessingException):
-        qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "components": 100000,
+        qgis["processing"].run("hyprof:pca", {"INPUT": str(sample("samson.tif")), "COMPONENTS": 100000,
                                               "OUTPUT": str(tmp_path / "x.tif")}, feedback=fb)
     assert any("components" in w for w in fb.warnings), fb.warnings
     assert files_in(tmp_path) == []

@@ -8,8 +8,9 @@ from qgis.core import QgsProcessingAlgorithm, QgsProcessingException
 
 from . import runner
 from .engine import EngineError
-from .params import (PROVIDER_OWNED, RASTER_EXTENSIONS, Param, beside_path, layer_path,
-                     positionals, stdout_output)
+from .params import (LAYER_OPTION, PROVIDER_OWNED, RASTER_EXTENSIONS, Param, beside_path,
+                     label, layer_path, positionals, stdout_output, vector_source)
+from .docs import help_url
 from .styling import OutputStyler
 
 
@@ -22,7 +23,12 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
         super().__init__()
         self._op = op
         self._engine = engine
-        self._params = [Param(p) for p in op.get("params", [])]
+        params = op.get("params", [])
+        # with a vector input the provider names the layer itself (vector_source)
+        vector = any(p["type"] == "vector_in" for p in params)
+        self._layer_option = vector and any(p["name"] == LAYER_OPTION for p in params)
+        self._params = [Param(p) for p in params
+                        if not (self._layer_option and p["name"] == LAYER_OPTION)]
         self._params += [Param(p, advanced=True) for p in engine.common
                          if p["name"] not in PROVIDER_OWNED]
         self._files = positionals(op)
@@ -61,9 +67,13 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
                         self._op["name"]))
         return "".join(parts)
 
+    def helpUrl(self):  # noqa: N802
+        return help_url(self._op["name"], self._engine.exe)
+
     def helpString(self):  # noqa: N802
-        rows = "".join("<li><b>%s</b>: %s</li>" % (p.name, html.escape(p.reg.get("help", "")))
-                       for p in self._params)
+        rows = "".join("<li><b>%s</b> (%s, <code>--%s</code>): %s</li>"
+                       % (html.escape(label(p.reg)), p.name, p.reg["name"],
+                          html.escape(p.reg.get("help", ""))) for p in self._params)
         return self.shortHelpString() + "<ul>%s</ul>" % rows
 
     # ---- parameters -----------------------------------------------------------------
@@ -81,7 +91,19 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
         if report is not None:
             self.addOutput(report)
 
+    def with_current_names(self, parameters):
+        """`parameters` with the lower-case names of earlier versions
+        (class_field, from saved scripts and qgis_process command lines)
+        renamed to the current ones (CLASS_FIELD); a current name wins."""
+        out = dict(parameters)
+        for p in self._params:
+            if p.legacy != p.name and p.legacy in out:
+                value = out.pop(p.legacy)
+                out.setdefault(p.name, value)
+        return out
+
     def checkParameterValues(self, parameters, context):  # noqa: N802
+        parameters = self.with_current_names(parameters)
         ok, msg = super().checkParameterValues(parameters, context)
         if not ok:
             return ok, msg
@@ -95,11 +117,12 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
     # ---- running --------------------------------------------------------------------
     def processAlgorithm(self, parameters, context, feedback):  # noqa: N802
         op = self._op["name"]
+        parameters = self.with_current_names(parameters)
         try:
             exe = self._engine.require(op)
         except EngineError as e:
             raise QgsProcessingException(str(e)) from e
-        argv, outputs = self._command(exe, parameters, context)
+        argv, outputs = self._command(exe, parameters, context, feedback)
         res = runner.run(argv, feedback)
         if res.cancelled:
             runner.remove_leftovers([v for v, _ in outputs.values()], res.pid)
@@ -118,11 +141,18 @@ class HyprofAlgorithm(QgsProcessingAlgorithm):
             results[report.name()] = res.stdout
         return results
 
-    def _command(self, exe, parameters, context):
+    def _command(self, exe, parameters, context, feedback):
         """argv (a list, never a shell string) and {output name: (path, is_raster)}."""
         argv = [exe, self._op["name"], "--progress", "json", "--overwrite"]
         outputs = {}
         for p in self._params:
+            if p.type == "vector_in":
+                path, layer = vector_source(self, parameters, p.name, context, feedback)
+                if path:
+                    argv += p.cli(path)
+                    if layer and self._layer_option:
+                        argv.append("--%s=%s" % (LAYER_OPTION, layer))
+                continue
             v = p.value(self, parameters, context)
             if v is not None:
                 argv += p.cli(v)

@@ -11,6 +11,10 @@ bool                 Boolean                                 --name=true|false
 string               String                                  --name=TEXT
 int_list, float_list String, each element checked           --name=A,B,...
 file_in              File (the registry's file filter)       --name=PATH
+vector_in            Feature source (points, polygons; any   --name=PATH (+ --layer=NAME)
+                     provider, "selected features only")
+field                Field of the vector_in parameter named  --name=FIELD
+                     in the registry's "parent"
 file_out             File destination (filter); an HTML      --name=PATH
                      filter gives an HTML output, a raster
                      filter (*.tif) a raster destination
@@ -44,6 +48,18 @@ raster -> GeoTIFF raster destination; html/report -> HTML file destination
 with the entry's "file_filter" (or one made from "format"); "none" or no
 entry -> no OUTPUT.
 
+A feature source that is not a file GDAL reads as it is (a memory or PostGIS
+layer, the selected features only, a subset) is written to a temporary
+GeoPackage first (the CLI reprojects it to the raster's grid); the layer name
+inside a multi-layer file goes to the operation's `layer` option, which the
+provider therefore sets itself instead of showing it.
+
+Names: Processing's convention, UPPER_CASE with underscores (--class-field ->
+CLASS_FIELD); the lower-case names of earlier versions (class_field) are still
+accepted from scripts and qgis_process (HyprofAlgorithm.with_current_names). Labels are written
+for people from the registry name (acronyms upper-case; a float parameter whose
+range lies within 0..1 says it is a fraction).
+
 Values equal to the registry's default are not passed: the CLI then applies
 its own default rules (e.g. eap's --features is used unless --levels is
 given), exactly as on the command line without the option.
@@ -58,6 +74,8 @@ from qgis.core import (
     QgsProcessingParameterBoolean,
     QgsProcessingParameterDefinition,
     QgsProcessingParameterEnum,
+    QgsProcessingParameterFeatureSource,
+    QgsProcessingParameterField,
     QgsProcessingParameterFile,
     QgsProcessingParameterFileDestination,
     QgsProcessingParameterNumber,
@@ -65,6 +83,7 @@ from qgis.core import (
     QgsProcessingParameterRasterLayer,
     QgsProcessingParameterString,
     QgsProcessingOutputString,
+    QgsProcessing,
 )
 
 # Common options the provider sets itself: progress is always JSON lines, and
@@ -74,15 +93,54 @@ RASTER_EXTENSIONS = ("tif", "tiff")
 HTML_FILTER = "HTML files (*.html *.htm)"
 
 
+# Vector formats the CLI reads through GDAL as they are; a layer of any other
+# kind (or a selection, a subset) is written to a temporary GeoPackage first.
+VECTOR_FORMATS = ["gpkg", "shp", "geojson", "json", "kml", "gml", "fgb", "sqlite"]
+# The option naming the layer of a multi-layer vector file (train, assess).
+LAYER_OPTION = "layer"
+
+
 def qgis_name(name):
-    """Registry names use dashes (save-model); Processing names are used as
-    model variables (@save_model), so dashes become underscores."""
-    return name.replace("-", "_")
+    """Processing's name for a registry name: UPPER_CASE, dashes to
+    underscores (class-field -> CLASS_FIELD; also usable as @CLASS_FIELD)."""
+    return name.replace("-", "_").upper()
 
 
-def label(name):
-    text = name.replace("-", " ").replace("_", " ")
-    return text[:1].upper() + text[1:]
+def legacy_name(name):
+    """The name earlier versions of the provider used (class_field)."""
+    return name.replace("-", "_").lower()
+
+
+# Words written as people write them (acronyms, names, words joined in
+# positional names); every other word is kept in lower case.
+_WORDS = {"pca": "PCA", "dwt": "DWT", "elm": "ELM", "svm": "SVM", "crs": "CRS",
+          "hysime": "HySime", "rmse": "RMSE", "fcls": "FCLS", "nnls": "NNLS", "vca": "VCA",
+          "sspp": "SSPP", "emp": "EMP", "eap": "EAP", "eadp": "EADP", "cuda": "CUDA",
+          "gpu": "GPU", "cpu": "CPU", "csv": "CSV", "json": "JSON", "html": "HTML",
+          "rgb": "RGB", "id": "ID", "kmeans": "k-means", "classmap": "class map",
+          "se": "structuring element", "std": "standard deviation", "c": "C"}
+
+
+def _is_fraction(reg):
+    """A float whose whole range lies within 0..1 (contrast-percentile 1e-6..0.999999)."""
+    return (reg.get("type") == "float" and _has_range(reg)
+            and 0 <= reg["min"] and reg["max"] <= 1)
+
+
+def label(reg_or_name):
+    """The label shown for a registry parameter (a dict) or a positional name:
+    "elm-c" -> "ELM C", "contrast-percentile" -> "Contrast percentile (fraction 0-1)"."""
+    reg = reg_or_name if isinstance(reg_or_name, dict) else {"name": reg_or_name}
+    words = [_WORDS.get(w, w) for w in re.split(r"[-_ ]+", reg["name"].lower()) if w]
+    text = " ".join(words)
+    text = text[:1].upper() + text[1:]
+    if _is_fraction(reg):
+        text += " (fraction %s-%s)" % (_num(math.floor(reg["min"])), _num(math.ceil(reg["max"])))
+    return text
+
+
+def _num(v):
+    return "%g" % v
 
 
 def _is_raster_filter(file_filter):
@@ -104,6 +162,7 @@ class Param:
     def __init__(self, reg, advanced=False):
         self.reg = reg
         self.name = qgis_name(reg["name"])
+        self.legacy = legacy_name(reg["name"])
         self.type = reg["type"]
         self.default = reg.get("default")
         self.required = bool(reg.get("required"))
@@ -121,7 +180,7 @@ class Param:
         return d
 
     def _make(self):
-        t, n, lab, opt = self.type, self.name, label(self.reg["name"]), not self.required
+        t, n, lab, opt = self.type, self.name, label(self.reg), not self.required
         if t in ("int", "float"):
             kind = (QgsProcessingParameterNumber.Integer if t == "int"
                     else QgsProcessingParameterNumber.Double)
@@ -151,6 +210,14 @@ class Param:
                                                          not opt)
         if t == "raster_in":
             return QgsProcessingParameterRasterLayer(n, lab, self.default, opt)
+        if t == "vector_in":
+            return QgsProcessingParameterFeatureSource(
+                n, lab, [QgsProcessing.TypeVectorPoint, QgsProcessing.TypeVectorPolygon],
+                self.default, opt)
+        if t == "field":
+            return QgsProcessingParameterField(
+                n, lab, self.default, qgis_name(self.reg.get("parent", "")),
+                QgsProcessingParameterField.Any, False, opt)
         # string, the lists, and types this provider does not know yet
         return QgsProcessingParameterString(n, lab, self.default, False,
                                             opt)
@@ -196,6 +263,11 @@ class Param:
             v = alg.parameterAsFileOutput(parameters, n, context)
         elif t == "raster_in":
             v = layer_path(alg.parameterAsRasterLayer(parameters, n, context), n)
+        elif t == "field":
+            fields = alg.parameterAsFields(parameters, n, context)
+            v = fields[0] if fields else None
+        elif t == "vector_in":
+            raise AssertionError("vector_in values come from vector_source()")
         else:
             v = alg.parameterAsString(parameters, n, context)
         if v is None or v == "":
@@ -233,6 +305,24 @@ def layer_path(layer, name):
             "%s: layer '%s' comes from the '%s' provider; hyprof reads files through "
             "GDAL: save it as a GeoTIFF first" % (name, layer.name(), layer.providerType()))
     return layer.source()
+
+
+def vector_source(alg, parameters, name, context, feedback):
+    """(path, layer name) of a feature source parameter as a file GDAL reads:
+    the layer's own file when it is one (and no selection or subset applies),
+    else a temporary GeoPackage holding the features the parameter selects."""
+    if parameters.get(name) is None:
+        return None, None
+    source = alg.parameterAsSource(parameters, name, context)
+    if source is None:
+        raise QgsProcessingException("%s: '%s' is not a vector layer"
+                                     % (name, parameters.get(name)))
+    path, layer = alg.parameterAsCompatibleSourceLayerPathAndLayerName(
+        parameters, name, context, VECTOR_FORMATS, "gpkg", feedback)
+    if not path:
+        raise QgsProcessingException("%s: cannot write '%s' to a file hyprof reads"
+                                     % (name, parameters.get(name)))
+    return path, layer or None
 
 
 # ---- the operation's positional OUTPUT ------------------------------------------------
@@ -276,7 +366,7 @@ class Positional:
         self.is_raster_output = kind == "raster_out"
 
     def definition(self):
-        lab = label(self.name.lower())
+        lab = label(self.name)
         if self.kind == "raster_in":
             d = QgsProcessingParameterRasterLayer(self.name, lab)
         elif self.kind == "raster_out":
