@@ -25,21 +25,23 @@ _DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.uint8):
 class Result(np.ndarray):
     """A float32 array (bands, rows, cols) with `band_names` (one str per band,
     as the CLI names the output bands), `mask` (bool (rows, cols), True =
-    valid, or None when every pixel is valid; invalid pixels hold NaN),
-    `metadata` (dict of the operation's items) and `backend` (where it ran)."""
+    valid, or None when every pixel is valid),
+    `metadata` (dict of the operation's items), `backend` (where it ran) and
+    `nodata` (the value of invalid pixels: the input's nodata value when one
+    was given, else NaN, as in the CLI's output)."""
 
     def __array_finalize__(self, obj):
-        for a in ("band_names", "mask", "metadata", "backend"):
+        for a in ("band_names", "mask", "metadata", "backend", "nodata"):
             setattr(self, a, getattr(obj, a, None))
 
     def __reduce__(self):  # pickles as a plain array plus the attributes
         base = super().__reduce__()
         return (base[0], base[1], (base[2], self.band_names, self.mask, self.metadata,
-                                   self.backend))
+                                   self.backend, self.nodata))
 
     def __setstate__(self, state):
         super().__setstate__(state[0])
-        self.band_names, self.mask, self.metadata, self.backend = state[1:]
+        self.band_names, self.mask, self.metadata, self.backend, self.nodata = state[1:]
 
 
 def as_array(cube):
@@ -61,7 +63,8 @@ def as_array(cube):
         # a supported dtype in the other byte order keeps its type; other
         # integer widths, float16 and bool become float64 (exact for them)
         a = a.astype(native if native in _DTYPES else np.float64)
-    if any(s == 0 or s % a.itemsize for s in a.strides):  # broadcast or unaligned views
+    if any((s == 0 and n > 1) or s % a.itemsize for s, n in zip(a.strides, a.shape)):
+        # broadcast or unaligned views
         a = np.ascontiguousarray(a)
     return a
 
@@ -99,7 +102,9 @@ class CubeView:
         c.data = a.ctypes.data
         c.dtype = _DTYPES[a.dtype]
         c.width, c.height, c.bands = w, h, nb
-        c.stride_b, c.stride_y, c.stride_x = (s // isz for s in a.strides)
+        # an axis of length 1 may have any stride, 0 included; the library
+        # wants a non-zero one
+        c.stride_b, c.stride_y, c.stride_x = (s // isz if s else 1 for s in a.strides)
         if self.mask is not None:
             c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))
             c.mask_stride_y = w
@@ -164,6 +169,7 @@ def result_from(res, backend):
     out.metadata = {text(res.meta_keys[i]): text(res.meta_values[i]) for i in range(res.nmeta)}
     out.mask = cube_mask(cube)
     out.backend = backend
+    out.nodata = cube.nodata if cube.has_nodata else float("nan")
     if out.mask is not None and not out.mask.all():
-        arr[:, ~out.mask] = cube.nodata if cube.has_nodata else np.nan
+        arr[:, ~out.mask] = out.nodata
     return out

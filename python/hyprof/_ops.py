@@ -149,8 +149,9 @@ class Operation:
         self.params = [ParamInfo(op.params[i]) for i in range(op.nparams)]
         self.by_name = {p.name: p for p in self.params}
 
-    def make_args(self, given):
-        """A hyprof_args_t with the given values (python name -> value) set."""
+    def make_args(self, given, check=True):
+        """A hyprof_args_t with the given values (python name -> value) set;
+        check: fail when a required one is missing."""
         args = C.c_void_p(lib.hyprof_args_new(self.ptr))
         if not args:
             raise MemoryError("hyprof.%s: out of memory" % self.name)
@@ -161,7 +162,7 @@ class Operation:
                     continue
                 if lib.hyprof_args_set(args, p.cname.encode(), p.to_text(self.name, v).encode()):
                     raise ArgumentError(self._py_message(text(lib.hyprof_args_error(args))))
-            if lib.hyprof_args_check(args):
+            if check and lib.hyprof_args_check(args):
                 raise ArgumentError(self._py_message(text(lib.hyprof_args_error(args))))
         except BaseException:
             lib.hyprof_args_free(C.byref(args))

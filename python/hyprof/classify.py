@@ -32,7 +32,7 @@ _TRAIN_FILES = ("labels", "samples", "class_field", "layer")
 
 def _checked(op, given):
     """The parameters checked by the registry's parser: name -> text value."""
-    args = op.make_args({k: v for k, v in given.items() if v is not None})
+    args = op.make_args({k: v for k, v in given.items() if v is not None}, check=False)
     try:
         return {p.name: text(lib.hyprof_args_str(args, p.cname.encode())) for p in op.params}
     finally:

@@ -7,7 +7,8 @@ and return one with the same spatial dimensions, coordinates, attributes and
 CRS (rioxarray's spatial_ref coordinate and grid mapping), its band
 coordinate holding the band names of the command line ('PC1', 'PC1 T=65',
 ...), `long_name` the same names (rioxarray writes them as band
-descriptions) and `_FillValue` NaN. The nodata value is rioxarray's
+descriptions) and `_FillValue` the nodata value (NaN unless the input
+had one, as in the CLI's output). The nodata value is rioxarray's
 (da.rio.nodata) when rioxarray is imported, else the `_FillValue` or
 `nodata` attribute. train, predict and assess work the same way."""
 
@@ -89,7 +90,7 @@ def _wrap(name):
             kw["nodata"] = _nodata(d)
         res = fn(d.values, **kw)
         attrs = _kept_attrs(d)
-        attrs.update({"long_name": tuple(res.band_names), "_FillValue": np.float32(np.nan),
+        attrs.update({"long_name": tuple(res.band_names), "_FillValue": np.float32(res.nodata),
                       "hyprof_operation": name})
         attrs.update({"hyprof_" + k: v for k, v in res.metadata.items()})
         band = d.dims[0] if d.dims[0] not in d.coords or d.dims[0] == "band" else "band"
