@@ -88,15 +88,34 @@ def input_mask(cube, mask, shape):
     return None if m is None else np.ascontiguousarray(m, dtype=np.uint8)
 
 
-class CubeView:
-    """A hyprof_cube_t over an array's memory, keeping the array (and the mask)
-    alive; a mask the library creates (NaN or nodata pixels) is freed with it."""
+def invalid_pixels(a, mask, nodata):
+    """The validity mask (uint8, 1 = valid) with the pixels where a band is
+    NaN, infinite or equal to `nodata` cleared, as when the CLI reads a
+    raster; `mask` itself when there is nothing to clear. The array's min
+    and max (vectorised, no temporary) tell whether any value is NaN or
+    infinite; only then, or with a nodata value, are the bands compared one
+    at a time (a temporary of one band's size)."""
+    finite = a.dtype.kind != "f" or (np.isfinite(a.min()) and np.isfinite(a.max()))
+    if finite and nodata is None:
+        return mask
+    valid = np.ones(a.shape[1:], bool) if mask is None else mask.astype(bool)
+    nd = None if nodata is None else a.dtype.type(nodata) if a.dtype.kind == "f" else nodata
+    for band in a:
+        if not finite:
+            valid &= np.isfinite(band)
+        if nd is not None:
+            valid &= band != nd
+    return valid.view(np.uint8)
 
-    def __init__(self, cube, mask=None, nodata=None, scan=True):
+
+class CubeView:
+    """A hyprof_cube_t over an array's memory, keeping the array and the mask alive."""
+
+    def __init__(self, cube, mask=None, nodata=None):
         a = as_array(cube)
         self.array = a
         nb, h, w = a.shape
-        self.mask = input_mask(cube, mask, (h, w))
+        self.mask = invalid_pixels(a, input_mask(cube, mask, (h, w)), nodata)
         isz = a.itemsize
         c = Cube()
         c.data = a.ctypes.data
@@ -109,24 +128,8 @@ class CubeView:
             c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))
             c.mask_stride_y = w
         if nodata is not None:
-            nd = float(nodata)
-            c.nodata, c.has_nodata = nd, 1
+            c.nodata, c.has_nodata = float(nodata), 1
         self.cube = c
-        # The CLI masks non-finite values and the nodata value on reading;
-        # integers without nodata have nothing to mask.
-        if scan and (a.dtype.kind == "f" or nodata is not None):
-            lib.hyprof_cube_mask_invalid(C.byref(c))
-            if self.mask is None and c.mask:
-                # The library allocated the mask (owned by the cube): viewed
-                # as an array for the caller, freed in __del__.
-                self.mask = np.ctypeslib.as_array(c.mask, shape=(h, w))
-
-    def __del__(self):
-        c = getattr(self, "cube", None)
-        if c is not None and c.owns:
-            c.data = None  # never ours to free
-            lib.hyprof_cube_free(C.byref(c))
-            self.cube = None
 
 
 class _Owner:

@@ -110,7 +110,6 @@ _PROTOTYPES = {
     "hyprof_cuda_device_count": (_I, []),
     "hyprof_cube_free": (None, [C.POINTER(Cube)]),
     "hyprof_cube_check": (_ST, [C.POINTER(Cube), C.c_char_p, _Z]),
-    "hyprof_cube_mask_invalid": (_Z, [C.POINTER(Cube)]),
     "hyprof_op_count": (_Z, []),
     "hyprof_op_at": (C.POINTER(Op), [_Z]),
     "hyprof_op_find": (C.POINTER(Op), [_S]),
