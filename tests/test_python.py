@@ -20,6 +20,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -296,6 +298,21 @@ def test_ctrl_c_cancels_the_running_operation(hp, crops):
     # cancelled at the next progress point, not run to the end
     assert calls[-1] < 1.0
     assert hp.pca(cube, components=2).shape == (2, 40, 48)  # the package still works
+
+
+def test_ctrl_c_without_a_progress_callback(hp):
+    """No Python code runs during the call: Ctrl-C still stops it within a
+    progress point (the whole run takes minutes on one thread)."""
+    cube = gdal.Open(str(INDIAN_PINES)).ReadAsArray()
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            hp.eadp(cube, components=1, count=3000, step=500, threads=1, backend="cpu")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 15
 
 
 def test_xarray_keeps_coordinates_attributes_and_crs(hp, crops, tmp_path):
