@@ -14,6 +14,8 @@ its name `hyprof`, which the QGIS plugin's package also has: the fixture
 puts back whatever `hyprof` modules were loaded before it.
 """
 
+import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -315,11 +317,29 @@ def test_ctrl_c_without_a_progress_callback(hp):
     assert time.monotonic() - t0 < 15
 
 
+@contextlib.contextmanager
+def rasterio_leaks_ignored():
+    """rasterio leaves a GDAL allocation at exit (168 bytes from VSICalloc per
+    opened file, through frames LeakSanitizer's fast unwinder cannot walk up to
+    Python, so the suppressions of scripts/test.sh miss it): under ASan, what
+    rasterio allocates here is not leak-checked. hyprof's calls stay outside."""
+    lsan = None
+    if os.environ.get("HYPROF_UNDER_ASAN") == "1":
+        lsan = ctypes.CDLL(None)
+        lsan.__lsan_disable()
+    try:
+        yield
+    finally:
+        if lsan is not None:
+            lsan.__lsan_enable()
+
+
 def test_xarray_keeps_coordinates_attributes_and_crs(hp, crops, tmp_path):
-    import rioxarray
+    with rasterio_leaks_ignored():
+        import rioxarray
+        da = rioxarray.open_rasterio(crops["ip"])
     import xarray as xr
     hx = importlib.import_module("hyprof.xarray")
-    da = rioxarray.open_rasterio(crops["ip"])
     da.attrs["note"] = "kept"
     out = hx.eadp(da, components=2, count=2, backend="cpu")
     cli = tmp_path / "eadp.tif"
@@ -336,7 +356,8 @@ def test_xarray_keeps_coordinates_attributes_and_crs(hp, crops, tmp_path):
     assert out.attrs["note"] == "kept" and list(out.attrs["long_name"]) == names
     # written by rioxarray: the CLI's band names, georeference and NaN nodata
     written = tmp_path / "xr.tif"
-    out.rio.to_raster(written)
+    with rasterio_leaks_ignored():
+        out.rio.to_raster(written)
     back, back_names = raster(written)
     assert back_names == names
     np.testing.assert_array_equal(back, want)
