@@ -79,7 +79,7 @@ class ParamInfo:
                 raise bad("an integer")
             return str(int(v))
         if self.type == FLOAT:
-            if not number or isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real):
+            if not isinstance(v, numbers.Real) or isinstance(v, bool):
                 raise bad("a real number")
             return repr(float(v))
         if self.type == BOOL:
@@ -98,7 +98,9 @@ class ParamInfo:
             return str(int(v))
         if self.type == STRING and isinstance(v, (list, tuple)):
             return ",".join(str(x) for x in v)
-        raise bad("a string" if self.type != CHOICE else "one of " + self.choices.replace("|", ", "))
+        if self.type == CHOICE:
+            raise bad("one of " + self.choices.replace("|", ", "))
+        raise bad("a string")
 
     def _list_text(self, op, v, bad):
         if isinstance(v, str):
