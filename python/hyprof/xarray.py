@@ -3,7 +3,8 @@
 hyprof.xarray.eadp(da, ...) and the other registry operations take a
 DataArray whose dimensions are (band, y, x) (any names: a dimension called
 'band' goes first, the other two keep their order; a 2-D array is one band)
-and return one with the same spatial dimensions, coordinates, attributes and
+and return one, its first dimension named 'band', with the same spatial
+dimensions, coordinates, attributes and
 CRS (rioxarray's spatial_ref coordinate and grid mapping), its band
 coordinate holding the band names of the command line ('PC1', 'PC1 T=65',
 ...), `long_name` the same names (rioxarray writes them as band
@@ -11,6 +12,8 @@ descriptions) and `_FillValue` the nodata value (NaN unless the input
 had one, as in the CLI's output). The nodata value is rioxarray's
 (da.rio.nodata) when rioxarray is imported, else the `_FillValue` or
 `nodata` attribute. train, predict and assess work the same way."""
+
+import sys
 
 import numpy as np
 import xarray as xr
@@ -35,7 +38,7 @@ def _ordered(da):
 
 
 def _nodata(da):
-    rio = getattr(da, "rio", None) if "rioxarray" in __import__("sys").modules else None
+    rio = getattr(da, "rio", None) if "rioxarray" in sys.modules else None
     nd = None
     if rio is not None:
         try:
@@ -93,8 +96,7 @@ def _wrap(name):
         attrs.update({"long_name": tuple(res.band_names), "_FillValue": np.float32(res.nodata),
                       "hyprof_operation": name})
         attrs.update({"hyprof_" + k: v for k, v in res.metadata.items()})
-        band = d.dims[0] if d.dims[0] not in d.coords or d.dims[0] == "band" else "band"
-        return _spatial(d, np.asarray(res), res.band_names, band, attrs)
+        return _spatial(d, np.asarray(res), res.band_names, "band", attrs)
 
     op.__name__ = op.__qualname__ = name
     op.__module__ = __name__
