@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what hyprof needs on Debian 12 (idempotent; clang and its runtime
 # libraries for the fuzz targets of scripts/fuzz.sh), then configures and
-# builds it in ./build. Used by demo.sh, test.sh and CI.
+# builds it in ./build and installs the Python package `hyprof` (with this
+# build's library) into the user's site-packages, so that
+# `python3 -c "import hyprof"` works. Used by demo.sh, test.sh and CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +12,7 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev
   libgdal-dev gdal-bin python3-gdal libjson-c-dev
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
+  python3-xarray python3-rioxarray python3-tqdm
   qgis python3-qgis qgis-providers
   libsvm-dev python3-libsvm libsvm-tools
   clang libclang-rt-14-dev
@@ -31,3 +34,4 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHYPROF_CUDA="${HYPROF_CUDA:-AUTO}" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "hyprof setup: built $(./build/cli/hyprof --version)"
+cmake --install build --component python | sed -n 's/^-- hyprof Python package: /hyprof setup: Python package in /p'
