@@ -206,6 +206,34 @@ def test_not_run_markers_stand_above_command_blocks():
                 "README line %d: the not-run marker must stand right above a sh/bash/console block" % n
 
 
+def test_skipped_blocks_hold_no_hyprof_commands():
+    """The marker cannot hide an example of hyprof itself from the test (one that
+    needs a GPU excepted: none runs here)."""
+    for lang, first, body, reason in blocks(README.read_text(encoding="utf-8")):
+        if lang in RUN_LANGS and reason is not None and "GPU" not in reason:
+            for line, cmd in commands(lang, first, body):
+                assert not re.search(r"(^|[\s;&|(])(hyprof|qgis_process(\.bin)?|gdal\w*|ogr\w*)\s", cmd), \
+                    "README line %d: '%s' is in a block that is not run (%s)" % (line, cmd, reason)
+
+
+def test_quick_start_is_self_contained_on_the_samples():
+    """The quick start, in the first 100 lines, makes its training polygons from
+    the samples and goes from them to the assessment on the command line and in
+    qgis_process."""
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = next(n for n, l in enumerate(lines) if l.startswith("## Quick start"))
+    end = next(n for n, l in enumerate(lines) if n > start and l.startswith("## "))
+    assert end <= 100, "the quick start ends at line %d (the first 100 lines hold it)" % end
+    quick = [c for _, c in runnable_commands("\n".join(lines[start:end]))]
+    order = ["gdal_polygonize.py ", "ogr2ogr -t_srs ", "hyprof eadp ", "hyprof train --samples ",
+             "hyprof classify ", "hyprof assess ", "qgis_process.bin run hyprof:train ",
+             "qgis_process.bin run samples/hyprof_workflow.model3 "]
+    at = [next((i for i, c in enumerate(quick) if c.startswith(o)), None) for o in order]
+    assert None not in at and at == sorted(at), \
+        "the quick start's commands, in order, should start with %s; found %s" % (order, quick)
+
+
 def test_every_readme_command_runs(tmp_path):
     text = README.read_text(encoding="utf-8")
     cmds = runnable_commands(text)
