@@ -3,6 +3,8 @@
 Which blocks run: the fenced ```sh, ```bash and ```console blocks (in a console
 block, the lines starting with "$ " are commands and the other lines their
 output). Other fences (```c, ```json, a bare ``` synopsis) are not commands.
+A command is one line, or several joined by a backslash at the end of each but
+the last; a line starting with # is a comment.
 A block whose fence line comes right after a line
 
     <!-- not run: REASON -->
@@ -112,7 +114,8 @@ def script(cmds, status, name="README.md"):
 def workspace(tmp):
     """The temporary folder the commands run in (see the module's comment)."""
     exe = Path(exe_path()).resolve()
-    plugin_dir = Path(os.environ.get("GDAL_DRIVER_PATH") or exe.parents[1] / "gdal_driver")
+    given = os.environ.get("GDAL_DRIVER_PATH", "").split(os.pathsep)[0]
+    plugin_dir = Path(given) if given else exe.parents[1] / "gdal_driver"
     shutil.copytree(SAMPLES, tmp / "samples")
     (tmp / "build" / "cli").mkdir(parents=True)
     (tmp / "build" / "cli" / "hyprof").symlink_to(exe)

@@ -83,9 +83,11 @@ def workflow(tmp_path_factory):
     reference = polygons(TEST, d / "reference.gpkg", 3857)
     profile, model, classes = d / "profile.tif", d / "crops.model", d / "classes.tif"
     run_ok("eadp", INDIAN_PINES, profile)
-    run_ok("train", "--samples", fields, "--class-field", FIELD, "--grid", GRID, profile, model)
+    trained = run_ok("train", "--samples", fields, "--class-field", FIELD, "--grid", GRID,
+                     profile, model).stdout
     run_ok("classify", "--model", model, profile, classes)
-    return {"dir": d, "fields": fields, "reference": reference, "classes": classes}
+    return {"dir": d, "fields": fields, "reference": reference, "classes": classes,
+            "train_stdout": trained}
 
 
 def field_names(gpkg):
@@ -116,6 +118,13 @@ def oa_by_name(classes):
 
 def used_classes(classes):
     return sorted(int(v) for v in np.unique(read_band(classes)) if v)
+
+
+def test_polygons_in_another_crs_give_exactly_the_training_pixels(workflow):
+    ds = ogr.Open(str(workflow["fields"]))
+    assert ds.GetLayer(0).GetSpatialRef().GetAuthorityCode(None) == "4326"
+    count = int((read_band(TRAIN) > 0).sum())
+    assert " %d training pixels" % count in workflow["train_stdout"], workflow["train_stdout"]
 
 
 def test_class_names_match_the_training_field(workflow):
