@@ -188,7 +188,6 @@ def assess_json(workflow, *reference):
     return json.loads(r.stdout[r.stdout.index("{"):]), r
 
 
-@pytest.mark.xfail(strict=True, reason="needs --match (classes matched by name) from helper assess")
 def test_assess_matches_a_raster_reference_by_name(workflow):
     oa, pixels = oa_by_name(workflow["classes"])
     assert oa > 0.9  # the oracle itself: a sane map
@@ -197,7 +196,6 @@ def test_assess_matches_a_raster_reference_by_name(workflow):
     assert report["oa"] == pytest.approx(oa, abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="needs --reference-vector and --match from helper assess")
 def test_assess_against_a_vector_reference_in_another_crs(workflow):
     oa, pixels = oa_by_name(workflow["classes"])
     report, r = assess_json(workflow, "--reference-vector", workflow["reference"],
