@@ -1,10 +1,11 @@
 """Styled outputs: class maps' colours, colour tables, attribute tables and
-`hyprof info`'s class list.
+`hyprof info`'s class list; NaN as the nodata of float outputs.
 
 Oracles: the palette listed in docs/classmaps.md (read from the document, not
 from the code), GDAL's Python API for the colour table and the raster
-attribute table, NumPy's bincount for the pixel counts and QGIS's own paletted
-renderer (offscreen) for what an analyst sees.
+attribute table, NumPy's bincount for the pixel counts, QGIS's own paletted
+renderer (offscreen) for what an analyst sees, and PyWavelets' Haar
+transform for the float output.
 
 Run: /usr/bin/python3 -m pytest tests/test_classmap_style.py
 """
@@ -18,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+import pywt
 
 from conftest import INDIAN_PINES, ROOT, gdal, read_cube, run_ok, write_cube
 
@@ -228,3 +230,28 @@ def test_info_lists_the_classes(vector_map):
     # A float raster has no class list.
     assert json.loads(run_ok("info", "--json", INDIAN_PINES).stdout)["classes"] is None
 
+
+# ---- NaN nodata ------------------------------------------------------------------------
+
+def test_float_output_nodata_is_nan_and_zero_stays_valid(tmp_path):
+    """Nodata 0 on the input; Haar's approximation of (5, -5) is a genuine 0.
+    The output declares NaN, masked pixels are NaN, the 0 stays 0 and valid."""
+    cube = np.full((2, 8, 6), 7, np.int16)
+    cube[:, 1, 1] = 0                     # nodata pixel
+    cube[0, 2, 3], cube[1, 2, 3] = 5, -5  # approximation exactly 0
+    src = write_cube(tmp_path / "in.tif", cube, nodata=0, like=INDIAN_PINES)
+    out = tmp_path / "out.tif"
+    run_ok("dwt", "--wavelet", "haar", "--levels", "1", src, out)
+    ref = pywt.dwt(cube.astype(np.float64), "haar", mode="periodization", axis=0)[0]
+    for path in (out, "HYPROF:dwt:wavelet=haar,levels=1:%s" % src):
+        ds = gdal.Open(str(path))
+        band = ds.GetRasterBand(1)
+        assert math.isnan(band.GetNoDataValue()), path
+        got = band.ReadAsArray()
+        mask = band.GetMaskBand().ReadAsArray()
+        assert np.isnan(got[1, 1]) and mask[1, 1] == 0
+        assert got[2, 3] == 0.0 and mask[2, 3] == 255, "a genuine 0 is masked or moved"
+        valid = np.ones((8, 6), bool)
+        valid[1, 1] = False
+        assert np.allclose(got[valid], ref[0][valid], rtol=1e-6)
+        ds = None
