@@ -1,17 +1,104 @@
-/* `hyprof info [--json] INPUT`: what hyprof sees in a raster. */
+/* `hyprof info [--json] INPUT`: what hyprof sees in a raster, and for a
+ * one-band integer raster with a legend (class map), its classes: value,
+ * name, colour and pixel count. */
 #include "cli.h"
+#include "classmap_io.h"
 #include "raster_io.h"
 
 #include <ogr_srs_api.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
     char crs[256];
     char epsg[32];
     double lo, hi;  /* value range over valid pixels */
+    hyprof_legend_t legend;  /* n = 0: no class list */
+    size_t *pixels;          /* valid pixels per value, legend.n of them */
 } info_t;
+
+/* A value of the class list: named, or present in the raster. */
+static int listed(const info_t *in, size_t v)
+{
+    return v > 0 && ((in->legend.names[v] && *in->legend.names[v]) || in->pixels[v]);
+}
+
+/* The legend and pixel counts of a one-band integer raster that has one; an
+ * empty legend otherwise. */
+static hyprof_status_t class_list(const hyprof_raster_t *r, info_t *in, char *err, size_t n)
+{
+    memset(&in->legend, 0, sizeof in->legend);
+    in->pixels = NULL;
+    const hyprof_cube_t *c = &r->cube;
+    if (c->bands != 1 || !GDALDataTypeIsInteger(GDALGetDataTypeByName(r->data_type)))
+        return HYPROF_OK;
+    hyprof_status_t st = hyprof_legend_read(r->path, &in->legend, err, n);
+    if (st != HYPROF_OK || in->legend.n == 0)
+        return st;
+    /* Values beyond the legend are counted too: they are classes without a name. */
+    size_t npix = c->width * c->height, top = in->legend.n;
+    const float *x = c->data;
+    for (size_t i = 0; i < npix; i++)
+        if (c->mask[i] && x[i] >= 1 && x[i] < 65536 && (size_t)x[i] >= top)
+            top = (size_t)x[i] + 1;
+    uint8_t none[4] = {0, 0, 0, 0};
+    if (top > in->legend.n && hyprof_legend_set(&in->legend, top - 1, NULL, none) != HYPROF_OK)
+        return hyprof_io_error(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    if (!(in->pixels = calloc(top, sizeof *in->pixels)))
+        return hyprof_io_error(HYPROF_ERR_NOMEM, err, n, "out of memory");
+    for (size_t i = 0; i < npix; i++)
+        if (c->mask[i] && x[i] >= 0 && x[i] < (float)top && x[i] == floorf(x[i]))
+            in->pixels[(size_t)x[i]]++;
+    return HYPROF_OK;
+}
+
+static void print_classes_text(const info_t *in)
+{
+    if (!in->pixels)
+        return;
+    size_t count = 0;
+    for (size_t v = 1; v < in->legend.n; v++)
+        count += (size_t)listed(in, v);
+    printf("classes: %zu\n", count);
+    for (size_t v = 1; v < in->legend.n; v++) {
+        if (!listed(in, v))
+            continue;
+        const uint8_t *c = in->legend.rgba + 4 * v;
+        const char *name = in->legend.names[v] ? in->legend.names[v] : "";
+        printf("class %zu: %s, ", v, *name ? name : "(no name)");
+        if (c[3] == 255)
+            printf("#%02x%02x%02x", c[0], c[1], c[2]);
+        else if (c[3])
+            printf("#%02x%02x%02x alpha %u", c[0], c[1], c[2], c[3]);
+        else
+            printf("no colour");
+        printf(", %zu pixels\n", in->pixels[v]);
+    }
+}
+
+static void print_classes_json(const info_t *in)
+{
+    fputs(",\"classes\":", stdout);
+    if (!in->pixels) {
+        fputs("null", stdout);
+        return;
+    }
+    fputc('[', stdout);
+    int first = 1;
+    for (size_t v = 1; v < in->legend.n; v++) {
+        if (!listed(in, v))
+            continue;
+        const uint8_t *c = in->legend.rgba + 4 * v;
+        printf("%s{\"value\":%zu,\"name\":", first ? "" : ",", v);
+        cli_json_string(stdout, in->legend.names[v] ? in->legend.names[v] : "");
+        printf(",\"rgba\":[%u,%u,%u,%u],\"pixels\":%zu}", c[0], c[1], c[2], c[3],
+               in->pixels[v]);
+        first = 0;
+    }
+    fputc(']', stdout);
+}
 
 static void crs_names(const hyprof_raster_t *r, info_t *in)
 {
@@ -71,6 +158,7 @@ static void print_text(const hyprof_raster_t *r, const info_t *in)
                r->wavelength_units ? r->wavelength_units : "");
     for (size_t b = 0; b < c->bands; b++)
         printf("band %zu: %s\n", b + 1, r->band_names[b][0] ? r->band_names[b] : "(no name)");
+    print_classes_text(in);
 }
 
 static void print_json(const hyprof_raster_t *r, const info_t *in)
@@ -111,6 +199,7 @@ static void print_json(const hyprof_raster_t *r, const info_t *in)
     } else {
         fputs("null", stdout);
     }
+    print_classes_json(in);
     fputs("}\n", stdout);
 }
 
@@ -145,10 +234,14 @@ int cli_info(int argc, char **argv)
     info_t in;
     crs_names(&r, &in);
     value_range(&r, &in);
-    if (json)
+    if ((st = class_list(&r, &in, err, sizeof err)) != HYPROF_OK) {
+        cli_error("info", "%s", err);
+    } else if (json)
         print_json(&r, &in);
     else
         print_text(&r, &in);
+    hyprof_legend_free(&in.legend);
+    free(in.pixels);
     hyprof_raster_free(&r);
-    return EXIT_OK;
+    return st == HYPROF_OK ? EXIT_OK : st == HYPROF_ERR_NOMEM ? EXIT_RUNTIME : EXIT_USAGE;
 }

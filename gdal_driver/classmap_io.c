@@ -70,10 +70,22 @@ hyprof_status_t hyprof_legend_set(hyprof_legend_t *l, size_t v, const char *name
     return HYPROF_OK;
 }
 
+static int opaque_black(GDALColorTableH ct, int v)
+{
+    const GDALColorEntry *e = GDALGetColorEntry(ct, v);
+    return e->c1 == 0 && e->c2 == 0 && e->c3 == 0 && e->c4 == 255;
+}
+
+/* A GeoTIFF's colour map has 256 or 65536 entries whatever the table it was
+ * given, padded with opaque black: a trailing run of opaque black entries in
+ * a table of that length counts as no colour. */
 static hyprof_status_t read_colours(GDALRasterBandH band, hyprof_legend_t *l)
 {
     GDALColorTableH ct = GDALGetRasterColorTable(band);
     int count = ct ? GDALGetColorEntryCount(ct) : 0;
+    if (count == 256 || count == 65536)
+        while (count > 0 && opaque_black(ct, count - 1))
+            count--;
     for (int v = 0; v < count && v < 65536; v++) {
         const GDALColorEntry *e = GDALGetColorEntry(ct, v);
         uint8_t c[4] = {(uint8_t)e->c1, (uint8_t)e->c2, (uint8_t)e->c3, (uint8_t)e->c4};
@@ -108,6 +120,47 @@ static hyprof_status_t read_names(GDALDatasetH ds, GDALRasterBandH band, hyprof_
     return HYPROF_OK;
 }
 
+/* The column of a raster attribute table with this usage, or -1. */
+static int rat_column(GDALRasterAttributeTableH rat, GDALRATFieldUsage use)
+{
+    int c = GDALRATGetColOfUsage(rat, use);
+    if (c < 0 && use == GFU_MinMax)
+        c = GDALRATGetColOfUsage(rat, GFU_Min);
+    return c;
+}
+
+/* Names and colours of a raster attribute table with a Value column, where
+ * the colour table and the category names give none. */
+static hyprof_status_t read_attribute_table(GDALRasterBandH band, hyprof_legend_t *l)
+{
+    GDALRasterAttributeTableH rat = GDALGetDefaultRAT(band);
+    int cv = rat ? rat_column(rat, GFU_MinMax) : -1;
+    if (cv < 0)
+        return HYPROF_OK;
+    int cn = rat_column(rat, GFU_Name);
+    int cc[4] = {rat_column(rat, GFU_Red), rat_column(rat, GFU_Green),
+                 rat_column(rat, GFU_Blue), rat_column(rat, GFU_Alpha)};
+    for (int row = 0; row < GDALRATGetRowCount(rat); row++) {
+        int v = GDALRATGetValueAsInt(rat, row, cv);
+        if (v < 0 || v > 65535)
+            continue;
+        int named = (size_t)v < l->n && l->names[v];
+        int coloured = (size_t)v < l->n && l->rgba[4 * v + 3];
+        const char *name = cn >= 0 && !named ? GDALRATGetValueAsString(rat, row, cn) : NULL;
+        uint8_t c[4] = {0, 0, 0, 255};
+        for (int k = 0; k < 4; k++)
+            if (cc[k] >= 0) {
+                int x = GDALRATGetValueAsInt(rat, row, cc[k]);
+                c[k] = (uint8_t)(x < 0 ? 0 : x > 255 ? 255 : x);
+            }
+        int has_colour = cc[0] >= 0 && cc[1] >= 0 && cc[2] >= 0 && !coloured;
+        if (hyprof_legend_set(l, (size_t)v, name && *name ? name : NULL,
+                              has_colour ? c : NULL) != HYPROF_OK)
+            return HYPROF_ERR_NOMEM;
+    }
+    return HYPROF_OK;
+}
+
 hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *err, size_t n)
 {
     memset(l, 0, sizeof *l);
@@ -119,6 +172,8 @@ hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *e
     hyprof_status_t st = band ? read_colours(band, l) : HYPROF_OK;
     if (st == HYPROF_OK && band)
         st = read_names(ds, band, l);
+    if (st == HYPROF_OK && band)
+        st = read_attribute_table(band, l);
     GDALClose(ds);
     if (st != HYPROF_OK)
         return say(st, err, n, "out of memory reading the legend of '%s'", path);
@@ -167,34 +222,128 @@ int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *w
 
 /* ---- writing a class map ------------------------------------------------------------------ */
 
-static void set_legend(GDALDatasetH ds, GDALRasterBandH band, const hyprof_legend_t *l,
-                       uint16_t maxv)
+/* The classes of a map (flags 0..*maxv): the values 1..65535 it holds and
+ * those the legend names, *maxv the largest (0 when there is none). Named
+ * classes absent from this map keep their entry: a training map without
+ * some class still says what that class is. */
+static uint8_t *class_flags(const uint16_t *values, size_t npix, const hyprof_legend_t *l,
+                            uint16_t *maxv)
 {
-    size_t n = (size_t)maxv + 1;
-    GDALColorTableH ct = GDALCreateColorTable(GPI_RGB);
-    char **cat = NULL;
-    for (size_t v = 0; v < n; v++) {
-        GDALColorEntry e = {0, 0, 0, v == 0 ? 0 : 255};
-        if (v < l->n && l->rgba[4 * v + 3]) {
-            e.c1 = l->rgba[4 * v];
-            e.c2 = l->rgba[4 * v + 1];
-            e.c3 = l->rgba[4 * v + 2];
-            e.c4 = l->rgba[4 * v + 3];
-        }
-        GDALSetColorEntry(ct, (int)v, &e);
-        const char *name = v < l->n && l->names[v] ? l->names[v] : (v == 0 ? "Unlabelled" : "");
-        cat = CSLAddString(cat, name);
-        if (*name) {
+    uint8_t *seen = calloc(65536, 1);
+    if (!seen)
+        return NULL;
+    for (size_t i = 0; i < npix; i++)
+        seen[values[i]] = 1;
+    for (size_t v = 1; v < l->n && v < 65536; v++)
+        if (l->names[v] && *l->names[v])
+            seen[v] = 1;
+    seen[0] = 0;
+    *maxv = 0;
+    for (size_t v = 65535; v > 0 && !*maxv; v--)
+        if (seen[v])
+            *maxv = (uint16_t)v;
+    return seen;
+}
+
+/* Value v's colour: the legend's, else the default palette's; transparent
+ * for 0 and for values that are not classes. */
+static void class_colour(const hyprof_legend_t *l, const uint8_t *is_class, size_t v, uint8_t c[4])
+{
+    if (v == 0 || !is_class[v])
+        memset(c, 0, 4);
+    else if (v < l->n && l->rgba[4 * v + 3])
+        memcpy(c, l->rgba + 4 * v, 4);
+    else
+        hyprof_palette_rgba(v, c);
+}
+
+static const char *class_name(const hyprof_legend_t *l, size_t v)
+{
+    return v < l->n && l->names[v] ? l->names[v] : (v == 0 ? "Unlabelled" : "");
+}
+
+static void set_class_items(GDALDatasetH ds, const hyprof_legend_t *l, uint16_t maxv)
+{
+    for (size_t v = 1; v <= maxv; v++)
+        if (*class_name(l, v)) {
             char key[32];
             snprintf(key, sizeof key, "CLASS_%zu", v);
-            GDALSetMetadataItem(ds, key, name, NULL);
+            GDALSetMetadataItem(ds, key, class_name(l, v), NULL);
         }
+}
+
+static CPLErr set_colour_table(GDALRasterBandH band, const hyprof_legend_t *l,
+                               const uint8_t *is_class, uint16_t maxv)
+{
+    GDALColorTableH ct = GDALCreateColorTable(GPI_RGB);
+    char **cat = NULL;
+    for (size_t v = 0; v <= maxv; v++) {
+        uint8_t c[4];
+        class_colour(l, is_class, v, c);
+        GDALColorEntry e = {c[0], c[1], c[2], c[3]};
+        GDALSetColorEntry(ct, (int)v, &e);
+        cat = CSLAddString(cat, class_name(l, v));
     }
-    GDALSetRasterColorTable(band, ct);
-    GDALSetRasterCategoryNames(band, cat);
-    GDALSetRasterColorInterpretation(band, GCI_PaletteIndex);
+    CPLErr e1 = GDALSetRasterColorTable(band, ct);
+    CPLErr e2 = GDALSetRasterCategoryNames(band, cat);
+    CPLErr e3 = GDALSetRasterColorInterpretation(band, GCI_PaletteIndex);
     GDALDestroyColorTable(ct);
     CSLDestroy(cat);
+    return e1 != CE_None ? e1 : e2 != CE_None ? e2 : e3;
+}
+
+/* One row per class: Value, Class name, Red, Green, Blue, Alpha. */
+static CPLErr set_attribute_table(GDALRasterBandH band, const hyprof_legend_t *l,
+                                  const uint8_t *is_class, uint16_t maxv)
+{
+    static const char *const cname[4] = {"Red", "Green", "Blue", "Alpha"};
+    static const GDALRATFieldUsage cuse[4] = {GFU_Red, GFU_Green, GFU_Blue, GFU_Alpha};
+    GDALRasterAttributeTableH rat = GDALCreateRasterAttributeTable();
+    GDALRATCreateColumn(rat, "Value", GFT_Integer, GFU_MinMax);
+    GDALRATCreateColumn(rat, "Class name", GFT_String, GFU_Name);
+    for (int k = 0; k < 4; k++)
+        GDALRATCreateColumn(rat, cname[k], GFT_Integer, cuse[k]);
+    GDALRATSetTableType(rat, GRTT_THEMATIC);
+    int row = 0;
+    for (size_t v = 1; v <= maxv; v++) {
+        if (!is_class[v])
+            continue;
+        uint8_t c[4];
+        class_colour(l, is_class, v, c);
+        GDALRATSetValueAsInt(rat, row, 0, (int)v);
+        GDALRATSetValueAsString(rat, row, 1, class_name(l, v));
+        for (int k = 0; k < 4; k++)
+            GDALRATSetValueAsInt(rat, row, 2 + k, c[k]);
+        row++;
+    }
+    CPLErr e = GDALSetDefaultRAT(band, rat);
+    GDALDestroyRasterAttributeTable(rat);
+    return e;
+}
+
+/* The legend of the finished file `tmp`, opened read-only so that it goes to
+ * the tmp.aux.xml sidecar (see hyprof_classmap_write). */
+static hyprof_status_t set_legend(const char *path, const char *tmp, const hyprof_legend_t *l,
+                                  const uint8_t *is_class, uint16_t maxv, char *err, size_t n)
+{
+    CPLErrorReset();
+    GDALDatasetH ds = GDALOpenEx(tmp, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
+    if (!ds)
+        return say(HYPROF_ERR_IO, err, n, "cannot reopen '%s': %s", path, gdal_reason());
+    GDALRasterBandH band = GDALGetRasterBand(ds, 1);
+    int ok = set_colour_table(band, l, is_class, maxv) == CE_None &&
+             set_attribute_table(band, l, is_class, maxv) == CE_None;
+    if (!ok) {
+        GDALClose(ds);
+        return say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", path,
+                   gdal_reason());
+    }
+    CPLErrorReset();
+    GDALClose(ds);
+    if (CPLGetLastErrorType() >= CE_Failure)
+        return say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", path,
+                   gdal_reason());
+    return HYPROF_OK;
 }
 
 static GDALDatasetH create_classmap(const char *tmp, const hyprof_raster_t *src, GDALDataType t)
@@ -221,25 +370,21 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
     hyprof_status_t st = HYPROF_OK;
     size_t W = src->cube.width, H = src->cube.height;
     uint16_t maxv = 0;
-    for (size_t i = 0; i < W * H; i++)
-        maxv = values[i] > maxv ? values[i] : maxv;
-    /* Named classes absent from this map keep their entry (a training map
-     * without some class still says what that class is). */
-    for (size_t v = legend->n; v-- > 0;)
-        if (legend->names[v] && *legend->names[v]) {
-            maxv = v > maxv ? (uint16_t)v : maxv;
-            break;
-        }
+    uint8_t *is_class = class_flags(values, W * H, legend, &maxv);
+    if (!is_class)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
     CPLErrorReset();
     GDALDataType t = maxv <= 255 ? GDT_Byte : GDT_UInt16;
     GDALDatasetH ds = create_classmap(tmp, src, t);
-    if (!ds)
+    if (!ds) {
+        free(is_class);
         return say(HYPROF_ERR_IO, err, n, "cannot create a temporary file for '%s': %s", path,
                    gdal_reason());
+    }
     GDALRasterBandH band = GDALGetRasterBand(ds, 1);
     GDALSetRasterNoDataValue(band, 0.0);
     GDALSetDescription(band, "class");
-    set_legend(ds, band, legend, maxv);
+    set_class_items(ds, legend, maxv);
     for (size_t i = 0; meta && meta[i]; i++) {
         char *key = NULL;
         const char *v = CPLParseNameValue(meta[i], &key);
@@ -254,6 +399,9 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
     GDALClose(ds);
     if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
         st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, gdal_reason());
+    if (st == HYPROF_OK)
+        st = set_legend(path, tmp, legend, is_class, maxv, err, n);
+    free(is_class);
     return st;
 }
 
@@ -516,11 +664,11 @@ hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t
             sx = sx < width ? sx : width - 1;
             sy = sy < height ? sy : height - 1;
             uint16_t v = values[sy * width + sx];
-            uint8_t c[3] = {255, 255, 255};
+            uint8_t c[4] = {255, 255, 255, 255};
             if (v && v < legend->n && legend->rgba[4 * v + 3])
                 memcpy(c, legend->rgba + 4 * v, 3);
             else if (v)
-                c[0] = c[1] = c[2] = 128;
+                hyprof_palette_rgba(v, c);
             for (int k = 0; k < 3; k++)
                 rgb[k * w * h + y * w + x] = c[k];
         }

@@ -22,17 +22,31 @@ void hyprof_legend_free(hyprof_legend_t *l);
 hyprof_status_t hyprof_legend_set(hyprof_legend_t *l, size_t v, const char *name,
                                   const uint8_t *rgba);
 /* The legend of band 1 of a raster: its colour table, its category names, or
- * CLASS_<v> metadata items where it has no category names. */
+ * CLASS_<v> metadata items where it has no category names; then its raster
+ * attribute table (Value, Name, Red, Green, Blue, Alpha usages) for the
+ * values those leave without a name or colour. */
 hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *err, size_t n);
+
+/* The default colour of class v (palette.c, listed in docs/classmaps.md):
+ * 24 colour-blind-safe colours in three shades, by class number alone;
+ * transparent black for v = 0. */
+void hyprof_palette_rgba(size_t v, uint8_t rgba[4]);
+size_t hyprof_palette_size(void);
 
 /* True when the two rasters share size, geotransform and CRS; else the reason. */
 int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
 
 /* Writes into the file `tmp` a one-band class map (Byte when every value is
- * <= 255, else UInt16; 0 = nodata) on src's grid, with the legend as colour
- * table, category names and CLASS_<v> metadata, plus `meta` (NULL-terminated
- * KEY=VALUE list). The category names go to GDAL's sidecar tmp.aux.xml: the
- * caller renames both onto `path` (named in messages) and path.aux.xml. */
+ * <= 255, else UInt16; 0 = nodata) on src's grid, with CLASS_<v> metadata and
+ * `meta` (NULL-terminated KEY=VALUE list). Its classes are the values 1..max
+ * that the map holds or the legend names (max: the largest of them); each
+ * keeps the legend's colour, or takes hyprof_palette_rgba's when the legend
+ * gives none (alpha 0). The colour table (entries 0..max: 0 and values that
+ * are not classes transparent), the category names and a raster attribute
+ * table (Value, Class name, Red, Green, Blue, Alpha; one row per class) go to
+ * GDAL's sidecar tmp.aux.xml, since a GeoTIFF's own colour map always has
+ * 256 or 65536 entries: the caller renames both files onto `path` (named in
+ * messages) and path.aux.xml. */
 hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_raster_t *src, const uint16_t *values,
                                       const hyprof_legend_t *legend, char **meta, char *err,

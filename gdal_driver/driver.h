@@ -65,7 +65,7 @@ int hyprof_gdal_source_unchanged(const hyprof_gdal_source_t *src);
 double hyprof_gdal_source_bytes(const hyprof_gdal_source_t *src, size_t bands);
 
 /* A computed result, as the CLI would write it: the operation's result with
- * its float32 bands as written (nodata and the ulp rule applied, no mask
+ * its float32 bands as written (masked pixels NaN, no mask
  * left), band names, metadata items and nodata; and the backend that ran.
  * Read-only while pinned. */
 typedef struct {

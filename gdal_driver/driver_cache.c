@@ -138,6 +138,7 @@ static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
     if (st == HYPROF_OK) {
         for (size_t b = 0; b < c->bands; b++) /* in place: same index in and out */
             hyprof_result_band_f32(c, b, (float *)c->data + b * c->width * c->height);
+        c->nodata = HYPROF_FLOAT_NODATA;
         out->backend = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
     } else {
         hyprof_result_free(&out->result);

@@ -9,6 +9,7 @@
 #endif
 #include "driver.h"
 #include "driver_text.h"
+#include "raster_io.h"
 
 #include <cpl_conv.h>
 #include <cpl_error.h>
@@ -180,15 +181,16 @@ static void absolute_input(hyprof_gdal_source_t *src)
 }
 
 /* Nodata is known before computing when the input declares one (the output
- * keeps it), or when no pixel can be masked (integers, no mask band). */
+ * has one: NaN, as every float output), or when no pixel can be masked
+ * (integers, no mask band). */
 static void input_nodata(hyprof_gdal_source_t *src, GDALDatasetH ds)
 {
     GDALRasterBandH b1 = GDALGetRasterBand(ds, 1);
     int has = 0;
-    double nd = GDALGetRasterNoDataValue(b1, &has);
+    (void)GDALGetRasterNoDataValue(b1, &has);
     if (has) {
         src->nodata_known = src->has_nodata = 1;
-        src->nodata = nd;
+        src->nodata = HYPROF_FLOAT_NODATA;
         return;
     }
     int maskable = 0;

@@ -7,6 +7,7 @@
 #include "hyprof/hyprof.h"
 
 #include <gdal.h>
+#include <math.h>
 #include <sys/stat.h>
 
 #ifdef __cplusplus
@@ -72,8 +73,8 @@ void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
  * is writable, and the file does not exist unless overwrite. */
 hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t err_len);
 
-/* Writes `res` into the file `tmp` as GeoTIFF with the source's CRS,
- * geotransform and nodata, band descriptions, and metadata: the operation,
+/* Writes `res` into the file `tmp` as GeoTIFF with the source's CRS and
+ * geotransform, NaN as nodata where the result has nodata, band descriptions, and metadata: the operation,
  * every parameter of `args`, the backend used and the result's own items.
  * `path` is the output `tmp` becomes once the caller has renamed it (and any
  * tmp.aux.xml GDAL wrote), named in messages. On failure or cancellation
@@ -84,9 +85,14 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
                                     const hyprof_io_progress_t *progress, char *err,
                                     size_t err_len);
 
-/* Band `b` of a result cube as written: masked pixels get nodata; a valid
- * value that happens to equal nodata is moved one ulp so it is not read as
- * missing. `buf` holds width*height floats. */
+/* The nodata of every float output, whatever the input's: NaN is never a
+ * valid result, so a valid 0 (or a value equal to the input's nodata) stays
+ * what it is and is not read as missing. */
+#define HYPROF_FLOAT_NODATA ((double)NAN)
+
+/* Band `b` of a result cube as written: masked pixels get NaN
+ * (HYPROF_FLOAT_NODATA), valid ones their value. `buf` holds width*height
+ * floats. */
 void hyprof_result_band_f32(const hyprof_cube_t *cube, size_t b, float *buf);
 
 /* Metadata of an output (dataset or any GDAL object): HYPROF_OPERATION,

@@ -139,16 +139,8 @@ void hyprof_result_band_f32(const hyprof_cube_t *c, size_t b, float *buf)
 {
     size_t npix = c->width * c->height;
     const float *src = (const float *)c->data + b * npix;
-    float nd = (float)c->nodata;
-    for (size_t i = 0; i < npix; i++) {
-        int valid = !c->mask || c->mask[i];
-        float v = src[i];
-        if (!valid)
-            v = nd;
-        else if (c->has_nodata && v == nd)
-            v = nextafterf(v, INFINITY);
-        buf[i] = v;
-    }
+    for (size_t i = 0; i < npix; i++)
+        buf[i] = !c->mask || c->mask[i] ? src[i] : HYPROF_FLOAT_NODATA;
 }
 
 static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
@@ -166,7 +158,7 @@ static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
         if (res->band_names && res->band_names[b])
             GDALSetDescription(h, res->band_names[b]);
         if (c->has_nodata)
-            GDALSetRasterNoDataValue(h, c->nodata);
+            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
         hyprof_result_band_f32(c, b, buf);
         if (GDALRasterIO(h, GF_Write, 0, 0, (int)c->width, (int)c->height, buf, (int)c->width,
                          (int)c->height, GDT_Float32, 0, 0) != CE_None)

@@ -127,18 +127,6 @@ static size_t class_values(const samples_t *s, int **values)
     return k;
 }
 
-/* A colour per class when the legend has none: distinct hues. */
-static void default_rgba(size_t k, size_t n, uint8_t *c)
-{
-    double h = 6.0 * (double)k / (double)n, f = h - floor(h);
-    double rgb[6][3] = {{1, f, 0}, {1 - f, 1, 0}, {0, 1, f},
-                        {0, 1 - f, 1}, {f, 0, 1}, {1, 0, 1 - f}};
-    const double *v = rgb[(int)h % 6];
-    for (int i = 0; i < 3; i++)
-        c[i] = (uint8_t)lround(40 + 200 * v[i]);
-    c[3] = 255;
-}
-
 static hyprof_status_t describe_classes(hyprof_classifier_t *m, const hyprof_train_params_t *p,
                                         const int *values)
 {
@@ -152,10 +140,10 @@ static hyprof_status_t describe_classes(hyprof_classifier_t *m, const hyprof_tra
         m->names[k] = strdup(name && *name ? name : fallback);
         if (!m->names[k])
             return HYPROF_ERR_NOMEM;
+        /* Without a colour (alpha 0) the class stays uncoloured: writers of
+         * class maps give it its default colour by class number. */
         if (v < lg->n && lg->rgba)
             memcpy(m->rgba + 4 * k, lg->rgba + 4 * v, 4);
-        else
-            default_rgba(k, m->nclasses, m->rgba + 4 * k);
     }
     for (size_t b = 0; b < m->bands; b++) {
         const char *name = p->band_names && p->band_names[b] ? p->band_names[b] : "";

@@ -69,6 +69,7 @@ const char *hyprof_classifier_band_name(const hyprof_classifier_t *m, size_t ban
 size_t hyprof_classifier_classes(const hyprof_classifier_t *m);
 int hyprof_classifier_class_value(const hyprof_classifier_t *m, size_t k);
 const char *hyprof_classifier_class_name(const hyprof_classifier_t *m, size_t k);
+/* Alpha 0: the training data gave the class no colour. */
 const uint8_t *hyprof_classifier_class_rgba(const hyprof_classifier_t *m, size_t k);
 /* Training report: chosen C and gamma (SVM), cross-validation accuracy (NaN
  * without a grid search), training pixels, support vectors (SVM) or neurons. */
