@@ -141,7 +141,6 @@ def test_class_names_match_the_training_field(workflow):
     assert agree >= 0.95, "class-map names agree with the training names at %.3f of training pixels" % agree
 
 
-@pytest.mark.xfail(strict=True, reason="needs the class palette from helper style")
 def test_class_colours_are_distinct_and_not_black(workflow):
     ds, band = band1(workflow["classes"])
     ct = band.GetColorTable()
@@ -151,14 +150,12 @@ def test_class_colours_are_distinct_and_not_black(workflow):
     assert len(set(colours)) == len(colours), colours
 
 
-@pytest.mark.xfail(strict=True, reason="needs the colour table length from helper style")
 def test_colour_table_covers_exactly_the_classes(workflow):
     ds, band = band1(workflow["classes"])
     ct = band.GetColorTable()
     assert ct.GetCount() == max(used_classes(workflow["classes"])) + 1
 
 
-@pytest.mark.xfail(strict=True, reason="needs the raster attribute table from helper style")
 def test_attribute_table_lists_the_classes_with_names_and_colours(workflow):
     ds, band = band1(workflow["classes"])
     rat = band.GetDefaultRAT()
