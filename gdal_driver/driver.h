@@ -10,6 +10,8 @@
 
 #include <gdal.h>
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,6 +41,22 @@ typedef struct {
  * (GDAL_MAX_BAND_COUNT). */
 #define HYPROF_DRIVER_MAX_BANDS 65536
 
+/* Relative file names resolve against the folder of the file that names
+ * them, as GDAL resolves a VRT's relativeToVRT="1" sources: a descriptor's
+ * folder for its input and parameters, and for a connection string the folder
+ * written before it. GDAL forms such names itself: a VRT source
+ * <SourceFilename relativeToVRT="1">HYPROF:pca:model=m.pca:scene.tif</...> in
+ * samples/x.vrt is opened as "samples/HYPROF:pca:model=m.pca:scene.tif". A
+ * plain connection string's names are the current folder's. */
+
+/* Where "HYPROF:" starts in `name`: 0, or just after a folder's '/'; -1 when
+ * it does not occur so. */
+ptrdiff_t hyprof_gdal_connection_start(const char *name);
+/* `name` taken from the folder `base` (NULL or "": left as it is) when it is
+ * relative; absolute names, /vsi names and other drivers' syntax
+ * ("NETCDF:f.nc:var") are left as they are. CPLMalloc'ed. */
+char *hyprof_gdal_resolve(const char *base, const char *name);
+
 /* The parsers of outside text, with no file or dataset opened: a connection
  * string, and a descriptor's JSON text (`path` names it in messages and its
  * folder anchors relative names). NULL after a CPLError naming the problem. */
@@ -46,7 +64,8 @@ hyprof_gdal_source_t *hyprof_gdal_parse_connection(const char *name);
 hyprof_gdal_source_t *hyprof_gdal_parse_descriptor(const char *text, size_t len,
                                                    const char *path);
 
-/* True for "HYPROF:..." names and for .hyprof files whose first bytes look
+/* True for "[FOLDER/]HYPROF:..." names (FOLDER an existing folder and the
+ * whole name no file) and for .hyprof files whose first bytes look
  * like a JSON descriptor. */
 int hyprof_gdal_identify(const char *filename, const char *header, int header_len);
 /* Parses and checks the name, opens the input for its size, CRS and
@@ -85,6 +104,14 @@ void hyprof_gdal_result_release(const hyprof_gdal_result_t *res);
  * in this process, entries and bytes held, and the limit. */
 void hyprof_gdal_cache_stats(unsigned long *computations, size_t *entries, size_t *bytes,
                              size_t *limit);
+
+/* classify, which the registry leaves to the CLI, run by the driver
+ * (driver_classify.c): at open, the model loads and fits the input (one band,
+ * nodata 0); on first read, the class values. 0 after a CPLError. */
+int hyprof_gdal_is_classify(const hyprof_op_t *op);
+int hyprof_gdal_classify_open(hyprof_gdal_source_t *src);
+int hyprof_gdal_classify_run(hyprof_ctx_t *ctx, const hyprof_gdal_source_t *src,
+                             const hyprof_cube_t *in, hyprof_result_t *out);
 
 /* Registers the driver (driver_shim.cpp); idempotent. */
 void hyprof_gdal_register_driver(void);

@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,12 +68,38 @@ static size_t cache_limit(void)
     return bytes >= (double)SIZE_MAX ? SIZE_MAX : (size_t)bytes;
 }
 
-static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src)
+/* The library's log as GDAL messages: warnings as CE_Warning, the rest (the
+ * stage traces of HYPROF_LOG=debug included) as CPLDebug("HYPROF"). */
+static void log_to_gdal(void *user, hyprof_log_level_t level, const char *message)
+{
+    (void)user;
+    if (level >= HYPROF_LOG_WARNING)
+        CPLError(CE_Warning, CPLE_AppDefined, "HYPROF: %s", message);
+    else
+        CPLDebug("HYPROF", "%s", message);
+}
+
+/* Each stage the computation enters, once, as CPLDebug("HYPROF", "stage
+ * NAME"): what a test counts to tell that something was computed. */
+static int stage_to_gdal(void *user, double fraction, const char *stage)
+{
+    char *last = user;
+    (void)fraction;
+    if (stage && strncmp(stage, last, 63) != 0) {
+        CPLDebug("HYPROF", "stage %s", stage);
+        snprintf(last, 64, "%s", stage);
+    }
+    return 0;
+}
+
+static hyprof_ctx_t *make_ctx(const hyprof_gdal_source_t *src, char *stage)
 {
     hyprof_ctx_t *ctx = hyprof_ctx_new();
     hyprof_backend_t b = HYPROF_BACKEND_AUTO;
     if (!ctx)
         return NULL;
+    hyprof_ctx_set_log(ctx, log_to_gdal, NULL);
+    hyprof_ctx_set_progress(ctx, stage_to_gdal, stage);
     hyprof_backend_parse(hyprof_args_str(src->common, "backend"), &b);
     hyprof_ctx_set_backend(ctx, b);
     hyprof_ctx_set_device(ctx, (int)hyprof_args_int(src->common, "device"));
@@ -110,6 +137,19 @@ static int read_input(hyprof_ctx_t *ctx, const hyprof_gdal_source_t *src, hyprof
     return st == HYPROF_OK;
 }
 
+/* The registry's operation, or the driver's classify (which the registry
+ * leaves to the CLI); a CPLError on failure. */
+static hyprof_status_t run(hyprof_ctx_t *ctx, const hyprof_gdal_source_t *src,
+                           const hyprof_cube_t *in, hyprof_result_t *out)
+{
+    if (!src->op->run)
+        return hyprof_gdal_classify_run(ctx, src, in, out) ? HYPROF_OK : HYPROF_ERR_INPUT;
+    hyprof_status_t st = hyprof_op_run(ctx, src->op, src->args, in, out);
+    if (st != HYPROF_OK)
+        CPLError(CE_Failure, CPLE_AppDefined, "HYPROF: %s", hyprof_ctx_last_error(ctx));
+    return st;
+}
+
 /* Outside the lock: read the input, run the operation, turn the bands into
  * what the CLI writes. */
 static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
@@ -117,7 +157,8 @@ static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
     hyprof_result_init(&out->result);
     if (!can_compute(src))
         return 0;
-    hyprof_ctx_t *ctx = make_ctx(src);
+    char stage[64] = "";
+    hyprof_ctx_t *ctx = make_ctx(src, stage);
     hyprof_raster_t in;
     if (!ctx) {
         CPLError(CE_Failure, CPLE_OutOfMemory, "HYPROF: out of memory");
@@ -128,11 +169,9 @@ static int compute(const hyprof_gdal_source_t *src, hyprof_gdal_result_t *out)
         return 0;
     }
     CPLDebug("HYPROF", "computing %s on %s", src->op->name, src->input);
-    hyprof_status_t st = hyprof_op_run(ctx, src->op, src->args, &in.cube, &out->result);
+    hyprof_status_t st = run(ctx, src, &in.cube, &out->result);
     hyprof_raster_free(&in);
-    if (st != HYPROF_OK)
-        CPLError(CE_Failure, CPLE_AppDefined, "HYPROF: %s", hyprof_ctx_last_error(ctx));
-    else if (!hyprof_gdal_source_unchanged(src)) /* changed while it was read */
+    if (st == HYPROF_OK && !hyprof_gdal_source_unchanged(src)) /* changed while read */
         st = HYPROF_ERR_INPUT;
     hyprof_cube_t *c = &out->result.cube;
     if (st == HYPROF_OK) {

@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +62,23 @@ static int is_common(const char *name)
     return 0;
 }
 
-/* One parameter; relative file names are taken from `base` (the
- * descriptor's folder; NULL: the current folder). */
+/* A GDAL dataset name of another driver's syntax ("NETCDF:f.nc:var"): a
+ * driver prefix of letters, digits and underscores, then a colon. */
+static int other_driver_syntax(const char *name)
+{
+    size_t n = strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_");
+    return n > 0 && name[n] == ':' && !STARTS_WITH_CI(name, HYPROF_DRIVER_PREFIX);
+}
+
+char *hyprof_gdal_resolve(const char *base, const char *name)
+{
+    if (!base || !*base || !*name || !CPLIsFilenameRelative(name) || other_driver_syntax(name))
+        return CPLStrdup(name);
+    return hyprof_path_join(base, name);
+}
+
+/* One parameter; relative file names are taken from `base` (the folder of
+ * the file naming them; NULL: the current folder). */
 static int set_param(hyprof_gdal_source_t *src, const char *name, const char *value,
                      const char *base)
 {
@@ -78,11 +94,8 @@ static int set_param(hyprof_gdal_source_t *src, const char *name, const char *va
             "only reads", name, src->op->name);
         return 0;
     }
-    char *path = NULL;
-    if (hyprof_param_is_input(p) && base &&
-        *base && CPLIsFilenameRelative(value))
-        value = path = hyprof_path_join(base, value);
-    int ok = hyprof_args_set(src->args, name, value) == HYPROF_OK;
+    char *path = hyprof_param_is_input(p) ? hyprof_gdal_resolve(base, value) : NULL;
+    int ok = hyprof_args_set(src->args, name, path ? path : value) == HYPROF_OK;
     if (!ok)
         ERR(CPLE_IllegalArg, "%s", hyprof_args_error(src->args));
     CPLFree(path);
@@ -91,7 +104,7 @@ static int set_param(hyprof_gdal_source_t *src, const char *name, const char *va
 
 /* "key=value,key=value": a piece without '=' continues the previous value,
  * so lists (thresholds=36,144,324) need no quoting; a lone name sets a flag. */
-static int parse_params(hyprof_gdal_source_t *src, const char *text)
+static int parse_params(hyprof_gdal_source_t *src, const char *text, const char *base)
 {
     char **tok = CSLTokenizeString2(text, ",", CSLT_PRESERVEQUOTES);
     char *name = NULL;
@@ -106,7 +119,7 @@ static int parse_params(hyprof_gdal_source_t *src, const char *text)
         }
         if (name) {
             char *v = hyprof_text_take(&value);
-            ok = set_param(src, name, v, NULL);
+            ok = set_param(src, name, v, base);
             CPLFree(v);
         }
         CPLFree(name);
@@ -117,7 +130,7 @@ static int parse_params(hyprof_gdal_source_t *src, const char *text)
     }
     char *v = hyprof_text_take(&value);
     if (ok && name)
-        ok = set_param(src, name, v, NULL);
+        ok = set_param(src, name, v, base);
     CPLFree(v);
     CPLFree(name);
     CSLDestroy(tok);
@@ -131,7 +144,7 @@ static hyprof_gdal_source_t *new_source(const char *op_name)
         ERR(CPLE_IllegalArg, "unknown operation '%s' (see 'hyprof --help')", op_name);
         return NULL;
     }
-    if (!op->run) {
+    if (!op->run && !hyprof_gdal_is_classify(op)) {
         ERR(CPLE_NotSupported, "operation '%s' does not map a raster to a raster", op_name);
         return NULL;
     }
@@ -147,29 +160,43 @@ static hyprof_gdal_source_t *new_source(const char *op_name)
     return src;
 }
 
-/* "HYPROF:op:params:input"; the input is everything after the third colon
- * (it may hold colons itself: /vsicurl/http://...). */
+ptrdiff_t hyprof_gdal_connection_start(const char *name)
+{
+    if (STARTS_WITH_CI(name, HYPROF_DRIVER_PREFIX))
+        return 0;
+    for (const char *p = strchr(name, '/'); p; p = strchr(p + 1, '/'))
+        if (STARTS_WITH_CI(p + 1, HYPROF_DRIVER_PREFIX))
+            return p + 1 - name;
+    return -1;
+}
+
+/* "[FOLDER/]HYPROF:op:params:input"; the input is everything after the third
+ * colon (it may hold colons itself: /vsicurl/http://...). Relative files are
+ * taken from FOLDER. */
 hyprof_gdal_source_t *hyprof_gdal_parse_connection(const char *name)
 {
-    if (!STARTS_WITH_CI(name, HYPROF_DRIVER_PREFIX)) {
-        ERR(CPLE_IllegalArg, "'%s' does not start with " HYPROF_DRIVER_PREFIX, name);
+    ptrdiff_t start = hyprof_gdal_connection_start(name);
+    if (start < 0) {
+        ERR(CPLE_IllegalArg, "'%s' does not hold " HYPROF_DRIVER_PREFIX, name);
         return NULL;
     }
-    const char *op = name + strlen(HYPROF_DRIVER_PREFIX);
+    const char *op = name + start + strlen(HYPROF_DRIVER_PREFIX);
     const char *c1 = strchr(op, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
     if (!c1 || !c2 || !c2[1]) {
         ERR(CPLE_IllegalArg, "'%s' is not HYPROF:operation:key=value,...:input", name);
         return NULL;
     }
+    char *base = start > 0 ? hyprof_strndup(name, (size_t)start) : NULL;
     char *op_name = hyprof_strndup(op, (size_t)(c1 - op));
     char *params = hyprof_strndup(c1 + 1, (size_t)(c2 - c1 - 1));
     hyprof_gdal_source_t *src = new_source(op_name);
-    if (src && !parse_params(src, params)) {
+    if (src && !parse_params(src, params, base)) {
         hyprof_gdal_source_free(src);
         src = NULL;
     }
     if (src)
-        src->input = CPLStrdup(c2 + 1);
+        src->input = hyprof_gdal_resolve(base, c2 + 1);
+    CPLFree(base);
     CPLFree(op_name);
     CPLFree(params);
     return src;
@@ -350,8 +377,7 @@ hyprof_gdal_source_t *hyprof_gdal_parse_descriptor(const char *text, size_t len,
             hyprof_gdal_source_free(src);
             src = NULL;
         } else {
-            src->input = *base && CPLIsFilenameRelative(input) ? hyprof_path_join(base, input)
-                                                               : CPLStrdup(input);
+            src->input = hyprof_gdal_resolve(base, input);
         }
     }
     CPLFree(base);

@@ -23,11 +23,27 @@
 
 #define ERR(cls, ...) CPLError(CE_Failure, cls, "HYPROF: " __VA_ARGS__)
 
+/* "FOLDER/HYPROF:...": a connection string a VRT made relative to its folder,
+ * when FOLDER exists and the whole name is no file. */
+static int folder_connection(const char *filename)
+{
+    ptrdiff_t start = hyprof_gdal_connection_start(filename);
+    VSIStatBufL sb;
+    if (start <= 0 || VSIStatL(filename, &sb) == 0)
+        return 0;
+    char *dir = hyprof_strndup(filename, (size_t)start);
+    int ok = VSIStatL(dir, &sb) == 0 && VSI_ISDIR(sb.st_mode);
+    CPLFree(dir);
+    return ok;
+}
+
 int hyprof_gdal_identify(const char *filename, const char *header, int header_len)
 {
     if (STARTS_WITH_CI(filename, HYPROF_DRIVER_PREFIX))
         return 1;
-    if (!hyprof_ends_with_ci(filename, ".hyprof") || !header || header_len <= 0)
+    if (!header || header_len <= 0)
+        return folder_connection(filename);
+    if (!hyprof_ends_with_ci(filename, ".hyprof"))
         return 0;
     for (int i = 0; i < header_len; i++)
         if (!strchr(" \t\r\n", header[i]))
@@ -164,20 +180,31 @@ int hyprof_gdal_source_unchanged(const hyprof_gdal_source_t *src)
     return 1;
 }
 
-/* Local files by absolute name, so the key and metadata do not depend on
- * the current folder. */
-static void absolute_input(hyprof_gdal_source_t *src)
+/* Files by absolute name, so that the key and metadata do not depend on
+ * the current folder (names resolved from no folder are the current
+ * folder's). */
+static int absolute_files(hyprof_gdal_source_t *src)
 {
-    if (STARTS_WITH(src->input, "/vsi") || strchr(src->input, ':') ||
-        !CPLIsFilenameRelative(src->input))
-        return;
     char *cwd = getcwd(NULL, 0);
-    if (cwd) {
-        char *abs = hyprof_path_join(cwd, src->input);
-        CPLFree(src->input);
-        src->input = abs;
-        free(cwd);
+    if (!cwd)
+        return 1;
+    char *input = hyprof_gdal_resolve(cwd, src->input);
+    CPLFree(src->input);
+    src->input = input;
+    int ok = 1;
+    for (size_t i = 0; ok && i < src->op->nparams; i++) {
+        const hyprof_param_t *p = &src->op->params[i];
+        const char *v = hyprof_args_str(src->args, p->name);
+        if (!v || !is_file_param(p) || !CPLIsFilenameRelative(v))
+            continue;
+        char *abs = hyprof_gdal_resolve(cwd, v);
+        ok = hyprof_args_set(src->args, p->name, abs) == HYPROF_OK;
+        if (!ok)
+            ERR(CPLE_IllegalArg, "%s", hyprof_args_error(src->args));
+        CPLFree(abs);
     }
+    free(cwd);
+    return ok;
 }
 
 /* Nodata is known before computing when the input declares one (the output
@@ -280,6 +307,8 @@ static int check_size(const hyprof_gdal_source_t *src, size_t bands)
  * is computed now, after checking that its input fits in memory. */
 static int output_bands(hyprof_gdal_source_t *src)
 {
+    if (hyprof_gdal_is_classify(src->op))
+        return hyprof_gdal_classify_open(src);
     hyprof_ctx_t *ctx = hyprof_ctx_new();
     size_t n = 0;
     if (!ctx) {
@@ -305,13 +334,13 @@ static int output_bands(hyprof_gdal_source_t *src)
 
 hyprof_gdal_source_t *hyprof_gdal_source_open(const char *filename)
 {
-    hyprof_gdal_source_t *src = STARTS_WITH_CI(filename, HYPROF_DRIVER_PREFIX)
-                                    ? hyprof_gdal_parse_connection(filename)
+    int connection = STARTS_WITH_CI(filename, HYPROF_DRIVER_PREFIX) ||
+                     folder_connection(filename);
+    hyprof_gdal_source_t *src = connection ? hyprof_gdal_parse_connection(filename)
                                     : open_descriptor(filename);
     if (!src)
         return NULL;
-    absolute_input(src);
-    if (!check_files(src)) {
+    if (!absolute_files(src) || !check_files(src)) {
         hyprof_gdal_source_free(src);
         return NULL;
     }

@@ -75,7 +75,8 @@ CPLErr hyprof_pixfn_apply(const char *fname, void **sources, int nsources, void 
 /* A file argument, resolved: absolute paths as they are; relative ones against
  * the current folder, then each folder of the HYPROF_MODEL_PATH configuration
  * option (colon-separated). GDAL 3.6 does not tell a pixel function where its
- * .vrt is. Returns a CPLMalloc'ed path or NULL after a CPLError. */
+ * .vrt is (a VRT whose model must resolve against its own folder names it
+ * through the HYPROF driver, see driver.h). Returns a CPLMalloc'ed path or NULL after a CPLError. */
 char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name);
 
 /* A library context for pixel work: the CPU (a window is too small for the

@@ -222,7 +222,9 @@ char *hyprof_pixfn_file(const char *fname, CSLConstList args, const char *name)
     if (!found && !exists)
         CPLError(CE_Failure, CPLE_OpenFailed,
                  "%s: %s '%s' does not exist (relative paths are searched in the current "
-                 "folder and the HYPROF_MODEL_PATH folders)", fname, name, v);
+                 "folder and the HYPROF_MODEL_PATH folders: GDAL does not tell a pixel "
+                 "function its .vrt's folder; a HYPROF dataset in a relativeToVRT source "
+                 "takes its files from there)", fname, name, v);
     return found;
 }
 

@@ -447,15 +447,26 @@ def test_pixel_function_over_driver(tmp_path):
 
 
 def test_sample_vrts(tmp_path):
-    """samples/pca.vrt (its model found from samples/), scale.vrt, eadp_profile.vrt."""
+    """samples/pca.vrt (the HYPROF driver, its files relative to the .vrt),
+    scale.vrt, eadp_profile.vrt; and a hyprof_pca VRT whose relative model is
+    found from the current folder or HYPROF_MODEL_PATH, loaded once per process."""
     ref = tmp_path / "cli_pca.tif"
     run_ok("pca", "--backend", "cpu", "--model", PCA_MODEL, SAMSON, ref)
     out = tmp_path / "pca.tif"
-    r = translate("pca.vrt", out, "--config", "CPL_DEBUG", "HYPROF", cwd=SAMPLES)
+    translate("pca.vrt", out, cwd=SAMPLES)
+    same(array(out), array(ref))
+    out = tmp_path / "pca_elsewhere.tif"
+    translate(SAMPLES / "pca.vrt", out, cwd=tmp_path)
+    same(array(out), array(ref))
+    vrt = write_vrt(tmp_path / "pca_fn.vrt", SAMSON, [
+        derived_band(k, "hyprof_pca", {"model": "samson.pca", "component": k}, all_bands(SAMSON))
+        for k in (1, 2, 3)])
+    out = tmp_path / "pca_fn.tif"
+    r = translate(vrt, out, "--config", "CPL_DEBUG", "HYPROF", cwd=SAMPLES)
     same(array(out), array(ref))
     assert len(re.findall(r"loaded PCA model", r.stderr)) == 1, r.stderr  # once per process
-    out2 = tmp_path / "pca2.tif"
-    translate(SAMPLES / "pca.vrt", out2, "--config", "HYPROF_MODEL_PATH", SAMPLES)
+    out2 = tmp_path / "pca_fn2.tif"
+    translate(vrt, out2, "--config", "HYPROF_MODEL_PATH", SAMPLES, cwd=tmp_path)
     same(array(out2), array(ref))
 
     out = tmp_path / "scale.tif"
@@ -472,8 +483,9 @@ def test_sample_vrts(tmp_path):
 
 
 def test_sample_classmap_abundances(tmp_path):
-    """samples/classmap.vrt (hyprof_classify over the HYPROF dataset
-    indian_pines_eadp.hyprof) and abundances.vrt equal the CLI's chain."""
+    """samples/classmap.vrt (the HYPROF driver's classify, indian_pines_classmap.hyprof,
+    over the HYPROF dataset indian_pines_eadp.hyprof) and abundances.vrt equal the
+    CLI's chain."""
     profile = tmp_path / "eadp.tif"
     run_ok("eadp", "--backend", "cpu", "--components", "3", "--count", "4", INDIAN_PINES,
            profile)
@@ -490,7 +502,7 @@ def test_sample_classmap_abundances(tmp_path):
     ref = tmp_path / "cli_unmix.tif"
     run_ok("unmix", "--backend", "cpu", "--model", ENDMEMBERS, SAMSON, ref)
     out = tmp_path / "abundances.tif"
-    translate(SAMPLES / "abundances.vrt", out, "--config", "HYPROF_MODEL_PATH", SAMPLES)
+    translate(SAMPLES / "abundances.vrt", out, cwd=tmp_path)
     same(array(out), array(ref)[:3])
 
 
