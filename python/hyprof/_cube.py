@@ -27,8 +27,8 @@ class Result(np.ndarray):
     as the CLI names the output bands), `mask` (bool (rows, cols), True =
     valid, or None when every pixel is valid),
     `metadata` (dict of the operation's items), `backend` (where it ran) and
-    `nodata` (the value of invalid pixels: the input's nodata value when one
-    was given, else NaN, as in the CLI's output)."""
+    `nodata` (the value of invalid pixels: NaN, whatever the input's nodata,
+    as in the CLI's float outputs, so that a valid 0 stays valid)."""
 
     def __array_finalize__(self, obj):
         for a in ("band_names", "mask", "metadata", "backend", "nodata"):
@@ -172,7 +172,7 @@ def result_from(res, backend):
     out.metadata = {text(res.meta_keys[i]): text(res.meta_values[i]) for i in range(res.nmeta)}
     out.mask = cube_mask(cube)
     out.backend = backend
-    out.nodata = cube.nodata if cube.has_nodata else float("nan")
+    out.nodata = float("nan")
     if out.mask is not None and not out.mask.all():
         arr[:, ~out.mask] = out.nodata
     return out

@@ -8,8 +8,8 @@ dimensions, coordinates, attributes and
 CRS (rioxarray's spatial_ref coordinate and grid mapping), its band
 coordinate holding the band names of the command line ('PC1', 'PC1 T=65',
 ...), `long_name` the same names (rioxarray writes them as band
-descriptions) and `_FillValue` the nodata value (NaN unless the input
-had one, as in the CLI's output). The nodata value is rioxarray's
+descriptions) and `_FillValue` the nodata value (NaN, as in the CLI's
+float outputs). The nodata value is rioxarray's
 (da.rio.nodata) when rioxarray is imported, else the `_FillValue` or
 `nodata` attribute. train, predict and assess work the same way."""
 
