@@ -23,6 +23,9 @@ typedef struct {
     const char *files[CLI_MAX_FILES];
     int nfiles;
     int help;
+    /* Every --co NAME=VALUE in order, NULL-terminated (NULL when none). */
+    const char **co;
+    size_t nco;
 } cli_command_t;
 
 /* The pseudo-operation holding the common options. */
@@ -31,6 +34,10 @@ const hyprof_op_t *cli_common_op(void);
  * returns EXIT_USAGE. */
 int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd);
 void cli_command_free(cli_command_t *cmd);
+/* Edit distance between a and b (insertions, deletions, substitutions; -1
+ * cast to size_t beyond 64 characters), for suggesting what a mistyped
+ * option or operation was meant to be. */
+size_t cli_edit_distance(const char *a, const char *b);
 void cli_print_op_help(FILE *f, const hyprof_op_t *op);
 
 int cli_describe(int argc, char **argv);

@@ -122,6 +122,46 @@ static void print_version(void)
     printf("), GDAL %s\n", GDALVersionInfo("RELEASE_NAME"));
 }
 
+/* The operation closest to a mistyped name (at most 2 edits), or NULL. */
+static const char *closest_operation(const char *name)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (size_t i = 0; i < hyprof_op_count(); i++) {
+        size_t d = cli_edit_distance(name, hyprof_op_at(i)->name);
+        if (d < best_d) {
+            best_d = d;
+            best = hyprof_op_at(i)->name;
+        }
+    }
+    return best;
+}
+
+static int unknown_operation(const char *name)
+{
+    const char *guess = closest_operation(name);
+    if (guess)
+        cli_error(NULL, "unknown operation '%s': did you mean '%s'?", name, guess);
+    else
+        cli_error(NULL, "unknown operation '%s' (see 'hyprof --help')", name);
+    return EXIT_USAGE;
+}
+
+/* `hyprof help OP`: the same text as `hyprof OP --help`. */
+static int help_topic(const char *topic)
+{
+    const hyprof_op_t *op = hyprof_op_find(topic);
+    if (op) {
+        cli_print_op_help(stdout, op);
+        return EXIT_OK;
+    }
+    if (strcmp(topic, "info") == 0 || strcmp(topic, "describe") == 0) {
+        print_usage(stdout);
+        return EXIT_OK;
+    }
+    return unknown_operation(topic);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -133,6 +173,8 @@ int main(int argc, char **argv)
         print_version();
         return EXIT_OK;
     }
+    if (strcmp(cmd, "help") == 0 && argc > 2)
+        return help_topic(argv[2]);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         print_usage(stdout);
         return EXIT_OK;
@@ -150,10 +192,8 @@ int main(int argc, char **argv)
     CPLSetErrorHandler(CPLQuietErrorHandler);
     if (strcmp(cmd, "info") == 0)
         return cli_info(argc - 2, argv + 2);
-    if (!op) {
-        cli_error(NULL, "unknown operation '%s' (see 'hyprof --help')", cmd);
-        return EXIT_USAGE;
-    }
+    if (!op)
+        return unknown_operation(cmd);
     cli_command_t c;
     int rc = cli_parse(op, argc - 2, argv + 2, &c);
     if (rc == EXIT_OK && c.help)

@@ -39,6 +39,16 @@ static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *arg
     return cpu(ctx, args);
 }
 
+/* Why auto runs on the CPU where a CUDA path exists (only CUDA builds have
+ * one): a warning the first time in a context, debug lines after (the
+ * stages of one run would repeat it). */
+static void tell_fallback(hyprof_ctx_t *ctx, const char *op, const char *why)
+{
+    hyprof_log_level_t level = ctx->fallback_told ? HYPROF_LOG_DEBUG : HYPROF_LOG_WARNING;
+    hyprof__log(ctx, level, "%s: falling back to the CPU (%s)", op, why);
+    ctx->fallback_told = 1;
+}
+
 hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
                                  hyprof__impl_fn cuda, void *args)
 {
@@ -65,16 +75,22 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
     }
 
     /* auto */
-    if (!cuda || ctx->device >= ndev) {
-        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: %s, running on the CPU", op,
-                    !cuda ? "no CUDA implementation" : "no CUDA device");
+    if (!cuda) {
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: no CUDA implementation, running on the CPU",
+                    op);
+        return run_cpu(ctx, cpu, args);
+    }
+    if (ctx->device >= ndev) {
+        char why[96];
+        snprintf(why, sizeof why, ndev ? "CUDA device %d does not exist (%d found)"
+                                        : "no CUDA device found", ctx->device, ndev);
+        tell_fallback(ctx, op, why);
         return run_cpu(ctx, cpu, args);
     }
     ctx->used = HYPROF_BACKEND_CUDA;
     hyprof_status_t st = cuda(ctx, args);
     if (st == HYPROF_ERR_DEVICE_MEMORY || st == HYPROF_ERR_NO_DEVICE) {
-        hyprof__log(ctx, HYPROF_LOG_WARNING, "%s: falling back to the CPU (%s)", op,
-                    ctx->error);
+        tell_fallback(ctx, op, ctx->error);
         ctx->error[0] = '\0';
         return run_cpu(ctx, cpu, args);
     }
