@@ -1,6 +1,8 @@
 /* The one dispatch point between backends, used by every operation. */
 #include "internal.h"
 
+#include <stdio.h>
+
 #ifndef HYPROF_HAVE_CUDA
 /* CPU-only builds: no device, ever. */
 int hyprof_cuda_device_count(void) { return 0; }
