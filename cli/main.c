@@ -7,6 +7,9 @@
 
 #include <cpl_error.h>
 #include <gdal.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +165,39 @@ static int help_topic(const char *topic)
     return unknown_operation(topic);
 }
 
+/* Registers the HYPROF driver from `path` when that file exists. */
+static int load_plugin(const char *path)
+{
+    if (access(path, R_OK) != 0)
+        return 0;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void (*reg)(void) = h ? (void (*)(void))dlsym(h, "GDALRegisterMe") : NULL;
+    if (reg)
+        reg();
+    return GDALGetDriverByName("HYPROF") != NULL;
+}
+
+/* HYPROF: names and .hyprof descriptors as inputs (`hyprof info` included)
+ * need the HYPROF driver. GDAL loads it from $GDAL_DRIVER_PATH or its own
+ * plugin folder; where neither holds it, it comes from the folder it was
+ * installed to, or from a build tree (cli/hyprof beside gdal_driver/). */
+static void register_hyprof_driver(void)
+{
+    if (GDALGetDriverByName("HYPROF"))
+        return;
+#ifdef HYPROF_PLUGIN_DIR
+    if (load_plugin(HYPROF_PLUGIN_DIR "/gdal_HYPROF.so"))
+        return;
+#endif
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    snprintf(path, sizeof path, "%s/../gdal_driver/gdal_HYPROF.so", dirname(exe));
+    load_plugin(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -188,6 +224,7 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
     }
     GDALAllRegister();
+    register_hyprof_driver();
     /* GDAL's reasons are folded into hyprof's own one-line messages. */
     CPLSetErrorHandler(CPLQuietErrorHandler);
     if (strcmp(cmd, "info") == 0)

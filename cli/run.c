@@ -27,29 +27,65 @@ int cli_exit_code(hyprof_status_t st, int reading)
     }
 }
 
-/* Model and report files named by parameters, checked before any work. */
-int cli_check_param_files(const cli_command_t *cmd, int overwrite)
+/* A name GDAL opens without a file of that name ("HYPROF:...", "/vsizip/..."). */
+static int gdal_name(const char *path)
 {
-    char err[512];
+    return strncmp(path, "/vsi", 4) == 0 || strchr(path, ':') != NULL;
+}
+
+/* An input file (role: "INPUT", "--model:") that must exist, be readable and
+ * be a regular file (a folder where folder_ok). */
+static int check_input(const cli_command_t *cmd, const char *role, const char *v, int folder_ok)
+{
     struct stat sb;
+    if (stat(v, &sb) != 0 || access(v, R_OK) != 0) {
+        cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", role, v);
+        return EXIT_USAGE;
+    }
+    const char *wrong = hyprof_input_problem(&sb, folder_ok);
+    if (wrong) {
+        cli_error(cmd->op->name, "%s '%s' %s", role, v, wrong);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Every input of the command (file arguments, then parameters' files), so
+ * that a missing input is reported before anything about the outputs. */
+static int check_inputs(const cli_command_t *cmd)
+{
+    char kind[32], name[64], role[72];
+    for (int i = 0; i < cmd->nfiles; i++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, name, sizeof name);
+        if (!strstr(kind, "_in") || (strcmp(kind, "raster_in") == 0 && gdal_name(cmd->files[i])))
+            continue;
+        if (check_input(cmd, name, cmd->files[i], 0) != EXIT_OK)
+            return EXIT_USAGE;
+    }
     for (size_t i = 0; i < cmd->op->nparams; i++) {
         const hyprof_param_t *p = &cmd->op->params[i];
         const char *v = hyprof_args_str(cmd->args, p->name);
-        if (!v)
+        if (!v || !hyprof_param_is_input(p))
             continue;
-        if (hyprof_param_is_input(p) &&
-            (stat(v, &sb) != 0 || access(v, R_OK) != 0)) {
-            cli_error(cmd->op->name, "--%s: '%s' does not exist or is not readable", p->name, v);
+        snprintf(role, sizeof role, "--%s:", p->name);
+        if (check_input(cmd, role, v, p->type == HYPROF_PARAM_VECTOR_IN) != EXIT_OK)
             return EXIT_USAGE;
-        }
-        const char *wrong = hyprof_param_is_input(p)
-                                ? hyprof_input_problem(&sb, p->type == HYPROF_PARAM_VECTOR_IN)
-                                : NULL;
-        if (wrong) {
-            cli_error(cmd->op->name, "--%s: '%s' %s", p->name, v, wrong);
-            return EXIT_USAGE;
-        }
-        if (p->type == HYPROF_PARAM_FILE_OUT &&
+    }
+    return EXIT_OK;
+}
+
+/* Inputs first (all of them), then the files named by parameters that the
+ * run writes, and the format of every raster output; before any work. */
+int cli_check_param_files(const cli_command_t *cmd, int overwrite)
+{
+    char err[512];
+    int rc = check_inputs(cmd);
+    if (rc != EXIT_OK)
+        return rc;
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        if (v && p->type == HYPROF_PARAM_FILE_OUT &&
             hyprof_output_check(v, overwrite, err, sizeof err) != HYPROF_OK) {
             cli_error(cmd->op->name, "--%s: %s", p->name, err);
             return EXIT_USAGE;
