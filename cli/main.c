@@ -4,6 +4,7 @@
  *   hyprof info [--json] INPUT
  *   hyprof <op> [options] INPUT OUTPUT */
 #include "cli.h"
+#include "raster_io.h"
 
 #include <cpl_error.h>
 #include <gdal.h>
@@ -233,6 +234,9 @@ int main(int argc, char **argv)
         return unknown_operation(cmd);
     cli_command_t c;
     int rc = cli_parse(op, argc - 2, argv + 2, &c);
+    if (rc == EXIT_OK)
+        hyprof_output_format_set(hyprof_args_str(c.common, "of"), c.co,
+                                 hyprof_args_bool(c.common, "overviews"));
     if (rc == EXIT_OK && c.help)
         cli_print_op_help(stdout, op);
     else if (rc == EXIT_OK)

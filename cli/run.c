@@ -74,8 +74,46 @@ static int check_inputs(const cli_command_t *cmd)
     return EXIT_OK;
 }
 
+static int check_format(const cli_command_t *cmd, const char *path, hyprof_output_kind_t kind,
+                        size_t bands)
+{
+    char err[1024];
+    hyprof_status_t st = hyprof_output_format_check(path, kind, bands, err, sizeof err);
+    if (st == HYPROF_OK)
+        return EXIT_OK;
+    cli_error(cmd->op->name, "%s", err);
+    return cli_exit_code(st, 0);
+}
+
+/* The format of the raster outputs known before the input is read: class
+ * maps (the file arguments of the classification operations, one band) and
+ * rasters named by parameters (--probabilities; their band count comes with
+ * the model). OUTPUT of a profile operation is checked with its band count
+ * (check_memory). */
+static int check_formats(const cli_command_t *cmd)
+{
+    char kind[32];
+    for (int i = 0; i < cmd->nfiles && !cmd->op->run; i++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, NULL, 0);
+        int rc = strcmp(kind, "raster_out") == 0
+                     ? check_format(cmd, cmd->files[i], HYPROF_OUTPUT_CLASSMAP, 1)
+                     : EXIT_OK;
+        if (rc != EXIT_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        int raster = p->type == HYPROF_PARAM_FILE_OUT && p->choices && strstr(p->choices, "*.tif");
+        int rc = v && raster ? check_format(cmd, v, HYPROF_OUTPUT_PROFILE, 0) : EXIT_OK;
+        if (rc != EXIT_OK)
+            return rc;
+    }
+    return EXIT_OK;
+}
+
 /* Inputs first (all of them), then the files named by parameters that the
- * run writes, and the format of every raster output; before any work. */
+ * run writes, and the format of the raster outputs; before any work. */
 int cli_check_param_files(const cli_command_t *cmd, int overwrite)
 {
     char err[512];
@@ -91,7 +129,7 @@ int cli_check_param_files(const cli_command_t *cmd, int overwrite)
             return EXIT_USAGE;
         }
     }
-    return EXIT_OK;
+    return check_formats(cmd);
 }
 
 static int check_files(const cli_command_t *cmd, int overwrite)
@@ -200,8 +238,9 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
     return ctx;
 }
 
-/* The memory the run needs before it starts: the input as the file declares
- * it and the output as the operation will make it. */
+/* The memory the run needs before it starts (the input as the file declares
+ * it and the output as the operation will make it), and whether OUTPUT's
+ * format can hold that output. */
 static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
 {
     size_t w, h, nb, out_bands = 0;
@@ -221,7 +260,7 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
         cli_error(cmd->op->name, "%s", err);
         return EXIT_USAGE;
     }
-    return EXIT_OK;
+    return check_format(cmd, cmd->output, HYPROF_OUTPUT_PROFILE, out_bands);
 }
 
 /* Computes the result and writes every output to its temporary. */

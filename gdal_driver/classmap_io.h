@@ -28,7 +28,8 @@ hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *e
 /* True when the two rasters share size, geotransform and CRS; else the reason. */
 int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
 
-/* Writes into the file `tmp` a one-band class map (Byte when every value is
+/* Writes into the file `tmp`, in the chosen output format (GeoTIFF by
+ * default, see hyprof_output_format_set), a one-band class map (Byte when every value is
  * <= 255, else UInt16; 0 = nodata) on src's grid, with the legend as colour
  * table, category names and CLASS_<v> metadata, plus `meta` (NULL-terminated
  * KEY=VALUE list). The category names go to GDAL's sidecar tmp.aux.xml: the
