@@ -250,7 +250,7 @@ static void print_param(FILE *f, const hyprof_param_t *p)
         fprintf(f, " [default: %s]", p->def);
     if ((p->min != 0.0 || p->max != 0.0) && p->type != HYPROF_PARAM_CHOICE) {
         int integer = p->type == HYPROF_PARAM_INT || p->type == HYPROF_PARAM_INT_LIST;
-        fprintf(f, integer ? " [range: %.0f..%.0f]" : " [range: %g..%g]", p->min, p->max);
+        fprintf(f, integer ? " [range: %.0f..%.0f]" : " [range: %.15g..%.15g]", p->min, p->max);
     }
     if (p->flags & HYPROF_PARAM_REQUIRED)
         fputs(" [required]", f);
