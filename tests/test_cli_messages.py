@@ -147,12 +147,32 @@ def cuda_build():
 @pytest.mark.skipif(not cuda_build(), reason="a CPU-only build never falls back")
 def test_auto_says_once_why_it_runs_on_the_cpu(tmp_path):
     """No visible device (CUDA_VISIBLE_DEVICES empty): every stage of eadp
-    runs on the CPU, and the reason is said once."""
+    runs on the CPU, as auto means without a GPU: silent by default, the
+    reason said once at HYPROF_LOG=info."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     env.pop("HYPROF_BACKEND", None)
+    env.pop("HYPROF_LOG", None)
     r = run_ok("eadp", "--count", "2", SAMSON, "out.tif", env=env, cwd=tmp_path)
+    assert not [l for l in message_lines(r.stderr) if "CPU" in l], r.stderr
+    env["HYPROF_LOG"] = "info"
+    r = run_ok("eadp", "--count", "2", "--overwrite", SAMSON, "out.tif", env=env, cwd=tmp_path)
     said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
     assert len(said) == 1 and "no CUDA device" in said[0], r.stderr
+    assert said[0].startswith("hyprof eadp: info: "), said
+
+
+@pytest.mark.skipif(not cuda_build(), reason="a CPU-only build never falls back")
+def test_auto_warns_once_about_a_missing_device(tmp_path):
+    """--device 7 where fewer devices exist: a warning, once."""
+    env = dict(os.environ)
+    env.pop("HYPROF_BACKEND", None)
+    env.pop("HYPROF_LOG", None)
+    if "device 0" not in run_ok("--version").stdout:
+        pytest.skip("no CUDA device here")
+    r = run_ok("eadp", "--count", "2", "--device", "200", SAMSON, "out.tif", env=env,
+               cwd=tmp_path)
+    said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
+    assert len(said) == 1 and "device 200 does not exist" in said[0], r.stderr
     assert said[0].startswith("hyprof eadp: warning: "), said
 
 

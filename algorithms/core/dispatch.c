@@ -42,11 +42,13 @@ static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *arg
 }
 
 /* Why auto runs on the CPU where a CUDA path exists (only CUDA builds have
- * one): a warning the first time in a context, debug lines after (the
+ * one): at `level` the first time in a context, debug lines after (the
  * stages of one run would repeat it). */
-static void tell_fallback(hyprof_ctx_t *ctx, const char *op, const char *why)
+static void tell_fallback(hyprof_ctx_t *ctx, const char *op, const char *why,
+                          hyprof_log_level_t level)
 {
-    hyprof_log_level_t level = ctx->fallback_told ? HYPROF_LOG_DEBUG : HYPROF_LOG_WARNING;
+    if (ctx->fallback_told)
+        level = HYPROF_LOG_DEBUG;
     hyprof__log(ctx, level, "%s: falling back to the CPU (%s)", op, why);
     ctx->fallback_told = 1;
 }
@@ -82,17 +84,20 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
                     op);
         return run_cpu(ctx, cpu, args);
     }
+    /* Without any device, the CPU is what auto means (info); a device that
+     * is asked for and missing, or one that cannot run the case, is a
+     * fallback the user hears about (warning). */
     if (ctx->device >= ndev) {
         char why[96];
         snprintf(why, sizeof why, ndev ? "CUDA device %d does not exist (%d found)"
                                         : "no CUDA device found", ctx->device, ndev);
-        tell_fallback(ctx, op, why);
+        tell_fallback(ctx, op, why, ndev ? HYPROF_LOG_WARNING : HYPROF_LOG_INFO);
         return run_cpu(ctx, cpu, args);
     }
     ctx->used = HYPROF_BACKEND_CUDA;
     hyprof_status_t st = cuda(ctx, args);
     if (st == HYPROF_ERR_DEVICE_MEMORY || st == HYPROF_ERR_NO_DEVICE) {
-        tell_fallback(ctx, op, ctx->error);
+        tell_fallback(ctx, op, ctx->error, HYPROF_LOG_WARNING);
         ctx->error[0] = '\0';
         return run_cpu(ctx, cpu, args);
     }
