@@ -109,8 +109,9 @@ static void print_usage(FILE *f)
             fprintf(f, "\n%s:\n", group = op->group);
         fprintf(f, "  %-10s %s\n", op->name, op->summary);
     }
-    fputs("\nINPUT is anything GDAL reads; OUTPUT is a GeoTIFF. Exit codes: 0 ok, 1 runtime "
-          "failure,\n2 bad arguments or unreadable input, 3 cancelled.\n", f);
+    fputs("\nINPUT is anything GDAL reads; OUTPUT is a GeoTIFF unless --of or its extension "
+          "names another\nGDAL format. Exit codes: 0 ok, 1 runtime failure, 2 bad arguments or "
+          "unreadable\ninput, 3 cancelled.\n", f);
 }
 
 static void print_version(void)

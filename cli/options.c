@@ -268,7 +268,8 @@ void cli_print_op_help(FILE *f, const hyprof_op_t *op)
     if (op->positionals)
         fprintf(f, "Result: %s\n\noptions:\n", op->output);
     else
-        fprintf(f, "OUTPUT: %s (GeoTIFF)\n\noptions:\n", op->output);
+        fprintf(f, "OUTPUT: %s (GeoTIFF, or the format --of or its extension names)\n\n"
+                   "options:\n", op->output);
     for (size_t i = 0; i < op->nparams; i++)
         print_param(f, &op->params[i]);
     fputs("\ncommon options:\n", f);
