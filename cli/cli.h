@@ -11,6 +11,8 @@
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_CANCELLED = 3 };
 
 #define CLI_MAX_FILES 4
+/* Room for a message that quotes a path whole (PATH_MAX 4096) and more. */
+#define CLI_MESSAGE_MAX 8192
 
 /* A parsed command line for one operation. */
 typedef struct {

@@ -394,7 +394,7 @@ static int apply_moves(move_t *m, size_t n, char *err, size_t len)
 
 int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
 {
-    char err[1024];
+    char err[CLI_MESSAGE_MAX];
     /* The last point where a cancellation takes effect: nothing is replaced yet. */
     if (cli_interrupted()) {
         cli_outputs_discard(o);

@@ -77,7 +77,7 @@ static int check_inputs(const cli_command_t *cmd)
 static int check_format(const cli_command_t *cmd, const char *path, hyprof_output_kind_t kind,
                         size_t bands)
 {
-    char err[1024];
+    char err[CLI_MESSAGE_MAX];
     hyprof_status_t st = hyprof_output_format_check(path, kind, bands, err, sizeof err);
     if (st == HYPROF_OK)
         return EXIT_OK;
@@ -116,7 +116,7 @@ static int check_formats(const cli_command_t *cmd)
  * run writes, and the format of the raster outputs; before any work. */
 int cli_check_param_files(const cli_command_t *cmd, int overwrite)
 {
-    char err[512];
+    char err[CLI_MESSAGE_MAX];
     int rc = check_inputs(cmd);
     if (rc != EXIT_OK)
         return rc;
@@ -134,7 +134,7 @@ int cli_check_param_files(const cli_command_t *cmd, int overwrite)
 
 static int check_files(const cli_command_t *cmd, int overwrite)
 {
-    char err[512];
+    char err[CLI_MESSAGE_MAX];
     int rc = cli_check_param_files(cmd, overwrite);
     if (rc != EXIT_OK)
         return rc;
@@ -244,7 +244,7 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
 static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
 {
     size_t w, h, nb, out_bands = 0;
-    char err[1024], what[1200];
+    char err[CLI_MESSAGE_MAX], what[CLI_MESSAGE_MAX];
     hyprof_status_t st = hyprof_raster_probe(cmd->input, &w, &h, &nb, NULL, err, sizeof err);
     if (st != HYPROF_OK) {
         cli_error(cmd->op->name, "%s", err);
@@ -268,7 +268,7 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
                              hyprof_raster_t *in, hyprof_result_t *res, cli_outputs_t *outs)
 {
     const char *name = cmd->op->name, *param[CLI_MAX_OUTPUTS];
-    char err[1024];
+    char err[CLI_MESSAGE_MAX];
     hyprof_io_progress_t io = {cli_progress_fn, pg};
     cli_progress_stage(pg, 0.0, READ_END);
     hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, in, err, sizeof err);
