@@ -254,14 +254,10 @@ static GDALDataType output_type(hyprof_output_kind_t kind)
 }
 
 /* A small dataset of the output's shape (a MEM one to copy from, or made
- * by the driver itself when it can Create), written to /vsimem/. */
+ * by the driver itself when it can Create), written to the file `name`. */
 static hyprof_status_t try_shape(GDALDriverH drv, hyprof_output_kind_t kind, size_t bands,
-                                 char **opt, char *err, size_t n)
+                                 char **opt, const char *name, char *err, size_t n)
 {
-    char name[96];
-    const char *ext = GDALGetMetadataItem(drv, GDAL_DMD_EXTENSION, NULL);
-    snprintf(name, sizeof name, "/vsimem/hyprof-format-%ld.%s", (long)getpid(),
-             ext && *ext ? ext : "out");
     GDALDataType t = output_type(kind);
     GDALDatasetH src = GDALCreate(GDALGetDriverByName("MEM"), "", 8, 8, (int)bands, t, NULL);
     if (!src)
@@ -284,9 +280,34 @@ static hyprof_status_t try_shape(GDALDriverH drv, hyprof_output_kind_t kind, siz
     if (out)
         GDALClose(out);
     GDALClose(src);
+    CPLPushErrorHandler(CPLQuietErrorHandler); /* keeps the message above */
     GDALDeleteDataset(drv, name);
     VSIUnlink(name);
+    char aux[1200];
+    snprintf(aux, sizeof aux, "%s.aux.xml", name);
+    VSIUnlink(aux);
+    CPLPopErrorHandler();
     return st;
+}
+
+/* try_shape in memory, or, for a driver that cannot create in /vsimem/
+ * (netCDF), in a hidden file beside the output (".probe.hyprof-<pid>.tmp",
+ * which a later run removes if this one dies meanwhile). */
+static hyprof_status_t check_shape(const char *path, GDALDriverH drv, hyprof_output_kind_t kind,
+                                   size_t bands, char **opt, char *err, size_t n)
+{
+    char name[1200];
+    const char *ext = GDALGetMetadataItem(drv, GDAL_DMD_EXTENSION, NULL);
+    ext = ext && *ext ? ext : "out";
+    snprintf(name, sizeof name, "/vsimem/hyprof-format-%ld.%s", (long)getpid(), ext);
+    hyprof_status_t st = try_shape(drv, kind, bands, opt, name, err, n);
+    if (st == HYPROF_OK || !strstr(err, "/vsimem/"))
+        return st;
+    const char *slash = strrchr(path, '/');
+    int dir = slash ? (int)(slash - path) : 1;
+    snprintf(name, sizeof name, "%.*s/.probe.hyprof-%ld.tmp.%s", dir, slash ? path : ".",
+             (long)getpid(), ext);
+    return try_shape(drv, kind, bands, opt, name, err, n);
 }
 
 hyprof_status_t hyprof_output_format_check(const char *path, hyprof_output_kind_t kind,
@@ -304,7 +325,7 @@ hyprof_status_t hyprof_output_format_check(const char *path, hyprof_output_kind_
         return st;
     char msg[1024];
     char **opt = creation_options(drv, kind);
-    st = try_shape(drv, kind, bands, opt, msg, sizeof msg);
+    st = check_shape(path, drv, kind, bands, opt, msg, sizeof msg);
     CSLDestroy(opt);
     if (st != HYPROF_OK)
         return say(st, err, n, "output '%s': the %s format cannot hold %zu %s band%s: %s", path,

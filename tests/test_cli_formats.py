@@ -152,6 +152,17 @@ def test_other_drivers_and_their_sidecars(tmp_path):
                           equal_nan=True)
 
 
+def test_a_driver_that_cannot_write_in_memory(tmp_path):
+    """netCDF cannot create in /vsimem/: its format check uses a hidden file
+    beside the output, which does not stay."""
+    if gdal.GetDriverByName("netCDF") is None:
+        pytest.skip("GDAL has no netCDF driver here")
+    out = tmp_path / "pca.nc"
+    run_ok("pca", "--components", "3", SAMSON, out, cwd=tmp_path)
+    assert structure(out)[0] == "netCDF"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pca.nc"]
+
+
 def test_no_extension_is_geotiff(tmp_path):
     out = tmp_path / "noext"
     run_ok("pca", SAMSON, out, cwd=tmp_path)
