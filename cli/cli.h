@@ -55,7 +55,7 @@ typedef struct {
     double lo, hi;          /* the current stage's share of the whole run */
     double last;
     char last_stage[32];
-    int verbose;
+    hyprof_log_level_t min_level; /* library messages below it are not shown */
 } cli_progress_t;
 
 void cli_progress_init(cli_progress_t *p, const char *mode);

@@ -167,7 +167,7 @@ def test_auto_warns_once_about_a_missing_device(tmp_path):
     env = dict(os.environ)
     env.pop("HYPROF_BACKEND", None)
     env.pop("HYPROF_LOG", None)
-    if "device 0" not in run_ok("--version").stdout:
+    if not has_device():
         pytest.skip("no CUDA device here")
     r = run_ok("eadp", "--count", "2", "--device", "200", SAMSON, "out.tif", env=env,
                cwd=tmp_path)
@@ -176,10 +176,19 @@ def test_auto_warns_once_about_a_missing_device(tmp_path):
     assert said[0].startswith("hyprof eadp: warning: "), said
 
 
+def has_device():
+    return "device 0" in run_ok("--version").stdout
+
+
 @pytest.mark.skipif(not cuda_build(), reason="a CPU-only build never falls back")
 def test_auto_says_once_when_device_memory_is_short(tmp_path):
+    """A device capped at one byte (HYPROF_DEVICE_MEMORY, the tests' budget):
+    a run that ends on the CPU warns once, whatever number of stages fell back."""
+    if not has_device():
+        pytest.skip("no CUDA device here")
     env = dict(os.environ, HYPROF_DEVICE_MEMORY="1")
     env.pop("HYPROF_BACKEND", None)
+    env.pop("HYPROF_LOG", None)
     r = run_ok("eadp", "--count", "2", SAMSON, "out.tif", env=env, cwd=tmp_path)
     said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
     if "backend cpu" in r.stdout:
