@@ -11,6 +11,8 @@
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_CANCELLED = 3 };
 
 #define CLI_MAX_FILES 4
+/* Room for a message that quotes a path whole (PATH_MAX 4096) and more. */
+#define CLI_MESSAGE_MAX 8192
 
 /* A parsed command line for one operation. */
 typedef struct {
@@ -23,6 +25,9 @@ typedef struct {
     const char *files[CLI_MAX_FILES];
     int nfiles;
     int help;
+    /* Every --co NAME=VALUE in order, NULL-terminated (NULL when none). */
+    const char **co;
+    size_t nco;
 } cli_command_t;
 
 /* The pseudo-operation holding the common options. */
@@ -31,6 +36,10 @@ const hyprof_op_t *cli_common_op(void);
  * returns EXIT_USAGE. */
 int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd);
 void cli_command_free(cli_command_t *cmd);
+/* Edit distance between a and b (insertions, deletions, substitutions; -1
+ * cast to size_t beyond 64 characters), for suggesting what a mistyped
+ * option or operation was meant to be. */
+size_t cli_edit_distance(const char *a, const char *b);
 void cli_print_op_help(FILE *f, const hyprof_op_t *op);
 
 int cli_describe(int argc, char **argv);
@@ -46,7 +55,7 @@ typedef struct {
     double lo, hi;          /* the current stage's share of the whole run */
     double last;
     char last_stage[32];
-    int verbose;
+    hyprof_log_level_t min_level; /* library messages below it are not shown */
 } cli_progress_t;
 
 void cli_progress_init(cli_progress_t *p, const char *mode);

@@ -4,9 +4,13 @@
  *   hyprof info [--json] INPUT
  *   hyprof <op> [options] INPUT OUTPUT */
 #include "cli.h"
+#include "raster_io.h"
 
 #include <cpl_error.h>
 #include <gdal.h>
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,8 +109,9 @@ static void print_usage(FILE *f)
             fprintf(f, "\n%s:\n", group = op->group);
         fprintf(f, "  %-10s %s\n", op->name, op->summary);
     }
-    fputs("\nINPUT is anything GDAL reads; OUTPUT is a GeoTIFF. Exit codes: 0 ok, 1 runtime "
-          "failure,\n2 bad arguments or unreadable input, 3 cancelled.\n", f);
+    fputs("\nINPUT is anything GDAL reads; OUTPUT is a GeoTIFF unless --of or its extension "
+          "names another\nGDAL format. Exit codes: 0 ok, 1 runtime failure, 2 bad arguments or "
+          "unreadable\ninput, 3 cancelled.\n", f);
 }
 
 static void print_version(void)
@@ -122,6 +127,79 @@ static void print_version(void)
     printf("), GDAL %s\n", GDALVersionInfo("RELEASE_NAME"));
 }
 
+/* The operation closest to a mistyped name (at most 2 edits), or NULL. */
+static const char *closest_operation(const char *name)
+{
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (size_t i = 0; i < hyprof_op_count(); i++) {
+        size_t d = cli_edit_distance(name, hyprof_op_at(i)->name);
+        if (d < best_d) {
+            best_d = d;
+            best = hyprof_op_at(i)->name;
+        }
+    }
+    return best;
+}
+
+static int unknown_operation(const char *name)
+{
+    const char *guess = closest_operation(name);
+    if (guess)
+        cli_error(NULL, "unknown operation '%s': did you mean '%s'?", name, guess);
+    else
+        cli_error(NULL, "unknown operation '%s' (see 'hyprof --help')", name);
+    return EXIT_USAGE;
+}
+
+/* `hyprof help OP`: the same text as `hyprof OP --help`. */
+static int help_topic(const char *topic)
+{
+    const hyprof_op_t *op = hyprof_op_find(topic);
+    if (op) {
+        cli_print_op_help(stdout, op);
+        return EXIT_OK;
+    }
+    if (strcmp(topic, "info") == 0 || strcmp(topic, "describe") == 0) {
+        print_usage(stdout);
+        return EXIT_OK;
+    }
+    return unknown_operation(topic);
+}
+
+/* Registers the HYPROF driver from `path` when that file exists. */
+static int load_plugin(const char *path)
+{
+    if (access(path, R_OK) != 0)
+        return 0;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void (*reg)(void) = h ? (void (*)(void))dlsym(h, "GDALRegisterMe") : NULL;
+    if (reg)
+        reg();
+    return GDALGetDriverByName("HYPROF") != NULL;
+}
+
+/* HYPROF: names and .hyprof descriptors as inputs (`hyprof info` included)
+ * need the HYPROF driver. GDAL loads it from $GDAL_DRIVER_PATH or its own
+ * plugin folder; where neither holds it, it comes from the folder it was
+ * installed to, or from a build tree (cli/hyprof beside gdal_driver/). */
+static void register_hyprof_driver(void)
+{
+    if (GDALGetDriverByName("HYPROF"))
+        return;
+#ifdef HYPROF_PLUGIN_DIR
+    if (load_plugin(HYPROF_PLUGIN_DIR "/gdal_HYPROF.so"))
+        return;
+#endif
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    snprintf(path, sizeof path, "%s/../gdal_driver/gdal_HYPROF.so", dirname(exe));
+    load_plugin(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -133,6 +211,8 @@ int main(int argc, char **argv)
         print_version();
         return EXIT_OK;
     }
+    if (strcmp(cmd, "help") == 0 && argc > 2)
+        return help_topic(argv[2]);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         print_usage(stdout);
         return EXIT_OK;
@@ -146,16 +226,18 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
     }
     GDALAllRegister();
+    register_hyprof_driver();
     /* GDAL's reasons are folded into hyprof's own one-line messages. */
     CPLSetErrorHandler(CPLQuietErrorHandler);
     if (strcmp(cmd, "info") == 0)
         return cli_info(argc - 2, argv + 2);
-    if (!op) {
-        cli_error(NULL, "unknown operation '%s' (see 'hyprof --help')", cmd);
-        return EXIT_USAGE;
-    }
+    if (!op)
+        return unknown_operation(cmd);
     cli_command_t c;
     int rc = cli_parse(op, argc - 2, argv + 2, &c);
+    if (rc == EXIT_OK)
+        hyprof_output_format_set(hyprof_args_str(c.common, "of"), c.co,
+                                 hyprof_args_bool(c.common, "overviews"));
     if (rc == EXIT_OK && c.help)
         cli_print_op_help(stdout, op);
     else if (rc == EXIT_OK)

@@ -18,6 +18,78 @@ void cli_command_free(cli_command_t *cmd)
 {
     hyprof_args_free(&cmd->args);
     hyprof_args_free(&cmd->common);
+    free(cmd->co);
+    cmd->co = NULL;
+    cmd->nco = 0;
+}
+
+size_t cli_edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 64 || lb > 64)
+        return (size_t)-1;
+    size_t row[65];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            best = up + 1 < best ? up + 1 : best;
+            best = row[j - 1] + 1 < best ? row[j - 1] + 1 : best;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+/* The option of op or the common ones closest to `name`, when it is close
+ * enough to be a typo of it (at most 2 edits, or a third of its length). */
+static const char *closest_option(const hyprof_op_t *op, const char *name)
+{
+    const hyprof_op_t *ops[2] = {op, cli_common_op()};
+    const char *best = NULL;
+    size_t best_d = (size_t)-1, len = strlen(name);
+    for (size_t k = 0; k < 2; k++)
+        for (size_t i = 0; i < ops[k]->nparams; i++) {
+            size_t d = cli_edit_distance(name, ops[k]->params[i].name);
+            if (d < best_d) {
+                best_d = d;
+                best = ops[k]->params[i].name;
+            }
+        }
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    return best_d <= limit ? best : NULL;
+}
+
+static void unknown_option(const hyprof_op_t *op, const char *typed, const char *name)
+{
+    const char *guess = closest_option(op, name);
+    if (guess)
+        cli_error(op->name, "unknown option '%s': did you mean --%s?", typed, guess);
+    else
+        cli_error(op->name, "unknown option '%s' (see 'hyprof %s --help')", typed, op->name);
+}
+
+/* --co NAME=VALUE, which may be repeated: kept in order for the writer. */
+static int add_creation_option(cli_command_t *cmd, const char *value)
+{
+    const char *eq = strchr(value, '=');
+    if (!eq || eq == value) {
+        cli_error(cmd->op->name, "--co '%s': a creation option is NAME=VALUE", value);
+        return -1;
+    }
+    const char **co = realloc(cmd->co, (cmd->nco + 2) * sizeof *co);
+    if (!co) {
+        cli_error(cmd->op->name, "out of memory");
+        return -1;
+    }
+    cmd->co = co;
+    co[cmd->nco++] = value;
+    co[cmd->nco] = NULL;
+    return 0;
 }
 
 /* Sets --name[=value] (value possibly the next argument); returns the number
@@ -40,8 +112,9 @@ static int parse_option(cli_command_t *cmd, const char *arg, const char *next)
         p = hyprof_op_param(cli_common_op(), name);
     }
     if (!p) {
-        cli_error(cmd->op->name, "unknown option '--%s' (see 'hyprof %s --help')", name,
-                  cmd->op->name);
+        char typed[72];
+        snprintf(typed, sizeof typed, "--%s", name);
+        unknown_option(cmd->op, typed, name);
         return -1;
     }
     const char *value = eq ? eq + 1 : NULL;
@@ -60,6 +133,8 @@ static int parse_option(cli_command_t *cmd, const char *arg, const char *next)
         cli_error(cmd->op->name, "--%s", hyprof_args_error(target));
         return -1;
     }
+    if (target == cmd->common && strcmp(name, "co") == 0 && add_creation_option(cmd, value) != 0)
+        return -1;
     return used;
 }
 
@@ -123,7 +198,12 @@ int cli_parse(const hyprof_op_t *op, int argc, char **argv, cli_command_t *cmd)
                 return EXIT_USAGE;
             i += used;
         } else if (!only_pos && a[0] == '-' && a[1] != '\0') {
-            cli_error(op->name, "unknown option '%s' (options start with --)", a);
+            const char *guess = closest_option(op, a + 1);
+            if (guess)
+                cli_error(op->name, "unknown option '%s' (options start with --): did you mean "
+                          "--%s?", a, guess);
+            else
+                cli_error(op->name, "unknown option '%s' (options start with --)", a);
             return EXIT_USAGE;
         } else if (npos < CLI_MAX_FILES + 1) {
             pos[npos++] = a;
@@ -168,8 +248,10 @@ static void print_param(FILE *f, const hyprof_param_t *p)
     fprintf(f, "  %-28s %s", head, p->help);
     if (p->def && p->type != HYPROF_PARAM_BOOL)
         fprintf(f, " [default: %s]", p->def);
-    if ((p->min != 0.0 || p->max != 0.0) && p->type != HYPROF_PARAM_CHOICE)
-        fprintf(f, " [range: %g..%g]", p->min, p->max);
+    if ((p->min != 0.0 || p->max != 0.0) && p->type != HYPROF_PARAM_CHOICE) {
+        int integer = p->type == HYPROF_PARAM_INT || p->type == HYPROF_PARAM_INT_LIST;
+        fprintf(f, integer ? " [range: %.0f..%.0f]" : " [range: %.15g..%.15g]", p->min, p->max);
+    }
     if (p->flags & HYPROF_PARAM_REQUIRED)
         fputs(" [required]", f);
     fputc('\n', f);
@@ -186,7 +268,8 @@ void cli_print_op_help(FILE *f, const hyprof_op_t *op)
     if (op->positionals)
         fprintf(f, "Result: %s\n\noptions:\n", op->output);
     else
-        fprintf(f, "OUTPUT: %s (GeoTIFF)\n\noptions:\n", op->output);
+        fprintf(f, "OUTPUT: %s (GeoTIFF, or the format --of or its extension names)\n\n"
+                   "options:\n", op->output);
     for (size_t i = 0; i < op->nparams; i++)
         print_param(f, &op->params[i]);
     fputs("\ncommon options:\n", f);

@@ -168,17 +168,26 @@ static void remove_stale_temps(const char *dir)
     closedir(d);
 }
 
-/* A new hidden name in path's folder, unique in this process. */
-static char *temp_name(const char *path)
+/* The extension of a file name, with its dot ("" when none, or when too
+ * long to keep a temporary name short). */
+static const char *extension_of(const char *path)
+{
+    const char *base = base_of(path), *dot = strrchr(base, '.');
+    return dot && dot != base && strlen(dot) <= 16 ? dot : "";
+}
+
+/* A new hidden name in path's folder, unique in this process, ending in
+ * `ext` (drivers may go by the extension, and name sidecars after it). */
+static char *temp_name(const char *path, const char *ext)
 {
     static unsigned counter;
     char *dir = folder_of(path);
     if (!dir)
         return NULL;
-    size_t len = strlen(dir) + 64;
+    size_t len = strlen(dir) + 64 + strlen(ext);
     char *t = malloc(len);
     if (t)
-        snprintf(t, len, "%s/.%u.hyprof-%ld.tmp", dir, counter++, (long)getpid());
+        snprintf(t, len, "%s/.%u.hyprof-%ld.tmp%s", dir, counter++, (long)getpid(), ext);
     free(dir);
     return t;
 }
@@ -202,7 +211,7 @@ const char *cli_outputs_add(cli_outputs_t *o, const char *path, int raster)
         remove_stale_temps(dir);
     free(dir);
     f->final = strdup(path);
-    f->tmp = temp_name(path);
+    f->tmp = temp_name(path, raster ? extension_of(path) : "");
     f->raster = raster;
     if (!f->final || !f->tmp) {
         free(f->final);
@@ -213,19 +222,60 @@ const char *cli_outputs_add(cli_outputs_t *o, const char *path, int raster)
     return f->tmp;
 }
 
-static void unlink_aux(const char *path)
+/* The files a driver wrote beside a raster temporary ("<tmp>.aux.xml", an
+ * ENVI header "<stem>.hdr"): every name in its folder that starts with the
+ * temporary's stem ".<n>.hyprof-<pid>.tmp" and is not the temporary itself.
+ * fn gets each one's path and the name it takes beside the final file:
+ * "<final>" + what follows the extension, or "<final without extension>" +
+ * what follows the stem. */
+static void for_each_sidecar(const cli_output_t *f,
+                             void (*fn)(const char *src, const char *dst, void *user),
+                             void *user)
 {
-    char *a = with_aux(path);
-    if (a)
-        unlink(a);
-    free(a);
+    char *dir = folder_of(f->tmp);
+    DIR *d = dir ? opendir(dir) : NULL;
+    const char *tbase = base_of(f->tmp), *tag = strstr(tbase, ".hyprof-");
+    size_t stem = (size_t)(strstr(tag, ".tmp") + 4 - tbase);
+    const char *ext = tbase + stem; /* the final's extension, or "" */
+    size_t elen = strlen(ext);
+    size_t fstem = strlen(f->final) - strlen(extension_of(f->final));
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *rest = e->d_name + stem;
+        if (strncmp(e->d_name, tbase, stem) != 0 || rest[0] != '.' || strcmp(e->d_name, tbase) == 0)
+            continue;
+        int after_ext = elen && strncmp(rest, ext, elen) == 0 && rest[elen] == '.';
+        size_t len = strlen(dir) + strlen(e->d_name) + strlen(f->final) + 2;
+        char *src = malloc(len), *dst = malloc(len);
+        if (src && dst) {
+            snprintf(src, len, "%s/%s", dir, e->d_name);
+            if (after_ext)
+                snprintf(dst, len, "%s%s", f->final, rest + elen);
+            else
+                snprintf(dst, len, "%.*s%s", (int)fstem, f->final, rest);
+            fn(src, dst, user);
+        }
+        free(src);
+        free(dst);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+}
+
+static void unlink_sidecar(const char *src, const char *dst, void *user)
+{
+    (void)dst;
+    (void)user;
+    unlink(src);
 }
 
 void cli_outputs_discard(cli_outputs_t *o)
 {
     for (size_t i = 0; i < o->n; i++) {
+        if (o->f[i].raster)
+            for_each_sidecar(&o->f[i], unlink_sidecar, NULL);
         unlink(o->f[i].tmp);
-        unlink_aux(o->f[i].tmp);
         free(o->f[i].tmp);
         free(o->f[i].final);
     }
@@ -240,32 +290,55 @@ typedef struct {
     int done;
 } move_t;
 
-/* The moves of a commit into m; -1 when out of memory. */
-static int plan_moves(const cli_outputs_t *o, move_t *m, size_t *count)
+typedef struct {
+    move_t *m;
+    size_t n, cap;
+    int ok;
+} move_list_t;
+
+static void add_move(move_list_t *l, const char *src, const char *dst)
 {
-    size_t n = 0;
-    int ok = 1;
-    for (size_t i = 0; i < o->n; i++) {
-        m[n] = (move_t){strdup(o->f[i].tmp), strdup(o->f[i].final), NULL, 0};
-        ok &= m[n].src && m[n].dst;
-        n++;
-        if (!o->f[i].raster)
-            continue;
-        /* The sidecar goes with its raster; an old one would relabel it. */
-        char *src = with_aux(o->f[i].tmp), *dst = with_aux(o->f[i].final);
-        if (src && access(src, F_OK) != 0) {
-            free(src);
-            src = NULL;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        move_t *m = realloc(l->m, cap * sizeof *m);
+        if (!m) {
+            l->ok = 0;
+            return;
         }
-        if (!src && dst && access(dst, F_OK) != 0) {
-            free(dst);
-            continue;
-        }
-        ok &= dst != NULL;
-        m[n++] = (move_t){src, dst, NULL, 0};
+        l->m = m;
+        l->cap = cap;
     }
-    *count = n;
-    return ok ? 0 : -1;
+    move_t *m = &l->m[l->n++];
+    *m = (move_t){src ? strdup(src) : NULL, strdup(dst), NULL, 0};
+    l->ok &= (!src || m->src) && m->dst;
+}
+
+static void move_sidecar(const char *src, const char *dst, void *user)
+{
+    add_move(user, src, dst);
+}
+
+/* The moves of a commit: each temporary and its sidecars onto their
+ * targets; a target's old .aux.xml goes when the new file has none (it
+ * would relabel it). */
+static void plan_moves(const cli_outputs_t *o, move_list_t *l)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        const cli_output_t *f = &o->f[i];
+        add_move(l, f->tmp, f->final);
+        if (!f->raster)
+            continue;
+        size_t before = l->n;
+        for_each_sidecar(f, move_sidecar, l);
+        char *aux = with_aux(f->final);
+        int has_aux = 0;
+        for (size_t k = before; aux && k < l->n; k++)
+            has_aux |= strcmp(l->m[k].dst, aux) == 0;
+        if (aux && !has_aux && access(aux, F_OK) == 0)
+            add_move(l, NULL, aux);
+        l->ok &= aux != NULL;
+        free(aux);
+    }
 }
 
 /* Keeps the current target under a backup name (a hard link, or the file
@@ -274,7 +347,7 @@ static int back_up(move_t *m)
 {
     if (access(m->dst, F_OK) != 0)
         return 0;
-    m->backup = temp_name(m->dst);
+    m->backup = temp_name(m->dst, "");
     if (!m->backup)
         return -1;
     if (link(m->dst, m->backup) == 0 || rename(m->dst, m->backup) == 0)
@@ -321,7 +394,7 @@ static int apply_moves(move_t *m, size_t n, char *err, size_t len)
 
 int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
 {
-    char err[1024];
+    char err[CLI_MESSAGE_MAX];
     /* The last point where a cancellation takes effect: nothing is replaced yet. */
     if (cli_interrupted()) {
         cli_outputs_discard(o);
@@ -334,20 +407,21 @@ int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
             cli_error(op, "%s", err);
             return EXIT_USAGE;
         }
-    move_t m[2 * CLI_MAX_OUTPUTS];
-    size_t n = 0;
+    move_list_t l = {NULL, 0, 0, 1};
+    plan_moves(o, &l);
     int rc = EXIT_OK;
-    if (plan_moves(o, m, &n) != 0) {
+    if (!l.ok) {
         snprintf(err, sizeof err, "out of memory");
         rc = EXIT_RUNTIME;
     }
-    else if (apply_moves(m, n, err, sizeof err) != 0)
+    else if (apply_moves(l.m, l.n, err, sizeof err) != 0)
         rc = EXIT_RUNTIME;
-    for (size_t i = 0; i < n; i++) {
-        free(m[i].src);
-        free(m[i].dst);
-        free(m[i].backup);
+    for (size_t i = 0; i < l.n; i++) {
+        free(l.m[i].src);
+        free(l.m[i].dst);
+        free(l.m[i].backup);
     }
+    free(l.m);
     cli_outputs_discard(o);
     if (rc != EXIT_OK)
         cli_error(op, "%s", err);

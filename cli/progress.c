@@ -85,9 +85,13 @@ void cli_progress_init(cli_progress_t *p, const char *mode)
     memset(p, 0, sizeof *p);
     p->hi = 1.0;
     p->last = -1.0;
-    /* $HYPROF_LOG=info or debug shows the library's messages of that level. */
+    /* $HYPROF_LOG=info or debug shows the library's messages of that level
+     * and above (warnings always). */
     const char *log = getenv("HYPROF_LOG");
-    p->verbose = log && (strcmp(log, "info") == 0 || strcmp(log, "debug") == 0);
+    p->min_level = !log                          ? HYPROF_LOG_WARNING
+                   : strcmp(log, "debug") == 0 ? HYPROF_LOG_DEBUG
+                   : strcmp(log, "info") == 0  ? HYPROF_LOG_INFO
+                                               : HYPROF_LOG_WARNING;
     if (!mode)
         p->mode = isatty(STDERR_FILENO) ? PROGRESS_BAR : PROGRESS_NONE;
     else if (strcmp(mode, "json") == 0)
@@ -149,9 +153,11 @@ void cli_progress_done(cli_progress_t *p)
 void cli_log_fn(void *user, hyprof_log_level_t level, const char *message)
 {
     cli_progress_t *p = user;
-    if (level < HYPROF_LOG_WARNING && !p->verbose)
+    if (level < p->min_level && level < HYPROF_LOG_WARNING)
         return;
-    const char *lv = level == HYPROF_LOG_WARNING ? "warning" : "info";
+    const char *lv = level >= HYPROF_LOG_WARNING ? "warning"
+                     : level == HYPROF_LOG_INFO  ? "info"
+                                                 : "debug";
     if (p->mode == PROGRESS_JSON) {
         fprintf(stderr, "{\"log\":\"%s\",\"message\":", lv);
         cli_json_string(stderr, message);

@@ -27,40 +27,114 @@ int cli_exit_code(hyprof_status_t st, int reading)
     }
 }
 
-/* Model and report files named by parameters, checked before any work. */
-int cli_check_param_files(const cli_command_t *cmd, int overwrite)
+/* A name GDAL opens without a file of that name ("HYPROF:...", "/vsizip/..."). */
+static int gdal_name(const char *path)
 {
-    char err[512];
+    return strncmp(path, "/vsi", 4) == 0 || strchr(path, ':') != NULL;
+}
+
+/* An input file (role: "INPUT", "--model:") that must exist, be readable and
+ * be a regular file (a folder where folder_ok). */
+static int check_input(const cli_command_t *cmd, const char *role, const char *v, int folder_ok)
+{
     struct stat sb;
+    if (stat(v, &sb) != 0 || access(v, R_OK) != 0) {
+        cli_error(cmd->op->name, "%s '%s' does not exist or is not readable", role, v);
+        return EXIT_USAGE;
+    }
+    const char *wrong = hyprof_input_problem(&sb, folder_ok);
+    if (wrong) {
+        cli_error(cmd->op->name, "%s '%s' %s", role, v, wrong);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+/* Every input of the command (file arguments, then parameters' files), so
+ * that a missing input is reported before anything about the outputs. */
+static int check_inputs(const cli_command_t *cmd)
+{
+    char kind[32], name[64], role[72];
+    for (int i = 0; i < cmd->nfiles; i++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, name, sizeof name);
+        if (!strstr(kind, "_in") || (strcmp(kind, "raster_in") == 0 && gdal_name(cmd->files[i])))
+            continue;
+        if (check_input(cmd, name, cmd->files[i], 0) != EXIT_OK)
+            return EXIT_USAGE;
+    }
     for (size_t i = 0; i < cmd->op->nparams; i++) {
         const hyprof_param_t *p = &cmd->op->params[i];
         const char *v = hyprof_args_str(cmd->args, p->name);
-        if (!v)
+        if (!v || !hyprof_param_is_input(p))
             continue;
-        if (hyprof_param_is_input(p) &&
-            (stat(v, &sb) != 0 || access(v, R_OK) != 0)) {
-            cli_error(cmd->op->name, "--%s: '%s' does not exist or is not readable", p->name, v);
+        snprintf(role, sizeof role, "--%s:", p->name);
+        if (check_input(cmd, role, v, p->type == HYPROF_PARAM_VECTOR_IN) != EXIT_OK)
             return EXIT_USAGE;
-        }
-        const char *wrong = hyprof_param_is_input(p)
-                                ? hyprof_input_problem(&sb, p->type == HYPROF_PARAM_VECTOR_IN)
-                                : NULL;
-        if (wrong) {
-            cli_error(cmd->op->name, "--%s: '%s' %s", p->name, v, wrong);
-            return EXIT_USAGE;
-        }
-        if (p->type == HYPROF_PARAM_FILE_OUT &&
+    }
+    return EXIT_OK;
+}
+
+static int check_format(const cli_command_t *cmd, const char *path, hyprof_output_kind_t kind,
+                        size_t bands)
+{
+    char err[CLI_MESSAGE_MAX];
+    hyprof_status_t st = hyprof_output_format_check(path, kind, bands, err, sizeof err);
+    if (st == HYPROF_OK)
+        return EXIT_OK;
+    cli_error(cmd->op->name, "%s", err);
+    return cli_exit_code(st, 0);
+}
+
+/* The format of the raster outputs known before the input is read: class
+ * maps (the file arguments of the classification operations, one band) and
+ * rasters named by parameters (--probabilities; their band count comes with
+ * the model). OUTPUT of a profile operation is checked with its band count
+ * (check_memory). */
+static int check_formats(const cli_command_t *cmd)
+{
+    char kind[32];
+    for (int i = 0; i < cmd->nfiles && !cmd->op->run; i++) {
+        cli_positionals(cmd->op, i, kind, sizeof kind, NULL, 0);
+        int rc = strcmp(kind, "raster_out") == 0
+                     ? check_format(cmd, cmd->files[i], HYPROF_OUTPUT_CLASSMAP, 1)
+                     : EXIT_OK;
+        if (rc != EXIT_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        int raster = p->type == HYPROF_PARAM_FILE_OUT && p->choices && strstr(p->choices, "*.tif");
+        int rc = v && raster ? check_format(cmd, v, HYPROF_OUTPUT_PROFILE, 0) : EXIT_OK;
+        if (rc != EXIT_OK)
+            return rc;
+    }
+    return EXIT_OK;
+}
+
+/* Inputs first (all of them), then the files named by parameters that the
+ * run writes, and the format of the raster outputs; before any work. */
+int cli_check_param_files(const cli_command_t *cmd, int overwrite)
+{
+    char err[CLI_MESSAGE_MAX];
+    int rc = check_inputs(cmd);
+    if (rc != EXIT_OK)
+        return rc;
+    for (size_t i = 0; i < cmd->op->nparams; i++) {
+        const hyprof_param_t *p = &cmd->op->params[i];
+        const char *v = hyprof_args_str(cmd->args, p->name);
+        if (v && p->type == HYPROF_PARAM_FILE_OUT &&
             hyprof_output_check(v, overwrite, err, sizeof err) != HYPROF_OK) {
             cli_error(cmd->op->name, "--%s: %s", p->name, err);
             return EXIT_USAGE;
         }
     }
-    return EXIT_OK;
+    return check_formats(cmd);
 }
 
 static int check_files(const cli_command_t *cmd, int overwrite)
 {
-    char err[512];
+    char err[CLI_MESSAGE_MAX];
     int rc = cli_check_param_files(cmd, overwrite);
     if (rc != EXIT_OK)
         return rc;
@@ -164,12 +238,13 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
     return ctx;
 }
 
-/* The memory the run needs before it starts: the input as the file declares
- * it and the output as the operation will make it. */
+/* The memory the run needs before it starts (the input as the file declares
+ * it and the output as the operation will make it), and whether OUTPUT's
+ * format can hold that output. */
 static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
 {
     size_t w, h, nb, out_bands = 0;
-    char err[1024], what[1200];
+    char err[CLI_MESSAGE_MAX], what[CLI_MESSAGE_MAX];
     hyprof_status_t st = hyprof_raster_probe(cmd->input, &w, &h, &nb, NULL, err, sizeof err);
     if (st != HYPROF_OK) {
         cli_error(cmd->op->name, "%s", err);
@@ -185,7 +260,7 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
         cli_error(cmd->op->name, "%s", err);
         return EXIT_USAGE;
     }
-    return EXIT_OK;
+    return check_format(cmd, cmd->output, HYPROF_OUTPUT_PROFILE, out_bands);
 }
 
 /* Computes the result and writes every output to its temporary. */
@@ -193,7 +268,7 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
                              hyprof_raster_t *in, hyprof_result_t *res, cli_outputs_t *outs)
 {
     const char *name = cmd->op->name, *param[CLI_MAX_OUTPUTS];
-    char err[1024];
+    char err[CLI_MESSAGE_MAX];
     hyprof_io_progress_t io = {cli_progress_fn, pg};
     cli_progress_stage(pg, 0.0, READ_END);
     hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, in, err, sizeof err);

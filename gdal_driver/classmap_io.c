@@ -346,22 +346,6 @@ static hyprof_status_t set_legend(const char *path, const char *tmp, const hypro
     return HYPROF_OK;
 }
 
-static GDALDatasetH create_classmap(const char *tmp, const hyprof_raster_t *src, GDALDataType t)
-{
-    GDALDriverH drv = GDALGetDriverByName("GTiff");
-    if (!drv)
-        return NULL;
-    char **opt = NULL;
-    opt = CSLSetNameValue(opt, "TILED", "YES");
-    opt = CSLSetNameValue(opt, "COMPRESS", "DEFLATE");
-    opt = CSLSetNameValue(opt, "PREDICTOR", "2");
-    GDALDatasetH ds = GDALCreate(drv, tmp, (int)src->cube.width, (int)src->cube.height, 1, t, opt);
-    CSLDestroy(opt);
-    if (ds)
-        hyprof_set_georef(ds, src);
-    return ds;
-}
-
 hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_raster_t *src, const uint16_t *values,
                                       const hyprof_legend_t *legend, char **meta, char *err,
@@ -373,14 +357,15 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
     uint8_t *is_class = class_flags(values, W * H, legend, &maxv);
     if (!is_class)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
-    CPLErrorReset();
     GDALDataType t = maxv <= 255 ? GDT_Byte : GDT_UInt16;
-    GDALDatasetH ds = create_classmap(tmp, src, t);
-    if (!ds) {
+    hyprof_output_t o;
+    st = hyprof_output_create(&o, path, tmp, HYPROF_OUTPUT_CLASSMAP, W, H, 1, t, err, n);
+    if (st != HYPROF_OK) {
         free(is_class);
-        return say(HYPROF_ERR_IO, err, n, "cannot create a temporary file for '%s': %s", path,
-                   gdal_reason());
+        return st;
     }
+    GDALDatasetH ds = o.ds;
+    hyprof_set_georef(ds, src);
     GDALRasterBandH band = GDALGetRasterBand(ds, 1);
     GDALSetRasterNoDataValue(band, 0.0);
     GDALSetDescription(band, "class");
@@ -395,10 +380,14 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
     if (GDALRasterIO(band, GF_Write, 0, 0, (int)W, (int)H, (void *)values, (int)W, (int)H,
                      GDT_UInt16, 0, 0) != CE_None)
         st = say(HYPROF_ERR_IO, err, n, "cannot write '%s': %s", path, gdal_reason());
-    CPLErrorReset();
-    GDALClose(ds);
-    if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
-        st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, gdal_reason());
+    if (st != HYPROF_OK) {
+        hyprof_output_abandon(&o);
+        free(is_class);
+        return st;
+    }
+    st = hyprof_output_finish(&o, NULL, err, n);
+    /* The legend goes on the finished file (after a copy-only driver's copy)
+     * into its sidecar: see set_legend. */
     if (st == HYPROF_OK)
         st = set_legend(path, tmp, legend, is_class, maxv, err, n);
     free(is_class);

@@ -36,16 +36,18 @@ size_t hyprof_palette_size(void);
 /* True when the two rasters share size, geotransform and CRS; else the reason. */
 int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
 
-/* Writes into the file `tmp` a one-band class map (Byte when every value is
- * <= 255, else UInt16; 0 = nodata) on src's grid, with CLASS_<v> metadata and
- * `meta` (NULL-terminated KEY=VALUE list). Its classes are the values 1..max
- * that the map holds or the legend names (max: the largest of them); each
- * keeps the legend's colour, or takes hyprof_palette_rgba's when the legend
- * gives none (alpha 0). The colour table (entries 0..max: 0 and values that
- * are not classes transparent), the category names and a raster attribute
- * table (Value, Class name, Red, Green, Blue, Alpha; one row per class) go to
- * GDAL's sidecar tmp.aux.xml, since a GeoTIFF's own colour map always has
- * 256 or 65536 entries: the caller renames both files onto `path` (named in
+/* Writes into the file `tmp`, in the chosen output format (GeoTIFF by
+ * default, see hyprof_output_format_set), a one-band class map (Byte when
+ * every value is <= 255, else UInt16; 0 = nodata) on src's grid, with
+ * CLASS_<v> metadata and `meta` (NULL-terminated KEY=VALUE list). Its classes
+ * are the values 1..max that the map holds or the legend names (max: the
+ * largest of them); each keeps the legend's colour, or takes
+ * hyprof_palette_rgba's when the legend gives none (alpha 0). The colour
+ * table (entries 0..max: 0 and values that are not classes transparent), the
+ * category names and a raster attribute table (Value, Class name, Red, Green,
+ * Blue, Alpha; one row per class) go to GDAL's sidecar tmp.aux.xml, written
+ * on the finished file, since a GeoTIFF's own colour map always has 256 or
+ * 65536 entries: the caller renames both files onto `path` (named in
  * messages) and path.aux.xml. */
 hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_raster_t *src, const uint16_t *values,

@@ -73,8 +73,53 @@ void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
  * is writable, and the file does not exist unless overwrite. */
 hyprof_status_t hyprof_output_check(const char *path, int overwrite, char *err, size_t err_len);
 
-/* Writes `res` into the file `tmp` as GeoTIFF with the source's CRS and
- * geotransform, NaN as nodata where the result has nodata, band descriptions, and metadata: the operation,
+/* ---- output formats (raster_format.c) ---- */
+
+/* The format of every raster output of the process: the driver `format`
+ * names (NULL: by the output's extension), creation options `co` (NAME=VALUE,
+ * NULL-terminated; NULL for none) over hyprof's defaults, and internal
+ * overviews for GTiff. Copied; set once by the CLI before it writes. */
+hyprof_status_t hyprof_output_format_set(const char *format, const char *const *co,
+                                         int overviews);
+
+typedef enum { HYPROF_OUTPUT_PROFILE, HYPROF_OUTPUT_CLASSMAP } hyprof_output_kind_t;
+
+/* The driver that writes `path`; HYPROF_ERR_ARGUMENT with a message naming
+ * the extension and the format when they disagree, none or several drivers
+ * write the extension, or the driver cannot write. */
+hyprof_status_t hyprof_output_driver(const char *path, GDALDriverH *drv, char *err, size_t n);
+/* Checks before any work that `path` can be written as chosen: its driver,
+ * the creation options (GDALValidateCreationOptions), --overviews, and, when
+ * bands > 0, that the format holds that many float32 bands (profiles) or a
+ * class band with a colour table (class maps). */
+hyprof_status_t hyprof_output_format_check(const char *path, hyprof_output_kind_t kind,
+                                           size_t bands, char *err, size_t n);
+
+/* One raster output being written: `ds` is filled by the caller, then
+ * hyprof_output_finish builds overviews or copies it into the final driver
+ * and closes it (or hyprof_output_abandon drops it). */
+typedef struct {
+    GDALDriverH drv;
+    GDALDatasetH ds;
+    char *via;           /* the intermediate GTiff of a driver that only copies */
+    const char *path, *tmp;
+    hyprof_output_kind_t kind;
+    double fill_share;   /* the share of the write progress that filling takes */
+} hyprof_output_t;
+
+hyprof_status_t hyprof_output_create(hyprof_output_t *o, const char *path, const char *tmp,
+                                     hyprof_output_kind_t kind, size_t w, size_t h, size_t bands,
+                                     GDALDataType t, char *err, size_t n);
+/* Reports `fraction` of the filling as progress; non-zero: cancel. */
+int hyprof_output_progress(const hyprof_output_t *o, const hyprof_io_progress_t *pg,
+                           double fraction, const char *stage);
+hyprof_status_t hyprof_output_finish(hyprof_output_t *o, const hyprof_io_progress_t *pg,
+                                     char *err, size_t n);
+void hyprof_output_abandon(hyprof_output_t *o);
+
+/* Writes `res` into the file `tmp` in the chosen format (GeoTIFF by default)
+ * with the source's CRS and geotransform, NaN as nodata where the result has
+ * nodata, band descriptions, and metadata: the operation,
  * every parameter of `args`, the backend used and the result's own items.
  * `path` is the output `tmp` becomes once the caller has renamed it (and any
  * tmp.aux.xml GDAL wrote), named in messages. On failure or cancellation

@@ -1,4 +1,5 @@
-/* Writing results as tiled, compressed, self-describing GeoTIFF, atomically. */
+/* Writing results as self-describing rasters (tiled, compressed GeoTIFF by
+ * default; the format through raster_format.c), atomically. */
 #include "raster_io.h"
 
 #include <gdal.h>
@@ -104,29 +105,6 @@ static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hypr
     hyprof_set_result_metadata(ds, res);
 }
 
-static GDALDatasetH create(const char *tmp, const hyprof_raster_t *src, const hyprof_result_t *res)
-{
-    const hyprof_cube_t *c = &res->cube;
-    GDALDriverH drv = GDALGetDriverByName("GTiff");
-    if (!drv)
-        return NULL;
-    char **opt = NULL;
-    opt = CSLSetNameValue(opt, "TILED", "YES");
-    opt = CSLSetNameValue(opt, "BLOCKXSIZE", "256");
-    opt = CSLSetNameValue(opt, "BLOCKYSIZE", "256");
-    opt = CSLSetNameValue(opt, "COMPRESS", "DEFLATE");
-    opt = CSLSetNameValue(opt, "PREDICTOR", "3");
-    opt = CSLSetNameValue(opt, "INTERLEAVE", "BAND");
-    opt = CSLSetNameValue(opt, "BIGTIFF", "IF_SAFER");
-    opt = CSLSetNameValue(opt, "NUM_THREADS", "ALL_CPUS");
-    GDALDatasetH ds = GDALCreate(drv, tmp, (int)c->width, (int)c->height, (int)c->bands,
-                                 GDT_Float32, opt);
-    CSLDestroy(opt);
-    if (ds)
-        hyprof_set_georef(ds, src);
-    return ds;
-}
-
 void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src)
 {
     if (src->wkt)
@@ -143,10 +121,11 @@ void hyprof_result_band_f32(const hyprof_cube_t *c, size_t b, float *buf)
         buf[i] = !c->mask || c->mask[i] ? src[i] : HYPROF_FLOAT_NODATA;
 }
 
-static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
+static hyprof_status_t write_bands(const hyprof_output_t *o, const hyprof_result_t *res,
                                    const hyprof_io_progress_t *pg, const char *path, char *err,
                                    size_t n)
 {
+    GDALDatasetH ds = o->ds;
     const hyprof_cube_t *c = &res->cube;
     size_t npix = c->width * c->height;
     float *buf = malloc(npix * sizeof *buf);
@@ -164,7 +143,7 @@ static hyprof_status_t write_bands(GDALDatasetH ds, const hyprof_result_t *res,
                          (int)c->height, GDT_Float32, 0, 0) != CE_None)
             st = say(HYPROF_ERR_IO, err, n, "cannot write band %zu of '%s': %s", b + 1, path,
                      CPLGetLastErrorMsg());
-        else if (pg && pg->fn && pg->fn(pg->user, (double)(b + 1) / (double)c->bands, "write"))
+        else if (hyprof_output_progress(o, pg, (double)(b + 1) / (double)c->bands, "write"))
             st = say(HYPROF_ERR_CANCELLED, err, n, "cancelled while writing '%s'", path);
     }
     free(buf);
@@ -176,16 +155,18 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
                                     const hyprof_args_t *args, const char *backend,
                                     const hyprof_io_progress_t *pg, char *err, size_t n)
 {
-    CPLErrorReset();
-    GDALDatasetH ds = create(tmp, src, res);
-    if (!ds)
-        return say(HYPROF_ERR_IO, err, n, "cannot create a temporary file for '%s': %s", path,
-                   CPLGetLastErrorMsg());
-    set_metadata(ds, src, res, args, backend);
-    hyprof_status_t st = write_bands(ds, res, pg, path, err, n);
-    CPLErrorReset();
-    GDALClose(ds);
-    if (st == HYPROF_OK && CPLGetLastErrorType() >= CE_Failure)
-        st = say(HYPROF_ERR_IO, err, n, "cannot finish '%s': %s", path, CPLGetLastErrorMsg());
-    return st;
+    const hyprof_cube_t *c = &res->cube;
+    hyprof_output_t o;
+    hyprof_status_t st = hyprof_output_create(&o, path, tmp, HYPROF_OUTPUT_PROFILE, c->width,
+                                              c->height, c->bands, GDT_Float32, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    hyprof_set_georef(o.ds, src);
+    set_metadata(o.ds, src, res, args, backend);
+    st = write_bands(&o, res, pg, path, err, n);
+    if (st != HYPROF_OK) {
+        hyprof_output_abandon(&o);
+        return st;
+    }
+    return hyprof_output_finish(&o, pg, err, n);
 }

@@ -22,16 +22,24 @@ typedef struct {
 struct hyprof_args {
     const hyprof_op_t *op;
     arg_value_t *values;
-    char error[512];
+    char *error; /* the last error, whole however long the value it quotes */
+    int error_lost; /* the last error could not be formatted (out of memory) */
 };
 
+/* Records the error (on the heap: a long value is quoted whole); without
+ * memory for it, a fixed text says what failed. */
 static hyprof_status_t fail(hyprof_args_t *a, const char *fmt, ...) HYPROF_PRINTF(2, 3);
 static hyprof_status_t fail(hyprof_args_t *a, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(a->error, sizeof a->error, fmt, ap);
+    char *msg = NULL;
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
     va_end(ap);
+    free(a->error);
+    a->error = msg;
+    a->error_lost = msg == NULL;
     return HYPROF_ERR_ARGUMENT;
 }
 
@@ -45,12 +53,32 @@ static int param_index(const hyprof_args_t *a, const char *name)
 
 static int has_range(const hyprof_param_t *p) { return p->min != 0.0 || p->max != 0.0; }
 
+/* A bound of p's range as the user types it: integers whole ("1000000000",
+ * not %g's "1e+09"), other numbers to 15 significant digits. */
+static void bound_text(const hyprof_param_t *p, double v, char *buf, size_t n)
+{
+    int integer = p->type == HYPROF_PARAM_INT || p->type == HYPROF_PARAM_INT_LIST;
+    snprintf(buf, n, integer && fabs(v) < 0x1p63 ? "%.0f" : "%.15g", v);
+}
+
+/* "components 0: must be between 1 and 200" (the front end puts its own
+ * "--" or nothing before the name); list elements say which they are. */
+static hyprof_status_t range_error(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
+                                   const char *what, const char *where)
+{
+    char lo[40], hi[40];
+    bound_text(p, p->min, lo, sizeof lo);
+    bound_text(p, p->max, hi, sizeof hi);
+    return fail(a, "%s %s: %s between %s and %s%s", p->name, s, what, lo, hi, where);
+}
+
 /* Parses one number; `integer` demands an integral value. The whole text
  * must be the number (end pointer checked), in range of the type (overflow
  * checked) and, for a parameter that cannot be negative, without a sign
- * (strtoll and strtod would take "-0"; strtoull would take "-1" as 2^64-1). */
+ * (strtoll and strtod would take "-0"; strtoull would take "-1" as 2^64-1).
+ * `where` ends a message about one element of a list ("" otherwise). */
 static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, const char *s,
-                                    int integer, double *out)
+                                    int integer, const char *where, double *out)
 {
     char *end = NULL;
     errno = 0;
@@ -64,14 +92,12 @@ static hyprof_status_t parse_number(hyprof_args_t *a, const hyprof_param_t *p, c
             errno = 0; /* underflow: the nearest double (0 or subnormal) is the value */
     }
     if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v) || strpbrk(s, "xX"))
-        return fail(a, "parameter '%s': '%s' is not %s", p->name, s,
-                    integer ? "an integer" : "a finite number");
+        return fail(a, "%s: '%s' is not %s%s", p->name, s,
+                    integer ? "an integer" : "a finite number", where);
     if (has_range(p) && p->min >= 0.0 && strchr(s, '-') == s + strspn(s, " \t"))
-        return fail(a, "parameter '%s': '%s' is negative (the range is [%.15g, %.15g])", p->name,
-                    s, p->min, p->max);
+        return range_error(a, p, s, "negative; must be", where);
     if (has_range(p) && (v < p->min || v > p->max))
-        return fail(a, "parameter '%s': %s is out of range [%.15g, %.15g]", p->name, s, p->min,
-                    p->max);
+        return range_error(a, p, s, "must be", where);
     *out = v;
     return HYPROF_OK;
 }
@@ -93,12 +119,14 @@ static hyprof_status_t parse_list(hyprof_args_t *a, const hyprof_param_t *p, con
     for (size_t k = 0; k < n && st == HYPROF_OK; k++) {
         size_t len = strcspn(c, ",");
         char *tok = len ? strndup(c, len) : NULL;
+        char where[64];
+        snprintf(where, sizeof where, " (element %zu of %zu)", k + 1, n);
         if (!len)
-            st = fail(a, "parameter '%s': element %zu of %zu is empty", p->name, k + 1, n);
+            st = fail(a, "%s '%s': element %zu of %zu is empty", p->name, s, k + 1, n);
         else if (!tok)
             st = fail(a, "out of memory");
         else
-            st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, &list[k]);
+            st = parse_number(a, p, tok, p->type == HYPROF_PARAM_INT_LIST, where, &list[k]);
         free(tok);
         c += len + 1;
     }
@@ -135,7 +163,7 @@ static hyprof_status_t parse_bool(hyprof_args_t *a, const hyprof_param_t *p, con
         if (strcmp(s, no[i]) == 0)
             return *out = 0.0, HYPROF_OK;
     }
-    return fail(a, "parameter '%s': '%s' is not true or false", p->name, s);
+    return fail(a, "%s: '%s' is not true or false", p->name, s);
 }
 
 static hyprof_status_t set_index(hyprof_args_t *a, int i, const char *value, int given)
@@ -144,16 +172,16 @@ static hyprof_status_t set_index(hyprof_args_t *a, int i, const char *value, int
     arg_value_t *v = &a->values[i];
     hyprof_status_t st = HYPROF_OK;
     if (!value || !*value)
-        return fail(a, "parameter '%s': empty value", p->name);
+        return fail(a, "%s: empty value", p->name);
     switch (p->type) {
-    case HYPROF_PARAM_INT: st = parse_number(a, p, value, 1, &v->num); break;
-    case HYPROF_PARAM_FLOAT: st = parse_number(a, p, value, 0, &v->num); break;
+    case HYPROF_PARAM_INT: st = parse_number(a, p, value, 1, "", &v->num); break;
+    case HYPROF_PARAM_FLOAT: st = parse_number(a, p, value, 0, "", &v->num); break;
     case HYPROF_PARAM_BOOL: st = parse_bool(a, p, value, &v->num); break;
     case HYPROF_PARAM_INT_LIST:
     case HYPROF_PARAM_FLOAT_LIST: st = parse_list(a, p, value, v); break;
     case HYPROF_PARAM_CHOICE:
         if (!choice_ok(p->choices, value))
-            st = fail(a, "parameter '%s': '%s' is not one of %s", p->name, value, p->choices);
+            st = fail(a, "%s: '%s' is not one of %s", p->name, value, p->choices);
         break;
     default: break;
     }
@@ -200,12 +228,18 @@ void hyprof_args_free(hyprof_args_t **args)
         free(a->values[i].list);
     }
     free(a->values);
+    free(a->error);
     free(a);
     *args = NULL;
 }
 
 const hyprof_op_t *hyprof_args_op(const hyprof_args_t *args) { return args->op; }
-const char *hyprof_args_error(const hyprof_args_t *args) { return args->error; }
+const char *hyprof_args_error(const hyprof_args_t *args)
+{
+    if (args->error)
+        return args->error;
+    return args->error_lost ? "out of memory describing an argument error" : "";
+}
 
 hyprof_status_t hyprof_args_set(hyprof_args_t *args, const char *name, const char *value)
 {
@@ -220,7 +254,7 @@ hyprof_status_t hyprof_args_check(hyprof_args_t *args)
 {
     for (size_t i = 0; i < args->op->nparams; i++)
         if ((args->op->params[i].flags & HYPROF_PARAM_REQUIRED) && !args->values[i].set)
-            return fail(args, "parameter '%s' is required", args->op->params[i].name);
+            return fail(args, "%s is required", args->op->params[i].name);
     return HYPROF_OK;
 }
 

@@ -1,6 +1,8 @@
 /* The one dispatch point between backends, used by every operation. */
 #include "internal.h"
 
+#include <stdio.h>
+
 #ifndef HYPROF_HAVE_CUDA
 /* CPU-only builds: no device, ever. */
 int hyprof_cuda_device_count(void) { return 0; }
@@ -39,6 +41,18 @@ static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *arg
     return cpu(ctx, args);
 }
 
+/* Why auto runs on the CPU where a CUDA path exists (only CUDA builds have
+ * one): at `level` the first time in a context, debug lines after (the
+ * stages of one run would repeat it). */
+static void tell_fallback(hyprof_ctx_t *ctx, const char *op, const char *why,
+                          hyprof_log_level_t level)
+{
+    if (ctx->fallback_told)
+        level = HYPROF_LOG_DEBUG;
+    hyprof__log(ctx, level, "%s: falling back to the CPU (%s)", op, why);
+    ctx->fallback_told = 1;
+}
+
 hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
                                  hyprof__impl_fn cuda, void *args)
 {
@@ -65,16 +79,25 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
     }
 
     /* auto */
-    if (!cuda || ctx->device >= ndev) {
-        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: %s, running on the CPU", op,
-                    !cuda ? "no CUDA implementation" : "no CUDA device");
+    if (!cuda) {
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "%s: no CUDA implementation, running on the CPU",
+                    op);
+        return run_cpu(ctx, cpu, args);
+    }
+    /* Without any device, the CPU is what auto means (info); a device that
+     * is asked for and missing, or one that cannot run the case, is a
+     * fallback the user hears about (warning). */
+    if (ctx->device >= ndev) {
+        char why[96];
+        snprintf(why, sizeof why, ndev ? "CUDA device %d does not exist (%d found)"
+                                        : "no CUDA device found", ctx->device, ndev);
+        tell_fallback(ctx, op, why, ndev ? HYPROF_LOG_WARNING : HYPROF_LOG_INFO);
         return run_cpu(ctx, cpu, args);
     }
     ctx->used = HYPROF_BACKEND_CUDA;
     hyprof_status_t st = cuda(ctx, args);
     if (st == HYPROF_ERR_DEVICE_MEMORY || st == HYPROF_ERR_NO_DEVICE) {
-        hyprof__log(ctx, HYPROF_LOG_WARNING, "%s: falling back to the CPU (%s)", op,
-                    ctx->error);
+        tell_fallback(ctx, op, ctx->error, HYPROF_LOG_WARNING);
         ctx->error[0] = '\0';
         return run_cpu(ctx, cpu, args);
     }

@@ -32,6 +32,7 @@ struct hyprof_ctx {
     hyprof__atomic_int cancel;
     /* Nested stages report into [lo, hi] of the caller's progress range. */
     double progress_lo, progress_hi;
+    int fallback_told;          /* auto has said once why it runs on the CPU */
     char error[1024];
 };
 

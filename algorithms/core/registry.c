@@ -27,6 +27,16 @@ static const hyprof_param_t common_params[] = {
      "JSON object per line.", HYPROF_PARAM_ADVANCED},
     {"overwrite", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
      "Replace an existing output file.", HYPROF_PARAM_ADVANCED},
+    {"of", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "Format of the raster outputs, a GDAL driver's short name (GTiff, COG, PNG, ENVI...). "
+     "Default: the one the output's extension names, as gdal_translate chooses it (GTiff "
+     "for .tif or no extension).", HYPROF_PARAM_ADVANCED},
+    {"co", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "Creation option NAME=VALUE of the output format's driver (e.g. COMPRESS=ZSTD); "
+     "repeat it for several.", HYPROF_PARAM_ADVANCED},
+    {"overviews", HYPROF_PARAM_BOOL, "false", NOLIMIT, NULL,
+     "Build internal overviews in GTiff outputs (nearest for class maps, average for "
+     "profiles); COG outputs always have them.", HYPROF_PARAM_ADVANCED},
 };
 
 /* Parameters shared by several operations, each declared once here. */

@@ -178,8 +178,14 @@ hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
             o->p.devices = o->devices;
         return HYPROF_OK;
     }
+    /* Every element a device number: an empty one ("1,", ",1", "1,,2") is
+     * named, not skipped. */
     const char *s = dev;
-    while (*s) {
+    for (size_t k = 1;; k++) {
+        if (*s == ',' || !*s)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op,
+                                 "--devices '%s': element %zu is empty (a comma-separated "
+                                 "list of device numbers, or all)", dev, k);
         char *end;
         long d = strtol(s, &end, 10);
         if (end == s || d < 0 || d > 255 || (*end && *end != ','))
@@ -190,7 +196,9 @@ hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "--devices '%s': at most %d",
                                  dev, HYPROF__EMP_MAX_DEVICES);
         o->devices[o->p.ndevices++] = (int)d;
-        s = *end ? end + 1 : end;
+        if (!*end)
+            break;
+        s = end + 1;
     }
     o->p.devices = o->devices;
     return HYPROF_OK;
