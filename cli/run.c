@@ -90,9 +90,31 @@ static int check_format(const cli_command_t *cmd, const char *path, hyprof_outpu
  * rasters named by parameters (--probabilities; their band count comes with
  * the model). OUTPUT of a profile operation is checked with its band count
  * (check_memory). */
+/* Whether a VECTOR_IN parameter is given: the raster_out file arguments of
+ * an operation given vectors are vector files (split --samples writes TRAIN
+ * and TEST so), whose format follows the extension and is the vector
+ * writer's to check. */
+static int vector_outputs(const cli_command_t *cmd)
+{
+    for (size_t i = 0; i < cmd->op->nparams && !cmd->op->run; i++)
+        if (cmd->op->params[i].type == HYPROF_PARAM_VECTOR_IN &&
+            hyprof_args_str(cmd->args, cmd->op->params[i].name))
+            return 1;
+    return 0;
+}
+
 static int check_formats(const cli_command_t *cmd)
 {
     char kind[32];
+    if (vector_outputs(cmd)) {
+        if (hyprof_args_given(cmd->common, "of") || hyprof_args_given(cmd->common, "overviews") ||
+            cmd->nco) {
+            cli_error(cmd->op->name, "--of, --co and --overviews apply to raster outputs; with "
+                      "--samples the outputs are vector files (.gpkg, .geojson, .fgb)");
+            return EXIT_USAGE;
+        }
+        return EXIT_OK;
+    }
     for (int i = 0; i < cmd->nfiles && !cmd->op->run; i++) {
         cli_positionals(cmd->op, i, kind, sizeof kind, NULL, 0);
         int rc = strcmp(kind, "raster_out") == 0

@@ -346,6 +346,15 @@ static hyprof_status_t set_legend(const char *path, const char *tmp, const hypro
     return HYPROF_OK;
 }
 
+/* GeoTIFF pads its own colour map to 256 or 65536 entries, so for GTiff and
+ * COG the legend goes to the finished file's sidecar (set_legend); other
+ * formats (PNG's palette, for one) keep it in the file. */
+static int legend_in_sidecar(GDALDriverH drv)
+{
+    const char *name = drv ? GDALGetDriverShortName(drv) : "";
+    return strcmp(name, "GTiff") == 0 || strcmp(name, "COG") == 0;
+}
+
 hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_raster_t *src, const uint16_t *values,
                                       const hyprof_legend_t *legend, char **meta, char *err,
@@ -377,7 +386,13 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
             GDALSetMetadataItem(ds, key, v, NULL);
         CPLFree(key);
     }
-    if (GDALRasterIO(band, GF_Write, 0, 0, (int)W, (int)H, (void *)values, (int)W, (int)H,
+    const int sidecar = legend_in_sidecar(o.drv);
+    if (!sidecar && (set_colour_table(band, legend, is_class, maxv) != CE_None ||
+                     set_attribute_table(band, legend, is_class, maxv) != CE_None))
+        st = say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", path,
+                 gdal_reason());
+    if (st == HYPROF_OK &&
+        GDALRasterIO(band, GF_Write, 0, 0, (int)W, (int)H, (void *)values, (int)W, (int)H,
                      GDT_UInt16, 0, 0) != CE_None)
         st = say(HYPROF_ERR_IO, err, n, "cannot write '%s': %s", path, gdal_reason());
     if (st != HYPROF_OK) {
@@ -386,9 +401,7 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
         return st;
     }
     st = hyprof_output_finish(&o, NULL, err, n);
-    /* The legend goes on the finished file (after a copy-only driver's copy)
-     * into its sidecar: see set_legend. */
-    if (st == HYPROF_OK)
+    if (st == HYPROF_OK && sidecar)
         st = set_legend(path, tmp, legend, is_class, maxv, err, n);
     free(is_class);
     return st;

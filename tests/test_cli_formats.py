@@ -288,3 +288,30 @@ def test_describe_lists_the_format_options():
     common = {p["name"]: p for p in reg["common"]}
     assert {"of", "co", "overviews"} <= set(common)
     assert common["overviews"]["type"] == "bool"
+
+
+def test_format_options_are_refused_for_vector_split_outputs(tmp_path):
+    """split --samples writes vector files: --of, --co and --overviews, which
+    choose raster formats, are refused before any work, naming the options."""
+    from osgeo import ogr, osr
+    gpkg = tmp_path / "s.gpkg"
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(gpkg))
+    srs = osr.SpatialReference()
+    srs.ImportFromEPSG(4326)
+    layer = ds.CreateLayer("s", srs, ogr.wkbPoint)
+    layer.CreateField(ogr.FieldDefn("cls", ogr.OFTInteger))
+    for k in range(6):
+        f = ogr.Feature(layer.GetLayerDefn())
+        f.SetField("cls", 1 + k % 2)
+        f.SetGeometry(ogr.CreateGeometryFromWkt("POINT (%d 0)" % k))
+        layer.CreateFeature(f)
+    ds = None
+    for extra in (["--of", "GPKG"], ["--co", "COMPRESS=ZSTD"], ["--overviews"]):
+        r = run("split", "--samples", gpkg, "--class-field", "cls", "--per-class", "1",
+                *extra, tmp_path / "a.gpkg", tmp_path / "b.gpkg")
+        assert r.returncode == 2, (extra, r.stderr)
+        assert "--of, --co and --overviews apply to raster outputs" in r.stderr
+        assert not (tmp_path / "a.gpkg").exists() and not (tmp_path / "b.gpkg").exists()
+    r = run("split", "--samples", gpkg, "--class-field", "cls", "--per-class", "1",
+            tmp_path / "a.gpkg", tmp_path / "b.gpkg")
+    assert r.returncode == 0, r.stderr
