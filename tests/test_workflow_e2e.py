@@ -20,13 +20,16 @@ Run: /usr/bin/python3 -m pytest -q tests/test_workflow_e2e.py
 """
 
 import json
+import os
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 from osgeo import gdal, ogr, osr
 
-from conftest import INDIAN_PINES, SAMPLES, run_ok
+from conftest import INDIAN_PINES, ROOT, SAMPLES, exe_path, run_ok
 
 ogr.UseExceptions()
 osr.UseExceptions()
@@ -203,3 +206,47 @@ def test_assess_against_a_vector_reference_in_another_crs(workflow):
     assert {c["name"] for c in report["classes"]} == {names[v] for v in used_classes(workflow["classes"])}
     said = assess_text(workflow, "--reference-vector", workflow["reference"], "--class-field", FIELD)
     assert re.search(r"by names?\b|match(ed|ing)?\W+names\b", said, re.I), said  # says how it matched
+
+
+def qgis_process(env, *args):
+    """qgis_process.bin ARGS --json: its results (exit 0 asserted)."""
+    exe = shutil.which("qgis_process.bin") or pytest.skip("qgis_process.bin is not installed")
+    r = subprocess.run([exe, "run", *map(str, args), "--json"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, "qgis_process %s -> %d\n%s\n%s" % (
+        " ".join(map(str, args)), r.returncode, r.stdout, r.stderr)
+    return json.loads(r.stdout[r.stdout.index("{"):])["results"]
+
+
+def test_the_same_path_through_qgis_process_with_layer_parameters(workflow, tmp_path):
+    """The analyst's path headless in QGIS: the polygons and the reference go in as
+    layer parameters (a GeoPackage layer each, in their own CRS) and the class
+    field as a field parameter; the model, the class map and the assessment equal
+    the command line's."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen",
+               QGIS_PLUGINPATH=str(ROOT / "qgis_provider"),
+               QGIS_CUSTOM_CONFIG_PATH=str(tmp_path / "profile"), HYPROF_EXE=str(exe_path()))
+    exe = shutil.which("qgis_process.bin") or pytest.skip("qgis_process.bin is not installed")
+    subprocess.run([exe, "plugins", "enable", "hyprof"], env=env, capture_output=True,
+                   check=True, timeout=300)
+    d = workflow["dir"]
+    profile, model, classes = tmp_path / "p.tif", tmp_path / "q.model", tmp_path / "q.tif"
+    cube = tmp_path / "cube.tif"  # QGIS may write statistics beside the layers it opens
+    shutil.copy(INDIAN_PINES, cube)
+    qgis_process(env, "hyprof:eadp", "--INPUT=%s" % cube, "--OUTPUT=%s" % profile)
+    qgis_process(env, "hyprof:train", "--FEATURES=%s" % profile,
+                 "--SAMPLES=%s|layername=fields" % workflow["fields"], "--CLASS_FIELD=%s" % FIELD,
+                 "--GRID=%s" % GRID, "--MODEL=%s" % model)
+    assert model.read_bytes() == (d / "crops.model").read_bytes()
+    qgis_process(env, "hyprof:classify", "--FEATURES=%s" % profile, "--MODEL=%s" % model,
+                 "--OUTPUT=%s" % classes)
+    assert np.array_equal(read_band(classes), read_band(workflow["classes"]))
+    assert category_names(classes) == category_names(workflow["classes"])
+    report = tmp_path / "q.html"
+    qgis_process(env, "hyprof:assess", "--CLASSMAP=%s" % classes,
+                 "--REFERENCE_VECTOR=%s|layername=fields" % workflow["reference"],
+                 "--CLASS_FIELD=%s" % FIELD, "--HTML=%s" % report)
+    oa, _ = oa_by_name(workflow["classes"])
+    html = report.read_text()
+    assert re.search(r"by name", html, re.I), "the report says classes were matched by name"
+    assert ("%.2f" % (100 * oa)) in html or ("%.4f" % oa) in html, "the report shows OA %.4f" % oa
