@@ -172,8 +172,13 @@ class Operation:
         return args
 
     def _py_message(self, msg):
+        """The library's message with the parameter named as in Python: it
+        starts with the name ("contrast-percentile 1.5: must be ...") or
+        quotes it."""
         for p in self.params:
-            if p.cname != p.name:
+            if msg.startswith(p.cname + " ") or msg.startswith(p.cname + ":"):
+                msg = "'%s'%s" % (p.name, msg[len(p.cname):])
+            elif p.cname != p.name:
                 msg = msg.replace("'%s'" % p.cname, "'%s'" % p.name)
         return "hyprof.%s: %s" % (self.name, msg)
 
