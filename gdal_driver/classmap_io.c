@@ -321,6 +321,36 @@ static CPLErr set_attribute_table(GDALRasterBandH band, const hyprof_legend_t *l
     return e;
 }
 
+/* Whether tmp.aux.xml holds a whole PAM document, to its last byte (GDAL
+ * ends it with "</PAMDataset>" and a line feed): GDAL saves the sidecar when
+ * the dataset closes and does not report a failed write (a full disk leaves
+ * it cut short). */
+static int sidecar_complete(const char *tmp)
+{
+    static const char tail[] = "</PAMDataset>\n";
+    const size_t nt = sizeof tail - 1;
+    size_t len = strlen(tmp) + sizeof ".aux.xml";
+    char *aux = malloc(len), end[sizeof tail] = {0};
+    if (!aux)
+        return 0;
+    snprintf(aux, len, "%s.aux.xml", tmp);
+    VSILFILE *f = VSIFOpenL(aux, "rb");
+    int ok = f && VSIFSeekL(f, 0, SEEK_END) == 0 && VSIFTellL(f) >= nt &&
+             VSIFSeekL(f, VSIFTellL(f) - nt, SEEK_SET) == 0 && VSIFReadL(end, 1, nt, f) == nt &&
+             memcmp(end, tail, nt) == 0;
+    if (f)
+        VSIFCloseL(f);
+    if (ok) {
+        CPLPushErrorHandler(CPLQuietErrorHandler);
+        CPLXMLNode *x = CPLParseXMLFile(aux);
+        CPLPopErrorHandler();
+        ok = x && CPLGetXMLNode(x, "=PAMDataset") != NULL;
+        CPLDestroyXMLNode(x);
+    }
+    free(aux);
+    return ok;
+}
+
 /* The legend of the finished file `tmp`, opened read-only so that it goes to
  * the tmp.aux.xml sidecar (see hyprof_classmap_write). */
 static hyprof_status_t set_legend(const char *path, const char *tmp, const hyprof_legend_t *l,
@@ -340,9 +370,9 @@ static hyprof_status_t set_legend(const char *path, const char *tmp, const hypro
     }
     CPLErrorReset();
     GDALClose(ds);
-    if (CPLGetLastErrorType() >= CE_Failure)
-        return say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", path,
-                   gdal_reason());
+    if (CPLGetLastErrorType() >= CE_Failure || !sidecar_complete(tmp))
+        return say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s' into %s.aux.xml: %s",
+                   path, path, gdal_reason());
     return HYPROF_OK;
 }
 
