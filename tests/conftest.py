@@ -49,6 +49,30 @@ def exe_path():
     return str(path)
 
 
+def plugin_dir():
+    """The folder of the GDAL plugin under test; fails (never skips) when it is missing."""
+    env = os.environ.get("HYPROF_GDAL_PLUGIN_DIR")
+    d = Path(env) if env else ROOT / "build" / "gdal_driver"
+    if not (d / "gdal_HYPROF.so").is_file():
+        pytest.fail("gdal_HYPROF.so not found in %s; build it (cmake --build build) or set "
+                    "HYPROF_GDAL_PLUGIN_DIR" % d, pytrace=False)
+    return d
+
+
+def gdal_env():
+    """The environment of a GDAL program that loads the plugin under test."""
+    return dict(os.environ, GDAL_DRIVER_PATH=str(plugin_dir()))
+
+
+def load_gdal_plugin():
+    """Loads the plugin into this process (GDAL_DRIVER_PATH is read when drivers
+    are registered; the bindings registered once already at import)."""
+    from osgeo import gdal
+    gdal.SetConfigOption("GDAL_DRIVER_PATH", str(plugin_dir()))
+    gdal.AllRegister()
+    assert gdal.GetDriverByName("HYPROF") is not None, "the HYPROF driver did not register"
+
+
 @pytest.fixture(scope="session")
 def hyprof_exe():
     return exe_path()

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, SAMPLES, SAMSON, gdal, run_ok, write_cube
+from conftest import ROOT, SAMPLES, SAMSON, gdal, gdal_env, load_gdal_plugin, run_ok, write_cube
 
 PCA_MODEL = SAMPLES / "samson.pca"
 UNDER_ASAN = os.environ.get("HYPROF_UNDER_ASAN") == "1"
@@ -31,23 +31,9 @@ UNDER_ASAN = os.environ.get("HYPROF_UNDER_ASAN") == "1"
 limits_memory = pytest.mark.skipif(UNDER_ASAN, reason="memory limits under AddressSanitizer")
 
 
-def plugin_dir():
-    env = os.environ.get("HYPROF_GDAL_PLUGIN_DIR")
-    d = Path(env) if env else ROOT / "build" / "gdal_driver"
-    if not (d / "gdal_HYPROF.so").is_file():
-        pytest.fail("gdal_HYPROF.so not found in %s" % d, pytrace=False)
-    return d
-
-
-def gdal_env():
-    return dict(os.environ, GDAL_DRIVER_PATH=str(plugin_dir()))
-
-
 @pytest.fixture(scope="module", autouse=True)
 def plugin_loaded():
-    gdal.SetConfigOption("GDAL_DRIVER_PATH", str(plugin_dir()))
-    gdal.AllRegister()
-    assert gdal.GetDriverByName("HYPROF") is not None
+    load_gdal_plugin()
     yield
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT, SAMPLES, SAMSON, INDIAN_PINES, gdal, osr, run_ok, write_cube
+from conftest import (ROOT, SAMPLES, SAMSON, INDIAN_PINES, gdal, gdal_env, load_gdal_plugin, osr,
+                      run_ok, write_cube)
 
 PCA_MODEL = SAMPLES / "samson.pca"  # 3 components of samson.tif (hyprof pca --save-model)
 SVM_MODEL = SAMPLES / "indian_pines_svm.model"  # 15 bands: the EADP profile of classmap.vrt
@@ -36,28 +37,9 @@ ENDMEMBERS = SAMPLES / "samson_unmix.csv"  # 3 endmembers of samson.tif (hyprof 
 UNDER_ASAN = os.environ.get("HYPROF_UNDER_ASAN") == "1"
 
 
-def plugin_dir():
-    env = os.environ.get("HYPROF_GDAL_PLUGIN_DIR")
-    d = Path(env) if env else ROOT / "build" / "gdal_driver"
-    if not (d / "gdal_HYPROF.so").is_file():
-        pytest.fail("gdal_HYPROF.so not found in %s; build it (cmake --build build) or set "
-                    "HYPROF_GDAL_PLUGIN_DIR" % d, pytrace=False)
-    return d
-
-
-def gdal_env():
-    env = dict(os.environ)
-    env["GDAL_DRIVER_PATH"] = str(plugin_dir())
-    return env
-
-
 @pytest.fixture(scope="module", autouse=True)
 def plugin_loaded():
-    """Loads the plugin into this process (GDAL_DRIVER_PATH is read when drivers
-    are registered; the bindings registered once already at import)."""
-    gdal.SetConfigOption("GDAL_DRIVER_PATH", str(plugin_dir()))
-    gdal.AllRegister()
-    assert gdal.GetDriverByName("HYPROF") is not None, "the HYPROF driver did not register"
+    load_gdal_plugin()
     yield
 
 

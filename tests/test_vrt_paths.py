@@ -12,35 +12,24 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, SAMPLES, SAMSON, INDIAN_PINES, gdal, run_ok
+from conftest import ROOT, SAMPLES, SAMSON, INDIAN_PINES, gdal, gdal_env, load_gdal_plugin, run_ok
 
 PCA_MODEL = SAMPLES / "samson.pca"
 SVM_MODEL = SAMPLES / "indian_pines_svm.model"
 
 
-def plugin_dir():
-    env = os.environ.get("HYPROF_GDAL_PLUGIN_DIR")
-    d = Path(env) if env else ROOT / "build" / "gdal_driver"
-    if not (d / "gdal_HYPROF.so").is_file():
-        pytest.fail("gdal_HYPROF.so not found in %s" % d, pytrace=False)
-    return d
-
-
 @pytest.fixture(scope="module", autouse=True)
 def plugin_loaded():
-    gdal.SetConfigOption("GDAL_DRIVER_PATH", str(plugin_dir()))
-    gdal.AllRegister()
-    assert gdal.GetDriverByName("HYPROF") is not None
+    load_gdal_plugin()
     yield
 
 
 def program(*args, cwd):
-    env = dict(os.environ, GDAL_DRIVER_PATH=str(plugin_dir()))
+    env = gdal_env()
     env.pop("HYPROF_MODEL_PATH", None)
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env,
                           cwd=str(cwd), timeout=300)
@@ -231,8 +220,7 @@ def stages(stderr):
 
 
 def traced(*args, cwd):
-    env = dict(os.environ, GDAL_DRIVER_PATH=str(plugin_dir()), CPL_DEBUG="HYPROF",
-               HYPROF_LOG="debug")
+    env = dict(gdal_env(), CPL_DEBUG="HYPROF", HYPROF_LOG="debug")
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env,
                           cwd=str(cwd), timeout=300)
 
