@@ -279,6 +279,16 @@ __device__ __forceinline__ void i8_finish(const int (&hh)[NA][4], const int (&hl
  * items); so are a converter's chunks (i8_chunk_offsets). Shared memory: src
  * (stage 0's 16-byte aligned run starts), K, off (b kTcRaw + the run's
  * offset), S ([bands][8] item sums), pl (two planes), raw (the ring). */
+/* The CTA barrier of i8_loop. Warps run different instances of i8_loop
+ * (gram_i8_kernel's switch on their tile count), so the CTA's threads reach
+ * the barrier at different instructions: that needs the non-aligned
+ * barrier.sync (an aligned __syncthreads requires one instruction for the
+ * whole CTA). Every thread still arrives 1 + nst times. */
+__device__ __forceinline__ void i8_cta_sync()
+{
+    asm volatile("barrier.sync 0;\n" ::: "memory");
+}
+
 template <int NC>
 __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, int bands,
                                         const uint8_t *__restrict__ mask, size_t p_begin,
@@ -356,14 +366,14 @@ __device__ __forceinline__ void i8_loop(const float *__restrict__ x, size_t n, i
             issue(s);
         __pipeline_wait_prior(kI8Ring - 1);
     }
-    __syncthreads();
+    i8_cta_sync();
     if (nst > 0)
         convert(0);
 #pragma unroll 1
     for (int s = 0; s < nst; ++s) {
         if (kConv)
             __pipeline_wait_prior(kI8Ring - 2); /* this thread's copies of stage s + 1 */
-        __syncthreads();
+        i8_cta_sync();
         issue(s + kI8Ring);
         if (s + 1 < nst)
             convert(s + 1);
