@@ -302,8 +302,9 @@ __global__ void __launch_bounds__(32 * kProjTcWarps)
  * boundary below the run: the planes of an odd n are only 4-byte aligned)
  * into one of `depth` shared stages, whose full barrier counts the bytes;
  * the consumers read their fragments there and release the stage through
- * its empty barrier. Keeps up to depth x 8 x (kPix + 4) x 4 bytes in
- * flight per block with one thread issuing, where the register loads of
+ * its empty barrier, every consumer thread arriving (an arrive releases
+ * only the arriving thread's own reads). Keeps up to depth x 8 x (kPix + 4)
+ * x 4 bytes in flight per block with one thread issuing, where the register loads of
  * project_tc_kernel keep 16 floats a thread; the copies, not the tensor-core
  * side, bound it. Same sums in the same order: the results are
  * project_tc_kernel's, bit for bit. Blocks whose last copy would pass the
@@ -343,7 +344,7 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
     if (threadIdx.x == 0) {
         for (int i = 0; i < depth; ++i) {
             mbar_init(full + i, 1);
-            mbar_init(empty + i, kProjTcWarps);
+            mbar_init(empty + i, 32 * kProjTcWarps);
         }
         mbar_init_fence();
     }
@@ -394,9 +395,7 @@ __global__ void __launch_bounds__(32 * (kProjTcWarps + 1))
                 f[q][2] = r1[16 * q];
                 f[q][3] = r1[16 * q + 8];
             }
-            __syncwarp();
-            if (lane == 0)
-                mbar_arrive(empty + slot);
+            mbar_arrive(empty + slot); /* each thread releases its own reads */
             if (++slot == depth) {
                 slot = 0;
                 phase ^= 1;
