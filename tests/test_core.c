@@ -228,6 +228,42 @@ static void test_nodata(void)
     hyprof_cube_free(&c);
 }
 
+/* hyprof_cube_all_finite against the definition, value by value: every
+ * position of a strided (BIP) float32 cube and a float64 cube, NaN and both
+ * infinities, on 1 and 2 threads; integer cubes are finite. */
+static void test_all_finite(void)
+{
+    enum { W = 67, H = 5, B = 3 };
+    static float f[W * H * B];
+    static double g[W * H * B];
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (size_t i = 0; i < W * H * B; i++)
+        f[i] = g[i] = (float)i - 100.0f;
+    hyprof_cube_t c = hyprof_cube_bsq(f, HYPROF_FLOAT32, W, H, B);
+    c.stride_x = B; /* BIP: pixel-interleaved */
+    c.stride_y = (ptrdiff_t)W * B;
+    c.stride_b = 1;
+    hyprof_cube_t d = hyprof_cube_bsq(g, HYPROF_FLOAT64, W, H, B);
+    CHECK(hyprof_cube_all_finite(&c, 1) && hyprof_cube_all_finite(&d, 2), "finite cubes");
+    for (size_t i = 0; i < W * H * B; i += 7) {
+        float keep = f[i];
+        double keepd = g[i];
+        f[i] = bad[i % 3];
+        g[i] = bad[(i + 1) % 3];
+        CHECK(!hyprof_cube_all_finite(&c, 2) && !hyprof_cube_all_finite(&c, 1),
+              "float32 value %zu (%g) not found", i, f[i]);
+        CHECK(!hyprof_cube_all_finite(&d, 2), "float64 value %zu (%g) not found", i, g[i]);
+        f[i] = keep;
+        g[i] = keepd;
+    }
+    f[0] = 3.4e38f; /* the largest finite values are finite */
+    g[0] = 1.7e308;
+    CHECK(hyprof_cube_all_finite(&c, 0) && hyprof_cube_all_finite(&d, 0), "large finite");
+    int16_t k[4] = {-32768, 0, 1, 32767};
+    hyprof_cube_t e = hyprof_cube_bsq(k, HYPROF_INT16, 2, 2, 1);
+    CHECK(hyprof_cube_all_finite(&e, 0), "integers are finite");
+}
+
 static hyprof_ctx_t *cpu_ctx(void)
 {
     hyprof_ctx_t *ctx = hyprof_ctx_new();
@@ -476,6 +512,7 @@ int main(void)
     test_cubes();
     test_pinned();
     test_nodata();
+    test_all_finite();
     test_dispatch();
     test_pca_known();
     test_pca_mask();

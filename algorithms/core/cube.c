@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 hyprof_cube_t hyprof_cube_bsq(void *data, hyprof_dtype_t dtype, size_t width,
                               size_t height, size_t bands)
@@ -272,4 +275,45 @@ hyprof_status_t hyprof__cube_copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *
         dst->nodata = NAN;
     }
     return HYPROF_OK;
+}
+
+/* One row of a float cube: 1 when a value is NaN or infinite (its exponent
+ * bits all set). Integer tests, so the loop vectorises without fast math. */
+static int row_nonfinite(const hyprof_cube_t *c, size_t y, size_t b)
+{
+    unsigned bad = 0;
+    if (c->dtype == HYPROF_FLOAT32) {
+        const uint32_t *p = hyprof_cube_at(c, 0, y, b);
+        if (c->stride_x == 1) /* the common layout: a loop the compiler vectorises */
+            for (size_t x = 0; x < c->width; x++)
+                bad |= (p[x] & 0x7f800000u) == 0x7f800000u;
+        else
+            for (size_t x = 0; x < c->width; x++)
+                bad |= (p[(ptrdiff_t)x * c->stride_x] & 0x7f800000u) == 0x7f800000u;
+    } else {
+        const uint64_t *p = hyprof_cube_at(c, 0, y, b);
+        const uint64_t e = 0x7ff0000000000000ull;
+        for (size_t x = 0; x < c->width; x++)
+            bad |= (p[(ptrdiff_t)x * c->stride_x] & e) == e;
+    }
+    return bad != 0;
+}
+
+int hyprof_cube_all_finite(const hyprof_cube_t *cube, int threads)
+{
+    if (cube->dtype != HYPROF_FLOAT32 && cube->dtype != HYPROF_FLOAT64)
+        return 1;
+    const long rows = (long)(cube->bands * cube->height);
+    int bad = 0;
+    if (threads <= 0) {
+#ifdef _OPENMP
+        threads = omp_get_num_procs();
+#else
+        threads = 1;
+#endif
+    }
+#pragma omp parallel for schedule(static) reduction(| : bad) num_threads(threads) if (rows > 64)
+    for (long r = 0; r < rows; r++)
+        bad |= row_nonfinite(cube, (size_t)r % cube->height, (size_t)r / cube->height);
+    return !bad;
 }

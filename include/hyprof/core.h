@@ -195,6 +195,11 @@ hyprof_status_t hyprof_cube_to_f32_bsq(const hyprof_cube_t *cube, hyprof_cube_t 
  * cube's nodata value (creating the mask if needed). Returns the valid count. */
 size_t hyprof_cube_mask_invalid(hyprof_cube_t *cube);
 size_t hyprof_cube_count_valid(const hyprof_cube_t *cube);
+/* 1 when every value of the cube is finite (always for integer types), else
+ * 0; masked pixels are read too. Rows are checked in parallel on `threads`
+ * threads (0: all). One pass over the data: a caller that must mask NaN and
+ * infinite values (hyprof_cube_mask_invalid) skips that work when it is 1. */
+int hyprof_cube_all_finite(const hyprof_cube_t *cube, int threads);
 
 #ifdef __cplusplus
 }

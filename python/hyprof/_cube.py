@@ -88,14 +88,13 @@ def input_mask(cube, mask, shape):
     return None if m is None else np.ascontiguousarray(m, dtype=np.uint8)
 
 
-def invalid_pixels(a, mask, nodata):
+def invalid_pixels(a, mask, nodata, finite):
     """The validity mask (uint8, 1 = valid) with the pixels where a band is
     NaN, infinite or equal to `nodata` cleared, as when the CLI reads a
-    raster; `mask` itself when there is nothing to clear. The array's min
-    and max (vectorised, no temporary) tell whether any value is NaN or
-    infinite; only then, or with a nodata value, are the bands compared one
-    at a time (a temporary of one band's size)."""
-    finite = a.dtype.kind != "f" or (np.isfinite(a.min()) and np.isfinite(a.max()))
+    raster; `mask` itself when there is nothing to clear. `finite` (the
+    library's parallel pass, hyprof_cube_all_finite) tells whether any value
+    is NaN or infinite; only then, or with a nodata value, are the bands
+    compared one at a time (a temporary of one band's size)."""
     if finite and nodata is None:
         return mask
     valid = np.ones(a.shape[1:], bool) if mask is None else mask.astype(bool)
@@ -111,11 +110,10 @@ def invalid_pixels(a, mask, nodata):
 class CubeView:
     """A hyprof_cube_t over an array's memory, keeping the array and the mask alive."""
 
-    def __init__(self, cube, mask=None, nodata=None):
+    def __init__(self, cube, mask=None, nodata=None, threads=0):
         a = as_array(cube)
         self.array = a
         nb, h, w = a.shape
-        self.mask = invalid_pixels(a, input_mask(cube, mask, (h, w)), nodata)
         isz = a.itemsize
         c = Cube()
         c.data = a.ctypes.data
@@ -124,6 +122,9 @@ class CubeView:
         # an axis of length 1 may have any stride, 0 included; the library
         # wants a non-zero one
         c.stride_b, c.stride_y, c.stride_x = (s // isz if s else 1 for s in a.strides)
+        finite = a.dtype.kind != "f" or bool(lib.hyprof_cube_all_finite(
+            C.byref(c), threads if type(threads) is int and 0 <= threads <= 4096 else 0))
+        self.mask = invalid_pixels(a, input_mask(cube, mask, (h, w)), nodata, finite)
         if self.mask is not None:
             c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))
             c.mask_stride_y = w

@@ -110,6 +110,7 @@ _PROTOTYPES = {
     "hyprof_cuda_device_count": (_I, []),
     "hyprof_cube_free": (None, [C.POINTER(Cube)]),
     "hyprof_cube_check": (_ST, [C.POINTER(Cube), C.c_char_p, _Z]),
+    "hyprof_cube_all_finite": (C.c_int, [C.POINTER(Cube), C.c_int]),
     "hyprof_op_count": (_Z, []),
     "hyprof_op_at": (C.POINTER(Op), [_Z]),
     "hyprof_op_find": (C.POINTER(Op), [_S]),

@@ -207,7 +207,7 @@ class Operation:
         """Runs the operation on an array; returns a hyprof.Result."""
         args = self.make_args(given)
         try:
-            view = CubeView(cube, mask, nodata)
+            view = CubeView(cube, mask, nodata, threads)
             res = CResult()
             with Context(self.name, backend, device, threads, progress) as ctx:
                 ctx.call(lib.hyprof_op_run, self.ptr, args, C.byref(view.cube), C.byref(res))
