@@ -1,7 +1,7 @@
 """hyprof.dask on a LocalCluster (2 worker processes, 1 thread each, on
 127.0.0.1, no dashboard) gives the single-machine results.
 
-A 48x40 crop of Indian Pines with NaN pixels in every block, cut into 4 row
+Every server of the cluster listens on 127.0.0.1 only (checked). A 48x40 crop of Indian Pines with NaN pixels in every block, cut into 4 row
 blocks: pca's fit within 1e-10 relative of the library's and its
 projection bit for bit given the fitted model; eadp, eap, emp and wmcd bit
 for bit (PCA features: against the single call on the projection by the
@@ -92,8 +92,8 @@ def env():
 
 @pytest.fixture(scope="module")
 def client(env):
-    cluster = distributed.LocalCluster(host="127.0.0.1", dashboard_address=None, n_workers=2,
-                                       threads_per_worker=1, processes=True)
+    hp, hd = env
+    cluster = hd.local_cluster(n_workers=2, threads_per_worker=1)
     c = distributed.Client(cluster)
     try:
         yield c
@@ -259,3 +259,23 @@ def test_map_files(env, client, tmp_path):
             list(want.band.values)
     again = hd.map_files("emp", [scenes[0]], [out / "scene0_emp.tif"], client=client)
     assert not again[0].ok and "exists" in again[0].error
+
+
+def test_cluster_listens_on_loopback_only(env, client):
+    psutil = pytest.importorskip("psutil")
+    pids = [os.getpid()] + list(client.run(os.getpid).values())
+    pids += [p.pid for w in pids[1:] for p in psutil.Process(w).parents()[:1]]  # the nannies
+    listening = [(pid, c.laddr) for pid in set(pids)
+                 for c in psutil.Process(pid).connections(kind="inet") if c.status == "LISTEN"]
+    assert len(listening) >= 3  # the scheduler and two workers at least
+    assert all(addr.ip == "127.0.0.1" for _, addr in listening), listening
+
+
+def test_band_over_the_worker_memory_is_a_clear_error(env, client):
+    hp, hd = env
+    import dask.array as da
+    limit = min(w["memory_limit"] for w in client.scheduler_info()["workers"].values())
+    side = int((limit / 4 / 5) ** 0.5) + 1  # a band and its 9 planes: 44 side^2 bytes > limit
+    big = da.zeros((2, side, side), np.float32, chunks=(2, 512, side))  # never computed
+    with pytest.raises(MemoryError, match="%dx%d pixels and its 9 planes" % (side, side)):
+        hd.eadp(big, reduction="none", count=8, step=10, client=client)

@@ -63,12 +63,22 @@ _TARGET_BLOCK_BYTES = 64 << 20
 _local = None
 
 
+def local_cluster(n_workers=None, threads_per_worker=1):
+    """A LocalCluster of `n_workers` processes (default: one per core) of
+    `threads_per_worker` threads, every server of it (scheduler, workers, and
+    their HTTP servers, which distributed otherwise opens on every
+    interface) listening on 127.0.0.1 only."""
+    n = n_workers or max(1, len(os.sched_getaffinity(0)) // threads_per_worker)
+    return distributed.LocalCluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                    worker_dashboard_address="127.0.0.1:0", n_workers=n,
+                                    threads_per_worker=threads_per_worker, processes=True)
+
+
 def client(address=None, n_workers=None, threads_per_worker=1):
     """The Client operations run on: `address` when it is a Client or a
     scheduler address ('tcp://host:8786'), else the current Client, else a
-    LocalCluster on 127.0.0.1 (no dashboard; `n_workers` processes, by
-    default one per core, `threads_per_worker` threads each) started once
-    and closed at exit."""
+    local_cluster(n_workers, threads_per_worker) started once and closed at
+    exit."""
     global _local
     if isinstance(address, distributed.Client):
         return address
@@ -79,11 +89,7 @@ def client(address=None, n_workers=None, threads_per_worker=1):
     except ValueError:
         pass
     if _local is None:
-        n = n_workers or max(1, len(os.sched_getaffinity(0)) // threads_per_worker)
-        cluster = distributed.LocalCluster(host="127.0.0.1", dashboard_address=None,
-                                           n_workers=n, threads_per_worker=threads_per_worker,
-                                           processes=True)
-        _local = distributed.Client(cluster)
+        _local = distributed.Client(local_cluster(n_workers, threads_per_worker))
         atexit.register(_close_local)
     return _local
 
@@ -351,6 +357,7 @@ def _by_band(c, feats, fnames, op, params, common, levels):
     """op on every feature band, each band whole on one worker."""
     band_params = {k: v for k, v in params.items() if k not in _REDUCTION_KEYS}
     band_params["reduction"] = "none"
+    _check_band_fits(c, op, band_params, feats.shape[1:])
     bands = feats.rechunk((1,) + feats.shape[1:]).to_delayed().ravel()
     futs = c.compute([dask.delayed(_run_op)(b, op, band_params, {}, common) for b in bands])
     heads = c.gather([c.submit(lambda r: (r[0].shape, r[1], r[2]), f) for f in futs])
@@ -362,6 +369,29 @@ def _by_band(c, feats, fnames, op, params, common, levels):
     parts = [da.from_delayed(c.submit(operator.getitem, f, 0), shape=h[0], dtype=np.float32)
              for f, h in zip(futs, heads)]
     return da.concatenate(parts, axis=0), names, meta
+
+
+def _check_band_fits(c, op, band_params, shape):
+    """MemoryError, before any band is sent, when a feature band and its
+    profile (planes counted on a small probe band) exceed the smallest
+    worker memory limit: each band must be whole on one worker."""
+    limits = [w.get("memory_limit") or 0 for w in c.scheduler_info()["workers"].values()]
+    limit = min([m for m in limits if m > 0], default=0)
+    if not limit:
+        return
+    side = min(64, *shape)
+    probe = np.random.default_rng(0).random((1, side, side), dtype=np.float32)
+    try:
+        planes = getattr(_hp, op)(probe, threads=1, backend="cpu", **band_params).shape[0]
+    except _hp.Error:
+        return  # the band's own call reports what is wrong with it
+    need = shape[0] * shape[1] * 4 * (planes + 2)
+    if need > limit:
+        raise MemoryError(
+            "hyprof.dask.%s: a feature band of %dx%d pixels and its %d planes need about %.0f MB "
+            "on one worker, over the workers' memory limit of %.0f MB: every feature band is "
+            "profiled whole on one worker; use workers with more memory"
+            % (op, shape[1], shape[0], planes, need / 1e6, limit / 1e6))
 
 
 def _check(op, params):
@@ -508,5 +538,6 @@ for _name in _hp._generated:
 
 from .dask_files import map_files  # noqa: E402  (uses run and client above)
 
-__all__ = sorted(_hp._generated) + ["run", "classify", "pca_fit", "client", "map_files",
+__all__ = sorted(_hp._generated) + ["run", "classify", "pca_fit", "client", "local_cluster",
+                                    "map_files",
                                     "SPATIAL", "ROWWISE", "WHOLE"]
