@@ -279,3 +279,23 @@ def test_band_over_the_worker_memory_is_a_clear_error(env, client):
     big = da.zeros((2, side, side), np.float32, chunks=(2, 512, side))  # never computed
     with pytest.raises(MemoryError, match="%dx%d pixels and its 9 planes" % (side, side)):
         hd.eadp(big, reduction="none", count=8, step=10, client=client)
+
+
+def test_command_line_front_end(env, client, tmp_path):
+    import subprocess
+    src = tmp_path / "in.tif"
+    gdal.Translate(str(src), str(INDIAN_PINES), srcWin=[10, 10, 30, 24])
+    cmd = [sys.executable, "-m", "hyprof", "emp", "--scheduler", client.scheduler.address,
+           "--radii", "1,2", str(src), str(tmp_path / "out.tif")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    hp, hd = env
+    same(gdal.Open(str(tmp_path / "out.tif")).ReadAsArray(),
+         hp.emp(gdal.Open(str(src)).ReadAsArray(), radii=[1, 2]))
+    bad = subprocess.run(cmd[:6] + ["--radii", "x", str(src), str(tmp_path / "o2.tif")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--radii" in bad.stderr
+    missing = subprocess.run(cmd[:8] + [str(tmp_path / "nope.tif"), str(tmp_path / "o3.tif")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "nope.tif" in missing.stderr
+    assert not (tmp_path / "o3.tif").exists()
