@@ -109,7 +109,8 @@ def _close_local():
 def _task_common(common):
     """The backend, device and threads of one library call on a worker:
     device None picks the worker's own device (workers named 0, 1, ... as a
-    LocalCluster names them take devices 0, 1, ... in turn); threads None
+    LocalCluster names them, or `dask worker --name 3`, take device name mod
+    the device count); threads None
     shares the host's cores among the worker threads on it."""
     out = dict(common)
     host_threads = out.pop("host_threads", None)
@@ -117,10 +118,10 @@ def _task_common(common):
         out["device"] = 0
         if out.get("backend", "auto") != "cpu":
             try:
-                name = distributed.get_worker().name
+                name = str(distributed.get_worker().name)
                 ndev = _hp.cuda_device_count()
-                if ndev > 0 and isinstance(name, int):
-                    out["device"] = name % ndev
+                if ndev > 0 and name.isdigit():
+                    out["device"] = int(name) % ndev
             except ValueError:
                 pass
     if out.get("threads") is None:
