@@ -4,7 +4,8 @@
 For each cube size and operation: the wall time of hyprof.OP(cube) in this
 process, then of hyprof.dask.OP(cube).values (the result brought back to
 the client) on a LocalCluster on 127.0.0.1 of N worker processes sharing
-the cores (threads per worker: cores / N), with the speed-up against one
+the cores (cores / N threads per worker, each library call on one thread:
+threads=None), with the speed-up against one
 worker; the Dask result is checked against the single call (bit for bit,
 or, with PCA features, the largest difference, the fit's sums being added
 in another order). Medians of --repeat runs after one warm-up run.
@@ -105,10 +106,10 @@ def main():
             t1, single = timed(lambda: getattr(hyprof, op)(cube, **kw), a.repeat)
             base = None
             for n in (int(v) for v in a.workers.split(",")):
-                cluster = hd.local_cluster(n_workers=n, threads_per_worker=1)
+                cluster = hd.local_cluster(n_workers=n, threads_per_worker=max(1, cores // n))
                 with distributed.Client(cluster) as c:
-                    t, got = timed(lambda: getattr(hd, op)(cube, client=c, threads=max(
-                        1, cores // n), **kw).values, a.repeat)
+                    t, got = timed(lambda: getattr(hd, op)(cube, client=c, **kw).values,
+                                   a.repeat)
                 cluster.close()
                 base = base or t
                 diff = np.nanmax(np.abs(got - np.asarray(single)))

@@ -231,15 +231,19 @@ def _as_dataarray(cube):
                     "xarray.DataArray, not %s" % type(cube).__name__)
 
 
-def _row_blocks(data, row_block, nworkers):
-    """The cube as a Dask array cut in blocks of whole rows (all bands)."""
+def _row_blocks(c, data, row_block, several_passes=False):
+    """The cube as a Dask array cut in blocks of whole rows (all bands),
+    held by the workers when it comes from the client's memory (else every
+    graph would carry it) or when several passes read it (the PCA fit)."""
     b, h, w = data.shape
     if row_block is None:
+        nworkers = len(c.scheduler_info()["workers"])
         by_size = max(1, _TARGET_BLOCK_BYTES // max(1, b * w * data.dtype.itemsize))
         row_block = max(1, min(by_size, -(-h // (2 * max(1, nworkers)))))
     if isinstance(data, da.Array):
-        return data.rechunk((b, int(row_block), w))
-    return da.from_array(data, chunks=(b, int(row_block), w))
+        x = data.rechunk((b, int(row_block), w))
+        return c.persist(x) if several_passes else x
+    return c.persist(da.from_array(data, chunks=(b, int(row_block), w)))
 
 
 def _from_futures(c, futs, shapes):
@@ -276,7 +280,7 @@ def pca_fit(cube, components, client=None, nodata=None, row_block=None):
     d = _as_dataarray(cube)
     if nodata is None:
         nodata = _hx._nodata(d)
-    x = _row_blocks(d.data, row_block, len(c.scheduler_info()["workers"]))
+    x = _row_blocks(c, d.data, row_block, True)
     return _pca_fit(c, x, int(components), nodata)
 
 
@@ -414,7 +418,10 @@ def run(op, cube, client=None, row_block=None, nodata=None, backend="auto", devi
         nodata = _hx._nodata(d)
     common = {"nodata": nodata, "backend": backend, "device": device, "threads": threads,
               "host_threads": _host_threads(c)}
-    x = _row_blocks(d.data, row_block, len(c.scheduler_info()["workers"]))
+    o = _hp.OPERATIONS[op]
+    pca = op == "pca" or (op in SPATIAL and params.get("reduction", o.by_name["reduction"].default)
+                          == "pca")
+    x = _row_blocks(c, d.data, row_block, pca and params.get("model") is None)
     extra = {}
     if op in SPATIAL:
         feats, fnames, model, levels = _features(c, x, op, params, common)
@@ -507,7 +514,7 @@ def classify(features, model, client=None, row_block=None, nodata=None, backend=
         nodata = _hx._nodata(d)
     common = {"nodata": nodata, "backend": backend, "device": device, "threads": threads,
               "host_threads": _host_threads(c)}
-    x = _row_blocks(d.data, row_block, len(c.scheduler_info()["workers"]))
+    x = _row_blocks(c, d.data, row_block)
     key = hashlib.sha1(data).hexdigest()
     blob = c.scatter(data, broadcast=True)
     blocks = x.to_delayed().ravel()
