@@ -412,6 +412,9 @@ def run(op, cube, client=None, row_block=None, nodata=None, backend="auto", devi
         raise ValueError("hyprof.dask: '%s' is not an operation on a cube (one of %s)"
                          % (op, ", ".join(_hp._generated)))
     _check(op, params)
+    if params.get("endmembers_json") is not None:
+        raise ValueError("hyprof.dask.unmix: endmembers_json is not written on a cluster; "
+                         "endmembers_csv is (the set unmix's model= reads)")
     c = _get_client(client)
     d = _as_dataarray(cube)
     if nodata is None:
@@ -429,7 +432,8 @@ def run(op, cube, client=None, row_block=None, nodata=None, backend="auto", devi
         if model is not None:
             extra["hyprof_pca_model"] = model
     elif op == "pca" and params.get("model") is None:
-        model = _pca_fit(c, x, int(params.get("components", 7)), nodata)
+        model = _pca_fit(c, x, int(params.get("components", o.by_name["components"].default)),
+                         nodata)
         files = {"model": (".pca", model.encode())}
         if params.get("save_model"):
             _write_atomic(params["save_model"], model.encode())
@@ -459,14 +463,14 @@ def _file_params(op, params):
 
 
 def _extract_endmembers(cube, params, common):
-    def call(paths):
-        res = _hp.unmix(cube, endmembers_csv=os.path.join(paths["dir"], "em.csv"), **params,
-                        **_task_common(common))
-        with open(os.path.join(paths["dir"], "em.csv"), "rb") as f:
-            return f.read(), list(res.band_names), dict(res.metadata)
+    """unmix on the whole cube (on one worker): the endmembers' CSV, the band
+    names and the metadata."""
     d = tempfile.mkdtemp(prefix="hyprof-dask-")
     try:
-        return call({"dir": d})
+        csv = os.path.join(d, "em.csv")
+        res = _hp.unmix(cube, endmembers_csv=csv, **params, **_task_common(common))
+        with open(csv, "rb") as f:
+            return f.read(), list(res.band_names), dict(res.metadata)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
