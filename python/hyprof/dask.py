@@ -159,6 +159,14 @@ def _with_files(files, fn):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def _aligned(block):
+    """The block with its data aligned for its dtype: an array Dask
+    deserialises may lie at any offset of the message, and the library
+    reads whole floats."""
+    block = np.asarray(block)
+    return block if block.flags.aligned else block.copy()
+
+
 def _plain(res):
     return np.array(res, dtype=np.float32, copy=True).view(np.ndarray)
 
@@ -169,7 +177,7 @@ def _run_op(block, op, params, files, common):
     kw = _task_common(common)
 
     def call(paths):
-        res = fn(block, **params, **paths, **kw)
+        res = fn(_aligned(block), **params, **paths, **kw)
         return _plain(res), list(res.band_names), dict(res.metadata)
     return _with_files(files, call)
 
@@ -185,7 +193,7 @@ def _predict(block, model_bytes, key, common):
                             lambda p: _hp.load_model(p["model"]))
         _models[key] = model
     kw = _task_common(common)
-    return np.asarray(model.predict(block, **kw))
+    return np.asarray(model.predict(_aligned(block), **kw))
 
 
 def _valid(block, nodata):
@@ -468,7 +476,7 @@ def _extract_endmembers(cube, params, common):
     d = tempfile.mkdtemp(prefix="hyprof-dask-")
     try:
         csv = os.path.join(d, "em.csv")
-        res = _hp.unmix(cube, endmembers_csv=csv, **params, **_task_common(common))
+        res = _hp.unmix(_aligned(cube), endmembers_csv=csv, **params, **_task_common(common))
         with open(csv, "rb") as f:
             return f.read(), list(res.band_names), dict(res.metadata)
     finally:
@@ -520,7 +528,9 @@ def classify(features, model, client=None, row_block=None, nodata=None, backend=
               "host_threads": _host_threads(c)}
     x = _row_blocks(c, d.data, row_block)
     key = hashlib.sha1(data).hexdigest()
-    blob = c.scatter(data, broadcast=True)
+    # a key of its own: a content-hashed one may be released by an earlier
+    # call for the same model while this one needs it
+    blob = c.scatter(data, broadcast=True, hash=False)
     blocks = x.to_delayed().ravel()
     futs = c.compute([dask.delayed(_predict)(b, blob, key, common) for b in blocks])
     parts = [da.from_delayed(f, shape=(h, x.shape[2]), dtype=np.uint16)
