@@ -229,6 +229,8 @@ def test_bad_arguments_fail_on_the_client(env, client, cube):
         hd.run("train", cube, client=client)
     with pytest.raises(TypeError):
         hd.eadp("cube.tif", client=client)
+    with pytest.raises(TypeError, match="'mask'.*nodata"):
+        hd.emp(cube, mask=np.ones(cube.shape[1:], bool), client=client)
 
 
 def test_map_files(env, client, tmp_path):

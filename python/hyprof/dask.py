@@ -409,6 +409,10 @@ def _check_band_fits(c, op, band_params, shape):
 
 def _check(op, params):
     """Checks the parameters with the registry's parser now, on the client."""
+    for name in params:
+        if name not in _hp.OPERATIONS[op].by_name:
+            raise TypeError("hyprof.dask.%s: unknown parameter '%s'%s" % (
+                op, name, " (mark invalid pixels with nodata= or NaN)" if name == "mask" else ""))
     args = _hp.OPERATIONS[op].make_args(params)
     _hp._lib.hyprof_args_free(_hp._ops.C.byref(args))
 
