@@ -66,7 +66,12 @@ def main(argv=None):
         except ValueError:
             ap.error("argument --%s: bad value '%s'" % (p.cname, v))
     inputs, output = a.paths[:-1], a.paths[-1]
-    import hyprof.dask as hd
+    try:
+        import hyprof.dask as hd
+    except ImportError as e:
+        print("hyprof: running on Dask needs dask.distributed (Debian: python3-dask "
+              "python3-distributed): %s" % e, file=sys.stderr)
+        return 2
     try:
         if op != "classify":
             hd._check(op, kw)
