@@ -12,7 +12,7 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev
   libgdal-dev gdal-bin python3-gdal libjson-c-dev
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
-  python3-xarray python3-rioxarray python3-tqdm
+  python3-xarray python3-rioxarray python3-tqdm python3-dask python3-distributed
   qgis python3-qgis qgis-providers
   libsvm-dev python3-libsvm libsvm-tools
   clang libclang-rt-14-dev
