@@ -168,6 +168,14 @@ def test_strided_views_and_dtypes_equal_contiguous(hp, crops):
                                                   components=4))
     window = hp.pca(cube[:, 5:30, 7:40], components=4)
     np.testing.assert_array_equal(window, hp.pca(cube[:, 5:30, 7:40].copy(), components=4))
+    # an array at an unaligned address (as Dask may deserialise one) is read
+    # through an aligned copy: the library's loads assume aligned elements
+    f32 = np.ascontiguousarray(cube, dtype=np.float32)
+    raw = np.empty(f32.nbytes + 1, np.uint8)
+    unaligned = np.frombuffer(raw[1:].data, dtype=np.float32).reshape(f32.shape)
+    unaligned[...] = f32
+    assert not unaligned.flags.aligned
+    np.testing.assert_array_equal(hp.pca(unaligned, components=4), hp.pca(f32, components=4))
     # the result is a view of the library's buffer, not a copy
     assert not want.flags.owndata and want.base is not None
 

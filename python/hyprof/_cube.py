@@ -63,9 +63,10 @@ def as_array(cube):
         # a supported dtype in the other byte order keeps its type; other
         # integer widths, float16 and bool become float64 (exact for them)
         a = a.astype(native if native in _DTYPES else np.float64)
-    if any((s == 0 and n > 1) or s % a.itemsize for s, n in zip(a.strides, a.shape)):
-        # broadcast or unaligned views
-        a = np.ascontiguousarray(a)
+    if not a.flags.aligned or any((s == 0 and n > 1) or s % a.itemsize
+                                  for s, n in zip(a.strides, a.shape)):
+        # broadcast or unaligned views: an aligned contiguous copy
+        a = np.array(a, order="C", copy=True)
     return a
 
 
