@@ -17,6 +17,7 @@ import ctypes as C
 import numpy as np
 
 from ._lib import Cube, lib, text
+from ._run import on_library_thread
 
 _DTYPES = {np.dtype(np.float32): 0, np.dtype(np.float64): 1, np.dtype(np.uint8): 2,
            np.dtype(np.uint16): 3, np.dtype(np.int16): 4, np.dtype(np.int32): 5}
@@ -123,8 +124,9 @@ class CubeView:
         # an axis of length 1 may have any stride, 0 included; the library
         # wants a non-zero one
         c.stride_b, c.stride_y, c.stride_x = (s // isz if s else 1 for s in a.strides)
-        finite = a.dtype.kind != "f" or bool(lib.hyprof_cube_all_finite(
-            C.byref(c), threads if type(threads) is int and 0 <= threads <= 4096 else 0))
+        finite = a.dtype.kind != "f" or bool(on_library_thread(
+            lib.hyprof_cube_all_finite, C.byref(c),
+            threads if type(threads) is int and 0 <= threads <= 4096 else 0))
         self.mask = invalid_pixels(a, input_mask(cube, mask, (h, w)), nodata, finite)
         if self.mask is not None:
             c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))

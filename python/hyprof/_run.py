@@ -152,6 +152,16 @@ def _run(ctx, fn, *args):
         raise
 
 
+def on_library_thread(fn, *args):
+    """fn(*args) on the thread that runs the library's operations (when called
+    from the main thread): the library's OpenMP work then always uses that
+    thread's team, instead of a second team on the main thread whose idle
+    threads spin while the operation runs (GOMP's default wait policy)."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    return _main_executor().submit(fn, *args).result()
+
+
 def _wait_uninterrupted(fut):
     """Waits for a cancelled call to return; a second Ctrl-C does not leave it
     running on memory the caller is about to free."""
@@ -165,4 +175,4 @@ def _wait_uninterrupted(fut):
             return
 
 
-__all__ = ["Context", "Cancelled", "check_common"]
+__all__ = ["Context", "Cancelled", "check_common", "on_library_thread"]
