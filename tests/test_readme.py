@@ -2,7 +2,9 @@
 
 Which blocks run: the fenced ```sh, ```bash and ```console blocks (in a console
 block, the lines starting with "$ " are commands and the other lines their
-output). Other fences (```c, ```json, a bare ``` synopsis) are not commands.
+output), and each ```python block as one command (/usr/bin/python3 reading the
+block, with matplotlib's non-interactive backend). Other fences (```c,
+```json, a bare ``` synopsis) are not commands.
 A command is one line, or several joined by a backslash at the end of each but
 the last; a line starting with # is a comment.
 A block whose fence line comes right after a line
@@ -88,11 +90,24 @@ def commands(lang, first_line, body):
     return cmds
 
 
+def python_command(first_line, body):
+    """(README line, command) running a ```python block as one script."""
+    end = "__HYPROF_README_PY__"
+    if any(line.strip() == end for line in body):
+        raise ValueError("README line %d: the block contains %s" % (first_line, end))
+    return first_line, "MPLBACKEND=Agg /usr/bin/python3 - <<'%s'\n%s\n%s" % (
+        end, "\n".join(body), end)
+
+
 def runnable_commands(text):
     out = []
     for lang, first, body, reason in blocks(text):
-        if lang in RUN_LANGS and reason is None:
+        if reason is not None:
+            continue
+        if lang in RUN_LANGS:
             out.extend(commands(lang, first, body))
+        elif lang == "python":
+            out.append(python_command(first, body))
     return out
 
 
@@ -127,6 +142,11 @@ def workspace(tmp):
                PATH="%s:%s" % (tmp / "build" / "cli", os.environ.get("PATH", "/usr/bin:/bin")),
                QT_QPA_PLATFORM="offscreen")
     env.pop("HYPROF_EXE", None)  # the README says how to set it where it needs it
+    # the Python package of this checkout over the library under test (the
+    # set-up installs both into the user's site-packages; HOME is not the user's)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] +
+                                        [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env.setdefault("HYPROF_LIBRARY", str(exe.parents[1] / "libhyprof.so"))
     return env
 
 
@@ -175,6 +195,11 @@ output line
 $ grep -q 123 xy.txt && test -s xy.txt
 ```
 
+```python
+import os
+open("py.txt", "w").write(os.environ["MPLBACKEND"] + "\\n")
+```
+
 ```bash
 cat missing-file.txt
 echo never
@@ -184,15 +209,18 @@ echo never
 
 def test_blocks_and_markers_are_read_as_documented():
     cmds = runnable_commands(SAMPLE_MD)
-    assert [line for line, _ in cmds] == [4, 17, 19, 21, 25, 26]
+    assert [line for line, _ in cmds] == [4, 17, 19, 21, 25, 30, 31]
     assert cmds[1][1] == "X=12 \\\n    Y=3"
-    assert [b[3] for b in blocks(SAMPLE_MD)] == [None, "needs the QGIS GUI", None, None, None]
+    assert cmds[4][1].startswith("MPLBACKEND=Agg /usr/bin/python3 - <<")
+    assert [b[3] for b in blocks(SAMPLE_MD)] == [None, "needs the QGIS GUI", None, None, None,
+                                                 None]
 
 
 def test_a_failing_command_is_named_by_its_line(tmp_path):
     status, out = run_script(tmp_path, runnable_commands(SAMPLE_MD), "sample.md", timeout=120)
-    assert status == "sample.md:25: exit 1", out
+    assert status == "sample.md:30: exit 1", out
     assert (tmp_path / "xy.txt").read_text() == "123\n"  # the commands before it ran, in order
+    assert (tmp_path / "py.txt").read_text() == "Agg\n"  # the python block too
     assert "never" not in out
 
 
