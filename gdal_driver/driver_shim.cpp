@@ -160,7 +160,6 @@ bool HyprofDataset::NodataOf(double *value)
     return m_has_nodata;
 }
 
-
 // HYPROF_CACHE domain: the process-wide cache's state (COMPUTATIONS,
 // ENTRIES, BYTES, LIMIT), for tests and curious users.
 const char *HyprofDataset::GetMetadataItem(const char *name, const char *domain)
