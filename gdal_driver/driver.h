@@ -29,6 +29,7 @@ typedef struct {
     char **files;           /* the input and the files parameters name (CSL)... */
     char **stamps;          /* ...and their identities when opened (hyprof_file_stamp) */
     int width, height, in_bands, bands;
+    char **band_names;      /* one per band (CSL), from the parameters */
     char *wkt;              /* NULL without a CRS */
     double geotransform[6];
     int has_geotransform;
@@ -69,7 +70,7 @@ hyprof_gdal_source_t *hyprof_gdal_parse_descriptor(const char *text, size_t len,
  * like a JSON descriptor. */
 int hyprof_gdal_identify(const char *filename, const char *header, int header_len);
 /* Parses and checks the name, opens the input for its size, CRS and
- * geotransform, and derives the output band count through the library.
+ * geotransform, and derives the output band count and names through the library.
  * NULL after a CPLError naming the problem (unknown operation or parameter,
  * missing input or one that is not a regular file, malformed descriptor, a
  * result too large for the memory or for GDAL...). */

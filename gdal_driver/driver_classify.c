@@ -14,6 +14,7 @@
 #include "model_cache.h"
 
 #include <cpl_error.h>
+#include <cpl_string.h>
 
 #include <string.h>
 
@@ -48,6 +49,7 @@ int hyprof_gdal_classify_open(hyprof_gdal_source_t *src)
         return 0;
     }
     src->bands = 1;
+    src->band_names = CSLAddString(NULL, "class");
     src->nodata_known = src->has_nodata = 1;
     src->nodata = 0.0;
     return 1;

@@ -51,6 +51,7 @@ void hyprof_gdal_source_free(hyprof_gdal_source_t *src)
     CPLFree(src->wkt);
     CSLDestroy(src->files);
     CSLDestroy(src->stamps);
+    CSLDestroy(src->band_names);
     CPLFree(src);
 }
 

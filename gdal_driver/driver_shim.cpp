@@ -2,9 +2,13 @@
 // open callback, dataset and band classes). Parsing, opening and the cache
 // are C (driver_source.c, driver_cache.c).
 //
-// Opening reads only the input's header. Pixels, band descriptions, the
-// result's metadata and (when the input does not settle it) nodata come from
-// the computed result: the first access to any of them computes it.
+// Opening reads only the input's header; the band count and names come from
+// the parameters (the library's hyprof_op_band_names), so listing a dataset
+// computes nothing. Pixels and (when the input does not settle it) nodata
+// come from the computed result: the first access to either computes it. The
+// result's own metadata (HYPROF_BACKEND, what only the data tells) joins the
+// dataset's once this dataset has its result: after a read, or when such an
+// item is asked for by name.
 #include "driver.h"
 #include "raster_io.h"
 
@@ -30,10 +34,9 @@ class HyprofDataset final : public GDALDataset
 
     CPLErr GetGeoTransform(double *gt) override;
     const OGRSpatialReference *GetSpatialRef() const override;
-    char **GetMetadata(const char *domain) override;
     const char *GetMetadataItem(const char *name, const char *domain) override;
 
-    // Band names, backend, the result's metadata and nodata, once.
+    // The result's metadata, backend and nodata, once (computes the result).
     bool Describe();
     const hyprof_gdal_source_t *Source() const { return m_src; }
     bool NodataOf(double *value);
@@ -61,11 +64,6 @@ class HyprofBand final : public GDALRasterBand
     }
 
     CPLErr IReadBlock(int bx, int by, void *image) override;
-    const char *GetDescription() const override
-    {
-        static_cast<HyprofDataset *>(poDS)->Describe();
-        return GDALRasterBand::GetDescription();
-    }
     double GetNoDataValue(int *success) override
     {
         double v = 0.0;
@@ -84,7 +82,12 @@ HyprofDataset::HyprofDataset(hyprof_gdal_source_t *src) : m_src(src)
     if (src->wkt)
         m_srs.importFromWkt(src->wkt);
     for (int b = 1; b <= src->bands; b++)
-        SetBand(b, new HyprofBand(this, b));
+    {
+        auto *band = new HyprofBand(this, b);
+        if (src->band_names && src->band_names[b - 1])
+            band->SetDescription(src->band_names[b - 1]);
+        SetBand(b, band);
+    }
     hyprof_set_args_metadata(this, src->args);
     GDALDataset::SetMetadataItem("HYPROF_INPUT", src->input);
 }
@@ -135,9 +138,6 @@ bool HyprofDataset::Describe()
     if (!res)
         return false;
     const hyprof_result_t *r = &res->result;
-    for (int b = 0; b < nBands; b++)
-        if (r->band_names && r->band_names[b])
-            GetRasterBand(b + 1)->GDALMajorObject::SetDescription(r->band_names[b]);
     GDALDataset::SetMetadataItem("HYPROF_BACKEND", res->backend);
     hyprof_set_result_metadata(this, r);
     m_has_nodata = r->cube.has_nodata;
@@ -158,13 +158,6 @@ bool HyprofDataset::NodataOf(double *value)
         return false;
     *value = m_nodata;
     return m_has_nodata;
-}
-
-char **HyprofDataset::GetMetadata(const char *domain)
-{
-    if (!domain || !*domain)
-        Describe();
-    return GDALDataset::GetMetadata(domain);
 }
 
 // HYPROF_CACHE domain: the process-wide cache's state (COMPUTATIONS,
@@ -188,14 +181,17 @@ const char *HyprofDataset::GetMetadataItem(const char *name, const char *domain)
             return nullptr;
         return m_item.c_str();
     }
-    if ((!domain || !*domain) && name && STARTS_WITH_CI(name, "HYPROF_"))
-        Describe();
-    return GDALDataset::GetMetadataItem(name, domain);
+    const char *item = GDALDataset::GetMetadataItem(name, domain);
+    if (!item && (!domain || !*domain) && name && STARTS_WITH_CI(name, "HYPROF_") && Describe())
+        item = GDALDataset::GetMetadataItem(name, domain);
+    return item;
 }
 
 CPLErr HyprofBand::IReadBlock(int bx, int by, void *image)
 {
     auto *ds = static_cast<HyprofDataset *>(poDS);
+    if (!ds->Describe())
+        return CE_Failure;
     const hyprof_gdal_result_t *res = hyprof_gdal_result_acquire(ds->Source());
     if (!res)
         return CE_Failure;

@@ -1,8 +1,8 @@
 /* Opening a HYPROF dataset name (parsed in driver_parse.c): the files it
  * names must be regular files, the input's header gives the size, CRS and
- * geotransform, the library gives the band count from the parameters, and a
- * result that could not fit (in memory or in GDAL's band limit) fails here,
- * naming the parameters, before anything is computed. */
+ * geotransform, the library gives the band count and names from the
+ * parameters, and a result that could not fit (in memory or in GDAL's band
+ * limit) fails here, naming the parameters, before anything is computed. */
 /* VSIStatBufL is struct stat64 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -302,9 +302,37 @@ static int check_size(const hyprof_gdal_source_t *src, size_t bands)
     return 0;
 }
 
-/* The output band count from the library, from the parameters alone. An
- * operation that cannot tell (unmix with endmembers=auto: HySime decides)
- * is computed now, after checking that its input fits in memory. */
+/* The band names of `n` output bands from the library, from the parameters
+ * alone (hyprof_op_band_names: the names the computed result carries). */
+static int band_names(hyprof_ctx_t *ctx, hyprof_gdal_source_t *src, size_t n)
+{
+    char **names = NULL;
+    if (hyprof_op_band_names(ctx, src->op, src->args, (size_t)src->width, (size_t)src->height,
+                             (size_t)src->in_bands, n, &names) != HYPROF_OK) {
+        ERR(CPLE_IllegalArg, "%s", hyprof_ctx_last_error(ctx));
+        return 0;
+    }
+    for (size_t b = 0; names && b < n; b++)
+        src->band_names = CSLAddString(src->band_names, names[b]);
+    hyprof_band_names_free(names, n);
+    return 1;
+}
+
+/* The band count of an operation that cannot tell it before running
+ * (unmix with endmembers=auto: HySime decides), computed now after checking
+ * that its input fits in memory. */
+static size_t computed_bands(const hyprof_gdal_source_t *src)
+{
+    const hyprof_gdal_result_t *res = hyprof_gdal_result_acquire(src);
+    if (!res)
+        return 0;
+    size_t n = res->result.cube.bands;
+    hyprof_gdal_result_release(res);
+    return n;
+}
+
+/* The output band count and band names from the library, from the
+ * parameters alone. */
 static int output_bands(hyprof_gdal_source_t *src)
 {
     if (hyprof_gdal_is_classify(src->op))
@@ -318,18 +346,14 @@ static int output_bands(hyprof_gdal_source_t *src)
     hyprof_status_t st = hyprof_op_output_bands(ctx, src->op, src->args, (size_t)src->in_bands, &n);
     if (st != HYPROF_OK)
         ERR(CPLE_IllegalArg, "%s", hyprof_ctx_last_error(ctx));
+    int ok = st == HYPROF_OK && check_size(src, n ? n : (size_t)src->in_bands);
+    if (ok && n == 0)
+        ok = (n = computed_bands(src)) != 0;
+    ok = ok && band_names(ctx, src, n);
     hyprof_ctx_free(&ctx);
-    if (st != HYPROF_OK || !check_size(src, n ? n : (size_t)src->in_bands))
-        return 0;
-    if (n == 0) {
-        const hyprof_gdal_result_t *res = hyprof_gdal_result_acquire(src);
-        if (!res)
-            return 0;
-        n = res->result.cube.bands;
-        hyprof_gdal_result_release(res);
-    }
-    src->bands = (int)n;
-    return 1;
+    if (ok)
+        src->bands = (int)n;
+    return ok;
 }
 
 hyprof_gdal_source_t *hyprof_gdal_source_open(const char *filename)

@@ -225,7 +225,7 @@ def test_model_roundtrip_and_report(tmp_path, pca):
     assert re.search(r"cross-validation accuracy 0\.\d+", r.stdout)
     text = (tmp_path / "m.model").read_text().split("\n")
     assert text[0] == "hyprof-classifier 1" and "kind svm" in text
-    assert text[3].startswith("band PC1 (") and any(l.startswith("class 16 ") for l in text)
+    assert text[3] == "band PC1" and any(l.startswith("class 16 ") for l in text)
 
 
 # ---- split --------------------------------------------------------------------------

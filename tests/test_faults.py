@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import (EXIT_CANCELLED, EXIT_OK, EXIT_RUNTIME, SAMSON, exe_path, gdal,
-                      message_lines, read_cube, run, run_ok, write_cube)
+from conftest import (EXIT_CANCELLED, EXIT_OK, EXIT_RUNTIME, INDIAN_PINES, SAMPLES, SAMSON,
+                      exe_path, gdal, message_lines, read_cube, run, run_ok, write_cube)
 
 # One seed for the random delays, printed on failure: a failure can be replayed.
 SEED = int(os.environ.get("HYPROF_FAULTS_SEED", "0")) or random.SystemRandom().randrange(1, 2**31)
@@ -458,3 +458,58 @@ def test_model_changed_while_read(inputs, tmp_path, kind):
     finally:
         stop.set()
         writer.join()
+
+
+# ---- cancelling LIBSVM's training -----------------------------------------------------
+
+def training_processes(marker):
+    """Processes whose command line holds `marker` (the run's output folder)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker in (d / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("grid", ["C=32768,gamma=8", "C=32768,131072,gamma=8,32"],
+                         ids=["final", "cross-validation"])
+def test_cancel_inside_libsvm_training(tmp_path, grid):
+    """SIGINT while LIBSVM trains: the final svm_train on every labelled pixel of
+    Indian Pines (one grid point: no cross-validation), and a grid whose folds
+    each train for long. Uncancelled, either runs for minutes; cancelled, the run
+    ends within seconds with exit 3, one message, no model file and no training
+    process left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["train", "--progress", "json", "--labels", SAMPLES / "indian_pines_gt.tif",
+            "--grid", grid, "--folds", "2", INDIAN_PINES, out / "m.model"]
+    p = subprocess.Popen([exe_path()] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in p.stderr:  # reading done (0.15): the training starts
+            lines.append(line)
+            if line.startswith("{") and json.loads(line)["progress"] >= 0.15:
+                break
+        time.sleep(1.5)
+        assert p.poll() is None, "the training ended before the signal: %s" % "".join(lines)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    stderr = "".join(lines) + p.stderr.read()
+    assert rc == EXIT_CANCELLED, "exit %d\n%s" % (rc, stderr[-2000:])
+    assert took < 10, "exit %.1f s after SIGINT" % took
+    msg = message_lines(stderr)
+    assert len(msg) == 1 and "cancel" in msg[0].lower(), stderr[-2000:]
+    assert os.listdir(out) == [], os.listdir(out)
+    time.sleep(0.2)
+    assert training_processes(str(out)) == [], "training processes left behind"

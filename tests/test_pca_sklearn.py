@@ -125,6 +125,17 @@ def test_explained_variance_ratio(fitted):
     assert abs(explained_ratio(fitted.out) - want) < EVR_TOL
 
 
+def test_variance_shares_are_metadata(fitted):
+    """Each component's share of the variance (data) is metadata, as sklearn's
+    explained_variance_ratio_ in percent; the band names (parameters) are PC1.."""
+    ds = gdal.Open(str(fitted.out))
+    shares = [float(v) for v in ds.GetMetadata()["HYPROF_PCA_VARIANCE_PERCENT"].split(",")]
+    want = 100.0 * fitted.oracle.pca.explained_variance_ratio_
+    assert np.allclose(shares, want, rtol=0, atol=0.006), (shares, want)
+    names = [ds.GetRasterBand(i + 1).GetDescription() for i in range(ds.RasterCount)]
+    assert names == ["PC%d" % (i + 1) for i in range(fitted.k)]
+
+
 def test_saved_model_matches_sklearn(fitted):
     m = parse_model(fitted.model)
     b = fitted.cube.shape[0]

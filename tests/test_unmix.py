@@ -210,7 +210,7 @@ def test_endmember_files(tmp_path):
     for k, e in enumerate(js["endmembers"]):
         x, y = e["x"], e["y"]
         assert pixels[k] == "%d,%d" % (x, y)
-        assert names[k] == "E%d abundance (pixel %d,%d)" % (k + 1, x, y)
+        assert names[k] == "E%d abundance" % (k + 1)   # the pixel is data: metadata
         assert np.array_equal(e["spectrum"], cube[:, y, x])        # a real pixel
         assert np.array_equal(csv[:, 2 + k], cube[:, y, x])
     # Reloading the CSV gives the same abundances, bit for bit.

@@ -752,25 +752,12 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args, o
     return st;
 }
 
-static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
-                                    const op_params_t *o, const double *range, int levels)
+/* The quantisation bounds and filters (the band names: hyprof__names_eap). */
+static hyprof_status_t describe_profile(hyprof_result_t *out, char **names, size_t nfeat,
+                                        const op_params_t *o, const double *range, int levels)
 {
-    size_t planes = hyprof_attribute_planes(o->filters, o->nfilters);
     hyprof_status_t st = HYPROF_OK;
     for (size_t b = 0; st == HYPROF_OK && b < nfeat; b++) {
-        size_t k = b * planes;
-        for (size_t f = 0; st == HYPROF_OK && f < o->nfilters; f++) {
-            const char *an = hyprof_attribute_name(o->filters[f].attribute);
-            size_t nt = o->filters[f].nthresholds;
-            for (size_t j = nt; st == HYPROF_OK && j-- > 0;)
-                st = hyprof_result_set_band_name(out, k++, "%s %s closing %g", names[b], an,
-                                                 o->given[f][j]);
-            if (st == HYPROF_OK && f == 0)
-                st = hyprof_result_set_band_name(out, k++, "%s", names[b]);
-            for (size_t j = 0; st == HYPROF_OK && j < nt; j++)
-                st = hyprof_result_set_band_name(out, k++, "%s %s opening %g", names[b], an,
-                                                 o->given[f][j]);
-        }
         char key[64];
         snprintf(key, sizeof key, "EAP_QUANT_MIN_%s", names[b]);
         if (st == HYPROF_OK)
@@ -832,7 +819,7 @@ hyprof_status_t hyprof__run_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(out, in);
     if (st == HYPROF_OK)
-        st = name_profile(out, names, feat.bands, &o, range, levels);
+        st = describe_profile(out, names, feat.bands, &o, range, levels);
     if (names)
         hyprof__free_names(names, feat.bands);
     hyprof_cube_free(&feat);
@@ -857,5 +844,34 @@ hyprof_status_t hyprof__bands_eap(hyprof_ctx_t *ctx, const hyprof_args_t *args, 
     st = hyprof__reduce_bands(ctx, OP, args, in_bands, &nfeat);
     if (st == HYPROF_OK)
         *out_bands = nfeat * planes;
+    return st;
+}
+
+/* Per feature (PC1, A1 or B1...): for each attribute, its closings from the
+ * largest threshold down, the feature itself (after the first attribute's
+ * closings), its openings from the smallest up: "A1 area closing 1764". */
+HYPROF__NAMES_FN(eap)
+{
+    (void)width, (void)height, (void)in_bands;
+    op_params_t o;
+    hyprof_status_t st = op_params(ctx, args, &o);
+    if (st != HYPROF_OK)
+        return st;
+    const char *prefix = hyprof__reduce_prefix(args);
+    size_t planes = hyprof_attribute_planes(o.filters, o.nfilters), k = 0;
+    for (size_t b = 0; st == HYPROF_OK && b < out_bands / planes; b++)
+        for (size_t f = 0; st == HYPROF_OK && f < o.nfilters; f++) {
+            const char *an = hyprof_attribute_name(o.filters[f].attribute);
+            size_t nt = o.filters[f].nthresholds;
+            for (size_t j = nt; st == HYPROF_OK && j-- > 0;)
+                st = hyprof__name(names, k++, "%s%zu %s closing %g", prefix, b + 1, an,
+                                  o.given[f][j]);
+            if (st == HYPROF_OK && f == 0)
+                st = hyprof__name(names, k++, "%s%zu", prefix, b + 1);
+            for (size_t j = 0; st == HYPROF_OK && j < nt; j++)
+                st = hyprof__name(names, k++, "%s%zu %s opening %g", prefix, b + 1, an,
+                                  o.given[f][j]);
+        }
+    op_params_free(&o);
     return st;
 }

@@ -1,10 +1,15 @@
 /* RBF C-SVC: LIBSVM's prediction formula reimplemented exactly (for builds
  * without LIBSVM and for the CUDA path's recheck of borderline pixels), and,
  * when LIBSVM is linked, training with a cross-validated grid over C and
- * gamma run in parallel (OpenMP over grid points x folds). */
+ * gamma run in parallel (OpenMP over grid points x folds). Every svm_train
+ * runs in a child process (svm_child.c), so that a cancellation stops it
+ * at once instead of waiting for LIBSVM to return. */
 #include "classifier.h"
+#include "svm_child.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -241,6 +246,41 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
     return ok;
 }
 
+typedef struct {
+    const samples_t *s;
+    int f;
+    double c, gamma;
+} fold_job_t;
+
+/* fold_correct as a child's job: the count as a long. */
+static int fold_job(void *arg, void **out, size_t *len)
+{
+    const fold_job_t *j = arg;
+    long ok = fold_correct(j->s, j->f, j->c, j->gamma), *r = NULL;
+    if (ok < 0 || !(r = malloc(sizeof *r)))
+        return 1;
+    *r = ok;
+    *out = r;
+    *len = sizeof *r;
+    return 0;
+}
+
+/* Fold f's correct count at (c, gamma), trained in a child process: -1 and
+ * `why` when that failed, -2 when cancelled. */
+static long fold_in_child(hyprof_ctx_t *ctx, const samples_t *s, int f, double c, double gamma,
+                          char *why)
+{
+    fold_job_t job = {s, f, c, gamma};
+    void *out = NULL;
+    size_t len = 0;
+    hyprof_status_t st = hyprof__run_in_child(ctx, fold_job, &job, &out, &len, why);
+    long ok = st == HYPROF_ERR_CANCELLED ? -2 : -1;
+    if (st == HYPROF_OK && len == sizeof ok)
+        memcpy(&ok, out, sizeof ok);
+    free(out);
+    return ok;
+}
+
 static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
                                    const int *y, size_t n, int folds)
 {
@@ -266,6 +306,7 @@ static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     int failed = 0, stop = 0;
     size_t finished = 0;
+    char why[96] = "";
 #pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
     for (size_t t = 0; t < ntasks; t++) {
         if (stop || failed)
@@ -273,11 +314,20 @@ static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
         size_t g = t / (size_t)p->folds;
         int f = (int)(t % (size_t)p->folds);
         double c = p->c[g / p->n_gamma], gamma = p->gamma[g % p->n_gamma];
-        long ok = fold_correct(s, f, c, gamma);
+        char my_why[96];
+        long ok = fold_in_child(ctx, s, f, c, gamma, my_why);
         size_t done;
 #pragma omp atomic capture
         done = ++finished;
+        if (ok == -2) {
+#pragma omp atomic write
+            stop = 1;
+            continue;
+        }
         if (ok < 0) {
+#pragma omp critical(hyprof_svm_why)
+            if (!why[0])
+                memcpy(why, my_why, sizeof why);
 #pragma omp atomic write
             failed = 1;
             continue;
@@ -293,7 +343,9 @@ static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
     if (stop)
         st = hyprof__progress(ctx, 0.9, "cross-validation");
     else if (failed)
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in cross-validation");
+        st = hyprof__error(ctx, why[0] && !strstr(why, "memory") ? HYPROF_ERR_INTERNAL
+                                                                 : HYPROF_ERR_NOMEM,
+                           OP, "cross-validation failed: %s", why[0] ? why : "out of memory");
     *best = 0;
     for (size_t g = 1; g < npoints; g++)
         if (correct[g] > correct[*best])
@@ -301,6 +353,126 @@ static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
     *best_acc = (double)correct[*best] / (double)s->n;
     free(correct);
     return st;
+}
+
+/* The dense model as bytes, for the child's answer: nr_class, nsv, gamma,
+ * c, then label, nsv_class, rho, coef and sv as they are in memory. */
+static size_t packed_size(size_t nr_class, size_t nsv, size_t bands)
+{
+    size_t npairs = nr_class * (nr_class - 1) / 2;
+    return 2 * sizeof(uint64_t) + 2 * sizeof(double) + 2 * nr_class * sizeof(int) +
+           (npairs + (nr_class - 1) * nsv + nsv * bands) * sizeof(double);
+}
+
+static void put(unsigned char **p, const void *src, size_t n)
+{
+    memcpy(*p, src, n);
+    *p += n;
+}
+
+static void get(const unsigned char **p, void *dst, size_t n)
+{
+    memcpy(dst, *p, n);
+    *p += n;
+}
+
+static int pack(const hyprof__svm_t *s, size_t bands, void **out, size_t *len)
+{
+    size_t nc = s->nr_class, npairs = nc * (nc - 1) / 2;
+    uint64_t head[2] = {nc, s->nsv};
+    *len = packed_size(nc, s->nsv, bands);
+    unsigned char *p = *out = malloc(*len);
+    if (!p)
+        return 1;
+    put(&p, head, sizeof head);
+    put(&p, &s->gamma, sizeof s->gamma);
+    put(&p, &s->c, sizeof s->c);
+    put(&p, s->label, nc * sizeof *s->label);
+    put(&p, s->nsv_class, nc * sizeof *s->nsv_class);
+    put(&p, s->rho, npairs * sizeof *s->rho);
+    put(&p, s->coef, (nc - 1) * s->nsv * sizeof *s->coef);
+    put(&p, s->sv, s->nsv * bands * sizeof *s->sv);
+    return 0;
+}
+
+static hyprof_status_t unpack(const void *in, size_t len, size_t bands, hyprof__svm_t *s)
+{
+    const unsigned char *p = in;
+    uint64_t head[2];
+    memset(s, 0, sizeof *s);
+    if (len < sizeof head)
+        return HYPROF_ERR_INTERNAL;
+    get(&p, head, sizeof head);
+    size_t nc = (size_t)head[0], nsv = (size_t)head[1], npairs = nc * (nc - 1) / 2;
+    if (nc < 2 || nc > 65536 || nsv > len || len != packed_size(nc, nsv, bands))
+        return HYPROF_ERR_INTERNAL;
+    s->nr_class = nc;
+    s->nsv = nsv;
+    s->label = malloc(nc * sizeof *s->label);
+    s->nsv_class = malloc(nc * sizeof *s->nsv_class);
+    s->rho = malloc(npairs * sizeof *s->rho);
+    s->coef = malloc(((nc - 1) * nsv + 1) * sizeof *s->coef);
+    s->sv = malloc((nsv * bands + 1) * sizeof *s->sv);
+    if (!s->label || !s->nsv_class || !s->rho || !s->coef || !s->sv) {
+        hyprof__svm_free(s);
+        return HYPROF_ERR_NOMEM;
+    }
+    get(&p, &s->gamma, sizeof s->gamma);
+    get(&p, &s->c, sizeof s->c);
+    get(&p, s->label, nc * sizeof *s->label);
+    get(&p, s->nsv_class, nc * sizeof *s->nsv_class);
+    get(&p, s->rho, npairs * sizeof *s->rho);
+    get(&p, s->coef, (nc - 1) * nsv * sizeof *s->coef);
+    get(&p, s->sv, nsv * bands * sizeof *s->sv);
+    return HYPROF_OK;
+}
+
+typedef struct {
+    struct svm_problem *prob;
+    struct svm_parameter par;
+    size_t bands;
+} final_job_t;
+
+/* svm_train on all the samples as a child's job: the packed dense model. */
+static int final_job(void *arg, void **out, size_t *len)
+{
+    final_job_t *j = arg;
+    struct svm_model *lm = svm_train(j->prob, &j->par);
+    hyprof__svm_t s;
+    int rc = !lm || from_libsvm(lm, j->bands, &s) != HYPROF_OK;
+    svm_free_and_destroy_model(&lm);
+    if (!rc) {
+        rc = pack(&s, j->bands, out, len);
+        hyprof__svm_free(&s);
+    }
+    return rc;
+}
+
+/* The model at the chosen (C, gamma) on every sample, trained in a child. */
+static hyprof_status_t train_final(hyprof_ctx_t *ctx, hyprof_classifier_t *m,
+                                   struct svm_node **rows, const int *y, size_t n, double c,
+                                   double gamma)
+{
+    struct svm_problem prob = {(int)n, NULL, rows};
+    if (!(prob.y = malloc(n * sizeof *prob.y)))
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        prob.y[i] = y[i];
+    final_job_t job = {&prob, rbf_param(c, gamma), m->bands};
+    void *out = NULL;
+    size_t len = 0;
+    char why[96];
+    hyprof_status_t st = hyprof__run_in_child(ctx, final_job, &job, &out, &len, why);
+    if (st == HYPROF_OK && (st = unpack(out, len, m->bands, &m->svm)) != HYPROF_OK)
+        snprintf(why, sizeof why, "the training process's answer is malformed");
+    free(out);
+    free(prob.y);
+    if (st == HYPROF_ERR_CANCELLED)
+        return hyprof__progress(ctx, 0.95, "train");
+    if (st != HYPROF_OK)
+        return hyprof__error(ctx, st, OP, "LIBSVM training failed: %s",
+                             why[0] ? why : "out of memory");
+    return HYPROF_OK;
 }
 
 hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, const double *x,
@@ -330,23 +502,9 @@ hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
         assign_folds(y, n, p->folds, p->seed, fold);
         st = grid_search(ctx, &s, p, &best, &m->cv_accuracy);
     }
-    if (st == HYPROF_OK) {
-        struct svm_problem prob = {(int)n, NULL, rows};
-        prob.y = malloc(n * sizeof *prob.y);
-        if (!prob.y) {
-            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-        } else {
-            for (size_t i = 0; i < n; i++)
-                prob.y[i] = y[i];
-            struct svm_parameter par =
-                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma]);
-            struct svm_model *lm = svm_train(&prob, &par);
-            if (!lm || from_libsvm(lm, B, &m->svm) != HYPROF_OK)
-                st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in LIBSVM");
-            svm_free_and_destroy_model(&lm);
-            free(prob.y);
-        }
-    }
+    if (st == HYPROF_OK)
+        st = train_final(ctx, m, rows, y, n, p->c[best / p->n_gamma],
+                         p->gamma[best % p->n_gamma]);
     free(nodes);
     free(rows);
     free(fold);

@@ -55,6 +55,25 @@ hyprof_status_t hyprof__bands_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t *out_bands);
 hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
                                     size_t *out_bands);
+/* Band names without running (hyprof_op_names_fn): one per operation,
+ * beside its bands function. */
+#define HYPROF__NAMES_FN(op)                                                              \
+    hyprof_status_t hyprof__names_##op(hyprof_ctx_t *ctx, const hyprof_args_t *args,       \
+                                       size_t width, size_t height, size_t in_bands,      \
+                                       size_t out_bands, char **names)
+HYPROF__NAMES_FN(pca);
+HYPROF__NAMES_FN(dwt);
+HYPROF__NAMES_FN(eadp);
+HYPROF__NAMES_FN(eap);
+HYPROF__NAMES_FN(emp);
+HYPROF__NAMES_FN(wmcd);
+HYPROF__NAMES_FN(sspp);
+HYPROF__NAMES_FN(unmix);
+/* names[i] = the formatted text (malloc'ed; a previous one is freed). */
+hyprof_status_t hyprof__name(char **names, size_t i, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The prefix of the features --reduction names: PC (pca), A (dwt), B (none). */
+const char *hyprof__reduce_prefix(const hyprof_args_t *args);
 /* Features --reduction gives for `in_bands` bands (checked as hyprof__reduce does). */
 hyprof_status_t hyprof__reduce_bands(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, size_t in_bands,

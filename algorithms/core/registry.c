@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "ops.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -330,14 +331,16 @@ static const hyprof_op_t ops[] = {
      "N of them. Nodata pixels are left out of the statistics and stay nodata. The "
      "fitted model can be saved and applied to other scenes with the same bands.",
      pca_params, N(pca_params), hyprof__run_pca,
-     "raster: one float32 band per component (PC1, PC2, ...)", hyprof__bands_pca},
+     "raster: one float32 band per component (PC1, PC2, ...)",
+     hyprof__bands_pca, NULL, hyprof__names_pca},
     {"dwt", "Feature extraction", "Spectral wavelet feature extraction",
      "Decomposes every pixel's spectrum with a 1-D discrete wavelet transform "
      "(Mallat filter bank, periodic extension, as PyWavelets' "
      "mode='periodization') and keeps the approximation coefficients after L "
      "levels: a smooth, shorter spectrum.",
      dwt_params, N(dwt_params), hyprof__run_dwt,
-     "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)", hyprof__bands_dwt},
+     "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)",
+     hyprof__bands_dwt, NULL, hyprof__names_dwt},
     {"eadp", "Profiles", "Extended anisotropic diffusion profile",
      "For each feature band (principal components by default) the anisotropic "
      "diffusion profile {X, Diff(X, T1), ..., Diff(X, TC)}: Perona-Malik diffusion "
@@ -346,7 +349,8 @@ static const hyprof_op_t ops[] = {
      "with reflecting borders; each time continues from the previous one. Mass is "
      "conserved and the range never grows. After Lopez-Fandino et al., EADP.",
      eadp_params, N(eadp_params), hyprof__run_eadp,
-     "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)", hyprof__bands_eadp},
+     "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)",
+     hyprof__bands_eadp, NULL, hyprof__names_eadp},
     {"eap", "Profiles", "Extended attribute profile",
      "For each feature band (wavelet approximation bands by default), quantised to "
      "8 bits from its valid min and max, the attribute closings (largest threshold "
@@ -359,7 +363,7 @@ static const hyprof_op_t ops[] = {
      "EAP on GPU.",
      eap_params, N(eap_params), hyprof__run_eap,
      "raster: features x (1 + 2 x thresholds) float32 bands of levels (A1 area closing "
-     "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap},
+     "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap, NULL, hyprof__names_eap},
     {"emp", "Profiles", "Extended morphological profile by reconstruction",
      "For each feature band (wavelet approximation bands by default), quantised to "
      "8 bits from its valid min and max, the closings by reconstruction (largest "
@@ -370,7 +374,7 @@ static const hyprof_op_t ops[] = {
      "et al., W-MCD.",
      emp_params, N(emp_params), hyprof__run_emp,
      "raster: features x (1 + 2 x radii) float32 bands of levels (A1 closing r=7, ..., "
-     "A1, A1 opening r=1, ...)", hyprof__bands_emp},
+     "A1, A1 opening r=1, ...)", hyprof__bands_emp, NULL, hyprof__names_emp},
     {"wmcd", "Profiles", "Wavelet-based multi-component denoising of an EMP",
      "The EMP, then every EMP band denoised at three 2-D wavelet decomposition "
      "levels: forward 2-D DWT (Mallat, periodic extension as PyWavelets' "
@@ -380,7 +384,7 @@ static const hyprof_op_t ops[] = {
      "Quesada-Barriuso et al., W-MCD.",
      wmcd_params, N(wmcd_params), hyprof__run_wmcd,
      "raster: 3 x EMP bands float32 (A1 closing r=7 j=1, A1 closing r=7 j=4, ...)",
-     hyprof__bands_wmcd},
+     hyprof__bands_wmcd, NULL, hyprof__names_wmcd},
     {"train", "Classification", "Train a classifier on labelled pixels",
      "Trains an RBF support vector machine (LIBSVM C-SVC) or an extreme learning machine "
      "on the pixels of FEATURES labelled by --labels or --samples. Features are scaled to "
@@ -427,7 +431,7 @@ static const hyprof_op_t ops[] = {
      "ranks. Deterministic.",
      sspp_params, N(sspp_params), hyprof__run_sspp,
      "raster: 4 float32 bands: candidate (1/0), homogeneity RMSE, purity, cluster (1..p)",
-     hyprof__bands_sspp},
+     hyprof__bands_sspp, NULL, hyprof__names_sspp},
     {"unmix", "Unmixing", "Endmembers and abundance maps",
      "Linear spectral unmixing: the number of endmembers (given or by HySime), "
      "optionally SSPP candidates, endmember extraction (N-FINDR, VCA or ATGP) or a "
@@ -438,7 +442,8 @@ static const hyprof_op_t ops[] = {
      unmix_params, N(unmix_params), hyprof__run_unmix,
      "raster: p float32 abundance bands (E1 abundance, ...) and RMSE; plus the endmember "
      "spectra in OUTPUT.csv and OUTPUT.json (OUTPUT's extension replaced; "
-     "--endmembers-csv/--endmembers-json name them)", hyprof__bands_unmix},
+     "--endmembers-csv/--endmembers-json name them)",
+     hyprof__bands_unmix, NULL, hyprof__names_unmix},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }
@@ -509,6 +514,60 @@ hyprof_status_t hyprof_op_output_bands(hyprof_ctx_t *ctx, const hyprof_op_t *op,
     return op->bands ? op->bands(ctx, args, in_bands, out_bands) : HYPROF_OK;
 }
 
+void hyprof_band_names_free(char **names, size_t count)
+{
+    hyprof__free_names(names, count);
+}
+
+hyprof_status_t hyprof_op_band_names(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                     const hyprof_args_t *args, size_t width, size_t height,
+                                     size_t in_bands, size_t out_bands, char ***names)
+{
+    *names = NULL;
+    if (!op || !args || hyprof_args_op(args) != op)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op ? op->name : "names",
+                             "arguments do not belong to this operation");
+    if (!op->names || out_bands == 0)
+        return HYPROF_OK;
+    char **n = calloc(out_bands, sizeof *n);
+    if (!n)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op->name, "out of memory");
+    hyprof_status_t st = op->names(ctx, args, width, height, in_bands, out_bands, n);
+    for (size_t b = 0; st == HYPROF_OK && b < out_bands; b++)
+        if (!n[b])
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op->name, "out of memory");
+    if (st != HYPROF_OK) {
+        hyprof__free_names(n, out_bands);
+        return st;
+    }
+    *names = n;
+    return HYPROF_OK;
+}
+
+/* The result's bands named by the operation's names function (the names
+ * the GDAL driver announces before computing). */
+static hyprof_status_t name_result(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                   const hyprof_args_t *args, const hyprof_cube_t *in,
+                                   hyprof_result_t *out)
+{
+    char **names = NULL;
+    size_t n = out->cube.bands;
+    hyprof_status_t st = hyprof_op_band_names(ctx, op, args, in->width, in->height, in->bands,
+                                              n, &names);
+    if (st != HYPROF_OK || !names)
+        return st;
+    if (!out->band_names && !(out->band_names = calloc(n, sizeof *out->band_names))) {
+        hyprof__free_names(names, n);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op->name, "out of memory");
+    }
+    for (size_t b = 0; b < n; b++) {
+        free(out->band_names[b]);
+        out->band_names[b] = names[b];
+    }
+    free(names);
+    return HYPROF_OK;
+}
+
 hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
                               const hyprof_args_t *args, const hyprof_cube_t *in,
                               hyprof_result_t *out)
@@ -523,6 +582,8 @@ hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op->name, "%s",
                              hyprof_args_error(args));
     hyprof_status_t st = op->run(ctx, args, in, out);
+    if (st == HYPROF_OK)
+        st = name_result(ctx, op, args, in, out);
     if (st != HYPROF_OK)
         hyprof_result_free(out);
     return st;

@@ -103,3 +103,16 @@ hyprof_status_t hyprof_result_add_meta(hyprof_result_t *res, const char *key, co
     res->nmeta++;
     return HYPROF_OK;
 }
+
+hyprof_status_t hyprof__name(char **names, size_t i, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = vformat(fmt, ap);
+    va_end(ap);
+    if (!s)
+        return HYPROF_ERR_NOMEM;
+    free(names[i]);
+    names[i] = s;
+    return HYPROF_OK;
+}

@@ -570,15 +570,12 @@ static hyprof_status_t op_params(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     return st;
 }
 
-static hyprof_status_t name_profile(hyprof_result_t *out, char **names, size_t nfeat,
-                                    const hyprof_eadp_params_t *p, const double *k)
+/* The contrast of each feature (the band names: hyprof__names_eadp). */
+static hyprof_status_t describe_profile(hyprof_result_t *out, char **names, size_t nfeat,
+                                        const double *k)
 {
     hyprof_status_t st = HYPROF_OK;
     for (size_t f = 0; st == HYPROF_OK && f < nfeat; f++) {
-        size_t b0 = f * (p->ntimes + 1);
-        st = hyprof_result_set_band_name(out, b0, "%s", names[f]);
-        for (size_t i = 0; st == HYPROF_OK && i < p->ntimes; i++)
-            st = hyprof_result_set_band_name(out, b0 + i + 1, "%s T=%g", names[f], p->times[i]);
         char key[48];
         snprintf(key, sizeof key, "EADP_CONTRAST_%s", names[f]);
         if (st == HYPROF_OK)
@@ -699,7 +696,7 @@ hyprof_status_t hyprof__run_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(out, in);
     if (st == HYPROF_OK)
-        st = name_profile(out, names, feat.bands, &p, k);
+        st = describe_profile(out, names, feat.bands, k);
     hyprof__free_names(names, feat.bands);
     hyprof_cube_free(&feat);
     free(k);
@@ -722,4 +719,23 @@ hyprof_status_t hyprof__bands_eadp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         ntimes = (size_t)hyprof_args_int(args, "count");
     *out_bands = nfeat * (ntimes + 1);
     return HYPROF_OK;
+}
+
+/* Each feature (PC1, A1 or B1...), then the feature at each time: "PC1 T=65". */
+HYPROF__NAMES_FN(eadp)
+{
+    (void)width, (void)height, (void)in_bands;
+    hyprof_eadp_params_t p;
+    hyprof_status_t st = op_params(ctx, args, &p);
+    if (st != HYPROF_OK)
+        return st;
+    const char *prefix = hyprof__reduce_prefix(args);
+    size_t per = p.ntimes + 1;
+    for (size_t b = 0; st == HYPROF_OK && b < out_bands; b++) {
+        size_t f = b / per, i = b % per;
+        st = i ? hyprof__name(names, b, "%s%zu T=%g", prefix, f + 1, p.times[i - 1])
+               : hyprof__name(names, b, "%s%zu", prefix, f + 1);
+    }
+    free((double *)p.times);
+    return st;
 }

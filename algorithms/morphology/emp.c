@@ -204,30 +204,11 @@ hyprof_status_t hyprof__emp_op_params(hyprof_ctx_t *ctx, const char *op,
     return HYPROF_OK;
 }
 
-/* Band names and metadata of an EMP (suffix: e.g. " j=3" per denoising
- * level, with `per` output bands per EMP plane). */
-hyprof_status_t hyprof__emp_names(hyprof_result_t *out, const char *prefix, char **names,
-                                  size_t nfeat, const hyprof_emp_params_t *p,
-                                  const double *range, int dwt_levels, const int *levels,
-                                  size_t per)
+hyprof_status_t hyprof__emp_describe(hyprof_result_t *out, const char *prefix, char **names,
+                                     size_t nfeat, const double *range, int dwt_levels)
 {
     hyprof_status_t st = HYPROF_OK;
-    size_t k = 0, planes = hyprof__emp_planes(p->nradii);
     for (size_t b = 0; st == HYPROF_OK && b < nfeat; b++) {
-        for (size_t i = 0; st == HYPROF_OK && i < planes; i++) {
-            char base[256];
-            if (i < p->nradii)
-                snprintf(base, sizeof base, "%s closing r=%d", names[b],
-                         p->radii[p->nradii - 1 - i]);
-            else if (i == p->nradii)
-                snprintf(base, sizeof base, "%s", names[b]);
-            else
-                snprintf(base, sizeof base, "%s opening r=%d", names[b],
-                         p->radii[i - p->nradii - 1]);
-            for (size_t j = 0; st == HYPROF_OK && j < per; j++)
-                st = levels ? hyprof_result_set_band_name(out, k++, "%s j=%d", base, levels[j])
-                            : hyprof_result_set_band_name(out, k++, "%s", base);
-        }
         char key[64];
         snprintf(key, sizeof key, "%s_QUANT_MIN_%s", prefix, names[b]);
         if (st == HYPROF_OK)
@@ -301,8 +282,7 @@ static hyprof_status_t emp_body(hyprof_ctx_t *ctx, const hyprof__emp_src_t *src,
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(e->out, e->in);
     if (st == HYPROF_OK)
-        st = hyprof__emp_names(e->out, "EMP", names, src->nfeat, &e->o->p, range,
-                               src->spec_levels, NULL, 1);
+        st = hyprof__emp_describe(e->out, "EMP", names, src->nfeat, range, src->spec_levels);
     return st;
 }
 
@@ -333,4 +313,37 @@ hyprof_status_t hyprof__bands_emp(hyprof_ctx_t *ctx, const hyprof_args_t *args, 
     if (st == HYPROF_OK)
         *out_bands = nfeat * hyprof__emp_planes(o.p.nradii);
     return st;
+}
+
+hyprof_status_t hyprof__emp_band_names(const hyprof_args_t *args, const hyprof_emp_params_t *p,
+                                       const int *levels, size_t per, size_t out_bands,
+                                       char **names)
+{
+    const char *prefix = hyprof__reduce_prefix(args);
+    size_t planes = hyprof__emp_planes(p->nradii), k = 0;
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; st == HYPROF_OK && b < out_bands / (planes * per); b++)
+        for (size_t i = 0; st == HYPROF_OK && i < planes; i++) {
+            char base[96];
+            if (i < p->nradii)
+                snprintf(base, sizeof base, "%s%zu closing r=%d", prefix, b + 1,
+                         p->radii[p->nradii - 1 - i]);
+            else if (i == p->nradii)
+                snprintf(base, sizeof base, "%s%zu", prefix, b + 1);
+            else
+                snprintf(base, sizeof base, "%s%zu opening r=%d", prefix, b + 1,
+                         p->radii[i - p->nradii - 1]);
+            for (size_t j = 0; st == HYPROF_OK && j < per; j++)
+                st = levels ? hyprof__name(names, k++, "%s j=%d", base, levels[j])
+                            : hyprof__name(names, k++, "%s", base);
+        }
+    return st;
+}
+
+HYPROF__NAMES_FN(emp)
+{
+    (void)width, (void)height, (void)in_bands;
+    hyprof__emp_op_t o;
+    hyprof_status_t st = hyprof__emp_op_params(ctx, OP, args, &o);
+    return st == HYPROF_OK ? hyprof__emp_band_names(args, &o.p, NULL, 1, out_bands, names) : st;
 }

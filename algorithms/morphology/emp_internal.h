@@ -49,11 +49,13 @@ hyprof_status_t hyprof__emp_op_frame(hyprof_ctx_t *ctx, const char *op,
                                      const hyprof_args_t *args, const hyprof_cube_t *in,
                                      hyprof__emp_body_fn body, void *user);
 
-/* Band names (EMP order; `per` bands per plane, named " j=levels[k]" when
- * levels is set) and the quantisation metadata under `prefix`. */
-hyprof_status_t hyprof__emp_names(hyprof_result_t *out, const char *prefix, char **names,
-                                  size_t nfeat, const hyprof_emp_params_t *p,
-                                  const double *range, int dwt_levels, const int *levels,
-                                  size_t per);
+/* The quantisation metadata of `nfeat` features under `prefix`. */
+hyprof_status_t hyprof__emp_describe(hyprof_result_t *out, const char *prefix, char **names,
+                                     size_t nfeat, const double *range, int dwt_levels);
+/* Band names in EMP order, `per` bands per plane (named " j=levels[k]" when
+ * levels is set), for out_bands bands: "A1 closing r=7 j=1". */
+hyprof_status_t hyprof__emp_band_names(const hyprof_args_t *args, const hyprof_emp_params_t *p,
+                                       const int *levels, size_t per, size_t out_bands,
+                                       char **names);
 
 #endif

@@ -132,8 +132,7 @@ static hyprof_status_t wmcd_body(hyprof_ctx_t *ctx, const hyprof__emp_src_t *src
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(e->out, e->in);
     if (st == HYPROF_OK)
-        st = hyprof__emp_names(e->out, "WMCD", names, src->nfeat, &e->p->emp, range,
-                               src->spec_levels, levels, 3);
+        st = hyprof__emp_describe(e->out, "WMCD", names, src->nfeat, range, src->spec_levels);
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(e->out, "WMCD_LEVELS", "%d,%d,%d", levels[0], levels[1],
                                     levels[2]);
@@ -166,4 +165,18 @@ hyprof_status_t hyprof__bands_wmcd(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st == HYPROF_OK)
         *out_bands *= 3;
     return st;
+}
+
+/* The EMP's names, each at the three denoising levels: "A1 closing r=7 j=1". */
+HYPROF__NAMES_FN(wmcd)
+{
+    (void)in_bands;
+    hyprof__emp_op_t o;
+    hyprof_wmcd_params_t p;
+    int levels[3];
+    hyprof_status_t st = op_params(ctx, args, &o, &p);
+    if (st == HYPROF_OK)
+        st = check_levels(ctx, width, height, &p, levels);
+    return st == HYPROF_OK ? hyprof__emp_band_names(args, &p.emp, levels, 3, out_bands, names)
+                           : st;
 }

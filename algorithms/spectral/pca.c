@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,6 +397,22 @@ static hyprof_status_t project(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     return st;
 }
 
+/* PCA_VARIANCE_PERCENT: "63.10,20.55,..." */
+static hyprof_status_t add_variance_shares(hyprof_result_t *out, const hyprof_pca_model_t *m)
+{
+    size_t cap = m->components * 32 + 1, len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return HYPROF_ERR_NOMEM;
+    text[0] = '\0';
+    for (size_t k = 0; k < m->components; k++)
+        len += (size_t)snprintf(text + len, cap - len, "%s%.2f", k ? "," : "",
+                                100.0 * m->eigenvalues[k] / m->total_variance);
+    hyprof_status_t st = hyprof_result_add_meta(out, "PCA_VARIANCE_PERCENT", "%s", text);
+    free(text);
+    return st;
+}
+
 hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                 const hyprof_cube_t *in, hyprof_result_t *out)
 {
@@ -403,9 +420,10 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_status_t st = project(ctx, args, in, &m, &out->cube);
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(out, in);
-    for (size_t k = 0; st == HYPROF_OK && k < m->components; k++)
-        st = hyprof_result_set_band_name(out, k, "PC%zu (%.2f%% of variance)", k + 1,
-                                         100.0 * m->eigenvalues[k] / m->total_variance);
+    /* Each component's share of the variance: data, so metadata (the band
+     * names come from the parameters, hyprof__names_pca). */
+    if (st == HYPROF_OK)
+        st = add_variance_shares(out, m);
     double cum = 0.0;
     for (size_t k = 0; m && k < m->components; k++)
         cum += m->eigenvalues[k];
@@ -417,6 +435,16 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_pca_model_free(&m);
     if (st != HYPROF_OK && st != HYPROF_ERR_CANCELLED && !ctx->error[0])
         hyprof__error(ctx, st, OP, "cannot describe the output");
+    return st;
+}
+
+/* PC1, PC2, ... */
+HYPROF__NAMES_FN(pca)
+{
+    (void)ctx, (void)args, (void)width, (void)height, (void)in_bands;
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t k = 0; st == HYPROF_OK && k < out_bands; k++)
+        st = hyprof__name(names, k, "PC%zu", k + 1);
     return st;
 }
 

@@ -47,6 +47,12 @@ static hyprof_status_t finish(hyprof_ctx_t *ctx, const char *op, const hyprof_cu
     return st;
 }
 
+const char *hyprof__reduce_prefix(const hyprof_args_t *args)
+{
+    const char *how = hyprof_args_str(args, "reduction");
+    return !how || strcmp(how, "none") == 0 ? "B" : strcmp(how, "pca") == 0 ? "PC" : "A";
+}
+
 hyprof_status_t hyprof__reduce(hyprof_ctx_t *ctx, const char *op, const hyprof_args_t *args,
                                const hyprof_cube_t *in, hyprof_cube_t *features, char ***names)
 {

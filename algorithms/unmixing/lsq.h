@@ -121,6 +121,93 @@ HYPROF_HD static inline void hyprof__lsq_sub(const double *G, const double *b, i
         u[i] -= mu * v[i];
 }
 
+/* The index entering the passive set (-1: none, the KKT conditions hold):
+ * the largest w = -(g_i + mu), g = G a - b, off the passive set, above a
+ * tolerance relative to the solution's size. */
+HYPROF_HD static inline int hyprof__lsq_entering(int p, const double *G, const double *b,
+                                                 const double *a, const int *idx, int k,
+                                                 int eq, const unsigned long long *in,
+                                                 double gmax)
+{
+    double mu = 0.0, asum = 0.0;
+    for (int t = 0; t < k; t++)
+        asum += fabs(a[idx[t]]);
+    /* Only the passive set carries non-zero a: the sums run over it. */
+    if (eq) {
+        for (int t = 0; t < k; t++) {
+            double g = -b[idx[t]];
+            for (int u2 = 0; u2 < k; u2++)
+                g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
+            mu -= g;
+        }
+        mu /= (double)k;
+    }
+    double wmax = 1e-11 * gmax * (1.0 + asum);
+    int best = -1;
+    for (int i = 0; i < p; i++) {
+        if (a[i] > 0.0 || ((in[i >> 6] >> (i & 63)) & 1ull))
+            continue;
+        double g = -b[i];
+        for (int t = 0; t < k; t++)
+            g += G[i * p + idx[t]] * a[idx[t]];
+        double w = -(g + mu);
+        if (w > wmax) {
+            wmax = w;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* The inner loop of Lawson-Hanson after an index entered: solve on the
+ * passive set; while some of the solution is not positive, step back to
+ * the boundary and drop what reached zero. *k and *rows (the valid rows
+ * of L) are updated. */
+HYPROF_HD static inline void hyprof__lsq_inner(int p, const double *G, const double *b,
+                                               double *a, int *idx, int *k_, int eq,
+                                               unsigned long long *in, double *L, double *u,
+                                               double *v, int *rows_, double floor_)
+{
+    int k = *k_, rows = *rows_;
+    for (int inner = 0; inner <= p; inner++) {
+        hyprof__lsq_sub(G, b, p, idx, rows, k, eq, L, u, v, floor_);
+        rows = k;
+        double alpha = 2.0;
+        int jmin = -1;
+        for (int t = 0; t < k; t++)
+            if (u[t] <= 0.0) {
+                double at = a[idx[t]], r = at / (at - u[t]);
+                if (r < alpha) {
+                    alpha = r;
+                    jmin = t;
+                }
+            }
+        if (jmin < 0) {
+            for (int t = 0; t < k; t++)
+                a[idx[t]] = u[t];
+            break;
+        }
+        for (int t = 0; t < k; t++)
+            a[idx[t]] += alpha * (u[t] - a[idx[t]]);
+        a[idx[jmin]] = 0.0;
+        int kk = 0;
+        for (int t = 0; t < k; t++) {
+            if (a[idx[t]] > 0.0) {
+                idx[kk++] = idx[t];
+            } else {
+                a[idx[t]] = 0.0;
+                in[idx[t] >> 6] &= ~(1ull << (idx[t] & 63));
+                rows = kk < rows ? kk : rows; /* rows from here on change */
+            }
+        }
+        k = kk;
+        if (k == 0)
+            break;
+    }
+    *k_ = k;
+    *rows_ = rows;
+}
+
 /* Solves one pixel: a (p <= HYPROF__LSQ_MAXP) from G (p x p, row-major)
  * and b (p). work holds p*p + 2p doubles, idx p ints. Returns the number of
  * outer iterations. */
@@ -154,74 +241,12 @@ HYPROF_HD static inline int hyprof__lsq_solve(int p, const double *G, const doub
         a[j0] = 1.0;
     }
     for (; it < 3 * p + 3; it++) {
-        /* Gradient g = G a - b; KKT: g_i + mu >= 0 off the passive set. */
-        double mu = 0.0, asum = 0.0;
-        for (int t = 0; t < k; t++)
-            asum += fabs(a[idx[t]]);
-        /* Only the passive set carries non-zero a: the sums run over it. */
-        if (eq) {
-            for (int t = 0; t < k; t++) {
-                double g = -b[idx[t]];
-                for (int u2 = 0; u2 < k; u2++)
-                    g += G[idx[t] * p + idx[u2]] * a[idx[u2]];
-                mu -= g;
-            }
-            mu /= (double)k;
-        }
-        double wmax = 1e-11 * gmax * (1.0 + asum);
-        int best = -1;
-        for (int i = 0; i < p; i++) {
-            if (a[i] > 0.0 || ((in[i >> 6] >> (i & 63)) & 1ull))
-                continue;
-            double g = -b[i];
-            for (int t = 0; t < k; t++)
-                g += G[i * p + idx[t]] * a[idx[t]];
-            double w = -(g + mu);
-            if (w > wmax) {
-                wmax = w;
-                best = i;
-            }
-        }
+        int best = hyprof__lsq_entering(p, G, b, a, idx, k, eq, in, gmax);
         if (best < 0)
             break;
         idx[k++] = best;
         in[best >> 6] |= 1ull << (best & 63);
-        for (int inner = 0; inner <= p; inner++) {
-            hyprof__lsq_sub(G, b, p, idx, rows, k, eq, L, u, v, floor_);
-            rows = k;
-            double alpha = 2.0;
-            int jmin = -1;
-            for (int t = 0; t < k; t++)
-                if (u[t] <= 0.0) {
-                    double at = a[idx[t]], r = at / (at - u[t]);
-                    if (r < alpha) {
-                        alpha = r;
-                        jmin = t;
-                    }
-                }
-            if (jmin < 0) {
-                for (int t = 0; t < k; t++)
-                    a[idx[t]] = u[t];
-                break;
-            }
-            /* Step back to the boundary and drop what reached zero. */
-            for (int t = 0; t < k; t++)
-                a[idx[t]] += alpha * (u[t] - a[idx[t]]);
-            a[idx[jmin]] = 0.0;
-            int kk = 0;
-            for (int t = 0; t < k; t++) {
-                if (a[idx[t]] > 0.0) {
-                    idx[kk++] = idx[t];
-                } else {
-                    a[idx[t]] = 0.0;
-                    in[idx[t] >> 6] &= ~(1ull << (idx[t] & 63));
-                    rows = kk < rows ? kk : rows; /* rows from here on change */
-                }
-            }
-            k = kk;
-            if (k == 0)
-                break;
-        }
+        hyprof__lsq_inner(p, G, b, a, idx, &k, eq, in, L, u, v, &rows, floor_);
     }
     return it;
 }

@@ -455,9 +455,6 @@ hyprof_status_t hyprof__run_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         d[2 * n + px] = valid ? o.purity[px] : nd;
         d[3 * n + px] = valid ? (float)(o.labels[px] + 1) : nd;
     }
-    static const char *names[] = {"candidate", "homogeneity RMSE", "purity", "cluster"};
-    for (size_t b = 0; st == HYPROF_OK && b < 4; b++)
-        st = hyprof_result_set_band_name(out, b, "%s", names[b]);
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(out, "SSPP_ENDMEMBERS", "%zu", prm.p);
     if (st == HYPROF_OK)
@@ -497,4 +494,14 @@ hyprof_status_t hyprof__bands_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                              "the input has %zu band; SSPP needs at least 2", in_bands);
     *out_bands = 4;
     return HYPROF_OK;
+}
+
+HYPROF__NAMES_FN(sspp)
+{
+    (void)ctx, (void)args, (void)width, (void)height, (void)in_bands;
+    static const char *fixed[] = {"candidate", "homogeneity RMSE", "purity", "cluster"};
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t b = 0; st == HYPROF_OK && b < out_bands && b < 4; b++)
+        st = hyprof__name(names, b, "%s", fixed[b]);
+    return st;
 }

@@ -162,16 +162,9 @@ static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t 
                                 size_t ncand, const double *sec, const char *devsec)
 {
     size_t p = em->count;
-    hyprof_status_t st = HYPROF_OK;
-    for (size_t k = 0; st == HYPROF_OK && k < p; k++)
-        st = em->pixel_x[k] >= 0
-                 ? hyprof_result_set_band_name(out, k, "E%zu abundance (pixel %ld,%ld)", k + 1,
-                                               em->pixel_x[k], em->pixel_y[k])
-                 : hyprof_result_set_band_name(out, k, "E%zu abundance", k + 1);
-    if (st == HYPROF_OK)
-        st = hyprof_result_set_band_name(out, p, "RMSE");
-    if (st == HYPROF_OK)
-        st = hyprof_result_add_meta(out, "UNMIX_ENDMEMBERS", "%zu", p);
+    /* The endmembers' pixels are data: UNMIX_ENDMEMBER_PIXELS, not the band
+     * names (hyprof__names_unmix). */
+    hyprof_status_t st = hyprof_result_add_meta(out, "UNMIX_ENDMEMBERS", "%zu", p);
     char buf[8192];
     size_t len = 0;
     buf[0] = '\0';
@@ -284,4 +277,14 @@ hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args
                              "count (%zu)", s, in_bands);
     *out_bands = (size_t)v + 1;
     return HYPROF_OK;
+}
+
+/* "E1 abundance", ..., then "RMSE". */
+HYPROF__NAMES_FN(unmix)
+{
+    (void)ctx, (void)args, (void)width, (void)height, (void)in_bands;
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t k = 0; st == HYPROF_OK && k + 1 < out_bands; k++)
+        st = hyprof__name(names, k, "E%zu abundance", k + 1);
+    return st == HYPROF_OK ? hyprof__name(names, out_bands - 1, "RMSE") : st;
 }

@@ -176,13 +176,6 @@ hyprof_status_t hyprof__run_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_status_t st = hyprof_dwt_spectral(ctx, in, w, levels, &out->cube);
     if (st == HYPROF_OK)
         st = hyprof__result_adopt(out, in);
-    /* Approximation coefficient k summarises input bands [k*2^L, (k+1)*2^L). */
-    size_t span = (size_t)1 << levels;
-    for (size_t k = 0; st == HYPROF_OK && k < out->cube.bands; k++) {
-        size_t lo = k * span + 1, hi = (k + 1) * span < in->bands ? (k + 1) * span : in->bands;
-        st = hyprof_result_set_band_name(out, k, "A%zu %s L%d (bands %zu-%zu)", k + 1, w->name,
-                                         levels, lo, hi);
-    }
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(out, "DWT_WAVELET_LABEL", "%s", w->label);
     return st;
@@ -202,4 +195,23 @@ hyprof_status_t hyprof__bands_dwt(hyprof_ctx_t *ctx, const hyprof_args_t *args, 
                              in_bands, maxl);
     *out_bands = hyprof_dwt_bands(in_bands, levels);
     return HYPROF_OK;
+}
+
+/* Approximation coefficient k summarises input bands [k*2^L, (k+1)*2^L). */
+HYPROF__NAMES_FN(dwt)
+{
+    (void)width, (void)height;
+    const char *name = hyprof_args_str(args, "wavelet");
+    const hyprof_wavelet_t *w = hyprof_wavelet_find(name);
+    int levels = (int)hyprof_args_int(args, "levels");
+    if (!w)
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "unknown wavelet '%s'", name);
+    size_t span = (size_t)1 << levels;
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t k = 0; st == HYPROF_OK && k < out_bands; k++) {
+        size_t lo = k * span + 1, hi = (k + 1) * span < in_bands ? (k + 1) * span : in_bands;
+        st = hyprof__name(names, k, "A%zu %s L%d (bands %zu-%zu)", k + 1, w->name, levels, lo,
+                          hi);
+    }
+    return st;
 }

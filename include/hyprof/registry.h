@@ -53,6 +53,13 @@ typedef hyprof_status_t (*hyprof_op_run_fn)(hyprof_ctx_t *ctx, const hyprof_args
  * the count depends on, naming the bad value. */
 typedef hyprof_status_t (*hyprof_op_bands_fn)(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                               size_t in_bands, size_t *out_bands);
+/* The names of the `out_bands` output bands for a width x height x in_bands
+ * input, from the parameters alone: what only the data tells (a component's
+ * share of the variance, an endmember's pixel) is the result's metadata.
+ * Fills names[0..out_bands-1] with malloc'ed strings. */
+typedef hyprof_status_t (*hyprof_op_names_fn)(hyprof_ctx_t *ctx, const hyprof_args_t *args,
+                                              size_t width, size_t height, size_t in_bands,
+                                              size_t out_bands, char **names);
 
 typedef struct {
     const char *name;   /* "pca" */
@@ -68,6 +75,10 @@ typedef struct {
      * raster_in, raster_out or file_out ("raster_in:FEATURES file_out:MODEL").
      * NULL: "raster_in:INPUT raster_out:OUTPUT". */
     const char *positionals;
+    /* NULL: the front end names the bands (classify). hyprof_op_run names
+     * the result's bands with it, so a name known before running is the
+     * name written. */
+    hyprof_op_names_fn names;
 } hyprof_op_t;
 
 size_t hyprof_op_count(void);
@@ -135,7 +146,18 @@ hyprof_status_t hyprof_op_output_bands(hyprof_ctx_t *ctx, const hyprof_op_t *op,
                                        const hyprof_args_t *args, size_t in_bands,
                                        size_t *out_bands);
 
-/* Checks the arguments and runs the operation on `in`. */
+/* The names of the `out_bands` bands of `op`'s output for a width x height x
+ * in_bands input, without running it (`out_bands` from hyprof_op_output_bands,
+ * or the result's count when that was 0). *names is NULL (and HYPROF_OK
+ * returned) when the operation does not name its bands itself. Free with
+ * hyprof_band_names_free. */
+hyprof_status_t hyprof_op_band_names(hyprof_ctx_t *ctx, const hyprof_op_t *op,
+                                     const hyprof_args_t *args, size_t width, size_t height,
+                                     size_t in_bands, size_t out_bands, char ***names);
+void hyprof_band_names_free(char **names, size_t count);
+
+/* Checks the arguments and runs the operation on `in`; the bands are named
+ * as hyprof_op_band_names names them. */
 hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
                               const hyprof_args_t *args, const hyprof_cube_t *in,
                               hyprof_result_t *out);
