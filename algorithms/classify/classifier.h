@@ -45,6 +45,8 @@ struct hyprof_classifier {
     uint8_t *rgba;           /* 4 per class */
     size_t ntrain;
     double cv_accuracy;      /* NaN without a grid search */
+    char *profile;           /* the recipe computed on raw cubes (search.h), or NULL */
+    size_t input_bands;      /* the raw cubes' band count with a recipe */
     hyprof__svm_t svm;
     hyprof__elm_t elm;
 };
@@ -102,6 +104,11 @@ struct svm_model;
  * free with hyprof__libsvm_view_free. NULL when out of memory. */
 struct svm_model *hyprof__libsvm_view(const hyprof__svm_t *s, size_t bands);
 void hyprof__libsvm_view_free(struct svm_model *m);
+struct svm_node;
+/* Trains on the rows whose fold is not f and returns how many of fold f's
+ * rows it predicts right (-1 when out of memory). */
+long hyprof__svm_fold_correct(struct svm_node **x, const int *y, size_t n, const int *fold,
+                              int f, double c, double gamma);
 #endif
 
 #ifdef __cplusplus

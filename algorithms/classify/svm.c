@@ -11,6 +11,12 @@
 #ifdef HYPROF_HAVE_LIBSVM
 #include <svm.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+static int omp_threads(void) { return omp_get_max_threads(); }
+#else
+static int omp_threads(void) { return 1; }
+#endif
 
 #define OP "train"
 
@@ -154,7 +160,20 @@ static hyprof_status_t from_libsvm(const struct svm_model *lm, size_t bands, hyp
     return HYPROF_OK;
 }
 
-static struct svm_parameter rbf_param(double c, double gamma)
+/* LIBSVM's kernel cache, in MB: the whole kernel matrix of n samples (floats)
+ * when it fits in a share of the free host memory per thread, else that
+ * share. LIBSVM fills it column by column as the solver asks, so a large
+ * bound costs nothing a small problem does not use. */
+static double cache_mb(size_t n, int threads)
+{
+    double whole = (double)n * (double)n * 4.0 / 1048576.0 + 1.0;
+    double share = (double)hyprof_host_memory_available() / 1048576.0 / 4.0 /
+                   (threads > 0 ? threads : 1);
+    double mb = whole < share ? whole : share;
+    return mb > 1.0 ? mb : 1.0;
+}
+
+static struct svm_parameter rbf_param(double c, double gamma, size_t n)
 {
     struct svm_parameter p;
     memset(&p, 0, sizeof p);
@@ -162,7 +181,7 @@ static struct svm_parameter rbf_param(double c, double gamma)
     p.kernel_type = RBF;
     p.gamma = gamma;
     p.C = c;
-    p.cache_size = 100;
+    p.cache_size = cache_mb(n, omp_threads());
     p.eps = 1e-3;
     p.shrinking = 1;
     return p;
@@ -217,6 +236,8 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
     size_t m = 0;
     for (size_t i = 0; i < s->n; i++)
         m += s->fold[i] != f;
+    if (m == 0)
+        return 0; /* every group of every class in fold f: nothing to train on */
     prob.l = (int)m;
     prob.x = malloc(m * sizeof *prob.x);
     prob.y = malloc(m * sizeof *prob.y);
@@ -229,7 +250,7 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
             prob.x[k] = s->x[i];
             prob.y[k++] = s->y[i];
         }
-    struct svm_parameter par = rbf_param(c, gamma);
+    struct svm_parameter par = rbf_param(c, gamma, m);
     struct svm_model *model = svm_train(&prob, &par);
     long ok = 0;
     for (size_t i = 0; i < s->n; i++)
@@ -239,6 +260,13 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
     free(prob.x);
     free(prob.y);
     return ok;
+}
+
+long hyprof__svm_fold_correct(struct svm_node **x, const int *y, size_t n, const int *fold,
+                              int f, double c, double gamma)
+{
+    samples_t s = {x, y, n, fold};
+    return fold_correct(&s, f, c, gamma);
 }
 
 static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
@@ -339,7 +367,7 @@ hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
             for (size_t i = 0; i < n; i++)
                 prob.y[i] = y[i];
             struct svm_parameter par =
-                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma]);
+                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma], n);
             struct svm_model *lm = svm_train(&prob, &par);
             if (!lm || from_libsvm(lm, B, &m->svm) != HYPROF_OK)
                 st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in LIBSVM");
