@@ -106,9 +106,29 @@ struct svm_model *hyprof__libsvm_view(const hyprof__svm_t *s, size_t bands);
 void hyprof__libsvm_view_free(struct svm_model *m);
 struct svm_node;
 /* Trains on the rows whose fold is not f and returns how many of fold f's
- * rows it predicts right (-1 when out of memory). */
+ * rows it predicts right (-1 when out of memory). With `precomputed`, the rows
+ * are LIBSVM precomputed-kernel rows (svm_grid.c) and gamma only labels them. */
 long hyprof__svm_fold_correct(struct svm_node **x, const int *y, size_t n, const int *fold,
-                              int f, double c, double gamma);
+                              int f, double c, double gamma, int precomputed);
+
+/* Cross-validation samples (svm_grid.c): n scaled samples (n x bands), class
+ * values, folds; dist is the prepared pairwise squared distances (NULL: too
+ * large, LIBSVM computes the kernel). */
+typedef struct {
+    const double *x;
+    size_t bands;
+    const int *y;
+    size_t n;
+    const int *fold;
+    double *dist;
+} hyprof__cv_set_t;
+hyprof_status_t hyprof__cv_prepare(hyprof_ctx_t *ctx, hyprof__cv_set_t *s);
+void hyprof__cv_release(hyprof__cv_set_t *s);
+/* Adds to correct[g] (grid point g = C index x n_gamma + gamma index) the
+ * right predictions of folds f0..f1-1, each trained on the other folds;
+ * parallel over the grid and the folds, progress 0..1 of the current range. */
+hyprof_status_t hyprof__cv_grid(hyprof_ctx_t *ctx, const hyprof__cv_set_t *s, int f0, int f1,
+                                const hyprof_train_params_t *grid, long *correct);
 #endif
 
 #ifdef __cplusplus

@@ -173,12 +173,12 @@ static double cache_mb(size_t n, int threads)
     return mb > 1.0 ? mb : 1.0;
 }
 
-static struct svm_parameter rbf_param(double c, double gamma, size_t n)
+static struct svm_parameter rbf_param(double c, double gamma, size_t n, int precomputed)
 {
     struct svm_parameter p;
     memset(&p, 0, sizeof p);
     p.svm_type = C_SVC;
-    p.kernel_type = RBF;
+    p.kernel_type = precomputed ? PRECOMPUTED : RBF;
     p.gamma = gamma;
     p.C = c;
     p.cache_size = cache_mb(n, omp_threads());
@@ -230,7 +230,7 @@ typedef struct {
 
 /* Trains on every fold but `f` and returns how many of fold f's samples are
  * predicted right (-1 when out of memory). */
-static long fold_correct(const samples_t *s, int f, double c, double gamma)
+static long fold_correct(const samples_t *s, int f, double c, double gamma, int precomputed)
 {
     struct svm_problem prob;
     size_t m = 0;
@@ -250,7 +250,7 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
             prob.x[k] = s->x[i];
             prob.y[k++] = s->y[i];
         }
-    struct svm_parameter par = rbf_param(c, gamma, m);
+    struct svm_parameter par = rbf_param(c, gamma, m, precomputed);
     struct svm_model *model = svm_train(&prob, &par);
     long ok = 0;
     for (size_t i = 0; i < s->n; i++)
@@ -263,10 +263,10 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
 }
 
 long hyprof__svm_fold_correct(struct svm_node **x, const int *y, size_t n, const int *fold,
-                              int f, double c, double gamma)
+                              int f, double c, double gamma, int precomputed)
 {
     samples_t s = {x, y, n, fold};
-    return fold_correct(&s, f, c, gamma);
+    return fold_correct(&s, f, c, gamma, precomputed);
 }
 
 static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
@@ -284,44 +284,21 @@ static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t 
     return HYPROF_OK;
 }
 
-/* Cross-validated accuracy of every grid point; returns the best index. */
-static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
+/* Cross-validated accuracy of every grid point (svm_grid.c); returns the
+ * best index (ties: the first). */
+static hyprof_status_t grid_search(hyprof_ctx_t *ctx, hyprof__cv_set_t *s,
                                    const hyprof_train_params_t *p, size_t *best, double *best_acc)
 {
-    size_t npoints = p->n_c * p->n_gamma, ntasks = npoints * (size_t)p->folds;
+    size_t npoints = p->n_c * p->n_gamma;
     long *correct = calloc(npoints, sizeof *correct);
     if (!correct)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    int failed = 0, stop = 0;
-    size_t finished = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
-    for (size_t t = 0; t < ntasks; t++) {
-        if (stop || failed)
-            continue;
-        size_t g = t / (size_t)p->folds;
-        int f = (int)(t % (size_t)p->folds);
-        double c = p->c[g / p->n_gamma], gamma = p->gamma[g % p->n_gamma];
-        long ok = fold_correct(s, f, c, gamma);
-        size_t done;
-#pragma omp atomic capture
-        done = ++finished;
-        if (ok < 0) {
-#pragma omp atomic write
-            failed = 1;
-            continue;
-        }
-#pragma omp atomic
-        correct[g] += ok;
-        if (hyprof__progress_omp(ctx, 0.9 * (double)done / (double)ntasks, "cross-validation")) {
-#pragma omp atomic write
-            stop = 1;
-        }
-    }
-    hyprof_status_t st = HYPROF_OK;
-    if (stop)
-        st = hyprof__progress(ctx, 0.9, "cross-validation");
-    else if (failed)
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in cross-validation");
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.9, saved);
+    hyprof__cv_prepare(ctx, s);
+    hyprof_status_t st = hyprof__cv_grid(ctx, s, 0, p->folds, p, correct);
+    hyprof__cv_release(s);
+    hyprof__progress_pop(ctx, saved);
     *best = 0;
     for (size_t g = 1; g < npoints; g++)
         if (correct[g] > correct[*best])
@@ -351,7 +328,7 @@ hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
         }
         rows[i][B].index = -1;
     }
-    samples_t s = {rows, y, n, fold};
+    hyprof__cv_set_t s = {x, B, y, n, fold, NULL};
     size_t best = 0;
     hyprof_status_t st = HYPROF_OK;
     if (npoints > 1 && (st = check_folds(ctx, m, y, n, p->folds)) == HYPROF_OK) {
@@ -367,7 +344,7 @@ hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
             for (size_t i = 0; i < n; i++)
                 prob.y[i] = y[i];
             struct svm_parameter par =
-                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma], n);
+                rbf_param(p->c[best / p->n_gamma], p->gamma[best % p->n_gamma], n, 0);
             struct svm_model *lm = svm_train(&prob, &par);
             if (!lm || from_libsvm(lm, B, &m->svm) != HYPROF_OK)
                 st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory in LIBSVM");
