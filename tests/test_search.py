@@ -228,3 +228,28 @@ def test_classify_raw_equals_profile_then_classify(scene, tmp_path):
                                 "input": str(d / "cube.tif")}))
     drv = gdal.Open(str(desc)).ReadAsArray()
     assert np.array_equal(drv, b)
+
+
+def test_cancel_during_search(scene, tmp_path):
+    """SIGINT once the search reports progress: exit 3, no model, no report."""
+    import signal
+    import subprocess
+    from conftest import EXIT_CANCELLED, exe_path
+    d = scene["dir"]
+    cmd = [exe_path(), "train", "--backend", "cpu", "--progress", "json", "--threads", "1",
+           "--labels", str(d / "train.tif"), "--search", RECIPES, "--search-report",
+           str(tmp_path / "r.json"), str(d / "cube.tif"), str(tmp_path / "m.model")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sent = False
+    try:
+        for line in p.stderr:
+            if not sent and '"progress"' in line and json.loads(line)["progress"] > 0.2:
+                p.send_signal(signal.SIGINT)
+                sent = True
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert sent and rc == EXIT_CANCELLED
+    assert sorted(x.name for x in tmp_path.iterdir()) == []
