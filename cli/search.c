@@ -91,9 +91,10 @@ static void write_json(FILE *f, const hyprof_search_report_t *r)
         json_number(f, r->c[i]);
         fputs(", \"gamma\": ", f);
         json_number(f, r->gamma[i]);
-        fprintf(f, ", \"folds_run\": %d, \"stopped_early\": %s, \"seconds\": %.3f}%s\n",
-                r->folds_run[i], r->folds_run[i] < r->folds ? "true" : "false", r->seconds[i],
-                i + 1 < r->n ? "," : "");
+        fprintf(f, ", \"folds_run\": %d, \"stopped_early\": %s, \"skipped\": %s, "
+                   "\"seconds\": %.3f}%s\n", r->folds_run[i],
+                r->folds_run[i] > 0 && r->folds_run[i] < r->folds ? "true" : "false",
+                r->folds_run[i] == 0 ? "true" : "false", r->seconds[i], i + 1 < r->n ? "," : "");
     }
     fputs("  ]\n}\n", f);
 }
@@ -126,7 +127,8 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
         fprintf(f, "<tr%s><td>", i == r->best ? " class=\"best\"" : "");
         html_text(f, r->recipe[i]);
         if (isnan(r->accuracy[i]))
-            fprintf(f, "</td><td>%zu</td><td>stopped</td><td></td><td></td>", r->bands[i]);
+            fprintf(f, "</td><td>%zu</td><td>%s</td><td></td><td></td>", r->bands[i],
+                    r->folds_run[i] ? "stopped" : "skipped");
         else
             fprintf(f, "</td><td>%zu</td><td>%.4f</td><td>%g</td><td>%g</td>", r->bands[i],
                     r->accuracy[i], r->c[i], r->gamma[i]);
@@ -196,7 +198,9 @@ static void print_table(job_t *j, const hyprof_search_report_t *r)
            "groups, the largest %zu)\n", j->name, r->n, r->folds, r->pixels, r->groups,
            r->largest_group);
     for (size_t i = 0; i < r->n; i++) {
-        if (isnan(r->accuracy[i]))
+        if (r->folds_run[i] == 0)
+            printf("  %-8s %s (skipped: not applicable to this cube)\n", "-", r->recipe[i]);
+        else if (isnan(r->accuracy[i]))
             printf("  %-8s %s (stopped after %d folds, %.2f s)\n", "-", r->recipe[i],
                    r->folds_run[i], r->seconds[i]);
         else

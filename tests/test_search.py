@@ -137,6 +137,7 @@ def test_report_lists_candidates(scene):
     best = max(done, key=lambda c: c["accuracy"])
     assert rep["best"] == best["recipe"] == "eadp step=20 count=8 + pca components=10"
     for c in rep["candidates"]:
+        assert not c["skipped"]
         assert (c["accuracy"] is None) == c["stopped_early"]
         assert c["stopped_early"] == (c["folds_run"] < 5)
     assert "search over 4 candidates" in scene["stdout"]

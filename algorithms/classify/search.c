@@ -261,6 +261,15 @@ static hyprof_status_t run_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
     r->pixels = t.n;
     long best = 0;
     for (size_t i = 0; st == HYPROF_OK && i < r->n; i++) {
+        /* A default candidate this cube cannot take (more components than
+         * bands, radii larger than the image) is skipped; a given list was
+         * checked before the search. */
+        size_t bands;
+        if (hyprof_profile_check(ctx, r->recipe[i], raw->bands, &bands) != HYPROF_OK) {
+            hyprof__log(ctx, HYPROF_LOG_INFO, "search: '%s' skipped: %s", r->recipe[i],
+                        hyprof_ctx_last_error(ctx));
+            continue;
+        }
         double saved[2];
         hyprof__progress_push(ctx, 0.9 * (double)i / (double)r->n,
                               0.9 * (double)(i + 1) / (double)r->n, saved);
