@@ -11,6 +11,7 @@ the mean OA; --json writes the rows.
 Run with the interpreter that has GDAL:
   /usr/bin/python3 bench/search_bench.py [--exe build/cli/hyprof] [--seeds 1,2,3,4,5]
       [--backend auto|cpu|cuda] [--search default|"RECIPE;RECIPE"] [--grid default]
+      [--keep DIR] [--json FILE]
 """
 import argparse
 import json
@@ -69,11 +70,15 @@ def main():
     p.add_argument("--grid", default="default")
     p.add_argument("--folds", default=5, type=int)
     p.add_argument("--json")
+    p.add_argument("--keep", help="folder for the splits, models, reports and maps (default: "
+                                   "a temporary one, removed)")
     a = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        work = Path(a.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for seed in [int(s) for s in a.seeds.split(",")]:
-            r = one_split(a, seed, Path(tmp))
+            r = one_split(a, seed, work)
             rows.append(r)
             print("seed %d: OA %.4f, winner '%s' (CV %.4f), search %.1f s (%d candidates, %d "
                   "stopped early), classify %.1f s" % (r["seed"], r["oa"], r["winner"],
