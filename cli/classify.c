@@ -5,6 +5,7 @@
 #include "classmap_io.h"
 #include "job.h"
 #include "report.h"
+#include "search_cli.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +106,9 @@ static void report_model(job_t *j, const hyprof_classifier_t *m, const char *pat
         printf(", %zu neurons", hyprof_classifier_size(m));
     if (!isnan(hyprof_classifier_cv_accuracy(m)))
         printf(", cross-validation accuracy %.4f", hyprof_classifier_cv_accuracy(m));
+    if (hyprof_classifier_profile(m))
+        printf(", profile '%s' of %zu-band cubes", hyprof_classifier_profile(m),
+               hyprof_classifier_input_bands(m));
     printf(")\n");
 }
 
@@ -125,6 +129,8 @@ int run_train(job_t *j)
         rc = EXIT_USAGE;
         goto done;
     }
+    if ((rc = cli_train_check_search(j)) != EXIT_OK)
+        goto done;
     if ((st = read_raster(j, j->cmd->files[0], &feat, 0.0, 0.1)) != HYPROF_OK) {
         rc = io_fail(j, st, 1);
         goto done;
@@ -149,7 +155,10 @@ int run_train(job_t *j)
     p.legend.names = (const char *const *)legend.names;
     p.legend.rgba = legend.rgba;
     cli_progress_stage(&j->pg, 0.15, 0.98);
-    if ((st = hyprof_train(j->ctx, &feat.cube, &labels.cube, &p, &model)) != HYPROF_OK) {
+    if (hyprof_args_str(args, "search")) {
+        if ((rc = cli_train_search(j, &feat, &labels.cube, &p, &model)) != EXIT_OK)
+            goto done;
+    } else if ((st = hyprof_train(j->ctx, &feat.cube, &labels.cube, &p, &model)) != HYPROF_OK) {
         rc = lib_fail(j, st);
         goto done;
     }
@@ -242,7 +251,8 @@ int run_classify(job_t *j)
         goto done;
     }
     cli_progress_stage(&j->pg, 0.1, 0.9);
-    if ((st = hyprof_classify(j->ctx, m, &in.cube, &map, prob ? &scores : NULL)) != HYPROF_OK) {
+    if ((st = hyprof_classify_input(j->ctx, m, &in.cube, &map, prob ? &scores : NULL)) !=
+        HYPROF_OK) {
         rc = lib_fail(j, st);
         goto done;
     }
@@ -262,10 +272,17 @@ int run_classify(job_t *j)
     snprintf(backend_item, sizeof backend_item, "HYPROF_BACKEND=%s", backend);
     snprintf(kind_item, sizeof kind_item, "HYPROF_CLASSIFIER=%s",
              hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM ? "svm" : "elm");
-    char *meta[] = {"HYPROF_OPERATION=classify", model_item, backend_item, kind_item, NULL};
+    const char *recipe = hyprof_classifier_profile(m);
+    char *profile_item = NULL;
+    if (recipe && in.cube.bands == hyprof_classifier_input_bands(m) &&
+        (profile_item = malloc(strlen(recipe) + 32)))
+        sprintf(profile_item, "HYPROF_PROFILE=%s", recipe);
+    char *meta[] = {"HYPROF_OPERATION=classify", model_item, backend_item, kind_item,
+                    profile_item, NULL};
     if ((st = model_legend(m, &legend)) == HYPROF_OK)
         st = hyprof_classmap_write(out, map_tmp, &in, map.data, &legend, meta, j->err,
                                    sizeof j->err);
+    free(profile_item);
     if (st != HYPROF_OK) {
         rc = io_fail(j, st, 0);
         goto done;

@@ -8,6 +8,10 @@
  * descriptor or a connection string in a VRT source) is what lets a VRT give
  * its path relative to itself, which a pixel function argument cannot.
  *
+ * A model trained by `train --search` records its profile recipe: given the
+ * raw cube (the model's input band count), the driver computes the profile
+ * first, as `hyprof classify` does (hyprof_classify_input).
+ *
  * Opening loads the model and checks it against the input's band count, so
  * a missing, unreadable or mismatched model fails at open. */
 #include "driver.h"
@@ -41,8 +45,9 @@ int hyprof_gdal_classify_open(hyprof_gdal_source_t *src)
     if (!m)
         return 0;
     size_t bands = hyprof_classifier_bands(m);
+    size_t raw = hyprof_classifier_profile(m) ? hyprof_classifier_input_bands(m) : 0;
     hyprof_model_release(m);
-    if (bands != (size_t)src->in_bands) {
+    if (bands != (size_t)src->in_bands && raw != (size_t)src->in_bands) {
         CPLError(CE_Failure, CPLE_IllegalArg, WHO ": model '%s' was trained on %zu bands but "
                  "the input '%s' has %d", hyprof_args_str(src->args, "model"), bands,
                  src->input, src->in_bands);
@@ -80,7 +85,7 @@ int hyprof_gdal_classify_run(hyprof_ctx_t *ctx, const hyprof_gdal_source_t *src,
     if (!m)
         return 0;
     hyprof_cube_t map = {0};
-    hyprof_status_t st = hyprof_classify(ctx, m, in, &map, NULL);
+    hyprof_status_t st = hyprof_classify_input(ctx, m, in, &map, NULL);
     if (st != HYPROF_OK)
         CPLError(CE_Failure, CPLE_AppDefined, WHO ": model '%s': %s",
                  hyprof_args_str(src->args, "model"), hyprof_ctx_last_error(ctx));

@@ -45,6 +45,8 @@ struct hyprof_classifier {
     uint8_t *rgba;           /* 4 per class */
     size_t ntrain;
     double cv_accuracy;      /* NaN without a grid search */
+    char *profile;           /* the recipe computed on raw cubes (search.h), or NULL */
+    size_t input_bands;      /* the raw cubes' band count with a recipe */
     hyprof__svm_t svm;
     hyprof__elm_t elm;
 };
@@ -102,6 +104,34 @@ struct svm_model;
  * free with hyprof__libsvm_view_free. NULL when out of memory. */
 struct svm_model *hyprof__libsvm_view(const hyprof__svm_t *s, size_t bands);
 void hyprof__libsvm_view_free(struct svm_model *m);
+struct svm_node;
+/* Trains on the rows whose fold is not f and returns how many of fold f's
+ * rows it predicts right: -1 with `why` (96 bytes) when that failed, -2 when
+ * cancelled (the training runs in a child process the cancel kills:
+ * svm_child.c). With `precomputed`, the rows are LIBSVM precomputed-kernel
+ * rows (svm_grid.c) and gamma only labels them. */
+long hyprof__svm_fold_correct(hyprof_ctx_t *ctx, struct svm_node **x, const int *y, size_t n,
+                              const int *fold, int f, double c, double gamma, int precomputed,
+                              char *why);
+
+/* Cross-validation samples (svm_grid.c): n scaled samples (n x bands), class
+ * values, folds; dist is the prepared pairwise squared distances (NULL: too
+ * large, LIBSVM computes the kernel). */
+typedef struct {
+    const double *x;
+    size_t bands;
+    const int *y;
+    size_t n;
+    const int *fold;
+    double *dist;
+} hyprof__cv_set_t;
+hyprof_status_t hyprof__cv_prepare(hyprof_ctx_t *ctx, hyprof__cv_set_t *s);
+void hyprof__cv_release(hyprof__cv_set_t *s);
+/* Adds to correct[g] (grid point g = C index x n_gamma + gamma index) the
+ * right predictions of folds f0..f1-1, each trained on the other folds;
+ * parallel over the grid and the folds, progress 0..1 of the current range. */
+hyprof_status_t hyprof__cv_grid(hyprof_ctx_t *ctx, const hyprof__cv_set_t *s, int f0, int f1,
+                                const hyprof_train_params_t *grid, long *correct);
 #endif
 
 #ifdef __cplusplus

@@ -11,6 +11,13 @@
  *   class VALUE R G B A NAME          (K lines, increasing values)
  *   train_pixels N
  *   cv_accuracy A                     (-1: no cross-validation)
+ * Version 2, written only for a model trained by `train --search`, adds
+ * after cv_accuracy the recipe of the features (search.h) and the band count
+ * of the raw cubes it is computed on:
+ *   input_bands N
+ *   profile RECIPE
+ * (version 1 readers refuse such a model by its version; this reader takes
+ * both.)
  * then for an SVM, its C (`svm_c C`: LIBSVM's model file has no place for it)
  * and LIBSVM's own model file, verbatim after the line
  *   libsvm_model
@@ -78,6 +85,7 @@ void hyprof_classifier_free(hyprof_classifier_t **model)
     free(m->names);
     free(m->min);
     free(m->max);
+    free(m->profile);
     free(m->values);
     free(m->rgba);
     hyprof__svm_free(&m->svm);
@@ -180,7 +188,7 @@ static void write_elm(FILE *f, const hyprof_classifier_t *m)
 static void write_model(FILE *f, const void *data)
 {
     const hyprof_classifier_t *m = data;
-    fprintf(f, "hyprof-classifier 1\nkind %s\nbands %zu\n",
+    fprintf(f, "hyprof-classifier %d\nkind %s\nbands %zu\n", m->profile ? 2 : 1,
             m->kind == HYPROF_CLASSIFIER_SVM ? "svm" : "elm", m->bands);
     for (size_t b = 0; b < m->bands; b++)
         fprintf(f, "band %s\n", m->band_names[b] ? m->band_names[b] : "");
@@ -195,6 +203,8 @@ static void write_model(FILE *f, const void *data)
     }
     fprintf(f, "train_pixels %zu\ncv_accuracy %.17g\n", m->ntrain,
             isnan(m->cv_accuracy) ? -1.0 : m->cv_accuracy);
+    if (m->profile)
+        fprintf(f, "input_bands %zu\nprofile %s\n", m->input_bands, m->profile);
     if (m->kind == HYPROF_CLASSIFIER_SVM)
         write_libsvm(f, m);
     else
@@ -212,6 +222,9 @@ static hyprof_status_t check_writable(hyprof_ctx_t *ctx, const hyprof_classifier
         if (m->names[k] && strpbrk(m->names[k], "\r\n"))
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                                  "class %d's name has a newline", m->values[k]);
+    if (m->profile && (strpbrk(m->profile, "\r\n") || !*m->profile || m->input_bands < 1))
+        return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
+                             "the profile recipe is empty or has a newline");
     return HYPROF_OK;
 }
 
@@ -454,12 +467,41 @@ static hyprof_status_t read_elm(hyprof__reader_t *r, hyprof_classifier_t *m)
     return st;
 }
 
-static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **out)
+/* "hyprof-classifier 1" or "2" (2: with a profile recipe). */
+static hyprof_status_t read_version(hyprof__reader_t *r, int *version)
+{
+    const char *v;
+    if (hyprof__read_line(r, "hyprof-classifier", &v) != HYPROF_OK)
+        return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP, "'%s' is not a hyprof-classifier file",
+                             r->path);
+    if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
+        char q[64];
+        return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP,
+                             "'%s': unsupported hyprof-classifier version '%s' (this build "
+                             "reads 1 and 2)", r->path, hyprof__quote(v, q));
+    }
+    *version = v[0] - '0';
+    return HYPROF_OK;
+}
+
+static hyprof_status_t read_profile(hyprof__reader_t *r, hyprof_classifier_t *m)
+{
+    const char *v;
+    hyprof_status_t st;
+    if ((st = hyprof__read_size(r, "input_bands", 1, MAX_BANDS, &m->input_bands)) ||
+        (st = hyprof__read_line(r, "profile", &v)))
+        return st;
+    if (!*v)
+        return bad(r, "empty profile recipe", v);
+    return (m->profile = strdup(v)) ? HYPROF_OK : HYPROF_ERR_NOMEM;
+}
+
+static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **out, int *version)
 {
     hyprof_classifier_kind_t kind = HYPROF_CLASSIFIER_SVM;
     size_t bands = 0, nclasses = 0;
     hyprof_status_t st;
-    if ((st = hyprof__read_magic(r, "hyprof-classifier", 1)) || (st = read_kind(r, &kind)) ||
+    if ((st = read_version(r, version)) || (st = read_kind(r, &kind)) ||
         (st = hyprof__read_size(r, "bands", 1, MAX_BANDS, &bands)) ||
         (st = hyprof__reader_expect(r, "bands", bands, 4, bands * 5 * sizeof(double))))
         return st;
@@ -513,7 +555,8 @@ hyprof_status_t hyprof_classifier_load(hyprof_ctx_t *ctx, const char *path,
     if (st != HYPROF_OK)
         return st;
     hyprof_classifier_t *m = NULL;
-    st = read_header(&r, &m);
+    int version = 1;
+    st = read_header(&r, &m, &version);
     for (size_t k = 0; st == HYPROF_OK && k < m->nclasses; k++)
         st = read_class(&r, m, k);
     size_t ntrain = 0;
@@ -522,6 +565,10 @@ hyprof_status_t hyprof_classifier_load(hyprof_ctx_t *ctx, const char *path,
         !(st = hyprof__read_doubles(&r, "cv_accuracy", &cv, 1))) {
         m->ntrain = ntrain;
         m->cv_accuracy = cv < 0.0 ? NAN : cv;
+        if (version == 2)
+            st = read_profile(&r, m);
+    }
+    if (st == HYPROF_OK) {
         st = m->kind == HYPROF_CLASSIFIER_SVM ? read_libsvm(&r, m) : read_elm(&r, m);
     }
     int more = st == HYPROF_OK ? hyprof__read_raw(&r) : 0;

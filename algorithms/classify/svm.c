@@ -16,6 +16,12 @@
 #ifdef HYPROF_HAVE_LIBSVM
 #include <svm.h>
 #endif
+#ifdef _OPENMP
+#include <omp.h>
+static int omp_threads(void) { return omp_get_max_threads(); }
+#else
+static int omp_threads(void) { return 1; }
+#endif
 
 #define OP "train"
 
@@ -159,15 +165,28 @@ static hyprof_status_t from_libsvm(const struct svm_model *lm, size_t bands, hyp
     return HYPROF_OK;
 }
 
-static struct svm_parameter rbf_param(double c, double gamma)
+/* LIBSVM's kernel cache, in MB: the whole kernel matrix of n samples (floats)
+ * when it fits in a share of the free host memory per thread, else that
+ * share. LIBSVM fills it column by column as the solver asks, so a large
+ * bound costs nothing a small problem does not use. */
+static double cache_mb(size_t n, int threads)
+{
+    double whole = (double)n * (double)n * 4.0 / 1048576.0 + 1.0;
+    double share = (double)hyprof_host_memory_available() / 1048576.0 / 4.0 /
+                   (threads > 0 ? threads : 1);
+    double mb = whole < share ? whole : share;
+    return mb > 1.0 ? mb : 1.0;
+}
+
+static struct svm_parameter rbf_param(double c, double gamma, size_t n, int precomputed)
 {
     struct svm_parameter p;
     memset(&p, 0, sizeof p);
     p.svm_type = C_SVC;
-    p.kernel_type = RBF;
+    p.kernel_type = precomputed ? PRECOMPUTED : RBF;
     p.gamma = gamma;
     p.C = c;
-    p.cache_size = 100;
+    p.cache_size = cache_mb(n, omp_threads());
     p.eps = 1e-3;
     p.shrinking = 1;
     return p;
@@ -216,12 +235,14 @@ typedef struct {
 
 /* Trains on every fold but `f` and returns how many of fold f's samples are
  * predicted right (-1 when out of memory). */
-static long fold_correct(const samples_t *s, int f, double c, double gamma)
+static long fold_correct(const samples_t *s, int f, double c, double gamma, int precomputed)
 {
     struct svm_problem prob;
     size_t m = 0;
     for (size_t i = 0; i < s->n; i++)
         m += s->fold[i] != f;
+    if (m == 0)
+        return 0; /* every group of every class in fold f: nothing to train on */
     prob.l = (int)m;
     prob.x = malloc(m * sizeof *prob.x);
     prob.y = malloc(m * sizeof *prob.y);
@@ -234,7 +255,7 @@ static long fold_correct(const samples_t *s, int f, double c, double gamma)
             prob.x[k] = s->x[i];
             prob.y[k++] = s->y[i];
         }
-    struct svm_parameter par = rbf_param(c, gamma);
+    struct svm_parameter par = rbf_param(c, gamma, m, precomputed);
     struct svm_model *model = svm_train(&prob, &par);
     long ok = 0;
     for (size_t i = 0; i < s->n; i++)
@@ -250,13 +271,14 @@ typedef struct {
     const samples_t *s;
     int f;
     double c, gamma;
+    int precomputed;
 } fold_job_t;
 
 /* fold_correct as a child's job: the count as a long. */
 static int fold_job(void *arg, void **out, size_t *len)
 {
     const fold_job_t *j = arg;
-    long ok = fold_correct(j->s, j->f, j->c, j->gamma), *r = NULL;
+    long ok = fold_correct(j->s, j->f, j->c, j->gamma, j->precomputed), *r = NULL;
     if (ok < 0 || !(r = malloc(sizeof *r)))
         return 1;
     *r = ok;
@@ -268,9 +290,9 @@ static int fold_job(void *arg, void **out, size_t *len)
 /* Fold f's correct count at (c, gamma), trained in a child process: -1 and
  * `why` when that failed, -2 when cancelled. */
 static long fold_in_child(hyprof_ctx_t *ctx, const samples_t *s, int f, double c, double gamma,
-                          char *why)
+                          int precomputed, char *why)
 {
-    fold_job_t job = {s, f, c, gamma};
+    fold_job_t job = {s, f, c, gamma, precomputed};
     void *out = NULL;
     size_t len = 0;
     hyprof_status_t st = hyprof__run_in_child(ctx, fold_job, &job, &out, &len, why);
@@ -279,6 +301,14 @@ static long fold_in_child(hyprof_ctx_t *ctx, const samples_t *s, int f, double c
         memcpy(&ok, out, sizeof ok);
     free(out);
     return ok;
+}
+
+long hyprof__svm_fold_correct(hyprof_ctx_t *ctx, struct svm_node **x, const int *y, size_t n,
+                              const int *fold, int f, double c, double gamma, int precomputed,
+                              char *why)
+{
+    samples_t s = {x, y, n, fold};
+    return fold_in_child(ctx, &s, f, c, gamma, precomputed, why);
 }
 
 static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
@@ -296,56 +326,21 @@ static hyprof_status_t check_folds(hyprof_ctx_t *ctx, const hyprof_classifier_t 
     return HYPROF_OK;
 }
 
-/* Cross-validated accuracy of every grid point; returns the best index. */
-static hyprof_status_t grid_search(hyprof_ctx_t *ctx, const samples_t *s,
+/* Cross-validated accuracy of every grid point (svm_grid.c); returns the
+ * best index (ties: the first). */
+static hyprof_status_t grid_search(hyprof_ctx_t *ctx, hyprof__cv_set_t *s,
                                    const hyprof_train_params_t *p, size_t *best, double *best_acc)
 {
-    size_t npoints = p->n_c * p->n_gamma, ntasks = npoints * (size_t)p->folds;
+    size_t npoints = p->n_c * p->n_gamma;
     long *correct = calloc(npoints, sizeof *correct);
     if (!correct)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    int failed = 0, stop = 0;
-    size_t finished = 0;
-    char why[96] = "";
-#pragma omp parallel for schedule(dynamic, 1) num_threads(hyprof__threads(ctx))
-    for (size_t t = 0; t < ntasks; t++) {
-        if (stop || failed)
-            continue;
-        size_t g = t / (size_t)p->folds;
-        int f = (int)(t % (size_t)p->folds);
-        double c = p->c[g / p->n_gamma], gamma = p->gamma[g % p->n_gamma];
-        char my_why[96];
-        long ok = fold_in_child(ctx, s, f, c, gamma, my_why);
-        size_t done;
-#pragma omp atomic capture
-        done = ++finished;
-        if (ok == -2) {
-#pragma omp atomic write
-            stop = 1;
-            continue;
-        }
-        if (ok < 0) {
-#pragma omp critical(hyprof_svm_why)
-            if (!why[0])
-                memcpy(why, my_why, sizeof why);
-#pragma omp atomic write
-            failed = 1;
-            continue;
-        }
-#pragma omp atomic
-        correct[g] += ok;
-        if (hyprof__progress_omp(ctx, 0.9 * (double)done / (double)ntasks, "cross-validation")) {
-#pragma omp atomic write
-            stop = 1;
-        }
-    }
-    hyprof_status_t st = HYPROF_OK;
-    if (stop)
-        st = hyprof__progress(ctx, 0.9, "cross-validation");
-    else if (failed)
-        st = hyprof__error(ctx, why[0] && !strstr(why, "memory") ? HYPROF_ERR_INTERNAL
-                                                                 : HYPROF_ERR_NOMEM,
-                           OP, "cross-validation failed: %s", why[0] ? why : "out of memory");
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.9, saved);
+    hyprof__cv_prepare(ctx, s);
+    hyprof_status_t st = hyprof__cv_grid(ctx, s, 0, p->folds, p, correct);
+    hyprof__cv_release(s);
+    hyprof__progress_pop(ctx, saved);
     *best = 0;
     for (size_t g = 1; g < npoints; g++)
         if (correct[g] > correct[*best])
@@ -458,7 +453,7 @@ static hyprof_status_t train_final(hyprof_ctx_t *ctx, hyprof_classifier_t *m,
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     for (size_t i = 0; i < n; i++)
         prob.y[i] = y[i];
-    final_job_t job = {&prob, rbf_param(c, gamma), m->bands};
+    final_job_t job = {&prob, rbf_param(c, gamma, n, 0), m->bands};
     void *out = NULL;
     size_t len = 0;
     char why[96];
@@ -495,7 +490,7 @@ hyprof_status_t hyprof__svm_train(hyprof_ctx_t *ctx, hyprof_classifier_t *m, con
         }
         rows[i][B].index = -1;
     }
-    samples_t s = {rows, y, n, fold};
+    hyprof__cv_set_t s = {x, B, y, n, fold, NULL};
     size_t best = 0;
     hyprof_status_t st = HYPROF_OK;
     if (npoints > 1 && (st = check_folds(ctx, m, y, n, p->folds)) == HYPROF_OK) {

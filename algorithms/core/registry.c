@@ -208,6 +208,20 @@ static const hyprof_param_t train_params[] = {
      "ELM hidden neurons (the W-MCD paper uses 300 to 800).", 0},
     {"elm-c", HYPROF_PARAM_FLOAT, "1024", 1e-12, 1e15, NULL,
      "ELM regularisation C: output weights (H'H + I/C)^-1 H'T.", HYPROF_PARAM_ADVANCED},
+    {"search", HYPROF_PARAM_STRING, NULL, NOLIMIT, NULL,
+     "Choose the features by cross-validation: FEATURES is then the raw cube, and the "
+     "candidates are 'default' (EADP, EAP area/std, EMP and W-MCD at several scales, alone "
+     "and stacked with 10 principal components; see docs/search.md) or recipes separated "
+     "by ';', each 'OP NAME=VALUE ...' joined by '+' (e.g. 'eadp step=20 + pca "
+     "components=7;emp radii=1,2,3'). Folds (--folds, --seed) never split a group of "
+     "touching training pixels of one class; the model records the winning recipe, so "
+     "classify computes it from the raw cube.", 0},
+    {"search-report", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "Search report (*.json *.html)",
+     "With --search: the candidates tried, their cross-validated accuracy, C, gamma and "
+     "time, and how the folds were formed, as JSON (or HTML for a .html name).", 0},
+    {"fold-map", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "GeoTIFF (*.tif)",
+     "With --search: a class map of the cross-validation fold (1..folds) of every training "
+     "pixel.", HYPROF_PARAM_ADVANCED},
 };
 
 static const hyprof_param_t classify_params[] = {

@@ -9,6 +9,7 @@
 #include "hyprof/diffusion.h"
 #include "hyprof/morphology.h"
 #include "hyprof/registry.h"
+#include "hyprof/search.h"
 #include "hyprof/spectral.h"
 #include "hyprof/unmixing.h"
 #include "hyprof/wavelet.h"
