@@ -164,7 +164,7 @@ void cli_assess_json(FILE *f, const cli_report_t *r)
 
 /* ---- HTML ---------------------------------------------------------------------------- */
 
-static void html_text(FILE *f, const char *s)
+void cli_html_text(FILE *f, const char *s)
 {
     for (; *s; s++)
         switch (*s) {
@@ -196,11 +196,11 @@ static void svg_label(FILE *f, const hyprof_legend_t *l, int v, size_t max)
     char buf[48], label[80];
     snprintf(label, sizeof label, "%d %s", v, class_name(l, v, buf, sizeof buf));
     fputs("<title>", f);
-    html_text(f, label);
+    cli_html_text(f, label);
     fputs("</title>", f);
     if (strlen(label) > max)
         strcpy(label + max - 3, "...");
-    html_text(f, label);
+    cli_html_text(f, label);
 }
 
 /* The confusion matrix as an SVG heat map: each cell shaded by its share of
@@ -263,7 +263,7 @@ static void class_table(FILE *f, const cli_report_t *r)
         const uint8_t *c = (size_t)v < r->legend->n ? r->legend->rgba + 4 * v : NULL;
         fprintf(f, "<tr><td style=\"background:rgb(%d,%d,%d);width:1.5em\"></td><td>%d</td><td>",
                 c ? c[0] : 255, c ? c[1] : 255, c ? c[2] : 255, v);
-        html_text(f, class_name(r->legend, v, buf, sizeof buf));
+        cli_html_text(f, class_name(r->legend, v, buf, sizeof buf));
         fputs("</td>", f);
         if (m->by_names && map_value(m, v))
             fprintf(f, "<td>%d</td>", map_value(m, v));
@@ -279,13 +279,13 @@ static void class_table(FILE *f, const cli_report_t *r)
 static void match_section(FILE *f, const cli_match_t *m)
 {
     fputs("<h2>Class matching</h2>\n<p>", f);
-    html_text(f, m->how);
+    cli_html_text(f, m->how);
     fputs(".</p>\n", f);
     if (m->nnotes) {
         fputs("<ul class=\"warn\">\n", f);
         for (size_t i = 0; i < m->nnotes; i++) {
             fputs("<li>", f);
-            html_text(f, m->notes[i]);
+            cli_html_text(f, m->notes[i]);
             fputs("</li>\n", f);
         }
         fputs("</ul>\n", f);
@@ -296,9 +296,9 @@ static void match_section(FILE *f, const cli_match_t *m)
           "<th>reference name</th></tr>\n", f);
     for (size_t i = 0; i < m->npairs; i++) {
         fprintf(f, "<tr><td>%d</td><td>", m->pairs[i].map);
-        html_text(f, m->pairs[i].map_name);
+        cli_html_text(f, m->pairs[i].map_name);
         fprintf(f, "</td><td>%d</td><td>", m->pairs[i].ref);
-        html_text(f, m->pairs[i].ref_name);
+        cli_html_text(f, m->pairs[i].ref_name);
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
@@ -313,13 +313,13 @@ static void write_html(FILE *f, const cli_report_t *r, const unsigned char *png,
           ".warn{color:#a00}"
           ".fig{display:inline-block;vertical-align:top;margin-right:2em}</style></head><body>\n"
           "<h1>Accuracy report</h1>\n<p>Class map: <code>", f);
-    html_text(f, r->map_path);
+    cli_html_text(f, r->map_path);
     fputs("</code><br>Reference: <code>", f);
-    html_text(f, r->ref_path);
+    cli_html_text(f, r->ref_path);
     fputs("</code>", f);
     if (r->ref_field) {
         fputs(" (class field <code>", f);
-        html_text(f, r->ref_field);
+        cli_html_text(f, r->ref_field);
         fputs("</code>, rasterised on the class map's grid)", f);
     }
     fprintf(f, "<br>hyprof %s</p>\n<table><tr><th>pixels</th><th>OA</th><th>AA</th>"

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "classmap_io.h"
 #include "job.h"
+#include "report.h"
 #include "search_cli.h"
 
 #include <math.h>
@@ -99,17 +100,6 @@ static void write_json(FILE *f, const hyprof_search_report_t *r)
     fputs("  ]\n}\n", f);
 }
 
-static void html_text(FILE *f, const char *s)
-{
-    for (; *s; s++)
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        default: fputc(*s, f);
-        }
-}
-
 static void write_html(FILE *f, const hyprof_search_report_t *r)
 {
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>hyprof train --search"
@@ -118,14 +108,14 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
           "<h1>Profile search</h1>\n<p>", f);
     fprintf(f, "%zu training pixels in %zu groups (largest %zu pixels), %d folds, ", r->pixels,
             r->groups, r->largest_group, r->folds);
-    html_text(f, folds_text());
+    cli_html_text(f, folds_text());
     fputs(". Accuracy: the best C and gamma of the grid, pooled over the folds; a candidate "
           "stopped early could not beat the best any more.</p>\n<table>\n<tr><th>recipe</th>"
           "<th>bands</th><th>CV accuracy</th><th>C</th><th>gamma</th><th>folds run</th>"
           "<th>seconds</th></tr>\n", f);
     for (size_t i = 0; i < r->n; i++) {
         fprintf(f, "<tr%s><td>", i == r->best ? " class=\"best\"" : "");
-        html_text(f, r->recipe[i]);
+        cli_html_text(f, r->recipe[i]);
         if (isnan(r->accuracy[i]))
             fprintf(f, "</td><td>%zu</td><td>%s</td><td></td><td></td>", r->bands[i],
                     r->folds_run[i] ? "stopped" : "skipped");
