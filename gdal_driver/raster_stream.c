@@ -168,11 +168,12 @@ static hyprof_status_t put_rest(hyprof_stream_t *s, const hyprof_cube_t *c,
     size_t npix = s->w * s->h;
     int again = !same_mask(s, c);
     for (size_t b = 0; b < s->bands; b++) {
-        if (s->written[b] && !again)
-            continue;
-        hyprof_status_t st = put_band(s, b, (const float *)c->data + b * npix, c->mask, 0);
+        hyprof_status_t st = s->written[b] && !again
+                                 ? HYPROF_OK
+                                 : put_band(s, b, (const float *)c->data + b * npix, c->mask, 0);
         if (st != HYPROF_OK)
             return st;
+        /* streamed bands count too: the write stage ends at 1 as always */
         if (hyprof_output_progress(&s->o, pg, (double)(b + 1) / (double)s->bands, "write"))
             return say(HYPROF_ERR_CANCELLED, s->err, sizeof s->err,
                        "cancelled while writing '%s'", s->o.path);
