@@ -53,8 +53,9 @@ int hyprof__progress_omp(hyprof_ctx_t *ctx, double fraction, const char *stage);
  * range in *saved (two doubles) for hyprof__progress_pop. */
 void hyprof__progress_push(hyprof_ctx_t *ctx, double a, double b, double saved[2]);
 void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
-/* Tells the caller that band `band` of the output is final (see
- * hyprof_ctx_set_band_done). */
+/* Tells the caller that band `band` of the operation's result cube is final
+ * (see hyprof_ctx_set_band_done); only for the cube the operation returns,
+ * never for an intermediate one. */
 void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
