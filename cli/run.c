@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Shares of the whole run's progress. */
@@ -285,6 +286,60 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
     return check_format(cmd, cmd->output, HYPROF_OUTPUT_PROFILE, out_bands);
 }
 
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The run's stage times as one debug line (HYPROF_LOG=debug), where the
+ * time of a command line goes: reading, computing, writing. */
+static void trace_stages(cli_progress_t *pg, const double *t)
+{
+    char line[160];
+    snprintf(line, sizeof line, "run s: read %.3f, compute %.3f, write %.3f; total %.3f",
+             t[1] - t[0], t[2] - t[1], t[3] - t[2], t[3] - t[0]);
+    cli_log_fn(pg, HYPROF_LOG_DEBUG, line);
+}
+
+/* OUTPUT opened before the computation, its bands written as the
+ * operation finishes them; NULL (and *st OK) when the operation does not
+ * declare its band count: then OUTPUT is written after. */
+static hyprof_stream_t *open_stream(cli_command_t *cmd, hyprof_ctx_t *ctx,
+                                    const hyprof_raster_t *in, const char *tmp,
+                                    hyprof_status_t *st, char *err, size_t n)
+{
+    size_t bands = 0;
+    hyprof_stream_t *s = NULL;
+    *st = HYPROF_OK;
+    if (!cmd->op->bands || cmd->op->bands(ctx, cmd->args, in->cube.bands, &bands) != HYPROF_OK ||
+        !bands)
+        return NULL;
+    *st = hyprof_stream_open(&s, ctx, cmd->output, tmp, in, bands, err, n);
+    if (*st == HYPROF_OK)
+        hyprof_ctx_set_band_done(ctx, hyprof_stream_band, s);
+    return s;
+}
+
+/* The result into OUTPUT's temporary: through the stream when its shape is
+ * the one the stream was opened for, else written whole. */
+static hyprof_status_t finish_output(cli_command_t *cmd, hyprof_ctx_t *ctx, hyprof_stream_t *s,
+                                     const hyprof_raster_t *in, const hyprof_result_t *res,
+                                     const char *tmp, const hyprof_io_progress_t *io, char *err,
+                                     size_t n)
+{
+    const char *used = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
+    const hyprof_cube_t *c = &res->cube;
+    if (s && c->width == in->cube.width && c->height == in->cube.height)
+        return hyprof_stream_close(s, in, res, cmd->args, used, io, err, n);
+    hyprof_status_t st = s ? hyprof_stream_stop(s, err, n) : HYPROF_OK;
+    hyprof_stream_abandon(s);
+    if (st != HYPROF_OK)
+        return st;
+    return hyprof_raster_write(cmd->output, tmp, in, res, cmd->args, used, io, err, n);
+}
+
 /* Computes the result and writes every output to its temporary. */
 static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
                              hyprof_raster_t *in, hyprof_result_t *res, cli_outputs_t *outs)
@@ -292,6 +347,7 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
     const char *name = cmd->op->name, *param[CLI_MAX_OUTPUTS];
     char err[CLI_MESSAGE_MAX];
     hyprof_io_progress_t io = {cli_progress_fn, pg};
+    double t[4] = {now_s(), 0, 0, 0};
     cli_progress_stage(pg, 0.0, READ_END);
     hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, in, err, sizeof err);
     if (st != HYPROF_OK) {
@@ -299,25 +355,41 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
         cli_error(name, "%s", err);
         return cli_exit_code(st, 1);
     }
+    t[1] = now_s();
     pass_wavelengths(cmd, in);
     if (!cli_outputs_add(outs, cmd->output, 1) || add_side_files(cmd, outs, param) != 0) {
         cli_error(name, "out of memory");
         return EXIT_RUNTIME;
     }
+    hyprof_stream_t *s = open_stream(cmd, ctx, in, outs->f[0].tmp, &st, err, sizeof err);
+    if (st != HYPROF_OK) {
+        cli_progress_done(pg);
+        cli_error(name, "%s", err);
+        return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
+    }
     cli_progress_stage(pg, READ_END, COMPUTE_END);
     route_side_files(cmd, outs, param, 1);
     st = hyprof_op_run(ctx, cmd->op, cmd->args, &in->cube, res);
     route_side_files(cmd, outs, param, 0);
+    hyprof_ctx_set_band_done(ctx, NULL, NULL);
     if (st != HYPROF_OK) {
+        /* A failed write cancels the computation: its error is the run's. */
+        hyprof_status_t wst = s ? hyprof_stream_stop(s, err, sizeof err) : HYPROF_OK;
+        hyprof_stream_abandon(s);
         cli_progress_done(pg);
+        if (wst != HYPROF_OK) {
+            cli_error(name, "%s", err);
+            return cli_exit_code(wst, 0);
+        }
         cli_lib_error(name, hyprof_ctx_last_error(ctx));
         return cli_exit_code(st, 0);
     }
+    t[2] = now_s();
     cli_progress_stage(pg, COMPUTE_END, 1.0);
-    const char *used = hyprof_backend_name(hyprof_ctx_used_backend(ctx));
-    st = hyprof_raster_write(cmd->output, outs->f[0].tmp, in, res, cmd->args, used, &io, err,
-                             sizeof err);
+    st = finish_output(cmd, ctx, s, in, res, outs->f[0].tmp, &io, err, sizeof err);
+    t[3] = now_s();
     cli_progress_done(pg);
+    trace_stages(pg, t);
     if (st != HYPROF_OK) {
         cli_error(name, "%s", err);
         return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);

@@ -12,8 +12,11 @@
  * GDAL's reason before the computation.
  *
  * A driver that can Create writes the temporary file directly, with hyprof's
- * defaults (GTiff: tiled 256x256, DEFLATE with a predictor, BIGTIFF when
- * needed) under the user's options. A driver that can only copy (COG, PNG,
+ * defaults (GTiff: tiled 256x256, BIGTIFF when needed; profiles ZSTD at level
+ * 1 without a predictor, class maps DEFLATE with the horizontal predictor)
+ * under the user's options. The profile codec is the measured best for speed
+ * and size on float profiles (bench/results.md): the floating-point
+ * predictor costs more time than it saves bytes there. A driver that can only copy (COG, PNG,
  * JPEG...) gets the raster filled into an uncompressed GTiff beside the
  * temporary and copied from it (CreateCopy, strict: no silent conversion);
  * the intermediate is deleted. GTiff outputs build internal overviews on
@@ -207,15 +210,15 @@ static char **creation_options(GDALDriverH drv, hyprof_output_kind_t kind)
         o = CSLSetNameValue(o, "TILED", "YES");
         o = CSLSetNameValue(o, "BLOCKXSIZE", "256");
         o = CSLSetNameValue(o, "BLOCKYSIZE", "256");
-        o = CSLSetNameValue(o, "COMPRESS", "DEFLATE");
-        o = CSLSetNameValue(o, "PREDICTOR", map ? "2" : "3");
+        o = CSLSetNameValue(o, "COMPRESS", map ? "DEFLATE" : "ZSTD");
+        o = CSLSetNameValue(o, map ? "PREDICTOR" : "ZSTD_LEVEL", map ? "2" : "1");
         if (!map)
             o = CSLSetNameValue(o, "INTERLEAVE", "BAND");
         o = CSLSetNameValue(o, "BIGTIFF", "IF_SAFER");
         o = CSLSetNameValue(o, "NUM_THREADS", "ALL_CPUS");
     } else if (is_driver(drv, "COG")) {
-        o = CSLSetNameValue(o, "COMPRESS", "DEFLATE");
-        o = CSLSetNameValue(o, "PREDICTOR", "YES");
+        o = CSLSetNameValue(o, "COMPRESS", map ? "DEFLATE" : "ZSTD");
+        o = CSLSetNameValue(o, map ? "PREDICTOR" : "LEVEL", map ? "YES" : "1");
         o = CSLSetNameValue(o, "BIGTIFF", "IF_SAFER");
         o = CSLSetNameValue(o, "NUM_THREADS", "ALL_CPUS");
         o = CSLSetNameValue(o, "RESAMPLING", map ? "NEAREST" : "AVERAGE");
@@ -227,6 +230,13 @@ static char **creation_options(GDALDriverH drv, hyprof_output_kind_t kind)
             o = CSLSetNameValue(o, key, v);
         CPLFree(key);
     }
+    /* The fast level set above is ZSTD's: another codec chosen by the user
+     * gets its own default level. */
+    const char *codec = CSLFetchNameValue(chosen.co, "COMPRESS");
+    if (!map && codec && strcasecmp(codec, "ZSTD") != 0)
+        o = CSLSetNameValue(o, is_driver(drv, "COG") ? "LEVEL" : "ZSTD_LEVEL",
+                            CSLFetchNameValue(chosen.co, is_driver(drv, "COG") ? "LEVEL"
+                                                                               : "ZSTD_LEVEL"));
     /* COG's overviews are compressed as its full resolution unless told. */
     if (is_driver(drv, "COG") && !CSLFetchNameValue(chosen.co, "OVERVIEW_COMPRESS"))
         o = CSLSetNameValue(o, "OVERVIEW_COMPRESS", CSLFetchNameValue(o, "COMPRESS"));

@@ -130,6 +130,39 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
                                     const hyprof_io_progress_t *progress, char *err,
                                     size_t err_len);
 
+/* The metadata hyprof_raster_write records: the operation and its
+ * parameters, the backend, the input's path and the result's own items. */
+void hyprof_set_output_metadata(GDALDatasetH ds, const hyprof_raster_t *src,
+                                const hyprof_result_t *res, const hyprof_args_t *args,
+                                const char *backend);
+
+/* ---- streaming a result while it is computed (raster_stream.c) ---- */
+
+typedef struct hyprof_stream hyprof_stream_t;
+
+/* Creates the output `tmp` (named `path` in messages) for `bands` float32
+ * bands of src's size and georeference, and starts the writer thread.
+ * Pass hyprof_stream_band and the stream to hyprof_ctx_set_band_done: each
+ * band the operation announces is written while it computes the next. A
+ * write error cancels ctx's operation (see hyprof_stream_stop). */
+hyprof_status_t hyprof_stream_open(hyprof_stream_t **s, hyprof_ctx_t *ctx, const char *path,
+                                   const char *tmp, const hyprof_raster_t *src, size_t bands,
+                                   char *err, size_t n);
+/* The band callback (hyprof_band_fn) of a stream. */
+void hyprof_stream_band(void *stream, size_t band, const float *data);
+/* Waits for the bands queued so far; the writer's error, if any (then the
+ * operation's cancellation was its doing). */
+hyprof_status_t hyprof_stream_stop(hyprof_stream_t *s, char *err, size_t n);
+/* Writes what was not streamed, band names, nodata and metadata as
+ * hyprof_raster_write does, and finishes the file; the stream is freed.
+ * HYPROF_ERR_FORMAT when res's shape is not the one the file was made for. */
+hyprof_status_t hyprof_stream_close(hyprof_stream_t *s, const hyprof_raster_t *src,
+                                    const hyprof_result_t *res, const hyprof_args_t *args,
+                                    const char *backend, const hyprof_io_progress_t *pg,
+                                    char *err, size_t n);
+/* Stops the writer and drops the file (the caller removes tmp). */
+void hyprof_stream_abandon(hyprof_stream_t *s);
+
 /* The nodata of every float output, whatever the input's: NaN is never a
  * valid result, so a valid 0 (or a value equal to the input's nodata) stays
  * what it is and is not read as missing. */

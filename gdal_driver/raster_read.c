@@ -134,7 +134,11 @@ static hyprof_status_t open_checked(const char *path, GDALDatasetH *ds, char *er
     if (wrong)
         return say(HYPROF_ERR_INPUT, err, n, "input '%s' %s", path, wrong);
     CPLErrorReset();
+    /* GTiff then decodes the blocks of one read on all cores (its
+     * NUM_THREADS open option takes this default; other drivers ignore it). */
+    CPLSetThreadLocalConfigOption("GDAL_NUM_THREADS", "ALL_CPUS");
     *ds = GDALOpenEx(path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL, NULL, NULL);
+    CPLSetThreadLocalConfigOption("GDAL_NUM_THREADS", NULL);
     if (!*ds) {
         const char *m = CPLGetLastErrorMsg();
         if (m && *m)

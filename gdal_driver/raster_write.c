@@ -96,8 +96,9 @@ void hyprof_set_result_metadata(GDALMajorObjectH obj, const hyprof_result_t *res
     }
 }
 
-static void set_metadata(GDALDatasetH ds, const hyprof_raster_t *src, const hyprof_result_t *res,
-                         const hyprof_args_t *args, const char *backend)
+void hyprof_set_output_metadata(GDALDatasetH ds, const hyprof_raster_t *src,
+                                const hyprof_result_t *res, const hyprof_args_t *args,
+                                const char *backend)
 {
     hyprof_set_args_metadata(ds, args);
     GDALSetMetadataItem(ds, "HYPROF_BACKEND", backend, NULL);
@@ -162,7 +163,7 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
     if (st != HYPROF_OK)
         return st;
     hyprof_set_georef(o.ds, src);
-    set_metadata(o.ds, src, res, args, backend);
+    hyprof_set_output_metadata(o.ds, src, res, args, backend);
     st = write_bands(&o, res, pg, path, err, n);
     if (st != HYPROF_OK) {
         hyprof_output_abandon(&o);

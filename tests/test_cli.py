@@ -192,7 +192,7 @@ def test_output_contract(registry, samson_nodata, tmp_path, op, with_nodata):
         descriptions.append(band.GetDescription())
     assert all(d.strip() for d in descriptions), descriptions
     assert len(set(descriptions)) == len(descriptions), "band names repeat: %s" % descriptions
-    assert ds.GetMetadata("IMAGE_STRUCTURE").get("COMPRESSION") == "DEFLATE"
+    assert ds.GetMetadata("IMAGE_STRUCTURE").get("COMPRESSION") == "ZSTD"
     md = ds.GetMetadata()
     assert md.get("HYPROF_OPERATION") == op
     for p in op_entry(registry, op)["params"]:

@@ -94,7 +94,7 @@ def test_co_compress_zstd_takes_effect(tmp_path):
         assert structure(out)[1]["COMPRESSION"] == "ZSTD", (fmt, structure(out))
     default = tmp_path / "default.tif"
     run_ok("pca", SAMSON, default, cwd=tmp_path)
-    assert structure(default)[1]["COMPRESSION"] == "DEFLATE"
+    assert structure(default)[1]["COMPRESSION"] == "ZSTD"
 
 
 def even_crop(src, dst):

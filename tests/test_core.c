@@ -5,6 +5,7 @@
 #include "hyprof/hyprof.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +505,64 @@ static void test_cancel(void)
     hyprof_ctx_free(&ctx);
 }
 
+/* The band callback's record: how often each band was announced, and its
+ * values at that moment. */
+typedef struct {
+    size_t npix, nbands;
+    int *count;
+    float *seen;
+} bands_seen_t;
+
+static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void record_band(void *user, size_t band, const float *data)
+{
+    bands_seen_t *r = user;
+    pthread_mutex_lock(&record_lock); /* W-MCD announces from several threads */
+    if (band < r->nbands) {
+        r->count[band]++;
+        memcpy(r->seen + band * r->npix, data, r->npix * sizeof *data);
+    }
+    pthread_mutex_unlock(&record_lock);
+}
+
+/* EADP, EMP and W-MCD on the CPU announce every band of their result once,
+ * with the values the result holds when the operation returns. */
+static void test_band_done(void)
+{
+    const char *ops[] = {"eadp", "emp", "wmcd"};
+    size_t w = 40, h = 36, nb = 12, npix = w * h;
+    float *d = malloc(npix * nb * sizeof *d);
+    for (size_t i = 0; i < npix * nb; i++)
+        d[i] = (float)((i * 7919u) % 251u) + (float)(i / npix);
+    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, w, h, nb);
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+        hyprof_ctx_t *ctx = cpu_ctx();
+        const hyprof_op_t *op = hyprof_op_find(ops[k]);
+        hyprof_args_t *a = hyprof_args_new(op);
+        size_t out_bands = 0;
+        CHECK(op->bands(ctx, a, nb, &out_bands) == HYPROF_OK && out_bands, "%s bands", ops[k]);
+        bands_seen_t r = {npix, out_bands, calloc(out_bands, sizeof(int)),
+                          calloc(out_bands * npix, sizeof(float))};
+        hyprof_ctx_set_band_done(ctx, record_band, &r);
+        hyprof_result_t res;
+        hyprof_result_init(&res);
+        hyprof_status_t st = hyprof_op_run(ctx, op, a, &c, &res);
+        CHECK(st == HYPROF_OK && res.cube.bands == out_bands, "%s runs (%d)", ops[k], st);
+        for (size_t b = 0; st == HYPROF_OK && b < out_bands; b++)
+            CHECK(r.count[b] == 1 && memcmp(r.seen + b * npix,
+                                            (const float *)res.cube.data + b * npix,
+                                            npix * sizeof(float)) == 0,
+                  "%s band %zu: announced %d times, or changed after", ops[k], b, r.count[b]);
+        hyprof_result_free(&res);
+        free(r.count);
+        free(r.seen);
+        hyprof_args_free(&a);
+        hyprof_ctx_free(&ctx);
+    }
+    free(d);
+}
+
 int main(void)
 {
     test_status();
@@ -518,6 +577,7 @@ int main(void)
     test_pca_mask();
     test_dwt_known();
     test_cancel();
+    test_band_done();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

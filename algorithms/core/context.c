@@ -81,6 +81,18 @@ void hyprof_ctx_set_progress(hyprof_ctx_t *ctx, hyprof_progress_fn fn, void *use
     ctx->progress_user = user;
 }
 
+void hyprof_ctx_set_band_done(hyprof_ctx_t *ctx, hyprof_band_fn fn, void *user)
+{
+    ctx->band_done = fn;
+    ctx->band_user = user;
+}
+
+void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data)
+{
+    if (ctx->band_done)
+        ctx->band_done(ctx->band_user, band, data);
+}
+
 void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user)
 {
     ctx->log = fn;

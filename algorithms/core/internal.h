@@ -29,6 +29,8 @@ struct hyprof_ctx {
     void *progress_user;
     hyprof_log_fn log;
     void *log_user;
+    hyprof_band_fn band_done;
+    void *band_user;
     hyprof__atomic_int cancel;
     /* Nested stages report into [lo, hi] of the caller's progress range. */
     double progress_lo, progress_hi;
@@ -51,6 +53,10 @@ int hyprof__progress_omp(hyprof_ctx_t *ctx, double fraction, const char *stage);
  * range in *saved (two doubles) for hyprof__progress_pop. */
 void hyprof__progress_push(hyprof_ctx_t *ctx, double a, double b, double saved[2]);
 void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
+/* Tells the caller that band `band` of the operation's result cube is final
+ * (see hyprof_ctx_set_band_done); only for the cube the operation returns,
+ * never for an intermediate one. */
+void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 

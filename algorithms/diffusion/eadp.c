@@ -303,6 +303,7 @@ static hyprof_status_t profile_band(hyprof_ctx_t *ctx, const hyprof_eadp_args_t 
         a->contrast_out[b] = k;
     conductances(a, G, k, ce, cs, t1);
     write_band(a, u, b * (C + 1));
+    hyprof__band_done(ctx, b * (C + 1), a->out + b * (C + 1) * n);
     size_t work = 0;
     for (size_t i = 0; i < C; i++) {
         double done = ((double)b + (double)i / (double)C) / (double)a->bands;
@@ -320,6 +321,7 @@ static hyprof_status_t profile_band(hyprof_ctx_t *ctx, const hyprof_eadp_args_t 
                 }
             }
         write_band(a, u, b * (C + 1) + i + 1);
+        hyprof__band_done(ctx, b * (C + 1) + i + 1, a->out + (b * (C + 1) + i + 1) * n);
         hyprof_status_t st = hyprof__progress(
             ctx, ((double)b + (double)(i + 1) / (double)C) / (double)a->bands, OP);
         if (st != HYPROF_OK)

@@ -316,6 +316,7 @@ static hyprof_status_t cpu_denoise(hyprof_ctx_t *ctx, const hyprof_emp_args_t *a
                 float *o = a->out + (3 * t + k) * n;
                 for (size_t p = 0; p < n; p++)
                     o[p] = (a->mask && !a->mask[p]) ? a->nodata : (float)y[k * n + p];
+                hyprof__band_done(ctx, 3 * t + k, o);
             }
             size_t now;
             #pragma omp atomic capture
@@ -438,9 +439,11 @@ hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
     if (st == HYPROF_OK && a->wavelet)
         st = cpu_denoise(ctx, a, emp, nplanes);
     else if (st == HYPROF_OK)
-        for (size_t i = 0; i < nplanes; i++)
+        for (size_t i = 0; i < nplanes; i++) {
             for (size_t p = 0; p < n; p++)
                 a->out[i * n + p] = (a->mask && !a->mask[p]) ? a->nodata : (float)emp[i * n + p];
+            hyprof__band_done(ctx, i, a->out + i * n);
+        }
     hyprof__progress_pop(ctx, saved);
     t[4] = now_ms();
     free(q);

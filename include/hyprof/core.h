@@ -91,6 +91,16 @@ hyprof_status_t hyprof_ctx_set_threads(hyprof_ctx_t *ctx, int threads);
 int hyprof_ctx_threads(const hyprof_ctx_t *ctx);
 void hyprof_ctx_set_progress(hyprof_ctx_t *ctx, hyprof_progress_fn fn, void *user);
 void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user);
+/* Told when band `band` of the running operation's output cube is final:
+ * `data` holds its width*height values, which do not change before the
+ * operation returns, so the caller may write them out meanwhile (the
+ * hyprof executable streams them to the output file). Called once per band
+ * at most, possibly from several computing threads at once (the callback
+ * must be thread-safe), in no fixed band order. Operations that finish all
+ * bands together (the GPU paths) need not call it: every band is final when
+ * the operation returns. */
+typedef void (*hyprof_band_fn)(void *user, size_t band, const float *data);
+void hyprof_ctx_set_band_done(hyprof_ctx_t *ctx, hyprof_band_fn fn, void *user);
 /* Asks the running operation to stop at its next progress point.
  * Async-signal-safe: may be called from a signal handler. */
 void hyprof_ctx_cancel(hyprof_ctx_t *ctx);
