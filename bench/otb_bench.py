@@ -283,8 +283,10 @@ def hyprof_exe(given):
 def otb_version():
     p = subprocess.run(["otbcli_DimensionalityReduction", "-help"], capture_output=True,
                        text=True)
-    line = (p.stdout + p.stderr).splitlines()[0] if (p.stdout + p.stderr) else ""
-    return line.rsplit("version", 1)[-1].strip() or "?"
+    for line in (p.stdout + p.stderr).splitlines():
+        if "version" in line:
+            return line.rsplit("version", 1)[-1].strip(" ,")
+    return "?"
 
 
 def git_commit():
