@@ -130,57 +130,6 @@ static int32_t nearest(const hyprof_kmeans_args_t *a, const double *cc, const pr
     return lab;
 }
 
-/* Nearest centre of every pixel; returns how many labels changed. `exact`:
- * every pixel's distance to its centre in dist (the last assignment). */
-static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact)
-{
-    size_t changed = 0, ntiles = (a->npix + PTILE - 1) / PTILE, B = a->bands, k = a->k;
-    double *cc = malloc(k * sizeof *cc);
-    if (cc)
-        for (size_t c = 0; c < k; c++) {
-            double s = 0.0;
-            for (size_t b = 0; b < B; b++)
-                s += a->centres[c * B + b] * a->centres[c * B + b];
-            cc[c] = s;
-        }
-    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(1);
-    #pragma omp parallel num_threads(threads) reduction(+ : changed)
-    {
-        prepass_t w = {malloc(PTILE * B * sizeof(double)), malloc(PTILE * k * sizeof(double)),
-                       malloc(PTILE * sizeof(double))};
-        int ok = cc && w.a && w.dot && w.xx && k <= HYPROF_KMEANS_PREPASS_MAXK;
-        #pragma omp for schedule(static)
-        for (size_t t = 0; t < ntiles; t++) {
-            size_t p0 = t * PTILE, n = a->npix - p0 < PTILE ? a->npix - p0 : PTILE;
-            if (ok)
-                prepass(a, p0, n, &w);
-            for (size_t i = 0; i < n; i++) {
-                size_t px = p0 + i;
-                if (a->mask && !a->mask[px]) {
-                    a->labels[px] = -1;
-                    a->dist[px] = 0.0;
-                    continue;
-                }
-                double best = 0.0;
-                int32_t lab = nearest(a, cc, ok ? &w : NULL, n, i, px, exact, &best);
-                changed += a->labels[px] != lab;
-                a->labels[px] = lab;
-                if (exact)
-                    a->dist[px] = best;
-            }
-        }
-        free(w.a);
-        free(w.dot);
-        free(w.xx);
-    }
-    if (openblas_set_num_threads && blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
-    free(cc);
-    return changed;
-}
-
 /* The centre sums of bands b0 .. b0+nb (nb <= 4) over one block of pixels,
  * each in pixel order. Four bands share a pass over the labels: four
  * independent chains of additions where one would wait on its own latency
@@ -216,21 +165,88 @@ static void block_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, 
                 s[j][a->labels[px]] += (double)xb[j][px];
 }
 
+/* Labels (and with `exact` distances) of the n pixels from p0; returns how
+ * many labels changed. */
+static size_t assign_tile(const hyprof_kmeans_args_t *a, const double *cc, const prepass_t *w,
+                          size_t p0, size_t n, int exact)
+{
+    size_t changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t px = p0 + i;
+        if (a->mask && !a->mask[px]) {
+            a->labels[px] = -1;
+            a->dist[px] = 0.0;
+            continue;
+        }
+        double best = 0.0;
+        int32_t lab = nearest(a, cc, w, n, i, px, exact, &best);
+        changed += a->labels[px] != lab;
+        a->labels[px] = lab;
+        if (exact)
+            a->dist[px] = best;
+    }
+    return changed;
+}
+
+/* Nearest centre of every pixel; returns how many labels changed. `exact`:
+ * every pixel's distance to its centre in dist (the last assignment). With
+ * `part`, each block of HYPROF_KMEANS_BLOCK pixels also gets its centre sums
+ * (update's first step) while its pixels are still in the cache: one pass
+ * over the cube an iteration instead of two, the same sums. */
+static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact, double *part)
+{
+    size_t changed = 0, B = a->bands, k = a->k;
+    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    double *cc = malloc(k * sizeof *cc);
+    if (cc)
+        for (size_t c = 0; c < k; c++) {
+            double s = 0.0;
+            for (size_t b = 0; b < B; b++)
+                s += a->centres[c * B + b] * a->centres[c * B + b];
+            cc[c] = s;
+        }
+    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
+    if (openblas_set_num_threads)
+        openblas_set_num_threads(1);
+    #pragma omp parallel num_threads(threads) reduction(+ : changed)
+    {
+        prepass_t w = {malloc(PTILE * B * sizeof(double)), malloc(PTILE * k * sizeof(double)),
+                       malloc(PTILE * sizeof(double))};
+        int ok = cc && w.a && w.dot && w.xx && k <= HYPROF_KMEANS_PREPASS_MAXK;
+        #pragma omp for schedule(static)
+        for (size_t blk = 0; blk < nblk; blk++) {
+            size_t end = (blk + 1) * HYPROF_KMEANS_BLOCK;
+            end = end < a->npix ? end : a->npix;
+            for (size_t p0 = blk * HYPROF_KMEANS_BLOCK; p0 < end; p0 += PTILE) {
+                size_t n = end - p0 < PTILE ? end - p0 : PTILE;
+                if (ok)
+                    prepass(a, p0, n, &w);
+                changed += assign_tile(a, cc, ok ? &w : NULL, p0, n, exact);
+            }
+            for (size_t b0 = 0; part && b0 < B; b0 += 4)
+                block_sums(a, part, blk, b0, B - b0 < 4 ? B - b0 : 4);
+        }
+        free(w.a);
+        free(w.dot);
+        free(w.xx);
+    }
+    if (openblas_set_num_threads && blas_threads > 0)
+        openblas_set_num_threads(blas_threads);
+    free(cc);
+    return changed;
+}
+
 /* Centres as the mean of their pixels, in double. The sum order is fixed
  * (HYPROF_KMEANS_BLOCK consecutive pixels summed in order, then the blocks in
  * order) and is the CUDA backend's, so both give the same centres bit for bit. */
-static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads)
+static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cnt,
+                   int threads)
 {
     size_t B = a->bands, k = a->k, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
     memset(cnt, 0, k * sizeof *cnt);
     for (size_t px = 0; px < a->npix; px++)
         if (a->labels[px] >= 0)
             cnt[a->labels[px]]++;
-    size_t groups = (B + 3) / 4;
-    #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
-    for (size_t blk = 0; blk < nblk; blk++)
-        for (size_t g = 0; g < groups; g++)
-            block_sums(a, part, blk, 4 * g, B - 4 * g < 4 ? B - 4 * g : 4);
     #pragma omp parallel for num_threads(threads) schedule(static)
     for (size_t b = 0; b < B; b++)
         for (size_t c = 0; c < k; c++) {
@@ -240,6 +256,17 @@ static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int
             if (cnt[c])
                 a->centres[c * B + b] = s / (double)cnt[c];
         }
+}
+
+static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads)
+{
+    size_t B = a->bands, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    size_t groups = (B + 3) / 4;
+    #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
+    for (size_t blk = 0; blk < nblk; blk++)
+        for (size_t g = 0; g < groups; g++)
+            block_sums(a, part, blk, 4 * g, B - 4 * g < 4 ? B - 4 * g : 4);
+    reduce(a, part, cnt, threads);
 }
 
 /* The farthest-point initialisation, written once for both backends over
@@ -325,17 +352,17 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
         a->labels[px] = -2; /* every label "changes" in the first assignment */
     a->iterations = 0;
     for (int it = 0; it < a->max_iter; it++) {
-        size_t changed = assign(a, threads, 0);
+        size_t changed = assign(a, threads, 0, sum);
         if (changed == 0)
             break;
-        update(a, sum, cnt, threads);
+        reduce(a, sum, cnt, threads);
         a->iterations = it + 1;
         if ((st = hyprof__progress(ctx, (double)(it + 1) / a->max_iter, OP)) != HYPROF_OK)
             break;
     }
     /* Distances to the final centres (the last update may have moved them). */
     if (st == HYPROF_OK && a->iterations > 0)
-        assign(a, threads, 1);
+        assign(a, threads, 1, NULL);
 done:
     free(sum);
     free(cnt);
