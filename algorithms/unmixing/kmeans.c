@@ -91,7 +91,8 @@ static void prepass(const hyprof_kmeans_args_t *a, size_t p0, size_t n, prepass_
 
 /* The label of pixel i of the tile (pixel px), the first nearest centre as
  * in the full computation; its exact squared distance in *best when `exact`
- * or when the pre-pass leaves several candidates. w NULL: no pre-pass. */
+ * or when the pre-pass leaves several candidates. w NULL: no pre-pass. cc:
+ * the centres' |c|^2, then their |c|. */
 static int32_t nearest(const hyprof_kmeans_args_t *a, const double *cc, const prepass_t *w,
                        size_t n, size_t i, size_t px, int exact, double *best)
 {
@@ -101,7 +102,7 @@ static int32_t nearest(const hyprof_kmeans_args_t *a, const double *cc, const pr
         const double u = 1.1102230246251565e-16, g = 2.0 * ((double)a->bands + 8.0) * u;
         double xx = w->xx[i], nx = sqrt(xx), m = INFINITY, lo[HYPROF_KMEANS_PREPASS_MAXK];
         for (size_t c = 0; c < k; c++) {
-            double s = xx - 2.0 * w->dot[c * n + i] + cc[c], r = nx + sqrt(cc[c]);
+            double s = xx - 2.0 * w->dot[c * n + i] + cc[c], r = nx + cc[k + c];
             lo[c] = s - g * r * r;
             m = s + g * r * r < m ? s + g * r * r : m;
         }
@@ -197,13 +198,14 @@ static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact, doub
 {
     size_t changed = 0, B = a->bands, k = a->k;
     size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
-    double *cc = malloc(k * sizeof *cc);
+    double *cc = malloc(2 * k * sizeof *cc); /* |c|^2, then |c| */
     if (cc)
         for (size_t c = 0; c < k; c++) {
             double s = 0.0;
             for (size_t b = 0; b < B; b++)
                 s += a->centres[c * B + b] * a->centres[c * B + b];
             cc[c] = s;
+            cc[k + c] = sqrt(s);
         }
     int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
     if (openblas_set_num_threads)
