@@ -274,6 +274,21 @@ def emp_peers(sc):
 
 # ----------------------------------------------------------------- sspp, unmix
 
+def farthest_point_init(X, k):
+    """hyprof's K-means start (kmeans.c): the pixel farthest from the mean
+    spectrum, then the pixel farthest from it, then each time the pixel whose
+    nearest chosen centre is farthest (the first on ties), in float64."""
+    Xd = X.astype(np.float64)
+    d = ((Xd - Xd.mean(axis=0)) ** 2).sum(axis=1)
+    idx = [int(np.argmax(d))]
+    mind = None
+    for _ in range(1, k):
+        d = ((Xd - Xd[idx[-1]]) ** 2).sum(axis=1)
+        mind = d if mind is None else np.minimum(mind, d)
+        idx.append(int(np.argmax(mind)))
+    return X[idx].copy()
+
+
 def unmix_peers(sc):
     """The SciPy / scikit-learn peer of each stage of the SSPP chain; FCLS (SciPy
     nnls, the augmented-row form, delta 1e3) timed on nnls_pixels and scaled."""
@@ -298,8 +313,10 @@ def unmix_peers(sc):
         peers.append(Peer(f"sklearn PCA({p}).fit_transform", lambda: PCA(
             n_components=p, svd_solver="full").fit_transform(X), stage="purity",
             kind="peer-stage"))
-        peers.append(Peer(f"sklearn KMeans({p}, k-means++, n_init=1, max_iter=50)",
-                          lambda: KMeans(n_clusters=p, n_init=1, max_iter=50, random_state=0,
+        init = farthest_point_init(X, p)
+        peers.append(Peer(f"sklearn KMeans({p}, hyprof's farthest-point init, lloyd, "
+                          "max_iter=50, tol=0)",
+                          lambda: KMeans(n_clusters=p, init=init, n_init=1, max_iter=50, tol=0.0,
                                          algorithm="lloyd").fit(X).inertia_,
                           stage="kmeans", kind="peer-stage"))
     except ImportError:

@@ -24,16 +24,28 @@ extern int openblas_get_num_threads(void) __attribute__((weak));
 
 /* ---- CPU backend --------------------------------------------------------- */
 
+/* Band means over the valid pixels, each a sequential double sum. Four bands
+ * share a pass over the pixels: four independent sums keep the adder busy
+ * where one would wait on its own latency (the same sums, the same bits). */
 static void masked_means(const hyprof_pca_fit_args_t *a, int threads)
 {
+    size_t groups = (a->bands + 3) / 4;
     #pragma omp parallel for num_threads(threads) schedule(static)
-    for (size_t b = 0; b < a->bands; b++) {
-        const float *x = a->x + b * a->npix;
-        double s = 0.0;
+    for (size_t g = 0; g < groups; g++) {
+        const float *x[4];
+        for (size_t j = 0; j < 4; j++)
+            x[j] = a->x + (4 * g + j < a->bands ? 4 * g + j : 4 * g) * a->npix;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
         for (size_t p = 0; p < a->npix; p++)
-            if (!a->mask || a->mask[p])
-                s += x[p];
-        a->mean[b] = s / (double)a->nvalid;
+            if (!a->mask || a->mask[p]) {
+                s0 += x[0][p];
+                s1 += x[1][p];
+                s2 += x[2][p];
+                s3 += x[3][p];
+            }
+        double s[4] = {s0, s1, s2, s3};
+        for (size_t j = 0; j < 4 && 4 * g + j < a->bands; j++)
+            a->mean[4 * g + j] = s[j] / (double)a->nvalid;
     }
 }
 
@@ -77,15 +89,24 @@ hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
         if ((st = hyprof__progress(ctx, 0.9 * (double)(p0 + n) / (double)a->npix, OP)))
             break;
     }
+    lapack_int info = 0;
+    if (st == HYPROF_OK) {
+        for (size_t j = 0; j < B; j++)
+            for (size_t i = 0; i <= j; i++)
+                cov[i + j * B] /= (double)(a->nvalid - 1);
+        /* One BLAS thread: a band-sized eigenproblem is too small to share,
+         * and OpenBLAS's threaded level-2 steps sum partial results in an
+         * order that depends on the thread count; on one thread the model is
+         * the same on every machine. */
+        if (openblas_set_num_threads)
+            openblas_set_num_threads(1);
+        info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, cov, (lapack_int)B,
+                              a->eigenvalues);
+    }
     if (openblas_set_num_threads && blas_threads > 0)
         openblas_set_num_threads(blas_threads);
     if (st != HYPROF_OK)
         goto done;
-    for (size_t j = 0; j < B; j++)
-        for (size_t i = 0; i <= j; i++)
-            cov[i + j * B] /= (double)(a->nvalid - 1);
-    lapack_int info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, cov,
-                                     (lapack_int)B, a->eigenvalues);
     if (info != 0) {
         st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
                            "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
@@ -100,30 +121,68 @@ done:
 
 /* Projection without BLAS: a skinny n x B x K product is memory-bound, and
  * OpenMP over pixel tiles beats many small threaded dgemm calls (whose
- * threads also fight OpenMP's). out = V^T x - V^T mean, accumulated in
- * double per tile. */
+ * threads also fight OpenMP's). out = V^T x - V^T mean, accumulated in double
+ * per pixel in band order: acc = -offset, then acc += v * x band by band.
+ * PROJ_PIX pixels by PROJ_COMP components are accumulated in registers over
+ * all the bands; the AVX2 clone runs the same multiplies and adds (no fused
+ * multiply-add), four doubles at a time, so both clones give the same bits. */
 #define APPLY_TILE 512
+#define PROJ_PIX 8
+#define PROJ_COMP 4
+
+/* Components k0 .. k0+kn (kn <= PROJ_COMP) of pixels p0+i0 .. p0+i0+PROJ_PIX. */
+__attribute__((target_clones("avx2", "default")))
+static void project_block(const hyprof_pca_apply_args_t *a, const double *offset, size_t p0,
+                          size_t i0, size_t k0, size_t kn, double acc[PROJ_COMP][PROJ_PIX])
+{
+    double v[PROJ_COMP];
+    for (size_t kk = 0; kk < PROJ_COMP; kk++)
+        for (size_t i = 0; i < PROJ_PIX; i++)
+            acc[kk][i] = kk < kn ? -offset[k0 + kk] : 0.0;
+    for (size_t b = 0; b < a->bands; b++) {
+        const float *x = a->x + b * a->npix + p0 + i0;
+        double xd[PROJ_PIX];
+        for (size_t i = 0; i < PROJ_PIX; i++)
+            xd[i] = (double)x[i];
+        for (size_t kk = 0; kk < PROJ_COMP; kk++)
+            v[kk] = kk < kn ? a->vectors[b + (k0 + kk) * a->bands] : 0.0;
+        for (size_t kk = 0; kk < PROJ_COMP; kk++)
+            for (size_t i = 0; i < PROJ_PIX; i++)
+                acc[kk][i] += v[kk] * xd[i];
+    }
+}
+
+/* Pixel p of the tile, one at a time (the tile's last pixels): the same sums. */
+static double project_one(const hyprof_pca_apply_args_t *a, const double *offset, size_t p,
+                          size_t k)
+{
+    double acc = -offset[k];
+    for (size_t b = 0; b < a->bands; b++)
+        acc += a->vectors[b + k * a->bands] * (double)a->x[b * a->npix + p];
+    return acc;
+}
 
 static void project_tile(const hyprof_pca_apply_args_t *a, const double *offset, size_t p0,
-                         size_t n, double *acc)
+                         size_t n)
 {
-    size_t K = a->components;
-    for (size_t k = 0; k < K; k++)
-        for (size_t i = 0; i < n; i++)
-            acc[k * APPLY_TILE + i] = -offset[k];
-    for (size_t b = 0; b < a->bands; b++) {
-        const float *x = a->x + b * a->npix + p0;
-        for (size_t k = 0; k < K; k++) {
-            double v = a->vectors[b + k * a->bands];
-            double *ak = acc + k * APPLY_TILE;
-            for (size_t i = 0; i < n; i++)
-                ak[i] += v * (double)x[i];
+    size_t K = a->components, nb = n - n % PROJ_PIX;
+    double acc[PROJ_COMP][PROJ_PIX];
+    for (size_t k0 = 0; k0 < K; k0 += PROJ_COMP) {
+        size_t kn = K - k0 < PROJ_COMP ? K - k0 : PROJ_COMP;
+        for (size_t i0 = 0; i0 < nb; i0 += PROJ_PIX) {
+            project_block(a, offset, p0, i0, k0, kn, acc);
+            for (size_t kk = 0; kk < kn; kk++)
+                for (size_t i = 0; i < PROJ_PIX; i++) {
+                    size_t p = p0 + i0 + i;
+                    a->out[(k0 + kk) * a->npix + p] =
+                        (!a->mask || a->mask[p]) ? (float)acc[kk][i] : a->nodata;
+                }
         }
     }
-    for (size_t k = 0; k < K; k++)
-        for (size_t i = 0; i < n; i++)
-            a->out[k * a->npix + p0 + i] =
-                (!a->mask || a->mask[p0 + i]) ? (float)acc[k * APPLY_TILE + i] : a->nodata;
+    for (size_t p = p0 + nb; p < p0 + n; p++)
+        for (size_t k = 0; k < K; k++)
+            a->out[k * a->npix + p] =
+                (!a->mask || a->mask[p]) ? (float)project_one(a, offset, p, k) : a->nodata;
 }
 
 hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
@@ -131,42 +190,30 @@ hyprof_status_t hyprof__cpu_pca_apply(hyprof_ctx_t *ctx, void *args)
     hyprof_pca_apply_args_t *a = args;
     size_t K = a->components, ntiles = (a->npix + APPLY_TILE - 1) / APPLY_TILE, done = 0;
     double *offset = calloc(K, sizeof *offset);
-    int stop = 0, nomem = 0;
+    int stop = 0;
     if (!offset)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     for (size_t k = 0; k < K; k++)
         for (size_t b = 0; b < a->bands; b++)
             offset[k] += a->vectors[b + k * a->bands] * a->mean[b];
-    #pragma omp parallel num_threads(hyprof__threads(ctx))
-    {
-        double *acc = malloc(K * APPLY_TILE * sizeof *acc);
-        if (!acc) {
+    #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(dynamic, 16)
+    for (size_t t = 0; t < ntiles; t++) {
+        int halt;
+        #pragma omp atomic read
+        halt = stop;
+        if (halt)
+            continue;
+        size_t p0 = t * APPLY_TILE;
+        project_tile(a, offset, p0, a->npix - p0 < APPLY_TILE ? a->npix - p0 : APPLY_TILE);
+        size_t now;
+        #pragma omp atomic capture
+        now = ++done;
+        if (now % 64 == 0 && hyprof__progress_omp(ctx, (double)now / (double)ntiles, OP)) {
             #pragma omp atomic write
-            nomem = 1;
+            stop = 1;
         }
-        #pragma omp for schedule(dynamic, 16)
-        for (size_t t = 0; t < ntiles; t++) {
-            int halt;
-            #pragma omp atomic read
-            halt = stop;
-            if (halt || !acc)
-                continue;
-            size_t p0 = t * APPLY_TILE;
-            project_tile(a, offset, p0, a->npix - p0 < APPLY_TILE ? a->npix - p0 : APPLY_TILE,
-                         acc);
-            size_t now;
-            #pragma omp atomic capture
-            now = ++done;
-            if (now % 64 == 0 && hyprof__progress_omp(ctx, (double)now / (double)ntiles, OP)) {
-                #pragma omp atomic write
-                stop = 1;
-            }
-        }
-        free(acc);
     }
     free(offset);
-    if (nomem)
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate projection tiles");
     if (stop)
         return hyprof__error(ctx, HYPROF_ERR_CANCELLED, OP, "cancelled");
     return hyprof__progress(ctx, 1.0, OP);
