@@ -250,3 +250,57 @@ def test_the_same_path_through_qgis_process_with_layer_parameters(workflow, tmp_
     html = report.read_text()
     assert re.search(r"by name", html, re.I), "the report says classes were matched by name"
     assert ("%.2f" % (100 * oa)) in html or ("%.4f" % oa) in html, "the report shows OA %.4f" % oa
+
+
+def test_python_trains_from_the_same_polygons_as_the_cli(workflow, tmp_path):
+    """hyprof.xarray.train(profile, samples=, class_field=) rasterises the
+    polygons (EPSG:4326, text classes) on the profile's grid as `hyprof train
+    --samples` does: the saved model is byte for byte the CLI's. Runs in a
+    child Python (the QGIS plugin's package is also called hyprof)."""
+    model = tmp_path / "py.model"
+    lib = os.environ.get("HYPROF_LIBRARY") or str(
+        __import__("pathlib").Path(exe_path()).resolve().parents[1] / "libhyprof.so")
+    code = (
+        "import sys, rioxarray, hyprof.xarray as hx\n"
+        "p = rioxarray.open_rasterio(sys.argv[1])\n"
+        "m = hx.train(p, samples=sys.argv[2], class_field=sys.argv[3], grid=sys.argv[4])\n"
+        "m.save(sys.argv[5])\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"), HYPROF_LIBRARY=lib)
+    r = subprocess.run(["/usr/bin/python3", "-c", code, str(workflow["dir"] / "profile.tif"),
+                        str(workflow["fields"]), FIELD, GRID, str(model)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert model.read_bytes() == (workflow["dir"] / "crops.model").read_bytes()
+    # discs not aligned with the pixels, integer classes, EPSG:3857: only the
+    # pixels whose centre a disc covers are labelled, as on the command line
+    discs = tmp_path / "discs.gpkg"
+    src = gdal.Open(str(TRAIN))
+    gt, lab = src.GetGeoTransform(), src.GetRasterBand(1).ReadAsArray()
+    src_srs = osr.SpatialReference(wkt=src.GetProjection())
+    dst_srs = osr.SpatialReference()
+    dst_srs.ImportFromEPSG(3857)
+    for s_ in (src_srs, dst_srs):
+        s_.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
+    ct = osr.CoordinateTransformation(src_srs, dst_srs)
+    ds = ogr.GetDriverByName("GPKG").CreateDataSource(str(discs))
+    lyr = ds.CreateLayer("discs", srs=dst_srs, geom_type=ogr.wkbPolygon)
+    lyr.CreateField(ogr.FieldDefn("cls", ogr.OFTInteger))
+    ys, xs = np.nonzero(lab)
+    for i in range(0, len(ys), 9):
+        pt = ogr.Geometry(ogr.wkbPoint)
+        pt.AddPoint_2D(gt[0] + (xs[i] + 0.3) * gt[1], gt[3] + (ys[i] + 0.6) * gt[5])
+        g = pt.Buffer(1.7 * abs(gt[1]), 12)
+        g.Transform(ct)
+        f = ogr.Feature(lyr.GetLayerDefn())
+        f.SetField("cls", int(lab[ys[i], xs[i]]))
+        f.SetGeometry(g)
+        lyr.CreateFeature(f)
+    ds = None
+    cli_model, py_model = tmp_path / "discs_cli.model", tmp_path / "discs_py.model"
+    run_ok("train", "--samples", discs, "--class-field", "cls", "--grid", GRID,
+           workflow["dir"] / "profile.tif", cli_model)
+    r = subprocess.run(["/usr/bin/python3", "-c", code, str(workflow["dir"] / "profile.tif"),
+                        str(discs), "cls", GRID, str(py_model)],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert py_model.read_bytes() == cli_model.read_bytes()

@@ -110,13 +110,27 @@ for _name in _hp._generated:
     globals()[_name] = _wrap(_name)
 
 
-def train(features, labels, **kw):
+def train(features, labels=None, *, samples=None, class_field=None, layer=None, **kw):
     """hyprof.train on DataArrays: the band names come from the band coordinate
-    (or `long_name`), the labels from a (y, x) or (1, y, x) DataArray or array."""
+    (or `long_name`), the labels from a (y, x) or (1, y, x) DataArray or array,
+    or from a vector layer: samples=PATH (points or polygons, any CRS),
+    class_field=FIELD (integers, or text: classes numbered by sorted name, the
+    names kept), layer=NAME, rasterised on the features' grid as `hyprof train
+    --samples` does (hyprof.vector; needs python3-gdal)."""
     f = _ordered(features)
     kw.setdefault("nodata", _nodata(f))
     kw.setdefault("band_names", _band_names(f))
-    lab = labels.values if isinstance(labels, xr.DataArray) else np.asarray(labels)
+    if (labels is None) == (samples is None):
+        raise TypeError("hyprof.xarray.train: give labels or samples=, not %s"
+                        % ("both" if samples is not None else "neither"))
+    if samples is not None:
+        from .vector import grid_of, samples_to_labels
+        w, h, gt, wkt = grid_of(f)
+        lab, names = samples_to_labels(samples, class_field, w, h, gt, wkt, layer)
+        if names:
+            kw.setdefault("class_names", names)
+    else:
+        lab = labels.values if isinstance(labels, xr.DataArray) else np.asarray(labels)
     return _hp.train(f.values, lab, **kw)
 
 
