@@ -125,6 +125,9 @@ typedef struct {
     const int *fold;
     double *dist;
 } hyprof__cv_set_t;
+/* The samples' squared distances into s->dist (NULL when a kernel table would
+ * not fit: LIBSVM then computes the kernel); HYPROF_ERR_CANCELLED when a
+ * cancel came meanwhile. */
 hyprof_status_t hyprof__cv_prepare(hyprof_ctx_t *ctx, hyprof__cv_set_t *s);
 void hyprof__cv_release(hyprof__cv_set_t *s);
 /* Adds to correct[g] (grid point g = C index x n_gamma + gamma index) the

@@ -42,9 +42,8 @@ hyprof_status_t hyprof__search_cv(hyprof_ctx_t *ctx, const double *x, size_t ban
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     svm_set_print_string_function(quiet);
     hyprof__cv_set_t s = {x, bands, y, n, fold, NULL};
-    hyprof__cv_prepare(ctx, &s);
     long remaining = (long)n;
-    hyprof_status_t st = HYPROF_OK;
+    hyprof_status_t st = hyprof__cv_prepare(ctx, &s);
     for (int f = 0; f < k && st == HYPROF_OK; f++) {
         double saved[2];
         hyprof__progress_push(ctx, (double)f / k, (double)(f + 1) / k, saved);

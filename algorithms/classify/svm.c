@@ -337,8 +337,9 @@ static hyprof_status_t grid_search(hyprof_ctx_t *ctx, hyprof__cv_set_t *s,
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     double saved[2];
     hyprof__progress_push(ctx, 0.0, 0.9, saved);
-    hyprof__cv_prepare(ctx, s);
-    hyprof_status_t st = hyprof__cv_grid(ctx, s, 0, p->folds, p, correct);
+    hyprof_status_t st = hyprof__cv_prepare(ctx, s);
+    if (st == HYPROF_OK)
+        st = hyprof__cv_grid(ctx, s, 0, p->folds, p, correct);
     hyprof__cv_release(s);
     hyprof__progress_pop(ctx, saved);
     *best = 0;

@@ -19,18 +19,23 @@
 
 #define OP "train"
 
-/* Pairwise squared distances (n x n), or NULL when they or a kernel table
- * would not fit. */
-static double *distances(const double *x, size_t bands, size_t n, int threads)
+/* Pairwise squared distances (n x n) into *out, or NULL there when they or a
+ * kernel table would not fit. A cancel stops the rows early (then
+ * HYPROF_ERR_CANCELLED and *out NULL). */
+static hyprof_status_t distances(hyprof_ctx_t *ctx, const double *x, size_t bands, size_t n,
+                                 double **out)
 {
+    *out = NULL;
     size_t table = n * (n + 1) * sizeof(struct svm_node) + n * n * sizeof(double);
     if (table > hyprof_host_memory_available() / 4)
-        return NULL;
+        return HYPROF_OK;
     double *d = malloc(n * n * sizeof *d);
     if (!d)
-        return NULL;
-#pragma omp parallel for schedule(dynamic, 16) num_threads(threads)
-    for (size_t i = 0; i < n; i++)
+        return HYPROF_OK;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(hyprof__threads(ctx))
+    for (size_t i = 0; i < n; i++) {
+        if (hyprof_ctx_cancelled(ctx))
+            continue;
         for (size_t j = 0; j <= i; j++) {
             double s = 0.0;
             for (size_t b = 0; b < bands; b++) {
@@ -39,15 +44,23 @@ static double *distances(const double *x, size_t bands, size_t n, int threads)
             }
             d[i * n + j] = d[j * n + i] = s;
         }
-    return d;
+    }
+    if (hyprof_ctx_cancelled(ctx)) {
+        free(d);
+        return hyprof__progress(ctx, 0.0, "cross-validation");
+    }
+    *out = d;
+    return HYPROF_OK;
 }
 
 /* LIBSVM's precomputed-kernel rows: row i is {0: i + 1, j + 1: K(i, j)}. */
-static void kernel_rows(const double *d, size_t n, double gamma, struct svm_node *nodes,
-                        struct svm_node **rows, int threads)
+static void kernel_rows(hyprof_ctx_t *ctx, const double *d, size_t n, double gamma,
+                        struct svm_node *nodes, struct svm_node **rows)
 {
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(hyprof__threads(ctx))
     for (size_t i = 0; i < n; i++) {
+        if (hyprof_ctx_cancelled(ctx))
+            continue; /* the caller reports it */
         struct svm_node *r = nodes + i * (n + 2);
         r[0].index = 0;
         r[0].value = (double)(i + 1);
@@ -142,8 +155,9 @@ static hyprof_status_t precomputed(run_t *r, const double *d)
     if (st != HYPROF_OK)
         st = hyprof__error(r->ctx, st, OP, "out of memory (kernel table of %zu samples)", n);
     for (size_t gi = 0; st == HYPROF_OK && gi < r->grid->n_gamma; gi++) {
-        kernel_rows(d, n, r->grid->gamma[gi], nodes, rows, hyprof__threads(r->ctx));
-        st = run_tasks(r, rows, 1, (long)gi);
+        kernel_rows(r->ctx, d, n, r->grid->gamma[gi], nodes, rows);
+        st = hyprof_ctx_cancelled(r->ctx) ? hyprof__progress(r->ctx, 1.0, "cross-validation")
+                                          : run_tasks(r, rows, 1, (long)gi);
     }
     free(nodes);
     free(rows);
@@ -169,8 +183,7 @@ static hyprof_status_t direct(run_t *r)
 
 hyprof_status_t hyprof__cv_prepare(hyprof_ctx_t *ctx, hyprof__cv_set_t *s)
 {
-    s->dist = distances(s->x, s->bands, s->n, hyprof__threads(ctx));
-    return HYPROF_OK;
+    return distances(ctx, s->x, s->bands, s->n, &s->dist);
 }
 
 void hyprof__cv_release(hyprof__cv_set_t *s)
