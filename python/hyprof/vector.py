@@ -81,7 +81,12 @@ def samples_to_labels(vector, class_field, width, height, geotransform=None, crs
         if not s.IsSame(d):
             ct = osr.CoordinateTransformation(s, d)
     mem = ogr.GetDriverByName("Memory").CreateDataSource("")
-    burn = mem.CreateLayer("samples", geom_type=ogr.wkbUnknown)
+    grid_srs = None
+    if crs_wkt:  # the grid's own CRS: RasterizeLayer then has nothing to transform
+        grid_srs = osr.SpatialReference()
+        grid_srs.ImportFromWkt(crs_wkt)
+        grid_srs.SetAxisMappingStrategy(osr.OAMS_TRADITIONAL_GIS_ORDER)
+    burn = mem.CreateLayer("samples", srs=grid_srs, geom_type=ogr.wkbUnknown)
     burn.CreateField(ogr.FieldDefn("cls", ogr.OFTInteger))
     for f, v in feats:
         g = f.GetGeometryRef()
