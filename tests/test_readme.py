@@ -2,8 +2,8 @@
 
 Which blocks run: the fenced ```sh, ```bash and ```console blocks (in a console
 block, the lines starting with "$ " are commands and the other lines their
-output), and each ```python block as one command (/usr/bin/python3 reading the
-block, with matplotlib's non-interactive backend). Other fences (```c,
+output), and each ```python block as one command (/usr/bin/python3 running the
+block saved as readme_LINE.py, with matplotlib's non-interactive backend). Other fences (```c,
 ```json, a bare ``` synopsis) are not commands.
 A command is one line, or several joined by a backslash at the end of each but
 the last; a line starting with # is a comment.
@@ -91,12 +91,15 @@ def commands(lang, first_line, body):
 
 
 def python_command(first_line, body):
-    """(README line, command) running a ```python block as one script."""
+    """(README line, command) running a ```python block as one script, from a
+    file (readme_LINE.py): worker processes that multiprocessing spawns, as
+    Dask's do, import the main script from its path."""
     end = "__HYPROF_README_PY__"
     if any(line.strip() == end for line in body):
         raise ValueError("README line %d: the block contains %s" % (first_line, end))
-    return first_line, "MPLBACKEND=Agg /usr/bin/python3 - <<'%s'\n%s\n%s" % (
-        end, "\n".join(body), end)
+    name = "readme_%d.py" % first_line
+    return first_line, "cat > %s <<'%s'\n%s\n%s\nMPLBACKEND=Agg /usr/bin/python3 %s" % (
+        name, end, "\n".join(body), end, name)
 
 
 def runnable_commands(text):
@@ -211,7 +214,8 @@ def test_blocks_and_markers_are_read_as_documented():
     cmds = runnable_commands(SAMPLE_MD)
     assert [line for line, _ in cmds] == [4, 17, 19, 21, 25, 30, 31]
     assert cmds[1][1] == "X=12 \\\n    Y=3"
-    assert cmds[4][1].startswith("MPLBACKEND=Agg /usr/bin/python3 - <<")
+    assert cmds[4][1].startswith("cat > readme_25.py <<") and \
+        cmds[4][1].endswith("MPLBACKEND=Agg /usr/bin/python3 readme_25.py")
     assert [b[3] for b in blocks(SAMPLE_MD)] == [None, "needs the QGIS GUI", None, None, None,
                                                  None]
 
