@@ -3,7 +3,8 @@
 Which blocks run: the fenced ```sh, ```bash and ```console blocks (in a console
 block, the lines starting with "$ " are commands and the other lines their
 output), and each ```python block as one command (/usr/bin/python3 running the
-block saved as readme_LINE.py, with matplotlib's non-interactive backend). Other fences (```c,
+block saved as readme_LINE.py, with matplotlib's non-interactive backend and,
+under ASan, without leak checks, as every Python process). Other fences (```c,
 ```json, a bare ``` synopsis) are not commands.
 A command is one line, or several joined by a backslash at the end of each but
 the last; a line starting with # is a comment.
@@ -98,7 +99,8 @@ def python_command(first_line, body):
     if any(line.strip() == end for line in body):
         raise ValueError("README line %d: the block contains %s" % (first_line, end))
     name = "readme_%d.py" % first_line
-    return first_line, "cat > %s <<'%s'\n%s\n%s\nMPLBACKEND=Agg /usr/bin/python3 %s" % (
+    return first_line, ("cat > %s <<'%s'\n%s\n%s\n"
+                        "env MPLBACKEND=Agg $HYPROF_README_PY_ENV /usr/bin/python3 %s") % (
         name, end, "\n".join(body), end, name)
 
 
@@ -150,6 +152,9 @@ def workspace(tmp):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] +
                                         [p for p in [os.environ.get("PYTHONPATH")] if p])
     env.setdefault("HYPROF_LIBRARY", str(exe.parents[1] / "libhyprof.so"))
+    # python blocks are Python processes: no leak checks under ASan (scripts/test.sh)
+    env["HYPROF_README_PY_ENV"] = ("ASAN_OPTIONS=%s:detect_leaks=0" % env.get("ASAN_OPTIONS", "")
+                                   if env.get("HYPROF_UNDER_ASAN") else "")
     return env
 
 
@@ -215,7 +220,7 @@ def test_blocks_and_markers_are_read_as_documented():
     assert [line for line, _ in cmds] == [4, 17, 19, 21, 25, 30, 31]
     assert cmds[1][1] == "X=12 \\\n    Y=3"
     assert cmds[4][1].startswith("cat > readme_25.py <<") and \
-        cmds[4][1].endswith("MPLBACKEND=Agg /usr/bin/python3 readme_25.py")
+        cmds[4][1].endswith("env MPLBACKEND=Agg $HYPROF_README_PY_ENV /usr/bin/python3 readme_25.py")
     assert [b[3] for b in blocks(SAMPLE_MD)] == [None, "needs the QGIS GUI", None, None, None,
                                                  None]
 
