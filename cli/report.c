@@ -76,7 +76,7 @@ void cli_assess_text(FILE *f, const cli_report_t *r)
     }
 }
 
-static void json_number(FILE *f, double v)
+void cli_json_number(FILE *f, double v)
 {
     if (isnan(v))
         fputs("null", f);
@@ -121,9 +121,9 @@ static void json_classes(FILE *f, const cli_report_t *r)
                 fputs(",\"classmap_value\":null", f);
         }
         fputs(",\"producer\":", f);
-        json_number(f, a->producer[k]);
+        cli_json_number(f, a->producer[k]);
         fputs(",\"user\":", f);
-        json_number(f, a->user[k]);
+        cli_json_number(f, a->user[k]);
         fputc('}', f);
     }
     fputc(']', f);
@@ -142,11 +142,11 @@ void cli_assess_json(FILE *f, const cli_report_t *r)
         cli_json_string(f, r->ref_field);
     }
     fprintf(f, ",\"pixels\":%llu,\"oa\":", (unsigned long long)a->total);
-    json_number(f, a->oa);
+    cli_json_number(f, a->oa);
     fputs(",\"aa\":", f);
-    json_number(f, a->aa);
+    cli_json_number(f, a->aa);
     fputs(",\"kappa\":", f);
-    json_number(f, a->kappa);
+    cli_json_number(f, a->kappa);
     json_match(f, r->match);
     json_classes(f, r);
     fputs(",\"confusion\":[", f);

@@ -17,6 +17,8 @@ typedef struct {
     const char *ref_field; /* the class field of a vector reference, else NULL */
 } cli_report_t;
 
+/* v as a JSON number (%.17g), null for NaN. */
+void cli_json_number(FILE *f, double v);
 /* `s` as HTML text: <, >, & and " escaped. */
 void cli_html_text(FILE *f, const char *s);
 void cli_assess_text(FILE *f, const cli_report_t *r);

@@ -46,28 +46,6 @@ static void free_recipes(char **list, size_t n)
     free(list);
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", (unsigned char)*s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-static void json_number(FILE *f, double v)
-{
-    if (isnan(v))
-        fputs("null", f);
-    else
-        fprintf(f, "%.17g", v);
-}
-
 static const char *folds_text(void)
 {
     return "spatially disjoint: groups of 8-connected training pixels of one class never "
@@ -78,20 +56,20 @@ static const char *folds_text(void)
 static void write_json(FILE *f, const hyprof_search_report_t *r)
 {
     fprintf(f, "{\n  \"folds\": %d,\n  \"fold_method\": ", r->folds);
-    json_string(f, folds_text());
+    cli_json_string(f, folds_text());
     fprintf(f, ",\n  \"training_pixels\": %zu,\n  \"groups\": %zu,\n  \"largest_group\": %zu,\n"
                "  \"best\": ", r->pixels, r->groups, r->largest_group);
-    json_string(f, r->recipe[r->best]);
+    cli_json_string(f, r->recipe[r->best]);
     fputs(",\n  \"candidates\": [\n", f);
     for (size_t i = 0; i < r->n; i++) {
         fputs("    {\"recipe\": ", f);
-        json_string(f, r->recipe[i]);
+        cli_json_string(f, r->recipe[i]);
         fprintf(f, ", \"bands\": %zu, \"accuracy\": ", r->bands[i]);
-        json_number(f, r->accuracy[i]);
+        cli_json_number(f, r->accuracy[i]);
         fputs(", \"c\": ", f);
-        json_number(f, r->c[i]);
+        cli_json_number(f, r->c[i]);
         fputs(", \"gamma\": ", f);
-        json_number(f, r->gamma[i]);
+        cli_json_number(f, r->gamma[i]);
         fprintf(f, ", \"folds_run\": %d, \"stopped_early\": %s, \"skipped\": %s, "
                    "\"seconds\": %.3f}%s\n", r->folds_run[i],
                 r->folds_run[i] > 0 && r->folds_run[i] < r->folds ? "true" : "false",
