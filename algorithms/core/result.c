@@ -61,6 +61,17 @@ static char *vformat(const char *fmt, va_list ap)
     return s;
 }
 
+/* *slot becomes the formatted text (its old text freed). */
+static hyprof_status_t set_text(char **slot, const char *fmt, va_list ap)
+{
+    char *s = vformat(fmt, ap);
+    if (!s)
+        return HYPROF_ERR_NOMEM;
+    free(*slot);
+    *slot = s;
+    return HYPROF_OK;
+}
+
 hyprof_status_t hyprof_result_set_band_name(hyprof_result_t *res, size_t band,
                                             const char *fmt, ...)
 {
@@ -68,13 +79,9 @@ hyprof_status_t hyprof_result_set_band_name(hyprof_result_t *res, size_t band,
         return HYPROF_ERR_ARGUMENT;
     va_list ap;
     va_start(ap, fmt);
-    char *s = vformat(fmt, ap);
+    hyprof_status_t st = set_text(&res->band_names[band], fmt, ap);
     va_end(ap);
-    if (!s)
-        return HYPROF_ERR_NOMEM;
-    free(res->band_names[band]);
-    res->band_names[band] = s;
-    return HYPROF_OK;
+    return st;
 }
 
 hyprof_status_t hyprof_result_add_meta(hyprof_result_t *res, const char *key, const char *fmt,
@@ -108,11 +115,7 @@ hyprof_status_t hyprof__name(char **names, size_t i, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *s = vformat(fmt, ap);
+    hyprof_status_t st = set_text(&names[i], fmt, ap);
     va_end(ap);
-    if (!s)
-        return HYPROF_ERR_NOMEM;
-    free(names[i]);
-    names[i] = s;
-    return HYPROF_OK;
+    return st;
 }
