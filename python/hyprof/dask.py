@@ -417,6 +417,16 @@ def _check(op, params):
     _hp._lib.hyprof_args_free(_hp._ops.C.byref(args))
 
 
+def _setup(client, cube, nodata, backend, device, threads):
+    """The Client, the cube as a DataArray, and the arguments every task takes."""
+    c = _get_client(client)
+    d = _as_dataarray(cube)
+    if nodata is None:
+        nodata = _hx._nodata(d)
+    return c, d, {"nodata": nodata, "backend": backend, "device": device, "threads": threads,
+                  "host_threads": _host_threads(c)}
+
+
 def run(op, cube, client=None, row_block=None, nodata=None, backend="auto", device=None,
         threads=None, **params):
     """Runs registry operation `op` on the cluster (see the module's help)."""
@@ -427,12 +437,7 @@ def run(op, cube, client=None, row_block=None, nodata=None, backend="auto", devi
     if params.get("endmembers_json") is not None:
         raise ValueError("hyprof.dask.unmix: endmembers_json is not written on a cluster; "
                          "endmembers_csv is (the set unmix's model= reads)")
-    c = _get_client(client)
-    d = _as_dataarray(cube)
-    if nodata is None:
-        nodata = _hx._nodata(d)
-    common = {"nodata": nodata, "backend": backend, "device": device, "threads": threads,
-              "host_threads": _host_threads(c)}
+    c, d, common = _setup(client, cube, nodata, backend, device, threads)
     o = _hp.OPERATIONS[op]
     pca = op == "pca" or (op in SPATIAL and params.get("reduction", o.by_name["reduction"].default)
                           == "pca")
@@ -524,12 +529,7 @@ def classify(features, model, client=None, row_block=None, nodata=None, backend=
         with open(model, "rb") as f:
             data = f.read()
         model = _hp.load_model(model)
-    c = _get_client(client)
-    d = _as_dataarray(features)
-    if nodata is None:
-        nodata = _hx._nodata(d)
-    common = {"nodata": nodata, "backend": backend, "device": device, "threads": threads,
-              "host_threads": _host_threads(c)}
+    c, d, common = _setup(client, features, nodata, backend, device, threads)
     x = _row_blocks(c, d.data, row_block)
     key = hashlib.sha1(data).hexdigest()
     # a key of its own: a content-hashed one may be released by an earlier
