@@ -177,9 +177,11 @@ def test_signal_at_start_up_cancels(tmp_path):
     t0 = version_time()
     for k, factor in enumerate((1.5, 2.0, 2.5, 3.0)):
         out = tmp_path / ("out%d.tif" % k)
-        p = subprocess.Popen([exe_path(), "eadp", "--progress", "none", str(INDIAN_PINES),
-                              str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+        # 1,000 FED cycles a step keep the operation running for seconds (the
+        # default finishes in well under a second, before the last signal).
+        p = subprocess.Popen([exe_path(), "eadp", "--progress", "none", "--cycles", "1000",
+                              str(INDIAN_PINES), str(out)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         time.sleep(t0 * factor)
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=120)
