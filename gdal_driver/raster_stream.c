@@ -79,9 +79,25 @@ static void *writer(void *user)
     }
 }
 
+static void join_writer(hyprof_stream_t *s);
+
+/* A failed operation revokes its bands: the writer drops the queue and is
+ * joined before the operation frees the data. */
+static void revoke_bands(hyprof_stream_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->head = s->tail;
+    pthread_mutex_unlock(&s->mu);
+    join_writer(s);
+}
+
 void hyprof_stream_band(void *user, size_t band, const float *data)
 {
     hyprof_stream_t *s = user;
+    if (band == HYPROF_BANDS_REVOKED) {
+        revoke_bands(s);
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     if (band < s->bands && s->tail < s->bands) {
         s->queue[s->tail] = band;

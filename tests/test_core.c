@@ -511,6 +511,8 @@ typedef struct {
     size_t npix, nbands;
     int *count;
     float *seen;
+    hyprof_ctx_t *cancel;  /* cancelled at the first announcement (NULL: never) */
+    int revoked, after_revoke;
 } bands_seen_t;
 
 static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -519,7 +521,13 @@ static void record_band(void *user, size_t band, const float *data)
 {
     bands_seen_t *r = user;
     pthread_mutex_lock(&record_lock); /* W-MCD announces from several threads */
-    if (band < r->nbands) {
+    if (band == HYPROF_BANDS_REVOKED) {
+        r->revoked++;
+    } else if (r->revoked) {
+        r->after_revoke++;
+    } else if (band < r->nbands) {
+        if (r->cancel)
+            hyprof_ctx_cancel(r->cancel);
         r->count[band]++;
         memcpy(r->seen + band * r->npix, data, r->npix * sizeof *data);
     }
@@ -543,7 +551,7 @@ static void test_band_done(void)
         size_t out_bands = 0;
         CHECK(op->bands(ctx, a, nb, &out_bands) == HYPROF_OK && out_bands, "%s bands", ops[k]);
         bands_seen_t r = {npix, out_bands, calloc(out_bands, sizeof(int)),
-                          calloc(out_bands * npix, sizeof(float))};
+                          calloc(out_bands * npix, sizeof(float)), NULL, 0, 0};
         hyprof_ctx_set_band_done(ctx, record_band, &r);
         hyprof_result_t res;
         hyprof_result_init(&res);
@@ -554,6 +562,18 @@ static void test_band_done(void)
                                             (const float *)res.cube.data + b * npix,
                                             npix * sizeof(float)) == 0,
                   "%s band %zu: announced %d times, or changed after", ops[k], b, r.count[b]);
+        CHECK(r.revoked == 0, "%s: bands revoked by a run that succeeded", ops[k]);
+        hyprof_result_free(&res);
+        /* Cancelled at its first band: a run that stops revokes its bands
+         * (the caller may still be writing them) before it returns, and
+         * announces none after. (EMP announces its bands after its last
+         * progress point, so it completes.) */
+        r.cancel = ctx;
+        st = hyprof_op_run(ctx, op, a, &c, &res);
+        CHECK(st == (strcmp(ops[k], "emp") ? HYPROF_ERR_CANCELLED : HYPROF_OK) &&
+                  (r.revoked >= 1) == (st != HYPROF_OK) && r.after_revoke == 0,
+              "%s cancelled: status %d, revoked %d times, %d bands after", ops[k], st, r.revoked,
+              r.after_revoke);
         hyprof_result_free(&res);
         free(r.count);
         free(r.seen);

@@ -93,6 +93,12 @@ void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data)
         ctx->band_done(ctx->band_user, band, data);
 }
 
+void hyprof__bands_revoke(hyprof_ctx_t *ctx)
+{
+    if (ctx->band_done)
+        ctx->band_done(ctx->band_user, HYPROF_BANDS_REVOKED, NULL);
+}
+
 void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user)
 {
     ctx->log = fn;

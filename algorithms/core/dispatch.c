@@ -35,10 +35,15 @@ int hyprof__cuda_is_pinned(const void *p)
 }
 #endif
 
+/* The CPU paths announce bands as they finish them: a failure revokes them
+ * before the operation frees its output. */
 static hyprof_status_t run_cpu(hyprof_ctx_t *ctx, hyprof__impl_fn cpu, void *args)
 {
     ctx->used = HYPROF_BACKEND_CPU;
-    return cpu(ctx, args);
+    hyprof_status_t st = cpu(ctx, args);
+    if (st != HYPROF_OK)
+        hyprof__bands_revoke(ctx);
+    return st;
 }
 
 /* Why auto runs on the CPU where a CUDA path exists (only CUDA builds have

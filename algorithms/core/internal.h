@@ -57,6 +57,9 @@ void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
  * (see hyprof_ctx_set_band_done); only for the cube the operation returns,
  * never for an intermediate one. */
 void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data);
+/* Tells the caller that the announced bands are about to be freed (a failed
+ * operation); returns once the caller no longer reads them. */
+void hyprof__bands_revoke(hyprof_ctx_t *ctx);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 

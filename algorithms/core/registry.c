@@ -598,7 +598,9 @@ hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
     hyprof_status_t st = op->run(ctx, args, in, out);
     if (st == HYPROF_OK)
         st = name_result(ctx, op, args, in, out);
-    if (st != HYPROF_OK)
+    if (st != HYPROF_OK) {
+        hyprof__bands_revoke(ctx);
         hyprof_result_free(out);
+    }
     return st;
 }

@@ -98,7 +98,12 @@ void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user);
  * at most, possibly from several computing threads at once (the callback
  * must be thread-safe), in no fixed band order. Operations that finish all
  * bands together (the GPU paths) need not call it: every band is final when
- * the operation returns. */
+ * the operation returns.
+ * An operation that fails calls fn(user, HYPROF_BANDS_REVOKED, NULL) before
+ * it frees what it announced (possibly more than once, and also when it
+ * announced nothing): the callback returns only when nothing reads an
+ * announced band's data any more. */
+#define HYPROF_BANDS_REVOKED ((size_t)-1)
 typedef void (*hyprof_band_fn)(void *user, size_t band, const float *data);
 void hyprof_ctx_set_band_done(hyprof_ctx_t *ctx, hyprof_band_fn fn, void *user);
 /* Asks the running operation to stop at its next progress point.
