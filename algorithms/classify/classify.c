@@ -125,50 +125,143 @@ static void classify_pixel(const hyprof__classify_args_t *a, const void *lm, siz
 #endif
 }
 
-hyprof_status_t hyprof__cpu_classify(hyprof_ctx_t *ctx, void *args)
+/* Pixels per gemm tile of the SVM path. */
+#define TILE 256
+
+/* Per thread: the tile's pixels, flags and gemm work space (SVM path). */
+typedef struct {
+    size_t *px;
+    uint8_t *flag;
+    double *work;
+    size_t rechecked;
+} tile_t;
+
+static int tile_alloc(tile_t *t, const hyprof_classifier_t *m, int gemms)
 {
-    hyprof__classify_args_t *a = args;
+    memset(t, 0, sizeof *t);
+    if (!gemms)
+        return 1;
+    t->px = malloc(TILE * sizeof *t->px);
+    t->flag = malloc(TILE);
+    t->work = malloc(hyprof__svm_tile_doubles(m, TILE) * sizeof *t->work);
+    return t->px && t->flag && t->work;
+}
+
+static void tile_free(tile_t *t)
+{
+    free(t->px), free(t->flag), free(t->work);
+}
+
+/* The SVM's tile by gemms, then its flagged pixels by the exact formula. */
+static void run_tile(const hyprof__classify_args_t *a, const hyprof__svm_prep_t *prep,
+                     const void *lm, tile_t *t, size_t n, scratch_t *s)
+{
+    hyprof__svm_tile(prep, a, t->px, n, t->work, s->votes, t->flag);
+    for (size_t i = 0; i < n; i++)
+        if (t->flag[i]) {
+            classify_pixel(a, lm, t->px[i], s);
+            t->rechecked++;
+        }
+}
+
+/* Rows y0..y1-1: every valid pixel, by tiles of gemms (prep) or one by one. */
+static void classify_rows(const hyprof__classify_args_t *a, const hyprof__svm_prep_t *prep,
+                          const void *lm, size_t y0, size_t y1, tile_t *t, scratch_t *s)
+{
     const hyprof_cube_t *in = a->in;
-    size_t W = in->width, H = in->height;
-    void *lm = NULL;
-#ifdef HYPROF_HAVE_LIBSVM
-    if (a->model->kind == HYPROF_CLASSIFIER_SVM &&
-        !(lm = hyprof__libsvm_view(&a->model->svm, a->model->bands)))
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-#endif
-    int failed = 0, stop = 0;
-    size_t rows_done = 0;
-#pragma omp parallel num_threads(hyprof__threads(ctx))
+    size_t W = in->width, n = 0;
+    for (size_t p = y0 * W; p < y1 * W; p++) {
+        if (!hyprof_cube_valid(in, p % W, p / W))
+            continue;
+        if (!prep) {
+            classify_pixel(a, lm, p, s);
+            continue;
+        }
+        t->px[n++] = p;
+        if (n == TILE) {
+            run_tile(a, prep, lm, t, n, s);
+            n = 0;
+        }
+    }
+    if (n)
+        run_tile(a, prep, lm, t, n, s);
+}
+
+typedef struct {
+    const hyprof__classify_args_t *a;
+    const hyprof__svm_prep_t *prep; /* NULL: pixel by pixel */
+    const void *lm;
+    size_t rechecked;
+    int failed, stop;
+} cpu_run_t;
+
+static void cpu_rows(hyprof_ctx_t *ctx, cpu_run_t *r)
+{
+    const size_t H = r->a->in->height;
+    size_t rows_done = 0, rechecked = 0;
+#pragma omp parallel num_threads(hyprof__threads(ctx)) reduction(+ : rechecked)
     {
         scratch_t s;
-        if (!scratch_alloc(&s, a->model)) {
+        tile_t t;
+        int ok = scratch_alloc(&s, r->a->model);
+        ok = tile_alloc(&t, r->a->model, r->prep != NULL) && ok;
+        if (!ok) {
 #pragma omp atomic write
-            failed = 1;
+            r->failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
         for (size_t y0 = 0; y0 < H; y0 += ROWS_PER_STEP) {
-            if (failed || stop)
+            if (r->failed || r->stop)
                 continue;
             size_t y1 = y0 + ROWS_PER_STEP < H ? y0 + ROWS_PER_STEP : H;
-            for (size_t p = y0 * W; p < y1 * W; p++)
-                if (hyprof_cube_valid(in, p % W, p / W))
-                    classify_pixel(a, lm, p, &s);
+            classify_rows(r->a, r->prep, r->lm, y0, y1, &t, &s);
             size_t done;
 #pragma omp atomic capture
             done = rows_done += y1 - y0;
             if (hyprof__progress_omp(ctx, (double)done / (double)H, OP)) {
 #pragma omp atomic write
-                stop = 1;
+                r->stop = 1;
             }
         }
+        rechecked += t.rechecked;
+        tile_free(&t);
         scratch_free(&s);
     }
-#ifdef HYPROF_HAVE_LIBSVM
-    hyprof__libsvm_view_free(lm);
-#endif
-    if (failed)
+    r->rechecked = rechecked;
+}
+
+hyprof_status_t hyprof__cpu_classify(hyprof_ctx_t *ctx, void *args)
+{
+    hyprof__classify_args_t *a = args;
+    const hyprof_classifier_t *m = a->model;
+    cpu_run_t r = {a, NULL, NULL, 0, 0, 0};
+    hyprof__svm_prep_t prep;
+    int gemms = m->kind == HYPROF_CLASSIFIER_SVM && m->svm.nr_class >= 2 && m->svm.nsv > 0;
+    if (gemms && !hyprof__svm_prep(m, &prep))
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
-    return stop ? hyprof__progress(ctx, 1.0, OP) : HYPROF_OK;
+    r.prep = gemms ? &prep : NULL;
+#ifdef HYPROF_HAVE_LIBSVM
+    if (m->kind == HYPROF_CLASSIFIER_SVM && !(r.lm = hyprof__libsvm_view(&m->svm, m->bands))) {
+        if (gemms)
+            hyprof__svm_prep_free(&prep);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    }
+#endif
+    /* Each OpenMP thread calls BLAS: BLAS itself on one thread. */
+    int blas = hyprof__blas_threads_set(1);
+    cpu_rows(ctx, &r);
+    hyprof__blas_threads_restore(blas);
+#ifdef HYPROF_HAVE_LIBSVM
+    hyprof__libsvm_view_free((void *)r.lm);
+#endif
+    if (gemms) {
+        hyprof__svm_prep_free(&prep);
+        hyprof__log(ctx, HYPROF_LOG_DEBUG, "classify: %zu pixel(s) within rounding of a tie "
+                    "computed again with LIBSVM's exact formula", r.rechecked);
+    }
+    if (r.failed)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    return r.stop ? hyprof__progress(ctx, 1.0, OP) : HYPROF_OK;
 }
 
 /* One pixel by the exact host formula: LIBSVM's (reimplemented) or the ELM's. */

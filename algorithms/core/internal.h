@@ -60,6 +60,10 @@ void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data);
 /* Tells the caller that the announced bands are about to be freed (a failed
  * operation); returns once the caller no longer reads them. */
 void hyprof__bands_revoke(hyprof_ctx_t *ctx);
+/* OpenBLAS's thread count set to `threads` (blas.c); returns the count
+ * before, for hyprof__blas_threads_restore. No-ops with another CBLAS. */
+int hyprof__blas_threads_set(int threads);
+void hyprof__blas_threads_restore(int before);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 

@@ -13,11 +13,9 @@
 
 #define OP "pca"
 
-/* OpenBLAS runs its own thread pool: give it the context's thread count for
- * the covariance, and restore the caller's setting after. Weak, so any other
- * CBLAS works too (then its own settings apply). */
-extern void openblas_set_num_threads(int) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
+/* OpenBLAS runs its own thread pool: the covariance gets the context's
+ * thread count (hyprof__blas_threads_set), the caller's setting comes back
+ * after. */
 /* Pixels per BLAS call: big enough for dsyrk/dgemm to run at full speed,
  * small enough that the double copy stays a few MB. */
 #define CPU_CHUNK 16384
@@ -78,9 +76,7 @@ hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
         goto done;
     }
     masked_means(a, threads);
-    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(threads);
+    int blas_threads = hyprof__blas_threads_set(threads);
     for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
         size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
         centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf);
@@ -98,13 +94,11 @@ hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
          * and OpenBLAS's threaded level-2 steps sum partial results in an
          * order that depends on the thread count; on one thread the model is
          * the same on every machine. */
-        if (openblas_set_num_threads)
-            openblas_set_num_threads(1);
+        hyprof__blas_threads_set(1);
         info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, cov, (lapack_int)B,
                               a->eigenvalues);
     }
-    if (openblas_set_num_threads && blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
+    hyprof__blas_threads_restore(blas_threads);
     if (st != HYPROF_OK)
         goto done;
     if (info != 0) {

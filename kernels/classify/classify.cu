@@ -15,11 +15,8 @@
  * The host then recomputes the flagged pixels with LIBSVM's exact formula
  * (hyprof_classify, in parallel), so the labels are LIBSVM's.
  *
- * The bound: |x|^2 + |sv|^2 - 2 x.sv loses at most about (bands + 2) u (|x|^2 +
- * |sv|^2) to cancellation (u = 2^-52), which moves each kernel value by at
- * most gamma times that; the second gemm and exp add about (nsv + 4) u
- * relative to sum |a k|. A decision value is trusted when it is further from 0
- * than 8 times the sum of these over its pair's |coefficients|. */
+ * The trust bound and the pair matrix come from hyprof__svm_prep
+ * (algorithms/classify/svm_blocks.c, which runs the same method on the CPU). */
 #include "../core/cuda_util.h"
 
 #include "classify/classify_impl.h"
@@ -113,29 +110,6 @@ __global__ void vote_kernel(const double *__restrict__ D, size_t m, int nc,
             out[(size_t)(2 + model_index[i]) * m + p] = (float)votes[i] / (float)(nc - 1);
 }
 
-/* The pair coefficient matrix A (nsv x pairs, column-major) and the sum of
- * |coefficients| of each pair, from LIBSVM's layout. */
-void pair_matrix(const hyprof__svm_t *s, std::vector<double> &A, std::vector<double> &sumabs)
-{
-    const size_t nc = s->nr_class, nsv = s->nsv, npairs = nc * (nc - 1) / 2;
-    std::vector<size_t> start(nc, 0);
-    for (size_t i = 1; i < nc; ++i)
-        start[i] = start[i - 1] + (size_t)s->nsv_class[i - 1];
-    A.assign(nsv * npairs, 0.0);
-    sumabs.assign(npairs, 0.0);
-    size_t q = 0;
-    for (size_t i = 0; i < nc; ++i)
-        for (size_t j = i + 1; j < nc; ++j, ++q) {
-            const double *coef1 = s->coef + (j - 1) * nsv, *coef2 = s->coef + i * nsv;
-            for (size_t k = start[i]; k < start[i] + (size_t)s->nsv_class[i]; ++k)
-                A[q * nsv + k] = coef1[k];
-            for (size_t k = start[j]; k < start[j] + (size_t)s->nsv_class[j]; ++k)
-                A[q * nsv + k] = coef2[k];
-            for (size_t k = 0; k < nsv; ++k)
-                sumabs[q] += fabs(A[q * nsv + k]);
-        }
-}
-
 template <typename T>
 hyprof_status_t upload(hyprof_ctx_t *ctx, const char *op, DeviceBuffer<T> &d, const T *h, size_t n)
 {
@@ -144,11 +118,11 @@ hyprof_status_t upload(hyprof_ctx_t *ctx, const char *op, DeviceBuffer<T> &d, co
     return HYPROF_OK;
 }
 
-/* The model on the device. */
+/* The model on the device, prepared as for the CPU's tiles (svm_blocks.c). */
 struct DeviceModel {
     DeviceBuffer<double> sv, svn, A, rho, sumabs, lo, range;
     DeviceBuffer<int> label, model_index;
-    double svn_max = 0.0;
+    double tol_a = 0.0, tol_b = 0.0;
 };
 
 hyprof_status_t upload_model(hyprof_ctx_t *ctx, const char *op, const hyprof_classifier_t *m,
@@ -156,30 +130,26 @@ hyprof_status_t upload_model(hyprof_ctx_t *ctx, const char *op, const hyprof_cla
 {
     const hyprof__svm_t *s = &m->svm;
     const size_t B = m->bands, nsv = s->nsv, nc = s->nr_class;
-    std::vector<double> svn(nsv), A, sumabs, range(B);
-    for (size_t i = 0; i < nsv; ++i) {
-        double t = 0.0;
-        for (size_t b = 0; b < B; ++b)
-            t += s->sv[i * B + b] * s->sv[i * B + b];
-        svn[i] = t;
-        d.svn_max = t > d.svn_max ? t : d.svn_max;
-    }
-    pair_matrix(s, A, sumabs);
+    hyprof__svm_prep_t prep;
+    if (!hyprof__svm_prep(m, &prep))
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+    std::vector<double> range(B);
     for (size_t b = 0; b < B; ++b)
         range[b] = m->max[b] - m->min[b];
-    std::vector<int> model_index(nc);
-    for (size_t i = 0; i < nc; ++i)
-        model_index[i] = hyprof__class_index(m, s->label[i]);
-    HYPROF_TRY(upload(ctx, op, d.sv, s->sv, nsv * B));
-    HYPROF_TRY(upload(ctx, op, d.svn, svn.data(), nsv));
-    HYPROF_TRY(upload(ctx, op, d.A, A.data(), A.size()));
-    HYPROF_TRY(upload(ctx, op, d.rho, s->rho, sumabs.size()));
-    HYPROF_TRY(upload(ctx, op, d.sumabs, sumabs.data(), sumabs.size()));
-    HYPROF_TRY(upload(ctx, op, d.lo, m->min, B));
-    HYPROF_TRY(upload(ctx, op, d.range, range.data(), B));
-    HYPROF_TRY(upload(ctx, op, d.label, s->label, nc));
-    HYPROF_TRY(upload(ctx, op, d.model_index, model_index.data(), nc));
-    return HYPROF_OK;
+    d.tol_a = prep.tol_a;
+    d.tol_b = prep.tol_b;
+    hyprof_status_t st = HYPROF_OK;
+    if ((st = upload(ctx, op, d.sv, s->sv, nsv * B)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.svn, prep.svn, nsv)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.A, prep.A, nsv * prep.npairs)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.rho, s->rho, prep.npairs)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.sumabs, prep.sumabs, prep.npairs)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.lo, m->min, B)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.range, range.data(), B)) == HYPROF_OK &&
+        (st = upload(ctx, op, d.label, s->label, nc)) == HYPROF_OK)
+        st = upload(ctx, op, d.model_index, prep.model_index, nc);
+    hyprof__svm_prep_free(&prep);
+    return st;
 }
 
 /* Per slot: scaled chunk, norms, kernel matrix, decision values. */
@@ -270,8 +240,7 @@ static hyprof_status_t classify_svm(hyprof_ctx_t *ctx, hyprof__classify_args_t *
                 "classify: CUDA RBF SVM, %zu pixels x %zu bands, %zu support vectors, %zu "
                 "classes, %zu chunk(s) of %zu pixels", N, B, nsv, nc, nch, chunk);
 
-    const double tol_a = 8.0 * kUlp * s->gamma * (double)(B + 2);
-    const double tol_b = tol_a * dm.svn_max + 8.0 * kUlp * (double)(nsv + 4);
+    const double tol_a = dm.tol_a, tol_b = dm.tol_b;
     const double one = 1.0, zero = 0.0;
     for (size_t i = 0; i < nch; ++i) {
         const int k = (int)(i & 1);
