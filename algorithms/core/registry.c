@@ -317,6 +317,17 @@ static const hyprof_param_t unmix_params[] = {
     {"extract", HYPROF_PARAM_CHOICE, "nfindr", NOLIMIT, "nfindr|vca|atgp",
      "Endmember extraction: N-FINDR (largest simplex volume, started from ATGP), VCA "
      "(vertex component analysis, fixed seed) or ATGP (orthogonal projections).", 0},
+    {"refine", HYPROF_PARAM_CHOICE, "none", NOLIMIT, "none|mean",
+     "After extraction: none keeps each endmember as the pixel found (the papers' "
+     "method); mean replaces it by the mean spectrum of the valid pixels closest to "
+     "that pixel in spectral angle (--refine-share), which averages out the noise of "
+     "the single extreme pixel (dark, low-SNR materials gain most). The pixel "
+     "positions recorded stay those of the pixels found.", 0},
+    {"refine-share", HYPROF_PARAM_FLOAT, "0.1", 1e-6, 1, NULL,
+     "With --refine mean, each endmember averages round(share * valid pixels / p) "
+     "pixels (at least 1): the share of an endmember's equal part of the scene. "
+     "Larger shares cancel more noise but take in mixed pixels when pure ones are rare.",
+     0},
     {"abundances", HYPROF_PARAM_CHOICE, "fcls", NOLIMIT, "fcls|nnls|ucls",
      "Abundance estimation per pixel: fully constrained (non-negative, sum to one), "
      "non-negative or unconstrained least squares.", 0},
