@@ -319,15 +319,15 @@ static const hyprof_param_t unmix_params[] = {
      "(vertex component analysis, fixed seed) or ATGP (orthogonal projections).", 0},
     {"refine", HYPROF_PARAM_CHOICE, "none", NOLIMIT, "none|mean",
      "After extraction: none keeps each endmember as the pixel found (the papers' "
-     "method); mean replaces it by the mean spectrum of the valid pixels closest to "
-     "that pixel in spectral angle (--refine-share), which averages out the noise of "
-     "the single extreme pixel (dark, low-SNR materials gain most). The pixel "
-     "positions recorded stay those of the pixels found.", 0},
-    {"refine-share", HYPROF_PARAM_FLOAT, "0.1", 1e-6, 1, NULL,
-     "With --refine mean, each endmember averages round(share * valid pixels / p) "
-     "pixels (at least 1): the share of an endmember's equal part of the scene. "
-     "Larger shares cancel more noise but take in mixed pixels when pure ones are rare.",
-     0},
+     "method); mean replaces it by the mean spectrum of the valid pixels pure in it "
+     "(--refine-purity), which averages out the noise and variability of the single "
+     "extreme pixel (dark, low-SNR materials gain most). The pixel positions recorded "
+     "stay those of the pixels found.", 0},
+    {"refine-purity", HYPROF_PARAM_FLOAT, "0.9", 0.5, 1, NULL,
+     "With --refine mean, a pixel is pure in an endmember when at least this share of "
+     "its signal comes from it (non-negative least squares on the extracted spectra, "
+     "each abundance weighted by its spectrum's norm); lower values average more "
+     "pixels, and more mixed ones.", 0},
     {"abundances", HYPROF_PARAM_CHOICE, "fcls", NOLIMIT, "fcls|nnls|ucls",
      "Abundance estimation per pixel: fully constrained (non-negative, sum to one), "
      "non-negative or unconstrained least squares.", 0},

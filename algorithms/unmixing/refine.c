@@ -1,116 +1,115 @@
 /* Endmember refinement (`unmix --refine mean`): each extracted endmember
- * pixel is replaced by the mean spectrum of the k valid pixels closest to it
- * in spectral angle (itself included), k = round(share * nvalid / p), at
- * least 1 and at most nvalid.
+ * pixel is replaced by the mean spectrum of the valid pixels that are pure
+ * in it, the pixel itself always included.
  *
  * Why: extraction picks single extreme pixels, and the extremes of a noisy
- * simplex are the pixels the noise pushed furthest out; a dark material
- * (water) is the worst, its pixels having the lowest signal-to-noise ratio.
- * Averaging the spectrally nearest pixels keeps the endmember's direction
- * and cancels most of the noise; the angle, unlike the Euclidean distance,
- * does not prefer pixels of one brightness (illumination varies within a
- * material), so the mean keeps the material's typical brightness. The mean
- * is taken once, from the extracted pixel: iterating it lets the sets drift
- * across the simplex.
+ * simplex are the pixels that noise (or a material's own variability) pushed
+ * furthest out; a dark material (water) is the worst, its pixels having the
+ * lowest signal-to-noise ratio. The mean of a material's pure pixels cancels
+ * most of that and keeps the material's typical spectrum and brightness.
  *
- * Deterministic and host-side, after the extraction, so both backends give
- * the same spectra: cosines in double over bands in increasing order, the k
- * largest chosen with ties to the lower pixel index, their spectra added in
- * double in increasing pixel order. */
+ * Purity: the non-negative least-squares abundances a_j of every pixel on
+ * the extracted spectra e_j (no sum-to-one: illumination scales a pixel);
+ * the share of the pixel's signal that comes from e_i,
+ *   purity_i = a_i |e_i| / sum_j a_j |e_j|,
+ * is independent of the pixel's brightness; a pixel is pure in e_i when
+ * purity_i >= tau (--refine-purity; tau > 0.5 makes the sets disjoint). The
+ * count adapts to the scene: a material with large pure regions averages
+ * many pixels, a rare or only-mixed one keeps few (at least its own pixel).
+ *
+ * Host-side and deterministic, after the extraction: the abundances come
+ * from the CPU solver (fcls.c) whatever the backend, the purities in double,
+ * the spectra are added in double in increasing pixel order, so both
+ * backends give the same endmembers. */
 #include "unmixing_impl.h"
+#include "lsq.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    double cos;
-    size_t px;
-} ranked_t;
-
-/* Larger cosine first; ties to the lower pixel. */
-static int by_cosine(const void *a, const void *b)
+/* NNLS abundances of every pixel on em's spectra into ab (npix * (p+1)). */
+static hyprof_status_t nnls_all(hyprof_ctx_t *ctx, const char *op, const float *x,
+                                const uint8_t *mask, size_t npix, size_t bands,
+                                const hyprof_endmembers_t *em, float *ab)
 {
-    const ranked_t *u = a, *v = b;
-    if (u->cos != v->cos)
-        return u->cos > v->cos ? -1 : 1;
-    return u->px < v->px ? -1 : u->px > v->px;
+    size_t p = em->count;
+    double *G = malloc(p * p * sizeof *G);
+    if (!G)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory (endmember refinement)");
+    for (size_t i = 0; i < p; i++)
+        for (size_t j = 0; j < p; j++) {
+            double s = 0.0;
+            for (size_t b = 0; b < bands; b++)
+                s += em->spectra[i * bands + b] * em->spectra[j * bands + b];
+            G[i * p + j] = s;
+        }
+    hyprof_abund_args_t a = {x, mask, npix, bands, p, em->spectra, G, HYPROF__LSQ_NNLS,
+                             0.0f, ab};
+    hyprof_status_t st = hyprof__cpu_abundances(ctx, &a);
+    free(G);
+    return st;
 }
 
-static int by_pixel(const void *a, const void *b)
-{
-    const ranked_t *u = a, *v = b;
-    return u->px < v->px ? -1 : u->px > v->px;
-}
-
-/* Euclidean norm of every pixel (0 for masked ones). */
-static void pixel_norms(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, size_t npix,
-                        size_t bands, double *norm)
-{
-    #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
-    for (size_t q = 0; q < npix; q++) {
-        double s = 0.0;
-        size_t nb = !mask || mask[q] ? bands : 0;
-        for (size_t b = 0; b < nb; b++)
-            s += (double)x[b * npix + q] * (double)x[b * npix + q];
-        norm[q] = sqrt(s);
-    }
-}
-
-/* The valid pixels ranked by their cosine with pixel c, best first, into r
- * (nvalid entries); a pixel of zero norm has cosine -2 (ranked last). */
-static void rank_pixels(hyprof_ctx_t *ctx, const float *x, const uint8_t *mask, size_t npix,
-                        size_t bands, const double *norm, size_t c, ranked_t *r, size_t nvalid)
+/* The pixels pure in endmember e (increasing order) into sel; their count. */
+static size_t pure_pixels(const float *ab, const uint8_t *mask, size_t npix, size_t p,
+                          const double *enorm, size_t e, size_t self, double tau, size_t *sel)
 {
     size_t n = 0;
-    for (size_t q = 0; q < npix; q++)
-        if (!mask || mask[q])
-            r[n++].px = q;
-    #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
-    for (size_t i = 0; i < nvalid; i++) {
-        size_t q = r[i].px;
-        double d = 0.0;
-        for (size_t b = 0; b < bands; b++)
-            d += (double)x[b * npix + q] * (double)x[b * npix + c];
-        r[i].cos = norm[q] > 0.0 && norm[c] > 0.0 ? d / (norm[q] * norm[c]) : -2.0;
+    for (size_t q = 0; q < npix; q++) {
+        if (mask && !mask[q])
+            continue;
+        double tot = 0.0;
+        for (size_t j = 0; j < p; j++)
+            tot += (double)ab[j * npix + q] * enorm[j];
+        double mine = (double)ab[e * npix + q] * enorm[e];
+        if (q == self || (tot > 0.0 && mine >= tau * tot))
+            sel[n++] = q;
     }
-    qsort(r, nvalid, sizeof *r, by_cosine);
+    return n;
 }
 
 hyprof_status_t hyprof__refine_mean(hyprof_ctx_t *ctx, const char *op, const float *x,
                                     const uint8_t *mask, size_t npix, size_t bands,
-                                    const size_t *chosen, double share, hyprof_endmembers_t *em,
-                                    size_t *k_out)
+                                    const size_t *chosen, double tau, hyprof_endmembers_t *em,
+                                    size_t *count)
 {
-    size_t p = em->count, nvalid = 0;
-    for (size_t q = 0; q < npix; q++)
-        nvalid += !mask || mask[q];
-    double want = floor(share * (double)nvalid / (double)p + 0.5);
-    size_t k = want < 1.0 ? 1 : want > (double)nvalid ? nvalid : (size_t)want;
-    double *norm = malloc((npix ? npix : 1) * sizeof *norm);
-    ranked_t *r = malloc((nvalid ? nvalid : 1) * sizeof *r);
-    if (!norm || !r) {
-        free(norm);
-        free(r);
-        return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory (endmember refinement)");
-    }
-    pixel_norms(ctx, x, mask, npix, bands, norm);
+    size_t p = em->count;
+    float *ab = malloc((npix ? npix : 1) * (p + 1) * sizeof *ab);
+    size_t *sel = malloc((npix ? npix : 1) * sizeof *sel);
+    double *enorm = malloc(p * sizeof *enorm);
     hyprof_status_t st = HYPROF_OK;
-    for (size_t e = 0; e < p && st == HYPROF_OK; e++) {
-        rank_pixels(ctx, x, mask, npix, bands, norm, chosen[e], r, nvalid);
-        qsort(r, k, sizeof *r, by_pixel);
-        double *s = em->spectra + e * bands;
+    if (!ab || !sel || !enorm)
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory (endmember refinement)");
+    double saved[2];
+    hyprof__progress_push(ctx, 0.0, 0.9, saved);
+    if (st == HYPROF_OK)
+        st = nnls_all(ctx, op, x, mask, npix, bands, em, ab);
+    hyprof__progress_pop(ctx, saved);
+    for (size_t j = 0; st == HYPROF_OK && j < p; j++) {
+        double s = 0.0;
+        for (size_t b = 0; b < bands; b++)
+            s += em->spectra[j * bands + b] * em->spectra[j * bands + b];
+        enorm[j] = sqrt(s);
+    }
+    /* The purities come from ab and enorm, both computed from the extracted
+     * spectra, so replacing spectrum e does not change the later selections. */
+    for (size_t e = 0; st == HYPROF_OK && e < p; e++) {
+        size_t n = pure_pixels(ab, mask, npix, p, enorm, e, chosen[e], tau, sel);
+        double *out = em->spectra + e * bands;
         #pragma omp parallel for num_threads(hyprof__threads(ctx)) schedule(static)
         for (size_t b = 0; b < bands; b++) {
             double acc = 0.0;
-            for (size_t i = 0; i < k; i++)
-                acc += (double)x[b * npix + r[i].px];
-            s[b] = acc / (double)k;
+            for (size_t i = 0; i < n; i++)
+                acc += (double)x[b * npix + sel[i]];
+            out[b] = acc / (double)n;
         }
-        st = hyprof__progress(ctx, (double)(e + 1) / (double)p, "refine");
+        count[e] = n;
     }
-    free(norm);
-    free(r);
-    *k_out = k;
+    if (st == HYPROF_OK)
+        st = hyprof__progress(ctx, 1.0, "refine");
+    free(ab);
+    free(sel);
+    free(enorm);
     return st;
 }

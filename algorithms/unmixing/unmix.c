@@ -104,10 +104,10 @@ static void set_wavelengths(const hyprof_args_t *args, hyprof_endmembers_t *em)
 }
 
 /* The extracted set; with --refine mean each spectrum is then the mean of
- * its spectrally nearest pixels (refine.c), *nrefine of them. */
+ * the pixels pure in it (refine.c), nrefine[k] of them. */
 static hyprof_status_t extract_set(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    const hyprof_cube_t *x, hyprof_endmembers_t **em,
-                                   size_t *ncand, size_t *nrefine, double *seconds)
+                                   size_t *ncand, size_t **nrefine, double *seconds)
 {
     size_t p = 0, n = 0, *idx = NULL, *chosen = NULL;
     const char *how = hyprof_args_str(args, "extract");
@@ -141,9 +141,11 @@ static hyprof_status_t extract_set(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         (*em)->pixel_y[k] = (long)(chosen[k] / x->width);
     }
     hyprof__progress_push(ctx, 0.55, 0.6, saved);
+    if (st == HYPROF_OK && refine && !(*nrefine = calloc(p, sizeof **nrefine)))
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
     if (st == HYPROF_OK && refine)
         st = hyprof__refine_mean(ctx, OP, x->data, x->mask, npix, x->bands, chosen,
-                                 hyprof_args_float(args, "refine-share"), *em, nrefine);
+                                 hyprof_args_float(args, "refine-purity"), *em, *nrefine);
     hyprof__progress_pop(ctx, saved);
     seconds[5] = hyprof__now() - t2;
     if (st == HYPROF_OK)
@@ -167,7 +169,7 @@ static hyprof_status_t load_set(hyprof_ctx_t *ctx, const char *path, const hypro
 }
 
 static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t *em,
-                                size_t ncand, size_t nrefine, const double *sec,
+                                size_t ncand, const size_t *nrefine, const double *sec,
                                 const char *devsec)
 {
     size_t p = em->count;
@@ -185,8 +187,12 @@ static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t 
     if (st == HYPROF_OK && ncand)
         st = hyprof_result_add_meta(out, "UNMIX_CANDIDATES", "%zu", ncand);
     /* --refine mean: how many pixels each endmember spectrum averages. */
+    len = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; nrefine && k < p && len + 24 < sizeof buf; k++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%zu", k ? "," : "", nrefine[k]);
     if (st == HYPROF_OK && nrefine)
-        st = hyprof_result_add_meta(out, "UNMIX_REFINE_PIXELS", "%zu", nrefine);
+        st = hyprof_result_add_meta(out, "UNMIX_REFINE_PIXELS", "%s", buf);
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(out, "UNMIX_SECONDS",
                                     "count=%.4f homogeneity=%.4f purity=%.4f kmeans=%.4f "
@@ -226,7 +232,7 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_endmembers_t *em = NULL;
     hyprof_abundance_method_t method = HYPROF_ABUNDANCE_FCLS;
     double sec[7] = {0};
-    size_t ncand = 0, nrefine = 0;
+    size_t ncand = 0, *nrefine = NULL;
     size_t nwl = 0;
     if (hyprof_args_list(args, "wavelengths", &nwl) && nwl != in->bands)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
@@ -255,6 +261,7 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     if (st == HYPROF_OK)
         st = save_set(ctx, args, em);
     hyprof_endmembers_free(&em);
+    free(nrefine);
     hyprof__unmix_release();
     hyprof_cube_free(&tmp);
     return st;
