@@ -121,6 +121,26 @@ def test_synthetic_scene_bounded_cost(tmp_path):
     assert r1 < 0.025, got
 
 
+def has_device():
+    return "device 0" in run_ok("--version").stdout
+
+
+@pytest.mark.parametrize("sspp", [[], ["--sspp"]])
+def test_cpu_and_cuda_identical(tmp_path, sspp):
+    """The refinement runs on the host after the extraction: with the same
+    extracted pixels both backends give the same endmembers, bit for bit."""
+    if not has_device():
+        pytest.skip("no CUDA device here")
+    outs = {}
+    for backend in ("cpu", "cuda"):
+        out = tmp_path / (backend + ".tif")
+        run_ok("unmix", "--backend", backend, "--progress", "none", "--endmembers", "3",
+               "--refine", "mean", *sspp, SAMSON, out)
+        outs[backend] = (out.with_suffix(".csv").read_text(),
+                         gdal.Open(str(out)).GetMetadataItem("HYPROF_UNMIX_REFINE_PIXELS"))
+    assert outs["cpu"] == outs["cuda"]
+
+
 @pytest.mark.parametrize("args", [["--refine", "median"], ["--refine-purity", "0.4"],
                                   ["--refine-purity", "1.5"], ["--refine-purity", "x"]])
 def test_bad_refine_values(tmp_path, args):
