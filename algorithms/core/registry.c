@@ -317,6 +317,17 @@ static const hyprof_param_t unmix_params[] = {
     {"extract", HYPROF_PARAM_CHOICE, "nfindr", NOLIMIT, "nfindr|vca|atgp",
      "Endmember extraction: N-FINDR (largest simplex volume, started from ATGP), VCA "
      "(vertex component analysis, fixed seed) or ATGP (orthogonal projections).", 0},
+    {"refine", HYPROF_PARAM_CHOICE, "none", NOLIMIT, "none|mean",
+     "After extraction: none keeps each endmember as the pixel found (the papers' "
+     "method); mean replaces it by the mean spectrum of the valid pixels pure in it "
+     "(--refine-purity), which averages out the noise and variability of the single "
+     "extreme pixel (dark, low-SNR materials gain most). The pixel positions recorded "
+     "stay those of the pixels found.", 0},
+    {"refine-purity", HYPROF_PARAM_FLOAT, "0.9", 0.5, 1, NULL,
+     "With --refine mean, a pixel is pure in an endmember when at least this share of "
+     "its signal comes from it (non-negative least squares on the extracted spectra, "
+     "each abundance weighted by its spectrum's norm); lower values average more "
+     "pixels, and more mixed ones.", 0},
     {"abundances", HYPROF_PARAM_CHOICE, "fcls", NOLIMIT, "fcls|nnls|ucls",
      "Abundance estimation per pixel: fully constrained (non-negative, sum to one), "
      "non-negative or unconstrained least squares.", 0},

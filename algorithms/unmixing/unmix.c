@@ -103,9 +103,11 @@ static void set_wavelengths(const hyprof_args_t *args, hyprof_endmembers_t *em)
         em->wavelength_units = strdup(units);
 }
 
+/* The extracted set; with --refine mean each spectrum is then the mean of
+ * the pixels pure in it (refine.c), nrefine[k] of them. */
 static hyprof_status_t extract_set(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    const hyprof_cube_t *x, hyprof_endmembers_t **em,
-                                   size_t *ncand, double *seconds)
+                                   size_t *ncand, size_t **nrefine, double *seconds)
 {
     size_t p = 0, n = 0, *idx = NULL, *chosen = NULL;
     const char *how = hyprof_args_str(args, "extract");
@@ -121,13 +123,13 @@ static hyprof_status_t extract_set(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     double t2 = hyprof__now();
     if (st == HYPROF_OK && !(chosen = malloc(p * sizeof *chosen)))
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    int refine = strcmp(hyprof_args_str(args, "refine"), "mean") == 0;
     double saved[2];
-    hyprof__progress_push(ctx, 0.4, 0.6, saved);
+    hyprof__progress_push(ctx, 0.4, refine ? 0.55 : 0.6, saved);
     if (st == HYPROF_OK)
         st = hyprof__extract(ctx, OP, x->data, x->width * x->height, x->bands, idx, n, p, method,
                              chosen);
     hyprof__progress_pop(ctx, saved);
-    seconds[5] = hyprof__now() - t2;
     *ncand = n;
     if (st == HYPROF_OK && hyprof_endmembers_new(x->bands, p, em) != HYPROF_OK)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
@@ -138,6 +140,14 @@ static hyprof_status_t extract_set(hyprof_ctx_t *ctx, const hyprof_args_t *args,
         (*em)->pixel_x[k] = (long)(chosen[k] % x->width);
         (*em)->pixel_y[k] = (long)(chosen[k] / x->width);
     }
+    hyprof__progress_push(ctx, 0.55, 0.6, saved);
+    if (st == HYPROF_OK && refine && !(*nrefine = calloc(p, sizeof **nrefine)))
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    if (st == HYPROF_OK && refine)
+        st = hyprof__refine_mean(ctx, OP, x->data, x->mask, npix, x->bands, chosen,
+                                 hyprof_args_float(args, "refine-purity"), *em, *nrefine);
+    hyprof__progress_pop(ctx, saved);
+    seconds[5] = hyprof__now() - t2;
     if (st == HYPROF_OK)
         set_wavelengths(args, *em);
     free(idx);
@@ -159,7 +169,8 @@ static hyprof_status_t load_set(hyprof_ctx_t *ctx, const char *path, const hypro
 }
 
 static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t *em,
-                                size_t ncand, const double *sec, const char *devsec)
+                                size_t ncand, const size_t *nrefine, const double *sec,
+                                const char *devsec)
 {
     size_t p = em->count;
     /* The endmembers' pixels are data: UNMIX_ENDMEMBER_PIXELS, not the band
@@ -175,6 +186,13 @@ static hyprof_status_t describe(hyprof_result_t *out, const hyprof_endmembers_t 
         st = hyprof_result_add_meta(out, "UNMIX_ENDMEMBER_PIXELS", "%s", buf);
     if (st == HYPROF_OK && ncand)
         st = hyprof_result_add_meta(out, "UNMIX_CANDIDATES", "%zu", ncand);
+    /* --refine mean: how many pixels each endmember spectrum averages. */
+    len = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; nrefine && k < p && len + 24 < sizeof buf; k++)
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%zu", k ? "," : "", nrefine[k]);
+    if (st == HYPROF_OK && nrefine)
+        st = hyprof_result_add_meta(out, "UNMIX_REFINE_PIXELS", "%s", buf);
     if (st == HYPROF_OK)
         st = hyprof_result_add_meta(out, "UNMIX_SECONDS",
                                     "count=%.4f homogeneity=%.4f purity=%.4f kmeans=%.4f "
@@ -214,7 +232,7 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof_endmembers_t *em = NULL;
     hyprof_abundance_method_t method = HYPROF_ABUNDANCE_FCLS;
     double sec[7] = {0};
-    size_t ncand = 0;
+    size_t ncand = 0, *nrefine = NULL;
     size_t nwl = 0;
     if (hyprof_args_list(args, "wavelengths", &nwl) && nwl != in->bands)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
@@ -226,7 +244,8 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof__unmix_hold(x->data, x->mask, x->width * x->height, x->bands);
     hyprof_abundance_method_parse(hyprof_args_str(args, "abundances"), &method);
     const char *model = hyprof_args_str(args, "model");
-    st = model ? load_set(ctx, model, x, &em) : extract_set(ctx, args, x, &em, &ncand, sec);
+    st = model ? load_set(ctx, model, x, &em)
+               : extract_set(ctx, args, x, &em, &ncand, &nrefine, sec);
     double t0 = hyprof__now(), saved[2];
     hyprof__progress_push(ctx, model ? 0.0 : 0.6, 1.0, saved);
     if (st == HYPROF_OK)
@@ -237,11 +256,12 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     hyprof__unmix_device_seconds(devsec, sizeof devsec);
     if (st == HYPROF_OK && (st = hyprof__result_adopt(out, in)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "out of memory");
-    if (st == HYPROF_OK && (st = describe(out, em, ncand, sec, devsec)) != HYPROF_OK)
+    if (st == HYPROF_OK && (st = describe(out, em, ncand, nrefine, sec, devsec)) != HYPROF_OK)
         hyprof__error(ctx, st, OP, "cannot describe the output");
     if (st == HYPROF_OK)
         st = save_set(ctx, args, em);
     hyprof_endmembers_free(&em);
+    free(nrefine);
     hyprof__unmix_release();
     hyprof_cube_free(&tmp);
     return st;

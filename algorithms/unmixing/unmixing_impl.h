@@ -154,6 +154,16 @@ hyprof_status_t hyprof__extract(hyprof_ctx_t *ctx, const char *op, const float *
                                 size_t bands, const size_t *idx, size_t n, size_t p,
                                 hyprof__extract_t method, size_t *chosen);
 
+/* Endmember refinement (refine.c, `--refine mean`): endmember e of em (the
+ * spectra of the pixels chosen[e]) becomes the mean spectrum of the valid
+ * pixels whose share of signal from it, by non-negative least squares on the
+ * extracted spectra, is at least tau, chosen[e] always included; count[e]
+ * gets their number. Host-side, deterministic: the same for both backends. */
+hyprof_status_t hyprof__refine_mean(hyprof_ctx_t *ctx, const char *op, const float *x,
+                                    const uint8_t *mask, size_t npix, size_t bands,
+                                    const size_t *chosen, double tau, hyprof_endmembers_t *em,
+                                    size_t *count);
+
 /* The last hyprof__extract's step times in this thread: gather, ATGP (N-FINDR's
  * start; all of VCA with vca), N-FINDR's PCA, N-FINDR's sweeps (0 if not run). */
 void hyprof__extract_seconds(double sec[4]);
