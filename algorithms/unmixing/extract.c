@@ -288,12 +288,9 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
 /* Candidate sets up to this size get their PCA here, on the CPU. */
 #define SMALL_PCA 65536
 
-/* OpenBLAS's thread count (weak: absent with another BLAS), pinned to one
- * around the covariance so that the result does not depend on it and no BLAS
- * threads are left spinning against the OpenMP regions that follow. */
-extern void openblas_set_num_threads(int) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
-
+/* OpenBLAS runs on one thread around the covariance (hyprof__blas_threads_set),
+ * so that the result does not depend on it and no BLAS threads are left
+ * spinning against the OpenMP regions that follow. */
 /* Z (n x p): [1, first p-1 principal components] of the candidates. A few
  * thousand of them (SSPP's): their own PCA here, about twice as fast as the
  * library's fit and apply (mean and covariance in double, the covariance by
@@ -323,9 +320,7 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
         for (size_t i = 0; i < n; i++) /* centred, pixel-major */
             for (size_t b = 0; b < B; b++)
                 Xp[i * B + b] = (double)D[i * B + b] - mean[b];
-        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-        if (openblas_set_num_threads)
-            openblas_set_num_threads(1);
+        int blas_threads = hyprof__blas_threads_set(1);
         /* Xp is B x n column-major (a candidate a column): cov = Xp Xp' (lower). */
         cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, (int)B, (int)n, 1.0, Xp, (int)B,
                     0.0, cov, (int)B);
@@ -334,8 +329,7 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
                                 0.0, &m, w, V, (lapack_int)B, supp) != 0)
             st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                                "the candidates' eigensolver (dsyevr) failed");
-        if (openblas_set_num_threads && blas_threads > 0)
-            openblas_set_num_threads(blas_threads);
+        hyprof__blas_threads_restore(blas_threads);
         if (st == HYPROF_OK && (size_t)m != q)
             st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                                "the candidates' eigensolver found %d of %zu components", (int)m, q);
@@ -357,13 +351,10 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
                 v[b] = -v[b];
     }
     if (st == HYPROF_OK) { /* P (q x n) = V' Xp, on one BLAS thread */
-        int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-        if (openblas_set_num_threads)
-            openblas_set_num_threads(1);
+        int blas_threads = hyprof__blas_threads_set(1);
         cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, (int)q, (int)n, (int)B, 1.0, V,
                     (int)B, Xp, (int)B, 0.0, X, (int)q);
-        if (openblas_set_num_threads && blas_threads > 0)
-            openblas_set_num_threads(blas_threads);
+        hyprof__blas_threads_restore(blas_threads);
         for (size_t i = 0; i < n; i++) {
             Z[i * p] = 1.0;
             for (size_t k = 0; k < q; k++)

@@ -10,10 +10,7 @@
 #define OP "kmeans"
 
 /* OpenBLAS's own thread pool is set to one thread around the assignment,
- * whose OpenMP threads each call dgemm (as in pca.c; weak, so any other CBLAS
- * works too). */
-extern void openblas_set_num_threads(int) __attribute__((weak));
-extern int openblas_get_num_threads(void) __attribute__((weak));
+ * whose OpenMP threads each call dgemm (hyprof__blas_threads_set). */
 /* Centres the pre-pass handles (its bounds live on the stack). */
 #define HYPROF_KMEANS_PREPASS_MAXK 256
 
@@ -207,9 +204,7 @@ static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact, doub
             cc[c] = s;
             cc[k + c] = sqrt(s);
         }
-    int blas_threads = openblas_get_num_threads ? openblas_get_num_threads() : 0;
-    if (openblas_set_num_threads)
-        openblas_set_num_threads(1);
+    int blas_threads = hyprof__blas_threads_set(1);
     #pragma omp parallel num_threads(threads) reduction(+ : changed)
     {
         prepass_t w = {malloc(PTILE * B * sizeof(double)), malloc(PTILE * k * sizeof(double)),
@@ -232,8 +227,7 @@ static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact, doub
         free(w.dot);
         free(w.xx);
     }
-    if (openblas_set_num_threads && blas_threads > 0)
-        openblas_set_num_threads(blas_threads);
+    hyprof__blas_threads_restore(blas_threads);
     free(cc);
     return changed;
 }
