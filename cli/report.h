@@ -1,4 +1,5 @@
-/* Accuracy reports of `assess`: text, JSON and a self-contained HTML page. */
+/* Accuracy reports of `assess`: text and JSON; the HTML page (rendered by
+ * hyprof_assess_html) written to its file. */
 #ifndef HYPROF_CLI_REPORT_H
 #define HYPROF_CLI_REPORT_H
 

@@ -1,7 +1,7 @@
-/* Pairing the classes of a class map with those of a reference (`assess --match`,
- * hyprof.assess(match=...)). A model trained from a text field numbers its classes in sorted
- * name order, a reference numbers them its own way: equal numbers are then
- * different classes. By name, each reference class pairs with the class-map
+/* Pairing the classes of a class map with those of a reference (`assess
+ * --match`, hyprof.assess(match=...)). A model trained from a text field
+ * numbers its classes in sorted name order, a reference numbers them its own
+ * way: equal numbers are then different classes. By name, each reference class pairs with the class-map
  * class of the same name (ASCII case and whitespace ignored); the class map
  * is renumbered into the reference's values before scoring, and what has no
  * partner is listed. By number, values pair as they are and names that
@@ -31,7 +31,8 @@ static int same_name(const char *a, const char *b)
     }
 }
 
-const char *hyprof_class_name(const hyprof_class_legend_t *l, int v)
+/* The class name of value v, NULL when it has none (see hyprof_match_classes). */
+static const char *class_name(const hyprof_class_legend_t *l, int v)
 {
     if (v < 1 || (size_t)v >= l->n || !l->names || !l->names[v])
         return NULL;
@@ -98,12 +99,12 @@ static int names_of(const hyprof_class_legend_t *l, const uint8_t *present, char
 {
     int named = 0;
     for (size_t v = 1; v < l->n && v < 65536; v++) {
-        const char *a = (!present || present[v]) ? hyprof_class_name(l, (int)v) : NULL;
+        const char *a = (!present || present[v]) ? class_name(l, (int)v) : NULL;
         if (!a)
             continue;
         named = 1;
         for (size_t w = v + 1; !*dup && w < l->n && w < 65536; w++) {
-            const char *b = (!present || present[w]) ? hyprof_class_name(l, (int)w) : NULL;
+            const char *b = (!present || present[w]) ? class_name(l, (int)w) : NULL;
             if (b && same_name(a, b))
                 snprintf(dup, n, "'%s' names classes %zu and %zu", a, v, w);
         }
@@ -124,10 +125,10 @@ static int pair_by_name(const hyprof_class_legend_t *ml, const uint8_t *pm, cons
         return -1;
     }
     for (int r = 1; r < 65536; r++) {
-        const char *rn = pr[r] ? hyprof_class_name(rl, r) : NULL;
+        const char *rn = pr[r] ? class_name(rl, r) : NULL;
         int hit = 0;
         for (size_t v = 1; rn && !hit && v < ml->n && v < 65536; v++) {
-            const char *mn = hyprof_class_name(ml, (int)v);
+            const char *mn = class_name(ml, (int)v);
             if (mn && same_name(mn, rn)) {
                 hit = (int)v;
                 m->map_to_ref[v] = (uint16_t)r;
@@ -139,7 +140,7 @@ static int pair_by_name(const hyprof_class_legend_t *ml, const uint8_t *pm, cons
     }
     for (int v = 1; v < 65536; v++)
         if (pm[v] && !m->map_to_ref[v])
-            list_add(&l[hyprof_class_name(ml, v) ? 3 : 2], v, hyprof_class_name(ml, v), NULL);
+            list_add(&l[class_name(ml, v) ? 3 : 2], v, class_name(ml, v), NULL);
     int bad = add_note(m, "reference classes without a name (no class of the class map pairs "
                        "with them)", &l[0]) ||
               add_note(m, "reference classes without a class of that name in the class map "
@@ -160,7 +161,7 @@ static int compare_names(const hyprof_class_legend_t *ml, const hyprof_class_leg
     if (!l)
         return -1;
     for (int v = 1; v < 65536; v++) {
-        const char *mn = pr[v] ? hyprof_class_name(ml, v) : NULL, *rn = hyprof_class_name(rl, v);
+        const char *mn = pr[v] ? class_name(ml, v) : NULL, *rn = class_name(rl, v);
         if (mn && rn && !same_name(mn, rn))
             list_add(l, v, rn, mn);
     }

@@ -157,8 +157,6 @@ hyprof_status_t hyprof_match_classes(hyprof_ctx_t *ctx, hyprof_match_mode_t mode
                                      const uint8_t *present_ref, const char *ref_label,
                                      hyprof_class_match_t *m);
 void hyprof_class_match_free(hyprof_class_match_t *m);
-/* The class name of value v in a legend as matching reads it, NULL when none. */
-const char *hyprof_class_name(const hyprof_class_legend_t *l, int v);
 
 /* An assessment with its classes paired: the scores (over the reference's
  * values; by name, the class map renumbered into them), the pairing, the
