@@ -36,7 +36,7 @@ int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *w
  * CLASS_<v> metadata and `meta` (NULL-terminated KEY=VALUE list). Its classes
  * are the values 1..max that the map holds or the legend names (max: the
  * largest of them); each keeps the legend's colour, or takes
- * hyprof_palette_rgba's (hyprof/classify.h) when the legend gives none (alpha 0). The colour
+ * hyprof_palette_rgba's when the legend gives none (alpha 0). The colour
  * table (entries 0..max: 0 and values that are not classes transparent), the
  * category names and a raster attribute table (Value, Class name, Red, Green,
  * Blue, Alpha; one row per class) go to GDAL's sidecar tmp.aux.xml, written

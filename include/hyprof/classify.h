@@ -175,7 +175,8 @@ typedef struct {
  * classes paired per `mode` (hyprof_match_classes; labels name the two sides
  * in messages, may be NULL). Legends may be NULL (no names, no colours).
  * HYPROF_ERR_INPUT when the reference has no labelled pixel (out->labelled
- * is then 0), HYPROF_ERR_ARGUMENT when names cannot pair as asked. */
+ * is then 0), HYPROF_ERR_ARGUMENT when names cannot pair as asked. The
+ * pairs' names point into the two legends: keep them while *out is used. */
 hyprof_status_t hyprof_assess_classes(hyprof_ctx_t *ctx, const hyprof_cube_t *map,
                                       const hyprof_cube_t *reference,
                                       const hyprof_class_legend_t *map_legend,
