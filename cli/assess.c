@@ -1,57 +1,25 @@
 /* hyprof assess: a class map scored against a reference raster or reference
- * points and polygons, its classes paired by name or number (match.c). */
+ * points and polygons, its classes paired by name or number and
+ * scored by the library (hyprof_assess_classes), which also renders the HTML
+ * report; this file reads the inputs and writes the reports. */
 #include "cli.h"
 #include "classmap_io.h"
 #include "job.h"
-#include "match.h"
 #include "report.h"
 #include "vector_io.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- assess --------------------------------------------------------------------------------- */
-
-static uint16_t *class_values(const hyprof_cube_t *c)
-{
-    size_t npix = c->width * c->height;
-    uint16_t *v = calloc(npix, sizeof *v);
-    for (size_t p = 0; v && p < npix; p++) {
-        double x = hyprof_cube_valid(c, p % c->width, p / c->width)
-                       ? hyprof_cube_get(c, p % c->width, p / c->width, 0)
-                       : 0.0;
-        v[p] = x >= 1 && x <= 65535 && x == floor(x) ? (uint16_t)x : 0;
-    }
-    return v;
-}
-
-/* dst's names where it has them, else src's; src's colours where it has them. */
-static hyprof_status_t merge_legend(hyprof_legend_t *dst, const hyprof_legend_t *src)
-{
-    for (size_t v = 0; v < src->n; v++) {
-        int named = v < dst->n && dst->names[v];
-        const char *name = named ? NULL : src->names[v];
-        const uint8_t *rgba = src->rgba[4 * v + 3] ? src->rgba + 4 * v : NULL;
-        if ((name || rgba) && hyprof_legend_set(dst, v, name, rgba) != HYPROF_OK)
-            return HYPROF_ERR_NOMEM;
-    }
-    return HYPROF_OK;
-}
 
 /* The inputs and results of one assessment. */
 typedef struct {
     hyprof_raster_t map, ref;
     const char *ref_path, *ref_field;
-    float *burnt, *renumbered;    /* a vector reference rasterised; the class map renumbered */
+    float *burnt;                 /* a vector reference rasterised */
     hyprof_cube_t ref_cube;       /* the reference as scored */
-    uint16_t *map_values, *ref_values;
-    /* [v]: v predicted on a labelled reference pixel; [65536 + v]: v in the reference */
-    uint8_t *present;
-    hyprof_legend_t map_legend, ref_legend, legend, picture;
-    cli_match_t match;
-    hyprof_assessment_t a;
+    hyprof_legend_t map_legend, ref_legend;
+    hyprof_class_assessment_t r;  /* scores, pairing and the report's legends */
 } assess_t;
 
 static void assess_free(assess_t *s)
@@ -59,16 +27,9 @@ static void assess_free(assess_t *s)
     hyprof_raster_free(&s->map);
     hyprof_raster_free(&s->ref);
     free(s->burnt);
-    free(s->renumbered);
-    free(s->map_values);
-    free(s->ref_values);
-    free(s->present);
     hyprof_legend_free(&s->map_legend);
     hyprof_legend_free(&s->ref_legend);
-    hyprof_legend_free(&s->legend);
-    hyprof_legend_free(&s->picture);
-    cli_match_free(&s->match);
-    hyprof_assessment_free(&s->a);
+    hyprof_class_assessment_free(&s->r);
 }
 
 /* --reference RASTER or --reference-vector VECTOR --class-field FIELD [--layer]. */
@@ -126,89 +87,45 @@ static int read_reference(job_t *j, assess_t *s)
     return EXIT_OK;
 }
 
-/* Class values of both sides, which values occur, and how they pair. */
-static int match_classes(job_t *j, assess_t *s)
+static hyprof_class_legend_t legend_view(const hyprof_legend_t *l)
 {
-    size_t npix = s->map.cube.width * s->map.cube.height;
-    s->map_values = class_values(&s->map.cube);
-    s->ref_values = class_values(&s->ref_cube);
-    s->present = calloc(2 * 65536, 1);
-    if (!s->map_values || !s->ref_values || !s->present) {
-        cli_error(j->name, "out of memory");
-        return EXIT_RUNTIME;
-    }
-    size_t labelled = 0;
-    for (size_t p = 0; p < npix; p++) {
-        s->present[s->map_values[p]] |= s->ref_values[p] != 0;
-        s->present[65536 + s->ref_values[p]] = 1;
-        labelled += s->ref_values[p] != 0;
-    }
-    if (!labelled && s->burnt) {
-        cli_progress_done(&j->pg);
+    return (hyprof_class_legend_t){l->n, (const char *const *)l->names, l->rgba};
+}
+
+static hyprof_match_mode_t match_mode(const char *mode)
+{
+    return strcmp(mode, "names") == 0     ? HYPROF_MATCH_NAMES
+           : strcmp(mode, "numbers") == 0 ? HYPROF_MATCH_NUMBERS
+                                          : HYPROF_MATCH_AUTO;
+}
+
+/* Pairs the classes by name or number (--match) and scores the class map. */
+static int score(job_t *j, assess_t *s)
+{
+    hyprof_class_legend_t ml = legend_view(&s->map_legend), rl = legend_view(&s->ref_legend);
+    cli_progress_done(&j->pg);
+    hyprof_status_t st = hyprof_assess_classes(
+        j->ctx, &s->map.cube, &s->ref_cube, &ml, &rl,
+        match_mode(hyprof_args_str(j->cmd->args, "match")), j->cmd->files[0], s->ref_path, &s->r);
+    if (st != HYPROF_OK && !s->r.labelled && s->burnt) {
         cli_error(j->name, "no feature of '%s' covers a pixel centre of the class map '%s' "
                   "(compared in the class map's CRS)", s->ref_path, j->cmd->files[0]);
         return EXIT_USAGE;
     }
-    cli_progress_done(&j->pg);
-    return cli_match_classes(j->name, hyprof_args_str(j->cmd->args, "match"), j->cmd->files[0],
-                             &s->map_legend, s->present, s->ref_path, &s->ref_legend,
-                             s->present + 65536, &s->match);
-}
-
-/* The report's legend by reference value (by name: the class map's names and
- * colours of the pairs) and the thumbnail's by class-map value. */
-static hyprof_status_t report_legends(assess_t *s)
-{
-    const cli_match_t *m = &s->match;
-    if (!m->by_names) {
-        hyprof_status_t st = merge_legend(&s->legend, &s->ref_legend);
-        if (st == HYPROF_OK)
-            st = merge_legend(&s->legend, &s->map_legend);
-        if (st == HYPROF_OK)
-            st = merge_legend(&s->picture, &s->legend);
-        return st;
+    if (st == HYPROF_ERR_ARGUMENT) {
+        const char *m = hyprof_ctx_last_error(j->ctx);
+        size_t k = strlen(j->name);
+        if (strncmp(m, j->name, k) == 0 && m[k] == ':' && m[k + 1] == ' ')
+            m += k + 2;
+        cli_error(j->name, "--match names: %s", m);
+        return EXIT_USAGE;
     }
-    if (merge_legend(&s->legend, &s->ref_legend) != HYPROF_OK ||
-        merge_legend(&s->picture, &s->map_legend) != HYPROF_OK)
-        return HYPROF_ERR_NOMEM;
-    for (size_t i = 0; i < m->npairs; i++) {
-        size_t mv = (size_t)m->pairs[i].map, rv = (size_t)m->pairs[i].ref;
-        const uint8_t *mc = s->map_legend.rgba + 4 * mv;
-        const uint8_t *rc = rv < s->ref_legend.n && s->ref_legend.rgba[4 * rv + 3]
-                                ? s->ref_legend.rgba + 4 * rv : NULL;
-        if (hyprof_legend_set(&s->legend, rv, m->pairs[i].map_name, mc[3] ? mc : NULL) !=
-                HYPROF_OK ||
-            (!mc[3] && hyprof_legend_set(&s->picture, mv, NULL, rc) != HYPROF_OK))
-            return HYPROF_ERR_NOMEM;
-    }
-    return HYPROF_OK;
-}
-
-/* Scores the class map (renumbered into the reference's values by name). */
-static int score(job_t *j, assess_t *s)
-{
-    hyprof_cube_t map = s->map.cube;
-    if (s->match.by_names) {
-        size_t npix = map.width * map.height;
-        if (!(s->renumbered = malloc(npix * sizeof *s->renumbered))) {
-            cli_error(j->name, "out of memory");
-            return EXIT_RUNTIME;
-        }
-        for (size_t p = 0; p < npix; p++)
-            s->renumbered[p] = (float)s->match.map_to_ref[s->map_values[p]];
-        map = hyprof_cube_bsq(s->renumbered, HYPROF_FLOAT32, map.width, map.height, 1);
-    }
-    hyprof_status_t st = hyprof_assess(j->ctx, &map, &s->ref_cube, &s->a);
     if (st != HYPROF_OK)
         return lib_fail(j, st);
-    if (report_legends(s) != HYPROF_OK) {
-        cli_error(j->name, "out of memory");
-        return EXIT_RUNTIME;
-    }
-    if (s->match.fallback)
-        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->match.how);
-    for (size_t i = 0; i < s->match.nnotes; i++)
-        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->match.notes[i]);
+    if (s->r.match.fallback)
+        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->r.match.how);
+    for (size_t i = 0; i < s->r.match.nnotes; i++)
+        fprintf(stderr, "hyprof %s: warning: %s\n", j->name, s->r.match.notes[i]);
     return EXIT_OK;
 }
 
@@ -216,7 +133,7 @@ static int assess_report(job_t *j, assess_t *s)
 {
     const char *html = hyprof_args_str(j->cmd->args, "html");
     int json = hyprof_args_bool(j->cmd->args, "json");
-    cli_report_t r = {&s->a, &s->legend, &s->match, j->cmd->files[0], s->ref_path,
+    cli_report_t r = {&s->r.scores, &s->r.legend, &s->r.match, j->cmd->files[0], s->ref_path,
                       s->burnt ? s->ref_field : NULL};
     if (json)
         cli_assess_json(stdout, &r);
@@ -227,9 +144,14 @@ static int assess_report(job_t *j, assess_t *s)
     const char *tmp = job_output(j, html, 0);
     if (!tmp)
         return EXIT_RUNTIME;
-    hyprof_status_t st = cli_assess_html(html, tmp, &r, &s->picture, s->map_values,
-                                         s->map.cube.width, s->map.cube.height, j->err,
-                                         sizeof j->err);
+    char *page = NULL;
+    size_t len = 0;
+    hyprof_status_t st = hyprof_assess_html(j->ctx, &s->r, r.map_path, r.ref_path, r.ref_field,
+                                            &page, &len);
+    if (st != HYPROF_OK)
+        return lib_fail(j, st);
+    st = cli_write_text(html, tmp, page, len, j->err, sizeof j->err);
+    free(page);
     if (st != HYPROF_OK)
         return io_fail(j, st, 0);
     int rc = job_commit(j);
@@ -256,8 +178,7 @@ int run_assess(job_t *j)
         rc = io_fail(j, st, 1);
         goto done;
     }
-    if ((rc = read_reference(j, &s)) == EXIT_OK && (rc = match_classes(j, &s)) == EXIT_OK &&
-        (rc = score(j, &s)) == EXIT_OK)
+    if ((rc = read_reference(j, &s)) == EXIT_OK && (rc = score(j, &s)) == EXIT_OK)
         rc = assess_report(j, &s);
 done:
     assess_free(&s);

@@ -1,4 +1,4 @@
-/* Class maps through GDAL: legends, writing, vector samples, PNG pictures. */
+/* Class maps through GDAL: legends, writing, vector samples. */
 #include "classmap_io.h"
 
 #include <gdal.h>
@@ -631,80 +631,5 @@ hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer_n
         free(names[k]);
     free(names);
     GDALClose(ds);
-    return st;
-}
-
-/* ---- PNG pictures ------------------------------------------------------------------ */
-
-hyprof_status_t hyprof_rgb_png(const uint8_t *rgb, size_t width, size_t height,
-                               unsigned char **png, size_t *len, char *err, size_t n)
-{
-    *png = NULL;
-    *len = 0;
-    GDALDatasetH mem = GDALCreate(GDALGetDriverByName("MEM"), "", (int)width, (int)height, 3,
-                                  GDT_Byte, NULL);
-    GDALDriverH pngdrv = GDALGetDriverByName("PNG");
-    if (!mem || !pngdrv) {
-        if (mem)
-            GDALClose(mem);
-        return say(HYPROF_ERR_IO, err, n, "GDAL's MEM or PNG driver is missing");
-    }
-    if (GDALDatasetRasterIO(mem, GF_Write, 0, 0, (int)width, (int)height, (void *)rgb,
-                            (int)width, (int)height, GDT_Byte, 3, NULL, 0, 0, 0) != CE_None) {
-        GDALClose(mem);
-        return say(HYPROF_ERR_IO, err, n, "cannot fill a PNG: %s", gdal_reason());
-    }
-    char name[64];
-    snprintf(name, sizeof name, "/vsimem/hyprof-%ld-%p.png", (long)getpid(), (void *)rgb);
-    GDALDatasetH out = GDALCreateCopy(pngdrv, name, mem, FALSE, NULL, NULL, NULL);
-    GDALClose(mem);
-    if (!out)
-        return say(HYPROF_ERR_IO, err, n, "cannot encode a PNG: %s", gdal_reason());
-    GDALClose(out);
-    vsi_l_offset size = 0;
-    GByte *data = VSIGetMemFileBuffer(name, &size, TRUE);
-    if (!data)
-        return say(HYPROF_ERR_IO, err, n, "cannot encode a PNG");
-    *png = malloc((size_t)size);
-    if (*png) {
-        memcpy(*png, data, (size_t)size);
-        *len = (size_t)size;
-    }
-    CPLFree(data);
-    VSIUnlink(name);
-    char aux[80];
-    snprintf(aux, sizeof aux, "%s.aux.xml", name);
-    VSIUnlink(aux);
-    return *png ? HYPROF_OK : say(HYPROF_ERR_NOMEM, err, n, "out of memory");
-}
-
-hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t height,
-                                    const hyprof_legend_t *legend, size_t max_side,
-                                    unsigned char **png, size_t *len, char *err, size_t n)
-{
-    size_t side = width > height ? width : height;
-    /* Large maps shrink to max_side; small ones grow by a whole factor. */
-    double f = side > max_side ? (double)max_side / (double)side
-                               : floor((double)max_side / (double)side);
-    size_t w = (size_t)fmax(1.0, floor(width * f)), h = (size_t)fmax(1.0, floor(height * f));
-    uint8_t *rgb = malloc(3 * w * h);
-    if (!rgb)
-        return say(HYPROF_ERR_NOMEM, err, n, "out of memory");
-    for (size_t y = 0; y < h; y++)
-        for (size_t x = 0; x < w; x++) {
-            size_t sx = (size_t)((x + 0.5) / f), sy = (size_t)((y + 0.5) / f);
-            sx = sx < width ? sx : width - 1;
-            sy = sy < height ? sy : height - 1;
-            uint16_t v = values[sy * width + sx];
-            uint8_t c[4] = {255, 255, 255, 255};
-            if (v && v < legend->n && legend->rgba[4 * v + 3])
-                memcpy(c, legend->rgba + 4 * v, 3);
-            else if (v)
-                hyprof_palette_rgba(v, c);
-            for (int k = 0; k < 3; k++)
-                rgb[k * w * h + y * w + x] = c[k];
-        }
-    hyprof_status_t st = hyprof_rgb_png(rgb, w, h, png, len, err, n);
-    free(rgb);
     return st;
 }

@@ -1,6 +1,6 @@
 /* Class maps through GDAL: legends (colour table and category names) of
  * label rasters, class maps written with their legend, vector training
- * samples rasterised on a raster's grid, and PNG pictures of class maps. */
+ * samples rasterised on a raster's grid. */
 #ifndef HYPROF_CLASSMAP_IO_H
 #define HYPROF_CLASSMAP_IO_H
 
@@ -26,12 +26,6 @@ hyprof_status_t hyprof_legend_set(hyprof_legend_t *l, size_t v, const char *name
  * attribute table (Value, Name, Red, Green, Blue, Alpha usages) for the
  * values those leave without a name or colour. */
 hyprof_status_t hyprof_legend_read(const char *path, hyprof_legend_t *l, char *err, size_t n);
-
-/* The default colour of class v (palette.c, listed in docs/classmaps.md):
- * 24 colour-blind-safe colours in three shades, by class number alone;
- * transparent black for v = 0. */
-void hyprof_palette_rgba(size_t v, uint8_t rgba[4]);
-size_t hyprof_palette_size(void);
 
 /* True when the two rasters share size, geotransform and CRS; else the reason. */
 int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *why, size_t n);
@@ -63,16 +57,6 @@ hyprof_status_t hyprof_rasterize_samples(const char *vector, const char *layer,
                                          const char *field, const hyprof_raster_t *grid,
                                          float *labels, hyprof_legend_t *legend, char *err,
                                          size_t n);
-
-/* A PNG picture of a class map scaled to at most max_side pixels (nearest
- * neighbour; small maps enlarged by a whole factor), in the legend's colours;
- * *png is freed with free(). */
-hyprof_status_t hyprof_classmap_png(const uint16_t *values, size_t width, size_t height,
-                                    const hyprof_legend_t *legend, size_t max_side,
-                                    unsigned char **png, size_t *len, char *err, size_t n);
-/* A PNG of an RGB image (3 x width x height bytes, band-sequential). */
-hyprof_status_t hyprof_rgb_png(const uint8_t *rgb, size_t width, size_t height,
-                               unsigned char **png, size_t *len, char *err, size_t n);
 
 #ifdef __cplusplus
 }

@@ -111,6 +111,94 @@ hyprof_status_t hyprof_assess(hyprof_ctx_t *ctx, const hyprof_cube_t *map,
                               const hyprof_cube_t *reference, hyprof_assessment_t *out);
 void hyprof_assessment_free(hyprof_assessment_t *a);
 
+/* ---- class matching and the accuracy report ---------------------------------------- */
+
+/* The default colour of class v (assess_palette.c, listed in docs/classmaps.md):
+ * 24 colour-blind-safe colours in three shades, by class number alone;
+ * transparent black for v = 0. */
+void hyprof_palette_rgba(size_t v, uint8_t rgba[4]);
+size_t hyprof_palette_size(void);
+
+/* How the classes of a class map pair with those of a reference: by name
+ * when both sides name their classes (auto), by name or by number as asked. */
+typedef enum {
+    HYPROF_MATCH_AUTO = 0,
+    HYPROF_MATCH_NAMES,
+    HYPROF_MATCH_NUMBERS
+} hyprof_match_mode_t;
+
+typedef struct {
+    int map, ref;                    /* class values */
+    const char *map_name, *ref_name; /* into the legends given to hyprof_match_classes */
+} hyprof_class_pair_t;
+
+typedef struct {
+    int by_names;         /* 1: paired by name; 0: by number */
+    int fallback;         /* auto took numbers although one side names its classes */
+    char how[320];        /* one sentence: how the classes are paired and why */
+    char **notes;         /* one line each: classes without partner, names that disagree */
+    size_t nnotes;
+    hyprof_class_pair_t *pairs; /* by name: the pairs, by reference value */
+    size_t npairs;
+    uint16_t *map_to_ref; /* by name: 65536 entries, class-map value -> reference value or 0 */
+} hyprof_class_match_t;
+
+/* Pairs classes per `mode`. present_map[v] tells whether the class map gives
+ * value v to a labelled reference pixel, present_ref[v] whether the
+ * reference holds v (65536 entries each). A name that is empty, "N" or
+ * "class N" for its own value N counts as no name; names compare with ASCII
+ * case and whitespace ignored. HYPROF_ERR_ARGUMENT when names are asked for
+ * but missing or given twice on one side: the message names the side (and
+ * its label, e.g. a file name, when not NULL). */
+hyprof_status_t hyprof_match_classes(hyprof_ctx_t *ctx, hyprof_match_mode_t mode,
+                                     const hyprof_class_legend_t *map_legend,
+                                     const uint8_t *present_map, const char *map_label,
+                                     const hyprof_class_legend_t *ref_legend,
+                                     const uint8_t *present_ref, const char *ref_label,
+                                     hyprof_class_match_t *m);
+void hyprof_class_match_free(hyprof_class_match_t *m);
+
+/* An assessment with its classes paired: the scores (over the reference's
+ * values; by name, the class map renumbered into them), the pairing, the
+ * report's legend by reference value and the thumbnail's by class-map value. */
+typedef struct {
+    hyprof_assessment_t scores;
+    hyprof_class_match_t match;
+    hyprof_class_legend_t legend;  /* names and colours of the report, by reference value */
+    hyprof_class_legend_t picture; /* colours of the thumbnail, by class-map value */
+    uint16_t *map;                 /* the class map's values (0: none), width*height */
+    size_t width, height;
+    size_t labelled;               /* the reference's labelled pixels */
+} hyprof_class_assessment_t;
+
+/* Scores `map` against `reference` (same grid, band 0 of each) with their
+ * classes paired per `mode` (hyprof_match_classes; labels name the two sides
+ * in messages, may be NULL). Legends may be NULL (no names, no colours).
+ * HYPROF_ERR_INPUT when the reference has no labelled pixel (out->labelled
+ * is then 0), HYPROF_ERR_ARGUMENT when names cannot pair as asked. The
+ * pairs' names point into the two legends: keep them while *out is used. */
+hyprof_status_t hyprof_assess_classes(hyprof_ctx_t *ctx, const hyprof_cube_t *map,
+                                      const hyprof_cube_t *reference,
+                                      const hyprof_class_legend_t *map_legend,
+                                      const hyprof_class_legend_t *ref_legend,
+                                      hyprof_match_mode_t mode, const char *map_label,
+                                      const char *ref_label, hyprof_class_assessment_t *out);
+void hyprof_class_assessment_free(hyprof_class_assessment_t *r);
+
+/* The self-contained HTML report of an assessment (the page `hyprof assess
+ * --html` writes): figures, how classes were paired, per-class table, the
+ * confusion matrix as an inline SVG picture and the class map as an inline
+ * PNG thumbnail. map_label and ref_label name the inputs; ref_field, when not
+ * NULL, is the class field of a rasterised vector reference. *html (len
+ * bytes, NUL-terminated) is freed with free(). */
+hyprof_status_t hyprof_assess_html(hyprof_ctx_t *ctx, const hyprof_class_assessment_t *r,
+                                   const char *map_label, const char *ref_label,
+                                   const char *ref_field, char **html, size_t *len);
+/* A PNG (8-bit RGB, band-sequential input) encoded as libpng does by default
+ * (adaptive filters, zlib level 6); *png is freed with free(). */
+hyprof_status_t hyprof_png_encode_rgb(const uint8_t *rgb, size_t width, size_t height,
+                                     unsigned char **png, size_t *len);
+
 /* ---- train/test split ----------------------------------------------------------- */
 
 /* Per class value v (> 0) of `reference`: counts[v] training pixels when

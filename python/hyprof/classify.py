@@ -10,14 +10,18 @@ reads (--labels, --samples, --reference) are arrays here. The HTML report of
 `hyprof assess --html` is made by the command line, not the library: assess
 returns the numbers."""
 
+import contextlib
 import ctypes as C
 import math
+import os
 import re
+import tempfile
+import warnings
 
 import numpy as np
 
 from ._cube import CubeView, Result, _Owner, cube_array, cube_mask
-from ._errors import ArgumentError, InputError
+from ._errors import ArgumentError, FileError, InputError
 from ._lib import Assessment as CAssessment
 from ._lib import Cube, Legend, TrainParams, lib, text
 from ._ops import operations
@@ -253,13 +257,61 @@ def load_model(path):
     return Model.load(path)
 
 
+# hyprof_class_match_t, hyprof_class_assessment_t (include/hyprof/classify.h)
+class _Pair(C.Structure):
+    _fields_ = [("map", C.c_int), ("ref", C.c_int), ("map_name", C.c_char_p),
+                ("ref_name", C.c_char_p)]
+
+
+class _Match(C.Structure):
+    _fields_ = [("by_names", C.c_int), ("fallback", C.c_int), ("how", C.c_char * 320),
+                ("notes", C.POINTER(C.c_char_p)), ("nnotes", C.c_size_t),
+                ("pairs", C.POINTER(_Pair)), ("npairs", C.c_size_t),
+                ("map_to_ref", C.POINTER(C.c_uint16))]
+
+
+class _ClassAssessment(C.Structure):
+    _fields_ = [("scores", CAssessment), ("match", _Match), ("legend", Legend),
+                ("picture", Legend), ("map", C.POINTER(C.c_uint16)), ("width", C.c_size_t),
+                ("height", C.c_size_t), ("labelled", C.c_size_t)]
+
+
+def _declare():
+    P = C.POINTER
+    for name, res, args in (
+            ("hyprof_assess_classes", C.c_int,
+             [C.c_void_p, P(Cube), P(Cube), P(Legend), P(Legend), C.c_int, C.c_char_p,
+              C.c_char_p, P(_ClassAssessment)]),
+            ("hyprof_class_assessment_free", None, [P(_ClassAssessment)]),
+            ("hyprof_assess_html", C.c_int,
+             [C.c_void_p, P(_ClassAssessment), C.c_char_p, C.c_char_p, C.c_char_p,
+              P(C.c_void_p), P(C.c_size_t)])):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    libc = C.CDLL(None)  # the C library the process (and libhyprof) allocates with
+    libc.free.restype, libc.free.argtypes = None, [C.c_void_p]
+    return libc.free
+
+
+_free = _declare()
+_MATCH = {"auto": 0, "names": 1, "numbers": 2}
+
+
 class Assessment:
     """Accuracy of a class map: oa, aa, kappa, pixels (scored), values (the
-    reference's classes), producer and user accuracy per class, confusion
-    (rows: reference class, columns: predicted class, in `values` order) and
-    unclassified (per reference class: pixels predicted as no reference class)."""
+    reference's classes), names (their names in the report), producer and user
+    accuracy per class, confusion (rows: reference class, columns: predicted
+    class, in `values` order) and unclassified (per reference class: pixels
+    predicted as no reference class). How the classes were paired: match
+    ('names' or 'numbers'), match_how (the sentence of the report),
+    match_notes (classes without partner, names that disagree), pairs (by
+    name: dicts classmap_value, classmap_name, reference_value,
+    reference_name) and classmap_values (by name: the class-map value paired
+    with each reference class, None when none). html: the HTML report when
+    asked for (the page `hyprof assess --html` writes), else None."""
 
-    def __init__(self, a, names=None):
+    def __init__(self, r):
+        a, m = r.scores, r.match
         k = a.nclasses
         self.values = [a.values[i] for i in range(k)]
         full = np.ctypeslib.as_array(a.confusion, shape=(k, k + 1)).copy() if k else \
@@ -269,25 +321,186 @@ class Assessment:
         self.oa, self.aa, self.kappa = a.oa, a.aa, a.kappa
         self.producer = [a.producer[i] for i in range(k)]
         self.user = [a.user[i] for i in range(k)]
-        names = dict(enumerate(names, 1)) if isinstance(names, (list, tuple)) else (names or {})
-        self.names = [names.get(v, "class %d" % v) for v in self.values]
+        lg = r.legend
+        self.names = [(text(lg.names[v]) if v < lg.n and lg.names and lg.names[v] else None)
+                      or "class %d" % v for v in self.values]
+        self.match = "names" if m.by_names else "numbers"
+        self.match_how = text(m.how)
+        self._fallback = bool(m.fallback)  # auto took numbers although one side names classes
+        self.match_notes = [text(m.notes[i]) for i in range(m.nnotes)]
+        self.pairs = [{"classmap_value": p.map, "classmap_name": text(p.map_name),
+                       "reference_value": p.ref, "reference_name": text(p.ref_name)}
+                      for p in (m.pairs[i] for i in range(m.npairs))]
+        by_ref = {p["reference_value"]: p["classmap_value"] for p in self.pairs}
+        self.classmap_values = [by_ref.get(v) for v in self.values] if m.by_names else None
+        self.html = None
 
     def to_dict(self):
         """The numbers of `hyprof assess --json` (without the file names)."""
+        classes = []
+        for i, (v, n, p, u) in enumerate(zip(self.values, self.names, self.producer,
+                                             self.user)):
+            c = {"value": v, "name": n}
+            if self.classmap_values is not None:
+                c["classmap_value"] = self.classmap_values[i]
+            c.update({"producer": p, "user": u})
+            classes.append(c)
         return {"pixels": self.pixels, "oa": self.oa, "aa": self.aa, "kappa": self.kappa,
-                "classes": [{"value": v, "name": n, "producer": p, "user": u} for v, n, p, u in
-                            zip(self.values, self.names, self.producer, self.user)],
-                "confusion": self.confusion.tolist(), "unclassified": self.unclassified.tolist()}
+                "match": {"by": self.match, "how": self.match_how, "notes": self.match_notes,
+                          "pairs": self.pairs},
+                "classes": classes, "confusion": self.confusion.tolist(),
+                "unclassified": self.unclassified.tolist()}
 
     def __repr__(self):
-        return "<hyprof.Assessment OA %.4f AA %.4f kappa %.4f over %d pixels>" % (
-            self.oa, self.aa, self.kappa, self.pixels)
+        return "<hyprof.Assessment OA %.4f AA %.4f kappa %.4f over %d pixels, by %s>" % (
+            self.oa, self.aa, self.kappa, self.pixels, self.match)
 
 
-def assess(class_map, reference, *, class_names=None, backend="auto", threads=0):
+def _class_value(param, v):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise TypeError("hyprof.assess: parameter '%s': class values are integers, not %r"
+                        % (param, v))
+    if not 0 <= v <= 65535:
+        raise ArgumentError("hyprof.assess: parameter '%s': class value %d is out of range "
+                            "[0, 65535]" % (param, v))
+    return int(v)
+
+
+def _names_arg(param, names):
+    """dict value -> name, or a list for values 1, 2, ...; checked."""
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        items = names.items()
+    elif isinstance(names, (list, tuple)):
+        items = enumerate(names, 1)
+    else:
+        raise TypeError("hyprof.assess: parameter '%s' must be a dict (class value -> name) or "
+                        "a list (names of classes 1, 2, ...), not %s"
+                        % (param, type(names).__name__))
+    out = {}
+    for v, n in items:
+        v = _class_value(param, v)
+        if n is not None and not isinstance(n, str):
+            raise TypeError("hyprof.assess: parameter '%s': the name of class %d must be a "
+                            "string, not %s" % (param, v, type(n).__name__))
+        out[v] = n
+    return out
+
+
+def _colors_arg(param, colors):
+    """dict value -> (r, g, b[, a]) of 0..255; checked."""
+    if colors is None:
+        return None
+    if not isinstance(colors, dict):
+        raise TypeError("hyprof.assess: parameter '%s' must be a dict (class value -> (r, g, b"
+                        "[, a])), not %s" % (param, type(colors).__name__))
+    out = {}
+    for v, c in colors.items():
+        v = _class_value(param, v)
+        c = list(c) if isinstance(c, (list, tuple, np.ndarray)) else None
+        if c is None or len(c) not in (3, 4) or \
+                not all(isinstance(x, (int, np.integer)) and 0 <= x <= 255 for x in c):
+            raise ArgumentError("hyprof.assess: parameter '%s': the colour of class %d must be "
+                                "(r, g, b[, a]) of integers 0..255" % (param, v))
+        out[v] = c
+    return out
+
+
+def _label_arg(param, label):
+    if label is not None and not isinstance(label, (str, os.PathLike)):
+        raise TypeError("hyprof.assess: parameter '%s' must be a string, not %s"
+                        % (param, type(label).__name__))
+    return None if label is None else os.fsencode(label)
+
+
+def _html_arg(html):
+    if html is None or isinstance(html, bool) or isinstance(html, (str, os.PathLike)):
+        return html
+    raise TypeError("hyprof.assess: parameter 'html' must be True, False or a path, not %s"
+                    % type(html).__name__)
+
+
+def _write_atomic(path, data):
+    """Writes `data` to a temporary file beside `path`, then renames it onto
+    `path`: a failed write never leaves a file that looks complete."""
+    path = os.fspath(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        raise FileError("hyprof.assess: parameter 'html': cannot write '%s': %s"
+                        % (path, e.strerror)) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise FileError("hyprof.assess: parameter 'html': cannot write '%s': %s"
+                            % (path, e.strerror)) from None
+        raise
+
+
+def _html(ctx, r, labels):
+    page, n = C.c_void_p(), C.c_size_t()
+    ctx.call(lib.hyprof_assess_html, C.byref(r), *labels, C.byref(page), C.byref(n))
+    try:
+        return C.string_at(page, n.value)
+    finally:
+        _free(page)
+
+
+def _old_names(class_names, map_names, reference_names, match):
+    """class_names= (before map_names/reference_names): the same names on both
+    sides, classes paired by number unless `match` says otherwise."""
+    if map_names is not None or reference_names is not None:
+        raise TypeError("hyprof.assess: give class_names or map_names/reference_names, not both")
+    warnings.warn("hyprof.assess: class_names= is deprecated; give map_names= and "
+                  "reference_names= (classes are then paired by name, as `hyprof assess`)",
+                  DeprecationWarning, stacklevel=3)
+    return class_names, class_names, "numbers" if match == "auto" else match
+
+
+def assess(class_map, reference, *, map_names=None, reference_names=None, match="auto",
+           html=None, map_colors=None, reference_colors=None, map_label=None,
+           reference_label=None, reference_field=None, class_names=None, backend="auto",
+           threads=0):
     """Scores a class map against a reference map of the same shape over the
     reference's labelled pixels (values > 0), as `hyprof assess`; returns a
-    hyprof.Assessment. class_names: dict value -> name (or a list for 1, 2, ...)."""
+    hyprof.Assessment.
+
+    map_names, reference_names: each side's class names (dict value -> name,
+    or a list for values 1, 2, ...), as a class map's and a reference raster's
+    category names. match: 'auto' (by name when both sides name their
+    classes, else by number), 'names' or 'numbers', as `--match`; by name,
+    the class map is renumbered into the reference's values (case and
+    whitespace ignored). html: True puts the HTML report on the result's
+    .html; a path writes it there (atomically: a temporary file renamed).
+    It is the page `hyprof assess --html` writes for the same inputs, with
+    map_colors/reference_colors (dict value -> (r, g, b[, a])) as the
+    rasters' colour tables, map_label/reference_label as the file names the
+    page shows and reference_field the class field of a vector reference.
+    class_names (deprecated): the same names for both sides, paired by number.
+    """
+    if class_names is not None:
+        map_names, reference_names, match = _old_names(class_names, map_names,
+                                                       reference_names, match)
+    if not isinstance(match, str):
+        raise TypeError("hyprof.assess: parameter 'match' must be a string, not %s"
+                        % type(match).__name__)
+    if match not in _MATCH:
+        raise ArgumentError("hyprof.assess: parameter 'match': %r is not one of auto, names, "
+                            "numbers" % match)
+    mn, rn = _names_arg("map_names", map_names), _names_arg("reference_names", reference_names)
+    mc = _colors_arg("map_colors", map_colors)
+    rc = _colors_arg("reference_colors", reference_colors)
+    labels = (_label_arg("map_label", map_label), _label_arg("reference_label", reference_label),
+              _label_arg("reference_field", reference_field))
+    html = _html_arg(html)
     m, r = np.asarray(class_map), np.asarray(reference)
     m2, r2 = (m[0] if m.ndim == 3 and m.shape[0] == 1 else m), \
         (r[0] if r.ndim == 3 and r.shape[0] == 1 else r)
@@ -295,13 +508,28 @@ def assess(class_map, reference, *, class_names=None, backend="auto", threads=0)
         raise InputError("hyprof.assess: the class map has shape %s, the reference %s"
                          % (m2.shape, r2.shape))
     mv, rv = CubeView(class_map), CubeView(reference)
-    a = CAssessment()
+    (ml, k1), (rl, k2) = _legend(mn, mc), _legend(rn, rc)
+    res = _ClassAssessment()
     with Context("assess", backend, 0, threads) as ctx:
-        ctx.call(lib.hyprof_assess, C.byref(mv.cube), C.byref(rv.cube), C.byref(a))
-    try:
-        return Assessment(a, class_names)
-    finally:
-        lib.hyprof_assessment_free(C.byref(a))
+        try:
+            ctx.call(lib.hyprof_assess_classes, C.byref(mv.cube), C.byref(rv.cube),
+                     C.byref(ml), C.byref(rl), _MATCH[match], labels[0], labels[1],
+                     C.byref(res))
+        except ArgumentError as e:
+            raise ArgumentError("hyprof.assess: parameter 'match': %r: %s"
+                                % (match, re.sub(r"^assess: ", "", str(e))), e.status) from None
+        try:
+            out = Assessment(res)
+            page = _html(ctx, res, labels) if html not in (None, False) else None
+        finally:
+            lib.hyprof_class_assessment_free(C.byref(res))
+    for note in ([out.match_how] if out._fallback else []) + out.match_notes:
+        warnings.warn("hyprof.assess: " + note, stacklevel=2)
+    if page is not None:
+        out.html = page.decode("utf-8", "replace")
+        if html is not True:
+            _write_atomic(html, page)
+    return out
 
 
 def split(reference, *, per_class=None, preset="none", seed=1, counts=None):

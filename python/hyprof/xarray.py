@@ -153,10 +153,28 @@ def predict(model, features, scores=False, **kw):
     return cmap, _spatial(f, np.asarray(s), list(s.band_names), "class", sattrs)
 
 
+def _class_names(x):
+    """A DataArray's class names as predict() stores them: attributes
+    class_values and class_names (value -> name), or class_names alone
+    (classes 1, 2, ...); None for anything else."""
+    if not isinstance(x, xr.DataArray) or x.attrs.get("class_names") is None:
+        return None
+    names, values = list(x.attrs["class_names"]), x.attrs.get("class_values")
+    if values is None:
+        return names
+    values = list(np.atleast_1d(values))
+    return dict(zip((int(v) for v in values), names)) if len(values) == len(names) else None
+
+
 def assess(class_map, reference, **kw):
-    """hyprof.assess on DataArrays (or arrays)."""
+    """hyprof.assess on DataArrays (or arrays). The class names of each side
+    default to its attributes class_values and class_names (those predict()
+    sets), so classes pair by name when both sides carry names (match='auto')."""
     def arr(x):
         return x.values if isinstance(x, xr.DataArray) else np.asarray(x)
+    if "class_names" not in kw:
+        kw.setdefault("map_names", _class_names(class_map))
+        kw.setdefault("reference_names", _class_names(reference))
     return _hp.assess(arr(class_map), arr(reference), **kw)
 
 

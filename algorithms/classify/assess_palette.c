@@ -9,7 +9,7 @@
  * 25 <= v <= 48 and 40 % towards white for 49 <= v <= 72; then the three rounds
  * repeat. The colour depends on the class number only, so one class keeps its
  * colour across maps, models and runs. docs/classmaps.md lists the colours. */
-#include "classmap_io.h"
+#include "hyprof/classify.h"
 
 #include <math.h>
 
