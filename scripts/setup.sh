@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake pkg-config
-  libopenblas-dev liblapacke-dev
+  libopenblas-dev liblapacke-dev zlib1g-dev
   libgdal-dev gdal-bin python3-gdal libjson-c-dev
   python3-numpy python3-scipy python3-sklearn python3-skimage python3-pywt python3-pytest
   python3-xarray python3-rioxarray python3-tqdm python3-dask python3-distributed

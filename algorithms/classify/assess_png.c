@@ -4,12 +4,28 @@
  * takes the filter (none, sub, up, average, Paeth; first wins ties) whose
  * output bytes, read as signed, have the smallest sum of magnitudes; zlib
  * level 6, Z_FILTERED, a window shrunk for small pictures and the zlib
- * header's window size lowered to the smallest that covers the data. */
+ * header's window size lowered to the smallest that covers the data.
+ * Builds without zlib store the rows uncompressed (a valid, larger PNG). */
 #include "classifier.h"
 
 #include <stdlib.h>
 #include <string.h>
+#ifdef HYPROF_HAVE_ZLIB
 #include <zlib.h>
+#else
+/* PNG's CRC-32 (the zlib one), bit by bit: the chunks are few and small. */
+static unsigned long crc32(unsigned long crc, const unsigned char *p, unsigned n)
+{
+    crc = ~crc & 0xffffffffUL;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = crc & 1 ? (crc >> 1) ^ 0xedb88320UL : crc >> 1;
+    }
+    return ~crc & 0xffffffffUL;
+}
+#define uInt unsigned
+#endif
 
 static int paeth(int a, int b, int c)
 {
@@ -82,6 +98,7 @@ static uint8_t *filtered(const uint8_t *rgb, size_t w, size_t h)
     return raw;
 }
 
+#ifdef HYPROF_HAVE_ZLIB
 /* zlib stream of the filtered rows, its header's window field lowered as
  * libpng's optimize_cmf does. */
 static unsigned char *deflated(const uint8_t *raw, size_t size, size_t *zlen)
@@ -125,6 +142,34 @@ static unsigned char *deflated(const uint8_t *raw, size_t size, size_t *zlen)
     }
     return out;
 }
+#else
+/* zlib stream of the filtered rows in stored blocks (no compression). */
+static unsigned char *deflated(const uint8_t *raw, size_t size, size_t *zlen)
+{
+    size_t nblk = size ? (size + 65534) / 65535 : 1;
+    unsigned char *out = malloc(2 + 5 * nblk + size + 4), *o = out;
+    if (!out)
+        return NULL;
+    *o++ = 0x78, *o++ = 0x01;
+    uint32_t a = 1, b = 0;
+    for (size_t off = 0, k = 0; k < nblk; k++) {
+        size_t n = size - off < 65535 ? size - off : 65535;
+        *o++ = k + 1 == nblk;
+        o[0] = (unsigned char)n, o[1] = (unsigned char)(n >> 8);
+        o[2] = (unsigned char)~n, o[3] = (unsigned char)(~n >> 8);
+        memcpy(o + 4, raw + off, n);
+        o += 4 + n;
+        for (size_t i = 0; i < n; i++) {
+            a = (a + raw[off + i]) % 65521;
+            b = (b + a) % 65521;
+        }
+        off += n;
+    }
+    put32(o, b << 16 | a);
+    *zlen = (size_t)(o + 4 - out);
+    return out;
+}
+#endif
 
 hyprof_status_t hyprof_png_encode_rgb(const uint8_t *rgb, size_t width, size_t height,
                                       unsigned char **png, size_t *len)
