@@ -133,8 +133,7 @@ static int assess_report(job_t *j, assess_t *s)
 {
     const char *html = hyprof_args_str(j->cmd->args, "html");
     int json = hyprof_args_bool(j->cmd->args, "json");
-    cli_report_t r = {&s->r.scores, &s->r.legend, &s->r.match, j->cmd->files[0], s->ref_path,
-                      s->burnt ? s->ref_field : NULL};
+    cli_report_t r = {&s->r, j->cmd->files[0], s->ref_path, s->burnt ? s->ref_field : NULL};
     if (json)
         cli_assess_json(stdout, &r);
     else

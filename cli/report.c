@@ -9,44 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *class_name(const hyprof_class_legend_t *l, int v, char *buf, size_t n)
-{
-    if ((size_t)v < l->n && l->names && l->names[v] && *l->names[v])
-        return l->names[v];
-    snprintf(buf, n, "class %d", v);
-    return buf;
-}
-
-static int has_other(const hyprof_assessment_t *a)
-{
-    size_t K = a->nclasses;
-    for (size_t r = 0; r < K; r++)
-        if (a->confusion[r * (K + 1) + K])
-            return 1;
-    return 0;
-}
-
-/* The class-map value paired with reference value v by name (0: none). */
-static int map_value(const hyprof_class_match_t *m, int v)
-{
-    for (size_t i = 0; i < m->npairs; i++)
-        if (m->pairs[i].ref == v)
-            return m->pairs[i].map;
-    return 0;
-}
-
-static uint64_t row_total(const hyprof_assessment_t *a, size_t k)
-{
-    uint64_t row = 0;
-    for (size_t c = 0; c <= a->nclasses; c++)
-        row += a->confusion[k * (a->nclasses + 1) + c];
-    return row;
-}
 
 void cli_assess_text(FILE *f, const cli_report_t *r)
 {
-    const hyprof_assessment_t *a = r->a;
-    const hyprof_class_match_t *m = r->match;
+    const hyprof_assessment_t *a = &r->r->scores;
+    const hyprof_class_match_t *m = &r->r->match;
     size_t K = a->nclasses;
     char buf[48];
     fprintf(f, "pixels  %llu\nOA      %.4f\nAA      %.4f\nkappa   %.4f\n\n%s\n",
@@ -57,19 +24,19 @@ void cli_assess_text(FILE *f, const cli_report_t *r)
             "pixels", "producer", "user");
     for (size_t k = 0; k < K; k++) {
         fprintf(f, "%6d  %-30.30s ", a->values[k],
-                class_name(r->legend, a->values[k], buf, sizeof buf));
-        int mv = m->by_names ? map_value(m, a->values[k]) : 0;
+                hyprof_class_legend_name(&r->r->legend, a->values[k], buf, sizeof buf));
+        int mv = m->by_names ? hyprof_class_match_map_value(m, a->values[k]) : 0;
         if (m->by_names && mv)
             fprintf(f, "%5d ", mv);
         else if (m->by_names)
             fprintf(f, "%5s ", "-");
-        fprintf(f, "%9llu %9.4f %9.4f\n", (unsigned long long)row_total(a, k), a->producer[k],
+        fprintf(f, "%9llu %9.4f %9.4f\n", (unsigned long long)hyprof_assessment_row_total(a, k), a->producer[k],
                 a->user[k]);
     }
     fputs("\nconfusion matrix (rows: reference, columns: class map, both in the order of the "
           "classes above", f);
-    fputs(has_other(a) ? "; last column: other or no class)\n" : ")\n", f);
-    size_t cols = K + (size_t)has_other(a);
+    fputs(hyprof_assessment_has_other(a) ? "; last column: other or no class)\n" : ")\n", f);
+    size_t cols = K + (size_t)hyprof_assessment_has_other(a);
     for (size_t i = 0; i < K; i++) {
         for (size_t c = 0; c < cols; c++)
             fprintf(f, "%s%llu", c ? " " : "", (unsigned long long)a->confusion[i * (K + 1) + c]);
@@ -108,14 +75,14 @@ static void json_match(FILE *f, const hyprof_class_match_t *m)
 
 static void json_classes(FILE *f, const cli_report_t *r)
 {
-    const hyprof_assessment_t *a = r->a;
+    const hyprof_assessment_t *a = &r->r->scores;
     char buf[48];
     fputs(",\"classes\":[", f);
     for (size_t k = 0; k < a->nclasses; k++) {
         fprintf(f, "%s{\"value\":%d,\"name\":", k ? "," : "", a->values[k]);
-        cli_json_string(f, class_name(r->legend, a->values[k], buf, sizeof buf));
-        if (r->match->by_names) {
-            int mv = map_value(r->match, a->values[k]);
+        cli_json_string(f, hyprof_class_legend_name(&r->r->legend, a->values[k], buf, sizeof buf));
+        if (r->r->match.by_names) {
+            int mv = hyprof_class_match_map_value(&r->r->match, a->values[k]);
             if (mv)
                 fprintf(f, ",\"classmap_value\":%d", mv);
             else
@@ -132,7 +99,7 @@ static void json_classes(FILE *f, const cli_report_t *r)
 
 void cli_assess_json(FILE *f, const cli_report_t *r)
 {
-    const hyprof_assessment_t *a = r->a;
+    const hyprof_assessment_t *a = &r->r->scores;
     size_t K = a->nclasses;
     fputs("{\"classmap\":", f);
     cli_json_string(f, r->map_path);
@@ -148,7 +115,7 @@ void cli_assess_json(FILE *f, const cli_report_t *r)
     cli_json_number(f, a->aa);
     fputs(",\"kappa\":", f);
     cli_json_number(f, a->kappa);
-    json_match(f, r->match);
+    json_match(f, &r->r->match);
     json_classes(f, r);
     fputs(",\"confusion\":[", f);
     for (size_t i = 0; i < K; i++) {
@@ -161,20 +128,6 @@ void cli_assess_json(FILE *f, const cli_report_t *r)
     for (size_t i = 0; i < K; i++)
         fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)a->confusion[i * (K + 1) + K]);
     fputs("]}\n", f);
-}
-
-/* ---- HTML ---------------------------------------------------------------------------- */
-
-void cli_html_text(FILE *f, const char *s)
-{
-    for (; *s; s++)
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
 }
 
 hyprof_status_t cli_write_text(const char *path, const char *tmp, const char *text, size_t len,

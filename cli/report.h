@@ -7,20 +7,16 @@
 
 #include <stdio.h>
 
-/* What a report shows: the scores, the classes' names and colours by
- * reference value, how the classes were paired, and the inputs. */
+/* What a report shows: the paired assessment (scores, legend by reference
+ * value, how the classes were paired) and the inputs' names. */
 typedef struct {
-    const hyprof_assessment_t *a;
-    const hyprof_class_legend_t *legend;
-    const hyprof_class_match_t *match;
+    const hyprof_class_assessment_t *r;
     const char *map_path, *ref_path;
     const char *ref_field; /* the class field of a vector reference, else NULL */
 } cli_report_t;
 
 /* v as a JSON number (%.17g), null for NaN. */
 void cli_json_number(FILE *f, double v);
-/* `s` as HTML text: <, >, & and " escaped. */
-void cli_html_text(FILE *f, const char *s);
 void cli_assess_text(FILE *f, const cli_report_t *r);
 void cli_assess_json(FILE *f, const cli_report_t *r);
 /* Writes `len` bytes of `text` into the file `tmp`, which the caller renames

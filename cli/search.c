@@ -86,14 +86,14 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
           "<h1>Profile search</h1>\n<p>", f);
     fprintf(f, "%zu training pixels in %zu groups (largest %zu pixels), %d folds, ", r->pixels,
             r->groups, r->largest_group, r->folds);
-    cli_html_text(f, folds_text());
+    hyprof_html_text(f, folds_text());
     fputs(". Accuracy: the best C and gamma of the grid, pooled over the folds; a candidate "
           "stopped early could not beat the best any more.</p>\n<table>\n<tr><th>recipe</th>"
           "<th>bands</th><th>CV accuracy</th><th>C</th><th>gamma</th><th>folds run</th>"
           "<th>seconds</th></tr>\n", f);
     for (size_t i = 0; i < r->n; i++) {
         fprintf(f, "<tr%s><td>", i == r->best ? " class=\"best\"" : "");
-        cli_html_text(f, r->recipe[i]);
+        hyprof_html_text(f, r->recipe[i]);
         if (isnan(r->accuracy[i]))
             fprintf(f, "</td><td>%zu</td><td>%s</td><td></td><td></td>", r->bands[i],
                     r->folds_run[i] ? "stopped" : "skipped");

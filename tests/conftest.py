@@ -157,6 +157,17 @@ def write_cube(path, cube, gdal_type=None, nodata=None, like=None, options=None)
     return Path(path)
 
 
+def write_classmap(path, values, names, like):
+    """A Byte class map on `like`'s grid; names[v] is class v's name (None: no
+    names at all)."""
+    write_cube(path, values.astype(np.uint8), like=like)
+    if names is not None:
+        ds = gdal.Open(str(path), gdal.GA_Update)
+        ds.GetRasterBand(1).SetCategoryNames(list(names))
+        ds = None
+    return path
+
+
 def same_crs(a, b):
     sa = osr.SpatialReference(wkt=gdal.Open(str(a)).GetProjection())
     sb = osr.SpatialReference(wkt=gdal.Open(str(b)).GetProjection())

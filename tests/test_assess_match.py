@@ -19,6 +19,7 @@ from sklearn.metrics import confusion_matrix
 from conftest import (EXIT_USAGE, INDIAN_PINES, SAMPLES, gdal, leftovers, message_lines,
                       read_cube, run, run_ok, write_cube)
 
+import conftest
 from osgeo import ogr, osr
 
 GT = SAMPLES / "indian_pines_gt.tif"
@@ -40,14 +41,8 @@ SORTED = sorted(GT_NAMES[1:])        # a text field's numbering: 1 = first name
 
 
 def write_classmap(path, values, names):
-    """A Byte class map on the sample's grid; names[v] is class v's name (None: no
-    names at all)."""
-    write_cube(path, values.astype(np.uint8), like=GT)
-    if names is not None:
-        ds = gdal.Open(str(path), gdal.GA_Update)
-        ds.GetRasterBand(1).SetCategoryNames(list(names))
-        ds = None
-    return path
+    """A Byte class map on the sample's grid (conftest.write_classmap)."""
+    return conftest.write_classmap(path, values, names, GT)
 
 
 def alphabetical(values):

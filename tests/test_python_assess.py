@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from osgeo import gdal, ogr, osr
 
-from conftest import SAMPLES, run_ok, write_cube
+from conftest import SAMPLES, run_ok, write_classmap
 from test_python import hp, library_path  # noqa: F401  (hp: the package over this build)
 
 GT = SAMPLES / "indian_pines_gt.tif"
@@ -47,12 +47,7 @@ def gt_names():
 
 
 def write_map(path, values, names):
-    write_cube(path, values.astype(np.uint8), like=GT)
-    if names is not None:
-        ds = gdal.Open(str(path), gdal.GA_Update)
-        ds.GetRasterBand(1).SetCategoryNames(list(names))
-        ds = None
-    return path
+    return write_classmap(path, values, names, GT)
 
 
 def permuted(tmp_path):

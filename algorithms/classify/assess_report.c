@@ -23,7 +23,7 @@ typedef struct {
     const char *ref_field; /* the class field of a vector reference, else NULL */
 } report_t;
 
-static const char *class_name(const hyprof_class_legend_t *l, int v, char *buf, size_t n)
+const char *hyprof_class_legend_name(const hyprof_class_legend_t *l, int v, char *buf, size_t n)
 {
     if ((size_t)v < l->n && l->names && l->names[v] && *l->names[v])
         return l->names[v];
@@ -31,7 +31,7 @@ static const char *class_name(const hyprof_class_legend_t *l, int v, char *buf, 
     return buf;
 }
 
-static int has_other(const hyprof_assessment_t *a)
+int hyprof_assessment_has_other(const hyprof_assessment_t *a)
 {
     size_t K = a->nclasses;
     for (size_t r = 0; r < K; r++)
@@ -40,16 +40,15 @@ static int has_other(const hyprof_assessment_t *a)
     return 0;
 }
 
-/* The class-map value paired with reference value v by name (0: none). */
-static int map_value(const hyprof_class_match_t *m, int v)
+int hyprof_class_match_map_value(const hyprof_class_match_t *m, int ref)
 {
     for (size_t i = 0; i < m->npairs; i++)
-        if (m->pairs[i].ref == v)
+        if (m->pairs[i].ref == ref)
             return m->pairs[i].map;
     return 0;
 }
 
-static uint64_t row_total(const hyprof_assessment_t *a, size_t k)
+uint64_t hyprof_assessment_row_total(const hyprof_assessment_t *a, size_t k)
 {
     uint64_t row = 0;
     for (size_t c = 0; c <= a->nclasses; c++)
@@ -57,7 +56,7 @@ static uint64_t row_total(const hyprof_assessment_t *a, size_t k)
     return row;
 }
 
-static void html_text(FILE *f, const char *s)
+void hyprof_html_text(FILE *f, const char *s)
 {
     for (; *s; s++)
         switch (*s) {
@@ -87,13 +86,13 @@ static void base64(FILE *f, const unsigned char *d, size_t n)
 static void svg_label(FILE *f, const hyprof_class_legend_t *l, int v, size_t max)
 {
     char buf[48], label[80];
-    snprintf(label, sizeof label, "%d %s", v, class_name(l, v, buf, sizeof buf));
+    snprintf(label, sizeof label, "%d %s", v, hyprof_class_legend_name(l, v, buf, sizeof buf));
     fputs("<title>", f);
-    html_text(f, label);
+    hyprof_html_text(f, label);
     fputs("</title>", f);
     if (strlen(label) > max)
         strcpy(label + max - 3, "...");
-    html_text(f, label);
+    hyprof_html_text(f, label);
 }
 
 /* The confusion matrix as an SVG heat map: each cell shaded by its share of
@@ -101,7 +100,7 @@ static void svg_label(FILE *f, const hyprof_class_legend_t *l, int v, size_t max
  * classes' values and names (columns written upwards). */
 static void confusion_svg(FILE *f, const hyprof_assessment_t *a, const hyprof_class_legend_t *l)
 {
-    size_t K = a->nclasses, cols = K + (size_t)has_other(a);
+    size_t K = a->nclasses, cols = K + (size_t)hyprof_assessment_has_other(a);
     const int cell = 34, left = 170, top = 150, max = 26;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%zu\" height=\"%zu\" "
                "font-family=\"sans-serif\" font-size=\"10\">\n",
@@ -118,7 +117,7 @@ static void confusion_svg(FILE *f, const hyprof_assessment_t *a, const hyprof_cl
         fputs("</text>\n", f);
     }
     for (size_t r = 0; r < K; r++) {
-        uint64_t row = row_total(a, r);
+        uint64_t row = hyprof_assessment_row_total(a, r);
         fprintf(f, "<text x=\"%d\" y=\"%zu\" text-anchor=\"end\">", left - 6,
                 top + r * cell + cell / 2 + 4);
         svg_label(f, l, a->values[r], max);
@@ -157,14 +156,14 @@ static void class_table(FILE *f, const report_t *r)
                                                                           : NULL;
         fprintf(f, "<tr><td style=\"background:rgb(%d,%d,%d);width:1.5em\"></td><td>%d</td><td>",
                 c ? c[0] : 255, c ? c[1] : 255, c ? c[2] : 255, v);
-        html_text(f, class_name(r->legend, v, buf, sizeof buf));
+        hyprof_html_text(f, hyprof_class_legend_name(r->legend, v, buf, sizeof buf));
         fputs("</td>", f);
-        if (m->by_names && map_value(m, v))
-            fprintf(f, "<td>%d</td>", map_value(m, v));
+        if (m->by_names && hyprof_class_match_map_value(m, v))
+            fprintf(f, "<td>%d</td>", hyprof_class_match_map_value(m, v));
         else if (m->by_names)
             fputs("<td>none</td>", f);
         fprintf(f, "<td>%llu</td><td>%.4f</td><td>%.4f</td></tr>\n",
-                (unsigned long long)row_total(a, k), a->producer[k], a->user[k]);
+                (unsigned long long)hyprof_assessment_row_total(a, k), a->producer[k], a->user[k]);
     }
     fputs("</table>\n", f);
 }
@@ -173,13 +172,13 @@ static void class_table(FILE *f, const report_t *r)
 static void match_section(FILE *f, const hyprof_class_match_t *m)
 {
     fputs("<h2>Class matching</h2>\n<p>", f);
-    html_text(f, m->how);
+    hyprof_html_text(f, m->how);
     fputs(".</p>\n", f);
     if (m->nnotes) {
         fputs("<ul class=\"warn\">\n", f);
         for (size_t i = 0; i < m->nnotes; i++) {
             fputs("<li>", f);
-            html_text(f, m->notes[i]);
+            hyprof_html_text(f, m->notes[i]);
             fputs("</li>\n", f);
         }
         fputs("</ul>\n", f);
@@ -190,9 +189,9 @@ static void match_section(FILE *f, const hyprof_class_match_t *m)
           "<th>reference name</th></tr>\n", f);
     for (size_t i = 0; i < m->npairs; i++) {
         fprintf(f, "<tr><td>%d</td><td>", m->pairs[i].map);
-        html_text(f, m->pairs[i].map_name);
+        hyprof_html_text(f, m->pairs[i].map_name);
         fprintf(f, "</td><td>%d</td><td>", m->pairs[i].ref);
-        html_text(f, m->pairs[i].ref_name);
+        hyprof_html_text(f, m->pairs[i].ref_name);
         fputs("</td></tr>\n", f);
     }
     fputs("</table>\n", f);
@@ -207,13 +206,13 @@ static void write_html(FILE *f, const report_t *r, const unsigned char *png, siz
           ".warn{color:#a00}"
           ".fig{display:inline-block;vertical-align:top;margin-right:2em}</style></head><body>\n"
           "<h1>Accuracy report</h1>\n<p>Class map: <code>", f);
-    html_text(f, r->map_path);
+    hyprof_html_text(f, r->map_path);
     fputs("</code><br>Reference: <code>", f);
-    html_text(f, r->ref_path);
+    hyprof_html_text(f, r->ref_path);
     fputs("</code>", f);
     if (r->ref_field) {
         fputs(" (class field <code>", f);
-        html_text(f, r->ref_field);
+        hyprof_html_text(f, r->ref_field);
         fputs("</code>, rasterised on the class map's grid)", f);
     }
     fprintf(f, "<br>hyprof %s</p>\n<table><tr><th>pixels</th><th>OA</th><th>AA</th>"

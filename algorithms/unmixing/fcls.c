@@ -170,6 +170,18 @@ static hyprof_status_t check_set(hyprof_ctx_t *ctx, const hyprof_endmembers_t *e
     return HYPROF_OK;
 }
 
+void hyprof__endmember_gram(const hyprof_endmembers_t *em, size_t bands, double *G)
+{
+    size_t p = em->count;
+    for (size_t i = 0; i < p; i++)
+        for (size_t j = 0; j < p; j++) {
+            double s = 0.0;
+            for (size_t b = 0; b < bands; b++)
+                s += em->spectra[i * bands + b] * em->spectra[j * bands + b];
+            G[i * p + j] = s;
+        }
+}
+
 hyprof_status_t hyprof_abundances(hyprof_ctx_t *ctx, const hyprof_endmembers_t *em,
                                   const hyprof_cube_t *in, hyprof_abundance_method_t method,
                                   hyprof_cube_t *out)
@@ -190,13 +202,7 @@ hyprof_status_t hyprof_abundances(hyprof_ctx_t *ctx, const hyprof_endmembers_t *
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
         goto done;
     }
-    for (size_t i = 0; i < p; i++)
-        for (size_t j = 0; j < p; j++) {
-            double s = 0.0;
-            for (size_t b = 0; b < B; b++)
-                s += em->spectra[i * B + b] * em->spectra[j * B + b];
-            G[i * p + j] = s;
-        }
+    hyprof__endmember_gram(em, B, G);
     if ((st = hyprof_cube_alloc(out, HYPROF_FLOAT32, x->width, x->height, p + 1)) != HYPROF_OK) {
         st = hyprof__error(ctx, st, OP, "cannot allocate the %zu-band output", p + 1);
         goto done;

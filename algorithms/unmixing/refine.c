@@ -37,13 +37,7 @@ static hyprof_status_t nnls_all(hyprof_ctx_t *ctx, const char *op, const float *
     double *G = malloc(p * p * sizeof *G);
     if (!G)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory (endmember refinement)");
-    for (size_t i = 0; i < p; i++)
-        for (size_t j = 0; j < p; j++) {
-            double s = 0.0;
-            for (size_t b = 0; b < bands; b++)
-                s += em->spectra[i * bands + b] * em->spectra[j * bands + b];
-            G[i * p + j] = s;
-        }
+    hyprof__endmember_gram(em, bands, G);
     hyprof_abund_args_t a = {x, mask, npix, bands, p, em->spectra, G, HYPROF__LSQ_NNLS,
                              0.0f, ab};
     hyprof_status_t st = hyprof__cpu_abundances(ctx, &a);

@@ -32,6 +32,10 @@ typedef struct {
     float *out;        /* npix * (count + 1), BSQ */
 } hyprof_abund_args_t;
 
+/* G = M M' (count x count) of an endmember set of `bands` values each, the
+ * sums over bands in increasing order (fcls.c). */
+void hyprof__endmember_gram(const hyprof_endmembers_t *em, size_t bands, double *G);
+
 /* Spatial homogeneity: every band smoothed by the normalised Gaussian
  *   s = Gy*(Gx*(m x)) / Gy*(Gx*m)
  * (weights exp(-j^2/(2 sigma^2)), j = -r..r, r = floor(3 sigma + 0.5) as

@@ -7,6 +7,8 @@
 
 #include "hyprof/core.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -184,6 +186,18 @@ hyprof_status_t hyprof_assess_classes(hyprof_ctx_t *ctx, const hyprof_cube_t *ma
                                       hyprof_match_mode_t mode, const char *map_label,
                                       const char *ref_label, hyprof_class_assessment_t *out);
 void hyprof_class_assessment_free(hyprof_class_assessment_t *r);
+
+/* What the reports show (assess_report.c): a class's name in a legend
+ * ("class V" when it has none; buf holds that text), whether any reference
+ * pixel was predicted as no reference class, the pixels of reference class
+ * k, and the class-map value paired by name with reference value `ref` (0:
+ * none). */
+const char *hyprof_class_legend_name(const hyprof_class_legend_t *l, int v, char *buf, size_t n);
+int hyprof_assessment_has_other(const hyprof_assessment_t *a);
+uint64_t hyprof_assessment_row_total(const hyprof_assessment_t *a, size_t k);
+int hyprof_class_match_map_value(const hyprof_class_match_t *m, int ref);
+/* `s` as HTML text: <, >, & and " escaped. */
+void hyprof_html_text(FILE *f, const char *s);
 
 /* The self-contained HTML report of an assessment (the page `hyprof assess
  * --html` writes): figures, how classes were paired, per-class table, the
