@@ -459,3 +459,23 @@ def test_install_rule_gives_an_importable_package(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(pkg / "libhyprof.so"), "pca"]
+
+
+@pytest.mark.parametrize("first,given,want", [
+    ("", None, "PASSIVE"),          # the package's default, as the executable's
+    ("", "ACTIVE", "ACTIVE"),       # the user's choice stays
+    ("import sklearn.utils._openmp_helpers; ", None, None),  # libgomp already loaded
+], ids=["default", "user-set", "libgomp-loaded"])
+def test_openmp_threads_sleep_at_barriers(first, given, want):
+    """`import hyprof` sets OMP_WAIT_POLICY=PASSIVE before libgomp loads (idle
+    OpenMP threads then sleep instead of spinning against the next team or
+    process), unless the user chose a policy or libgomp is already loaded."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(HYPROF_LIBRARY=library_path(), PYTHONPATH=str(ROOT / "python"))
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    code = first + "import os, hyprof; print(os.environ.get('OMP_WAIT_POLICY'))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(want)]

@@ -152,7 +152,26 @@ _PROTOTYPES = {
 }
 
 
+def _openmp_passive():
+    """OpenMP threads that sleep at barriers, as in the hyprof executable:
+    libgomp reads OMP_WAIT_POLICY once, when it is loaded, and by default its
+    idle threads spin, slowing whatever runs next on the same cores (another
+    team, NumPy's BLAS, a second process). Set only when the user has chosen
+    neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT and no module has loaded
+    libgomp yet (then the setting could no longer apply)."""
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            if "libgomp" in f.read():
+                return
+    except OSError:
+        return
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def _load():
+    _openmp_passive()
     lib = C.CDLL(_find_library())
     for name, (res, args) in _PROTOTYPES.items():
         f = getattr(lib, name)
