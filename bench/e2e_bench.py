@@ -20,8 +20,14 @@ CPU time, size, read-back time): the table behind the default. --concurrent N
 runs each operation N times at once and N times one after another (the goal:
 at once within 1.3x of one after another).
 
-Run with /usr/bin/python3 (GDAL) from anywhere; bench/data/samson.npy comes
-from bench/prepare_data.py:
+classify runs the Indian Pines EADP features mirrored to the scene's size
+(float32, 63 bands) with their SVM; unmix runs SSPP + N-FINDR + FCLS with 10
+endmembers (run_bench.py's unmix row).
+
+Run with /usr/bin/python3 (GDAL) from anywhere, or with any Python that has
+rasterio (bench/gdal_io.py; the GPU machine: docs/internals/device_e2e.md);
+bench/data/samson.npy (and for classify indian_pines_eadp.npy and .model)
+comes from bench/prepare_data.py:
   /usr/bin/python3 bench/e2e_bench.py [--hyprof EXE] [--scene pavia_c]
       [--ops eadp,eap,emp,wmcd,pca] [--backend cpu] [--codecs] [--concurrent 4]
 """
@@ -37,16 +43,17 @@ import tempfile
 import time
 
 import numpy as np
-from osgeo import gdal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import gdal_io as gio  # noqa: E402  (GDAL through osgeo, else rasterio)
 import run_bench as rb  # noqa: E402  (scene sizes and the mirroring)
 
 rb.np = np
-gdal.UseExceptions()
 
+INPUT_CO = ["TILED=YES", "COMPRESS=DEFLATE", "INTERLEAVE=BAND"]  # the bench inputs
+INPUT_GT = [500000.0, 1.3, 0.0, 4000000.0, 0.0, -1.3]
 BASE_CO = ["TILED=YES", "BLOCKXSIZE=256", "BLOCKYSIZE=256", "INTERLEAVE=BAND",
            "BIGTIFF=IF_SAFER", "NUM_THREADS=ALL_CPUS"]
 CODECS = {
@@ -78,14 +85,28 @@ def make_input(scene, data_dir, path):
     w, h, b, src = rb.SCENES[scene]
     cube = rb.mirror_cube(rb.load_source(data_dir, src), w, h, b)
     scale = 10000.0 if cube.max() <= 2.0 else 1.0  # reflectance in [0, 1] -> Int16 counts
-    ds = gdal.GetDriverByName("GTiff").Create(path, w, h, b, gdal.GDT_Int16,
-                                              ["TILED=YES", "COMPRESS=DEFLATE",
-                                               "INTERLEAVE=BAND"])
-    ds.SetGeoTransform([500000.0, 1.3, 0.0, 4000000.0, 0.0, -1.3])
-    for k in range(b):
-        ds.GetRasterBand(k + 1).WriteArray(np.round(cube[k] * scale).astype(np.int16))
-    ds = None
+    with gio.create(path, w, h, b, np.int16, INPUT_CO, INPUT_GT) as ds:
+        for k in range(b):
+            ds.write(k + 1, np.round(cube[k] * scale).astype(np.int16))
     return w, h, b
+
+
+def op_input(op, scene, data_dir, inp, tmp):
+    """The input and extra options of `op`: classify gets the Indian Pines EADP
+    features mirrored to the scene's size (float32) and their SVM model."""
+    if op == "unmix":
+        return inp, ["--endmembers", "10", "--sspp", "--extract", "nfindr"]
+    if op != "classify":
+        return inp, []
+    path, model = (os.path.join(tmp, scene + "_features.tif"),
+                   os.path.join(data_dir, "indian_pines_eadp.model"))
+    if not os.path.exists(path):
+        w, h = rb.SCENES[scene][:2]
+        feats = np.load(os.path.join(data_dir, "indian_pines_eadp.npy")).astype(np.float32)
+        with gio.create(path, w, h, feats.shape[0], np.float32, INPUT_CO, INPUT_GT) as ds:
+            for k, band in enumerate(rb.mirror_cube(feats, w, h, feats.shape[0])):
+                ds.write(k + 1, band)
+    return path, ["--model", model]
 
 
 def run_cli(exe, op, backend, inp, out, extra=()):
@@ -102,28 +123,24 @@ def run_cli(exe, op, backend, inp, out, extra=()):
 
 
 def write_raster(path, w, h, arr, options):
-    """Writes arr (bands, h, w) float32 with options: wall and CPU seconds."""
+    """Writes arr (bands, h, w) in its type with options: wall and CPU seconds."""
     t0, c0 = time.perf_counter(), cpu_self()
-    ds = gdal.GetDriverByName("GTiff").Create(path, w, h, arr.shape[0], gdal.GDT_Float32,
-                                              options)
-    for k in range(arr.shape[0]):
-        ds.GetRasterBand(k + 1).WriteArray(arr[k])
-    ds = None
+    with gio.create(path, w, h, arr.shape[0], arr.dtype, options) as ds:
+        for k in range(arr.shape[0]):
+            ds.write(k + 1, arr[k])
     return time.perf_counter() - t0, cpu_self() - c0
 
 
 def read_floor(inp):
     t0 = time.perf_counter()
-    ds = gdal.OpenEx(inp, open_options=["NUM_THREADS=ALL_CPUS"])
-    ds.ReadAsArray(buf_type=gdal.GDT_Float32)
-    ds = None
+    gio.read(inp, np.float32, ["NUM_THREADS=ALL_CPUS"])
     return time.perf_counter() - t0
 
 
-def output_co(ds):
+def output_co(path):
     """The creation options of a hyprof output as its structure shows them
     (ZSTD at hyprof's level 1; other codecs at GDAL's default level)."""
-    st = ds.GetMetadata("IMAGE_STRUCTURE")
+    st = gio.structure(path)
     co = list(BASE_CO)
     if st.get("COMPRESSION"):
         co.append("COMPRESS=" + st["COMPRESSION"])
@@ -135,10 +152,7 @@ def output_co(ds):
 
 
 def io_floor(inp, out, tmp):
-    ds = gdal.Open(out)
-    arr, co = ds.ReadAsArray(), output_co(ds)
-    ds = None
-    arr = arr[None] if arr.ndim == 2 else arr
+    arr, co = gio.read(out), output_co(out)
     read = read_floor(inp)
     write, _ = write_raster(os.path.join(tmp, "floor.tif"), arr.shape[2], arr.shape[1], arr, co)
     os.unlink(os.path.join(tmp, "floor.tif"))
@@ -151,7 +165,7 @@ def codec_rows(op, arr, tmp):
         path = os.path.join(tmp, "codec.tif")
         wall, cpu = write_raster(path, arr.shape[2], arr.shape[1], arr, BASE_CO + co)
         t0 = time.perf_counter()
-        gdal.Open(path).ReadRaster()
+        gio.read(path)
         rows.append({"op": op, "codec": name, "write_s": wall, "write_cpu_s": cpu,
                      "read_s": time.perf_counter() - t0,
                      "mib": os.path.getsize(path) / 2**20, "raw_mib": arr.nbytes / 2**20})
@@ -159,13 +173,14 @@ def codec_rows(op, arr, tmp):
     return rows
 
 
-def concurrent(exe, op, backend, inp, tmp, n):
+def concurrent(exe, op, backend, inp, tmp, n, extra=()):
     outs = [os.path.join(tmp, f"conc{i}.tif") for i in range(n)]
     t0 = time.perf_counter()
     for o in outs:
-        run_cli(exe, op, backend, inp, o)
+        run_cli(exe, op, backend, inp, o, extra)
     seq = time.perf_counter() - t0
-    cmd = lambda o: [exe, op, "--backend", backend, "--overwrite", "--progress", "none", inp, o]
+    cmd = lambda o: [exe, op, "--backend", backend, "--overwrite", "--progress", "none", *extra,
+                     inp, o]
     t0 = time.perf_counter()
     procs = [subprocess.Popen(cmd(o), stdout=subprocess.DEVNULL) for o in outs]
     rcs = [p.wait() for p in procs]
@@ -182,7 +197,7 @@ def machine():
             model = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{platform.node()}: {model}, {os.cpu_count()} cores, GDAL {gdal.__version__}"
+    return f"{platform.node()}: {model}, {os.cpu_count()} cores, {gio.version()}"
 
 
 def main():
@@ -211,8 +226,9 @@ def main():
         print("|---|---|---|---|---|---|---|---|---|---|")
         for op in a.ops.split(","):
             out = os.path.join(tmp, op + ".tif")
-            r = run_cli(exe, op, a.backend, inp, out)
-            fr, fw, arr = io_floor(inp, out, tmp)
+            op_inp, extra = op_input(op, a.scene, a.data_dir, inp, tmp)
+            r = run_cli(exe, op, a.backend, op_inp, out, extra)
+            fr, fw, arr = io_floor(op_inp, out, tmp)
             floor = fr + fw
             r.update(op=op, backend=a.backend, bands=arr.shape[0], floor_read_s=fr,
                      floor_write_s=fw, ratio=r["wall_s"] / max(floor, r["compute_s"] or 0))
@@ -221,10 +237,10 @@ def main():
             print(f"| {op} | {a.backend} | {arr.shape[0]} | {f(r['wall_s'])} | {f(r['cpu_s'])} |"
                   f" {f(r['read_s'])} | {f(r['compute_s'])} | {f(r['write_s'])} |"
                   f" {floor:.2f} ({fr:.2f} + {fw:.2f}) | {r['ratio']:.2f} |", flush=True)
-            if a.codecs:
-                codecs += codec_rows(op, arr, tmp)
+            if a.codecs:  # float32, as the profiles are (predictor 3 needs floats)
+                codecs += codec_rows(op, arr.astype(np.float32, copy=False), tmp)
             if a.concurrent:
-                conc.append(concurrent(exe, op, a.backend, inp, tmp, a.concurrent))
+                conc.append(concurrent(exe, op, a.backend, op_inp, tmp, a.concurrent, extra))
             os.unlink(out)
         if codecs:
             print("\n| op | compression | write s | write CPU s | read s | MiB (raw) |")
