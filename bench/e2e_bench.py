@@ -13,11 +13,7 @@ mirrored as run_bench.py mirrors it), then for each operation:
            first, untimed) with OUTPUT's creation options (tiled 256, band
            interleaved, its codec and predictor; ZSTD at hyprof's level 1);
   ratio    wall / max(floor, compute): the goal is <= 1.2 (an executable
-           without the stage trace, an older build, gets wall / floor). Where
-           the read overlaps the computation (the trace says from when), the
-           compute term is the computation's time after the read ended: the
-           time it spent waiting for pixels is not counted as compute (nor is
-           the work it did meanwhile, so the ratio errs high).
+           without the stage trace, an older build, gets wall / floor).
 
 --codecs writes the outputs again with each candidate compression (time,
 CPU time, size, read-back time): the table behind the default. --concurrent N
@@ -65,8 +61,7 @@ CODECS = {
     "LZW, predictor 3": ["COMPRESS=LZW", "PREDICTOR=3"],
     "none": [],
 }
-STAGES = re.compile(r"run s: read ([\d.]+), compute ([\d.]+), write ([\d.]+)"
-                    r"(?:.*overlaps the compute from ([\d.]+))?")
+STAGES = re.compile(r"run s: read ([\d.]+), compute ([\d.]+), write ([\d.]+)")
 
 
 def cpu_self():
@@ -103,12 +98,7 @@ def run_cli(exe, op, backend, inp, out, extra=()):
         sys.exit(f"e2e_bench: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
     m = STAGES.search(p.stderr)
     read, compute, write = (float(m.group(i)) for i in (1, 2, 3)) if m else (None,) * 3
-    after_read = compute
-    if m and m.group(4) is not None:  # the read ran alongside, from the start
-        start = float(m.group(4))
-        after_read = compute - max(0.0, min(read, start + compute) - start)
-    return {"wall_s": wall, "cpu_s": cpu, "read_s": read, "compute_s": compute, "write_s": write,
-            "compute_after_read_s": after_read}
+    return {"wall_s": wall, "cpu_s": cpu, "read_s": read, "compute_s": compute, "write_s": write}
 
 
 def write_raster(path, w, h, arr, options):
@@ -225,8 +215,7 @@ def main():
             fr, fw, arr = io_floor(inp, out, tmp)
             floor = fr + fw
             r.update(op=op, backend=a.backend, bands=arr.shape[0], floor_read_s=fr,
-                     floor_write_s=fw,
-                     ratio=r["wall_s"] / max(floor, r["compute_after_read_s"] or 0))
+                     floor_write_s=fw, ratio=r["wall_s"] / max(floor, r["compute_s"] or 0))
             rows.append(r)
             f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731 (no stage trace)
             print(f"| {op} | {a.backend} | {arr.shape[0]} | {f(r['wall_s'])} | {f(r['cpu_s'])} |"

@@ -294,49 +294,13 @@ static double now_s(void)
 }
 
 /* The run's stage times as one debug line (HYPROF_LOG=debug), where the
- * time of a command line goes: t[0] start, t[1] the computation starts,
- * t[2] it ends, t[3] the output is finished; the read runs from t[0] for
- * `read` seconds, alongside the computation. */
-static void trace_stages(cli_progress_t *pg, const double *t, double read)
+ * time of a command line goes: reading, computing, writing. */
+static void trace_stages(cli_progress_t *pg, const double *t)
 {
-    char line[200];
-    snprintf(line, sizeof line,
-             "run s: read %.3f, compute %.3f, write %.3f; total %.3f (the read overlaps the "
-             "compute from %.3f)", read, t[2] - t[1], t[3] - t[2], t[3] - t[0], t[1] - t[0]);
+    char line[160];
+    snprintf(line, sizeof line, "run s: read %.3f, compute %.3f, write %.3f; total %.3f",
+             t[1] - t[0], t[2] - t[1], t[3] - t[2], t[3] - t[0]);
     cli_log_fn(pg, HYPROF_LOG_DEBUG, line);
-}
-
-/* The read's progress while the computation waits for the whole input
- * (hyprof_reader_pixels, on the computing thread): the first share of the
- * run, as long as the computation has reported nothing past it. */
-static int read_progress(void *user, double fraction, const char *stage)
-{
-    cli_progress_t *pg = user;
-    if (pg->last >= READ_END)
-        return cli_interrupted();
-    double lo = pg->lo, hi = pg->hi;
-    cli_progress_stage(pg, 0.0, READ_END);
-    int stop = cli_progress_fn(pg, fraction, stage);
-    cli_progress_stage(pg, lo, hi);
-    return stop;
-}
-
-/* The input read by a thread while the operation runs: the read's error
- * when it failed (the operation's is then only a consequence), else the
- * operation's. */
-static int run_op(cli_command_t *cmd, hyprof_ctx_t *ctx, hyprof_reader_t *rd, hyprof_raster_t *in,
-                  hyprof_result_t *res, double *read_s, hyprof_status_t *st)
-{
-    char err[CLI_MESSAGE_MAX];
-    hyprof_ctx_set_input_pixels(ctx, hyprof_reader_pixels, rd);
-    *st = hyprof_op_run(ctx, cmd->op, cmd->args, &in->cube, res);
-    hyprof_ctx_set_input_pixels(ctx, NULL, NULL);
-    hyprof_status_t rst = hyprof_reader_finish(rd, *st != HYPROF_OK, read_s, err, sizeof err);
-    if (rst == HYPROF_OK || rst == HYPROF_ERR_CANCELLED)
-        return EXIT_OK;
-    cli_error(cmd->op->name, "%s", err);
-    *st = rst;
-    return cli_exit_code(rst, 1);
 }
 
 /* OUTPUT opened before the computation, its bands written as the
@@ -382,42 +346,32 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
 {
     const char *name = cmd->op->name, *param[CLI_MAX_OUTPUTS];
     char err[CLI_MESSAGE_MAX];
-    hyprof_io_progress_t io = {cli_progress_fn, pg}, read_io = {read_progress, pg};
-    double t[4] = {now_s(), 0, 0, 0}, read_s = 0.0;
+    hyprof_io_progress_t io = {cli_progress_fn, pg};
+    double t[4] = {now_s(), 0, 0, 0};
     cli_progress_stage(pg, 0.0, READ_END);
-    hyprof_reader_t *rd = NULL;
-    hyprof_status_t st = hyprof_reader_start(&rd, ctx, cmd->input, &read_io, in, err, sizeof err);
+    hyprof_status_t st = hyprof_raster_read(ctx, cmd->input, &io, in, err, sizeof err);
     if (st != HYPROF_OK) {
         cli_progress_done(pg);
         cli_error(name, "%s", err);
         return cli_exit_code(st, 1);
     }
+    t[1] = now_s();
     pass_wavelengths(cmd, in);
     if (!cli_outputs_add(outs, cmd->output, 1) || add_side_files(cmd, outs, param) != 0) {
-        hyprof_reader_finish(rd, 1, NULL, NULL, 0);
         cli_error(name, "out of memory");
         return EXIT_RUNTIME;
     }
     hyprof_stream_t *s = open_stream(cmd, ctx, in, outs->f[0].tmp, &st, err, sizeof err);
     if (st != HYPROF_OK) {
-        hyprof_reader_finish(rd, 1, NULL, NULL, 0); /* its message is not the run's */
         cli_progress_done(pg);
         cli_error(name, "%s", err);
         return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
     }
     cli_progress_stage(pg, READ_END, COMPUTE_END);
     route_side_files(cmd, outs, param, 1);
-    t[1] = now_s();
-    int rc = run_op(cmd, ctx, rd, in, res, &read_s, &st);
+    st = hyprof_op_run(ctx, cmd->op, cmd->args, &in->cube, res);
     route_side_files(cmd, outs, param, 0);
     hyprof_ctx_set_band_done(ctx, NULL, NULL);
-    if (rc != EXIT_OK) { /* the input could not be read: said */
-        if (s)
-            hyprof_stream_stop(s, err, sizeof err);
-        hyprof_stream_abandon(s);
-        cli_progress_done(pg);
-        return rc;
-    }
     if (st != HYPROF_OK) {
         /* A failed write cancels the computation: its error is the run's. */
         hyprof_status_t wst = s ? hyprof_stream_stop(s, err, sizeof err) : HYPROF_OK;
@@ -435,7 +389,7 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
     st = finish_output(cmd, ctx, s, in, res, outs->f[0].tmp, &io, err, sizeof err);
     t[3] = now_s();
     cli_progress_done(pg);
-    trace_stages(pg, t, read_s);
+    trace_stages(pg, t);
     if (st != HYPROF_OK) {
         cli_error(name, "%s", err);
         return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);

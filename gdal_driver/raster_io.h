@@ -44,28 +44,6 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    char *err, size_t err_len);
 void hyprof_raster_free(hyprof_raster_t *r);
 
-/* Reading on a thread while an operation computes. hyprof_reader_start opens
- * `path` with hyprof_raster_read's checks and messages, fills in everything
- * of `out` but its pixels (size, georeference, band names; cube and mask
- * allocated) and reads the pixels on a thread, rows in order, by blocks of
- * the file's block height (at least 64 rows): every band of a block and
- * their mask, then the block is published. Pass hyprof_reader_pixels and the
- * reader to hyprof_ctx_set_input_pixels; its waits for the whole cube report
- * the read's progress to `progress` ("read"; non-zero stops the read).
- * A cancel of `ctx` stops the read. */
-typedef struct hyprof_reader hyprof_reader_t;
-hyprof_status_t hyprof_reader_start(hyprof_reader_t **rd, hyprof_ctx_t *ctx, const char *path,
-                                    const hyprof_io_progress_t *progress, hyprof_raster_t *out,
-                                    char *err, size_t err_len);
-/* The hyprof_pixels_fn of a reader. */
-int hyprof_reader_pixels(void *rd, size_t pixels);
-/* Stops the read where `stop`, waits for its thread and frees the reader:
- * the read's status (its message in err, when err is not NULL; out->nvalid
- * set when it is OK)
- * and, in *seconds, how long the read took from its start. */
-hyprof_status_t hyprof_reader_finish(hyprof_reader_t *rd, int stop, double *seconds, char *err,
-                                     size_t err_len);
-
 /* What is wrong with an input file of this stat (a phrase after its name:
  * "is a FIFO (named pipe), not a file"), or NULL when it is a regular,
  * non-empty file (or a folder, with folder_ok). Such inputs make GDAL and

@@ -7,8 +7,6 @@
 #include <cpl_string.h>
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -16,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #define say hyprof_io_error
 
@@ -47,10 +44,9 @@ void hyprof_raster_free(hyprof_raster_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Clears mask entries for the pixels GDAL marks invalid in rows
- * [y0, y0 + ht) of band `h` (data and mask: those rows). */
+/* Clears mask entries for the pixels GDAL marks invalid in band `h`. */
 static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, size_t w,
-                                       size_t y0, size_t ht, uint8_t *mask, uint8_t *scratch)
+                                       size_t ht, uint8_t *mask, uint8_t *scratch)
 {
     int flags = GDALGetMaskFlags(h);
     size_t n = w * ht;
@@ -62,7 +58,7 @@ static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, siz
             if (data[i] == ndf || (isnan(nd) && isnan(data[i])))
                 mask[i] = 0;
     } else if (!(flags & GMF_ALL_VALID)) {
-        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, (int)y0, (int)w, (int)ht, scratch, (int)w,
+        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, 0, (int)w, (int)ht, scratch, (int)w,
                          (int)ht, GDT_Byte, 0, 0) != CE_None)
             return HYPROF_ERR_IO;
         for (size_t i = 0; i < n; i++)
@@ -217,7 +213,7 @@ static hyprof_status_t read_bands(GDALDatasetH ds, hyprof_raster_t *r,
                          0) != CE_None)
             st = say(HYPROF_ERR_IO, err, n, "cannot read band %zu of '%s': %s", b + 1, r->path,
                      gdal_reason());
-        else if (apply_band_mask(hb, dst, w, 0, h, r->cube.mask, scratch) != HYPROF_OK)
+        else if (apply_band_mask(hb, dst, w, h, r->cube.mask, scratch) != HYPROF_OK)
             st = say(HYPROF_ERR_IO, err, n, "cannot read the mask of band %zu of '%s': %s",
                      b + 1, r->path, gdal_reason());
         else if (pg && pg->fn && pg->fn(pg->user, (double)(b + 1) / (double)r->cube.bands, "read"))
@@ -227,11 +223,11 @@ static hyprof_status_t read_bands(GDALDatasetH ds, hyprof_raster_t *r,
     return st;
 }
 
-/* Opens `path` (checked), allocates r's cube and mask and fills in all but
- * the pixels: the dataset stays open in *ds. */
-static hyprof_status_t open_raster(const char *path, hyprof_raster_t *r, GDALDatasetH *dsp,
+hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
+                                   const hyprof_io_progress_t *pg, hyprof_raster_t *r,
                                    char *err, size_t n)
 {
+    (void)ctx;
     memset(r, 0, sizeof *r);
     GDALDatasetH ds = NULL;
     hyprof_status_t st = open_checked(path, &ds, err, n);
@@ -269,19 +265,6 @@ static hyprof_status_t open_raster(const char *path, hyprof_raster_t *r, GDALDat
     r->cube.has_nodata = has_nd;
     r->cube.nodata = has_nd ? nd : 0.0;
     read_band_info(ds, r);
-    *dsp = ds;
-    return HYPROF_OK;
-}
-
-hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
-                                   const hyprof_io_progress_t *pg, hyprof_raster_t *r,
-                                   char *err, size_t n)
-{
-    (void)ctx;
-    GDALDatasetH ds = NULL;
-    hyprof_status_t st = open_raster(path, r, &ds, err, n);
-    if (st != HYPROF_OK)
-        return st;
     st = read_bands(ds, r, pg, err, n);
     GDALClose(ds);
     if (st != HYPROF_OK) {
@@ -290,165 +273,4 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
     }
     r->nvalid = hyprof_cube_count_valid(&r->cube);
     return HYPROF_OK;
-}
-
-/* ---- reading on a thread while the operation computes ---------------------- */
-
-struct hyprof_reader {
-    GDALDatasetH ds;          /* the reading thread's alone until joined */
-    hyprof_raster_t *r;
-    hyprof_ctx_t *ctx;        /* its cancel flag stops the reading */
-    hyprof_io_progress_t pg;  /* read progress, from waits for the whole cube */
-    size_t rows_per_block;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t rows;              /* rows read, every band and the mask */
-    atomic_int stop;
-    int done, started;
-    pthread_t thread;
-    hyprof_status_t st;       /* the read's first failure */
-    double t0, seconds;
-    char err[1024];
-};
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Rows [y0, y0 + rows) of every band and their mask. */
-static hyprof_status_t read_block(hyprof_reader_t *rd, size_t y0, size_t rows, uint8_t *scratch)
-{
-    hyprof_raster_t *r = rd->r;
-    size_t w = r->cube.width, npix = w * r->cube.height;
-    for (size_t b = 0; b < r->cube.bands; b++) {
-        GDALRasterBandH hb = GDALGetRasterBand(rd->ds, (int)b + 1);
-        float *dst = (float *)r->cube.data + b * npix + y0 * w;
-        CPLErrorReset();
-        if (atomic_load(&rd->stop) || hyprof_ctx_cancelled(rd->ctx))
-            return say(HYPROF_ERR_CANCELLED, rd->err, sizeof rd->err,
-                       "cancelled while reading '%s'", r->path);
-        if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)rows, dst, (int)w, (int)rows,
-                         GDT_Float32, 0, 0) != CE_None)
-            return say(HYPROF_ERR_IO, rd->err, sizeof rd->err, "cannot read band %zu of '%s': %s",
-                       b + 1, r->path, gdal_reason());
-        if (apply_band_mask(hb, dst, w, y0, rows, r->cube.mask + y0 * w, scratch) != HYPROF_OK)
-            return say(HYPROF_ERR_IO, rd->err, sizeof rd->err,
-                       "cannot read the mask of band %zu of '%s': %s", b + 1, r->path,
-                       gdal_reason());
-    }
-    return HYPROF_OK;
-}
-
-static void *reader_thread(void *user)
-{
-    hyprof_reader_t *rd = user;
-    size_t w = rd->r->cube.width, h = rd->r->cube.height, step = rd->rows_per_block;
-    uint8_t *scratch = malloc(w * step);
-    hyprof_status_t st = scratch ? HYPROF_OK
-                                 : say(HYPROF_ERR_NOMEM, rd->err, sizeof rd->err,
-                                       "out of memory reading '%s'", rd->r->path);
-    for (size_t y0 = 0; y0 < h && st == HYPROF_OK; y0 += step) {
-        size_t rows = h - y0 < step ? h - y0 : step;
-        st = read_block(rd, y0, rows, scratch);
-        pthread_mutex_lock(&rd->mu);
-        if (st == HYPROF_OK)
-            rd->rows = y0 + rows;
-        pthread_cond_broadcast(&rd->cv);
-        pthread_mutex_unlock(&rd->mu);
-    }
-    free(scratch);
-    pthread_mutex_lock(&rd->mu);
-    rd->st = st;
-    rd->done = 1;
-    rd->seconds = now_s() - rd->t0;
-    pthread_cond_broadcast(&rd->cv);
-    pthread_mutex_unlock(&rd->mu);
-    return NULL;
-}
-
-/* Rows a block: the file's block height (its tiles or strips decoded once),
- * at least 64 rows. */
-static size_t block_rows(GDALDatasetH ds, size_t h)
-{
-    int bx = 0, by = 0;
-    GDALGetBlockSize(GDALGetRasterBand(ds, 1), &bx, &by);
-    size_t step = by > 0 ? (size_t)by : 1;
-    step *= (64 + step - 1) / step;
-    return step < h ? step : h;
-}
-
-hyprof_status_t hyprof_reader_start(hyprof_reader_t **out, hyprof_ctx_t *ctx, const char *path,
-                                    const hyprof_io_progress_t *pg, hyprof_raster_t *r,
-                                    char *err, size_t n)
-{
-    *out = NULL;
-    hyprof_reader_t *rd = calloc(1, sizeof *rd);
-    if (!rd)
-        return say(HYPROF_ERR_NOMEM, err, n, "out of memory reading '%s'", path);
-    rd->t0 = now_s();
-    hyprof_status_t st = open_raster(path, r, &rd->ds, err, n);
-    if (st != HYPROF_OK) {
-        free(rd);
-        return st;
-    }
-    rd->r = r;
-    rd->ctx = ctx;
-    atomic_init(&rd->stop, 0);
-    if (pg)
-        rd->pg = *pg;
-    rd->rows_per_block = block_rows(rd->ds, r->cube.height);
-    pthread_mutex_init(&rd->mu, NULL);
-    pthread_cond_init(&rd->cv, NULL);
-    rd->started = pthread_create(&rd->thread, NULL, reader_thread, rd) == 0;
-    if (!rd->started) /* no thread: read here, before the computation */
-        reader_thread(rd);
-    *out = rd;
-    return HYPROF_OK;
-}
-
-int hyprof_reader_pixels(void *user, size_t pixels)
-{
-    hyprof_reader_t *rd = user;
-    size_t w = rd->r->cube.width, h = rd->r->cube.height;
-    size_t need = pixels >= w * h ? h : (pixels + w - 1) / w;
-    int whole = pixels == SIZE_MAX, failed = 0;
-    pthread_mutex_lock(&rd->mu);
-    while (rd->rows < need && !rd->done && !failed) {
-        pthread_cond_wait(&rd->cv, &rd->mu);
-        /* On the caller's thread, outside its parallel regions: the read's
-         * progress, and the place a cancel is heard while it waits. */
-        if (whole && rd->pg.fn && rd->pg.fn(rd->pg.user, (double)rd->rows / (double)h, "read")) {
-            atomic_store(&rd->stop, 1);
-            failed = 1;
-        }
-    }
-    failed = failed || rd->rows < need;
-    pthread_mutex_unlock(&rd->mu);
-    return failed;
-}
-
-hyprof_status_t hyprof_reader_finish(hyprof_reader_t *rd, int stop, double *seconds, char *err,
-                                     size_t n)
-{
-    if (!rd)
-        return HYPROF_OK;
-    if (stop)
-        atomic_store(&rd->stop, 1);
-    if (rd->started)
-        pthread_join(rd->thread, NULL);
-    hyprof_status_t st = rd->st;
-    if (st != HYPROF_OK && err && n)
-        snprintf(err, n, "%s", rd->err);
-    else
-        rd->r->nvalid = hyprof_cube_count_valid(&rd->r->cube);
-    if (seconds)
-        *seconds = rd->seconds;
-    GDALClose(rd->ds);
-    pthread_mutex_destroy(&rd->mu);
-    pthread_cond_destroy(&rd->cv);
-    free(rd);
-    return st;
 }

@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -564,122 +563,6 @@ static void test_band_done(void)
     free(d);
 }
 
-/* The input arriving while the operation runs (hyprof_ctx_set_input_pixels):
- * a thread copies the source cube into the one the operation reads, a few
- * rows at a time, so a stage that reads pixels before they arrive sees NaN
- * (and gives other values). */
-typedef struct {
-    const hyprof_cube_t *src;
-    hyprof_cube_t *dst;
-    size_t rows, fail_at; /* rows copied; the copy fails there (SIZE_MAX: never) */
-    int done;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-} feed_t;
-
-static void *feed_rows(void *user)
-{
-    feed_t *f = user;
-    size_t w = f->src->width, h = f->src->height, npix = w * h;
-    for (size_t y0 = 0; y0 < h && y0 < f->fail_at; y0 += 3) {
-        size_t n = h - y0 < 3 ? h - y0 : 3;
-        for (size_t b = 0; b < f->src->bands; b++)
-            memcpy((float *)f->dst->data + b * npix + y0 * w,
-                   (const float *)f->src->data + b * npix + y0 * w, n * w * sizeof(float));
-        memcpy(f->dst->mask + y0 * w, f->src->mask + y0 * w, n * w);
-        usleep(500);
-        pthread_mutex_lock(&f->mu);
-        f->rows = y0 + n;
-        pthread_cond_broadcast(&f->cv);
-        pthread_mutex_unlock(&f->mu);
-    }
-    pthread_mutex_lock(&f->mu);
-    f->done = 1;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    return NULL;
-}
-
-static int fed_pixels(void *user, size_t pixels)
-{
-    feed_t *f = user;
-    size_t w = f->src->width, need = pixels / w + (pixels % w != 0);
-    pthread_mutex_lock(&f->mu);
-    while (f->rows < need && f->rows < f->src->height && !f->done)
-        pthread_cond_wait(&f->cv, &f->mu);
-    int failed = f->rows < need && f->rows < f->src->height;
-    pthread_mutex_unlock(&f->mu);
-    return failed;
-}
-
-/* Runs `op` (its defaults) on src arriving row by row; the status. */
-static hyprof_status_t run_fed(const char *name, const hyprof_cube_t *src, size_t fail_at,
-                               hyprof_result_t *res, char *error, size_t n)
-{
-    size_t npix = src->width * src->height;
-    hyprof_cube_t dst;
-    hyprof_cube_alloc(&dst, HYPROF_FLOAT32, src->width, src->height, src->bands);
-    hyprof_cube_alloc_mask(&dst);
-    for (size_t i = 0; i < npix * src->bands; i++)
-        ((float *)dst.data)[i] = NAN;
-    memset(dst.mask, 1, npix);
-    feed_t f = {src, &dst, 0, fail_at, 0, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
-    hyprof_ctx_t *ctx = cpu_ctx();
-    const hyprof_op_t *op = hyprof_op_find(name);
-    hyprof_args_t *a = hyprof_args_new(op);
-    hyprof_ctx_set_input_pixels(ctx, fed_pixels, &f);
-    pthread_t t;
-    pthread_create(&t, NULL, feed_rows, &f);
-    hyprof_result_init(res);
-    hyprof_status_t st = hyprof_op_run(ctx, op, a, &dst, res);
-    pthread_join(t, NULL);
-    snprintf(error, n, "%s", hyprof_ctx_last_error(ctx));
-    hyprof_args_free(&a);
-    hyprof_ctx_free(&ctx);
-    hyprof_cube_free(&dst);
-    return st;
-}
-
-/* Every operation gives the same bits on an input that arrives while it
- * runs (eap, emp and wmcd take the pixels as they come, the others wait for
- * the whole cube), and fails, naming the cause, when the input stops. */
-static void test_input_pixels(void)
-{
-    const char *ops[] = {"eap", "emp", "wmcd", "pca", "eadp"};
-    size_t w = 40, h = 36, nb = 12, npix = w * h;
-    float *d = malloc(npix * nb * sizeof *d);
-    for (size_t i = 0; i < npix * nb; i++)
-        d[i] = (float)((i * 7919u) % 251u) + (float)(i / npix);
-    hyprof_cube_t c = hyprof_cube_bsq(d, HYPROF_FLOAT32, w, h, nb);
-    hyprof_cube_alloc_mask(&c);
-    memset(c.mask, 1, npix);
-    c.mask[5 * w + 7] = c.mask[30 * w + 2] = 0;
-    char error[1024];
-    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
-        hyprof_ctx_t *ctx = cpu_ctx();
-        const hyprof_op_t *op = hyprof_op_find(ops[k]);
-        hyprof_args_t *a = hyprof_args_new(op);
-        hyprof_result_t want, got;
-        hyprof_result_init(&want);
-        CHECK(hyprof_op_run(ctx, op, a, &c, &want) == HYPROF_OK, "%s runs", ops[k]);
-        hyprof_status_t st = run_fed(ops[k], &c, SIZE_MAX, &got, error, sizeof error);
-        size_t bytes = want.cube.width * want.cube.height * want.cube.bands * sizeof(float);
-        CHECK(st == HYPROF_OK && got.cube.bands == want.cube.bands &&
-                  memcmp(got.cube.data, want.cube.data, bytes) == 0,
-              "%s on an arriving input: status %d, or other values", ops[k], st);
-        hyprof_result_free(&got);
-        st = run_fed(ops[k], &c, 20, &got, error, sizeof error);
-        CHECK(st == HYPROF_ERR_IO && strstr(error, "not read to its end"),
-              "%s on an input that stops: status %d, '%s'", ops[k], st, error);
-        hyprof_result_free(&got);
-        hyprof_result_free(&want);
-        hyprof_args_free(&a);
-        hyprof_ctx_free(&ctx);
-    }
-    free(c.mask);
-    free(d);
-}
-
 int main(void)
 {
     test_status();
@@ -695,7 +578,6 @@ int main(void)
     test_dwt_known();
     test_cancel();
     test_band_done();
-    test_input_pixels();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

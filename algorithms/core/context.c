@@ -3,7 +3,6 @@
 
 #include <math.h>
 #include <stdarg.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,26 +91,6 @@ void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data)
 {
     if (ctx->band_done)
         ctx->band_done(ctx->band_user, band, data);
-}
-
-void hyprof_ctx_set_input_pixels(hyprof_ctx_t *ctx, hyprof_pixels_fn fn, void *user)
-{
-    ctx->input_pixels = fn;
-    ctx->input_user = user;
-}
-
-int hyprof__input_pixels(hyprof_ctx_t *ctx, size_t pixels)
-{
-    return ctx->input_pixels ? ctx->input_pixels(ctx->input_user, pixels) : 0;
-}
-
-hyprof_status_t hyprof__input_whole(hyprof_ctx_t *ctx, const char *op)
-{
-    if (!ctx->input_pixels || ctx->input_pixels(ctx->input_user, SIZE_MAX) == 0)
-        return HYPROF_OK;
-    if (hyprof_ctx_cancelled(ctx))
-        return hyprof__error(ctx, HYPROF_ERR_CANCELLED, op, "cancelled");
-    return hyprof__error(ctx, HYPROF_ERR_IO, op, "the input was not read to its end");
 }
 
 void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user)

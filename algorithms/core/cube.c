@@ -234,64 +234,27 @@ size_t hyprof_cube_count_valid(const hyprof_cube_t *cube)
     return valid;
 }
 
-static hyprof_status_t no_valid_pixel(hyprof_ctx_t *ctx, const char *op, size_t npix)
-{
-    return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
-                         "the input has no valid pixel: all %zu are nodata", npix);
-}
-
-hyprof_status_t hyprof__input_rest(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in)
-{
-    hyprof_status_t st = hyprof__input_whole(ctx, op);
-    if (st == HYPROF_OK && hyprof_cube_count_valid(in) == 0)
-        st = no_valid_pixel(ctx, op, in->width * in->height);
-    return st;
-}
-
-hyprof_status_t hyprof__input_rest_mask(hyprof_ctx_t *ctx, const char *op, const uint8_t *mask,
-                                        size_t npix)
-{
-    hyprof_status_t st = hyprof__input_whole(ctx, op);
-    size_t valid = 0;
-    for (size_t p = 0; st == HYPROF_OK && mask && p < npix && !valid; p++)
-        valid = mask[p] != 0;
-    return st == HYPROF_OK && mask && !valid ? no_valid_pixel(ctx, op, npix) : st;
-}
-
-hyprof_status_t hyprof__input_f32_early(hyprof_ctx_t *ctx, const char *op,
-                                        const hyprof_cube_t *in, int early, hyprof_cube_t *tmp,
-                                        const hyprof_cube_t **bsq, int *pending)
+hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
+                                  hyprof_cube_t *tmp, const hyprof_cube_t **bsq)
 {
     char why[160];
     memset(tmp, 0, sizeof *tmp);
-    *pending = 0;
     if (hyprof_cube_check(in, why, sizeof why) != HYPROF_OK)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op, "bad input cube: %s", why);
-    if (early && ctx->input_pixels && hyprof_cube_is_f32_bsq(in)) {
-        *bsq = in;
-        *pending = 1;
-        return HYPROF_OK;
-    }
-    hyprof_status_t st = hyprof__input_rest(ctx, op, in);
-    if (st != HYPROF_OK)
-        return st;
+    if (hyprof_cube_count_valid(in) == 0)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, op,
+                             "the input has no valid pixel: all %zu are nodata",
+                             in->width * in->height);
     if (hyprof_cube_is_f32_bsq(in)) {
         *bsq = in;
         return HYPROF_OK;
     }
-    st = hyprof_cube_to_f32_bsq(in, tmp);
+    hyprof_status_t st = hyprof_cube_to_f32_bsq(in, tmp);
     if (st != HYPROF_OK)
         return hyprof__error(ctx, st, op, "cannot convert the input to float32 (%zux%zux%zu)",
                              in->width, in->height, in->bands);
     *bsq = tmp;
     return HYPROF_OK;
-}
-
-hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
-                                  hyprof_cube_t *tmp, const hyprof_cube_t **bsq)
-{
-    int pending;
-    return hyprof__input_f32_early(ctx, op, in, 0, tmp, bsq, &pending);
 }
 
 hyprof_status_t hyprof__cube_copy_mask(hyprof_cube_t *dst, const hyprof_cube_t *src)

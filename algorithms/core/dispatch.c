@@ -53,25 +53,11 @@ static void tell_fallback(hyprof_ctx_t *ctx, const char *op, const char *why,
     ctx->fallback_told = 1;
 }
 
-int hyprof__runs_on_cpu(const hyprof_ctx_t *ctx, hyprof__impl_fn cuda)
-{
-    if (ctx->backend == HYPROF_BACKEND_CPU)
-        return 1;
-    if (ctx->backend == HYPROF_BACKEND_CUDA)
-        return 0;
-    return !cuda || ctx->device >= hyprof_cuda_device_count();
-}
-
 hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
                                  hyprof__impl_fn cuda, void *args)
 {
     if (ctx->backend == HYPROF_BACKEND_CPU)
         return run_cpu(ctx, cpu, args);
-    /* The CUDA paths copy the whole input at once: none of them starts on
-     * a cube still arriving (hyprof_ctx_set_input_pixels). */
-    hyprof_status_t whole = cuda ? hyprof__input_whole(ctx, op) : HYPROF_OK;
-    if (whole != HYPROF_OK)
-        return whole;
 
     int ndev = cuda ? hyprof_cuda_device_count() : 0;
     if (ctx->backend == HYPROF_BACKEND_CUDA) {

@@ -31,8 +31,6 @@ struct hyprof_ctx {
     void *log_user;
     hyprof_band_fn band_done;
     void *band_user;
-    hyprof_pixels_fn input_pixels; /* the input still arriving (NULL: complete) */
-    void *input_user;
     hyprof__atomic_int cancel;
     /* Nested stages report into [lo, hi] of the caller's progress range. */
     double progress_lo, progress_hi;
@@ -59,13 +57,6 @@ void hyprof__progress_pop(hyprof_ctx_t *ctx, const double saved[2]);
  * (see hyprof_ctx_set_band_done); only for the cube the operation returns,
  * never for an intermediate one. */
 void hyprof__band_done(hyprof_ctx_t *ctx, size_t band, const float *data);
-/* Waits until the first `pixels` pixels of the input cube are in memory (see
- * hyprof_ctx_set_input_pixels); 0, or non-zero when they never will be. Safe
- * inside OpenMP regions. */
-int hyprof__input_pixels(hyprof_ctx_t *ctx, size_t pixels);
-/* Waits for the whole input cube; HYPROF_ERR_IO (or CANCELLED), with the
- * error text set, when it never comes. */
-hyprof_status_t hyprof__input_whole(hyprof_ctx_t *ctx, const char *op);
 /* Thread count for OpenMP regions. */
 int hyprof__threads(const hyprof_ctx_t *ctx);
 
@@ -88,10 +79,6 @@ typedef hyprof_status_t (*hyprof__impl_fn)(hyprof_ctx_t *ctx, void *args);
  * device is missing or short of memory. `cuda` is NULL in CPU-only builds. */
 hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
                                  hyprof__impl_fn cuda, void *args);
-/* Whether a call dispatched with this CUDA implementation (NULL: none) runs
- * on the CPU for certain: only there do stages take the input's pixels as
- * they arrive (the CUDA paths copy the whole cube at once). */
-int hyprof__runs_on_cpu(const hyprof_ctx_t *ctx, hyprof__impl_fn cuda);
 
 /* Declares a CUDA implementation that exists only in CUDA builds. */
 #ifdef HYPROF_HAVE_CUDA
@@ -105,22 +92,6 @@ int hyprof__runs_on_cpu(const hyprof_ctx_t *ctx, hyprof__impl_fn cuda);
  * to `tmp`, which the caller frees with hyprof_cube_free. */
 hyprof_status_t hyprof__input_f32(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in,
                                   hyprof_cube_t *tmp, const hyprof_cube_t **bsq);
-/* The same for a stage that takes the input's pixels as they arrive
- * (hyprof_ctx_set_input_pixels): with `early` (the stage runs on the CPU)
- * and a float32 BSQ cube still arriving, only its shape is checked, *bsq is
- * `in` and *pending is 1: the stage waits for each pixel it reads
- * (hyprof__input_pixels) and calls hyprof__input_rest before anything that
- * needs the whole cube. Otherwise it waits for the whole cube first and
- * behaves as hyprof__input_f32 (*pending 0). */
-hyprof_status_t hyprof__input_f32_early(hyprof_ctx_t *ctx, const char *op,
-                                        const hyprof_cube_t *in, int early, hyprof_cube_t *tmp,
-                                        const hyprof_cube_t **bsq, int *pending);
-/* Waits for the whole input cube, then the check hyprof__input_f32 makes on
- * it (at least one valid pixel). */
-hyprof_status_t hyprof__input_rest(hyprof_ctx_t *ctx, const char *op, const hyprof_cube_t *in);
-/* The same for a contiguous mask of npix pixels (NULL: all valid). */
-hyprof_status_t hyprof__input_rest_mask(hyprof_ctx_t *ctx, const char *op, const uint8_t *mask,
-                                        size_t npix);
 
 /* Gives dst (same width and height) a copy of src's mask, and its nodata
  * value (NaN when src has masked pixels but declared no nodata). */

@@ -582,15 +582,6 @@ static hyprof_status_t name_result(hyprof_ctx_t *ctx, const hyprof_op_t *op,
     return HYPROF_OK;
 }
 
-/* The operations whose stages wait for the input's pixels themselves (their
- * spectral DWT takes them as they arrive, hyprof__input_f32_early); every
- * other operation starts on the whole cube. */
-static int takes_arriving_input(const hyprof_op_t *op)
-{
-    return op->run == hyprof__run_eap || op->run == hyprof__run_emp ||
-           op->run == hyprof__run_wmcd;
-}
-
 hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
                               const hyprof_args_t *args, const hyprof_cube_t *in,
                               hyprof_result_t *out)
@@ -604,12 +595,7 @@ hyprof_status_t hyprof_op_run(hyprof_ctx_t *ctx, const hyprof_op_t *op,
     if (hyprof_args_check((hyprof_args_t *)args) != HYPROF_OK)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, op->name, "%s",
                              hyprof_args_error(args));
-    hyprof_status_t st =
-        takes_arriving_input(op) ? HYPROF_OK : hyprof__input_whole(ctx, op->name);
-    if (st == HYPROF_OK)
-        st = op->run(ctx, args, in, out);
-    if (st == HYPROF_OK)
-        st = hyprof__input_whole(ctx, op->name); /* read to its end, whatever the path */
+    hyprof_status_t st = op->run(ctx, args, in, out);
     if (st == HYPROF_OK)
         st = name_result(ctx, op, args, in, out);
     if (st != HYPROF_OK)

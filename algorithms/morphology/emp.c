@@ -105,10 +105,7 @@ hyprof_status_t hyprof__emp_run(hyprof_ctx_t *ctx, const char *op, const hyprof_
     memset(out, 0, sizeof *out);
     hyprof_cube_t tmp;
     const hyprof_cube_t *x;
-    /* The CPU's spectral DWT takes the input's pixels as they arrive
-     * (hyprof__cpu_emp waits for the rest after it). */
-    int pending, early = spec && hyprof__runs_on_cpu(ctx, HYPROF_CUDA_IMPL(hyprof__cuda_emp));
-    hyprof_status_t st = hyprof__input_f32_early(ctx, op, in, early, &tmp, &x, &pending);
+    hyprof_status_t st = hyprof__input_f32(ctx, op, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
     size_t nfeat = spec ? hyprof_dwt_bands(x->bands, spec_levels) : x->bands;

@@ -419,13 +419,8 @@ hyprof_status_t hyprof__cpu_emp(hyprof_ctx_t *ctx, void *args)
     t[0] = now_ms();
     float *feat = NULL;
     hyprof_status_t st = cpu_features(ctx, a, &feat);
-    if (st == HYPROF_OK) /* the input arriving (hyprof__input_f32_early): the rest of it */
-        st = hyprof__input_rest_mask(ctx, a->op, a->mask, n);
-    if (st != HYPROF_OK) {
-        if (feat != a->x)
-            free(feat);
+    if (st != HYPROF_OK)
         return st;
-    }
     t[1] = now_ms();
     uint8_t *q = malloc(n * a->bands), *emp = malloc(nplanes * n);
     if (!q || !emp)

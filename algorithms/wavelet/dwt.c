@@ -93,11 +93,6 @@ hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args)
             if (stop)
                 continue;
             size_t p0 = t * CPU_TILE, n = a->npix - p0 < CPU_TILE ? a->npix - p0 : CPU_TILE;
-            if (hyprof__input_pixels(ctx, p0 + n)) { /* the tile's pixels still arriving */
-                #pragma omp atomic write
-                failed = 3;
-                continue;
-            }
             for (size_t b = 0; b < a->bands; b++) {
                 const float *x = a->x + b * a->npix + p0;
                 for (size_t i = 0; i < n; i++)
@@ -128,8 +123,6 @@ hyprof_status_t hyprof__cpu_dwt_spectral(hyprof_ctx_t *ctx, void *args)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate tile buffers");
     if (failed == 2)
         return hyprof__error(ctx, HYPROF_ERR_CANCELLED, OP, "cancelled");
-    if (failed == 3)
-        return hyprof__input_whole(ctx, OP);
     return HYPROF_OK;
 }
 
@@ -142,9 +135,7 @@ hyprof_status_t hyprof_dwt_spectral(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
     memset(out, 0, sizeof *out);
     if (!wavelet)
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "no wavelet given");
-    /* On the CPU the tiles take the input's pixels as they arrive. */
-    int pending, early = hyprof__runs_on_cpu(ctx, HYPROF_CUDA_IMPL(hyprof__cuda_dwt_spectral));
-    hyprof_status_t st = hyprof__input_f32_early(ctx, OP, in, early, &tmp, &x, &pending);
+    hyprof_status_t st = hyprof__input_f32(ctx, OP, in, &tmp, &x);
     if (st != HYPROF_OK)
         return st;
     int maxl = hyprof_dwt_max_levels(x->bands);
@@ -166,8 +157,6 @@ hyprof_status_t hyprof_dwt_spectral(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         st = hyprof__dispatch(ctx, OP, hyprof__cpu_dwt_spectral,
                               HYPROF_CUDA_IMPL(hyprof__cuda_dwt_spectral), &a);
     }
-    if (st == HYPROF_OK && pending)
-        st = hyprof__input_rest(ctx, OP, x);
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)
         hyprof_cube_free(out);

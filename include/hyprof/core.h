@@ -101,17 +101,6 @@ void hyprof_ctx_set_log(hyprof_ctx_t *ctx, hyprof_log_fn fn, void *user);
  * the operation returns. */
 typedef void (*hyprof_band_fn)(void *user, size_t band, const float *data);
 void hyprof_ctx_set_band_done(hyprof_ctx_t *ctx, hyprof_band_fn fn, void *user);
-/* The input cube still being filled while the operation runs (the hyprof
- * executable reads the file on a thread): pixels arrive in row-major order,
- * every band and the mask of a pixel together. fn(user, pixels) returns 0
- * once the first `pixels` pixels are in memory (SIZE_MAX: all of them) and
- * non-zero when they never will be (a read failure, a cancel); it may be
- * called from several computing threads at once. Stages that work pixel by
- * pixel (the spectral DWT on the CPU) take pixels as they come; every other
- * stage waits for the whole cube, so results do not change. NULL (the
- * default): the cube is complete. */
-typedef int (*hyprof_pixels_fn)(void *user, size_t pixels);
-void hyprof_ctx_set_input_pixels(hyprof_ctx_t *ctx, hyprof_pixels_fn fn, void *user);
 /* Asks the running operation to stop at its next progress point.
  * Async-signal-safe: may be called from a signal handler. */
 void hyprof_ctx_cancel(hyprof_ctx_t *ctx);
