@@ -534,11 +534,11 @@ static void record_band(void *user, size_t band, const float *data)
     pthread_mutex_unlock(&record_lock);
 }
 
-/* EADP, EMP and W-MCD on the CPU announce every band of their result once,
+/* EADP, EAP, EMP and W-MCD on the CPU announce every band of their result once,
  * with the values the result holds when the operation returns. */
 static void test_band_done(void)
 {
-    const char *ops[] = {"eadp", "emp", "wmcd"};
+    const char *ops[] = {"eadp", "eap", "emp", "wmcd"};
     size_t w = 40, h = 36, nb = 12, npix = w * h;
     float *d = malloc(npix * nb * sizeof *d);
     for (size_t i = 0; i < npix * nb; i++)

@@ -385,6 +385,27 @@ static void profile_task(const hyprof_eap_args_t *a, size_t band, int closing, w
     fill_band_and_nodata(a, band, closing);
 }
 
+/* One polarity of `band` is finished: when the other is too, the band's
+ * planes are final and go to the caller (hyprof__band_done), so a writer
+ * can take them while the next bands compute. Float output only: that is
+ * the cube hyprof_eap returns (the 16-bit planes of
+ * hyprof_attribute_profiles_bands go to their own callback). Without
+ * `halves` (its allocation failed) the planes are simply not announced. */
+static void band_half_done(hyprof_ctx_t *ctx, const hyprof_eap_args_t *a, size_t band,
+                           unsigned char *halves)
+{
+    if (!halves)
+        return;
+    unsigned char now;
+    #pragma omp atomic capture
+    now = ++halves[band];
+    if (now != 2)
+        return;
+    size_t n = a->width * a->height;
+    for (size_t k = 0; k < a->planes; k++)
+        hyprof__band_done(ctx, band * a->planes + k, a->out32 + (band * a->planes + k) * n);
+}
+
 /* Bytes of work buffers one thread allocates (work_alloc). */
 static size_t work_bytes(const hyprof_eap_args_t *a)
 {
@@ -427,6 +448,7 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args)
     }
     int nomem = 0, stop = 0;
     size_t done = 0;
+    unsigned char *halves = a->out32 ? calloc(a->bands, 1) : NULL;
     #pragma omp parallel num_threads(threads)
     {
         work_t w;
@@ -443,6 +465,7 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args)
             if (!ok || skip)
                 continue;
             profile_task(a, t / 2, (int)(t % 2), &w);
+            band_half_done(ctx, a, t / 2, halves);
             size_t d;
             #pragma omp atomic capture
             d = ++done;
@@ -454,6 +477,7 @@ hyprof_status_t hyprof__cpu_eap(hyprof_ctx_t *ctx, void *args)
         if (ok)
             work_free(&w);
     }
+    free(halves);
     if (nomem)
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, a->op,
                              "cannot allocate the max-tree buffers (%zux%zu pixels, %d threads)",
