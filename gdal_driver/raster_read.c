@@ -65,9 +65,12 @@ static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, siz
             if (!scratch[i])
                 mask[i] = 0;
     }
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(data[i]))
-            mask[i] = 0;
+    /* NaN and infinities are nodata; integer pixels converted to float are
+     * always finite. */
+    if (!GDALDataTypeIsInteger(GDALGetRasterDataType(h)))
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(data[i]))
+                mask[i] = 0;
     return HYPROF_OK;
 }
 
