@@ -30,6 +30,9 @@
 
 #include <cmath>
 
+#include <cub/block/block_scan.cuh>
+#include <cub/warp/warp_scan.cuh>
+
 using namespace hyprof_cuda;
 using namespace hyprof_cuda::eadp;
 
@@ -171,17 +174,37 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
             }
 }
 
-/* A selection step in a block of NT threads (NT / 32 warps): for each query,
- * the bin that holds its rank; appends the digit to the prefix and makes the
- * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
- * sums side by side by warp shuffles (two barriers): the states after the
- * pass whose histograms are `gh` (the band's, in shared memory) from the
- * states `cur` before it, into ss.nxt. cur is read and gh
- * loaded before the first barrier and ss.nxt written after it (exactly one
- * thread writes each query's state), so cur may be ss.nxt itself; every
- * thread sees ss.nxt after the second. */
+using SelWarpScan = cub::WarpScan<u64>;
+
+/* The queries' counts side by side, summed element by element: one block
+ * scan (cub::BlockScan) serves every query. */
+struct SelSums {
+    u64 v[kSelQueries];
+};
+struct SelSumsAdd {
+    HYPROF_EADP_FN SelSums operator()(const SelSums &a, const SelSums &b) const
+    {
+        SelSums r;
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q)
+            r.v[q] = a.v[q] + b.v[q];
+        return r;
+    }
+};
+
+/* A selection step in a block of NT threads: for each query, the bin that
+ * holds its rank; appends the digit to the prefix and makes the rank
+ * relative to the bin. kSelBins / NT bins a thread, the queries' prefix
+ * sums side by side by one block scan (two barriers: the scan's and the
+ * last): the states after the pass whose histograms are `gh` (the band's,
+ * in shared memory) from the states `cur` before it, into ss.nxt. cur is
+ * read and gh loaded before the scan's barrier and ss.nxt written after it
+ * (exactly one thread writes each query's state), so cur may be ss.nxt
+ * itself; every thread sees ss.nxt after the second. */
 template <int NT> struct SelStep {
-    u64 wsum[kSelQueries][NT / 32];
+    using Scan = cub::BlockScan<SelSums, NT, cub::BLOCK_SCAN_WARP_SCANS>;
+    typename Scan::TempStorage scan;
+    SelWarpScan::TempStorage find[kSelQueries]; /* sel_find_step's warps */
     SelState nxt[kSelQueries];
 };
 
@@ -189,12 +212,13 @@ template <int NT>
 HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
                                   int shift, const u64 *gh)
 {
-    constexpr int per = kSelBins / NT, nw = NT / 32;
-    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, warp = tid >> 5;
+    constexpr int per = kSelBins / NT;
+    const int tid = t.ty * t.bdx + t.tx;
     /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
     const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
     const bool used = tid * per < nbins;
-    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per], incl[kSelQueries];
+    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per];
+    SelSums mine;
     bool on[kSelQueries];
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
@@ -211,43 +235,23 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
                 break;
             }
         const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
-        incl[q] = 0;
+        mine.v[q] = 0;
 #pragma unroll
         for (int j = 0; j < per; ++j) {
             hv[q][j] = on[q] && used ? h[j] : 0;
-            incl[q] += hv[q][j];
+            mine.v[q] += hv[q][j];
         }
     }
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1)
-#pragma unroll
-        for (int q = 0; q < kSelQueries; ++q) {
-            const u64 v = __shfl_up_sync(0xffffffffu, incl[q], off);
-            if (lane >= off)
-                incl[q] += v;
-        }
-    if (lane == 31)
-#pragma unroll
-        for (int q = 0; q < kSelQueries; ++q)
-            ss.wsum[q][warp] = incl[q];
-    __syncthreads();
+    SelSums incl; /* the keys up to this thread's bins, each query */
+    typename SelStep<NT>::Scan(ss.scan).InclusiveScan(mine, incl, SelSumsAdd{});
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        /* this warp's offset: the sum of the earlier warps' totals */
-        u64 w = lane < nw ? ss.wsum[q][lane] : 0;
-#pragma unroll
-        for (int off = 1; off < nw; off <<= 1) {
-            const u64 v = __shfl_up_sync(0xffffffffu, w, off);
-            if (lane >= off)
-                w += v;
-        }
-        const u64 base = __shfl_sync(0xffffffffu, w, warp > 0 ? warp - 1 : 0);
         if (!on[q]) {
             if (tid == q) /* unused: unchanged */
                 ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
             continue;
         }
-        u64 cum = (warp > 0 ? base : 0) + incl[q];
+        u64 cum = incl.v[q];
         const u64 end = cum;
 #pragma unroll
         for (int j = 0; j < per; ++j)
@@ -273,17 +277,12 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
 }
 
 /* In a warp whose lanes hold counts v in order: the first lane whose inclusive
- * prefix sum passes r (the same in every lane), and (*before) the counts of
- * the lanes before it; 32 when r is past them all. */
-HYPROF_EADP_FN int warp_find(int lane, u64 v, u64 r, u64 *before)
+ * prefix sum (cub::WarpScan) passes r (the same in every lane), and (*before)
+ * the counts of the lanes before it; 32 when r is past them all. */
+HYPROF_EADP_FN int warp_find(SelWarpScan::TempStorage &tmp, u64 v, u64 r, u64 *before)
 {
-    u64 incl = v;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        const u64 u = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off)
-            incl += u;
-    }
+    u64 incl;
+    SelWarpScan(tmp).InclusiveSum(v, incl);
     const unsigned m = __ballot_sync(0xffffffffu, incl > r);
     if (!m)
         return 32;
@@ -319,7 +318,7 @@ HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState 
             const u64 *ca = gc + (size_t)a * kSelCoarse;
             const u64 c0 = ca[2 * lane], c1 = ca[2 * lane + 1];
             u64 r = (u64)c.rank, bef = 0;
-            const int l = warp_find(lane, c0 + c1, r, &bef);
+            const int l = warp_find(ss.find[q], c0 + c1, r, &bef);
             if (l < 32) { /* warp-uniform */
                 const u64 c0l = __shfl_sync(0xffffffffu, c0, l);
                 int cb = 2 * l;
@@ -329,7 +328,7 @@ HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState 
                 }
                 r -= bef;
                 const u64 v = gh[(size_t)a * kSelBins + 32 * cb + lane];
-                const int l2 = warp_find(lane, v, r, &bef); /* < 32: the bin holds r */
+                const int l2 = warp_find(ss.find[q], v, r, &bef); /* < 32: the bin holds r */
                 if (l2 < 32) {
                     n.prefix = c.prefix | ((u64)(32 * cb + l2) << shift);
                     n.rank = (long long)(r - bef);

@@ -14,6 +14,8 @@
  * only for the marked blocks, then the blocks in order. */
 #include "unmix_cuda.cuh"
 
+#include <cub/block/block_reduce.cuh>
+
 #include <vector>
 
 using namespace hyprof_unmix;
@@ -61,31 +63,34 @@ __device__ inline void better(double &v, unsigned long long &i, double v2, unsig
 
 const int kArgmaxThreads = 256, kArgmaxBlocks = 512;
 
+/* A candidate of the arg-max; `better` is a total order on candidates that
+ * never hold NaN (each thread starts at -2 and never takes a NaN), so the
+ * block's result does not depend on the order cub::BlockReduce combines in. */
+struct ArgBest {
+    double v;
+    unsigned long long i;
+};
+struct ArgBetter {
+    __device__ ArgBest operator()(ArgBest a, const ArgBest &b) const
+    {
+        better(a.v, a.i, b.v, b.i);
+        return a;
+    }
+};
+
 __global__ void argmax_kernel(const double *__restrict__ v, size_t n, double *__restrict__ bv,
                               unsigned long long *__restrict__ bi)
 {
-    __shared__ double sv[kArgmaxThreads / 32];
-    __shared__ unsigned long long si[kArgmaxThreads / 32];
-    double best = -2.0;
-    unsigned long long idx = ~0ull;
+    using Reduce = cub::BlockReduce<ArgBest, kArgmaxThreads>;
+    __shared__ typename Reduce::TempStorage tmp;
+    ArgBest b = {-2.0, ~0ull};
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        better(best, idx, v[i], i);
-    for (int off = 16; off > 0; off >>= 1) {
-        double ov = __shfl_down_sync(0xffffffffu, best, off);
-        unsigned long long oi = __shfl_down_sync(0xffffffffu, idx, off);
-        better(best, idx, ov, oi);
-    }
-    if ((threadIdx.x & 31) == 0) {
-        sv[threadIdx.x >> 5] = best;
-        si[threadIdx.x >> 5] = idx;
-    }
-    __syncthreads();
+        better(b.v, b.i, v[i], i);
+    b = Reduce(tmp).Reduce(b, ArgBetter{});
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kArgmaxThreads / 32; w++)
-            better(best, idx, sv[w], si[w]);
-        bv[blockIdx.x] = best;
-        bi[blockIdx.x] = idx;
+        bv[blockIdx.x] = b.v;
+        bi[blockIdx.x] = b.i;
     }
 }
 
