@@ -1,0 +1,412 @@
+/* cub_bench: the library's hand-written device-wide sorts and selections
+ * against CUB's, on the bench scenes' sizes, in one process (issue 22,
+ * point 7). Each comparison runs both on the same device buffers, times them
+ * with CUDA events (median of 20 after a warm-up), checks that both give the
+ * same result exactly (and against a host reference), and prints one JSON
+ * line.
+ *
+ *   eadp_select  EADP's contrast selection (launch_select: the radix
+ *                selection of eadp_select.cu, as the op runs it, with the
+ *                memset of its first histograms) against
+ *                cub::DeviceRadixSort::SortKeys a band (or one
+ *                cub::DeviceSegmentedSort::SortKeys over the bands) and a
+ *                pick of the order statistics; k compared bit for bit.
+ *                Houston: 1905 x 349, 7 bands.
+ *   eap_sort     EAP's counting sort of the pixels by level (k_hist, the
+ *                counts to the host and their offsets back, k_scatter: the
+ *                pixels' flooding of eap_tree.cu) against the same counts
+ *                and offsets followed by cub::DeviceRadixSort::SortPairs on
+ *                (image, level) keys; each level's pixels compared as sets
+ *                (the counting sort's order within a level is that of its
+ *                atomics, the tree does not depend on it). Pavia Centre:
+ *                1096 x 715, 16 images (8 features, both polarities), 8-bit
+ *                and 16-bit levels.
+ *
+ * The kernels are the library's: this file includes their sources (their
+ * symbols are hidden in libhyprof). The inputs are synthetic, with the
+ * scenes' sizes and no mask: G a heavy-tailed positive field with 1 pixel
+ * in 16 at 0; the levels a smooth field plus noise over the full range.
+ * Usage: cub_bench [reps] (default 20). */
+#include "../kernels/attribute/eap_tree.cu"
+#include "../kernels/diffusion/eadp_select.cu"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_sort.cuh>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+/* The library functions eap_tree.cu's host side calls (its launch helpers
+ * are not used here; they only have to link). */
+extern "C" hyprof_status_t hyprof__error(hyprof_ctx_t *, hyprof_status_t st, const char *,
+                                         const char *, ...)
+{
+    return st;
+}
+extern "C" void hyprof__log(hyprof_ctx_t *, hyprof_log_level_t, const char *, ...) {}
+namespace eap {
+hyprof_status_t traced(Run &, const char *) { return HYPROF_OK; }
+} /* namespace eap */
+
+namespace {
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "cub_bench: %s: %s (line %d)\n", #call, cudaGetErrorString(e_), \
+                    __LINE__);                                                            \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+int g_reps = 20;
+char g_device[256];
+
+/* Median of g_reps timings of f (CUDA events on the default stream), after
+ * one warm-up; `before` runs untimed ahead of each. */
+double time_ms(const std::function<void()> &f, const std::function<void()> &before = nullptr)
+{
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    if (before)
+        before();
+    f();
+    CK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < g_reps; ++i) {
+        if (before)
+            before();
+        CK(cudaEventRecord(a, 0));
+        f();
+        CK(cudaEventRecord(b, 0));
+        CK(cudaEventSynchronize(b));
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+double unit(uint64_t x) { return (double)(mix(x) >> 11) * (1.0 / 9007199254740992.0); }
+
+void print_line(const char *bench, const char *scene, const char *variant, double hand,
+                double cub, bool same, bool host_same, const char *extra)
+{
+    printf("{\"bench\":\"%s\",\"scene\":\"%s\",\"cub\":\"%s\",\"hand_ms\":%.4f,\"cub_ms\":%.4f,"
+           "\"cub_over_hand\":%.3f,\"same\":%s,\"host_same\":%s,%s\"device\":\"%s\"}\n",
+           bench, scene, variant, hand, cub, cub / hand, same ? "true" : "false",
+           host_same ? "true" : "false", extra, g_device);
+    fflush(stdout);
+}
+
+/* ---- EADP: the contrast selection ---------------------------------------------- */
+
+using hyprof_cuda::eadp::SelectArgs;
+
+/* k of each band from its sorted keys (one thread a band): the ranks of
+ * eadp_select.cu's queries, their keys read off the sorted array, and k by
+ * the same sel_k. */
+__global__ void pick_kernel(const u64 *sorted, size_t npix, const u64 *cnt, double pct,
+                            double *k, int nb)
+{
+    const int b = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (b >= nb)
+        return;
+    SelState s[kSelQueries];
+    sel_ranks(cnt + 3 * b, pct, s);
+    for (int q = 0; q < kSelQueries; ++q)
+        if (s[q].rank >= 0)
+            s[q].prefix = sorted[(size_t)b * npix + (size_t)s[q].rank];
+    k[b] = sel_k(cnt + 3 * b, s, pct);
+}
+
+template <typename T> T *dalloc(size_t n)
+{
+    T *p = nullptr;
+    CK(cudaMalloc(&p, (n ? n : 1) * sizeof(T)));
+    return p;
+}
+
+void bench_eadp(int W, int H, int nb, const char *scene)
+{
+    const size_t npix = (size_t)W * H, n = npix * nb;
+    const double pct = 0.7; /* the EADP default percentile */
+    std::vector<double> G(n);
+    std::vector<unsigned> kh(n);
+    std::vector<u64> cnt(3 * (size_t)nb, 0);
+    for (int b = 0; b < nb; ++b)
+        for (size_t p = 0; p < npix; ++p) {
+            const uint64_t id = (uint64_t)b * npix + p;
+            const double u = unit(id);
+            const double g = (mix(id ^ 0x5555) & 15) == 0 ? 0.0 : u * u * u * u * 1e3;
+            G[id] = g;
+            u64 key;
+            memcpy(&key, &g, 8);
+            kh[id] = (unsigned)(key >> 32);
+            cnt[3 * b] += 1;
+            cnt[3 * b + (g == 0.0 ? 1 : 2)] += 1;
+        }
+    double *dG = dalloc<double>(n);
+    unsigned *dKh = dalloc<unsigned>(n);
+    u64 *dcnt = dalloc<u64>(3 * (size_t)nb);
+    const size_t hslot = hyprof_cuda::eadp::sel_slot((size_t)nb);
+    u64 *dhist = dalloc<u64>(hslot * kSelPasses);
+    SelState *dst = dalloc<SelState>((size_t)nb * kSelPasses * kSelQueries);
+    u64 *dcand = dalloc<u64>(n), *dncand = dalloc<u64>((size_t)nb);
+    double *dk_hand = dalloc<double>((size_t)nb), *dk_cub = dalloc<double>((size_t)nb);
+    double *dk_seg = dalloc<double>((size_t)nb), *dk_host = dalloc<double>((size_t)nb);
+    CK(cudaMemcpy(dG, G.data(), n * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dKh, kh.data(), n * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcnt, cnt.data(), cnt.size() * 8, cudaMemcpyHostToDevice));
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CK(hyprof_cuda::eadp::select_setup());
+    const SelectArgs sa = {dG, dKh, NULL, npix, (size_t)nb, sms, dcnt, dhist, dst,
+                           dcand, dncand, pct, dk_hand};
+    const double hand = time_ms([&] {
+        CK(cudaMemsetAsync(dhist, 0, hslot * sizeof(u64), 0));
+        CK(hyprof_cuda::eadp::launch_select(sa, 0));
+    });
+
+    /* CUB: G >= 0 without NaN, so its bit patterns are sel_key's keys. */
+    const u64 *keys = reinterpret_cast<const u64 *>(dG);
+    u64 *sorted = dalloc<u64>(n);
+    size_t tb = 0, tb2 = 0;
+    CK(cub::DeviceRadixSort::SortKeys(nullptr, tb, keys, sorted, npix, 0, 63));
+    std::vector<int> offs(nb + 1);
+    for (int b = 0; b <= nb; ++b)
+        offs[b] = (int)(b * npix);
+    int *doffs = dalloc<int>(offs.size());
+    CK(cudaMemcpy(doffs, offs.data(), offs.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cub::DeviceSegmentedSort::SortKeys(nullptr, tb2, keys, sorted, (int64_t)n, nb, doffs,
+                                          doffs + 1));
+    void *tmp = dalloc<char>(std::max(tb, tb2));
+    const double cub = time_ms([&] {
+        for (int b = 0; b < nb; ++b)
+            CK(cub::DeviceRadixSort::SortKeys(tmp, tb, keys + b * npix, sorted + b * npix, npix,
+                                              0, 63));
+        pick_kernel<<<1, 32>>>(sorted, npix, dcnt, pct, dk_cub, nb);
+        CK(cudaGetLastError());
+    });
+    const double seg = time_ms([&] {
+        CK(cub::DeviceSegmentedSort::SortKeys(tmp, tb2, keys, sorted, (int64_t)n, nb, doffs,
+                                              doffs + 1));
+        pick_kernel<<<1, 32>>>(sorted, npix, dcnt, pct, dk_seg, nb);
+        CK(cudaGetLastError());
+    });
+    /* The host reference: std::sort of each band's keys, the same pick. */
+    std::vector<u64> hk(n);
+    memcpy(hk.data(), G.data(), n * 8);
+    for (int b = 0; b < nb; ++b)
+        std::sort(hk.begin() + b * npix, hk.begin() + (b + 1) * npix);
+    CK(cudaMemcpy(sorted, hk.data(), n * 8, cudaMemcpyHostToDevice));
+    pick_kernel<<<1, 32>>>(sorted, npix, dcnt, pct, dk_host, nb);
+    CK(cudaDeviceSynchronize());
+    std::vector<double> k0(nb), k1(nb), k2(nb), k3(nb);
+    CK(cudaMemcpy(k0.data(), dk_hand, nb * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k1.data(), dk_cub, nb * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k2.data(), dk_seg, nb * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k3.data(), dk_host, nb * 8, cudaMemcpyDeviceToHost));
+    const bool same1 = !memcmp(k0.data(), k1.data(), nb * 8);
+    const bool same2 = !memcmp(k0.data(), k2.data(), nb * 8);
+    const bool host = !memcmp(k0.data(), k3.data(), nb * 8);
+    char extra[160];
+    snprintf(extra, sizeof extra, "\"width\":%d,\"height\":%d,\"bands\":%d,\"k0\":%.17g,", W, H,
+             nb, k0[0]);
+    print_line("eadp_select", scene, "DeviceRadixSort::SortKeys per band + pick", hand, cub,
+               same1, host, extra);
+    print_line("eadp_select", scene, "DeviceSegmentedSort::SortKeys + pick", hand, seg, same2,
+               host, extra);
+    for (void *p : {(void *)dG, (void *)dKh, (void *)dcnt, (void *)dhist, (void *)dst,
+                    (void *)dcand, (void *)dncand, (void *)dk_hand, (void *)dk_cub,
+                    (void *)dk_seg, (void *)dk_host, (void *)sorted, (void *)doffs, tmp})
+        CK(cudaFree(p));
+}
+
+/* ---- EAP: the pixels' counting sort by level ----------------------------------- */
+
+/* The op's host step between k_hist and k_scatter (eap_tree.cu count_offsets):
+ * counts to offsets (off_h) and to the scatter's cursors (hist_h). */
+void offsets_host(std::vector<uint32_t> &hist_h, std::vector<uint32_t> &off_h, int nimg,
+                  unsigned nbins)
+{
+    for (int i = 0; i < nimg; i++) {
+        uint32_t *h = hist_h.data() + (size_t)i * nbins;
+        uint32_t *o = off_h.data() + (size_t)i * (nbins + 1);
+        uint32_t sum = 0;
+        for (unsigned k = 0; k < nbins; k++) {
+            uint32_t c = h[k];
+            o[k] = h[k] = sum;
+            sum += c;
+        }
+        o[nbins] = sum;
+    }
+}
+
+/* CUB's keys: image and level in one word, the pixel as the value. */
+__global__ void eap_keys_kernel(const uint16_t *lev, size_t n, int shift, uint32_t *key,
+                                uint32_t *val)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n)
+        return;
+    const size_t img = blockIdx.y;
+    key[img * n + p] = (uint32_t)img << shift | lev[img * n + p];
+    val[img * n + p] = (uint32_t)p;
+}
+
+void bench_eap(int W, int H, int nimg, int bits, const char *scene)
+{
+    using namespace eap;
+    const size_t n = (size_t)W * H, tot = n * nimg;
+    const unsigned L = 1u << bits;
+    std::vector<uint16_t> lev(tot);
+    for (int f = 0; f < nimg / 2; ++f)
+        for (size_t p = 0; p < n; ++p) {
+            const double x = (double)(p % W), y = (double)(p / W);
+            double v = 0.5 + 0.3 * sin(x * 0.021 + f) * cos(y * 0.017 - f) +
+                       0.15 * (unit((uint64_t)f * n + p) - 0.5);
+            v = v < 0 ? 0 : v > 1 ? 1 : v;
+            const uint16_t l = (uint16_t)floor(v * (L - 1) + 0.5);
+            lev[(size_t)(2 * f) * n + p] = l; /* the opening image f */
+            lev[(size_t)(2 * f + 1) * n + p] = (uint16_t)(L - 1 - l); /* the closing L-1-f */
+        }
+    uint16_t *dlev = dalloc<uint16_t>(tot);
+    CK(cudaMemcpy(dlev, lev.data(), tot * 2, cudaMemcpyHostToDevice));
+    uint32_t *dord = dalloc<uint32_t>(tot), *dhist = dalloc<uint32_t>((size_t)nimg * L);
+    uint32_t *doff = dalloc<uint32_t>((size_t)nimg * (L + 1));
+    Args a{};
+    a.n = n;
+    a.width = (uint32_t)W;
+    a.height = (uint32_t)H;
+    a.top = L - 1;
+    a.nimg = nimg;
+    a.lev = dlev;
+    Flood fl{};
+    fl.off = doff;
+    fl.ord = dord;
+    fl.levels = L;
+    fl.stride = n;
+    std::vector<uint32_t> hist_h((size_t)nimg * L), off_h((size_t)nimg * (L + 1));
+    const size_t nh = (size_t)nimg * L;
+    const dim3 gs((unsigned)((n + kSortChunk - 1) / kSortChunk), nimg);
+    /* The counts, to the host, their offsets back: common to both. */
+    auto counts = [&] {
+        CK(cudaMemsetAsync(dhist, 0, nh * 4, 0));
+        k_hist<<<gs, kThreads>>>(a, dhist, L);
+        CK(cudaGetLastError());
+        CK(cudaMemcpy(hist_h.data(), dhist, nh * 4, cudaMemcpyDeviceToHost));
+        offsets_host(hist_h, off_h, nimg, L);
+        CK(cudaMemcpy(doff, off_h.data(), off_h.size() * 4, cudaMemcpyHostToDevice));
+    };
+    auto scatter = [&] {
+        k_scatter<<<gs, kThreads>>>(a, fl, dhist, L);
+        CK(cudaGetLastError());
+    };
+    const double hand = time_ms([&] {
+        counts();
+        CK(cudaMemcpy(dhist, hist_h.data(), nh * 4, cudaMemcpyHostToDevice));
+        scatter();
+    });
+    const double hand_scatter = time_ms(scatter, [&] {
+        CK(cudaMemcpy(dhist, hist_h.data(), nh * 4, cudaMemcpyHostToDevice));
+    });
+    std::vector<uint32_t> ord_hand(tot);
+    CK(cudaMemcpy(ord_hand.data(), dord, tot * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemset(dord, 0, tot * 4));
+
+    int ib = 0;
+    while ((1 << ib) < nimg)
+        ++ib;
+    uint32_t *dkey = dalloc<uint32_t>(tot), *dval = dalloc<uint32_t>(tot);
+    uint32_t *dkey2 = dalloc<uint32_t>(tot);
+    size_t tb = 0;
+    CK(cub::DeviceRadixSort::SortPairs(nullptr, tb, dkey, dkey2, dval, dord, tot, 0, bits + ib));
+    void *tmp = dalloc<char>(tb);
+    auto cub_sort = [&] {
+        eap_keys_kernel<<<dim3((unsigned)((n + 255) / 256), nimg), 256>>>(dlev, n, bits, dkey,
+                                                                           dval);
+        CK(cudaGetLastError());
+        CK(cub::DeviceRadixSort::SortPairs(tmp, tb, dkey, dkey2, dval, dord, tot, 0, bits + ib));
+    };
+    const double cub = time_ms([&] {
+        counts();
+        cub_sort();
+    });
+    const double cub_scatter = time_ms(cub_sort);
+    std::vector<uint32_t> ord_cub(tot);
+    CK(cudaMemcpy(ord_cub.data(), dord, tot * 4, cudaMemcpyDeviceToHost));
+
+    /* Exact: CUB's sort is stable (pixels ascending within a level), the
+     * counting sort's order within a level is its atomics': each level's
+     * pixels sorted before comparing. The host reference: a stable sort
+     * of each image's pixels by level. */
+    bool same = true, host = true;
+    std::vector<uint32_t> ref(n);
+    for (int i = 0; i < nimg && (same || host); ++i) {
+        const uint32_t *o = off_h.data() + (size_t)i * (L + 1);
+        uint32_t *h = ord_hand.data() + (size_t)i * n;
+        for (unsigned l = 0; l < L; ++l)
+            std::sort(h + o[l], h + o[l + 1]);
+        const uint32_t *c = ord_cub.data() + (size_t)i * n;
+        same = same && !memcmp(h, c, n * 4);
+        for (size_t p = 0; p < n; ++p)
+            ref[p] = (uint32_t)p;
+        const uint16_t *li = lev.data() + (size_t)i * n;
+        std::stable_sort(ref.begin(), ref.end(),
+                         [li](uint32_t x, uint32_t y) { return li[x] < li[y]; });
+        host = host && !memcmp(ref.data(), c, n * 4);
+    }
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             "\"width\":%d,\"height\":%d,\"images\":%d,\"level_bits\":%d,"
+             "\"hand_scatter_ms\":%.4f,\"cub_sort_ms\":%.4f,",
+             W, H, nimg, bits, hand_scatter, cub_scatter);
+    print_line("eap_sort", scene, "k_hist + DeviceRadixSort::SortPairs", hand, cub, same, host,
+               extra);
+    for (void *p : {(void *)dlev, (void *)dord, (void *)dhist, (void *)doff, (void *)dkey,
+                    (void *)dval, (void *)dkey2, tmp})
+        CK(cudaFree(p));
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) {
+        char *end = NULL;
+        const long r = strtol(argv[1], &end, 10);
+        if (!end || *end || r < 1 || r > 1000) {
+            fprintf(stderr, "cub_bench: bad repetition count '%s' (1..1000)\n", argv[1]);
+            return 2;
+        }
+        g_reps = (int)r;
+    }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+        fprintf(stderr, "cub_bench: no CUDA device\n");
+        return 1;
+    }
+    snprintf(g_device, sizeof g_device, "%s", prop.name);
+    bench_eadp(1905, 349, 7, "houston");
+    bench_eap(1096, 715, 16, 8, "pavia_centre");
+    bench_eap(1096, 715, 16, 16, "pavia_centre");
+    return 0;
+}
