@@ -21,6 +21,13 @@
  *                atomics, the tree does not depend on it). Pavia Centre:
  *                1096 x 715, 16 images (8 features, both polarities), 8-bit
  *                and 16-bit levels.
+ *   eap_ftscatter the tile floods' sort of the global edges (k_ftscatter,
+ *                after k_flood_prepare and k_ftile as build_ftile runs them;
+ *                8-bit levels, 4-connectivity: the EAP default) against CUB
+ *                from the same flags: the edges' counts, an exclusive scan
+ *                (cub::DeviceScan), their emission unsorted and
+ *                cub::DeviceRadixSort::SortPairs on (image, bin) keys; each
+ *                bin compared as a set. Pavia Centre, 16 images.
  *
  * The kernels are the library's: this file includes their sources (their
  * symbols are hidden in libhyprof). The inputs are synthetic, with the
@@ -31,6 +38,7 @@
 #include "../kernels/diffusion/eadp_select.cu"
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
 
 #include <algorithm>
@@ -272,12 +280,12 @@ __global__ void eap_keys_kernel(const uint16_t *lev, size_t n, int shift, uint32
     val[img * n + p] = (uint32_t)p;
 }
 
-void bench_eap(int W, int H, int nimg, int bits, const char *scene)
+/* A batch's levels: per feature a smooth field plus noise over the L levels,
+ * the opening image f and the closing image L-1-f. */
+std::vector<uint16_t> eap_levels(int W, int H, int nimg, unsigned L)
 {
-    using namespace eap;
-    const size_t n = (size_t)W * H, tot = n * nimg;
-    const unsigned L = 1u << bits;
-    std::vector<uint16_t> lev(tot);
+    const size_t n = (size_t)W * H;
+    std::vector<uint16_t> lev(n * nimg);
     for (int f = 0; f < nimg / 2; ++f)
         for (size_t p = 0; p < n; ++p) {
             const double x = (double)(p % W), y = (double)(p / W);
@@ -285,9 +293,26 @@ void bench_eap(int W, int H, int nimg, int bits, const char *scene)
                        0.15 * (unit((uint64_t)f * n + p) - 0.5);
             v = v < 0 ? 0 : v > 1 ? 1 : v;
             const uint16_t l = (uint16_t)floor(v * (L - 1) + 0.5);
-            lev[(size_t)(2 * f) * n + p] = l; /* the opening image f */
-            lev[(size_t)(2 * f + 1) * n + p] = (uint16_t)(L - 1 - l); /* the closing L-1-f */
+            lev[(size_t)(2 * f) * n + p] = l;
+            lev[(size_t)(2 * f + 1) * n + p] = (uint16_t)(L - 1 - l);
         }
+    return lev;
+}
+
+int bits_for(int nimg)
+{
+    int ib = 0;
+    while ((1 << ib) < nimg)
+        ++ib;
+    return ib;
+}
+
+void bench_eap(int W, int H, int nimg, int bits, const char *scene)
+{
+    using namespace eap;
+    const size_t n = (size_t)W * H, tot = n * nimg;
+    const unsigned L = 1u << bits;
+    const std::vector<uint16_t> lev = eap_levels(W, H, nimg, L);
     uint16_t *dlev = dalloc<uint16_t>(tot);
     CK(cudaMemcpy(dlev, lev.data(), tot * 2, cudaMemcpyHostToDevice));
     uint32_t *dord = dalloc<uint32_t>(tot), *dhist = dalloc<uint32_t>((size_t)nimg * L);
@@ -332,9 +357,7 @@ void bench_eap(int W, int H, int nimg, int bits, const char *scene)
     CK(cudaMemcpy(ord_hand.data(), dord, tot * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemset(dord, 0, tot * 4));
 
-    int ib = 0;
-    while ((1 << ib) < nimg)
-        ++ib;
+    const int ib = bits_for(nimg);
     uint32_t *dkey = dalloc<uint32_t>(tot), *dval = dalloc<uint32_t>(tot);
     uint32_t *dkey2 = dalloc<uint32_t>(tot);
     size_t tb = 0;
@@ -386,6 +409,166 @@ void bench_eap(int W, int H, int nimg, int bits, const char *scene)
         CK(cudaFree(p));
 }
 
+/* CUB's input for the global edges' sort: each pixel's edges (its tree edge,
+ * then its border edges by j), at the place an exclusive scan of the counts
+ * gives, keyed by (image, bin) as k_ftscatter bins them. */
+__global__ void edge_count_kernel(eap::Args a, uint32_t *cnt)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= a.n)
+        return;
+    const size_t o = (size_t)blockIdx.y * a.n;
+    cnt[o + p] = (a.k0[o + p] ? 1u : 0u) + (unsigned)__popc(a.node[o + p]);
+}
+__global__ void edge_emit_kernel(eap::Args a, const uint32_t *pos, int shift, uint32_t *key,
+                                 uint32_t *val)
+{
+    const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= a.n)
+        return;
+    const uint32_t img = blockIdx.y;
+    const size_t o = (size_t)img * a.n;
+    uint32_t at = pos[o + p];
+    if (a.k0[o + p]) {
+        key[at] = img << shift | eap::ft_tree_bin(a, o, (uint32_t)p);
+        val[at++] = (uint32_t)p;
+    }
+    for (unsigned m = a.node[o + p]; m; m &= m - 1) {
+        key[at] = img << shift | (2u * a.lev[o + p] + 1u);
+        val[at++] = (uint32_t)p << 3 | (uint32_t)(__ffs(m) - 1);
+    }
+}
+
+void bench_eap_edges(int W, int H, int nimg, const char *scene)
+{
+    using namespace eap;
+    const size_t n = (size_t)W * H, tot = n * nimg, ecap = 2 * n; /* 4-connectivity */
+    const unsigned L = 256, nb = 2 * L;
+    const std::vector<uint16_t> lev = eap_levels(W, H, nimg, L);
+    uint16_t *dlev = dalloc<uint16_t>(tot);
+    CK(cudaMemcpy(dlev, lev.data(), tot * 2, cudaMemcpyHostToDevice));
+    uint32_t *dpar = dalloc<uint32_t>(tot), *daux = dalloc<uint32_t>(tot);
+    uint32_t *duf = dalloc<uint32_t>(tot), *dord = dalloc<uint32_t>(ecap * nimg);
+    uint8_t *dk0 = dalloc<uint8_t>(tot), *dnode = dalloc<uint8_t>(tot);
+    uint32_t *dhist = dalloc<uint32_t>((size_t)nimg * nb);
+    uint32_t *doff = dalloc<uint32_t>((size_t)nimg * (nb + 1));
+    int *derr = dalloc<int>(1);
+    CK(cudaMemset(derr, 0, sizeof(int)));
+    Args a{};
+    a.n = n;
+    a.width = (uint32_t)W;
+    a.height = (uint32_t)H;
+    a.top = L - 1;
+    a.nimg = nimg;
+    a.lev = dlev;
+    a.par = dpar;
+    a.aux = daux;
+    a.aux2 = duf;
+    a.k0 = dk0;
+    a.node = dnode;
+    a.error = derr;
+    Flood fl{};
+    fl.off = doff;
+    fl.ord = dord;
+    fl.uf = duf;
+    fl.levels = L;
+    fl.stride = ecap;
+    /* The tile floods as build_ftile runs them, up to the sort. */
+    const dim3 gp((unsigned)((n + kThreads - 1) / kThreads), nimg);
+    k_flood_prepare<<<gp, kThreads>>>(a, fl);
+    CK(cudaGetLastError());
+    const size_t nh = (size_t)nimg * nb, smem = ft_bytes<uint32_t>(0);
+    CK(cudaMemset(dhist, 0, nh * 4));
+    CK(cudaFuncSetAttribute(k_ftile<uint32_t>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem));
+    const unsigned tiles = (unsigned)(((W + kFT - 1) / kFT) * ((H + kFT - 1) / kFT));
+    k_ftile<uint32_t><<<dim3(tiles, nimg), kFTThreads, smem>>>(a, fl, dhist);
+    CK(cudaGetLastError());
+    std::vector<uint32_t> hist_h(nh), off_h((size_t)nimg * (nb + 1));
+    CK(cudaMemcpy(hist_h.data(), dhist, nh * 4, cudaMemcpyDeviceToHost));
+    offsets_host(hist_h, off_h, nimg, nb);
+    CK(cudaMemcpy(doff, off_h.data(), off_h.size() * 4, cudaMemcpyHostToDevice));
+    const dim3 gs((unsigned)((n + kSortChunk - 1) / kSortChunk), nimg);
+    const double hand = time_ms(
+        [&] {
+            k_ftscatter<<<gs, kThreads>>>(a, fl, dhist);
+            CK(cudaGetLastError());
+        },
+        [&] { CK(cudaMemcpy(dhist, hist_h.data(), nh * 4, cudaMemcpyHostToDevice)); });
+    std::vector<uint32_t> ord_hand(ecap * nimg);
+    CK(cudaMemcpy(ord_hand.data(), dord, ord_hand.size() * 4, cudaMemcpyDeviceToHost));
+
+    size_t E = 0; /* all images' global edges */
+    for (int i = 0; i < nimg; ++i)
+        E += off_h[(size_t)i * (nb + 1) + nb];
+    const int shift = 9, ib = bits_for(nimg); /* bins: 9 bits */
+    uint32_t *dcnt = dalloc<uint32_t>(tot), *dpos = dalloc<uint32_t>(tot);
+    uint32_t *dkey = dalloc<uint32_t>(E), *dval = dalloc<uint32_t>(E);
+    uint32_t *dkey2 = dalloc<uint32_t>(E), *dout = dalloc<uint32_t>(E);
+    size_t tb = 0, tb2 = 0;
+    CK(cub::DeviceScan::ExclusiveSum(nullptr, tb, dcnt, dpos, tot));
+    CK(cub::DeviceRadixSort::SortPairs(nullptr, tb2, dkey, dkey2, dval, dout, E, 0,
+                                       shift + ib));
+    void *tmp = dalloc<char>(std::max(tb, tb2));
+    const double cub = time_ms([&] {
+        edge_count_kernel<<<gp, kThreads>>>(a, dcnt);
+        CK(cudaGetLastError());
+        CK(cub::DeviceScan::ExclusiveSum(tmp, tb, dcnt, dpos, tot));
+        edge_emit_kernel<<<gp, kThreads>>>(a, dpos, shift, dkey, dval);
+        CK(cudaGetLastError());
+        CK(cub::DeviceRadixSort::SortPairs(tmp, tb2, dkey, dkey2, dval, dout, E, 0,
+                                           shift + ib));
+    });
+    std::vector<uint32_t> out(E);
+    CK(cudaMemcpy(out.data(), dout, E * 4, cudaMemcpyDeviceToHost));
+
+    /* Exact, as in bench_eap: each bin's entries sorted (tree edges p, border
+     * edges p << 3 | j: CUB's stable order). The host reference from the
+     * tile floods' flags: each pixel's edges in order, stably sorted by bin. */
+    std::vector<uint8_t> k0(tot), node(tot);
+    std::vector<uint32_t> aux(tot);
+    CK(cudaMemcpy(k0.data(), dk0, tot, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(node.data(), dnode, tot, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(aux.data(), daux, tot * 4, cudaMemcpyDeviceToHost));
+    bool same = true, host = true;
+    size_t base = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> ref;
+    for (int i = 0; i < nimg; ++i) {
+        const uint32_t *o = off_h.data() + (size_t)i * (nb + 1);
+        uint32_t *h = ord_hand.data() + (size_t)i * ecap;
+        for (unsigned b = 0; b < nb; ++b)
+            std::sort(h + o[b], h + o[b + 1]);
+        same = same && !memcmp(h, out.data() + base, (size_t)o[nb] * 4);
+        ref.clear();
+        const size_t oi = (size_t)i * n;
+        for (size_t p = 0; p < n; ++p) {
+            if (k0[oi + p])
+                ref.push_back({2u * lev[oi + aux[oi + p]], (uint32_t)p});
+            for (unsigned m = node[oi + p]; m; m &= m - 1)
+                ref.push_back({2u * lev[oi + p] + 1u,
+                               (uint32_t)p << 3 | (uint32_t)__builtin_ctz(m)});
+        }
+        std::stable_sort(ref.begin(), ref.end(),
+                         [](const std::pair<uint32_t, uint32_t> &x,
+                            const std::pair<uint32_t, uint32_t> &y) { return x.first < y.first; });
+        host = host && ref.size() == o[nb];
+        for (size_t e = 0; host && e < ref.size(); ++e)
+            host = ref[e].second == out[base + e];
+        base += o[nb];
+    }
+    char extra[200];
+    snprintf(extra, sizeof extra,
+             "\"width\":%d,\"height\":%d,\"images\":%d,\"level_bits\":8,\"edges\":%zu,", W, H,
+             nimg, E);
+    print_line("eap_ftscatter", scene, "count + DeviceScan::ExclusiveSum + emit + SortPairs",
+               hand, cub, same, host, extra);
+    for (void *p : {(void *)dlev, (void *)dpar, (void *)daux, (void *)duf, (void *)dord,
+                    (void *)dk0, (void *)dnode, (void *)dhist, (void *)doff, (void *)derr,
+                    (void *)dcnt, (void *)dpos, (void *)dkey, (void *)dval, (void *)dkey2,
+                    (void *)dout, tmp})
+        CK(cudaFree(p));
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -408,5 +591,6 @@ int main(int argc, char **argv)
     bench_eadp(1905, 349, 7, "houston");
     bench_eap(1096, 715, 16, 8, "pavia_centre");
     bench_eap(1096, 715, 16, 16, "pavia_centre");
+    bench_eap_edges(1096, 715, 16, "pavia_centre");
     return 0;
 }
