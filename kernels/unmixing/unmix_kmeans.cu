@@ -555,36 +555,25 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
     return HYPROF_OK;
 }
 
-/* One block: the first index of the largest value over the argmax partials
- * (the host loop's rule, as a tree), best[j] = that pixel (npix when no
- * pixel is valid), and its spectrum as centre j, the next step's reference. */
+const int kPickThreads = 256;
+
+/* One block of kPickThreads: the first index of the largest value over the
+ * argmax partials (the host loop's rule, by cub::BlockReduce), best[j] =
+ * that pixel (npix when no pixel is valid), and its spectrum as centre j,
+ * the next step's reference. */
 __global__ void pick_kernel(const double *__restrict__ bv, const unsigned long long *__restrict__ bi,
                             int nb, const float *__restrict__ x, size_t npix, int B, int j,
                             double *__restrict__ C, unsigned long long *__restrict__ best)
 {
-    __shared__ double sv[256];
-    __shared__ unsigned long long si[256];
+    using Reduce = cub::BlockReduce<ArgBest, kPickThreads>;
+    __shared__ typename Reduce::TempStorage tmp;
     __shared__ unsigned long long pick;
-    double v = -2.0;
-    unsigned long long i = ~0ull;
+    ArgBest b = {-2.0, ~0ull};
     for (int t = threadIdx.x; t < nb; t += blockDim.x)
-        better(v, i, bv[t], bi[t]);
-    sv[threadIdx.x] = v;
-    si[threadIdx.x] = i;
-    __syncthreads();
-    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-        if ((int)threadIdx.x < h) {
-            double v2 = sv[threadIdx.x + h];
-            unsigned long long i2 = si[threadIdx.x + h];
-            if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) {
-                sv[threadIdx.x] = v2;
-                si[threadIdx.x] = i2;
-            }
-        }
-        __syncthreads();
-    }
+        better(b.v, b.i, bv[t], bi[t]);
+    b = Reduce(tmp).Reduce(b, ArgBetter{});
     if (threadIdx.x == 0) {
-        pick = (sv[0] >= 0.0 && si[0] < npix) ? si[0] : npix;
+        pick = (b.v >= 0.0 && b.i < npix) ? b.i : npix;
         best[j] = pick;
     }
     __syncthreads();
@@ -611,8 +600,8 @@ hyprof_status_t init_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
         HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
         argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), n, d.bv.get(), d.bi.get());
         HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
-        pick_kernel<<<1, 256>>>(d.bv.get(), d.bi.get(), (int)nb, d.x, n, (int)B, (int)j,
-                                d.C.get(), d_best.get());
+        pick_kernel<<<1, kPickThreads>>>(d.bv.get(), d.bi.get(), (int)nb, d.x, n, (int)B,
+                                         (int)j, d.C.get(), d_best.get());
         HYPROF_CUDA_CHECK_LAUNCH("pick_kernel");
         ref = d.C.get() + j * B;
     }
