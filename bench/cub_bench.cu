@@ -7,10 +7,11 @@
  *
  *   eadp_select  EADP's contrast selection (launch_select: the radix
  *                selection of eadp_select.cu, as the op runs it, with the
- *                memset of its first histograms) against
- *                cub::DeviceRadixSort::SortKeys a band (or one
- *                cub::DeviceSegmentedSort::SortKeys over the bands) and a
- *                pick of the order statistics; k compared bit for bit.
+ *                memset of its first histograms) against the keys
+ *                (sel_key), cub::DeviceRadixSort::SortKeys a band on a
+ *                DoubleBuffer (or one cub::DeviceSegmentedSort::SortKeys
+ *                over the bands) and a pick of the order statistics; k
+ *                compared bit for bit.
  *                Houston: 1905 x 349, 7 bands.
  *   eap_sort     EAP's counting sort of the pixels by level (k_hist, the
  *                counts to the host and their offsets back, k_scatter: the
@@ -144,6 +145,16 @@ __global__ void pick_kernel(const u64 *sorted, size_t npix, const u64 *cnt, doub
     k[b] = sel_k(cnt + 3 * b, s, pct);
 }
 
+/* The sort's keys of nb bands (n = nb * npix): sel_key of G, ~0 where
+ * masked. */
+__global__ void sort_key_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask,
+                                size_t npix, size_t n, u64 *__restrict__ key)
+{
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        key[i] = mask && !mask[i % npix] ? ~0ull : sel_key(G[i]);
+}
+
 template <typename T> T *dalloc(size_t n)
 {
     T *p = nullptr;
@@ -193,11 +204,16 @@ void bench_eadp(int W, int H, int nb, const char *scene)
         CK(hyprof_cuda::eadp::launch_select(sa, 0));
     });
 
-    /* CUB: G >= 0 without NaN, so its bit patterns are sel_key's keys. */
-    const u64 *keys = reinterpret_cast<const u64 *>(dG);
+    /* CUB as the op would run it: the keys (sel_key, ~0 where masked) into
+     * the candidates' buffer, a radix sort of each band between it and a
+     * second buffer of the same size (DoubleBuffer: little temporary
+     * storage), the pick. */
     u64 *sorted = dalloc<u64>(n);
     size_t tb = 0, tb2 = 0;
-    CK(cub::DeviceRadixSort::SortKeys(nullptr, tb, keys, sorted, npix, 0, 63));
+    cub::DoubleBuffer<u64> probe(dcand, sorted);
+    CK(cub::DeviceRadixSort::SortKeys(nullptr, tb, probe, npix, 0, 64));
+    /* the segmented sort: G >= 0 without NaN, so its bit patterns are the keys */
+    const u64 *keys = reinterpret_cast<const u64 *>(dG);
     std::vector<int> offs(nb + 1);
     for (int b = 0; b <= nb; ++b)
         offs[b] = (int)(b * npix);
@@ -207,10 +223,15 @@ void bench_eadp(int W, int H, int nb, const char *scene)
                                           doffs + 1));
     void *tmp = dalloc<char>(std::max(tb, tb2));
     const double cub = time_ms([&] {
-        for (int b = 0; b < nb; ++b)
-            CK(cub::DeviceRadixSort::SortKeys(tmp, tb, keys + b * npix, sorted + b * npix, npix,
-                                              0, 63));
-        pick_kernel<<<1, 32>>>(sorted, npix, dcnt, pct, dk_cub, nb);
+        sort_key_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dG, NULL, npix, n, dcand);
+        CK(cudaGetLastError());
+        const u64 *out = dcand;
+        for (int b = 0; b < nb; ++b) {
+            cub::DoubleBuffer<u64> d(dcand + b * npix, sorted + b * npix);
+            CK(cub::DeviceRadixSort::SortKeys(tmp, tb, d, npix, 0, 64));
+            out = d.Current() - b * npix;
+        }
+        pick_kernel<<<1, 32>>>(out, npix, dcnt, pct, dk_cub, nb);
         CK(cudaGetLastError());
     });
     const double seg = time_ms([&] {
@@ -238,7 +259,7 @@ void bench_eadp(int W, int H, int nb, const char *scene)
     char extra[160];
     snprintf(extra, sizeof extra, "\"width\":%d,\"height\":%d,\"bands\":%d,\"k0\":%.17g,", W, H,
              nb, k0[0]);
-    print_line("eadp_select", scene, "DeviceRadixSort::SortKeys per band + pick", hand, cub,
+    print_line("eadp_select", scene, "keys + DeviceRadixSort::SortKeys per band + pick", hand, cub,
                same1, host, extra);
     print_line("eadp_select", scene, "DeviceSegmentedSort::SortKeys + pick", hand, seg, same2,
                host, extra);
