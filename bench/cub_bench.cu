@@ -147,8 +147,8 @@ __global__ void pick_kernel(const u64 *sorted, size_t npix, const u64 *cnt, doub
 
 /* The sort's keys of nb bands (n = nb * npix): sel_key of G, ~0 where
  * masked. */
-__global__ void sort_key_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask,
-                                size_t npix, size_t n, u64 *__restrict__ key)
+__global__ void bench_key_kernel(const double *__restrict__ G, const uint8_t *__restrict__ mask,
+                                 size_t npix, size_t n, u64 *__restrict__ key)
 {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
@@ -223,7 +223,7 @@ void bench_eadp(int W, int H, int nb, const char *scene)
                                           doffs + 1));
     void *tmp = dalloc<char>(std::max(tb, tb2));
     const double cub = time_ms([&] {
-        sort_key_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dG, NULL, npix, n, dcand);
+        bench_key_kernel<<<(unsigned)((n + 255) / 256), 256>>>(dG, NULL, npix, n, dcand);
         CK(cudaGetLastError());
         const u64 *out = dcand;
         for (int b = 0; b < nb; ++b) {
