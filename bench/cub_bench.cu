@@ -320,6 +320,28 @@ std::vector<uint16_t> eap_levels(int W, int H, int nimg, unsigned L)
     return lev;
 }
 
+/* The kernels' arguments for a batch's levels (the sorts need no more). */
+eap::Args eap_args(int W, int H, int nimg, unsigned L, uint16_t *dlev)
+{
+    eap::Args a{};
+    a.n = (size_t)W * H;
+    a.width = (uint32_t)W;
+    a.height = (uint32_t)H;
+    a.top = L - 1;
+    a.nimg = nimg;
+    a.lev = dlev;
+    return a;
+}
+eap::Flood eap_flood(uint32_t *off, uint32_t *ord, unsigned L, size_t stride)
+{
+    eap::Flood fl{};
+    fl.off = off;
+    fl.ord = ord;
+    fl.levels = L;
+    fl.stride = stride;
+    return fl;
+}
+
 int bits_for(int nimg)
 {
     int ib = 0;
@@ -338,18 +360,8 @@ void bench_eap(int W, int H, int nimg, int bits, const char *scene)
     CK(cudaMemcpy(dlev, lev.data(), tot * 2, cudaMemcpyHostToDevice));
     uint32_t *dord = dalloc<uint32_t>(tot), *dhist = dalloc<uint32_t>((size_t)nimg * L);
     uint32_t *doff = dalloc<uint32_t>((size_t)nimg * (L + 1));
-    Args a{};
-    a.n = n;
-    a.width = (uint32_t)W;
-    a.height = (uint32_t)H;
-    a.top = L - 1;
-    a.nimg = nimg;
-    a.lev = dlev;
-    Flood fl{};
-    fl.off = doff;
-    fl.ord = dord;
-    fl.levels = L;
-    fl.stride = n;
+    const Args a = eap_args(W, H, nimg, L, dlev);
+    const Flood fl = eap_flood(doff, dord, L, n);
     std::vector<uint32_t> hist_h((size_t)nimg * L), off_h((size_t)nimg * (L + 1));
     const size_t nh = (size_t)nimg * L;
     const dim3 gs((unsigned)((n + kSortChunk - 1) / kSortChunk), nimg);
@@ -475,25 +487,15 @@ void bench_eap_edges(int W, int H, int nimg, const char *scene)
     uint32_t *doff = dalloc<uint32_t>((size_t)nimg * (nb + 1));
     int *derr = dalloc<int>(1);
     CK(cudaMemset(derr, 0, sizeof(int)));
-    Args a{};
-    a.n = n;
-    a.width = (uint32_t)W;
-    a.height = (uint32_t)H;
-    a.top = L - 1;
-    a.nimg = nimg;
-    a.lev = dlev;
+    Args a = eap_args(W, H, nimg, L, dlev);
     a.par = dpar;
     a.aux = daux;
     a.aux2 = duf;
     a.k0 = dk0;
     a.node = dnode;
     a.error = derr;
-    Flood fl{};
-    fl.off = doff;
-    fl.ord = dord;
+    Flood fl = eap_flood(doff, dord, L, ecap);
     fl.uf = duf;
-    fl.levels = L;
-    fl.stride = ecap;
     /* The tile floods as build_ftile runs them, up to the sort. */
     const dim3 gp((unsigned)((n + kThreads - 1) / kThreads), nimg);
     k_flood_prepare<<<gp, kThreads>>>(a, fl);
