@@ -30,7 +30,6 @@
 
 #include <cmath>
 
-#include <cub/block/block_scan.cuh>
 #include <cub/warp/warp_scan.cuh>
 
 using namespace hyprof_cuda;
@@ -176,8 +175,8 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
 
 using SelWarpScan = cub::WarpScan<u64>;
 
-/* The queries' counts side by side, summed element by element: one block
- * scan (cub::BlockScan) serves every query. */
+/* The queries' counts side by side, added element by element: one warp scan
+ * for all queries. */
 struct SelSums {
     u64 v[kSelQueries];
 };
@@ -191,19 +190,22 @@ struct SelSumsAdd {
         return r;
     }
 };
+using SelSumsScan = cub::WarpScan<SelSums>;
 
-/* A selection step in a block of NT threads: for each query, the bin that
- * holds its rank; appends the digit to the prefix and makes the rank
- * relative to the bin. kSelBins / NT bins a thread, the queries' prefix
- * sums side by side by one block scan (two barriers: the scan's and the
- * last): the states after the pass whose histograms are `gh` (the band's,
- * in shared memory) from the states `cur` before it, into ss.nxt. cur is
- * read and gh loaded before the scan's barrier and ss.nxt written after it
- * (exactly one thread writes each query's state), so cur may be ss.nxt
- * itself; every thread sees ss.nxt after the second. */
+/* A selection step in a block of NT threads (NT / 32 warps): for each query,
+ * the bin that holds its rank; appends the digit to the prefix and makes the
+ * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
+ * sums side by side (SelSums) by cub::WarpScan, in each warp and then over
+ * the warps' totals (two barriers; cub::BlockScan of the same would spill
+ * registers in sel_last_kernel's 64): the states after the pass whose
+ * histograms are `gh` (the band's, in shared memory) from the states `cur`
+ * before it, into ss.nxt. cur is read and gh loaded before the first barrier
+ * and ss.nxt written after it (exactly one thread writes each query's
+ * state), so cur may be ss.nxt itself; every thread sees ss.nxt after the
+ * second. */
 template <int NT> struct SelStep {
-    using Scan = cub::BlockScan<SelSums, NT, cub::BLOCK_SCAN_WARP_SCANS>;
-    typename Scan::TempStorage scan;
+    u64 wsum[kSelQueries][NT / 32];
+    SelSumsScan::TempStorage scan[NT / 32]; /* a warp's */
     SelWarpScan::TempStorage find[kSelQueries]; /* sel_find_step's warps */
     SelState nxt[kSelQueries];
 };
@@ -212,13 +214,13 @@ template <int NT>
 HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState *cur, u64 hmask,
                                   int shift, const u64 *gh)
 {
-    constexpr int per = kSelBins / NT;
-    const int tid = t.ty * t.bdx + t.tx;
+    constexpr int per = kSelBins / NT, nw = NT / 32;
+    const int tid = t.ty * t.bdx + t.tx, lane = tid & 31, warp = tid >> 5;
     /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
     const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
     const bool used = tid * per < nbins;
     u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per];
-    SelSums mine;
+    SelSums mine, incl;
     bool on[kSelQueries];
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
@@ -242,10 +244,23 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
             mine.v[q] += hv[q][j];
         }
     }
-    SelSums incl; /* the keys up to this thread's bins, each query */
-    typename SelStep<NT>::Scan(ss.scan).InclusiveScan(mine, incl, SelSumsAdd{});
+    /* the keys up to this thread's bins in its warp, each query */
+    SelSumsScan(ss.scan[warp]).InclusiveScan(mine, incl, SelSumsAdd{});
+    if (lane == 31)
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q)
+            ss.wsum[q][warp] = incl.v[q];
+    __syncthreads();
+    /* each warp's offset: the sum of the earlier warps' totals */
+    SelSums w;
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q)
+        w.v[q] = lane < nw ? ss.wsum[q][lane] : 0;
+    SelSumsScan(ss.scan[warp]).InclusiveScan(w, w, SelSumsAdd{});
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
+        const u64 base = __shfl_sync(0xffffffffu, w.v[q], warp > 0 ? warp - 1 : 0);
+        incl.v[q] += warp > 0 ? base : 0;
         if (!on[q]) {
             if (tid == q) /* unused: unchanged */
                 ss.nxt[q] = SelState{pre[q], (long long)rank[q]};

@@ -31,7 +31,6 @@
 #include "pca_cuda.cuh"
 
 #include <algorithm>
-#include <cub/warp/warp_reduce.cuh>
 #include <cuda_pipeline.h>
 #include <vector>
 
@@ -294,15 +293,10 @@ __device__ __forceinline__ void tc_write(const double (&acc)[NC][4], int r, int 
                 out[i + (size_t)j * bands] = acc[c][h];
         }
     if (sums) {
-        /* over t, the 4 lanes of a row, into lane t = 0: (t0 + t1) + (t2 + t3),
-         * the order of the exchange by xor 1 then 2 that this replaces */
-        using Quad = cub::WarpReduce<double, 4>;
-        /* the shuffle form keeps nothing in its storage: no shared memory
-         * beside the ring, whose fit tc_launch decides */
-        static_assert(sizeof(Quad::TempStorage) == 1, "cub::WarpReduce by shuffles");
-        Quad::TempStorage none;
-        rs0 = Quad(none).Sum(rs0);
-        rs1 = Quad(none).Sum(rs1);
+        for (int off = 1; off < 4; off <<= 1) { /* over t: the 4 lanes of a row */
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
         if (t == 0 && 16 * r + g < bands)
             ps[16 * r + g] = rs0;
         if (t == 0 && 16 * r + g + 8 < bands)
