@@ -162,13 +162,16 @@ template <typename T> T *dalloc(size_t n)
     return p;
 }
 
-void bench_eadp(int W, int H, int nb, const char *scene)
+/* The selection's input as prep_kernel leaves it: G of nb bands (1 pixel in
+ * 16 at 0, the others heavy-tailed), its keys' high words and the counts
+ * (valid, G == 0, G > 0) a band. */
+void eadp_input(size_t npix, int nb, std::vector<double> &G, std::vector<unsigned> &kh,
+                std::vector<u64> &cnt)
 {
-    const size_t npix = (size_t)W * H, n = npix * nb;
-    const double pct = 0.7; /* the EADP default percentile */
-    std::vector<double> G(n);
-    std::vector<unsigned> kh(n);
-    std::vector<u64> cnt(3 * (size_t)nb, 0);
+    const size_t n = npix * nb;
+    G.assign(n, 0.0);
+    kh.assign(n, 0u);
+    cnt.assign(3 * (size_t)nb, 0);
     for (int b = 0; b < nb; ++b)
         for (size_t p = 0; p < npix; ++p) {
             const uint64_t id = (uint64_t)b * npix + p;
@@ -181,6 +184,16 @@ void bench_eadp(int W, int H, int nb, const char *scene)
             cnt[3 * b] += 1;
             cnt[3 * b + (g == 0.0 ? 1 : 2)] += 1;
         }
+}
+
+void bench_eadp(int W, int H, int nb, const char *scene)
+{
+    const size_t npix = (size_t)W * H, n = npix * nb;
+    const double pct = 0.7; /* the EADP default percentile */
+    std::vector<double> G;
+    std::vector<unsigned> kh;
+    std::vector<u64> cnt;
+    eadp_input(npix, nb, G, kh, cnt);
     double *dG = dalloc<double>(n);
     unsigned *dKh = dalloc<unsigned>(n);
     u64 *dcnt = dalloc<u64>(3 * (size_t)nb);
@@ -472,6 +485,49 @@ __global__ void edge_emit_kernel(eap::Args a, const uint32_t *pos, int shift, ui
     }
 }
 
+/* The edge sorts compared exactly: each bin's entries of the counting sort
+ * (ord: ecap a image, offsets off_h) sorted (tree edges p, border edges
+ * p << 3 | j: CUB's stable order) against CUB's (out: the images one after
+ * another); the host reference from the tile floods' flags (a.k0, a.node,
+ * a.aux): each pixel's edges in order, stably sorted by bin. */
+void edges_check(const eap::Args &a, int nimg, const std::vector<uint16_t> &lev,
+                 const std::vector<uint32_t> &off_h, std::vector<uint32_t> &ord, size_t ecap,
+                 const std::vector<uint32_t> &out, bool &same, bool &host)
+{
+    const size_t n = a.n, tot = n * nimg, nb = 2 * (a.top + 1);
+    std::vector<uint8_t> k0(tot), node(tot);
+    std::vector<uint32_t> aux(tot);
+    CK(cudaMemcpy(k0.data(), a.k0, tot, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(node.data(), a.node, tot, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(aux.data(), a.aux, tot * 4, cudaMemcpyDeviceToHost));
+    same = host = true;
+    size_t base = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> ref;
+    for (int i = 0; i < nimg; ++i) {
+        const uint32_t *o = off_h.data() + (size_t)i * (nb + 1);
+        uint32_t *h = ord.data() + (size_t)i * ecap;
+        for (size_t b = 0; b < nb; ++b)
+            std::sort(h + o[b], h + o[b + 1]);
+        same = same && !memcmp(h, out.data() + base, (size_t)o[nb] * 4);
+        ref.clear();
+        const size_t oi = (size_t)i * n;
+        for (size_t p = 0; p < n; ++p) {
+            if (k0[oi + p])
+                ref.push_back({2u * lev[oi + aux[oi + p]], (uint32_t)p});
+            for (unsigned m = node[oi + p]; m; m &= m - 1)
+                ref.push_back({2u * lev[oi + p] + 1u,
+                               (uint32_t)p << 3 | (uint32_t)__builtin_ctz(m)});
+        }
+        std::stable_sort(ref.begin(), ref.end(),
+                         [](const std::pair<uint32_t, uint32_t> &x,
+                            const std::pair<uint32_t, uint32_t> &y) { return x.first < y.first; });
+        host = host && ref.size() == o[nb];
+        for (size_t e = 0; host && e < ref.size(); ++e)
+            host = ref[e].second == out[base + e];
+        base += o[nb];
+    }
+}
+
 void bench_eap_edges(int W, int H, int nimg, const char *scene)
 {
     using namespace eap;
@@ -545,40 +601,8 @@ void bench_eap_edges(int W, int H, int nimg, const char *scene)
     std::vector<uint32_t> out(E);
     CK(cudaMemcpy(out.data(), dout, E * 4, cudaMemcpyDeviceToHost));
 
-    /* Exact, as in bench_eap: each bin's entries sorted (tree edges p, border
-     * edges p << 3 | j: CUB's stable order). The host reference from the
-     * tile floods' flags: each pixel's edges in order, stably sorted by bin. */
-    std::vector<uint8_t> k0(tot), node(tot);
-    std::vector<uint32_t> aux(tot);
-    CK(cudaMemcpy(k0.data(), dk0, tot, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(node.data(), dnode, tot, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(aux.data(), daux, tot * 4, cudaMemcpyDeviceToHost));
-    bool same = true, host = true;
-    size_t base = 0;
-    std::vector<std::pair<uint32_t, uint32_t>> ref;
-    for (int i = 0; i < nimg; ++i) {
-        const uint32_t *o = off_h.data() + (size_t)i * (nb + 1);
-        uint32_t *h = ord_hand.data() + (size_t)i * ecap;
-        for (unsigned b = 0; b < nb; ++b)
-            std::sort(h + o[b], h + o[b + 1]);
-        same = same && !memcmp(h, out.data() + base, (size_t)o[nb] * 4);
-        ref.clear();
-        const size_t oi = (size_t)i * n;
-        for (size_t p = 0; p < n; ++p) {
-            if (k0[oi + p])
-                ref.push_back({2u * lev[oi + aux[oi + p]], (uint32_t)p});
-            for (unsigned m = node[oi + p]; m; m &= m - 1)
-                ref.push_back({2u * lev[oi + p] + 1u,
-                               (uint32_t)p << 3 | (uint32_t)__builtin_ctz(m)});
-        }
-        std::stable_sort(ref.begin(), ref.end(),
-                         [](const std::pair<uint32_t, uint32_t> &x,
-                            const std::pair<uint32_t, uint32_t> &y) { return x.first < y.first; });
-        host = host && ref.size() == o[nb];
-        for (size_t e = 0; host && e < ref.size(); ++e)
-            host = ref[e].second == out[base + e];
-        base += o[nb];
-    }
+    bool same, host;
+    edges_check(a, nimg, lev, off_h, ord_hand, ecap, out, same, host);
     char extra[200];
     snprintf(extra, sizeof extra,
              "\"width\":%d,\"height\":%d,\"images\":%d,\"level_bits\":8,\"edges\":%zu,", W, H,
