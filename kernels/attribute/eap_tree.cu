@@ -16,6 +16,8 @@
 
 #include <algorithm>
 
+#include <cub/warp/warp_scan.cuh>
+
 namespace eap {
 namespace {
 
@@ -84,28 +86,26 @@ __global__ void k_scatter(Args a, Flood fl, uint32_t *cursor, unsigned L)
  * by ft_carve; a barrier after each phase and after each level present in
  * the tile. */
 const int kFTThreads = 512;
-/* off: counts to offsets, by warp 0 (8 levels a lane) */
+/* off: counts to offsets, by warp 0 (8 levels a lane, cub::WarpScan over
+ * the lanes' sums) */
 template <class I> __device__ void ft_scan_warp(const FTile<I> &s)
 {
+    using Scan = cub::WarpScan<uint32_t>;
+    __shared__ typename Scan::TempStorage scan_tmp;
     const int lane = (int)(threadIdx.x & 31);
     uint32_t v[8], sum = 0;
     for (int k = 0; k < 8; k++) {
         v[k] = s.off[lane * 8 + k];
         sum += v[k];
     }
-    uint32_t inc = sum;
-    for (int d = 1; d < 32; d <<= 1) {
-        uint32_t y = __shfl_up_sync(0xffffffffu, inc, d);
-        if (lane >= d)
-            inc += y;
-    }
-    uint32_t run = inc - sum;
+    uint32_t run, total;
+    Scan(scan_tmp).ExclusiveSum(sum, run, total);
     for (int k = 0; k < 8; k++) {
         s.off[lane * 8 + k] = s.cur[lane * 8 + k] = run;
         run += v[k];
     }
     if (lane == 31)
-        s.off[256] = inc;
+        s.off[256] = total;
 }
 #define FT_EACH(body)                                                                     \
     for (uint32_t i = threadIdx.x; i < (uint32_t)kFTN; i += blockDim.x)                   \

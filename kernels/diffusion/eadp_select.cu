@@ -30,6 +30,8 @@
 
 #include <cmath>
 
+#include <cub/warp/warp_scan.cuh>
+
 using namespace hyprof_cuda;
 using namespace hyprof_cuda::eadp;
 
@@ -171,17 +173,40 @@ HYPROF_EADP_FN void sel_hist_body(const Thr &t, unsigned *sh, const double *G,
             }
 }
 
+using SelWarpScan = cub::WarpScan<u64>;
+
+/* The queries' counts side by side, added element by element: one warp scan
+ * for all queries. */
+struct SelSums {
+    u64 v[kSelQueries];
+};
+struct SelSumsAdd {
+    HYPROF_EADP_FN SelSums operator()(const SelSums &a, const SelSums &b) const
+    {
+        SelSums r;
+#pragma unroll
+        for (int q = 0; q < kSelQueries; ++q)
+            r.v[q] = a.v[q] + b.v[q];
+        return r;
+    }
+};
+using SelSumsScan = cub::WarpScan<SelSums>;
+
 /* A selection step in a block of NT threads (NT / 32 warps): for each query,
  * the bin that holds its rank; appends the digit to the prefix and makes the
  * rank relative to the bin. kSelBins / NT bins a thread, the queries' prefix
- * sums side by side by warp shuffles (two barriers): the states after the
- * pass whose histograms are `gh` (the band's, in shared memory) from the
- * states `cur` before it, into ss.nxt. cur is read and gh
- * loaded before the first barrier and ss.nxt written after it (exactly one
- * thread writes each query's state), so cur may be ss.nxt itself; every
- * thread sees ss.nxt after the second. */
+ * sums side by side (SelSums) by cub::WarpScan, in each warp and then over
+ * the warps' totals (two barriers; cub::BlockScan of the same would spill
+ * registers in sel_last_kernel's 64): the states after the pass whose
+ * histograms are `gh` (the band's, in shared memory) from the states `cur`
+ * before it, into ss.nxt. cur is read and gh loaded before the first barrier
+ * and ss.nxt written after it (exactly one thread writes each query's
+ * state), so cur may be ss.nxt itself; every thread sees ss.nxt after the
+ * second. */
 template <int NT> struct SelStep {
     u64 wsum[kSelQueries][NT / 32];
+    SelSumsScan::TempStorage scan[NT / 32]; /* a warp's */
+    SelWarpScan::TempStorage find[kSelQueries]; /* sel_find_step's warps */
     SelState nxt[kSelQueries];
 };
 
@@ -194,7 +219,8 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
     /* The digit's bins: 512 in the first pass (sel_hist_body fills no more). */
     const int nbins = 64 - shift < 11 ? 1 << (64 - shift) : kSelBins;
     const bool used = tid * per < nbins;
-    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per], incl[kSelQueries];
+    u64 pre[kSelQueries], rank[kSelQueries], hv[kSelQueries][per];
+    SelSums mine, incl;
     bool on[kSelQueries];
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
@@ -211,43 +237,36 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
                 break;
             }
         const u64 *h = gh + (size_t)a * kSelBins + (size_t)tid * per;
-        incl[q] = 0;
+        mine.v[q] = 0;
 #pragma unroll
         for (int j = 0; j < per; ++j) {
             hv[q][j] = on[q] && used ? h[j] : 0;
-            incl[q] += hv[q][j];
+            mine.v[q] += hv[q][j];
         }
     }
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1)
-#pragma unroll
-        for (int q = 0; q < kSelQueries; ++q) {
-            const u64 v = __shfl_up_sync(0xffffffffu, incl[q], off);
-            if (lane >= off)
-                incl[q] += v;
-        }
+    /* the keys up to this thread's bins in its warp, each query */
+    SelSumsScan(ss.scan[warp]).InclusiveScan(mine, incl, SelSumsAdd{});
     if (lane == 31)
 #pragma unroll
         for (int q = 0; q < kSelQueries; ++q)
-            ss.wsum[q][warp] = incl[q];
+            ss.wsum[q][warp] = incl.v[q];
     __syncthreads();
+    /* each warp's offset: the sum of the earlier warps' totals */
+    SelSums w;
+#pragma unroll
+    for (int q = 0; q < kSelQueries; ++q)
+        w.v[q] = lane < nw ? ss.wsum[q][lane] : 0;
+    SelSumsScan(ss.scan[warp]).InclusiveScan(w, w, SelSumsAdd{});
 #pragma unroll
     for (int q = 0; q < kSelQueries; ++q) {
-        /* this warp's offset: the sum of the earlier warps' totals */
-        u64 w = lane < nw ? ss.wsum[q][lane] : 0;
-#pragma unroll
-        for (int off = 1; off < nw; off <<= 1) {
-            const u64 v = __shfl_up_sync(0xffffffffu, w, off);
-            if (lane >= off)
-                w += v;
-        }
-        const u64 base = __shfl_sync(0xffffffffu, w, warp > 0 ? warp - 1 : 0);
+        const u64 base = __shfl_sync(0xffffffffu, w.v[q], warp > 0 ? warp - 1 : 0);
+        incl.v[q] += warp > 0 ? base : 0;
         if (!on[q]) {
             if (tid == q) /* unused: unchanged */
                 ss.nxt[q] = SelState{pre[q], (long long)rank[q]};
             continue;
         }
-        u64 cum = (warp > 0 ? base : 0) + incl[q];
+        u64 cum = incl.v[q];
         const u64 end = cum;
 #pragma unroll
         for (int j = 0; j < per; ++j)
@@ -273,17 +292,12 @@ HYPROF_EADP_FN void sel_scan_step(const Thr &t, SelStep<NT> &ss, const SelState 
 }
 
 /* In a warp whose lanes hold counts v in order: the first lane whose inclusive
- * prefix sum passes r (the same in every lane), and (*before) the counts of
- * the lanes before it; 32 when r is past them all. */
-HYPROF_EADP_FN int warp_find(int lane, u64 v, u64 r, u64 *before)
+ * prefix sum (cub::WarpScan) passes r (the same in every lane), and (*before)
+ * the counts of the lanes before it; 32 when r is past them all. */
+HYPROF_EADP_FN int warp_find(SelWarpScan::TempStorage &tmp, u64 v, u64 r, u64 *before)
 {
-    u64 incl = v;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        const u64 u = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off)
-            incl += u;
-    }
+    u64 incl;
+    SelWarpScan(tmp).InclusiveSum(v, incl);
     const unsigned m = __ballot_sync(0xffffffffu, incl > r);
     if (!m)
         return 32;
@@ -319,7 +333,7 @@ HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState 
             const u64 *ca = gc + (size_t)a * kSelCoarse;
             const u64 c0 = ca[2 * lane], c1 = ca[2 * lane + 1];
             u64 r = (u64)c.rank, bef = 0;
-            const int l = warp_find(lane, c0 + c1, r, &bef);
+            const int l = warp_find(ss.find[q], c0 + c1, r, &bef);
             if (l < 32) { /* warp-uniform */
                 const u64 c0l = __shfl_sync(0xffffffffu, c0, l);
                 int cb = 2 * l;
@@ -329,7 +343,7 @@ HYPROF_EADP_FN void sel_find_step(const Thr &t, SelStep<NT> &ss, const SelState 
                 }
                 r -= bef;
                 const u64 v = gh[(size_t)a * kSelBins + 32 * cb + lane];
-                const int l2 = warp_find(lane, v, r, &bef); /* < 32: the bin holds r */
+                const int l2 = warp_find(ss.find[q], v, r, &bef); /* < 32: the bin holds r */
                 if (l2 < 32) {
                     n.prefix = c.prefix | ((u64)(32 * cb + l2) << shift);
                     n.rank = (long long)(r - bef);

@@ -22,6 +22,8 @@
  * while the markers compute (denoise_prepare). */
 #include "emp_cuda.cuh"
 
+#include <cub/warp/warp_scan.cuh>
+
 namespace {
 
 using namespace emp_cuda;
@@ -185,10 +187,12 @@ __global__ void median_hist_kernel(const double *__restrict__ d, size_t is, size
 }
 
 /* grid G, 64 threads (one warp per query): the bin holding the rank (each
- * lane sums 8 bins, a warp scan of the sums finds the lane, that lane its
- * bin); clears the histograms for the next pass. */
+ * lane sums 8 bins, a warp scan of the sums (cub::WarpScan) finds the lane,
+ * that lane its bin); clears the histograms for the next pass. */
 __global__ void median_scan_kernel(SelQ *q, int shift, unsigned long long *ghist)
 {
+    using Scan = cub::WarpScan<unsigned long long>;
+    __shared__ typename Scan::TempStorage scan_tmp[2];
     const int g = blockIdx.x, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     unsigned long long *h = ghist + (size_t)g * 512 + (size_t)w * 256;
     SelQ s = q[2 * g + w]; /* read by every lane before the scan's shuffles */
@@ -197,12 +201,8 @@ __global__ void median_scan_kernel(SelQ *q, int shift, unsigned long long *ghist
         v[j] = h[lane * 8 + j];
         sum += v[j];
     }
-    unsigned long long incl = sum; /* inclusive prefix over the lanes */
-    for (int o = 1; o < 32; o <<= 1) {
-        const unsigned long long u = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o)
-            incl += u;
-    }
+    unsigned long long incl; /* inclusive prefix over the lanes */
+    Scan(scan_tmp[w]).InclusiveSum(sum, incl);
     const unsigned long long excl = incl - sum;
     const unsigned long long rank = (unsigned long long)s.rank;
     if (rank >= excl && rank < incl) { /* exactly one lane */

@@ -17,6 +17,9 @@
 #include "emp_cuda.cuh"
 #include "wavelet/dwt_impl.h"
 
+#include <cub/warp/warp_reduce.cuh>
+#include <cuda/functional>
+
 namespace {
 
 using namespace emp_cuda;
@@ -34,9 +37,11 @@ __global__ void stats_init_kernel(FeatStats *st, int K)
         st[k] = {0xffffffffu, 0u, ~0ull};
 }
 
-/* grid (blocks, K): the statistics of rows' pixels [0, np) of feature k
- * (f + k * np); `mask` and pixel numbers relative to the share's first pixel
- * p0. */
+const int kStatsThreads = 256;
+
+/* grid (blocks, K), kStatsThreads threads: the statistics of rows' pixels
+ * [0, np) of feature k (f + k * np); `mask` and pixel numbers relative to
+ * the share's first pixel p0. */
 __global__ void stats_kernel(const float *__restrict__ f, size_t np,
                              const uint8_t *__restrict__ mask, size_t p0, FeatStats *st)
 {
@@ -56,11 +61,15 @@ __global__ void stats_kernel(const float *__restrict__ f, size_t np,
         lo = min(lo, key);
         hi = max(hi, key);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        lo = min(lo, __shfl_down_sync(0xffffffffu, lo, o));
-        hi = max(hi, __shfl_down_sync(0xffffffffu, hi, o));
-        bad = min(bad, __shfl_down_sync(0xffffffffu, bad, o));
-    }
+    /* the warp's extremes in lane 0 (integers: any order gives the same) */
+    using Red32 = cub::WarpReduce<unsigned>;
+    using Red64 = cub::WarpReduce<unsigned long long>;
+    __shared__ typename Red32::TempStorage r32[kStatsThreads / 32];
+    __shared__ typename Red64::TempStorage r64[kStatsThreads / 32];
+    const int w = (int)(threadIdx.x >> 5);
+    lo = Red32(r32[w]).Reduce(lo, cuda::minimum<>{});
+    hi = Red32(r32[w]).Reduce(hi, cuda::maximum<>{});
+    bad = Red64(r64[w]).Reduce(bad, cuda::minimum<>{});
     if ((threadIdx.x & 31) == 0) {
         FeatStats *s = st + blockIdx.y;
         atomicMin(&s->lo, lo);
@@ -221,7 +230,8 @@ hyprof_status_t EmpDevice::features()
     if (np) {
         const unsigned blocks = (unsigned)(np / 8192 < 1 ? 1 : np / 8192 > 128 ? 128 : np / 8192);
         const int kq = k_quant.begin(st);
-        stats_kernel<<<dim3(blocks, (unsigned)K), 256, 0, st>>>(F.get(), np, m, P0, stats.get());
+        stats_kernel<<<dim3(blocks, (unsigned)K), kStatsThreads, 0, st>>>(F.get(), np, m, P0,
+                                                                         stats.get());
         HYPROF_CUDA_CHECK_LAUNCH("stats_kernel");
         k_quant.end(kq, st);
     }

@@ -14,6 +14,8 @@
  * only for the marked blocks, then the blocks in order. */
 #include "unmix_cuda.cuh"
 
+#include <cub/block/block_reduce.cuh>
+
 #include <vector>
 
 using namespace hyprof_unmix;
@@ -61,31 +63,34 @@ __device__ inline void better(double &v, unsigned long long &i, double v2, unsig
 
 const int kArgmaxThreads = 256, kArgmaxBlocks = 512;
 
+/* A candidate of the arg-max; `better` is a total order on candidates that
+ * never hold NaN (each thread starts at -2 and never takes a NaN), so the
+ * block's result does not depend on the order cub::BlockReduce combines in. */
+struct ArgBest {
+    double v;
+    unsigned long long i;
+};
+struct ArgBetter {
+    __device__ ArgBest operator()(ArgBest a, const ArgBest &b) const
+    {
+        better(a.v, a.i, b.v, b.i);
+        return a;
+    }
+};
+
 __global__ void argmax_kernel(const double *__restrict__ v, size_t n, double *__restrict__ bv,
                               unsigned long long *__restrict__ bi)
 {
-    __shared__ double sv[kArgmaxThreads / 32];
-    __shared__ unsigned long long si[kArgmaxThreads / 32];
-    double best = -2.0;
-    unsigned long long idx = ~0ull;
+    using Reduce = cub::BlockReduce<ArgBest, kArgmaxThreads>;
+    __shared__ typename Reduce::TempStorage tmp;
+    ArgBest b = {-2.0, ~0ull};
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        better(best, idx, v[i], i);
-    for (int off = 16; off > 0; off >>= 1) {
-        double ov = __shfl_down_sync(0xffffffffu, best, off);
-        unsigned long long oi = __shfl_down_sync(0xffffffffu, idx, off);
-        better(best, idx, ov, oi);
-    }
-    if ((threadIdx.x & 31) == 0) {
-        sv[threadIdx.x >> 5] = best;
-        si[threadIdx.x >> 5] = idx;
-    }
-    __syncthreads();
+        better(b.v, b.i, v[i], i);
+    b = Reduce(tmp).Reduce(b, ArgBetter{});
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kArgmaxThreads / 32; w++)
-            better(best, idx, sv[w], si[w]);
-        bv[blockIdx.x] = best;
-        bi[blockIdx.x] = idx;
+        bv[blockIdx.x] = b.v;
+        bi[blockIdx.x] = b.i;
     }
 }
 
@@ -550,36 +555,25 @@ hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
     return HYPROF_OK;
 }
 
-/* One block: the first index of the largest value over the argmax partials
- * (the host loop's rule, as a tree), best[j] = that pixel (npix when no
- * pixel is valid), and its spectrum as centre j, the next step's reference. */
+const int kPickThreads = 256;
+
+/* One block of kPickThreads: the first index of the largest value over the
+ * argmax partials (the host loop's rule, by cub::BlockReduce), best[j] =
+ * that pixel (npix when no pixel is valid), and its spectrum as centre j,
+ * the next step's reference. */
 __global__ void pick_kernel(const double *__restrict__ bv, const unsigned long long *__restrict__ bi,
                             int nb, const float *__restrict__ x, size_t npix, int B, int j,
                             double *__restrict__ C, unsigned long long *__restrict__ best)
 {
-    __shared__ double sv[256];
-    __shared__ unsigned long long si[256];
+    using Reduce = cub::BlockReduce<ArgBest, kPickThreads>;
+    __shared__ typename Reduce::TempStorage tmp;
     __shared__ unsigned long long pick;
-    double v = -2.0;
-    unsigned long long i = ~0ull;
+    ArgBest b = {-2.0, ~0ull};
     for (int t = threadIdx.x; t < nb; t += blockDim.x)
-        better(v, i, bv[t], bi[t]);
-    sv[threadIdx.x] = v;
-    si[threadIdx.x] = i;
-    __syncthreads();
-    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
-        if ((int)threadIdx.x < h) {
-            double v2 = sv[threadIdx.x + h];
-            unsigned long long i2 = si[threadIdx.x + h];
-            if (v2 > sv[threadIdx.x] || (v2 == sv[threadIdx.x] && i2 < si[threadIdx.x])) {
-                sv[threadIdx.x] = v2;
-                si[threadIdx.x] = i2;
-            }
-        }
-        __syncthreads();
-    }
+        better(b.v, b.i, bv[t], bi[t]);
+    b = Reduce(tmp).Reduce(b, ArgBetter{});
     if (threadIdx.x == 0) {
-        pick = (sv[0] >= 0.0 && si[0] < npix) ? si[0] : npix;
+        pick = (b.v >= 0.0 && b.i < npix) ? b.i : npix;
         best[j] = pick;
     }
     __syncthreads();
@@ -606,8 +600,8 @@ hyprof_status_t init_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
         HYPROF_CUDA_CHECK_LAUNCH("mind_kernel");
         argmax_kernel<<<nb, kArgmaxThreads>>>(d.dist.get(), n, d.bv.get(), d.bi.get());
         HYPROF_CUDA_CHECK_LAUNCH("argmax_kernel");
-        pick_kernel<<<1, 256>>>(d.bv.get(), d.bi.get(), (int)nb, d.x, n, (int)B, (int)j,
-                                d.C.get(), d_best.get());
+        pick_kernel<<<1, kPickThreads>>>(d.bv.get(), d.bi.get(), (int)nb, d.x, n, (int)B,
+                                         (int)j, d.C.get(), d_best.get());
         HYPROF_CUDA_CHECK_LAUNCH("pick_kernel");
         ref = d.C.get() + j * B;
     }
