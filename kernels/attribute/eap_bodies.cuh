@@ -14,6 +14,9 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__) && !defined(EAP_FN)
+#include <cuda/atomic>
+#endif
 #ifndef EAP_FN
 #define EAP_FN __device__ __forceinline__
 #define EAP_ADD32(p, v) atomicAdd((p), (v))
@@ -30,6 +33,11 @@
 #define EAP_LDCG64(p) __ldcg(p)
 /* shared memory (the tile floods) */
 #define EAP_SADD32(p, v) atomicAdd((p), (v))
+/* the floods' union-find entries (shared or global), read and written by
+ * many threads at once: relaxed atomics (the algorithm tolerates reading any
+ * ancestor; atomic accesses say so to the memory model and to racecheck) */
+#define EAP_SLOAD32(p) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).load(cuda::memory_order_relaxed))
+#define EAP_SSTORE32(p, v) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).store((v), cuda::memory_order_relaxed))
 #define ft_popc(m) __popc(m)
 #define ft_ctz(m) (__ffs(m) - 1)
 #endif

@@ -371,23 +371,23 @@ EAP_FN int ft_delta(unsigned j)
 
 /* The roots of a and b, given pa = uf[a] and pb = uf[b] as read (both
  * walks at once, path splitting: as uf_find2). */
-EAP_FN void mu_find2(volatile uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
+EAP_FN void mu_find2(uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
 {
     while (pa != kUfRoot || pb != kUfRoot) {
         uint32_t ga = kUfRoot, gb = kUfRoot;
         if (pa != kUfRoot)
-            ga = uf[pa];
+            ga = EAP_SLOAD32(&uf[pa]);
         if (pb != kUfRoot)
-            gb = uf[pb];
+            gb = EAP_SLOAD32(&uf[pb]);
         if (pa != kUfRoot) {
             if (ga != kUfRoot)
-                uf[a] = ga;
+                EAP_SSTORE32(&uf[a], ga);
             a = pa;
             pa = ga;
         }
         if (pb != kUfRoot) {
             if (gb != kUfRoot)
-                uf[b] = gb;
+                EAP_SSTORE32(&uf[b], gb);
             b = pb;
             pb = gb;
         }
@@ -420,10 +420,9 @@ EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t 
 
 template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
 {
-    volatile uint32_t *uf = s.uf;
     uint32_t v = s.edge[k];
     uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
-    mu_unite(s.uf, s.par, s.lev, a, b, uf[a], uf[b]);
+    mu_unite(s.uf, s.par, s.lev, a, b, EAP_SLOAD32(&s.uf[a]), EAP_SLOAD32(&s.uf[b]));
 }
 
 /* uf becomes each pixel's level root (levelroot compresses par within a
