@@ -48,9 +48,9 @@ static inline uint32_t h_max(uint32_t *p, uint32_t v)
     *p = v > o ? v : o;
     return o;
 }
-static inline int h_or(int *p, int v)
+template <class T> static inline T h_or(T *p, T v)
 {
-    int o = *p;
+    T o = *p;
     *p |= v;
     return o;
 }
@@ -67,7 +67,10 @@ static inline int h_or(int *p, int v)
 #define EAP_STORE32(p, v) (*(p) = (v))
 #define EAP_SLOAD32(p) (*(p))
 #define EAP_SSTORE32(p, v) (*(p) = (v))
-#define EAP_OR32(p, v) h_or((p), (v))
+#define EAP_SOR32(p, v) h_or<uint32_t>((p), (v))
+#define EAP_RLOAD32(p) (*(p))
+#define EAP_RSTORE32(p, v) (*(p) = (v))
+#define EAP_OR32(p, v) h_or<int>((p), (v))
 #define EAP_LDCG32(p) (*(p))
 #define EAP_LDCG64(p) (*(p))
 #define EAP_SADD32(p, v) h_add<uint32_t>((p), (v))

@@ -33,11 +33,17 @@
 #define EAP_LDCG64(p) __ldcg(p)
 /* shared memory (the tile floods) */
 #define EAP_SADD32(p, v) atomicAdd((p), (v))
-/* the floods' union-find entries (shared or global), read and written by
- * many threads at once: relaxed atomics (the algorithm tolerates reading any
- * ancestor; atomic accesses say so to the memory model and to racecheck) */
-#define EAP_SLOAD32(p) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).load(cuda::memory_order_relaxed))
-#define EAP_SSTORE32(p, v) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).store((v), cuda::memory_order_relaxed))
+/* Entries that many threads read and write at once (the floods' union-find
+ * and the level-root walks; the algorithms tolerate reading any ancestor).
+ * In a tile's shared memory: atomic read-modify-writes, the accesses that
+ * compute-sanitizer's racecheck knows as atomic (it reports relaxed loads
+ * and stores of shared memory as hazards). In global memory: relaxed
+ * atomics, as cheap as plain accesses. */
+#define EAP_SLOAD32(p) atomicOr((p), 0u)
+#define EAP_SSTORE32(p, v) ((void)atomicExch((p), (v)))
+#define EAP_SOR32(p, v) atomicOr((p), (v))
+#define EAP_RLOAD32(p) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).load(cuda::memory_order_relaxed))
+#define EAP_RSTORE32(p, v) (cuda::atomic_ref<uint32_t, cuda::thread_scope_device>(*(p)).store((v), cuda::memory_order_relaxed))
 #define ft_popc(m) __popc(m)
 #define ft_ctz(m) (__ffs(m) - 1)
 #endif
@@ -105,6 +111,20 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
     return lu > lv || (lu == lv && u > v);
 }
 
+/* par's entries during the level-root walks: shared-memory atomics in a
+ * tile (see EAP_SLOAD32), plain accesses in global memory. */
+template <bool kTile, class I> EAP_FN uint32_t lr_get(I *p)
+{
+    return kTile ? EAP_SLOAD32(p) : EAP_LOAD32(p);
+}
+template <bool kTile, class I> EAP_FN void lr_put(I *p, uint32_t v)
+{
+    if (kTile)
+        EAP_SSTORE32(p, v);
+    else
+        EAP_STORE32(p, v);
+}
+
 /* The level root of x (the last ancestor of its level), compressing the
  * path. Within a level, links go to smaller indices and a level root only
  * ever gets a same-level parent of smaller index, so every pixel of the set
@@ -115,7 +135,8 @@ EAP_FN int higher(const uint16_t *lev, uint32_t u, uint32_t v)
  * as it goes (a pixel skips its parent for its same-level grandparent), so
  * that long chains of tile roots (large plateaus) shrink for the threads
  * that come later. */
-template <class I> EAP_FN uint32_t levelroot(I *par, const uint16_t *lev, uint32_t x, int &bad)
+template <bool kTile, class I>
+EAP_FN uint32_t levelroot(I *par, const uint16_t *lev, uint32_t x, int &bad)
 {
     uint16_t l = lev[x];
     uint32_t r = x;
@@ -124,22 +145,22 @@ template <class I> EAP_FN uint32_t levelroot(I *par, const uint16_t *lev, uint32
             bad |= kErrWalk;
             return r;
         }
-        uint32_t p = EAP_LOAD32(&par[r]);
+        uint32_t p = lr_get<kTile>(&par[r]);
         if (p == r || lev[p] != l)
             break;
-        uint32_t g = EAP_LOAD32(&par[p]);
+        uint32_t g = lr_get<kTile>(&par[p]);
         if (g == p || lev[g] != l) {
             r = p;
             break;
         }
-        EAP_STORE32(&par[r], g);
+        lr_put<kTile>(&par[r], g);
         r = g;
     }
     for (long it = 0; x > r && it < kWalkCap; it++) {
-        uint32_t p = EAP_LOAD32(&par[x]);
+        uint32_t p = lr_get<kTile>(&par[x]);
         if (p <= r)
             break;
-        EAP_STORE32(&par[x], r);
+        lr_put<kTile>(&par[x], r);
         x = p;
     }
     return r;

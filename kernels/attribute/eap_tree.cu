@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kRunThreads) k_ftflood_run(Args a, Flood fl, i
                 p = v >> 3;
                 q = (uint32_t)((int64_t)p + edge_delta(a, v & 7));
             }
-            mu_unite(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]));
+            mu_unite<false>(uf, a.par + o, a.lev + o, p, q, __ldcg(&uf[p]), __ldcg(&uf[q]));
         }
         __syncthreads();
     }

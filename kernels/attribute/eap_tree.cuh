@@ -29,7 +29,7 @@ EAP_FN void body_canon1(const Args &a, int img, size_t p)
         return;
     size_t o = (size_t)img * a.n;
     int bad = 0;
-    a.aux[o + p] = levelroot(a.par + o, a.lev + o, (uint32_t)p, bad);
+    a.aux[o + p] = levelroot<false>(a.par + o, a.lev + o, (uint32_t)p, bad);
     if (bad)
         EAP_OR32(a.error, bad);
 }
@@ -369,36 +369,51 @@ EAP_FN int ft_delta(unsigned j)
  * and every pixel's par is written once, when it stops being a root, with
  * a pixel of the level it was linked at, in its component. */
 
+/* uf's entries during the floods: shared-memory atomics in a tile's flood,
+ * relaxed atomics in the global one (see EAP_SLOAD32). */
+template <bool kTile> EAP_FN uint32_t mu_get(uint32_t *p)
+{
+    return kTile ? EAP_SLOAD32(p) : EAP_RLOAD32(p);
+}
+template <bool kTile> EAP_FN void mu_put(uint32_t *p, uint32_t v)
+{
+    if (kTile)
+        EAP_SSTORE32(p, v);
+    else
+        EAP_RSTORE32(p, v);
+}
+
 /* The roots of a and b, given pa = uf[a] and pb = uf[b] as read (both
  * walks at once, path splitting: as uf_find2). */
-EAP_FN void mu_find2(uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
+template <bool kTile> EAP_FN void mu_find2(uint32_t *uf, uint32_t &a, uint32_t &b, uint32_t pa, uint32_t pb)
 {
     while (pa != kUfRoot || pb != kUfRoot) {
         uint32_t ga = kUfRoot, gb = kUfRoot;
         if (pa != kUfRoot)
-            ga = EAP_SLOAD32(&uf[pa]);
+            ga = mu_get<kTile>(&uf[pa]);
         if (pb != kUfRoot)
-            gb = EAP_SLOAD32(&uf[pb]);
+            gb = mu_get<kTile>(&uf[pb]);
         if (pa != kUfRoot) {
             if (ga != kUfRoot)
-                EAP_SSTORE32(&uf[a], ga);
+                mu_put<kTile>(&uf[a], ga);
             a = pa;
             pa = ga;
         }
         if (pb != kUfRoot) {
             if (gb != kUfRoot)
-                EAP_SSTORE32(&uf[b], gb);
+                mu_put<kTile>(&uf[b], gb);
             b = pb;
             pb = gb;
         }
     }
 }
 
+template <bool kTile>
 EAP_FN void mu_unite(uint32_t *uf, uint32_t *par, const uint16_t *lev, uint32_t a, uint32_t b,
                      uint32_t pa, uint32_t pb)
 {
     for (;;) {
-        mu_find2(uf, a, b, pa, pb);
+        mu_find2<kTile>(uf, a, b, pa, pb);
         if (a == b)
             return;
         if (higher(lev, b, a)) {
@@ -422,7 +437,7 @@ template <class I> EAP_FN void ft_unite(const FTile<I> &s, uint32_t k)
 {
     uint32_t v = s.edge[k];
     uint32_t a = v >> 3, b = (uint32_t)((int)a + ft_delta(v & 7));
-    mu_unite(s.uf, s.par, s.lev, a, b, EAP_SLOAD32(&s.uf[a]), EAP_SLOAD32(&s.uf[b]));
+    mu_unite<true>(s.uf, s.par, s.lev, a, b, EAP_SLOAD32(&s.uf[a]), EAP_SLOAD32(&s.uf[b]));
 }
 
 /* uf becomes each pixel's level root (levelroot compresses par within a
@@ -432,7 +447,7 @@ template <class I> EAP_FN void ft_levelroot(const Args &a, const FTile<I> &s, ui
     if (s.lev[i] == kFTNone)
         return;
     int bad = 0;
-    s.uf[i] = levelroot(s.par, s.lev, i, bad);
+    s.uf[i] = levelroot<true>(s.par, s.lev, i, bad);
     if (bad)
         EAP_OR32(a.error, bad);
 }
@@ -468,6 +483,14 @@ template <class I> EAP_FN unsigned ft_crossing(const Args &a, const FTile<I> &s,
     return m;
 }
 
+/* Sets mark[x] (a byte) by an atomic on its 32-bit word; whether it was
+ * set before. */
+EAP_FN int ft_mark_set(uint8_t *mark, uint32_t x)
+{
+    uint32_t bit = 1u << (8 * (x & 3));
+    return (EAP_SOR32((uint32_t *)(mark + (x & ~3u)), bit) & bit) != 0;
+}
+
 /* From each pixel next to the border, its node and their ancestors get a
  * mark (a walk stops at a marked node: whoever marked it walks on). */
 template <class I> EAP_FN void ft_mark(const Args &a, const FTile<I> &s, uint32_t i)
@@ -475,8 +498,7 @@ template <class I> EAP_FN void ft_mark(const Args &a, const FTile<I> &s, uint32_
     if (s.lev[i] == kFTNone || !ft_crossing(a, s, i, ft_global(a, s, i), 0))
         return;
     uint32_t x = s.uf[i];
-    for (int it = 0; it < kFTN && !s.mark[x]; it++) {
-        s.mark[x] = 1;
+    for (int it = 0; it < kFTN && !ft_mark_set(s.mark, x); it++) {
         uint32_t q = s.par[x];
         if (q == x)
             break;
@@ -556,7 +578,7 @@ EAP_FN void body_ft_unite(const Args &a, const Flood &fl, int img, size_t i, uns
         return;
     size_t o = (size_t)img * a.n;
     uint32_t pp = EAP_LDCG32(&fl.uf[o + p]), pq = EAP_LDCG32(&fl.uf[o + q]);
-    mu_unite(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
+    mu_unite<false>(fl.uf + o, a.par + o, a.lev + o, p, q, pp, pq);
 }
 
 } /* namespace eap */
