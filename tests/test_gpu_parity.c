@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_test_util.h"
 
@@ -507,6 +508,58 @@ static void test_cancel(const hyprof_cube_t *cube)
 
 /* ---- real cube ---------------------------------------------------------------- */
 
+/* Auto's rule for the bus-bound DWT (algorithms/core/dispatch.c): the CPU
+ * with 8 threads or more, CUDA with fewer; the same output either way. */
+static void test_auto_bus_bound(void)
+{
+    hyprof_cube_t c;
+    memset(&c, 0, sizeof c);
+    if (make_cube(&c, 64, 48, 32, 31, 0.05, 0.0, 1.0, 0)) {
+        FAIL("auto rule: cannot build the cube");
+        return;
+    }
+    const int procs = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads[2] = {1, 8};
+    const hyprof_backend_t want[2] = {HYPROF_BACKEND_CUDA, HYPROF_BACKEND_CPU};
+    hyprof_cube_t out[2];
+    memset(out, 0, sizeof out);
+    for (int k = 0; k < 2; k++) {
+        if (threads[k] > procs) {
+            printf("  auto rule, %d threads: skipped (%d processors)\n", threads[k], procs);
+            continue;
+        }
+        hyprof_ctx_t *ctx = hyprof_ctx_new();
+        hyprof_ctx_set_threads(ctx, threads[k]);
+        hyprof_status_t st = hyprof_dwt_spectral(ctx, &c, hyprof_wavelet_find("db4"), 2, &out[k]);
+        hyprof_backend_t used = hyprof_ctx_used_backend(ctx);
+        g_checks++;
+        if (st != HYPROF_OK || used != want[k])
+            FAIL("auto rule, %d threads: status %s, ran on %s, expected %s", threads[k],
+                 hyprof_status_text(st), hyprof_backend_name(used), hyprof_backend_name(want[k]));
+        else
+            printf("  auto rule, %d thread(s): dwt ran on %s\n", threads[k],
+                   hyprof_backend_name(used));
+        hyprof_ctx_free(&ctx);
+    }
+    if (out[0].data && out[1].data) {
+        size_t n = c.width * c.height * out[0].bands;
+        double worst = 0.0, top = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            float a = ((float *)out[0].data)[i], b = ((float *)out[1].data)[i];
+            if (isnan(a) != isnan(b))
+                worst = INFINITY;
+            else if (!isnan(a)) {
+                worst = fmax(worst, fabs((double)a - b));
+                top = fmax(top, fabs((double)b));
+            }
+        }
+        check(worst <= 1e-5 * top, "auto rule: CUDA and CPU outputs", worst / top, 1e-5);
+    }
+    hyprof_cube_free(&out[0]);
+    hyprof_cube_free(&out[1]);
+    hyprof_cube_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -587,6 +640,8 @@ int main(int argc, char **argv)
             test_cancel(&c);
         hyprof_cube_free(&c);
     }
+
+    test_auto_bus_bound();
 
     /* A bad device id is refused, not crashed on. */
     {

@@ -108,3 +108,18 @@ hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl
     }
     return st;
 }
+
+hyprof_status_t hyprof__dispatch_bus_bound(hyprof_ctx_t *ctx, const char *op,
+                                           hyprof__impl_fn cpu, hyprof__impl_fn cuda,
+                                           void *args)
+{
+    int threads = hyprof__threads(ctx);
+    if (ctx->backend == HYPROF_BACKEND_AUTO && cuda &&
+        threads >= HYPROF__BUS_BOUND_CPU_THREADS) {
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "%s: auto runs on the CPU (%d threads are faster than the copies to "
+                    "the device and back)", op, threads);
+        return run_cpu(ctx, cpu, args);
+    }
+    return hyprof__dispatch(ctx, op, cpu, cuda, args);
+}

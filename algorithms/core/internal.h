@@ -86,6 +86,16 @@ typedef hyprof_status_t (*hyprof__impl_fn)(hyprof_ctx_t *ctx, void *args);
  * device is missing or short of memory. `cuda` is NULL in CPU-only builds. */
 hyprof_status_t hyprof__dispatch(hyprof_ctx_t *ctx, const char *op, hyprof__impl_fn cpu,
                                  hyprof__impl_fn cuda, void *args);
+/* The dispatch point of an operation whose CUDA path is bound by the bus
+ * (copying its input to the device and its output back takes longer than
+ * its kernels: the spectral DWT). With AUTO it runs on the CPU when the
+ * context has HYPROF__BUS_BOUND_CPU_THREADS threads or more, which are
+ * faster than the copies at every measured size (bench/NOTES.md); else as
+ * hyprof__dispatch. */
+#define HYPROF__BUS_BOUND_CPU_THREADS 8
+hyprof_status_t hyprof__dispatch_bus_bound(hyprof_ctx_t *ctx, const char *op,
+                                           hyprof__impl_fn cpu, hyprof__impl_fn cuda,
+                                           void *args);
 
 /* Declares a CUDA implementation that exists only in CUDA builds. */
 #ifdef HYPROF_HAVE_CUDA

@@ -154,8 +154,8 @@ hyprof_status_t hyprof_dwt_spectral(hyprof_ctx_t *ctx, const hyprof_cube_t *in,
         hyprof_dwt_args_t a = {x->data, x->mask, x->width * x->height, x->bands, levels,
                                wavelet->dec_lo, wavelet->length, nb, hyprof__nodata_f32(x),
                                out->data};
-        st = hyprof__dispatch(ctx, OP, hyprof__cpu_dwt_spectral,
-                              HYPROF_CUDA_IMPL(hyprof__cuda_dwt_spectral), &a);
+        st = hyprof__dispatch_bus_bound(ctx, OP, hyprof__cpu_dwt_spectral,
+                                        HYPROF_CUDA_IMPL(hyprof__cuda_dwt_spectral), &a);
     }
     hyprof_cube_free(&tmp);
     if (st != HYPROF_OK)

@@ -28,8 +28,9 @@ mask : array of bool (rows, cols), optional
 nodata : float, optional
     Pixels where any band equals it are nodata (NaN and infinite values always are).
 backend : {'auto', 'cpu', 'cuda'}, default 'auto'
-    Where to compute: auto (the GPU when present, else the CPU), cpu, or cuda
-    (fails instead of falling back). $HYPROF_BACKEND overrides auto.
+    Where to compute: auto (the GPU when present, else the CPU; the spectral DWT,
+    bound by the copies to the GPU, on 8 or more CPU threads), cpu, or cuda (fails
+    instead of falling back). $HYPROF_BACKEND overrides auto.
 device : int, default 0
     CUDA device number.
 threads : int, default 0
