@@ -255,9 +255,9 @@ def main():
         "", "## Python overhead, %s UTC — %s" % (time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                                  device_name(a.backend)), "",
         "- hyprof %s (%s), Python %s, NumPy %s, backend %s, median of %d after one warm-up, "
-        "C and Python calls alternating" % (
+        "C and Python calls alternating, OMP_WAIT_POLICY %s" % (
             hyprof.__version__, hyprof.build_info, platform.python_version(), np.__version__,
-            a.backend, a.repeat),
+            a.backend, a.repeat, os.environ.get("OMP_WAIT_POLICY", "unset")),
         "- C call: hyprof_op_run through ctypes on prepared inputs (main thread); Python: "
         "hyprof.OP(array) (argument checks, cube view with the NaN/infinity scan, context, "
         "helper-thread call, result array); NaN scan: the package's scan and mask alone "
