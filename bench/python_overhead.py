@@ -81,7 +81,9 @@ def device_name(backend):
 
 
 class Sample:
-    """Wall seconds, minor page faults and CPU seconds of one call."""
+    """Wall seconds, minor page faults, CPU seconds and involuntary context
+    switches (the process's threads preempted: more runnable threads than
+    cores, e.g. BLAS threads spinning beside an OpenMP team) of one call."""
 
     def __init__(self, fn):
         r0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -91,8 +93,10 @@ class Sample:
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         self.faults = r1.ru_minflt - r0.ru_minflt
         self.cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+        self.preempted = r1.ru_nivcsw - r0.ru_nivcsw
         if isinstance(own, Sample):  # a piece that times itself (set-up excluded)
-            self.wall, self.faults, self.cpu = own.wall, own.faults, own.cpu
+            self.wall, self.faults, self.cpu, self.preempted = \
+                own.wall, own.faults, own.cpu, own.preempted
 
 
 def in_turns(fns, repeat):
@@ -176,11 +180,14 @@ def pieces(opname, cube, params, backend):
                 raise RuntimeError(lib.hyprof_ctx_last_error(cx.ptr).decode())
             lib.hyprof_result_free(C.byref(res))
 
-    def wrap():  # result_from and dropping the array (the C call not counted)
+    def result(wrap):  # the C call not counted: result_from, or dropping the array
         res = Result()
         if lib.hyprof_op_run(ctx, op.ptr, args, C.byref(view.cube), C.byref(res)):
             raise RuntimeError(lib.hyprof_ctx_last_error(ctx).decode())
-        return Sample(lambda: [result_from(res, backend)].clear())
+        if wrap:
+            return Sample(lambda: [result_from(res, backend)].clear())
+        held = [result_from(res, backend)]
+        return Sample(held.clear)
 
     def make_free_args():
         a = op.make_args(params)
@@ -204,19 +211,33 @@ def pieces(opname, cube, params, backend):
         "CubeView(defer=True) (as_array, the mask argument)": lambda: CubeView(cube, defer=True),
         "hop with the NaN scan and mask (CubeView.complete)": scan_call(cube),
         "Context (new, set, free)": context,
-        "result wrap and free": wrap,
+        "result wrap and free (result_from, the array dropped)": lambda: result(True),
+        "result free (the array dropped; the C call frees too)": lambda: result(False),
     }
 
 
 def breakdown(size, opname, cube, params, backend, repeat):
     res = in_turns(pieces(opname, cube, params, backend), repeat)
     lines = ["", "### %s %s (%s; medians of %d, in turns)" % (opname, size, backend, repeat), "",
-             "| piece | ms | min ms | page faults | CPU ms |", "|---|---:|---:|---:|---:|"]
+             "| piece | ms | min ms | page faults | CPU ms | preempted |",
+             "|---|---:|---:|---:|---:|---:|"]
     for name, s in res.items():
-        lines.append("| %s | %.3f | %.3f | %d | %.1f |" % (
+        lines.append("| %s | %.3f | %.3f | %d | %.1f | %d |" % (
             name, med(s) * 1e3, min(x.wall for x in s) * 1e3, med(s, "faults"),
-            med(s, "cpu") * 1e3))
+            med(s, "cpu") * 1e3, med(s, "preempted")))
+    lines.append("\nThreads in the process after it: %d." % thread_count())
     return lines
+
+
+def thread_count():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
 
 
 def table_row(size, opname, cube, params, backend, repeat):
