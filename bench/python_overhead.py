@@ -92,6 +92,8 @@ class Sample:
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         t = time.perf_counter()
         own = fn()
+        if not isinstance(own, Sample):
+            own = None  # a result is freed inside the time, as the C call frees its own
         self.wall = time.perf_counter() - t
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         self.faults = r1.ru_minflt - r0.ru_minflt
