@@ -247,7 +247,7 @@ def make_function(op):
                 sig.bind(*a, **kw)
             except TypeError as e:
                 raise TypeError("hyprof.%s(): %s" % (op.name, e)) from None
-        given = {k: v for k, v in kw.items() if k not in _COMMON}
+        given = {p.name: kw[p.name] for p in op.params if p.name in kw}  # registry order
         common = {k: kw[k] for k in _COMMON if k in kw}
         return op.run(a[0], given, **common)
 
