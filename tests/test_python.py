@@ -207,6 +207,35 @@ def test_nodata_and_mask_equal_cli(hp, crops, tmp_path):
     np.testing.assert_array_equal(res[:, res.mask], want[:, res.mask])
 
 
+@pytest.mark.parametrize("shape", [(8, 16, 16), (8, 96, 96)])  # scanned by one thread, by all
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["bsq", "bip"])
+def test_nonfinite_values_are_invalid(hp, shape, dtype, layout):
+    rng = np.random.default_rng(3)
+    nb, h, w = shape
+    data = rng.random((h, w, nb)).astype(dtype)  # pixel-interleaved memory
+    cube = np.ascontiguousarray(data.transpose(2, 0, 1)) if layout == "bsq" else \
+        data.transpose(2, 0, 1)
+    bad = [(0, 0, 0, np.nan), (nb - 1, h - 1, w - 1, np.inf), (nb // 2, h // 2, 3, -np.inf)]
+    valid = np.ones((h, w), bool)
+    for b, y, x, v in bad:
+        cube[b, y, x] = v
+        valid[y, x] = False
+    res = hp.pca(cube, components=2, backend="cpu")
+    np.testing.assert_array_equal(res.mask, valid)
+    assert np.isnan(res[:, ~valid]).all() and np.isfinite(res[:, valid]).all()
+
+
+def test_call_binding_errors(hp):
+    cube = np.ones((3, 4, 4), np.float32)
+    with pytest.raises(TypeError, match=r"hyprof.pca\(\): too many positional arguments"):
+        hp.pca(cube, 3)
+    with pytest.raises(TypeError, match=r"hyprof.pca\(\): missing a required argument: 'cube'"):
+        hp.pca()
+    with pytest.raises(TypeError, match=r"hyprof.pca\(\):.*'cube'"):
+        hp.pca(cube=cube)
+
+
 def test_signatures_follow_the_registry(hp, hyprof_exe):
     desc = json.loads(run_ok("describe", "--json").stdout)
     import inspect

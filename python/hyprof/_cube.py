@@ -109,10 +109,18 @@ def invalid_pixels(a, mask, nodata, finite):
     return valid.view(np.uint8)
 
 
-class CubeView:
-    """A hyprof_cube_t over an array's memory, keeping the array and the mask alive."""
+# Cubes of at most this many values are scanned for NaN/infinity by
+# one thread: waking an OpenMP team costs more than so short a pass.
+SCAN_ALONE = 1 << 16
 
-    def __init__(self, cube, mask=None, nodata=None, threads=0):
+
+class CubeView:
+    """A hyprof_cube_t over an array's memory, keeping the array and the mask
+    alive. defer=True leaves the NaN/infinity scan and the mask to
+    complete(), which the caller runs on the library's thread just before the
+    call that reads the cube (one hop to that thread instead of two)."""
+
+    def __init__(self, cube, mask=None, nodata=None, threads=0, defer=False):
         a = as_array(cube)
         self.array = a
         nb, h, w = a.shape
@@ -124,16 +132,27 @@ class CubeView:
         # an axis of length 1 may have any stride, 0 included; the library
         # wants a non-zero one
         c.stride_b, c.stride_y, c.stride_x = (s // isz if s else 1 for s in a.strides)
-        finite = a.dtype.kind != "f" or bool(on_library_thread(
-            lib.hyprof_cube_all_finite, C.byref(c),
-            threads if type(threads) is int and 0 <= threads <= 4096 else 0))
-        self.mask = invalid_pixels(a, input_mask(cube, mask, (h, w)), nodata, finite)
-        if self.mask is not None:
-            c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))
-            c.mask_stride_y = w
         if nodata is not None:
             c.nodata, c.has_nodata = float(nodata), 1
         self.cube = c
+        self.given_mask = input_mask(cube, mask, (h, w))
+        self.nodata = nodata
+        self.threads = threads if type(threads) is int and 0 <= threads <= 4096 else 0
+        self.mask = None
+        if not defer:
+            self.complete(on_library_thread)
+
+    def complete(self, call=lambda fn, *a: fn(*a)):
+        """The mask: the given one with the pixels where a band is NaN,
+        infinite or nodata cleared. The scan (hyprof_cube_all_finite, an
+        OpenMP pass) runs through `call`: directly, or on the library's thread."""
+        a, c = self.array, self.cube
+        finite = a.dtype.kind != "f" or bool(call(
+            lib.hyprof_cube_all_finite, C.byref(c), 1 if a.size <= SCAN_ALONE else self.threads))
+        self.mask = invalid_pixels(a, self.given_mask, self.nodata, finite)
+        if self.mask is not None:
+            c.mask = self.mask.ctypes.data_as(C.POINTER(C.c_uint8))
+            c.mask_stride_y = a.shape[2]
 
 
 class _Owner:

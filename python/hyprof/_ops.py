@@ -208,10 +208,16 @@ class Operation:
         """Runs the operation on an array; returns a hyprof.Result."""
         args = self.make_args(given)
         try:
-            view = CubeView(cube, mask, nodata, threads)
+            view = CubeView(cube, mask, nodata, threads, defer=True)
             res = CResult()
+
+            def work(ctx_ptr):  # on the library's thread: the input scan, then the call
+                view.complete()
+                return lib.hyprof_op_run(ctx_ptr, self.ptr, args, C.byref(view.cube),
+                                         C.byref(res))
+
             with Context(self.name, backend, device, threads, progress) as ctx:
-                ctx.call(lib.hyprof_op_run, self.ptr, args, C.byref(view.cube), C.byref(res))
+                ctx.call(work)
                 backend_used = ctx.used_backend()
             del view
             return result_from(res, backend_used)
@@ -231,15 +237,20 @@ _COMMON = ("mask", "nodata", "backend", "device", "threads", "progress")
 def make_function(op):
     """The generated function of a runnable operation."""
     sig = op.signature()
+    keywords = frozenset(sig.parameters) - {"cube"}
 
     def fn(*a, **kw):
-        try:
-            bound = sig.bind(*a, **kw)
-        except TypeError as e:
-            raise TypeError("hyprof.%s(): %s" % (op.name, e)) from None
-        given = {k: v for k, v in bound.arguments.items() if k not in _COMMON and k != "cube"}
-        common = {k: bound.arguments[k] for k in _COMMON if k in bound.arguments}
-        return op.run(bound.arguments["cube"], given, **common)
+        # One positional argument and known keywords (every parameter has a
+        # default) bind as they are; anything else gets Signature.bind's
+        # message, which is slower to reach.
+        if len(a) != 1 or not keywords.issuperset(kw):
+            try:
+                sig.bind(*a, **kw)
+            except TypeError as e:
+                raise TypeError("hyprof.%s(): %s" % (op.name, e)) from None
+        given = {p.name: kw[p.name] for p in op.params if p.name in kw}  # registry order
+        common = {k: kw[k] for k in _COMMON if k in kw}
+        return op.run(a[0], given, **common)
 
     fn.__name__ = fn.__qualname__ = op.name
     fn.__module__ = "hyprof"
