@@ -589,7 +589,8 @@ static size_t iterate(hyprof_kmeans_args_t *a, const double *mean, const double 
 
 /* Lloyd's iterations from the initial centres; t gets the iterations' seconds. */
 static hyprof_status_t lloyd(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a, const double *mean,
-                             const double *aa, double *sum, size_t *cnt, int threads, double *t)
+                             const double *aa, double *sum, size_t *cnt, int threads, double *t,
+                             int *exact)
 {
     hyprof_status_t st = HYPROF_OK;
     delta_t tot = {NULL, NULL};
@@ -615,6 +616,7 @@ static hyprof_status_t lloyd(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a, const d
             break;
     }
     *t = hyprof__now() - t0;
+    *exact = tot.tot != NULL;
     free(tot.tot);
     free(tot.cnt);
     return st;
@@ -645,7 +647,8 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     if ((st = hyprof__kmeans_init(ctx, a, cpu_step, &init, mean)) != HYPROF_OK)
         goto done;
     t[1] = hyprof__now() - t[0];
-    st = lloyd(ctx, a, mean, aa, sum, cnt, threads, t + 2);
+    int exact = 0;
+    st = lloyd(ctx, a, mean, aa, sum, cnt, threads, t + 2, &exact);
     /* Distances to the final centres (the last update may have moved them). */
     t[4] = hyprof__now();
     if (st == HYPROF_OK && a->iterations > 0)
@@ -656,9 +659,9 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     t[4] = hyprof__now() - t[4];
     if (st == HYPROF_OK && hyprof__log_debug())
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
-                    "kmeans stages: device=cpu threads=%d iterations=%d init_ms=%.3f "
+                    "kmeans stages: device=cpu threads=%d sums=%s iterations=%d init_ms=%.3f "
                     "iterations_ms=%.3f last_ms=%.3f wall_ms=%.3f", threads,
-                    a->iterations, 1e3 * t[1], 1e3 * t[2], 1e3 * t[4],
+                    exact ? "exact" : "ordered", a->iterations, 1e3 * t[1], 1e3 * t[2], 1e3 * t[4],
                     1e3 * (hyprof__now() - t[0]));
 done:
     free(sum);
