@@ -1,33 +1,23 @@
 /* K-means on the spectra (SSPP's spectral clustering): the farthest-point
- * initialisation and Lloyd's iterations; the CPU backend of both steps. */
-#include "unmixing_impl.h"
+ * initialisation and Lloyd's iterations; the CPU backend of both steps (the
+ * assignment in kmeans_assign.c). The centre update sums each cluster's
+ * pixels in a fixed order (the CUDA backend's); when those sums are provably
+ * exact (integer-valued cubes), any order gives their bits, and after the
+ * first iteration only the pixels that change cluster move between exact
+ * totals. */
+#include "kmeans_impl.h"
 
-#include <cblas.h>
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OP "kmeans"
 
-/* OpenBLAS's own thread pool is set to one thread around the assignment,
- * whose OpenMP threads each call sgemm (hyprof__blas_threads_set). */
-
-static double sqdist(const float *x, size_t npix, size_t px, size_t B, const double *c)
-{
-    double d = 0.0;
-    for (size_t b = 0; b < B; b++) {
-        double t = (double)x[b * npix + px] - c[b];
-        d += t * t;
-    }
-    return d;
-}
-
 #define TILE 1024
 
 /* d[i] = squared distance of pixel p0+i to c, for a tile of n pixels: bands
  * in the outer loop so the cube is read contiguously, each sum still over b
- * in increasing order (the per-pixel order of sqdist). The AVX2 clone runs
+ * in increasing order (the per-pixel order of the exact distance). The AVX2 clone runs
  * the same subtractions, multiplies and adds (no fused multiply-add), four
  * pixels at a time: the same bits. */
 __attribute__((target_clones("avx2", "default")))
@@ -44,13 +34,6 @@ static void tile_dist(const float *x, size_t npix, size_t B, const double *c, si
             d[i] += t * t;
         }
     }
-}
-
-/* One past the last pixel of block blk. */
-static size_t end_of(const hyprof_kmeans_args_t *a, size_t blk)
-{
-    size_t end = (blk + 1) * HYPROF_KMEANS_BLOCK;
-    return end < a->npix ? end : a->npix;
 }
 
 #define SUM_BANDS 8
@@ -100,302 +83,11 @@ static void block_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, 
     }
 }
 
-/* All the bands' centre sums over pixels q0 .. q1 of block blk. */
-static void range_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, size_t q0,
-                       size_t q1)
+void hyprof__kmeans_range_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, size_t q0,
+                               size_t q1)
 {
     for (size_t b0 = 0; b0 < a->bands; b0 += SUM_BANDS)
         block_sums(a, part, blk, b0, a->bands - b0 < SUM_BANDS ? a->bands - b0 : SUM_BANDS, q0, q1);
-}
-
-/* The assignment's pre-pass: for a tile of n pixels, the squared distances
- * to every centre in the expanded form s = |a|^2 - 2 (x.e - mu.e) + |e|^2,
- * where mu is the mean spectrum, a = x - mu (|a|^2 is the initialisation's
- * first distance, exact to double rounding) and e = c - mu rounded to float;
- * the dot products x.e by one sgemm on the cube as it lies (one BLAS thread:
- * each OpenMP thread calls its own). Shifting the centres keeps |e| near the
- * spread of the data rather than its level, which is what the error of the
- * expanded form scales with. With u = 2^-24, M = |mu| and R = |a| + |e|: the
- * sgemm's error is below 1.004 B u |x||e| for any summation order (fused or
- * not), and |x| <= |a| + M; rounding e moves |a - e| by at most 1.0002 u |e|
- * from the true distance |x - c|, which moves the square by at most
- * 2.001 u R^2; underflow adds absolute terms below (B + 4) 2^-120. So
- *   E = (2.01 B + 2) u (|a| + M) |e| + 3 u R^2 + (B + 4) 2^-120
- * covers the error with room for the double roundings of |a|^2, mu.e and s:
- * the true squared distance lies in [s - E, s + E]. The exact distance of the
- * full computation, a double sum of B positive terms, is within a relative
- * (B + 3) 2^-53 of the true one; so a centre whose lower bound exceeds the
- * smallest upper bound by a factor 1 + 1e-9 is strictly farther in that
- * arithmetic too, and only the centres left get the exact distance: the
- * labels are the full computation's. A bound that is not finite (overflow,
- * NaN) rules nothing out. */
-#define PTILE 256
-#define PREPASS_MAX_BANDS 65536 /* keeps B u far below 1: the bound above holds */
-
-typedef struct {
-    const double *mu; /* B: the mean spectrum */
-    const double *aa; /* npix: |x - mu|^2 */
-    float *e;         /* B x k, column-major: the centres minus mu, in float */
-    double *ce;       /* k: |e|^2, then k: |e|, then k: mu.e */
-    double g1, g2, abs, m;
-} fcentres_t;
-
-typedef struct {
-    float *dot;      /* PTILE x k, column-major: x.e */
-    double *na;      /* PTILE: |a| */
-    double *hi;      /* PTILE: the smallest upper bound, times 1 + 1e-9 */
-    uint32_t *left;  /* PTILE: centres not ruled out */
-    uint32_t *first; /* PTILE: the first of them */
-} prepass_t;
-
-static int fcentres_make(const hyprof_kmeans_args_t *a, const double *mu, const double *aa,
-                         fcentres_t *f)
-{
-    size_t B = a->bands, k = a->k;
-    f->mu = mu;
-    f->aa = aa;
-    f->e = malloc(k * B * sizeof *f->e);
-    f->ce = malloc(3 * k * sizeof *f->ce);
-    if (!mu || !aa || !f->e || !f->ce || B > PREPASS_MAX_BANDS || a->npix > INT_MAX)
-        return 0;
-    double mm = 0.0;
-    for (size_t b = 0; b < B; b++)
-        mm += mu[b] * mu[b];
-    for (size_t c = 0; c < k; c++) {
-        double ee = 0.0, me = 0.0;
-        for (size_t b = 0; b < B; b++) {
-            float v = (float)(a->centres[c * B + b] - mu[b]);
-            f->e[c * B + b] = v;
-            ee += (double)v * (double)v;
-            me += mu[b] * (double)v;
-        }
-        f->ce[c] = ee;
-        f->ce[k + c] = sqrt(ee);
-        f->ce[2 * k + c] = me;
-    }
-    f->m = sqrt(mm);
-    f->g1 = (2.01 * (double)B + 2.0) * 0x1p-24;
-    f->g2 = 3.0 * 0x1p-24;
-    f->abs = ((double)B + 4.0) * 0x1p-120;
-    return 1;
-}
-
-/* The lower (sign -1) or upper (+1) bound of the squared distance of the
- * tile's pixel i (pixel px) to centre c. */
-static inline double bound(const prepass_t *w, const fcentres_t *f, size_t k, size_t n, size_t i,
-                           size_t px, size_t c, double sign)
-{
-    double ne = f->ce[k + c], na = w->na[i], r = na + ne;
-    double s = f->aa[px] - 2.0 * ((double)w->dot[c * n + i] - f->ce[2 * k + c]) + f->ce[c];
-    return s + sign * (f->g1 * (na + f->m) * ne + f->g2 * r * r + f->abs);
-}
-
-/* For each pixel of the tile from p0: how many centres the bounds leave, and
- * the first (the centres in decreasing order, so the last one kept is it). */
-__attribute__((target_clones("avx2", "default")))
-static void bounds_tile(const fcentres_t *f, size_t k, size_t p0, size_t n, prepass_t *w)
-{
-    for (size_t i = 0; i < n; i++) {
-        w->na[i] = sqrt(f->aa[p0 + i]);
-        w->hi[i] = INFINITY;
-        w->left[i] = 0;
-        w->first[i] = 0;
-    }
-    for (size_t c = 0; c < k; c++)
-        for (size_t i = 0; i < n; i++) {
-            double hi = bound(w, f, k, n, i, p0 + i, c, 1.0);
-            w->hi[i] = hi < w->hi[i] ? hi : w->hi[i];
-        }
-    for (size_t i = 0; i < n; i++)
-        w->hi[i] *= 1.0 + 1e-9;
-    for (size_t c = k; c-- > 0;)
-        for (size_t i = 0; i < n; i++) {
-            uint32_t in = !(bound(w, f, k, n, i, p0 + i, c, -1.0) > w->hi[i]);
-            w->left[i] += in;
-            w->first[i] = in ? (uint32_t)c : w->first[i];
-        }
-}
-
-static void prepass(const hyprof_kmeans_args_t *a, const fcentres_t *f, size_t p0, size_t n,
-                    prepass_t *w)
-{
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)a->k, (int)a->bands, 1.0f,
-                a->x + p0, (int)a->npix, f->e, (int)a->bands, 0.0f, w->dot, (int)n);
-    bounds_tile(f, a->k, p0, n, w);
-}
-
-/* The label of pixel i of the tile (pixel px), the first nearest centre as
- * in the full computation (its exact squared distance in *best when the
- * pre-pass leaves several candidates). w NULL: no pre-pass. */
-static int32_t nearest(const hyprof_kmeans_args_t *a, const fcentres_t *f, const prepass_t *w,
-                       size_t n, size_t i, size_t px, double *best)
-{
-    size_t k = a->k;
-    if (w && w->left[i] == 1)
-        return (int32_t)w->first[i];
-    int32_t lab = -1;
-    for (size_t c = 0; c < k; c++) {
-        if (w && bound(w, f, k, n, i, px, c, -1.0) > w->hi[i])
-            continue;
-        double dc = sqdist(a->x, a->npix, px, a->bands, a->centres + c * a->bands);
-        if (lab < 0 || dc < *best) {
-            *best = dc;
-            lab = (int32_t)c;
-        }
-    }
-    return lab;
-}
-
-/* A changed label's move between the exact centre totals (delta_t): the
- * pixel leaves its old cluster and joins its new one. */
-typedef struct {
-    double *tot; /* k x B */
-    long long *cnt;
-} delta_t;
-
-static void move_pixel(const hyprof_kmeans_args_t *a, size_t px, int32_t from, int32_t to,
-                       delta_t *d)
-{
-    size_t B = a->bands;
-    for (size_t b = 0; b < B; b++) {
-        double v = (double)a->x[b * a->npix + px];
-        if (from >= 0)
-            d->tot[from * B + b] -= v;
-        if (to >= 0)
-            d->tot[to * B + b] += v;
-    }
-    if (from >= 0)
-        d->cnt[from]--;
-    if (to >= 0)
-        d->cnt[to]++;
-}
-
-/* d[i] = the exact squared distance of pixel p0+i to its centre (0 for a
- * masked pixel): sqdist's arithmetic, bands outer so the tile is read
- * contiguously; the AVX2 clone has no fused multiply-add: the same bits. */
-__attribute__((target_clones("avx2", "default")))
-static void own_dist(const hyprof_kmeans_args_t *a, size_t p0, size_t n, double *d)
-{
-    const int32_t *lab = a->labels + p0;
-    size_t B = a->bands;
-    for (size_t i = 0; i < n; i++)
-        d[i] = 0.0;
-    for (size_t b = 0; b < B; b++) {
-        const float *xb = a->x + b * a->npix + p0;
-        for (size_t i = 0; i < n; i++) {
-            double t = (double)xb[i] - a->centres[(size_t)(lab[i] < 0 ? 0 : lab[i]) * B + b];
-            d[i] += lab[i] < 0 ? 0.0 : t * t;
-        }
-    }
-}
-
-/* Labels (and with `exact` distances) of the n pixels from p0; returns how
- * many labels changed; with d, each change moves the pixel in d. */
-static size_t assign_tile(const hyprof_kmeans_args_t *a, const fcentres_t *f, const prepass_t *w,
-                          size_t p0, size_t n, int exact, delta_t *d)
-{
-    size_t changed = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t px = p0 + i;
-        int32_t lab = -1;
-        double best = 0.0;
-        if (!a->mask || a->mask[px])
-            lab = nearest(a, f, w, n, i, px, &best);
-        if (a->labels[px] != lab) {
-            changed++;
-            if (d)
-                move_pixel(a, px, a->labels[px], lab, d);
-        }
-        a->labels[px] = lab;
-    }
-    if (exact)
-        own_dist(a, p0, n, a->dist + p0);
-    return changed;
-}
-
-static void prepass_free(prepass_t *w)
-{
-    free(w->dot);
-    free(w->na);
-    free(w->hi);
-    free(w->left);
-    free(w->first);
-}
-
-/* The labels of one block of HYPROF_KMEANS_BLOCK pixels, tile by tile; with
- * `part`, each tile's share of the block's centre sums too (update's first
- * step, while the tile is still in the cache); with d, the moves. */
-static size_t assign_block(const hyprof_kmeans_args_t *a, const fcentres_t *f, prepass_t *w,
-                           size_t blk, int exact, double *part, delta_t *d)
-{
-    size_t changed = 0, end = end_of(a, blk);
-    for (size_t p0 = blk * HYPROF_KMEANS_BLOCK; p0 < end; p0 += PTILE) {
-        size_t n = end - p0 < PTILE ? end - p0 : PTILE;
-        if (w)
-            prepass(a, f, p0, n, w);
-        changed += assign_tile(a, f, w, p0, n, exact, d);
-        if (part)
-            range_sums(a, part, blk, p0, p0 + n);
-    }
-    return changed;
-}
-
-/* Adds a thread's moves to the totals (exact sums: any order, the same bits). */
-static void delta_merge(const hyprof_kmeans_args_t *a, const delta_t *d, delta_t *into)
-{
-    for (size_t i = 0; i < a->k * a->bands; i++)
-        into->tot[i] += d->tot[i];
-    for (size_t c = 0; c < a->k; c++)
-        into->cnt[c] += d->cnt[c];
-}
-
-/* The assignment's inputs and outputs besides the arguments. */
-typedef struct {
-    const double *mu, *aa; /* the pre-pass's mean spectrum, |x - mu|^2 */
-    int exact;             /* every pixel's distance to its centre in dist */
-    double *part;          /* the blocks' centre sums, or NULL */
-    delta_t *moves;        /* the exact totals the changed labels move in, or NULL */
-    int lost;              /* out: moves were not recorded (no memory) */
-} assign_t;
-
-/* Nearest centre of every pixel; returns how many labels changed. With
- * `part`, the centre sums of every block (one pass over the cube an
- * iteration instead of two); with `moves`, the changed labels' moves. */
-static size_t assign(const hyprof_kmeans_args_t *a, int threads, assign_t *as)
-{
-    size_t changed = 0, k = a->k, B = a->bands;
-    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
-    fcentres_t f;
-    int fok = fcentres_make(a, as->mu, as->aa, &f), lost = 0;
-    int blas_threads = hyprof__blas_threads_set(1);
-    #pragma omp parallel num_threads(threads) reduction(+ : changed) reduction(| : lost)
-    {
-        prepass_t w = {malloc(PTILE * k * sizeof(float)), malloc(PTILE * sizeof(double)),
-                       malloc(PTILE * sizeof(double)), malloc(PTILE * sizeof(uint32_t)),
-                       malloc(PTILE * sizeof(uint32_t))};
-        int ok = fok && w.dot && w.na && w.hi && w.left && w.first;
-        delta_t d = {NULL, NULL};
-        if (as->moves) {
-            d.tot = calloc(k * B, sizeof *d.tot);
-            d.cnt = calloc(k, sizeof *d.cnt);
-            lost = !d.tot || !d.cnt;
-        }
-        #pragma omp for schedule(dynamic)
-        for (size_t blk = 0; blk < nblk; blk++)
-            changed += assign_block(a, &f, ok ? &w : NULL, blk, as->exact, as->part,
-                                    d.tot && d.cnt ? &d : NULL);
-        if (d.tot && d.cnt)
-            #pragma omp critical(hyprof_kmeans_moves)
-            delta_merge(a, &d, as->moves);
-        free(d.tot);
-        free(d.cnt);
-        prepass_free(&w);
-    }
-    hyprof__blas_threads_restore(blas_threads);
-    as->lost = lost;
-    free(f.e);
-    free(f.ce);
-    return changed;
 }
 
 /* Centres as the mean of their pixels, in double. The sum order is fixed
@@ -433,7 +125,7 @@ static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int
         for (size_t g = 0; g < groups; g++)
             block_sums(a, part, blk, SUM_BANDS * g,
                        B - SUM_BANDS * g < SUM_BANDS ? B - SUM_BANDS * g : SUM_BANDS,
-                       blk * HYPROF_KMEANS_BLOCK, end_of(a, blk));
+                       blk * HYPROF_KMEANS_BLOCK, hyprof__kmeans_block_end(a, blk));
     reduce(a, part, cnt, threads, tot);
 }
 
@@ -552,7 +244,7 @@ static int sums_exact(const hyprof_kmeans_args_t *a, int threads)
 }
 
 /* Centres as their exact totals over their counts (an empty cluster keeps its centre). */
-static void centres_from(const hyprof_kmeans_args_t *a, const delta_t *t)
+static void centres_from(const hyprof_kmeans_args_t *a, const hyprof_kmeans_totals_t *t)
 {
     size_t B = a->bands;
     for (size_t c = 0; c < a->k; c++)
@@ -564,14 +256,14 @@ static void centres_from(const hyprof_kmeans_args_t *a, const delta_t *t)
  * sums in their fixed order (update's sums); later ones, when the sums are
  * exact (tot), move only the changed pixels between the totals. */
 static size_t iterate(hyprof_kmeans_args_t *a, const double *mean, const double *aa, int first,
-                      double *sum, size_t *cnt, delta_t *tot, int threads)
+                      double *sum, size_t *cnt, hyprof_kmeans_totals_t *tot, int threads)
 {
-    assign_t as = {mean, aa, 0, sum, NULL, 0};
+    hyprof_kmeans_assign_t as = {mean, aa, 0, sum, NULL, 0};
     if (!first && tot->tot) {
         as.part = NULL;
         as.moves = tot;
     }
-    size_t changed = assign(a, threads, &as);
+    size_t changed = hyprof__kmeans_assign(a, threads, &as);
     if (changed == 0)
         return 0;
     if (as.moves && !as.lost) {
@@ -593,7 +285,7 @@ static hyprof_status_t lloyd(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a, const d
                              int *exact)
 {
     hyprof_status_t st = HYPROF_OK;
-    delta_t tot = {NULL, NULL};
+    hyprof_kmeans_totals_t tot = {NULL, NULL};
     if (sums_exact(a, threads)) {
         tot.tot = malloc(a->k * a->bands * sizeof *tot.tot);
         tot.cnt = malloc(a->k * sizeof *tot.cnt);
@@ -653,8 +345,8 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     t[4] = hyprof__now();
     if (st == HYPROF_OK && a->iterations > 0)
         {
-        assign_t as = {mean, aa, 1, NULL, NULL, 0};
-        assign(a, threads, &as);
+        hyprof_kmeans_assign_t as = {mean, aa, 1, NULL, NULL, 0};
+        hyprof__kmeans_assign(a, threads, &as);
     }
     t[4] = hyprof__now() - t[4];
     if (st == HYPROF_OK && hyprof__log_debug())
