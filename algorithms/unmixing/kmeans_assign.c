@@ -53,13 +53,15 @@ static double sqdist(const float *x, size_t npix, size_t px, size_t B, const dou
 typedef struct {
     const double *mu; /* B: the mean spectrum */
     const double *aa; /* npix: |x - mu|^2 */
-    float *e;         /* B x k, column-major: the centres minus mu, in float */
+    float *e;         /* B x kp, column-major: the centres minus mu, in float, */
+    size_t kp;        /* then zero columns up to kp, k rounded up to 8 (sgemm's
+                       * kernels run fastest on whole groups of columns) */
     double *ce;       /* k: |e|^2, then k: |e|, then k: mu.e */
     double g1, g2, abs, m;
 } fcentres_t;
 
 typedef struct {
-    float *dot;      /* PTILE x k, column-major: x.e */
+    float *dot;      /* PTILE x kp, column-major: x.e */
     double *na;      /* PTILE: |a| */
     double *hi;      /* PTILE: the smallest upper bound, times 1 + 1e-9 */
     uint32_t *left;  /* PTILE: centres not ruled out */
@@ -72,7 +74,8 @@ static int fcentres_make(const hyprof_kmeans_args_t *a, const double *mu, const 
     size_t B = a->bands, k = a->k;
     f->mu = mu;
     f->aa = aa;
-    f->e = malloc(k * B * sizeof *f->e);
+    f->kp = (k + 7) / 8 * 8;
+    f->e = calloc(f->kp * B, sizeof *f->e);
     f->ce = malloc(3 * k * sizeof *f->ce);
     if (!mu || !aa || !f->e || !f->ce || B > PREPASS_MAX_BANDS || a->npix > INT_MAX)
         return 0;
@@ -137,7 +140,7 @@ static void bounds_tile(const fcentres_t *f, size_t k, size_t p0, size_t n, prep
 static void prepass(const hyprof_kmeans_args_t *a, const fcentres_t *f, size_t p0, size_t n,
                     prepass_t *w)
 {
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)a->k, (int)a->bands, 1.0f,
+    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)f->kp, (int)a->bands, 1.0f,
                 a->x + p0, (int)a->npix, f->e, (int)a->bands, 0.0f, w->dot, (int)n);
     bounds_tile(f, a->k, p0, n, w);
 }
@@ -276,7 +279,7 @@ size_t hyprof__kmeans_assign(const hyprof_kmeans_args_t *a, int threads,
     int blas_threads = hyprof__blas_threads_set(1);
     #pragma omp parallel num_threads(threads) reduction(+ : changed) reduction(| : lost)
     {
-        prepass_t w = {malloc(PTILE * k * sizeof(float)), malloc(PTILE * sizeof(double)),
+        prepass_t w = {malloc(PTILE * f.kp * sizeof(float)), malloc(PTILE * sizeof(double)),
                        malloc(PTILE * sizeof(double)), malloc(PTILE * sizeof(uint32_t)),
                        malloc(PTILE * sizeof(uint32_t))};
         int ok = fok && w.dot && w.na && w.hi && w.left && w.first;
