@@ -46,7 +46,11 @@ static double sqdist(const float *x, size_t npix, size_t px, size_t B, const dou
  * smallest upper bound by a factor 1 + 1e-9 is strictly farther in that
  * arithmetic too, and only the centres left get the exact distance: the
  * labels are the full computation's. A bound that is not finite (overflow,
- * NaN) rules nothing out. */
+ * NaN) rules nothing out. The bounds are evaluated as
+ *   s +- E = (|a|^2 +- g2 |a|^2) + (K_c +- R_c) - 2 x.e +- |a| Q_c
+ * with g1, g2 the two coefficients of E, K_c = |e|^2 + 2 mu.e,
+ * Q_c = (g1 + 2 g2) |e| and R_c = g1 M |e| + g2 |e|^2 + (B + 4) 2^-120 (the
+ * same E); their double roundings stay far inside E's room. */
 #define PTILE 256
 #define PREPASS_MAX_BANDS 65536 /* keeps B u far below 1: the bound above holds */
 
@@ -56,14 +60,16 @@ typedef struct {
     float *e;         /* B x kp, column-major: the centres minus mu, in float, */
     size_t kp;        /* then zero columns up to kp, k rounded up to 8 (sgemm's
                        * kernels run fastest on whole groups of columns) */
-    double *ce;       /* k: |e|^2, then k: |e|, then k: mu.e */
-    double g1, g2, abs, m;
+    double *ce;       /* k: K_c + R_c, then k: K_c - R_c, then k: Q_c */
+    double g2;
 } fcentres_t;
 
 typedef struct {
     float *dot;      /* PTILE x kp, column-major: x.e */
     double *na;      /* PTILE: |a| */
-    double *hi;      /* PTILE: the smallest upper bound, times 1 + 1e-9 */
+    double *thr;     /* PTILE: the smallest upper bound times 1 + 1e-9, less
+                      * |a|^2 - g2 |a|^2: a centre is ruled out when
+                      * K_c - R_c - 2 x.e - |a| Q_c exceeds it */
     uint32_t *left;  /* PTILE: centres not ruled out */
     uint32_t *first; /* PTILE: the first of them */
 } prepass_t;
@@ -82,6 +88,8 @@ static int fcentres_make(const hyprof_kmeans_args_t *a, const double *mu, const 
     double mm = 0.0;
     for (size_t b = 0; b < B; b++)
         mm += mu[b] * mu[b];
+    double m = sqrt(mm), g1 = (2.01 * (double)B + 2.0) * 0x1p-24, g2 = 3.0 * 0x1p-24;
+    double abs = ((double)B + 4.0) * 0x1p-120;
     for (size_t c = 0; c < k; c++) {
         double ee = 0.0, me = 0.0;
         for (size_t b = 0; b < B; b++) {
@@ -90,25 +98,20 @@ static int fcentres_make(const hyprof_kmeans_args_t *a, const double *mu, const 
             ee += (double)v * (double)v;
             me += mu[b] * (double)v;
         }
-        f->ce[c] = ee;
-        f->ce[k + c] = sqrt(ee);
-        f->ce[2 * k + c] = me;
+        double ne = sqrt(ee), kc = ee + 2.0 * me, rc = g1 * m * ne + g2 * ee + abs;
+        f->ce[c] = kc + rc;
+        f->ce[k + c] = kc - rc;
+        f->ce[2 * k + c] = (g1 + 2.0 * g2) * ne;
     }
-    f->m = sqrt(mm);
-    f->g1 = (2.01 * (double)B + 2.0) * 0x1p-24;
-    f->g2 = 3.0 * 0x1p-24;
-    f->abs = ((double)B + 4.0) * 0x1p-120;
+    f->g2 = g2;
     return 1;
 }
 
-/* The lower (sign -1) or upper (+1) bound of the squared distance of the
- * tile's pixel i (pixel px) to centre c. */
-static inline double bound(const prepass_t *w, const fcentres_t *f, size_t k, size_t n, size_t i,
-                           size_t px, size_t c, double sign)
+/* K_c - R_c - 2 x.e - |a| Q_c for the tile's pixel i: compared with thr. */
+static inline double lower_part(const prepass_t *w, const fcentres_t *f, size_t k, size_t n,
+                                size_t i, size_t c)
 {
-    double ne = f->ce[k + c], na = w->na[i], r = na + ne;
-    double s = f->aa[px] - 2.0 * ((double)w->dot[c * n + i] - f->ce[2 * k + c]) + f->ce[c];
-    return s + sign * (f->g1 * (na + f->m) * ne + f->g2 * r * r + f->abs);
+    return f->ce[k + c] - 2.0 * (double)w->dot[c * n + i] - w->na[i] * f->ce[2 * k + c];
 }
 
 /* For each pixel of the tile from p0: how many centres the bounds leave, and
@@ -116,22 +119,23 @@ static inline double bound(const prepass_t *w, const fcentres_t *f, size_t k, si
 __attribute__((target_clones("avx2", "default")))
 static void bounds_tile(const fcentres_t *f, size_t k, size_t p0, size_t n, prepass_t *w)
 {
+    const double *aa = f->aa + p0;
     for (size_t i = 0; i < n; i++) {
-        w->na[i] = sqrt(f->aa[p0 + i]);
-        w->hi[i] = INFINITY;
+        w->na[i] = sqrt(aa[i]);
+        w->thr[i] = INFINITY;
         w->left[i] = 0;
         w->first[i] = 0;
     }
     for (size_t c = 0; c < k; c++)
         for (size_t i = 0; i < n; i++) {
-            double hi = bound(w, f, k, n, i, p0 + i, c, 1.0);
-            w->hi[i] = hi < w->hi[i] ? hi : w->hi[i];
+            double hi = f->ce[c] - 2.0 * (double)w->dot[c * n + i] + w->na[i] * f->ce[2 * k + c];
+            w->thr[i] = hi < w->thr[i] ? hi : w->thr[i];
         }
     for (size_t i = 0; i < n; i++)
-        w->hi[i] *= 1.0 + 1e-9;
+        w->thr[i] = (aa[i] + f->g2 * aa[i] + w->thr[i]) * (1.0 + 1e-9) - (aa[i] - f->g2 * aa[i]);
     for (size_t c = k; c-- > 0;)
         for (size_t i = 0; i < n; i++) {
-            uint32_t in = !(bound(w, f, k, n, i, p0 + i, c, -1.0) > w->hi[i]);
+            uint32_t in = !(lower_part(w, f, k, n, i, c) > w->thr[i]);
             w->left[i] += in;
             w->first[i] = in ? (uint32_t)c : w->first[i];
         }
@@ -156,7 +160,7 @@ static int32_t nearest(const hyprof_kmeans_args_t *a, const fcentres_t *f, const
         return (int32_t)w->first[i];
     int32_t lab = -1;
     for (size_t c = 0; c < k; c++) {
-        if (w && bound(w, f, k, n, i, px, c, -1.0) > w->hi[i])
+        if (w && lower_part(w, f, k, n, i, c) > w->thr[i])
             continue;
         double dc = sqdist(a->x, a->npix, px, a->bands, a->centres + c * a->bands);
         if (lab < 0 || dc < *best) {
@@ -233,7 +237,7 @@ static void prepass_free(prepass_t *w)
 {
     free(w->dot);
     free(w->na);
-    free(w->hi);
+    free(w->thr);
     free(w->left);
     free(w->first);
 }
@@ -282,7 +286,7 @@ size_t hyprof__kmeans_assign(const hyprof_kmeans_args_t *a, int threads,
         prepass_t w = {malloc(PTILE * f.kp * sizeof(float)), malloc(PTILE * sizeof(double)),
                        malloc(PTILE * sizeof(double)), malloc(PTILE * sizeof(uint32_t)),
                        malloc(PTILE * sizeof(uint32_t))};
-        int ok = fok && w.dot && w.na && w.hi && w.left && w.first;
+        int ok = fok && w.dot && w.na && w.thr && w.left && w.first;
         hyprof_kmeans_totals_t d = {NULL, NULL};
         if (as->moves) {
             d.tot = calloc(k * B, sizeof *d.tot);
