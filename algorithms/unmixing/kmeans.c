@@ -13,13 +13,13 @@
 
 #define OP "kmeans"
 
-#define TILE 1024
+#define TILE 1024 /* pixels of an initialisation step's tile: long runs of each band */
 
 /* d[i] = squared distance of pixel p0+i to c, for a tile of n pixels: bands
  * in the outer loop so the cube is read contiguously, each sum still over b
- * in increasing order (the per-pixel order of the exact distance). The AVX2 clone runs
- * the same subtractions, multiplies and adds (no fused multiply-add), four
- * pixels at a time: the same bits. */
+ * in increasing order (the per-pixel order of the exact distance). The AVX2
+ * clone runs the same subtractions, multiplies and adds (no fused
+ * multiply-add), four pixels at a time: the same bits. */
 __attribute__((target_clones("avx2", "default")))
 static void tile_dist(const float *x, size_t npix, size_t B, const double *c, size_t p0, size_t n,
                       double *d)
@@ -92,7 +92,8 @@ void hyprof__kmeans_range_sums(const hyprof_kmeans_args_t *a, double *part, size
 
 /* Centres as the mean of their pixels, in double. The sum order is fixed
  * (HYPROF_KMEANS_BLOCK consecutive pixels summed in order, then the blocks in
- * order) and is the CUDA backend's, so both give the same centres bit for bit. */
+ * order) and is the CUDA backend's, so both give the same centres bit for bit.
+ * tot (or NULL) gets the sums, k x B. */
 static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cnt,
                    int threads, double *tot)
 {
@@ -322,7 +323,7 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     double *sum = malloc(nblk * a->k * a->bands * sizeof *sum), *mean = malloc(a->bands * sizeof *mean);
     size_t *cnt = malloc(a->k * sizeof *cnt);
     double *aa = malloc(a->npix * sizeof *aa);
-    double t[5] = {hyprof__now(), 0.0, 0.0, 0.0, 0.0}; /* start, init, iterations, -, last */
+    double t[4] = {hyprof__now(), 0.0, 0.0, 0.0}; /* start; init, iterations, last seconds */
     hyprof_status_t st = HYPROF_OK;
     if (!sum || !cnt || !mean || !aa) {
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
@@ -342,18 +343,16 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     int exact = 0;
     st = lloyd(ctx, a, mean, aa, sum, cnt, threads, t + 2, &exact);
     /* Distances to the final centres (the last update may have moved them). */
-    t[4] = hyprof__now();
+    t[3] = hyprof__now();
+    hyprof_kmeans_assign_t last = {mean, aa, 1, NULL, NULL, 0};
     if (st == HYPROF_OK && a->iterations > 0)
-        {
-        hyprof_kmeans_assign_t as = {mean, aa, 1, NULL, NULL, 0};
-        hyprof__kmeans_assign(a, threads, &as);
-    }
-    t[4] = hyprof__now() - t[4];
+        hyprof__kmeans_assign(a, threads, &last);
+    t[3] = hyprof__now() - t[3];
     if (st == HYPROF_OK && hyprof__log_debug())
         hyprof__log(ctx, HYPROF_LOG_DEBUG,
                     "kmeans stages: device=cpu threads=%d sums=%s iterations=%d init_ms=%.3f "
                     "iterations_ms=%.3f last_ms=%.3f wall_ms=%.3f", threads,
-                    exact ? "exact" : "ordered", a->iterations, 1e3 * t[1], 1e3 * t[2], 1e3 * t[4],
+                    exact ? "exact" : "ordered", a->iterations, 1e3 * t[1], 1e3 * t[2], 1e3 * t[3],
                     1e3 * (hyprof__now() - t[0]));
 done:
     free(sum);
