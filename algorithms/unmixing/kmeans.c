@@ -1,242 +1,101 @@
 /* K-means on the spectra (SSPP's spectral clustering): the farthest-point
- * initialisation and Lloyd's iterations; the CPU backend of both steps. */
-#include "unmixing_impl.h"
+ * initialisation and Lloyd's iterations; the CPU backend of both steps (the
+ * assignment in kmeans_assign.c). The centre update sums each cluster's
+ * pixels in a fixed order (the CUDA backend's); when those sums are provably
+ * exact (integer-valued cubes), any order gives their bits, and after the
+ * first iteration only the pixels that change cluster move between exact
+ * totals. */
+#include "kmeans_impl.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define OP "kmeans"
 
-/* OpenBLAS's own thread pool is set to one thread around the assignment,
- * whose OpenMP threads each call dgemm (hyprof__blas_threads_set). */
-/* Centres the pre-pass handles (its bounds live on the stack). */
-#define HYPROF_KMEANS_PREPASS_MAXK 256
+#define TILE 1024 /* pixels of an initialisation step's tile: long runs of each band */
 
-static double sqdist(const float *x, size_t npix, size_t px, size_t B, const double *c)
+/* d[i] = squared distance of pixel p0+i to c, for a tile of n pixels: bands
+ * in the outer loop so the cube is read contiguously, each sum still over b
+ * in increasing order (the per-pixel order of the exact distance). The AVX2
+ * clone runs the same subtractions, multiplies and adds (no fused
+ * multiply-add), four pixels at a time: the same bits. */
+__attribute__((target_clones("avx2", "default")))
+static void tile_dist(const float *x, size_t npix, size_t B, const double *c, size_t p0, size_t n,
+                      double *d)
 {
-    double d = 0.0;
-    for (size_t b = 0; b < B; b++) {
-        double t = (double)x[b * npix + px] - c[b];
-        d += t * t;
-    }
-    return d;
-}
-
-#define TILE 64
-
-/* d[c*TILE + i] = squared distance of pixel p0+i to centre c, for a tile of n
- * pixels: bands in the outer loop so the cube is read contiguously, each sum
- * still over b in increasing order (the per-pixel order of sqdist). */
-static void tile_dist(const float *x, size_t npix, size_t B, const double *C, size_t k,
-                      size_t p0, size_t n, double *d)
-{
-    for (size_t c = 0; c < k; c++)
-        for (size_t i = 0; i < n; i++)
-            d[c * TILE + i] = 0.0;
+    for (size_t i = 0; i < n; i++)
+        d[i] = 0.0;
     for (size_t b = 0; b < B; b++) {
         const float *xb = x + b * npix + p0;
-        for (size_t c = 0; c < k; c++) {
-            double cb = C[c * B + b], *dc = d + c * TILE;
-            for (size_t i = 0; i < n; i++) {
-                double t = (double)xb[i] - cb;
-                dc[i] += t * t;
-            }
-        }
-    }
-}
-
-/* The assignment's pre-pass: for a tile of n pixels, the squared distances
- * to every centre in the expanded form s = |x|^2 - 2 x.c + |c|^2, the dot
- * products by one dgemm (one BLAS thread: each OpenMP thread calls its own).
- * The form cancels, so s is only an estimate; what makes it useful is a
- * rigorous bound of its error. Every term of the three sums and of their
- * combination is a product of x and c entries, so with u = 2^-53 the error of
- * s is below gamma (|x| + |c|)^2, gamma = (B + 3) u for any summation order
- * (fused or not); E = 2 (B + 8) u (|x| + |c|)^2 covers it with room for the
- * rounding of |x| and |c| themselves. The true squared distance lies in
- * [s - E, s + E]. The exact distance of the full computation, a double sum
- * of B positive terms, is within a relative (B + 3) u of the true one; so a
- * centre whose lower bound exceeds the smallest upper bound by a factor
- * 1 + 1e-9 is strictly farther in that arithmetic too, and only the centres
- * left get the exact distance: the labels are the full computation's. */
-#define PTILE 128
-
-typedef struct {
-    double *a;   /* PTILE x B, column-major: the tile in double */
-    double *dot; /* PTILE x k, column-major: x.c */
-    double *xx;  /* PTILE: |x|^2 */
-} prepass_t;
-
-static void prepass(const hyprof_kmeans_args_t *a, size_t p0, size_t n, prepass_t *w)
-{
-    size_t B = a->bands;
-    for (size_t i = 0; i < n; i++)
-        w->xx[i] = 0.0;
-    for (size_t b = 0; b < B; b++) {
-        const float *xb = a->x + b * a->npix + p0;
-        double *ab = w->a + b * n;
+        double cb = c[b];
         for (size_t i = 0; i < n; i++) {
-            ab[i] = (double)xb[i];
-            w->xx[i] += ab[i] * ab[i];
+            double t = (double)xb[i] - cb;
+            d[i] += t * t;
         }
     }
-    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)a->k, (int)B, 1.0, w->a,
-                (int)n, a->centres, (int)B, 0.0, w->dot, (int)n);
 }
 
-/* The label of pixel i of the tile (pixel px), the first nearest centre as
- * in the full computation; its exact squared distance in *best when `exact`
- * or when the pre-pass leaves several candidates. w NULL: no pre-pass. cc:
- * the centres' |c|^2, then their |c|. */
-static int32_t nearest(const hyprof_kmeans_args_t *a, const double *cc, const prepass_t *w,
-                       size_t n, size_t i, size_t px, int exact, double *best)
-{
-    size_t k = a->k, left = k, first = 0;
-    uint8_t cand[HYPROF_KMEANS_PREPASS_MAXK];
-    if (w) {
-        const double u = 1.1102230246251565e-16, g = 2.0 * ((double)a->bands + 8.0) * u;
-        double xx = w->xx[i], nx = sqrt(xx), m = INFINITY, lo[HYPROF_KMEANS_PREPASS_MAXK];
-        for (size_t c = 0; c < k; c++) {
-            double s = xx - 2.0 * w->dot[c * n + i] + cc[c], r = nx + cc[k + c];
-            lo[c] = s - g * r * r;
-            m = s + g * r * r < m ? s + g * r * r : m;
-        }
-        left = 0;
-        for (size_t c = 0; c < k; c++) {
-            cand[c] = !(lo[c] > m * (1.0 + 1e-9));
-            if (cand[c] && !left++)
-                first = c;
-        }
-        if (left == 1) {
-            if (exact)
-                *best = sqdist(a->x, a->npix, px, a->bands, a->centres + first * a->bands);
-            return (int32_t)first;
-        }
-    }
-    int32_t lab = -1;
-    for (size_t c = 0; c < k; c++) {
-        if (w && left > 0 && !cand[c])
-            continue;
-        double dc = sqdist(a->x, a->npix, px, a->bands, a->centres + c * a->bands);
-        if (lab < 0 || dc < *best) {
-            *best = dc;
-            lab = (int32_t)c;
-        }
-    }
-    return lab;
-}
+#define SUM_BANDS 8
 
-/* The centre sums of bands b0 .. b0+nb (nb <= 4) over one block of pixels,
- * each in pixel order. Four bands share a pass over the labels: four
- * independent chains of additions where one would wait on its own latency
- * (the same sums, the same bits). */
+/* The centre sums of bands b0 .. b0+nb (nb <= SUM_BANDS) over pixels q0 .. q1
+ * of block blk, each in pixel order (the block's sums start at zero with its
+ * first pixel, so a block summed piece by piece gives the same bits). A run
+ * of pixels of one label adds into registers and stores once at its end:
+ * the same additions in the same order, without a store and reload between
+ * two pixels of a run; SUM_BANDS bands share the pass, independent chains
+ * where one would wait on its own latency. */
 static void block_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, size_t b0,
-                       size_t nb)
+                       size_t nb, size_t q0, size_t q1)
 {
-    size_t B = a->bands, k = a->k, p0 = blk * HYPROF_KMEANS_BLOCK;
-    size_t p1 = p0 + HYPROF_KMEANS_BLOCK < a->npix ? p0 + HYPROF_KMEANS_BLOCK : a->npix;
-    double *s[4];
-    const float *xb[4];
+    size_t B = a->bands, k = a->k;
+    double *s[SUM_BANDS];
+    const float *xb[SUM_BANDS];
     for (size_t j = 0; j < nb; j++) {
         s[j] = part + (blk * B + b0 + j) * k;
         xb[j] = a->x + (b0 + j) * a->npix;
-        for (size_t c = 0; c < k; c++)
+        for (size_t c = 0; q0 == blk * HYPROF_KMEANS_BLOCK && c < k; c++)
             s[j][c] = 0.0;
     }
-    if (nb == 4) {
-        for (size_t px = p0; px < p1; px++) {
-            int32_t c = a->labels[px];
-            if (c >= 0) {
-                s[0][c] += (double)xb[0][px];
-                s[1][c] += (double)xb[1][px];
-                s[2][c] += (double)xb[2][px];
-                s[3][c] += (double)xb[3][px];
-            }
-        }
-        return;
-    }
-    for (size_t j = 0; j < nb; j++)
-        for (size_t px = p0; px < p1; px++)
-            if (a->labels[px] >= 0)
-                s[j][a->labels[px]] += (double)xb[j][px];
-}
-
-/* Labels (and with `exact` distances) of the n pixels from p0; returns how
- * many labels changed. */
-static size_t assign_tile(const hyprof_kmeans_args_t *a, const double *cc, const prepass_t *w,
-                          size_t p0, size_t n, int exact)
-{
-    size_t changed = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t px = p0 + i;
-        if (a->mask && !a->mask[px]) {
-            a->labels[px] = -1;
-            a->dist[px] = 0.0;
+    for (size_t px = q0, end; px < q1; px = end) {
+        int32_t c = a->labels[px];
+        for (end = px + 1; end < q1 && a->labels[end] == c;)
+            end++;
+        if (c < 0)
+            continue;
+        if (nb == SUM_BANDS) {
+            double acc[SUM_BANDS];
+            for (size_t j = 0; j < SUM_BANDS; j++)
+                acc[j] = s[j][c];
+            for (size_t q = px; q < end; q++)
+                for (size_t j = 0; j < SUM_BANDS; j++)
+                    acc[j] += (double)xb[j][q];
+            for (size_t j = 0; j < SUM_BANDS; j++)
+                s[j][c] = acc[j];
             continue;
         }
-        double best = 0.0;
-        int32_t lab = nearest(a, cc, w, n, i, px, exact, &best);
-        changed += a->labels[px] != lab;
-        a->labels[px] = lab;
-        if (exact)
-            a->dist[px] = best;
+        for (size_t j = 0; j < nb; j++) {
+            double acc = s[j][c];
+            for (size_t q = px; q < end; q++)
+                acc += (double)xb[j][q];
+            s[j][c] = acc;
+        }
     }
-    return changed;
 }
 
-/* Nearest centre of every pixel; returns how many labels changed. `exact`:
- * every pixel's distance to its centre in dist (the last assignment). With
- * `part`, each block of HYPROF_KMEANS_BLOCK pixels also gets its centre sums
- * (update's first step) while its pixels are still in the cache: one pass
- * over the cube an iteration instead of two, the same sums. */
-static size_t assign(const hyprof_kmeans_args_t *a, int threads, int exact, double *part)
+void hyprof__kmeans_range_sums(const hyprof_kmeans_args_t *a, double *part, size_t blk, size_t q0,
+                               size_t q1)
 {
-    size_t changed = 0, B = a->bands, k = a->k;
-    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
-    double *cc = malloc(2 * k * sizeof *cc); /* |c|^2, then |c| */
-    if (cc)
-        for (size_t c = 0; c < k; c++) {
-            double s = 0.0;
-            for (size_t b = 0; b < B; b++)
-                s += a->centres[c * B + b] * a->centres[c * B + b];
-            cc[c] = s;
-            cc[k + c] = sqrt(s);
-        }
-    int blas_threads = hyprof__blas_threads_set(1);
-    #pragma omp parallel num_threads(threads) reduction(+ : changed)
-    {
-        prepass_t w = {malloc(PTILE * B * sizeof(double)), malloc(PTILE * k * sizeof(double)),
-                       malloc(PTILE * sizeof(double))};
-        int ok = cc && w.a && w.dot && w.xx && k <= HYPROF_KMEANS_PREPASS_MAXK;
-        #pragma omp for schedule(static)
-        for (size_t blk = 0; blk < nblk; blk++) {
-            size_t end = (blk + 1) * HYPROF_KMEANS_BLOCK;
-            end = end < a->npix ? end : a->npix;
-            for (size_t p0 = blk * HYPROF_KMEANS_BLOCK; p0 < end; p0 += PTILE) {
-                size_t n = end - p0 < PTILE ? end - p0 : PTILE;
-                if (ok)
-                    prepass(a, p0, n, &w);
-                changed += assign_tile(a, cc, ok ? &w : NULL, p0, n, exact);
-            }
-            for (size_t b0 = 0; part && b0 < B; b0 += 4)
-                block_sums(a, part, blk, b0, B - b0 < 4 ? B - b0 : 4);
-        }
-        free(w.a);
-        free(w.dot);
-        free(w.xx);
-    }
-    hyprof__blas_threads_restore(blas_threads);
-    free(cc);
-    return changed;
+    for (size_t b0 = 0; b0 < a->bands; b0 += SUM_BANDS)
+        block_sums(a, part, blk, b0, a->bands - b0 < SUM_BANDS ? a->bands - b0 : SUM_BANDS, q0, q1);
 }
 
 /* Centres as the mean of their pixels, in double. The sum order is fixed
  * (HYPROF_KMEANS_BLOCK consecutive pixels summed in order, then the blocks in
- * order) and is the CUDA backend's, so both give the same centres bit for bit. */
+ * order) and is the CUDA backend's, so both give the same centres bit for bit.
+ * tot (or NULL) gets the sums, k x B. */
 static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cnt,
-                   int threads)
+                   int threads, double *tot)
 {
     size_t B = a->bands, k = a->k, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
     memset(cnt, 0, k * sizeof *cnt);
@@ -249,20 +108,26 @@ static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cn
             double s = 0.0;
             for (size_t blk = 0; blk < nblk; blk++)
                 s += part[(blk * B + b) * k + c];
+            if (tot)
+                tot[c * B + b] = s;
             if (cnt[c])
                 a->centres[c * B + b] = s / (double)cnt[c];
         }
 }
 
-static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads)
+/* The centre update in its fixed order; tot (or NULL): the centre sums, k x B. */
+static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads,
+                   double *tot)
 {
     size_t B = a->bands, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
-    size_t groups = (B + 3) / 4;
+    size_t groups = (B + SUM_BANDS - 1) / SUM_BANDS;
     #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
     for (size_t blk = 0; blk < nblk; blk++)
         for (size_t g = 0; g < groups; g++)
-            block_sums(a, part, blk, 4 * g, B - 4 * g < 4 ? B - 4 * g : 4);
-    reduce(a, part, cnt, threads);
+            block_sums(a, part, blk, SUM_BANDS * g,
+                       B - SUM_BANDS * g < SUM_BANDS ? B - SUM_BANDS * g : SUM_BANDS,
+                       blk * HYPROF_KMEANS_BLOCK, hyprof__kmeans_block_end(a, blk));
+    reduce(a, part, cnt, threads, tot);
 }
 
 /* The farthest-point initialisation, written once for both backends over
@@ -294,6 +159,7 @@ hyprof_status_t hyprof__kmeans_init(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a,
 typedef struct {
     hyprof_kmeans_args_t *a;
     double *mind;
+    double *aa; /* the distances to the mean (step 0), kept for the assignment */
 } cpu_init_t;
 
 static hyprof_status_t cpu_step(hyprof_ctx_t *ctx, void *impl, const double *ref, size_t j,
@@ -306,9 +172,11 @@ static hyprof_status_t cpu_step(hyprof_ctx_t *ctx, void *impl, const double *ref
     for (size_t t = 0; t < ntiles; t++) {
         double d[TILE];
         size_t p0 = t * TILE, n = a->npix - p0 < TILE ? a->npix - p0 : TILE;
-        tile_dist(a->x, a->npix, a->bands, ref, 1, p0, n, d);
+        tile_dist(a->x, a->npix, a->bands, ref, p0, n, d);
         for (size_t i = 0; i < n; i++) {
             size_t px = p0 + i;
+            if (j == 0)
+                c->aa[px] = d[i];
             if (a->mask && !a->mask[px])
                 c->mind[px] = -1.0;
             else if (j <= 1 || d[i] < c->mind[px])
@@ -322,6 +190,131 @@ static hyprof_status_t cpu_step(hyprof_ctx_t *ctx, void *impl, const double *ref
     return HYPROF_OK;
 }
 
+/* The largest |x| of a band's valid pixels (NaN never wins: the check below
+ * catches it). */
+__attribute__((target_clones("avx2", "default")))
+static float band_absmax(const float *xb, const uint8_t *mask, size_t npix)
+{
+    float m = 0.0f;
+    for (size_t px = 0; px < npix; px++) {
+        float v = mask && !mask[px] ? 0.0f : fabsf(xb[px]);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+/* Whether every valid pixel of the band is a multiple of 1/scale (a power of
+ * two): y = x scale is exact unless it overflows (then x is a multiple) or
+ * falls below 1 (then x must be 0); NaN fails. */
+__attribute__((target_clones("avx2", "default")))
+static int band_multiple(const float *xb, const uint8_t *mask, size_t npix, float scale)
+{
+    int ok = 1;
+    for (size_t px = 0; px < npix; px++) {
+        float v = xb[px], y = v * scale;
+        ok &= (mask && !mask[px]) || (y == truncf(y) && (v == 0.0f || fabsf(y) >= 1.0f));
+    }
+    return ok;
+}
+
+/* Whether every centre sum is exact in double whatever the order of its
+ * additions and subtractions: true when each band's valid values are
+ * multiples of some 2^q while npix times their largest magnitude stays below
+ * 2^(q + 52) (every partial sum is then a multiple of 2^q below 2^(q + 53) in
+ * magnitude: representable, so no operation rounds). Integer-valued cubes
+ * pass. The sums are then the exact ones, which the fixed order of update()
+ * (and the CUDA backend's) gives too. */
+static int sums_exact(const hyprof_kmeans_args_t *a, int threads)
+{
+    int ok = 1;
+    #pragma omp parallel for num_threads(threads) schedule(static) reduction(& : ok)
+    for (size_t b = 0; b < a->bands; b++) {
+        const float *xb = a->x + b * a->npix;
+        float m = band_absmax(xb, a->mask, a->npix);
+        if (!(m > 0.0f))
+            continue; /* all zeros, or only NaN (which the check below fails) */
+        int e;
+        frexp((double)a->npix * (double)m * (1.0 + 0x1p-40), &e); /* npix m < 2^e */
+        int q = e - 52;
+        if (!isfinite(m) || q < -126 || q > 126)
+            ok = 0;
+        else
+            ok &= band_multiple(xb, a->mask, a->npix, ldexpf(1.0f, -q));
+    }
+    return ok;
+}
+
+/* Centres as their exact totals over their counts (an empty cluster keeps its centre). */
+static void centres_from(const hyprof_kmeans_args_t *a, const hyprof_kmeans_totals_t *t)
+{
+    size_t B = a->bands;
+    for (size_t c = 0; c < a->k; c++)
+        for (size_t b = 0; t->cnt[c] > 0 && b < B; b++)
+            a->centres[c * B + b] = t->tot[c * B + b] / (double)t->cnt[c];
+}
+
+/* One iteration's assignment and update. The first fills the blocks' centre
+ * sums in their fixed order (update's sums); later ones, when the sums are
+ * exact (tot), move only the changed pixels between the totals. */
+static size_t iterate(hyprof_kmeans_args_t *a, const double *mean, const double *aa, int first,
+                      double *sum, size_t *cnt, hyprof_kmeans_totals_t *tot, int threads)
+{
+    hyprof_kmeans_assign_t as = {mean, aa, 0, sum, NULL, 0};
+    if (!first && tot->tot) {
+        as.part = NULL;
+        as.moves = tot;
+    }
+    size_t changed = hyprof__kmeans_assign(a, threads, &as);
+    if (changed == 0)
+        return 0;
+    if (as.moves && !as.lost) {
+        centres_from(a, tot);
+        return changed;
+    }
+    if (as.moves) /* moves not recorded (no memory): the full update */
+        update(a, sum, cnt, threads, tot->tot);
+    else
+        reduce(a, sum, cnt, threads, tot->tot);
+    for (size_t c = 0; tot->tot && c < a->k; c++)
+        tot->cnt[c] = (long long)cnt[c];
+    return changed;
+}
+
+/* Lloyd's iterations from the initial centres; t gets the iterations' seconds. */
+static hyprof_status_t lloyd(hyprof_ctx_t *ctx, hyprof_kmeans_args_t *a, const double *mean,
+                             const double *aa, double *sum, size_t *cnt, int threads, double *t,
+                             int *exact)
+{
+    hyprof_status_t st = HYPROF_OK;
+    hyprof_kmeans_totals_t tot = {NULL, NULL};
+    if (sums_exact(a, threads)) {
+        tot.tot = malloc(a->k * a->bands * sizeof *tot.tot);
+        tot.cnt = malloc(a->k * sizeof *tot.cnt);
+        if (!tot.tot || !tot.cnt) {
+            free(tot.tot);
+            free(tot.cnt);
+            tot.tot = NULL;
+            tot.cnt = NULL;
+        }
+    }
+    for (size_t px = 0; px < a->npix; px++)
+        a->labels[px] = -2; /* every label "changes" in the first assignment */
+    a->iterations = 0;
+    double t0 = hyprof__now();
+    for (int it = 0; it < a->max_iter; it++) {
+        if (iterate(a, mean, aa, it == 0, sum, cnt, &tot, threads) == 0)
+            break;
+        a->iterations = it + 1;
+        if ((st = hyprof__progress(ctx, (double)(it + 1) / a->max_iter, OP)) != HYPROF_OK)
+            break;
+    }
+    *t = hyprof__now() - t0;
+    *exact = tot.tot != NULL;
+    free(tot.tot);
+    free(tot.cnt);
+    return st;
+}
+
 hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_kmeans_args_t *a = args;
@@ -329,8 +322,10 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
     double *sum = malloc(nblk * a->k * a->bands * sizeof *sum), *mean = malloc(a->bands * sizeof *mean);
     size_t *cnt = malloc(a->k * sizeof *cnt);
+    double *aa = malloc(a->npix * sizeof *aa);
+    double t[4] = {hyprof__now(), 0.0, 0.0, 0.0}; /* start; init, iterations, last seconds */
     hyprof_status_t st = HYPROF_OK;
-    if (!sum || !cnt || !mean) {
+    if (!sum || !cnt || !mean || !aa) {
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
         goto done;
     }
@@ -340,29 +335,30 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
     hyprof_kmeans_args_t one = *a;
     one.k = 1;
     one.centres = mean;
-    update(&one, sum, cnt, threads);
-    cpu_init_t init = {a, a->dist}; /* dist is free until the first assignment */
+    update(&one, sum, cnt, threads, NULL);
+    cpu_init_t init = {a, a->dist, aa}; /* dist is free until the first assignment */
     if ((st = hyprof__kmeans_init(ctx, a, cpu_step, &init, mean)) != HYPROF_OK)
         goto done;
-    for (size_t px = 0; px < a->npix; px++)
-        a->labels[px] = -2; /* every label "changes" in the first assignment */
-    a->iterations = 0;
-    for (int it = 0; it < a->max_iter; it++) {
-        size_t changed = assign(a, threads, 0, sum);
-        if (changed == 0)
-            break;
-        reduce(a, sum, cnt, threads);
-        a->iterations = it + 1;
-        if ((st = hyprof__progress(ctx, (double)(it + 1) / a->max_iter, OP)) != HYPROF_OK)
-            break;
-    }
+    t[1] = hyprof__now() - t[0];
+    int exact = 0;
+    st = lloyd(ctx, a, mean, aa, sum, cnt, threads, t + 2, &exact);
     /* Distances to the final centres (the last update may have moved them). */
+    t[3] = hyprof__now();
+    hyprof_kmeans_assign_t last = {mean, aa, 1, NULL, NULL, 0};
     if (st == HYPROF_OK && a->iterations > 0)
-        assign(a, threads, 1, NULL);
+        hyprof__kmeans_assign(a, threads, &last);
+    t[3] = hyprof__now() - t[3];
+    if (st == HYPROF_OK && hyprof__log_debug())
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "kmeans stages: device=cpu threads=%d sums=%s iterations=%d init_ms=%.3f "
+                    "iterations_ms=%.3f last_ms=%.3f wall_ms=%.3f", threads,
+                    exact ? "exact" : "ordered", a->iterations, 1e3 * t[1], 1e3 * t[2], 1e3 * t[3],
+                    1e3 * (hyprof__now() - t[0]));
 done:
     free(sum);
     free(cnt);
     free(mean);
+    free(aa);
     return st;
 }
 
