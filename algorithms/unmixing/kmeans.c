@@ -97,7 +97,7 @@ void hyprof__kmeans_range_sums(const hyprof_kmeans_args_t *a, double *part, size
 static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cnt,
                    int threads, double *tot)
 {
-    size_t B = a->bands, k = a->k, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    size_t B = a->bands, k = a->k, nblk = hyprof__kmeans_blocks(a);
     memset(cnt, 0, k * sizeof *cnt);
     for (size_t px = 0; px < a->npix; px++)
         if (a->labels[px] >= 0)
@@ -119,7 +119,7 @@ static void reduce(const hyprof_kmeans_args_t *a, const double *part, size_t *cn
 static void update(const hyprof_kmeans_args_t *a, double *part, size_t *cnt, int threads,
                    double *tot)
 {
-    size_t B = a->bands, nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    size_t B = a->bands, nblk = hyprof__kmeans_blocks(a);
     size_t groups = (B + SUM_BANDS - 1) / SUM_BANDS;
     #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
     for (size_t blk = 0; blk < nblk; blk++)
@@ -319,7 +319,7 @@ hyprof_status_t hyprof__cpu_kmeans(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_kmeans_args_t *a = args;
     int threads = hyprof__threads(ctx);
-    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    size_t nblk = hyprof__kmeans_blocks(a);
     double *sum = malloc(nblk * a->k * a->bands * sizeof *sum), *mean = malloc(a->bands * sizeof *mean);
     size_t *cnt = malloc(a->k * sizeof *cnt);
     double *aa = malloc(a->npix * sizeof *aa);

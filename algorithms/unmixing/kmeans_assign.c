@@ -277,7 +277,7 @@ size_t hyprof__kmeans_assign(const hyprof_kmeans_args_t *a, int threads,
                              hyprof_kmeans_assign_t *as)
 {
     size_t changed = 0, k = a->k, B = a->bands;
-    size_t nblk = (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+    size_t nblk = hyprof__kmeans_blocks(a);
     fcentres_t f;
     int fok = fcentres_make(a, as->mu, as->aa, &f), lost = 0;
     int blas_threads = hyprof__blas_threads_set(1);

@@ -7,6 +7,12 @@
 
 #include <stddef.h>
 
+/* The blocks of HYPROF_KMEANS_BLOCK pixels the centre sums are made of. */
+static inline size_t hyprof__kmeans_blocks(const hyprof_kmeans_args_t *a)
+{
+    return (a->npix + HYPROF_KMEANS_BLOCK - 1) / HYPROF_KMEANS_BLOCK;
+}
+
 /* One past the last pixel of block blk. */
 static inline size_t hyprof__kmeans_block_end(const hyprof_kmeans_args_t *a, size_t blk)
 {
