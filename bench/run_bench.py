@@ -240,6 +240,12 @@ def eadp_runs(args):
                              if "cuda" in args.backend_list else [])
 
 
+def pca_runs(args):
+    """Per backend as fit + apply, and each also as the pca operation (fit-transform, as the
+    command line runs it: one pass of the cube to the device on CUDA)."""
+    return backends(args) + [(b, ["--pipeline", "op"], " (operation)") for b in args.backend_list]
+
+
 def wmcd_runs(args):
     more = args.wmcd_devices and "cuda" in args.backend_list
     return backends(args) + ([("cuda", ["--devices", args.wmcd_devices],
@@ -416,8 +422,9 @@ def make_ops():
     ops = [
         Op("pca", "scene_list", lambda s, b: {"components": 7}, ["components"],
            peers=peers.pca_peers, reference="numpy-eigh-f64", layout=lambda o: o.T,
-           peer_check=peers.pca_check,
-           setting=lambda a: "PCA: 7 components (hyprof: fit + apply)"),
+           peer_check=peers.pca_check, runs=pca_runs,
+           setting=lambda a: "PCA: 7 components (hyprof: fit + apply, and the operation's "
+           "fit-transform)"),
         Op("dwt", "scene_list", lambda s, b: {"wavelet": "db4", "levels": levels_for(b)},
            ["wavelet", "levels"], peers=peers.dwt_peers, reference="pywt (pixel-major, axis=-1)",
            layout=lambda o: o.T, peer_check=peers.dwt_check, size=lambda r: f", L={r['levels']}",
