@@ -13,12 +13,16 @@
 
 #define OP "pca"
 
-/* OpenBLAS runs its own thread pool: the covariance gets the context's
- * thread count (hyprof__blas_threads_set), the caller's setting comes back
- * after. */
-/* Pixels per BLAS call: big enough for dsyrk/dgemm to run at full speed,
- * small enough that the double copy stays a few MB. */
-#define CPU_CHUNK 16384
+/* The covariance: chunks of COV_CHUNK pixels, centred into a double buffer
+ * and added by one single-threaded dsyrk each; OpenMP threads take groups of
+ * consecutive chunks, each group summing its chunks in order into its own
+ * partial matrix, and the partials are added in group order. The group count
+ * comes from the cube's shape (at most COV_GROUPS, and the partials within
+ * COV_PARTIAL_BYTES), never from the thread count: every machine computes the
+ * same model. */
+#define COV_CHUNK 2048
+#define COV_GROUPS 64
+#define COV_PARTIAL_BYTES ((size_t)64 << 20)
 
 /* ---- CPU backend --------------------------------------------------------- */
 
@@ -48,10 +52,7 @@ static void masked_means(const hyprof_pca_fit_args_t *a, int threads)
 }
 
 /* Copies pixels [p0, p0+n) centred into buf (n x bands, column-major);
- * masked pixels become zero rows so they add nothing to products. Serial on
- * purpose: it is memory-bound and cheap, and an OpenMP region between two
- * BLAS calls leaves OpenMP threads spinning against BLAS's own threads
- * (measured: 4x slower PCA on 2 cores). */
+ * masked pixels become zero rows so they add nothing to products. */
 static void centre_chunk(const float *x, const uint8_t *mask, size_t npix, size_t bands,
                          const double *mean, size_t p0, size_t n, double *buf)
 {
@@ -63,52 +64,101 @@ static void centre_chunk(const float *x, const uint8_t *mask, size_t npix, size_
     }
 }
 
+static size_t cov_group_count(size_t nchunks, size_t bands)
+{
+    size_t g = COV_PARTIAL_BYTES / (bands * bands * sizeof(double));
+    g = g < COV_GROUPS ? g : COV_GROUPS;
+    g = g < nchunks ? g : nchunks;
+    return g > 0 ? g : 1;
+}
+
+/* Chunks [c0, c1) added in order into part (bands x bands, upper triangle). */
+static void cov_group(const hyprof_pca_fit_args_t *a, size_t c0, size_t c1, double *buf,
+                      double *part)
+{
+    size_t B = a->bands;
+    for (size_t c = c0; c < c1; c++) {
+        size_t p0 = c * COV_CHUNK, n = a->npix - p0 < COV_CHUNK ? a->npix - p0 : COV_CHUNK;
+        centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf);
+        cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, (int)B, (int)n, 1.0, buf, (int)n,
+                    1.0, part, (int)B);
+    }
+}
+
+/* The sums of products of the centred pixels into cov's upper triangle (zeroed
+ * by the caller). The caller holds OpenBLAS at one thread. */
+static hyprof_status_t covariance(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t *a,
+                                  int threads, double *cov)
+{
+    size_t B = a->bands, nchunks = (a->npix + COV_CHUNK - 1) / COV_CHUNK;
+    size_t G = cov_group_count(nchunks, B), done = 0;
+    double *part = G > 1 ? calloc(G * B * B, sizeof *part) : cov; /* one group: cov itself */
+    int stop = 0, nomem = !part;
+    #pragma omp parallel num_threads(threads) if (G > 1 && part)
+    {
+        double *buf = part ? malloc(COV_CHUNK * B * sizeof *buf) : NULL;
+        #pragma omp for schedule(dynamic, 1)
+        for (size_t g = 0; g < G; g++) {
+            int halt;
+            #pragma omp atomic read
+            halt = stop;
+            if (!buf) {
+                #pragma omp atomic write
+                nomem = 1;
+            }
+            if (halt || !buf)
+                continue;
+            cov_group(a, g * nchunks / G, (g + 1) * nchunks / G, buf, part + g * B * B);
+            size_t now;
+            #pragma omp atomic capture
+            now = ++done;
+            if (hyprof__progress_omp(ctx, 0.9 * (double)now / (double)G, OP)) {
+                #pragma omp atomic write
+                stop = 1;
+            }
+        }
+        free(buf);
+    }
+    for (size_t g = 0; G > 1 && g < G && !nomem && !stop; g++)
+        for (size_t j = 0; j < B; j++)
+            for (size_t i = 0; i <= j; i++)
+                cov[i + j * B] += part[g * B * B + i + j * B];
+    if (part != cov)
+        free(part);
+    if (nomem)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the covariance buffers");
+    return stop ? hyprof__error(ctx, HYPROF_ERR_CANCELLED, OP, "cancelled") : HYPROF_OK;
+}
+
 hyprof_status_t hyprof__cpu_pca_fit(hyprof_ctx_t *ctx, void *args)
 {
     hyprof_pca_fit_args_t *a = args;
-    size_t B = a->bands, chunk = a->npix < CPU_CHUNK ? a->npix : CPU_CHUNK;
+    size_t B = a->bands;
     int threads = hyprof__threads(ctx);
-    double *buf = malloc(chunk * B * sizeof *buf);
     double *cov = calloc(B * B, sizeof *cov);
-    hyprof_status_t st = HYPROF_OK;
-    if (!buf || !cov) {
-        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the covariance buffers");
-        goto done;
-    }
+    if (!cov)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the covariance");
     masked_means(a, threads);
-    int blas_threads = hyprof__blas_threads_set(threads);
-    for (size_t p0 = 0; p0 < a->npix; p0 += chunk) {
-        size_t n = a->npix - p0 < chunk ? a->npix - p0 : chunk;
-        centre_chunk(a->x, a->mask, a->npix, B, a->mean, p0, n, buf);
-        cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, (int)B, (int)n, 1.0, buf, (int)n,
-                    1.0, cov, (int)B);
-        if ((st = hyprof__progress(ctx, 0.9 * (double)(p0 + n) / (double)a->npix, OP)))
-            break;
-    }
+    int blas_threads = hyprof__blas_threads_set(1);
+    hyprof_status_t st = covariance(ctx, a, threads, cov);
     lapack_int info = 0;
     if (st == HYPROF_OK) {
         for (size_t j = 0; j < B; j++)
             for (size_t i = 0; i <= j; i++)
                 cov[i + j * B] /= (double)(a->nvalid - 1);
-        /* One BLAS thread: a band-sized eigenproblem is too small to share,
-         * and OpenBLAS's threaded level-2 steps sum partial results in an
-         * order that depends on the thread count; on one thread the model is
-         * the same on every machine. */
-        hyprof__blas_threads_set(1);
+        /* Still one BLAS thread: a band-sized eigenproblem is too small to
+         * share, and OpenBLAS's threaded level-2 steps sum partial results in
+         * an order that depends on the thread count; on one thread the model
+         * is the same on every machine. */
         info = LAPACKE_dsyevd(LAPACK_COL_MAJOR, 'V', 'U', (lapack_int)B, cov, (lapack_int)B,
                               a->eigenvalues);
     }
     hyprof__blas_threads_restore(blas_threads);
-    if (st != HYPROF_OK)
-        goto done;
-    if (info != 0) {
+    if (st == HYPROF_OK && info != 0)
         st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, OP,
                            "the symmetric eigensolver (dsyevd) failed, info=%d", (int)info);
-        goto done;
-    }
-    memcpy(a->eigenvectors, cov, B * B * sizeof *cov);
-done:
-    free(buf);
+    if (st == HYPROF_OK)
+        memcpy(a->eigenvectors, cov, B * B * sizeof *cov);
     free(cov);
     return st;
 }
