@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define say hyprof_io_error
 
@@ -44,9 +46,17 @@ void hyprof_raster_free(hyprof_raster_t *r)
     memset(r, 0, sizeof *r);
 }
 
-/* Clears mask entries for the pixels GDAL marks invalid in band `h`. */
+/* Marks pixel i invalid. Readers of several bands share the mask and only
+ * ever clear it: a relaxed atomic store is the plain store, without a race. */
+static inline void invalid(uint8_t *mask, size_t i)
+{
+    __atomic_store_n(&mask[i], 0, __ATOMIC_RELAXED);
+}
+
+/* Clears mask entries for the pixels GDAL marks invalid in band `h`;
+ * *scratch (npix bytes) is allocated on the first band with a mask band. */
 static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, size_t w,
-                                       size_t ht, uint8_t *mask, uint8_t *scratch)
+                                       size_t ht, uint8_t *mask, uint8_t **scratch)
 {
     int flags = GDALGetMaskFlags(h);
     size_t n = w * ht;
@@ -56,21 +66,23 @@ static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, siz
         float ndf = (float)nd;
         for (size_t i = 0; has && i < n; i++)
             if (data[i] == ndf || (isnan(nd) && isnan(data[i])))
-                mask[i] = 0;
+                invalid(mask, i);
     } else if (!(flags & GMF_ALL_VALID)) {
-        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, 0, (int)w, (int)ht, scratch, (int)w,
+        if (!*scratch && !(*scratch = malloc(n)))
+            return HYPROF_ERR_NOMEM;
+        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, 0, (int)w, (int)ht, *scratch, (int)w,
                          (int)ht, GDT_Byte, 0, 0) != CE_None)
             return HYPROF_ERR_IO;
         for (size_t i = 0; i < n; i++)
-            if (!scratch[i])
-                mask[i] = 0;
+            if (!(*scratch)[i])
+                invalid(mask, i);
     }
     /* NaN and infinities are nodata; integer pixels converted to float are
      * always finite. */
     if (!GDALDataTypeIsInteger(GDALGetRasterDataType(h)))
         for (size_t i = 0; i < n; i++)
             if (!isfinite(data[i]))
-                mask[i] = 0;
+                invalid(mask, i);
     return HYPROF_OK;
 }
 
@@ -200,29 +212,150 @@ size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t nb)
     return npix * nb * sizeof(float) + 2 * npix; /* cube, mask, mask scratch */
 }
 
-static hyprof_status_t read_bands(GDALDatasetH ds, hyprof_raster_t *r,
-                                  const hyprof_io_progress_t *pg, char *err, size_t n)
+/* The bands are read by several readers, each with its own handle of the file
+ * (GDAL handles are not shared between threads) reading every T-th band
+ * whole, so GTiff decodes on every core without GDAL's decoding threads
+ * (whose requests of several bands crash in GDAL 3.6: bench/NOTES.md). The
+ * calling thread reports progress and passes a cancellation on. */
+typedef struct {
+    GDALDatasetH ds;          /* this reader's handle */
+    hyprof_raster_t *r;
+    size_t first, step;       /* bands first, first + step, ... */
+    hyprof_status_t st;
+    char err[1024];
+    pthread_t thread;
+    int started;
+    struct read_shared *sh;
+} reader_t;
+
+typedef struct read_shared {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    size_t done;              /* bands read */
+    int running, stop;
+} read_shared_t;
+
+static void *reader_main(void *arg)
 {
+    reader_t *rd = arg;
+    hyprof_raster_t *r = rd->r;
     size_t w = r->cube.width, h = r->cube.height, npix = w * h;
-    uint8_t *scratch = malloc(npix);
-    if (!scratch)
-        return say(HYPROF_ERR_NOMEM, err, n, "out of memory reading '%s'", r->path);
-    hyprof_status_t st = HYPROF_OK;
-    for (size_t b = 0; b < r->cube.bands && st == HYPROF_OK; b++) {
-        GDALRasterBandH hb = GDALGetRasterBand(ds, (int)b + 1);
+    uint8_t *scratch = NULL;
+    for (size_t b = rd->first; b < r->cube.bands && rd->st == HYPROF_OK; b += rd->step) {
+        if (__atomic_load_n(&rd->sh->stop, __ATOMIC_RELAXED))
+            break;
+        GDALRasterBandH hb = GDALGetRasterBand(rd->ds, (int)b + 1);
         float *dst = (float *)r->cube.data + b * npix;
         CPLErrorReset();
+        hyprof_status_t m;
         if (GDALRasterIO(hb, GF_Read, 0, 0, (int)w, (int)h, dst, (int)w, (int)h, GDT_Float32, 0,
                          0) != CE_None)
-            st = say(HYPROF_ERR_IO, err, n, "cannot read band %zu of '%s': %s", b + 1, r->path,
-                     gdal_reason());
-        else if (apply_band_mask(hb, dst, w, h, r->cube.mask, scratch) != HYPROF_OK)
-            st = say(HYPROF_ERR_IO, err, n, "cannot read the mask of band %zu of '%s': %s",
-                     b + 1, r->path, gdal_reason());
-        else if (pg && pg->fn && pg->fn(pg->user, (double)(b + 1) / (double)r->cube.bands, "read"))
-            st = say(HYPROF_ERR_CANCELLED, err, n, "cancelled while reading '%s'", r->path);
+            rd->st = say(HYPROF_ERR_IO, rd->err, sizeof rd->err, "cannot read band %zu of '%s': %s",
+                         b + 1, r->path, gdal_reason());
+        else if ((m = apply_band_mask(hb, dst, w, h, r->cube.mask, &scratch)) != HYPROF_OK)
+            rd->st = m == HYPROF_ERR_NOMEM
+                ? say(m, rd->err, sizeof rd->err, "out of memory reading '%s'", r->path)
+                : say(m, rd->err, sizeof rd->err, "cannot read the mask of band %zu of '%s': %s",
+                      b + 1, r->path, gdal_reason());
+        pthread_mutex_lock(&rd->sh->lock);
+        rd->sh->done += rd->st == HYPROF_OK;
+        rd->sh->stop |= rd->st != HYPROF_OK;
+        pthread_cond_signal(&rd->sh->changed);
+        pthread_mutex_unlock(&rd->sh->lock);
     }
     free(scratch);
+    pthread_mutex_lock(&rd->sh->lock);
+    rd->sh->running--;
+    pthread_cond_signal(&rd->sh->changed);
+    pthread_mutex_unlock(&rd->sh->lock);
+    return NULL;
+}
+
+/* Readers for `path`: one a processor (at most `threads` when positive) and
+ * a band, each with its own handle; a single reader uses `ds` (GDAL then
+ * decodes a band's blocks on its own threads). Only regular files are
+ * opened again: /vsi streams and connection strings have one reader. */
+static size_t reader_count(const char *path, size_t bands, int threads)
+{
+    struct stat sb;
+    long procs = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t t = procs > 0 ? (size_t)procs : 1;
+    if (threads > 0 && (size_t)threads < t)
+        t = (size_t)threads;
+    if (t > bands)
+        t = bands;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !gdal_name(path) ? t : 1;
+}
+
+/* Waits for the readers, reporting progress; a cancellation stops them. */
+static hyprof_status_t watch_readers(read_shared_t *sh, size_t bands,
+                                     const hyprof_io_progress_t *pg)
+{
+    hyprof_status_t st = HYPROF_OK;
+    size_t told = 0;
+    pthread_mutex_lock(&sh->lock);
+    while (sh->running > 0) {
+        if (sh->done == told) {
+            pthread_cond_wait(&sh->changed, &sh->lock);
+            continue;
+        }
+        told = sh->done;
+        pthread_mutex_unlock(&sh->lock);
+        int cancel = pg && pg->fn && st == HYPROF_OK &&
+                     pg->fn(pg->user, (double)told / (double)bands, "read");
+        pthread_mutex_lock(&sh->lock);
+        if (cancel) {
+            st = HYPROF_ERR_CANCELLED;
+            sh->stop = 1;
+        }
+    }
+    pthread_mutex_unlock(&sh->lock);
+    return st;
+}
+
+static hyprof_status_t read_bands(GDALDatasetH ds, int threads, hyprof_raster_t *r,
+                                  const hyprof_io_progress_t *pg, char *err, size_t n)
+{
+    size_t T = reader_count(r->path, r->cube.bands, threads);
+    reader_t *rd = calloc(T, sizeof *rd);
+    read_shared_t sh = {.running = 0};
+    if (!rd)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory reading '%s'", r->path);
+    pthread_mutex_init(&sh.lock, NULL);
+    pthread_cond_init(&sh.changed, NULL);
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t i = 0; i < T && st == HYPROF_OK; i++) {
+        rd[i] = (reader_t){.ds = ds, .r = r, .first = i, .step = T, .sh = &sh};
+        if (T > 1 && !(rd[i].ds = GDALOpenEx(r->path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL,
+                                             NULL, NULL)))
+            st = say(HYPROF_ERR_IO, err, n, "cannot open '%s' again to read it: %s", r->path,
+                     gdal_reason());
+    }
+    sh.running = st == HYPROF_OK ? (int)T : 0;
+    for (size_t i = 0; i < T && st == HYPROF_OK; i++) {
+        rd[i].started = pthread_create(&rd[i].thread, NULL, reader_main, &rd[i]) == 0;
+        if (!rd[i].started) {
+            pthread_mutex_lock(&sh.lock);
+            sh.running -= (int)(T - i);
+            sh.stop = 1;
+            pthread_mutex_unlock(&sh.lock);
+            st = say(HYPROF_ERR_NOMEM, err, n, "cannot start a thread to read '%s'", r->path);
+        }
+    }
+    hyprof_status_t w = watch_readers(&sh, r->cube.bands, pg);
+    for (size_t i = 0; i < T; i++) {
+        if (rd[i].started)
+            pthread_join(rd[i].thread, NULL);
+        if (st == HYPROF_OK && rd[i].st != HYPROF_OK)
+            st = say(rd[i].st, err, n, "%s", rd[i].err);
+        if (T > 1 && rd[i].ds)
+            GDALClose(rd[i].ds);
+    }
+    if (st == HYPROF_OK && w != HYPROF_OK)
+        st = say(w, err, n, "cancelled while reading '%s'", r->path);
+    pthread_cond_destroy(&sh.changed);
+    pthread_mutex_destroy(&sh.lock);
+    free(rd);
     return st;
 }
 
@@ -230,7 +363,6 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    const hyprof_io_progress_t *pg, hyprof_raster_t *r,
                                    char *err, size_t n)
 {
-    (void)ctx;
     memset(r, 0, sizeof *r);
     GDALDatasetH ds = NULL;
     hyprof_status_t st = open_checked(path, &ds, err, n);
@@ -268,7 +400,7 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
     r->cube.has_nodata = has_nd;
     r->cube.nodata = has_nd ? nd : 0.0;
     read_band_info(ds, r);
-    st = read_bands(ds, r, pg, err, n);
+    st = read_bands(ds, ctx ? hyprof_ctx_threads(ctx) : 0, r, pg, err, n);
     GDALClose(ds);
     if (st != HYPROF_OK) {
         hyprof_raster_free(r);

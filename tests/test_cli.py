@@ -481,6 +481,33 @@ def test_cancel(big_cube, tmp_path, op, sig, extra, when):
     assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
 
 
+def test_cancel_while_reading(big_cube, tmp_path):
+    """A signal during the read, whose bands several readers share: exit 3, one
+    message, nothing written."""
+    cmd = [exe_path(), "pca", "--progress", "json", "--threads", "2", str(big_cube),
+           str(tmp_path / "out.tif")]
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    lines, sent = [], False
+    try:
+        for line in p.stderr:
+            lines.append(line)
+            if not sent and line.startswith("{") and json.loads(line).get("stage") == "read":
+                p.send_signal(signal.SIGINT)
+                sent = True
+        rc = p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    stderr = "".join(lines)
+    assert sent, "no progress line of the read was seen:\n" + stderr
+    assert rc == EXIT_CANCELLED, "exit %d\n%s" % (rc, stderr[-2000:])
+    msg = message_lines(stderr)
+    assert len(msg) == 1 and "cancel" in msg[0].lower(), msg
+    assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
+
+
 # ---- backends ---------------------------------------------------------------
 
 def test_env_backend_cpu(tmp_path):

@@ -318,3 +318,25 @@ def test_same_bits_on_any_thread_count(tmp_path):
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     assert_bands_match(outs[0], Oracle(read_cube(INDIAN_PINES), 5))
 
+
+def test_read_by_several_readers(tmp_path):
+    """The input's bands are read by one reader a processor (at most --threads), each
+    with its own handle: NaN in one band, nodata in another and an all-nodata block
+    give the same mask and output with one reader as with several."""
+    cube = read_cube(SAMSON, np.float32)
+    cube[:, 70:90, 10:30] = ND
+    cube[3, 5, 6] = np.nan
+    cube[150, 40, 41] = ND
+    cube[77, 1:3, 90:94] = np.inf
+    src = write_cube(tmp_path / "samson_mixed.tif", cube, nodata=ND, like=SAMSON)
+    valid = np.all(np.isfinite(cube) & (cube != ND), axis=0)
+    outs = []
+    for t in (1, 2, 4):
+        out = tmp_path / ("r%d.tif" % t)
+        run_ok("pca", "--backend", "cpu", "--threads", t, "--components", 4, src, out,
+               cwd=tmp_path)
+        outs.append(read_cube(out))
+        assert int(gdal.Open(str(out)).GetMetadata()["HYPROF_PCA_SAMPLES"]) == int(valid.sum())
+    assert all(np.array_equal(outs[0], o, equal_nan=True) for o in outs[1:])
+    assert_bands_match(outs[0], Oracle(np.where(valid, cube, 0).astype(np.float64), 4, valid),
+                       valid)
