@@ -297,6 +297,12 @@ static void test_dispatch(void)
         CHECK(st == HYPROF_ERR_NO_DEVICE && strstr(hyprof_ctx_last_error(ctx), "cuda"),
               "cuda without a device: %d %s", st, hyprof_ctx_last_error(ctx));
     }
+    int ndev = hyprof_cuda_device_count();
+    CHECK(hyprof_cuda_warm_up(ndev) == HYPROF_ERR_NO_DEVICE, "warm-up of device %d of %d", ndev,
+          ndev);
+    CHECK(hyprof_cuda_warm_up(-1) == HYPROF_ERR_NO_DEVICE, "warm-up of device -1");
+    CHECK(hyprof_cuda_warm_up(0) == (ndev ? HYPROF_OK : HYPROF_ERR_NO_DEVICE),
+          "warm-up of device 0 (%d found)", ndev);
     CHECK(hyprof_ctx_set_device(ctx, -1) == HYPROF_ERR_ARGUMENT, "negative device");
     CHECK(hyprof_ctx_set_threads(ctx, -2) == HYPROF_ERR_ARGUMENT, "negative threads");
     hyprof_ctx_free(&ctx);

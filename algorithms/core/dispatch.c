@@ -7,6 +7,12 @@
 /* CPU-only builds: no device, ever. */
 int hyprof_cuda_device_count(void) { return 0; }
 
+hyprof_status_t hyprof_cuda_warm_up(int device)
+{
+    (void)device;
+    return HYPROF_ERR_NO_DEVICE;
+}
+
 hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
                                         size_t *total_bytes, size_t *free_bytes)
 {

@@ -14,6 +14,19 @@ extern "C" int hyprof_cuda_device_count(void)
     return count > 0 ? count : 0;
 }
 
+extern "C" hyprof_status_t hyprof_cuda_warm_up(int device)
+{
+    if (device < 0 || device >= hyprof_cuda_device_count())
+        return HYPROF_ERR_NO_DEVICE;
+    /* cudaSetDevice creates the device's primary context, which every later
+     * call on that device, from any thread, shares. */
+    if (cudaSetDevice(device) != cudaSuccess || cudaFree(0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return HYPROF_ERR_DEVICE;
+    }
+    return HYPROF_OK;
+}
+
 extern "C" hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
                                                    size_t *total_bytes, size_t *free_bytes)
 {
