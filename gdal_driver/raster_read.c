@@ -53,9 +53,10 @@ static inline void invalid(uint8_t *mask, size_t i)
     __atomic_store_n(&mask[i], 0, __ATOMIC_RELAXED);
 }
 
-/* Clears mask entries for the pixels GDAL marks invalid in band `h`;
- * *scratch (npix bytes) is allocated on the first band with a mask band. */
-static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, size_t w,
+/* Clears mask entries for the pixels GDAL marks invalid in rows [y0, y0+ht)
+ * of band `h` (data and mask point at row y0); *scratch (w x ht bytes at
+ * most, the caller's unit) is allocated on the first band with a mask band. */
+static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, size_t w, size_t y0,
                                        size_t ht, uint8_t *mask, uint8_t **scratch)
 {
     int flags = GDALGetMaskFlags(h);
@@ -70,8 +71,8 @@ static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, siz
     } else if (!(flags & GMF_ALL_VALID)) {
         if (!*scratch && !(*scratch = malloc(n)))
             return HYPROF_ERR_NOMEM;
-        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, 0, (int)w, (int)ht, *scratch, (int)w,
-                         (int)ht, GDT_Byte, 0, 0) != CE_None)
+        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, (int)y0, (int)w, (int)ht, *scratch,
+                         (int)w, (int)ht, GDT_Byte, 0, 0) != CE_None)
             return HYPROF_ERR_IO;
         for (size_t i = 0; i < n; i++)
             if (!(*scratch)[i])
@@ -212,51 +213,69 @@ size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t nb)
     return npix * nb * sizeof(float) + 2 * npix; /* cube, mask, mask scratch */
 }
 
-/* The bands are read by several readers, each with its own handle of the file
- * (GDAL handles are not shared between threads) reading every T-th band
- * whole, so GTiff decodes on every core without GDAL's decoding threads
- * (whose requests of several bands crash in GDAL 3.6: bench/NOTES.md). The
- * calling thread reports progress and passes a cancellation on. */
+/* The input is read by several readers, each with its own handle of the file
+ * (GDAL handles are not shared between threads), so the decoding runs on
+ * every core without GDAL's decoding threads (whose requests of several bands
+ * crash in GDAL 3.6: bench/NOTES.md). A reader takes every T-th unit: whole
+ * bands when the file stores its bands apart (INTERLEAVE=BAND, or one band),
+ * else blocks of rows of every band, so that each compressed block holding
+ * several bands is decoded once. The calling thread reports progress and
+ * passes a cancellation on. */
+typedef struct read_shared {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    size_t done;              /* units read */
+    int running, stop;
+} read_shared_t;
+
 typedef struct {
     GDALDatasetH ds;          /* this reader's handle */
     hyprof_raster_t *r;
-    size_t first, step;       /* bands first, first + step, ... */
+    size_t rows;              /* rows a unit; 0: a unit is a whole band */
+    size_t first, step, units;
     hyprof_status_t st;
     char err[1024];
     pthread_t thread;
     int started;
-    struct read_shared *sh;
+    read_shared_t *sh;
 } reader_t;
 
-typedef struct read_shared {
-    pthread_mutex_t lock;
-    pthread_cond_t changed;
-    size_t done;              /* bands read */
-    int running, stop;
-} read_shared_t;
+/* Band b's rows [y0, y0+n) and their mask; an error goes to rd->err. */
+static hyprof_status_t read_band_rows(reader_t *rd, size_t b, size_t y0, size_t n,
+                                      uint8_t **scratch)
+{
+    hyprof_raster_t *r = rd->r;
+    size_t w = r->cube.width, npix = w * r->cube.height;
+    GDALRasterBandH hb = GDALGetRasterBand(rd->ds, (int)b + 1);
+    float *dst = (float *)r->cube.data + b * npix + y0 * w;
+    hyprof_status_t m;
+    if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)n, dst, (int)w, (int)n, GDT_Float32, 0,
+                     0) != CE_None)
+        return say(HYPROF_ERR_IO, rd->err, sizeof rd->err, "cannot read band %zu of '%s': %s",
+                   b + 1, r->path, gdal_reason());
+    if ((m = apply_band_mask(hb, dst, w, y0, n, r->cube.mask + y0 * w, scratch)) != HYPROF_OK)
+        return m == HYPROF_ERR_NOMEM
+            ? say(m, rd->err, sizeof rd->err, "out of memory reading '%s'", r->path)
+            : say(m, rd->err, sizeof rd->err, "cannot read the mask of band %zu of '%s': %s",
+                  b + 1, r->path, gdal_reason());
+    return HYPROF_OK;
+}
 
 static void *reader_main(void *arg)
 {
     reader_t *rd = arg;
-    hyprof_raster_t *r = rd->r;
-    size_t w = r->cube.width, h = r->cube.height, npix = w * h;
+    size_t h = rd->r->cube.height;
     uint8_t *scratch = NULL;
-    for (size_t b = rd->first; b < r->cube.bands && rd->st == HYPROF_OK; b += rd->step) {
+    for (size_t u = rd->first; u < rd->units && rd->st == HYPROF_OK; u += rd->step) {
         if (__atomic_load_n(&rd->sh->stop, __ATOMIC_RELAXED))
             break;
-        GDALRasterBandH hb = GDALGetRasterBand(rd->ds, (int)b + 1);
-        float *dst = (float *)r->cube.data + b * npix;
         CPLErrorReset();
-        hyprof_status_t m;
-        if (GDALRasterIO(hb, GF_Read, 0, 0, (int)w, (int)h, dst, (int)w, (int)h, GDT_Float32, 0,
-                         0) != CE_None)
-            rd->st = say(HYPROF_ERR_IO, rd->err, sizeof rd->err, "cannot read band %zu of '%s': %s",
-                         b + 1, r->path, gdal_reason());
-        else if ((m = apply_band_mask(hb, dst, w, h, r->cube.mask, &scratch)) != HYPROF_OK)
-            rd->st = m == HYPROF_ERR_NOMEM
-                ? say(m, rd->err, sizeof rd->err, "out of memory reading '%s'", r->path)
-                : say(m, rd->err, sizeof rd->err, "cannot read the mask of band %zu of '%s': %s",
-                      b + 1, r->path, gdal_reason());
+        size_t y0 = u * rd->rows, n = h - y0 < rd->rows ? h - y0 : rd->rows;
+        if (rd->rows) /* the first band decodes the unit's blocks, GDAL's cache serves the rest */
+            for (size_t b = 0; b < rd->r->cube.bands && rd->st == HYPROF_OK; b++)
+                rd->st = read_band_rows(rd, b, y0, n, &scratch);
+        else
+            rd->st = read_band_rows(rd, u, 0, h, &scratch);
         pthread_mutex_lock(&rd->sh->lock);
         rd->sh->done += rd->st == HYPROF_OK;
         rd->sh->stop |= rd->st != HYPROF_OK;
@@ -271,30 +290,43 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* Rows a unit (0: whole bands): a multiple of the file's block height of at
+ * least 64 rows when the bands are stored together. */
+static size_t unit_rows(GDALDatasetH ds)
+{
+    const char *il = GDALGetMetadataItem(ds, "INTERLEAVE", "IMAGE_STRUCTURE");
+    if (GDALGetRasterCount(ds) == 1 || (il && EQUAL(il, "BAND")))
+        return 0;
+    int bx = 0, by = 0;
+    GDALGetBlockSize(GDALGetRasterBand(ds, 1), &bx, &by);
+    size_t blk = by > 0 ? (size_t)by : 1;
+    return (64 + blk - 1) / blk * blk;
+}
+
 /* Readers for `path`: one a processor (at most `threads` when positive) and
- * a band, each with its own handle; a single reader uses `ds` (GDAL then
- * decodes a band's blocks on its own threads). Only regular files are
+ * a unit, each with its own handle; a single reader uses `ds` (GDAL then
+ * decodes a request's blocks on its own threads). Only regular files are
  * opened again: /vsi streams and connection strings have one reader. */
-static size_t reader_count(const char *path, size_t bands, int threads)
+static size_t reader_count(const char *path, size_t units, int threads)
 {
     struct stat sb;
     long procs = sysconf(_SC_NPROCESSORS_ONLN);
     size_t t = procs > 0 ? (size_t)procs : 1;
     if (threads > 0 && (size_t)threads < t)
         t = (size_t)threads;
-    if (t > bands)
-        t = bands;
+    if (t > units)
+        t = units;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && !gdal_name(path) ? t : 1;
 }
 
 /* Waits for the readers, reporting progress; a cancellation stops them. */
-static hyprof_status_t watch_readers(read_shared_t *sh, size_t bands,
+static hyprof_status_t watch_readers(read_shared_t *sh, size_t units,
                                      const hyprof_io_progress_t *pg)
 {
     hyprof_status_t st = HYPROF_OK;
     size_t told = 0;
     pthread_mutex_lock(&sh->lock);
-    while (sh->running > 0) {
+    while (sh->running > 0 || sh->done != told) { /* every unit told, the last one too */
         if (sh->done == told) {
             pthread_cond_wait(&sh->changed, &sh->lock);
             continue;
@@ -302,7 +334,7 @@ static hyprof_status_t watch_readers(read_shared_t *sh, size_t bands,
         told = sh->done;
         pthread_mutex_unlock(&sh->lock);
         int cancel = pg && pg->fn && st == HYPROF_OK &&
-                     pg->fn(pg->user, (double)told / (double)bands, "read");
+                     pg->fn(pg->user, (double)told / (double)units, "read");
         pthread_mutex_lock(&sh->lock);
         if (cancel) {
             st = HYPROF_ERR_CANCELLED;
@@ -313,10 +345,12 @@ static hyprof_status_t watch_readers(read_shared_t *sh, size_t bands,
     return st;
 }
 
-static hyprof_status_t read_bands(GDALDatasetH ds, int threads, hyprof_raster_t *r,
+static hyprof_status_t read_units(GDALDatasetH ds, int threads, hyprof_raster_t *r,
                                   const hyprof_io_progress_t *pg, char *err, size_t n)
 {
-    size_t T = reader_count(r->path, r->cube.bands, threads);
+    size_t rows = unit_rows(ds), h = r->cube.height;
+    size_t units = rows ? (h + rows - 1) / rows : r->cube.bands;
+    size_t T = reader_count(r->path, units, threads);
     reader_t *rd = calloc(T, sizeof *rd);
     read_shared_t sh = {.running = 0};
     if (!rd)
@@ -325,7 +359,8 @@ static hyprof_status_t read_bands(GDALDatasetH ds, int threads, hyprof_raster_t 
     pthread_cond_init(&sh.changed, NULL);
     hyprof_status_t st = HYPROF_OK;
     for (size_t i = 0; i < T && st == HYPROF_OK; i++) {
-        rd[i] = (reader_t){.ds = ds, .r = r, .first = i, .step = T, .sh = &sh};
+        rd[i] = (reader_t){.ds = ds, .r = r, .rows = rows, .first = i, .step = T, .units = units,
+                           .sh = &sh};
         if (T > 1 && !(rd[i].ds = GDALOpenEx(r->path, GDAL_OF_RASTER | GDAL_OF_READONLY, NULL,
                                              NULL, NULL)))
             st = say(HYPROF_ERR_IO, err, n, "cannot open '%s' again to read it: %s", r->path,
@@ -342,7 +377,7 @@ static hyprof_status_t read_bands(GDALDatasetH ds, int threads, hyprof_raster_t 
             st = say(HYPROF_ERR_NOMEM, err, n, "cannot start a thread to read '%s'", r->path);
         }
     }
-    hyprof_status_t w = watch_readers(&sh, r->cube.bands, pg);
+    hyprof_status_t w = watch_readers(&sh, units, pg);
     for (size_t i = 0; i < T; i++) {
         if (rd[i].started)
             pthread_join(rd[i].thread, NULL);
@@ -400,7 +435,7 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
     r->cube.has_nodata = has_nd;
     r->cube.nodata = has_nd ? nd : 0.0;
     read_band_info(ds, r);
-    st = read_bands(ds, ctx ? hyprof_ctx_threads(ctx) : 0, r, pg, err, n);
+    st = read_units(ds, ctx ? hyprof_ctx_threads(ctx) : 0, r, pg, err, n);
     GDALClose(ds);
     if (st != HYPROF_OK) {
         hyprof_raster_free(r);

@@ -319,16 +319,24 @@ def test_same_bits_on_any_thread_count(tmp_path):
     assert_bands_match(outs[0], Oracle(read_cube(INDIAN_PINES), 5))
 
 
-def test_read_by_several_readers(tmp_path):
-    """The input's bands are read by one reader a processor (at most --threads), each
-    with its own handle: NaN in one band, nodata in another and an all-nodata block
-    give the same mask and output with one reader as with several."""
+@pytest.mark.parametrize("layout", [["INTERLEAVE=BAND"],
+                                    ["INTERLEAVE=PIXEL", "TILED=YES", "BLOCKYSIZE=32",
+                                     "BLOCKXSIZE=32", "COMPRESS=DEFLATE"],
+                                    ["INTERLEAVE=PIXEL"]],
+                         ids=["band-units", "row-units-tiled", "row-units-strips"])
+def test_read_by_several_readers(tmp_path, layout):
+    """The input is read by one reader a processor (at most --threads), each with its
+    own handle, by whole bands (INTERLEAVE=BAND) or by blocks of rows of every band
+    (other layouts): NaN in one band, nodata in another, infinities, an all-nodata
+    block and a dataset mask give the same mask and output with one reader as with
+    several, and sklearn's PCs on the valid pixels."""
     cube = read_cube(SAMSON, np.float32)
     cube[:, 70:90, 10:30] = ND
     cube[3, 5, 6] = np.nan
     cube[150, 40, 41] = ND
     cube[77, 1:3, 90:94] = np.inf
-    src = write_cube(tmp_path / "samson_mixed.tif", cube, nodata=ND, like=SAMSON)
+    src = write_cube(tmp_path / "samson_mixed.tif", cube, nodata=ND, like=SAMSON,
+                     options=layout)
     valid = np.all(np.isfinite(cube) & (cube != ND), axis=0)
     outs = []
     for t in (1, 2, 4):
@@ -340,3 +348,29 @@ def test_read_by_several_readers(tmp_path):
     assert all(np.array_equal(outs[0], o, equal_nan=True) for o in outs[1:])
     assert_bands_match(outs[0], Oracle(np.where(valid, cube, 0).astype(np.float64), 4, valid),
                        valid)
+
+
+def test_read_by_row_units_with_a_mask_band(tmp_path):
+    """A pixel-interleaved cube with an internal dataset mask (no nodata): the rows'
+    masks are read with the rows, by one reader or several."""
+    cube = read_cube(SAMSON, np.int16).astype(np.int16)
+    b, h, w = cube.shape
+    src = tmp_path / "samson_pix_mask.tif"
+    ds = gdal.GetDriverByName("GTiff").Create(str(src), w, h, b, gdal.GDT_Int16,
+                                              ["INTERLEAVE=PIXEL", "TILED=YES",
+                                               "BLOCKXSIZE=16", "BLOCKYSIZE=16"])
+    ds.WriteRaster(0, 0, w, h, cube.tobytes())
+    ds.CreateMaskBand(gdal.GMF_PER_DATASET)
+    mask = np.full((h, w), 255, np.uint8)
+    mask[60:80, 5:25] = 0
+    mask[3, 90] = 0
+    ds.GetRasterBand(1).GetMaskBand().WriteArray(mask)
+    ds = None
+    outs = []
+    for t in (1, 3):
+        out = tmp_path / ("m%d.tif" % t)
+        run_ok("pca", "--backend", "cpu", "--threads", t, "--components", 4, src, out,
+               cwd=tmp_path)
+        outs.append(read_cube(out))
+    assert np.array_equal(outs[0], outs[1], equal_nan=True)
+    assert_bands_match(outs[0], Oracle(cube.astype(np.float64), 4, mask != 0), mask != 0)
