@@ -177,9 +177,10 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
  * memory in float: first every distance in float, with a rigorous bound of
  * its error, then the exact double distances (the CPU's arithmetic) only to
  * the centres that the bounds cannot rule out (kmeans_resolve). With
- * u = 2^-24, cf = float(c) and t = fl(x - cf): |t| lies within (1 +- u)(|x - c| -+ u|c|), and the float
- * sum of the t^2 (fused multiply-adds) within (1 +- g) of the exact one,
- * g = 2(B+4)u (twice the classical bound); by Minkowski the true distance
+ * u = 2^-24, cf = float(c) and t = fl(x - cf): |t| lies within
+ * (1 +- u)(|x - c| -+ u|c|), and the float sum of the t^2 (fused
+ * multiply-adds) within (1 +- g) of the exact one, g = 2(B+4)u (twice the
+ * classical bound); by Minkowski the true distance
  * r = ||x - c|| lies in
  *   [sqrt(s / ((1+g)(1+u)^2)) - u||c||, sqrt(s / ((1-g)(1-u)^2)) + u||c||]
  * for the float sum s (evaluated in double, widened by 1e-12). A centre
