@@ -11,7 +11,8 @@
  * Checks (CPU result as reference):
  *   - abundances: max |cuda - cpu| over valid pixels below 1e-5, RMSE band
  *     relative 1e-5; masked pixels nodata on both;
- *   - sspp: clusters identical, homogeneity identical bit for bit (same
+ *   - sspp (also on integer-valued copies, whose K-means centre sums are
+ *     exact): clusters identical, homogeneity identical bit for bit (same
  *     arithmetic, no FMA), K-means inertia relative 1e-12, the same initial
  *     pixels; purity within 1e-4 and at most max(2, 1 %) candidates differing
  *     (purity rests on PCA, whose eigenvectors cuSOLVER and LAPACK give to
@@ -83,6 +84,23 @@ static int make_scene(hyprof_cube_t *c, size_t w, size_t h, size_t B, size_t p, 
     free(E);
     free(ph);
     free(a);
+    return 0;
+}
+
+/* A copy of c with every value rounded to an integer (the nodata value stays):
+ * the K-means centre sums are then exact in any order. */
+static int round_scene(const hyprof_cube_t *c, hyprof_cube_t *r)
+{
+    if (hyprof_cube_alloc(r, HYPROF_FLOAT32, c->width, c->height, c->bands) != HYPROF_OK)
+        return -1;
+    size_t n = c->width * c->height * c->bands;
+    for (size_t i = 0; i < n; i++)
+        ((float *)r->data)[i] = rintf(((const float *)c->data)[i]);
+    if (c->has_nodata) {
+        r->nodata = c->nodata;
+        r->has_nodata = 1;
+        hyprof_cube_mask_invalid(r);
+    }
     return 0;
 }
 
@@ -329,6 +347,17 @@ int main(void)
     test_abundances("200x150x120", &s2, 31, cpu, gpu);
     test_sspp("97x83x60-masked", &s1, "5", "25", cpu, gpu);
     test_sspp("200x150x120", &s2, "12", "25", cpu, gpu);
+    /* Integer-valued scenes: exact centre sums, which the CUDA K-means moves
+     * with the changed labels after its first update. */
+    hyprof_cube_t i1, i2;
+    if (round_scene(&s1, &i1) || round_scene(&s2, &i2)) {
+        printf("FAIL: cannot build the integer scenes\n");
+        return 1;
+    }
+    test_sspp("97x83x60-masked-integer", &i1, "5", "25", cpu, gpu);
+    test_sspp("200x150x120-integer", &i2, "31", "25", cpu, gpu);
+    hyprof_cube_free(&i1);
+    hyprof_cube_free(&i2);
     /* The paths outside the chain's device copy: a budget of half the cube
      * (each step uploads its own, the library's PCA streams the cube, the
      * abundances stream in chunks). */

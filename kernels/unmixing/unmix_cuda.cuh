@@ -4,7 +4,10 @@
  *                    its staged upload and download, the candidates' gather,
  *                    the abundances;
  *   unmix_sspp.cu    SSPP's homogeneity and purity;
- *   unmix_kmeans.cu  SSPP's K-means.
+ *   unmix_kmeans.cu  SSPP's K-means;
+ *   unmix_kmeans_moves.cu  its exact distances of the pixels the float
+ *                    pre-pass leaves open, and the centre totals moved by
+ *                    the changed labels when the sums are exact.
  *
  * Device code has internal linkage in each file; the host functions and the
  * per-thread chain state that the files share live in namespace
@@ -78,6 +81,38 @@ hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
                             DeviceBuffer<float> &own_x, DeviceBuffer<uint8_t> &own_mask,
                             const float **dx, const uint8_t **dmask,
                             const BandsReady *ready = NULL, bool *uploaded = NULL);
+
+/* ---- K-means (unmix_kmeans.cu, unmix_kmeans_moves.cu) ------------------------ */
+
+const int kResolveThreads = 256, kResolveBlocks = 1056;
+
+/* A changed label as one word: the pixel (below 2^32), its old and new label. */
+__device__ inline unsigned long long kmeans_move_word(size_t i, int32_t from, int32_t to)
+{
+    return (unsigned long long)i | ((unsigned long long)(from & 0xff) << 32) |
+           ((unsigned long long)(to & 0xff) << 40);
+}
+
+/* The pixels the float pre-pass left with several candidates (amb[0 ..
+ * *amb_n): pixel, candidate mask << 32): their exact distances, labels,
+ * dist, the count of changes, dirty marks and, with mv, the moves. */
+hyprof_status_t kmeans_resolve(hyprof_ctx_t *ctx, const char *op, const float *x, size_t npix,
+                               int B, int k, const double *Ct, const unsigned long long *amb,
+                               const unsigned long long *amb_n, int32_t *labels, double *dist,
+                               unsigned long long *changed, uint8_t *dirty,
+                               unsigned long long *mv);
+
+/* Whether every centre sum of the cube is exact in double in any order
+ * (kmeans.c's rule); one synchronisation. */
+hyprof_status_t kmeans_sums_exact(hyprof_ctx_t *ctx, const char *op, const float *x,
+                                  const uint8_t *mask, size_t npix, int B, bool *exact);
+
+/* The moves mv[0 .. *nmv) into the exact totals tot (k x B) and the counts,
+ * then C = tot / cnt (an empty cluster keeps its centre) and Ct. */
+hyprof_status_t kmeans_apply_moves(hyprof_ctx_t *ctx, const char *op, const float *x,
+                                   size_t npix, int B, int k, const unsigned long long *mv,
+                                   const unsigned long long *nmv, double *tot,
+                                   unsigned long long *cnt, double *C, double *Ct);
 
 /* count floats from the device to the host through the page-locked staging. */
 hyprof_status_t download_flat(hyprof_ctx_t *ctx, const char *op, const float *src, float *dst,

@@ -3,15 +3,20 @@
  *
  * The farthest-point initialisation: the distances, the running minimum, a
  * first-index argmax and the new centre, step after step on the device.
- * The assignment: one thread per pixel reading its spectrum once, the k sums
- * in registers for k <= 32, all the centres in shared memory; a changed
- * label marks its pixel block. When the centres fit in shared memory twice,
- * a float pre-pass with rigorous error bounds leaves the exact double
- * distances to the few centres it cannot rule out (the same labels); the
- * last assignment computes every distance in double (the inertia). The
- * centre update in the CPU's fixed order: partial sums of
+ * The assignment: one thread per pixel reading its spectrum once (the loads
+ * a few bands ahead), the k sums in registers for k <= 32. When the centres
+ * fit in shared memory in float, a float pre-pass with rigorous error
+ * bounds leaves the exact double distances to the few centres it cannot
+ * rule out (unmix_kmeans_moves.cu, a warp a pixel: the same labels); the
+ * last assignment also takes each pixel's exact distance to its centre (the
+ * inertia). Otherwise every distance is in double, the centres in shared
+ * memory a group of bands at a time. A changed label marks its pixel block.
+ * The centre update in the CPU's fixed order: partial sums of
  * HYPROF_KMEANS_BLOCK pixels by one warp per block and 32 bands, recomputed
- * only for the marked blocks, then the blocks in order. */
+ * only for the marked blocks, then the blocks in order; when the sums are
+ * exact (integer-valued cubes), the updates after the first move the
+ * changed pixels between exact totals instead (unmix_kmeans_moves.cu). The
+ * host reads the change counts every few iterations, not every one. */
 #include "unmix_cuda.cuh"
 
 #include <cub/block/block_reduce.cuh>
@@ -168,110 +173,204 @@ assign_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, siz
     }
 }
 
-/* The same assignment with a float pre-pass, when all the centres fit in
- * shared memory twice (double and float): first every distance in float,
- * with a rigorous bound of its error, then the exact double distances (the
- * CPU's arithmetic) only to the centres that the bounds cannot rule out.
- * With u = 2^-24, cf = float(c) and t = fl(x - cf): |t| lies within
+/* The same assignment with a float pre-pass, when the centres fit in shared
+ * memory in float: first every distance in float, with a rigorous bound of
+ * its error, then the exact double distances (the CPU's arithmetic) only to
+ * the centres that the bounds cannot rule out (kmeans_resolve). With
+ * u = 2^-24, cf = float(c) and t = fl(x - cf): |t| lies within
  * (1 +- u)(|x - c| -+ u|c|), and the float sum of the t^2 (fused
  * multiply-adds) within (1 +- g) of the exact one, g = 2(B+4)u (twice the
- * classical bound); by Minkowski the true distance r = ||x - c|| lies in
+ * classical bound); by Minkowski the true distance
+ * r = ||x - c|| lies in
  *   [sqrt(s / ((1+g)(1+u)^2)) - u||c||, sqrt(s / ((1-g)(1-u)^2)) + u||c||]
  * for the float sum s (evaluated in double, widened by 1e-12). A centre
  * whose lower bound exceeds the smallest upper bound by a factor 1 + 1e-9
  * (far above the double sums' rounding) is strictly farther, in the exact
  * arithmetic too, than the centre of that upper bound; the others get the
- * exact distance and the first smallest wins, as in the full computation. */
+ * exact distance and the first smallest wins, as in the full computation.
+ * With `own` (the last assignment) a pixel left with one candidate gets its
+ * exact distance too: dist then holds the full computation's values. */
+const int kF32Prefetch = 8; /* bands of x loaded ahead of their use */
+const int kF32Pixels = 1;   /* pixels a thread, kF32Threads apart */
+const int kF32Threads = 256, kF32MinBlocks = 3; /* a block's threads; blocks an SM */
+
+/* The float sums of kF32Pixels pixels (i0 + j * blockDim.x) to the MAXK
+ * centres: each centre value loaded from shared memory serves every pixel
+ * of the thread (the loads, one float per lane and cycle, bound the loop
+ * otherwise). All MAXK sums are taken, the centres past k being zeros: a
+ * test per centre would split the band's arithmetic into a branch a centre,
+ * which the compiler cannot interleave. Out-of-range pixels read zeros
+ * (their sums are not used). */
 template <int MAXK>
-__global__ void __launch_bounds__(kAssignThreads)
-assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix,
-                  int B, int k, const double *__restrict__ Ct, const double *__restrict__ cnorm,
-                  int32_t *__restrict__ labels, double *__restrict__ dist,
-                  unsigned long long *__restrict__ changed, uint8_t *__restrict__ dirty)
+__device__ inline void f32_sums(const float *__restrict__ x, size_t npix, size_t i0, int B,
+                                int k, const float *cf, float (&s)[kF32Pixels][MAXK])
 {
-    static_assert(MAXK % 4 == 0, "the centres are read as float4");
-    extern __shared__ double cs[]; /* B x MAXK doubles, then B x MAXK floats */
-    float *cf = (float *)(cs + (size_t)B * MAXK);
-    for (int t = threadIdx.x; t < B * k; t += blockDim.x) {
-        double v = Ct[t];
-        cs[(t / k) * MAXK + t % k] = v;
-        cf[(t / k) * MAXK + t % k] = (float)v;
-    }
-    __syncthreads();
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    bool in = i < npix, live = in && !(mask && !mask[i]);
-    double best = 0.0;
-    int32_t lab = -1;
-    if (live) {
-        float s[MAXK];
+    float xr[kF32Prefetch][kF32Pixels];
+    bool in[kF32Pixels];
 #pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            s[c] = 0.0f;
-        /* The centres of a band come as float4 (one shared-memory load for
-         * four centres, all threads of the warp at the same address): with a
-         * load for every centre the loop would be bound by the loads, not the
-         * arithmetic. The arithmetic, and so every bound below, is the same. */
-        for (int b = 0; b < B; b++) {
-            float xb = x[(size_t)b * npix + i];
+    for (int j = 0; j < kF32Pixels; j++)
+        in[j] = i0 + (size_t)j * blockDim.x < npix;
+#pragma unroll
+    for (int r = 0; r < kF32Prefetch; r++)
+#pragma unroll
+        for (int j = 0; j < kF32Pixels; j++)
+            xr[r][j] = r < B && in[j] ? x[(size_t)r * npix + i0 + (size_t)j * blockDim.x] : 0.0f;
+    for (int b0 = 0; b0 < B; b0 += kF32Prefetch) {
+#pragma unroll
+        for (int r = 0; r < kF32Prefetch; r++) {
+            const int b = b0 + r;
+            if (b >= B)
+                break;
+            float xb[kF32Pixels]; /* the loads of band b + kF32Prefetch go out now */
+#pragma unroll
+            for (int j = 0; j < kF32Pixels; j++) {
+                xb[j] = xr[r][j];
+                xr[r][j] = b + kF32Prefetch < B && in[j]
+                               ? x[(size_t)(b + kF32Prefetch) * npix + i0 + (size_t)j * blockDim.x]
+                               : 0.0f;
+            }
+            /* The centres of a band come as float4 (one shared-memory load for
+             * four centres, all threads of the warp at the same address). */
             const float4 *cb = reinterpret_cast<const float4 *>(cf + b * MAXK);
 #pragma unroll
             for (int c4 = 0; c4 < MAXK / 4; c4++) {
                 const float4 v = cb[c4];
                 const float cv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    if (4 * c4 + j < k) {
-                        float t = xb - cv[j];
-                        s[4 * c4 + j] = fmaf(t, t, s[4 * c4 + j]);
+                for (int q = 0; q < 4; q++)
+#pragma unroll
+                    for (int j = 0; j < kF32Pixels; j++) {
+                        float t = xb[j] - cv[q];
+                        s[j][4 * c4 + q] = fmaf(t, t, s[j][4 * c4 + q]);
                     }
             }
         }
-        const double u = 5.9604644775390625e-08, g = 2.0 * (B + 4) * u;
-        const double khi = (1.0 + 1e-12) / ((1.0 - g) * (1.0 - u) * (1.0 - u));
-        const double klo = (1.0 - 1e-12) / ((1.0 + g) * (1.0 + u) * (1.0 + u));
-        double lo[MAXK], m = INFINITY;
-#pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            if (c < k) {
-                double sc = (double)s[c], cu = u * cnorm[c];
-                double hi = (sqrt(sc * khi) + cu) * (1.0 + 1e-12);
-                lo[c] = (sqrt(sc * klo) - cu) * (1.0 - 1e-12);
-                m = hi < m ? hi : m;
-            }
-        unsigned cand = 0;
-#pragma unroll
-        for (int c = 0; c < MAXK; c++)
-            if (c < k && !(lo[c] > m * (1.0 + 1e-9)))
-                cand |= 1u << c;
-        if (!(cand & (cand - 1))) { /* one candidate: it is the nearest */
-            lab = __ffs(cand) - 1;
-            best = -1.0; /* not computed (only the last, full assignment fills dist) */
-        } else { /* the exact distance to each candidate, in increasing order */
-            best = INFINITY;
-            while (cand) {
-                const int c = __ffs(cand) - 1;
-                cand &= cand - 1;
-                double dc = 0.0;
-                for (int b = 0; b < B; b++) {
-                    double t = __dsub_rn((double)x[(size_t)b * npix + i], cs[b * MAXK + c]);
-                    dc = __dadd_rn(dc, __dmul_rn(t, t));
-                }
-                if (dc < best) {
-                    best = dc;
-                    lab = c;
-                }
-            }
-        }
     }
-    bool moved = in && labels[i] != lab;
-    unsigned vote = __ballot_sync(0xffffffffu, moved);
+}
+
+/* The exact squared distance of pixel i to centre c (band-major Ct). */
+__device__ inline double exact_dist(const float *__restrict__ x, size_t npix, size_t i, int B,
+                                    int k, const double *__restrict__ Ct, int c)
+{
+    double dc = 0.0;
+#pragma unroll 8
+    for (int b = 0; b < B; b++) {
+        double t = __dsub_rn((double)x[(size_t)b * npix + i], __ldg(Ct + (size_t)b * k + c));
+        dc = __dadd_rn(dc, __dmul_rn(t, t));
+    }
+    return dc;
+}
+
+/* Where the float sums s leave pixel i: its label (*lab, with *best as
+ * described above), or the mask of its candidates when there are several
+ * (returned; 0 otherwise). */
+template <int MAXK>
+__device__ inline unsigned f32_bounds(const float *__restrict__ x, size_t npix, size_t i, int B,
+                                      int k, const double *__restrict__ Ct,
+                                      const double *__restrict__ cnorm, const float (&s)[MAXK],
+                                      int own, int32_t *lab, double *best)
+{
+    const double u = 5.9604644775390625e-08, g = 2.0 * (B + 4) * u;
+    const double khi = (1.0 + 1e-12) / ((1.0 - g) * (1.0 - u) * (1.0 - u));
+    const double klo = (1.0 - 1e-12) / ((1.0 + g) * (1.0 + u) * (1.0 + u));
+    double m = INFINITY;
+#pragma unroll
+    for (int c = 0; c < MAXK; c++) /* the smallest upper bound */
+        if (c < k) {
+            double hi = (sqrt((double)s[c] * khi) + u * cnorm[c]) * (1.0 + 1e-12);
+            m = hi < m ? hi : m;
+        }
+    m *= 1.0 + 1e-9;
+    unsigned cand = 0; /* the lower bounds, recomputed: fewer registers than kept */
+#pragma unroll
+    for (int c = 0; c < MAXK; c++)
+        if (c < k && !((sqrt((double)s[c] * klo) - u * cnorm[c]) * (1.0 - 1e-12) > m))
+            cand |= 1u << c;
+    if (cand & (cand - 1))
+        return cand;
+    *lab = __ffs(cand) - 1; /* one candidate: it is the nearest */
+    /* not computed (only the last, full assignment fills dist) */
+    *best = own ? exact_dist(x, npix, i, B, k, Ct, *lab) : -1.0;
+    return 0;
+}
+
+/* The label of pixel i (in: i < npix) from the pre-pass: written with its
+ * count and dirty mark, or, with several candidates, appended to amb for
+ * kmeans_resolve (a warp a pixel, not one divergent lane), which sets its
+ * label, dist, count and dirty mark. With mv, each changed label is
+ * recorded there (exact sums). All the warp's lanes call it. */
+__device__ inline void f32_settle(size_t i, bool in, int32_t lab, double best, unsigned defer,
+                                  int32_t *__restrict__ labels, double *__restrict__ dist,
+                                  unsigned long long *__restrict__ changed,
+                                  uint8_t *__restrict__ dirty, unsigned long long *__restrict__ amb,
+                                  unsigned long long *__restrict__ amb_n,
+                                  unsigned long long *__restrict__ mv)
+{
+    const unsigned dv = __ballot_sync(0xffffffffu, defer != 0);
+    if (dv) {
+        unsigned long long base = 0;
+        if ((threadIdx.x & 31) == 0)
+            base = atomicAdd(amb_n, (unsigned long long)__popc(dv));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        if (defer)
+            amb[base + __popc(dv & ((1u << (threadIdx.x & 31)) - 1u))] =
+                (unsigned long long)i | ((unsigned long long)defer << 32);
+    }
+    const int32_t old = in ? labels[i] : -1;
+    const bool moved = in && !defer && old != lab;
+    const unsigned vote = __ballot_sync(0xffffffffu, moved);
+    unsigned long long at = 0;
     if ((threadIdx.x & 31) == 0 && vote)
-        atomicAdd(changed, (unsigned long long)__popc(vote));
+        at = atomicAdd(changed, (unsigned long long)__popc(vote));
+    if (mv) { /* the moves, at the indices the count gives */
+        at = __shfl_sync(0xffffffffu, at, 0);
+        if (moved)
+            mv[at + __popc(vote & ((1u << (threadIdx.x & 31)) - 1u))] =
+                kmeans_move_word(i, old, lab);
+    }
     if (moved)
         dirty[i / HYPROF_KMEANS_BLOCK] = 1;
-    if (in) {
+    if (in && !defer) {
         labels[i] = lab;
         dist[i] = best;
+    }
+}
+
+/* One block: kF32Pixels x kF32Threads pixels. */
+template <int MAXK>
+__global__ void __launch_bounds__(kF32Threads, kF32MinBlocks)
+assign_f32_kernel(const float *__restrict__ x, const uint8_t *__restrict__ mask, size_t npix,
+                  int B, int k, const double *__restrict__ Ct, const double *__restrict__ cnorm,
+                  int32_t *__restrict__ labels, double *__restrict__ dist,
+                  unsigned long long *__restrict__ changed, uint8_t *__restrict__ dirty, int own,
+                  unsigned long long *__restrict__ amb, unsigned long long *__restrict__ amb_n,
+                  unsigned long long *__restrict__ mv)
+{
+    static_assert(MAXK % 4 == 0, "the centres are read as float4");
+    extern __shared__ float cf[]; /* B x MAXK */
+    for (int t = threadIdx.x; t < B * MAXK; t += blockDim.x) {
+        const int b = t / MAXK, c = t % MAXK;
+        cf[t] = c < k ? (float)Ct[(size_t)b * k + c] : 0.0f;
+    }
+    __syncthreads();
+    const size_t i0 = (size_t)blockIdx.x * kF32Pixels * blockDim.x + threadIdx.x;
+    float s[kF32Pixels][MAXK];
+#pragma unroll
+    for (int j = 0; j < kF32Pixels; j++)
+#pragma unroll
+        for (int c = 0; c < MAXK; c++)
+            s[j][c] = 0.0f;
+    f32_sums<MAXK>(x, npix, i0, B, k, cf, s);
+#pragma unroll
+    for (int j = 0; j < kF32Pixels; j++) {
+        const size_t i = i0 + (size_t)j * blockDim.x;
+        const bool in = i < npix, live = in && !(mask && !mask[i]);
+        double best = 0.0;
+        int32_t lab = -1;
+        unsigned defer = 0;
+        if (live)
+            defer = f32_bounds<MAXK>(x, npix, i, B, k, Ct, cnorm, s[j], own, &lab, &best);
+        f32_settle(i, in, lab, best, defer, labels, dist, changed, dirty, amb, amb_n, mv);
     }
 }
 
@@ -412,7 +511,7 @@ partial_kernel(const float *__restrict__ x, const int32_t *__restrict__ labels, 
  * blocks are issued before their (ordered) additions. */
 __global__ void centre_kernel(const double *__restrict__ part, const unsigned long long *cnt,
                               int B, int k, size_t nblk, double *__restrict__ C,
-                              double *__restrict__ Ct)
+                              double *__restrict__ Ct, double *__restrict__ tot)
 {
     size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (size_t)B * k)
@@ -432,6 +531,8 @@ __global__ void centre_kernel(const double *__restrict__ part, const unsigned lo
     }
     for (; blk < nblk; blk++)
         s = __dadd_rn(s, q[blk * stride]);
+    if (tot) /* the exact sums' start */
+        tot[c * B + b] = s;
     if (cnt[c]) {
         double v = __ddiv_rn(s, (double)cnt[c]);
         C[c * B + b] = v;
@@ -461,6 +562,10 @@ struct KMeansDev {
     DeviceBuffer<unsigned long long> cnt, changed;
     DeviceBuffer<uint8_t> dirty; /* per pixel block: a label changed since its sums */
     DeviceBuffer<double> cnorm;  /* the float pre-pass: the centres' norms */
+    DeviceBuffer<unsigned long long> amb, amb_n; /* its pixels left with several candidates */
+    bool exact_sums = false; /* the centre totals follow the moves (mv) after the first update */
+    DeviceBuffer<unsigned long long> mv;
+    DeviceBuffer<double> tot; /* k x B: the exact centre totals */
     const hyprof_kmeans_args_t *a;
     size_t nblk;
 };
@@ -488,19 +593,22 @@ hyprof_status_t update_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int 
         d.x, d.labels.get(), a->npix, B, k, all ? NULL : d.dirty.get(), d.part.get());
     HYPROF_CUDA_CHECK_LAUNCH("partial_kernel");
     centre_kernel<<<(unsigned)div_up((size_t)B * k, 128), 128>>>(
-        d.part.get(), d.cnt.get(), B, k, d.nblk, C, C == d.C.get() ? d.Ct.get() : NULL);
+        d.part.get(), d.cnt.get(), B, k, d.nblk, C, C == d.C.get() ? d.Ct.get() : NULL,
+        C == d.C.get() && d.exact_sums ? d.tot.get() : NULL);
     HYPROF_CUDA_CHECK_LAUNCH("centre_kernel");
     HYPROF_CUDA_CHECK(cudaMemsetAsync(d.dirty.get(), 0, d.nblk, 0));
     return HYPROF_OK;
 }
 
 template <int MAXK>
-hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, bool exact)
+hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int slot,
+                              bool exact)
 {
     const hyprof_kmeans_args_t *a = d.a;
     const int B = (int)a->bands, k = (int)a->k;
-    const size_t smem2 = (size_t)B * MAXK * (sizeof(double) + sizeof(float));
-    if (!exact && smem2 <= kAssignSmem) { /* the float pre-pass */
+    const size_t smem2 = (size_t)B * MAXK * sizeof(float);
+    unsigned long long *changed = d.changed.get() + slot;
+    if (smem2 <= kAssignSmem && a->npix <= 0xffffffffu) { /* the float pre-pass */
         cnorm_kernel<<<k, 32>>>(d.C.get(), B, d.cnorm.get());
         HYPROF_CUDA_CHECK_LAUNCH("cnorm_kernel");
         if (smem2 > 48 * 1024)
@@ -508,11 +616,15 @@ hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, b
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)smem2));
         assign_f32_kernel<MAXK>
-            <<<(unsigned)div_up(a->npix, kAssignThreads), kAssignThreads, smem2>>>(
+            <<<(unsigned)div_up(a->npix, (size_t)kF32Pixels * kF32Threads), kF32Threads,
+               smem2>>>(
                 d.x, d.mask, a->npix, B, k, d.Ct.get(), d.cnorm.get(), d.labels.get(),
-                d.dist.get(), d.changed.get(), d.dirty.get());
+                d.dist.get(), changed, d.dirty.get(), exact ? 1 : 0, d.amb.get(),
+                d.amb_n.get() + slot, d.exact_sums ? d.mv.get() : NULL);
         HYPROF_CUDA_CHECK_LAUNCH("assign_f32_kernel");
-        return HYPROF_OK;
+        return kmeans_resolve(ctx, op, d.x, a->npix, B, k, d.Ct.get(), d.amb.get(),
+                              d.amb_n.get() + slot, d.labels.get(), d.dist.get(), changed,
+                              d.dirty.get(), d.exact_sums ? d.mv.get() : NULL);
     }
     size_t tb = kAssignSmem / (MAXK * sizeof(double));
     tb = tb > (size_t)B ? (size_t)B : tb;
@@ -522,36 +634,34 @@ hyprof_status_t launch_assign(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, b
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)smem));
     assign_kernel<MAXK><<<(unsigned)div_up(a->npix, kAssignThreads), kAssignThreads, smem>>>(
-        d.x, d.mask, a->npix, B, k, (int)tb, d.Ct.get(), d.labels.get(), d.dist.get(),
-        d.changed.get(), d.dirty.get());
+        d.x, d.mask, a->npix, B, k, (int)tb, d.Ct.get(), d.labels.get(), d.dist.get(), changed,
+        d.dirty.get());
     HYPROF_CUDA_CHECK_LAUNCH("assign_kernel");
     return HYPROF_OK;
 }
 
-/* Every pixel's nearest centre; `changed` gets the number of labels that
- * changed. `exact`: every distance in double (dist filled for every pixel:
- * the last assignment); else the float pre-pass where it applies (the same
- * labels; dist only where two centres had to be compared). */
-hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d,
-                           unsigned long long *changed, bool exact)
+/* Every pixel's nearest centre, queued on the default stream; the device
+ * counter changed[slot] (zero before) gets the number of labels that
+ * changed, amb_n[slot] the pixels the float pre-pass left with several
+ * candidates. `exact`: dist gets every pixel's exact distance to its centre
+ * (the last assignment); else only where two centres had to be compared.
+ * The labels are the full computation's either way. */
+hyprof_status_t assign_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, int slot, bool exact)
 {
     const hyprof_kmeans_args_t *a = d.a;
-    HYPROF_CUDA_CHECK(cudaMemset(d.changed.get(), 0, sizeof(unsigned long long)));
     const int k = (int)a->k;
     if (k <= 8)
-        HYPROF_TRY(launch_assign<8>(ctx, op, d, exact));
+        HYPROF_TRY(launch_assign<8>(ctx, op, d, slot, exact));
     else if (k <= 16)
-        HYPROF_TRY(launch_assign<16>(ctx, op, d, exact));
+        HYPROF_TRY(launch_assign<16>(ctx, op, d, slot, exact));
     else if (k <= 32)
-        HYPROF_TRY(launch_assign<32>(ctx, op, d, exact));
+        HYPROF_TRY(launch_assign<32>(ctx, op, d, slot, exact));
     else {
         assign_many_kernel<<<(unsigned)div_up(a->npix, kThreads), kThreads>>>(
             d.x, d.mask, a->npix, (int)a->bands, k, d.C.get(), d.labels.get(), d.dist.get(),
-            d.changed.get(), d.dirty.get());
+            d.changed.get() + slot, d.dirty.get());
         HYPROF_CUDA_CHECK_LAUNCH("assign_many_kernel");
     }
-    HYPROF_CUDA_CHECK(cudaMemcpy(changed, d.changed.get(), sizeof *changed,
-                                 cudaMemcpyDeviceToHost));
     return HYPROF_OK;
 }
 
@@ -616,6 +726,116 @@ hyprof_status_t init_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d)
     return HYPROF_OK;
 }
 
+/* With HYPROF_LOG=debug, CUDA events split the stage (one debug line at the
+ * end): the allocations, the mean spectrum, the initialisation, the
+ * iterations' assignments and updates, the last assignment. */
+enum { kTrAlloc = 0, kTrMean, kTrInit, kTrAssign, kTrUpdate, kTrLast, kTrKinds };
+
+struct Trace {
+    bool on = false;
+    double host0 = 0.0, host_alloc = 0.0;
+    std::vector<cudaEvent_t> ev;
+    std::vector<int> kind; /* the kind of the interval that ends at ev[i] */
+    Trace() = default;
+    Trace(const Trace &) = delete;
+    Trace &operator=(const Trace &) = delete;
+    ~Trace()
+    {
+        for (cudaEvent_t e : ev)
+            (void)cudaEventDestroy(e);
+    }
+    void start()
+    {
+        on = hyprof__log_debug() != 0;
+        host0 = hyprof__now();
+        mark(-1);
+    }
+    void mark(int kd)
+    {
+        cudaEvent_t e = NULL;
+        if (!on)
+            return;
+        if (kd == kTrAlloc)
+            host_alloc = hyprof__now() - host0;
+        if (cudaEventCreate(&e) != cudaSuccess || cudaEventRecord(e, 0) != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (e)
+                (void)cudaEventDestroy(e);
+            on = false; /* timing never fails the step */
+            return;
+        }
+        ev.push_back(e);
+        kind.push_back(kd);
+    }
+    void report(hyprof_ctx_t *ctx, int iterations, int launched, bool exact,
+                unsigned long long amb)
+    {
+        if (!on || ev.size() < 2 || cudaEventSynchronize(ev.back()) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return;
+        }
+        double ms[kTrKinds] = {0};
+        for (size_t i = 1; i < ev.size(); i++) {
+            float t = 0.0f;
+            if (kind[i] >= 0 && cudaEventElapsedTime(&t, ev[i - 1], ev[i]) == cudaSuccess)
+                ms[kind[i]] += t;
+        }
+        (void)cudaGetLastError();
+        hyprof__log(ctx, HYPROF_LOG_DEBUG,
+                    "kmeans stages: device=cuda iterations=%d launched=%d sums=%s deferred=%llu "
+                    "alloc_host_ms=%.3f alloc_ms=%.3f mean_ms=%.3f init_ms=%.3f assign_ms=%.3f "
+                    "update_ms=%.3f last_ms=%.3f wall_ms=%.3f",
+                    iterations, launched, exact ? "exact" : "ordered", amb, 1e3 * host_alloc,
+                    ms[kTrAlloc], ms[kTrMean], ms[kTrInit], ms[kTrAssign], ms[kTrUpdate],
+                    ms[kTrLast], 1e3 * (hyprof__now() - host0));
+    }
+};
+
+/* Lloyd's iterations, queued kCheckEvery at a time: the host reads the
+ * group's change counts once after it (one synchronisation a group, not one
+ * an iteration). The iterations queued after the first without a change
+ * change nothing: no block is dirty, so the partial sums, the counts and
+ * the centres come out the same, and so do the labels. *launched gets the
+ * iterations queued. */
+const int kCheckEvery = 5;
+
+hyprof_status_t lloyd_dev(hyprof_ctx_t *ctx, const char *op, KMeansDev &d, Trace &tr,
+                          int *launched)
+{
+    hyprof_kmeans_args_t *a = (hyprof_kmeans_args_t *)d.a;
+    const int k = (int)a->k, T = a->max_iter;
+    unsigned long long hc[kCheckEvery];
+    a->iterations = 0;
+    *launched = 0;
+    for (int it0 = 0; it0 < T; it0 += kCheckEvery) {
+        const int it1 = it0 + kCheckEvery < T ? it0 + kCheckEvery : T;
+        for (int it = it0; it < it1; it++) {
+            HYPROF_TRY(assign_dev(ctx, op, d, it, false));
+            tr.mark(kTrAssign);
+            /* The first update sums every block (the partials held the mean's);
+             * with exact sums, later ones move the changed pixels. */
+            if (d.exact_sums && it > 0)
+                HYPROF_TRY(kmeans_apply_moves(ctx, op, d.x, a->npix, (int)a->bands, k,
+                                              d.mv.get(), d.changed.get() + it, d.tot.get(),
+                                              d.cnt.get(), d.C.get(), d.Ct.get()));
+            else
+                HYPROF_TRY(update_dev(ctx, op, d, k, d.C.get(), it == 0));
+            tr.mark(kTrUpdate);
+        }
+        *launched = it1;
+        HYPROF_CUDA_CHECK(cudaMemcpy(hc, d.changed.get() + it0,
+                                     (size_t)(it1 - it0) * sizeof(unsigned long long),
+                                     cudaMemcpyDeviceToHost));
+        for (int it = it0; it < it1; it++) {
+            if (hc[it - it0] == 0)
+                return HYPROF_OK;
+            a->iterations = it + 1;
+            HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / T, op));
+        }
+    }
+    return HYPROF_OK;
+}
+
 } /* namespace */
 
 extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
@@ -630,6 +850,8 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     d.nblk = div_up(n, HYPROF_KMEANS_BLOCK);
     HYPROF_TRY(device_cube(ctx, op, a->x, a->mask, n, B, d.own_x, d.own_mask, &d.x, &d.mask));
     stage_begin(kDevKmeans, 0);
+    Trace tr;
+    tr.start();
     HYPROF_TRY(d.C.alloc(ctx, op, k * B));
     HYPROF_TRY(d.Ct.alloc(ctx, op, k * B));
     HYPROF_TRY(d.dist.alloc(ctx, op, n));
@@ -639,16 +861,33 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
     HYPROF_TRY(d.bi.alloc(ctx, op, kArgmaxBlocks));
     HYPROF_TRY(d.labels.alloc(ctx, op, n));
     HYPROF_TRY(d.cnt.alloc(ctx, op, k));
-    HYPROF_TRY(d.changed.alloc(ctx, op, 1));
+    HYPROF_TRY(d.changed.alloc(ctx, op, (size_t)a->max_iter + 1));
     HYPROF_TRY(d.dirty.alloc(ctx, op, d.nblk));
     HYPROF_TRY(d.cnorm.alloc(ctx, op, k));
+    HYPROF_TRY(d.amb.alloc(ctx, op, n));
+    HYPROF_TRY(d.amb_n.alloc(ctx, op, (size_t)a->max_iter + 1));
+    /* Exact sums where the float pre-pass runs (its moves are recorded). */
+    const size_t maxk = k <= 8 ? 8 : k <= 16 ? 16 : 32;
+    if (k <= 32 && B * maxk * sizeof(float) <= kAssignSmem && n <= 0xffffffffu) {
+        HYPROF_TRY(kmeans_sums_exact(ctx, op, d.x, d.mask, n, (int)B, &d.exact_sums));
+        if (d.exact_sums) {
+            HYPROF_TRY(d.mv.alloc(ctx, op, n));
+            HYPROF_TRY(d.tot.alloc(ctx, op, k * B));
+        }
+    }
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(d.changed.get(), 0,
+                                      ((size_t)a->max_iter + 1) * sizeof(unsigned long long), 0));
+    HYPROF_CUDA_CHECK(cudaMemsetAsync(d.amb_n.get(), 0,
+                                      ((size_t)a->max_iter + 1) * sizeof(unsigned long long), 0));
     const uint8_t *msk = d.mask;
     const unsigned grid = (unsigned)div_up(n, 256);
+    tr.mark(kTrAlloc);
 
     /* The mean spectrum: the update with every valid pixel in cluster 0. */
     fill_labels_kernel<<<grid, 256>>>(msk, n, 0, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
     HYPROF_TRY(update_dev(ctx, op, d, 1, d.ref.get(), true));
+    tr.mark(kTrMean);
     HYPROF_TRY(init_dev(ctx, op, d));
     transpose_centres_kernel<<<(unsigned)div_up(k * B, 256), 256>>>(d.C.get(), (int)B, (int)k,
                                                                     d.Ct.get());
@@ -656,26 +895,26 @@ extern "C" hyprof_status_t hyprof__cuda_kmeans(hyprof_ctx_t *ctx, void *vargs)
 
     fill_labels_kernel<<<grid, 256>>>(msk, n, -2, d.labels.get());
     HYPROF_CUDA_CHECK_LAUNCH("fill_labels_kernel");
-    a->iterations = 0;
-    for (int it = 0; it < a->max_iter; it++) {
-        unsigned long long changed = 0;
-        HYPROF_TRY(assign_dev(ctx, op, d, &changed, false));
-        if (changed == 0)
-            break;
-        /* The first update sums every block (the partials held the mean's). */
-        HYPROF_TRY(update_dev(ctx, op, d, (int)k, d.C.get(), it == 0));
-        a->iterations = it + 1;
-        HYPROF_TRY(hyprof__progress(ctx, (double)(it + 1) / a->max_iter, op));
-    }
+    tr.mark(kTrInit);
+    int launched = 0;
+    HYPROF_TRY(lloyd_dev(ctx, op, d, tr, &launched));
     /* The distances to the final centres, all exact (the inertia); when the
      * loop ended on no change, the labels stay as they are. */
-    unsigned long long changed = 0;
-    HYPROF_TRY(assign_dev(ctx, op, d, &changed, true));
+    HYPROF_TRY(assign_dev(ctx, op, d, a->max_iter, true));
+    tr.mark(kTrLast);
     stage_end(kDevKmeans, 0);
     HYPROF_CUDA_CHECK(cudaMemcpy(a->labels, d.labels.get(), n * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost));
     HYPROF_CUDA_CHECK(cudaMemcpy(a->dist, d.dist.get(), n * sizeof(double), cudaMemcpyDeviceToHost));
     HYPROF_CUDA_CHECK(cudaMemcpy(a->centres, d.C.get(), k * B * sizeof(double),
                                  cudaMemcpyDeviceToHost));
+    unsigned long long amb = 0; /* the pixels the resolve step took, all assignments */
+    std::vector<unsigned long long> namb(tr.on ? (size_t)a->max_iter + 1 : 0);
+    if (tr.on && cudaMemcpy(namb.data(), d.amb_n.get(), namb.size() * sizeof namb[0],
+                            cudaMemcpyDeviceToHost) == cudaSuccess)
+        for (unsigned long long q : namb)
+            amb += q;
+    (void)cudaGetLastError();
+    tr.report(ctx, a->iterations, launched, d.exact_sums, amb);
     return HYPROF_OK;
 }
