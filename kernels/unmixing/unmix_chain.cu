@@ -168,10 +168,6 @@ hyprof_status_t upload_cube(hyprof_ctx_t *ctx, const char *op, const float *x, s
     return HYPROF_OK;
 }
 
-/* The device copy of (x, mask) on the current device: the held one (uploaded
- * now if this is the first step to ask), or a fresh upload into own_x/own_mask.
- * `ready`, when given, is called band group by band group during an upload
-
 /* Whether the chain may keep a cube of `bytes` on the device: within the
  * device-memory budget (which $HYPROF_DEVICE_MEMORY caps). */
 hyprof_status_t hold_fits(hyprof_ctx_t *ctx, const char *op, size_t bytes, bool *fits)
@@ -267,6 +263,10 @@ __global__ void gather_kernel(const float *__restrict__ x, size_t npix, int B,
 
 namespace hyprof_unmix {
 
+/* The device copy of (x, mask) on the current device: the held one (uploaded
+ * now if this is the first step to ask), or a fresh upload into own_x/own_mask.
+ * `ready`, when given, is called band group by band group during an upload;
+ * *uploaded tells whether this call uploaded the cube. */
 hyprof_status_t device_cube(hyprof_ctx_t *ctx, const char *op, const float *x,
                             const uint8_t *mask, size_t npix, size_t bands,
                             DeviceBuffer<float> &own_x, DeviceBuffer<uint8_t> &own_mask,
