@@ -448,28 +448,34 @@ CANCEL_CASES = [("pca", "SIGINT", ["--save-model", "model.pca"], None),
                 ("pca", "SIGINT", ["--components", "200", "--save-model", "model.pca"], "write")]
 
 
-@pytest.mark.parametrize("op,sig,extra,when", CANCEL_CASES,
-                         ids=["%s-%s-%s" % (c[0], c[1], c[3] or "compute") for c in CANCEL_CASES])
-def test_cancel(big_cube, tmp_path, op, sig, extra, when):
-    cmd = [exe_path(), op, "--progress", "json", "--threads", "1"] + extra + [
-        str(big_cube), str(tmp_path / "out.tif")]
-    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def signal_at_progress(cmd, cwd, sig, wanted):
+    """Runs cmd, sends `sig` at the first JSON progress line whose stage satisfies
+    wanted(stage); returns (exit code, stderr, the line it was sent at or None)."""
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     lines, sent_at = [], None
     try:
         for line in p.stderr:
             lines.append(line)
-            if sent_at is None and line.startswith("{"):
-                stage = json.loads(line).get("stage")
-                if stage and stage != "read" and (when is None or stage == when):
-                    p.send_signal(getattr(signal, sig))
-                    sent_at = line
+            if sent_at is None and line.startswith("{") and wanted(json.loads(line).get("stage")):
+                p.send_signal(sig)
+                sent_at = line
         rc = p.wait(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    stderr = "".join(lines)
+    return rc, "".join(lines), sent_at
+
+
+@pytest.mark.parametrize("op,sig,extra,when", CANCEL_CASES,
+                         ids=["%s-%s-%s" % (c[0], c[1], c[3] or "compute") for c in CANCEL_CASES])
+def test_cancel(big_cube, tmp_path, op, sig, extra, when):
+    cmd = [exe_path(), op, "--progress", "json", "--threads", "1"] + extra + [
+        str(big_cube), str(tmp_path / "out.tif")]
+    rc, stderr, sent_at = signal_at_progress(
+        cmd, tmp_path, getattr(signal, sig),
+        lambda stage: stage and stage != "read" and (when is None or stage == when))
     assert sent_at is not None, "no progress line after 'read' was seen:\n" + stderr
     assert rc == EXIT_CANCELLED, "exit %d after %s (sent on %s)\n%s" % (rc, sig, sent_at.strip(),
                                                                       stderr[-2000:])
@@ -486,22 +492,9 @@ def test_cancel_while_reading(big_cube, tmp_path):
     message, nothing written."""
     cmd = [exe_path(), "pca", "--progress", "json", "--threads", "2", str(big_cube),
            str(tmp_path / "out.tif")]
-    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    lines, sent = [], False
-    try:
-        for line in p.stderr:
-            lines.append(line)
-            if not sent and line.startswith("{") and json.loads(line).get("stage") == "read":
-                p.send_signal(signal.SIGINT)
-                sent = True
-        rc = p.wait(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    stderr = "".join(lines)
-    assert sent, "no progress line of the read was seen:\n" + stderr
+    rc, stderr, sent_at = signal_at_progress(cmd, tmp_path, signal.SIGINT,
+                                             lambda stage: stage == "read")
+    assert sent_at, "no progress line of the read was seen:\n" + stderr
     assert rc == EXIT_CANCELLED, "exit %d\n%s" % (rc, stderr[-2000:])
     msg = message_lines(stderr)
     assert len(msg) == 1 and "cancel" in msg[0].lower(), msg
