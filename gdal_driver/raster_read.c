@@ -270,12 +270,13 @@ static void *reader_main(void *arg)
         if (__atomic_load_n(&rd->sh->stop, __ATOMIC_RELAXED))
             break;
         CPLErrorReset();
-        size_t y0 = u * rd->rows, n = h - y0 < rd->rows ? h - y0 : rd->rows;
-        if (rd->rows) /* the first band decodes the unit's blocks, GDAL's cache serves the rest */
+        if (rd->rows) { /* the first band decodes the unit's blocks, GDAL's cache serves the rest */
+            size_t y0 = u * rd->rows, n = h - y0 < rd->rows ? h - y0 : rd->rows;
             for (size_t b = 0; b < rd->r->cube.bands && rd->st == HYPROF_OK; b++)
                 rd->st = read_band_rows(rd, b, y0, n, &scratch);
-        else
+        } else {
             rd->st = read_band_rows(rd, u, 0, h, &scratch);
+        }
         pthread_mutex_lock(&rd->sh->lock);
         rd->sh->done += rd->st == HYPROF_OK;
         rd->sh->stop |= rd->st != HYPROF_OK;

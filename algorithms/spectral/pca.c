@@ -93,10 +93,12 @@ static hyprof_status_t covariance(hyprof_ctx_t *ctx, const hyprof_pca_fit_args_t
     size_t B = a->bands, nchunks = (a->npix + COV_CHUNK - 1) / COV_CHUNK;
     size_t G = cov_group_count(nchunks, B), done = 0;
     double *part = G > 1 ? calloc(G * B * B, sizeof *part) : cov; /* one group: cov itself */
-    int stop = 0, nomem = !part;
-    #pragma omp parallel num_threads(threads) if (G > 1 && part)
+    if (!part)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "cannot allocate the covariance buffers");
+    int stop = 0, nomem = 0;
+    #pragma omp parallel num_threads(threads) if (G > 1)
     {
-        double *buf = part ? malloc(COV_CHUNK * B * sizeof *buf) : NULL;
+        double *buf = malloc(COV_CHUNK * B * sizeof *buf);
         #pragma omp for schedule(dynamic, 1)
         for (size_t g = 0; g < G; g++) {
             int halt;
