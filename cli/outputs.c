@@ -13,14 +13,19 @@
  * so GDAL's .aux.xml sidecar of a temporary is ".<n>.hyprof-<pid>.tmp.aux.xml".
  * The commit checks the cancel flag one last time, links each existing target
  * to a backup name, renames every temporary (and sidecar) onto its target and,
- * if one rename fails, puts every target back as it was. Temporaries of dead
+ * if one rename fails, puts every target back as it was. Without --overwrite
+ * an output is placed only where nothing is (renameat2's RENAME_NOREPLACE, or
+ * link() where that is not supported), so of two runs writing one new output
+ * at once, one wins and the other fails as if the file had been there. Temporaries of dead
  * runs (their pid in the name, kill(pid, 0) fails with ESRCH) are removed
  * when their folder receives an output again. */
+#define _GNU_SOURCE /* renameat2 */
 #include "cli.h"
 #include "raster_io.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -284,10 +289,11 @@ void cli_outputs_discard(cli_outputs_t *o)
 
 /* ---- commit ------------------------------------------------------------------------------ */
 
-/* One file move of the commit: src onto dst (src NULL: dst is removed). */
+/* One file move of the commit: src onto dst (src NULL: dst is removed);
+ * exclusive: dst must not exist (an output without --overwrite). */
 typedef struct {
     char *src, *dst, *backup;
-    int done;
+    int exclusive, linked, done;
 } move_t;
 
 typedef struct {
@@ -296,7 +302,7 @@ typedef struct {
     int ok;
 } move_list_t;
 
-static void add_move(move_list_t *l, const char *src, const char *dst)
+static void add_move(move_list_t *l, const char *src, const char *dst, int exclusive)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
@@ -309,23 +315,24 @@ static void add_move(move_list_t *l, const char *src, const char *dst)
         l->cap = cap;
     }
     move_t *m = &l->m[l->n++];
-    *m = (move_t){src ? strdup(src) : NULL, strdup(dst), NULL, 0};
+    *m = (move_t){src ? strdup(src) : NULL, strdup(dst), NULL, exclusive, 0, 0};
     l->ok &= (!src || m->src) && m->dst;
 }
 
 static void move_sidecar(const char *src, const char *dst, void *user)
 {
-    add_move(user, src, dst);
+    add_move(user, src, dst, 0);
 }
 
 /* The moves of a commit: each temporary and its sidecars onto their
  * targets; a target's old .aux.xml goes when the new file has none (it
- * would relabel it). */
-static void plan_moves(const cli_outputs_t *o, move_list_t *l)
+ * would relabel it). A file comes before its sidecars, so a run that finds
+ * its output taken has moved nothing of it. */
+static void plan_moves(const cli_outputs_t *o, int overwrite, move_list_t *l)
 {
     for (size_t i = 0; i < o->n; i++) {
         const cli_output_t *f = &o->f[i];
-        add_move(l, f->tmp, f->final);
+        add_move(l, f->tmp, f->final, !overwrite);
         if (!f->raster)
             continue;
         size_t before = l->n;
@@ -335,36 +342,58 @@ static void plan_moves(const cli_outputs_t *o, move_list_t *l)
         for (size_t k = before; aux && k < l->n; k++)
             has_aux |= strcmp(l->m[k].dst, aux) == 0;
         if (aux && !has_aux && access(aux, F_OK) == 0)
-            add_move(l, NULL, aux);
+            add_move(l, NULL, aux, 0);
         l->ok &= aux != NULL;
         free(aux);
     }
 }
 
 /* Keeps the current target under a backup name (a hard link, or the file
- * itself moved aside where links are not supported). */
+ * itself moved aside where links are not supported); an exclusive move has
+ * no target to keep. */
 static int back_up(move_t *m)
 {
-    if (access(m->dst, F_OK) != 0)
+    if (m->exclusive || access(m->dst, F_OK) != 0)
         return 0;
     m->backup = temp_name(m->dst, "");
     if (!m->backup)
         return -1;
-    if (link(m->dst, m->backup) == 0 || rename(m->dst, m->backup) == 0)
+    m->linked = link(m->dst, m->backup) == 0;
+    if (m->linked || rename(m->dst, m->backup) == 0)
         return 0;
     free(m->backup);
     m->backup = NULL;
     return -1;
 }
 
+/* Puts back what the commit changed. A target not yet replaced keeps what
+ * is there now (another run may have written it): its backup link goes. */
 static void roll_back(move_t *m, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (m[i].backup)
+        if (m[i].backup && !m[i].done && m[i].linked)
+            unlink(m[i].backup);
+        else if (m[i].backup)
             rename(m[i].backup, m[i].dst);
         else if (m[i].done)
             unlink(m[i].dst);
     }
+}
+
+/* Renames src onto dst only if dst does not exist; EEXIST if it does. */
+static int rename_new(const char *src, const char *dst)
+{
+    if (renameat2(AT_FDCWD, src, AT_FDCWD, dst, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return -1;
+    if (link(src, dst) == 0)   /* the filesystem lacks RENAME_NOREPLACE */
+        return unlink(src), 0;
+    if (errno != EPERM && errno != ENOTSUP)
+        return -1;
+    if (access(dst, F_OK) == 0) /* nor links: the best left is check, then rename */
+        return errno = EEXIST, -1;
+    return rename(src, dst);
 }
 
 static int apply_moves(move_t *m, size_t n, char *err, size_t len)
@@ -374,22 +403,29 @@ static int apply_moves(move_t *m, size_t n, char *err, size_t len)
             snprintf(err, len, "cannot keep a copy of '%s' while replacing it: %s", m[i].dst,
                      strerror(errno));
             roll_back(m, i);
-            return -1;
+            return EXIT_RUNTIME;
         }
     for (size_t i = 0; i < n; i++) {
-        int rc = m[i].src ? rename(m[i].src, m[i].dst) : unlink(m[i].dst);
+        int rc = !m[i].src         ? unlink(m[i].dst)
+                 : m[i].exclusive ? rename_new(m[i].src, m[i].dst)
+                                  : rename(m[i].src, m[i].dst);
+        if (rc != 0 && errno == EEXIST && m[i].exclusive) {
+            snprintf(err, len, "output '%s' exists; use --overwrite to replace it", m[i].dst);
+            roll_back(m, n);
+            return EXIT_USAGE;
+        }
         if (rc != 0 && !(errno == ENOENT && !m[i].src)) {
             snprintf(err, len, "cannot rename '%s' to '%s': %s", m[i].src ? m[i].src : "",
                      m[i].dst, strerror(errno));
             roll_back(m, n);
-            return -1;
+            return EXIT_RUNTIME;
         }
         m[i].done = 1;
     }
     for (size_t i = 0; i < n; i++)
         if (m[i].backup)
             unlink(m[i].backup);
-    return 0;
+    return EXIT_OK;
 }
 
 int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
@@ -408,14 +444,14 @@ int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite)
             return EXIT_USAGE;
         }
     move_list_t l = {NULL, 0, 0, 1};
-    plan_moves(o, &l);
+    plan_moves(o, overwrite, &l);
     int rc = EXIT_OK;
     if (!l.ok) {
         snprintf(err, sizeof err, "out of memory");
         rc = EXIT_RUNTIME;
     }
-    else if (apply_moves(l.m, l.n, err, sizeof err) != 0)
-        rc = EXIT_RUNTIME;
+    else
+        rc = apply_moves(l.m, l.n, err, sizeof err);
     for (size_t i = 0; i < l.n; i++) {
         free(l.m[i].src);
         free(l.m[i].dst);
