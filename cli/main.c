@@ -37,20 +37,56 @@ static int runs_no_operation(int argc, char **argv)
     return 0;
 }
 
+/* Variables no library's initialiser should miss: never lent. */
+static int must_keep(const char *var)
+{
+    static const char *const keep[] = {"OMP_",   "GOMP_", "KMP_",  "LD_",   "GLIBC_", "MALLOC_",
+                                       "ASAN_",  "LSAN_", "UBSAN_", "CUDA",  "GDAL",   "CPL_",
+                                       "PROJ",   "HYPROF", "LC_",  "LANG",  "TZ",     "PATH=",
+                                       "HOME=",  "TMPDIR=", "XDG_", "QT_",  "PYTHON", "QGIS"};
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+        if (strncmp(var, keep[i], strlen(keep[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* The slot of envp lent to OMP_WAIT_POLICY while the libraries initialise:
+ * a shell's bookkeeping variable if there is one, else any variable no
+ * initialiser reads; -1 if there is none. */
+static int slot_to_lend(char **envp)
+{
+    static const char *const spare[] = {"_=", "OLDPWD=", "SHLVL=", "PWD="};
+    for (size_t k = 0; k < sizeof spare / sizeof *spare; k++)
+        for (int i = 0; envp && envp[i]; i++)
+            if (strncmp(envp[i], spare[k], strlen(spare[k])) == 0)
+                return i;
+    for (int i = 0; envp && envp[i]; i++)
+        if (!must_keep(envp[i]))
+            return i;
+    return -1;
+}
+
+static char **lent_envp;
+static char *lent_value;
+static int lent_slot = -1;
+
 /* Runs from the executable's .preinit_array: after the loader has mapped
  * every library, before any library's initialiser.
  *
  * libgomp reads OMP_WAIT_POLICY in its initialiser, from the environment the
  * process started with (libc's initialiser, which runs after this one,
- * resets `environ` to it). When the user has chosen neither OMP_WAIT_POLICY
- * nor GOMP_SPINCOUNT, a process that runs an operation executes itself again
- * once with OMP_WAIT_POLICY=PASSIVE added: its threads then sleep at barriers
- * instead of spinning, which costs one more program load alone and keeps
- * several hyprof processes on shared cores (QGIS batch runs) from spinning
- * against each other.
+ * resets `environ` to that array, so setenv here would be lost). When the
+ * user has chosen neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, a process that
+ * runs an operation lends one slot of that array to
+ * "OMP_WAIT_POLICY=PASSIVE" until its own constructor (return_slot, after
+ * every library's initialiser) puts the variable back: its threads then
+ * sleep at barriers instead of spinning, which keeps several hyprof
+ * processes on shared cores (QGIS batch runs) from spinning against each
+ * other, and the program's environment stays the user's. With no slot to
+ * lend, the process executes itself once with the variable added.
  *
  * SIGINT and SIGTERM are blocked from the first instruction here to the
- * installation of the handlers (a blocked signal stays pending across the
+ * installation of the handlers (a blocked signal stays pending across an
  * exec), so a signal at any time after the program is loaded becomes a
  * cancellation (exit 3). */
 static void early_start(int argc, char **argv, char **envp)
@@ -62,13 +98,21 @@ static void early_start(int argc, char **argv, char **envp)
     sigprocmask(SIG_BLOCK, &sigs, NULL);
     if (!runs_no_operation(argc, argv) && !has_variable(envp, "OMP_WAIT_POLICY") &&
         !has_variable(envp, "GOMP_SPINCOUNT")) {
+        static char passive[] = "OMP_WAIT_POLICY=PASSIVE";
+        lent_slot = slot_to_lend(envp);
+        if (lent_slot >= 0) {
+            lent_envp = envp;
+            lent_value = envp[lent_slot];
+            envp[lent_slot] = passive;
+            return; /* return_slot installs the handlers */
+        }
         size_t n = 0;
         while (envp && envp[n])
             n++;
         char *env[n + 2];
         for (size_t i = 0; i < n; i++)
             env[i] = envp[i];
-        env[n] = "OMP_WAIT_POLICY=PASSIVE";
+        env[n] = passive;
         env[n + 1] = NULL;
         execve("/proc/self/exe", argv, env);
         /* No /proc: run as we are, with libgomp's default policy. */
@@ -79,6 +123,29 @@ static void early_start(int argc, char **argv, char **envp)
 
 __attribute__((section(".preinit_array"), used)) static void (*const preinit)(int, char **,
                                                                              char **) = early_start;
+
+/* The executable's constructor, run after every library's initialiser:
+ * gives the lent slot its variable back (through setenv's copy if an
+ * initialiser has changed the environment meanwhile), then installs the
+ * signal handlers. */
+__attribute__((constructor)) static void return_slot(void)
+{
+    if (lent_slot < 0)
+        return;
+    extern char **environ;
+    if (environ == lent_envp)
+        lent_envp[lent_slot] = lent_value;
+    else {
+        unsetenv("OMP_WAIT_POLICY");
+        putenv(lent_value);
+    }
+    cli_install_signals();
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+}
 
 /* HYPROF_BACKEND, the library's override of --backend auto: an unknown value
  * would be ignored, so it is refused. */

@@ -163,8 +163,8 @@ def test_split_leaves_only_its_outputs_and_their_legends(tmp_path):
 def version_time():
     """How long the executable takes to start and stop doing nothing (the
     fastest of a few runs): an operation started that long ago has been
-    loaded and has installed its handlers (the handlers come right after the
-    loader, before any library's initialiser)."""
+    loaded (signals are blocked from right after the loader until the
+    handlers are installed, after the libraries' initialisers)."""
     best = 1e9
     for _ in range(3):
         t = time.monotonic()
@@ -333,6 +333,36 @@ def test_every_message_names_the_operation(tmp_path):
 
 
 # ---- several runs at once ----------------------------------------------------------------
+
+KEPT = ("OMP_", "GOMP_", "KMP_", "LD_", "GLIBC_", "MALLOC_", "ASAN_", "LSAN_", "UBSAN_", "CUDA",
+        "GDAL", "CPL_", "PROJ", "HYPROF", "LC_", "LANG", "TZ", "PATH", "HOME", "TMPDIR", "XDG_",
+        "QT_", "PYTHON", "QGIS")
+
+
+@pytest.mark.parametrize("env_kind", ["shell", "bare", "chosen"])
+def test_openmp_threads_wait_passively(tmp_path, env_kind):
+    """libgomp's own report (OMP_DISPLAY_ENV=verbose) shows the wait policy it
+    runs with: passive (a spin count of 0; libgomp's default also reads
+    'PASSIVE' but spins 300,000 times) unless the user chose one, whether the executable lends a
+    slot of its start-up environment (a shell's SHLVL here) or, with only
+    variables it never lends, executes itself again; the user's choice stays."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if env_kind == "shell":
+        env["SHLVL"] = "1"
+    elif env_kind == "bare":
+        env = {k: v for k, v in env.items() if k.startswith(KEPT)}
+    else:
+        env["OMP_WAIT_POLICY"] = "ACTIVE"
+    env["OMP_DISPLAY_ENV"] = "verbose"
+    r = subprocess.run([exe_path(), "pca", "--progress", "none", "--components", "2", str(SAMSON),
+                        str(tmp_path / "o.tif")], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == EXIT_OK, r.stderr
+    if env_kind == "chosen":
+        assert "OMP_WAIT_POLICY = 'ACTIVE'" in r.stderr, r.stderr
+    else:
+        assert "GOMP_SPINCOUNT = '0'" in r.stderr, r.stderr
+
 
 def test_concurrent_runs_share_the_cores(tmp_path):
     """Four operations at once, in the default environment, finish within three
