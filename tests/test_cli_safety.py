@@ -364,6 +364,20 @@ def test_openmp_threads_wait_passively(tmp_path, env_kind):
         assert "GOMP_SPINCOUNT = '0'" in r.stderr, r.stderr
 
 
+def test_cpu_run_loads_no_cuda_math_library(tmp_path):
+    """cuBLAS and cuSOLVER cost a process 0.15-0.2 s to load: a run on the CPU
+    backend (and any run of a CPU-only build) opens neither (the loader's
+    own list of the files it opens, LD_DEBUG=files)."""
+    env = dict(os.environ, LD_DEBUG="files")
+    r = subprocess.run([exe_path(), "pca", "--backend", "cpu", "--progress", "none",
+                        "--components", "2", str(SAMSON), str(tmp_path / "o.tif")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == EXIT_OK, r.stderr[-3000:]
+    opened = [l for l in r.stderr.splitlines() if "file=" in l]
+    assert any("libhyprof" in l for l in opened), "LD_DEBUG listed nothing:\n" + r.stderr[-3000:]
+    assert not [l for l in opened if "libcublas" in l or "libcusolver" in l], opened
+
+
 def test_concurrent_runs_share_the_cores(tmp_path):
     """Four operations at once, in the default environment, finish within three
     times the time of running them one after another. OpenMP threads that spin

@@ -114,11 +114,13 @@ const char *hyprof_ctx_last_error(const hyprof_ctx_t *ctx);
 
 /* Number of usable CUDA devices (0 when built without CUDA or none present). */
 int hyprof_cuda_device_count(void);
-/* Creates the CUDA context of `device` now, the cost of a process's first
- * CUDA call (a fraction of a second), so that a caller can overlap it with
+/* Creates the CUDA context of `device` and loads cuBLAS and cuSOLVER now
+ * (the library opens them on first use), the cost of a process's first
+ * CUDA work (a fraction of a second), so that a caller can overlap it with
  * other work, such as reading the input (the hyprof executable does).
  * HYPROF_ERR_NO_DEVICE without that device (always in CPU-only builds),
- * HYPROF_ERR_DEVICE when the context cannot be created. Thread-safe. */
+ * HYPROF_ERR_DEVICE when the context cannot be created or the libraries
+ * cannot be loaded. Thread-safe. */
 hyprof_status_t hyprof_cuda_warm_up(int device);
 /* Name and memory of a device, for reports and benchmark tables. */
 hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,

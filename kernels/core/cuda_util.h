@@ -8,7 +8,8 @@
  *   and return it; allocation failures become HYPROF_ERR_DEVICE_MEMORY so that
  *   the dispatcher can fall back to the CPU. They expect `ctx` and `op` in scope;
  * - RAII owners (device buffer, pinned host buffer, stream, event, cuBLAS and
- *   cuSOLVER handles) so that every return path frees what was allocated;
+ *   cuSOLVER handles) so that every return path frees what was allocated; the
+ *   handles' create() loads cuBLAS and cuSOLVER first (cuda_libs.h);
  * - free device memory (hyprof__cuda_mem_info, capped by $HYPROF_DEVICE_MEMORY)
  *   and the budget a chunked operation plans with (hyprof__cuda_budget);
  * - hyprof_cuda::Pipeline, the two-slot pixel-chunk pipeline used by PCA and DWT.
@@ -26,6 +27,7 @@
 #include <cstring>
 
 #include "core/internal.h"
+#include "cuda_libs.h"
 
 /* ---- error mapping --------------------------------------------------------- */
 
@@ -84,6 +86,15 @@ static inline hyprof_status_t hyprof__cusolver_fail(hyprof_ctx_t *ctx, const cha
         (s == CUSOLVER_STATUS_ALLOC_FAILED) ? HYPROF_ERR_DEVICE_MEMORY : HYPROF_ERR_DEVICE;
     return hyprof__error(ctx, st, op, "%s failed: %s (cuSOLVER status %d)", call,
                          hyprof__cusolver_text(s), (int)s);
+}
+
+/* cuBLAS and cuSOLVER loaded (they are opened on first use), or the reason they cannot be. */
+static inline hyprof_status_t hyprof__cuda_libs(hyprof_ctx_t *ctx, const char *op)
+{
+    const char *why = NULL;
+    if (hyprof__cuda_libs_load(&why) == 0)
+        return HYPROF_OK;
+    return hyprof__error(ctx, HYPROF_ERR_DEVICE, op, "%s", why);
 }
 
 /* `ctx` and `op` must be in scope; the enclosing function returns hyprof_status_t. */
@@ -422,6 +433,7 @@ class Blas {
     Blas &operator=(const Blas &) = delete;
     hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
     {
+        HYPROF_TRY(hyprof__cuda_libs(ctx, op));
         HYPROF_CUBLAS_CHECK(cublasCreate(&h_));
         /* Plain IEEE double: no fixed-point FP64 emulation whatever the environment. */
         HYPROF_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_DEFAULT_MATH));
@@ -446,6 +458,7 @@ class Solver {
     Solver &operator=(const Solver &) = delete;
     hyprof_status_t create(hyprof_ctx_t *ctx, const char *op)
     {
+        HYPROF_TRY(hyprof__cuda_libs(ctx, op));
         HYPROF_CUSOLVER_CHECK(cusolverDnCreate(&h_));
         return HYPROF_OK;
     }

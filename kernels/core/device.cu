@@ -19,12 +19,13 @@ extern "C" hyprof_status_t hyprof_cuda_warm_up(int device)
     if (device < 0 || device >= hyprof_cuda_device_count())
         return HYPROF_ERR_NO_DEVICE;
     /* cudaSetDevice creates the device's primary context, which every later
-     * call on that device, from any thread, shares. */
+     * call on that device, from any thread, shares; cuBLAS and cuSOLVER are
+     * loaded too, as every operation that starts with a PCA needs them. */
     if (cudaSetDevice(device) != cudaSuccess || cudaFree(0) != cudaSuccess) {
         (void)cudaGetLastError();
         return HYPROF_ERR_DEVICE;
     }
-    return HYPROF_OK;
+    return hyprof__cuda_libs_load(NULL) == 0 ? HYPROF_OK : HYPROF_ERR_DEVICE;
 }
 
 extern "C" hyprof_status_t hyprof_cuda_device_info(int device, char *name, size_t name_len,
