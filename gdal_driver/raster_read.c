@@ -53,9 +53,13 @@ static inline void invalid(uint8_t *mask, size_t i)
     __atomic_store_n(&mask[i], 0, __ATOMIC_RELAXED);
 }
 
+/* Rows of a GDAL mask band read at a time: a reader's scratch is at most
+ * this many rows, whatever its unit (a whole band, or a block of rows). */
+#define MASK_ROWS 64
+
 /* Clears mask entries for the pixels GDAL marks invalid in rows [y0, y0+ht)
- * of band `h` (data and mask point at row y0); *scratch (w x ht bytes at
- * most, the caller's unit) is allocated on the first band with a mask band. */
+ * of band `h` (data and mask point at row y0); *scratch (w x MASK_ROWS bytes)
+ * is allocated on the first band with a mask band. */
 static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, size_t w, size_t y0,
                                        size_t ht, uint8_t *mask, uint8_t **scratch)
 {
@@ -69,14 +73,17 @@ static hyprof_status_t apply_band_mask(GDALRasterBandH h, const float *data, siz
             if (data[i] == ndf || (isnan(nd) && isnan(data[i])))
                 invalid(mask, i);
     } else if (!(flags & GMF_ALL_VALID)) {
-        if (!*scratch && !(*scratch = malloc(n)))
+        if (!*scratch && !(*scratch = malloc(w * MASK_ROWS)))
             return HYPROF_ERR_NOMEM;
-        if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, (int)y0, (int)w, (int)ht, *scratch,
-                         (int)w, (int)ht, GDT_Byte, 0, 0) != CE_None)
-            return HYPROF_ERR_IO;
-        for (size_t i = 0; i < n; i++)
-            if (!(*scratch)[i])
-                invalid(mask, i);
+        for (size_t y = 0; y < ht; y += MASK_ROWS) {
+            size_t rows = ht - y < MASK_ROWS ? ht - y : MASK_ROWS;
+            if (GDALRasterIO(GDALGetMaskBand(h), GF_Read, 0, (int)(y0 + y), (int)w, (int)rows,
+                             *scratch, (int)w, (int)rows, GDT_Byte, 0, 0) != CE_None)
+                return HYPROF_ERR_IO;
+            for (size_t i = 0; i < w * rows; i++)
+                if (!(*scratch)[i])
+                    invalid(mask, y * w + i);
+        }
     }
     /* NaN and infinities are nodata; integer pixels converted to float are
      * always finite. */
@@ -202,15 +209,26 @@ hyprof_status_t hyprof_raster_probe(const char *path, size_t *w, size_t *h, size
     return HYPROF_OK;
 }
 
-/* The memory hyprof_raster_read takes for a w x h x nb raster. */
+static size_t processors(void)
+{
+    long procs = sysconf(_SC_NPROCESSORS_ONLN);
+    return procs > 0 ? (size_t)procs : 1;
+}
+
+/* The memory hyprof_raster_read takes for a w x h x nb raster: the cube, the
+ * mask and each reader's mask scratch (one reader a processor at most). */
 size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t nb)
 {
-    size_t npix = w * h;
+    size_t npix = w * h, rows = h < MASK_ROWS ? h : MASK_ROWS, readers = processors();
     if (h && npix / h != w)
         return SIZE_MAX;
-    if (npix > SIZE_MAX / (nb * sizeof(float) + 2))
+    if (npix > SIZE_MAX / (nb * sizeof(float) + 1))
         return SIZE_MAX;
-    return npix * nb * sizeof(float) + 2 * npix; /* cube, mask, mask scratch */
+    size_t fixed = npix * nb * sizeof(float) + npix;
+    if (w && readers > SIZE_MAX / w / (rows ? rows : 1))
+        return SIZE_MAX;
+    size_t scratch = readers * w * rows;
+    return scratch > SIZE_MAX - fixed ? SIZE_MAX : fixed + scratch;
 }
 
 /* The input is read by several readers, each with its own handle of the file
@@ -311,8 +329,7 @@ static size_t unit_rows(GDALDatasetH ds)
 static size_t reader_count(const char *path, size_t units, int threads)
 {
     struct stat sb;
-    long procs = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t t = procs > 0 ? (size_t)procs : 1;
+    size_t t = processors();
     if (threads > 0 && (size_t)threads < t)
         t = (size_t)threads;
     if (t > units)
