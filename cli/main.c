@@ -37,32 +37,20 @@ static int runs_no_operation(int argc, char **argv)
     return 0;
 }
 
-/* Variables no library's initialiser should miss: never lent. */
-static int must_keep(const char *var)
-{
-    static const char *const keep[] = {"OMP_",   "GOMP_", "KMP_",  "LD_",   "GLIBC_", "MALLOC_",
-                                       "ASAN_",  "LSAN_", "UBSAN_", "CUDA",  "GDAL",   "CPL_",
-                                       "PROJ",   "HYPROF", "LC_",  "LANG",  "TZ",     "PATH=",
-                                       "HOME=",  "TMPDIR=", "XDG_", "QT_",  "PYTHON", "QGIS"};
-    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
-        if (strncmp(var, keep[i], strlen(keep[i])) == 0)
-            return 1;
-    return 0;
-}
+/* Variables that a shell or a login sets for its own bookkeeping and that no
+ * library's initialiser reads: the ones that may be lent. */
+static const char *const spare[] = {"_=",   "OLDPWD=", "SHLVL=",    "LS_COLORS=", "PWD=",
+                                    "MAIL=", "HISTSIZE=", "HISTCONTROL=", "LESSOPEN=",
+                                    "LESSCLOSE="};
 
-/* The slot of envp lent to OMP_WAIT_POLICY while the libraries initialise:
- * a shell's bookkeeping variable if there is one, else any variable no
- * initialiser reads; -1 if there is none. */
+/* The slot of envp lent to OMP_WAIT_POLICY while the libraries initialise,
+ * or -1 if the environment holds none of the spare variables. */
 static int slot_to_lend(char **envp)
 {
-    static const char *const spare[] = {"_=", "OLDPWD=", "SHLVL=", "PWD="};
     for (size_t k = 0; k < sizeof spare / sizeof *spare; k++)
         for (int i = 0; envp && envp[i]; i++)
             if (strncmp(envp[i], spare[k], strlen(spare[k])) == 0)
                 return i;
-    for (int i = 0; envp && envp[i]; i++)
-        if (!must_keep(envp[i]))
-            return i;
     return -1;
 }
 
@@ -77,13 +65,14 @@ static int lent_slot = -1;
  * process started with (libc's initialiser, which runs after this one,
  * resets `environ` to that array, so setenv here would be lost). When the
  * user has chosen neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT, a process that
- * runs an operation lends one slot of that array to
- * "OMP_WAIT_POLICY=PASSIVE" until its own constructor (return_slot, after
- * every library's initialiser) puts the variable back: its threads then
- * sleep at barriers instead of spinning, which keeps several hyprof
- * processes on shared cores (QGIS batch runs) from spinning against each
- * other, and the program's environment stays the user's. With no slot to
- * lend, the process executes itself once with the variable added.
+ * runs an operation lends the slot of a spare variable (a shell's `_`,
+ * SHLVL, PWD...) of that array to "OMP_WAIT_POLICY=PASSIVE" until its own
+ * constructor (return_slot, after every library's initialiser) puts the
+ * variable back: its threads then sleep at barriers instead of spinning,
+ * which keeps several hyprof processes on shared cores (QGIS batch runs)
+ * from spinning against each other, and the program's environment stays the
+ * user's. With no spare variable, the process executes itself once with
+ * OMP_WAIT_POLICY added.
  *
  * SIGINT and SIGTERM are blocked from the first instruction here to the
  * installation of the handlers (a blocked signal stays pending across an
