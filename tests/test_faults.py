@@ -14,7 +14,9 @@ complete is half-written.
   exit 3 with nothing left, or exit 0 with complete outputs (equal to a clean
   run's) -- never a death by the signal.
 - Two processes writing the same output: each wins or fails cleanly, the file
-  is one run's complete output.
+  is one run's complete output; without --overwrite exactly one wins, also on
+  a filesystem without RENAME_NOREPLACE (tests/faults/norename.so), and
+  without hard links a run alone still commits as it should.
 - A model rewritten in place while `classify` / `pca --model` read it: the
   result is the old model's or the new one's, or the run fails cleanly.
 
@@ -386,6 +388,51 @@ def test_two_writers_one_output(inputs, tmp_path, overwrite):
         if not overwrite:
             assert list(rcs.values()).count(EXIT_OK) <= 1, \
                 where + "\nboth wrote the same new output without --overwrite"
+
+
+@pytest.mark.parametrize("fs", ["no-noreplace", "no-links"])
+def test_commit_without_noreplace(inputs, tmp_path, fs):
+    """On a filesystem without RENAME_NOREPLACE (tests/faults/norename.so) a new
+    output is placed by a hard link, so of two runs at once exactly one wins;
+    without hard links either (NORENAME_NOLINK=1) a run alone still writes,
+    refuses to replace without --overwrite and replaces with it, leaving no
+    backup or temporary behind."""
+    nolink = "1" if fs == "no-links" else "0"
+    env = shim_env("norename", NORENAME_NOLINK=nolink)
+    ref = {}
+    for k in (3, 5):
+        ref[k] = tmp_path / ("ref%d" % k)
+        ref[k].mkdir()
+        run_ok(*op_args("pca", inputs, ref[k], "--components", str(k)))
+
+    def start(out, k, *extra):
+        return subprocess.Popen([exe_path()] + op_args("pca", inputs, out, "--components", str(k),
+                                                       *extra),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    for trial in range(4 if nolink == "0" else 0):
+        out = tmp_path / ("race-%d" % trial)
+        out.mkdir()
+        procs = {k: start(out, k) for k in (3, 5)}
+        rcs = {k: p.wait(timeout=300) for k, p in procs.items()}
+        errs = {k: p.stderr.read() for k, p in procs.items()}
+        where = "trial %d: exits %s\n%s" % (trial, rcs, errs)
+        assert list(rcs.values()).count(EXIT_OK) == 1, where
+        assert sorted(os.listdir(out)) == sorted(OPS["pca"][1]), where
+        winner = [k for k in rcs if rcs[k] == EXIT_OK][0]
+        assert outputs_equal(out, ref[winner], OPS["pca"][1]), where
+    out = tmp_path / "alone"
+    out.mkdir()
+    for k, extra, want in ((3, [], EXIT_OK), (5, [], None), (5, ["--overwrite"], EXIT_OK)):
+        p = start(out, k, *extra)
+        rc = p.wait(timeout=300)
+        err = p.stderr.read()
+        if want is None:
+            assert rc != EXIT_OK and len(message_lines(err)) == 1 and "exists" in err, (rc, err)
+        else:
+            assert rc == want, err
+            assert outputs_equal(out, ref[k], OPS["pca"][1]), (k, extra)
+        assert sorted(os.listdir(out)) == sorted(OPS["pca"][1]), os.listdir(out)
 
 
 # ---- a model changing under a run -------------------------------------------------------
