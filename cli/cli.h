@@ -119,4 +119,11 @@ int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite);
 /* Removes every temporary (and its sidecar). */
 void cli_outputs_discard(cli_outputs_t *o);
 
+/* Runs an operation that works pixel by pixel on blocks of rows, reading,
+ * computing and writing one block after the other: for an input larger than
+ * the memory (run_rows.c). OUTPUT's temporary is registered in outs; `res`
+ * receives the shape, band names and metadata written, without pixels. */
+int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
+                    cli_outputs_t *outs, hyprof_result_t *res);
+
 #endif

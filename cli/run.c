@@ -264,8 +264,9 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
 
 /* The memory the run needs before it starts (the input as the file declares
  * it and the output as the operation will make it), and whether OUTPUT's
- * format can hold that output. */
-static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
+ * format can hold that output. An operation that works pixel by pixel on an
+ * input that does not fit runs by blocks of rows instead (*by_rows). */
+static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows)
 {
     size_t w, h, nb, out_bands = 0;
     char err[CLI_MESSAGE_MAX], what[CLI_MESSAGE_MAX];
@@ -280,9 +281,13 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx)
     size_t need = in > SIZE_MAX - out ? SIZE_MAX : in + out;
     snprintf(what, sizeof what, "'%s' (%zux%zu pixels, %zu bands in, %zu out)", cmd->input, w, h,
              nb, out_bands);
+    *by_rows = 0;
     if (hyprof_host_memory_check(need, what, err, sizeof err) != HYPROF_OK) {
-        cli_error(cmd->op->name, "%s", err);
-        return EXIT_USAGE;
+        *by_rows = cmd->op->pixelwise && cmd->op->pixelwise(cmd->args);
+        if (!*by_rows) {
+            cli_error(cmd->op->name, "%s", err);
+            return EXIT_USAGE;
+        }
     }
     return check_format(cmd, cmd->output, HYPROF_OUTPUT_PROFILE, out_bands);
 }
@@ -453,8 +458,11 @@ int cli_run(cli_command_t *cmd)
     hyprof_result_t res;
     hyprof_result_init(&res);
     cli_outputs_t outs = {.n = 0};
-    rc = check_memory(cmd, ctx);
-    if (rc == EXIT_OK)
+    int by_rows = 0;
+    rc = check_memory(cmd, ctx, &by_rows);
+    if (rc == EXIT_OK && by_rows)
+        rc = cli_run_by_rows(cmd, ctx, &pg, &outs, &res);
+    else if (rc == EXIT_OK)
         rc = compute_and_write(cmd, ctx, &pg, &in, &res, &outs);
     if (rc == EXIT_OK)
         rc = cli_outputs_commit(&outs, name, overwrite);

@@ -61,6 +61,21 @@ hyprof_status_t hyprof_raster_probe(const char *path, size_t *w, size_t *h, size
  * (SIZE_MAX when that overflows). */
 size_t hyprof_raster_read_bytes(size_t w, size_t h, size_t bands);
 
+/* Reading by blocks of rows, for an operation run pixel by pixel on an
+ * input larger than the memory. hyprof_rows_open opens `path` with the
+ * checks of hyprof_raster_read and fills `header` as hyprof_raster_read
+ * would, without pixels (header->cube has the size, no data). Free the
+ * header with hyprof_raster_free after hyprof_rows_close. */
+typedef struct hyprof_rows hyprof_rows_t;
+hyprof_status_t hyprof_rows_open(const char *path, hyprof_rows_t **rows, hyprof_raster_t *header,
+                                 char *err, size_t n);
+/* Rows [y0, y0+ht) of every band into `block` (allocated here: a float32
+ * width x ht x bands cube with its mask, made as hyprof_raster_read makes
+ * the whole one). */
+hyprof_status_t hyprof_rows_read(hyprof_rows_t *rows, size_t y0, size_t ht, hyprof_cube_t *block,
+                                 char *err, size_t n);
+void hyprof_rows_close(hyprof_rows_t **rows);
+
 /* Writes the message into err (n bytes) and returns st: the error style of
  * everything in this folder. */
 hyprof_status_t hyprof_io_error(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
@@ -129,6 +144,29 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
                                     const hyprof_args_t *args, const char *backend,
                                     const hyprof_io_progress_t *progress, char *err,
                                     size_t err_len);
+
+/* Writing by blocks of rows, the counterpart of hyprof_rows_read: create
+ * the output for `bands` float32 bands of src's size and georeference, put
+ * each block's rows (masked pixels as NaN), then finish with the band names
+ * and metadata of the first block's result (the same for every block of an
+ * operation run pixel by pixel) and nodata if any block had masked pixels;
+ * or abandon (the caller removes tmp). */
+typedef struct {
+    hyprof_output_t o;
+    size_t w, h, bands, cap;
+    int created, nodata;
+    float *buf;
+} hyprof_rows_out_t;
+hyprof_status_t hyprof_rows_out_create(hyprof_rows_out_t *ro, const char *path, const char *tmp,
+                                       const hyprof_raster_t *src, size_t bands, char *err,
+                                       size_t n);
+hyprof_status_t hyprof_rows_out_put(hyprof_rows_out_t *ro, size_t y0, const hyprof_cube_t *block,
+                                    char *err, size_t n);
+hyprof_status_t hyprof_rows_out_finish(hyprof_rows_out_t *ro, const hyprof_raster_t *src,
+                                       const hyprof_result_t *first, const hyprof_args_t *args,
+                                       const char *backend, const hyprof_io_progress_t *pg,
+                                       char *err, size_t n);
+void hyprof_rows_out_abandon(hyprof_rows_out_t *ro);
 
 /* The metadata hyprof_raster_write records: the operation and its
  * parameters, the backend, the input's path and the result's own items. */

@@ -412,6 +412,25 @@ static hyprof_status_t read_units(GDALDatasetH ds, int threads, hyprof_raster_t 
     return st;
 }
 
+/* What the file says of itself: its path, driver, source type, CRS,
+ * geotransform, nodata, band names and wavelengths (r->cube's size is set
+ * and r->band_names allocated). */
+static void read_header(GDALDatasetH ds, const char *path, hyprof_raster_t *r)
+{
+    r->path = strdup(path);
+    r->driver = strdup(GDALGetDriverShortName(GDALGetDatasetDriver(ds)));
+    GDALRasterBandH b1 = GDALGetRasterBand(ds, 1);
+    r->data_type = strdup(GDALGetDataTypeName(GDALGetRasterDataType(b1)));
+    const char *wkt = GDALGetProjectionRef(ds);
+    r->wkt = wkt && *wkt ? strdup(wkt) : NULL;
+    r->has_geotransform = GDALGetGeoTransform(ds, r->geotransform) == CE_None;
+    int has_nd = 0;
+    double nd = GDALGetRasterNoDataValue(b1, &has_nd);
+    r->cube.has_nodata = has_nd;
+    r->cube.nodata = has_nd ? nd : 0.0;
+    read_band_info(ds, r);
+}
+
 hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
                                    const hyprof_io_progress_t *pg, hyprof_raster_t *r,
                                    char *err, size_t n)
@@ -441,18 +460,7 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
         return say(HYPROF_ERR_NOMEM, err, n, "'%s' (%zux%zux%zu) does not fit in memory", path,
                    w, h, nb);
     }
-    r->path = strdup(path);
-    r->driver = strdup(GDALGetDriverShortName(GDALGetDatasetDriver(ds)));
-    GDALRasterBandH b1 = GDALGetRasterBand(ds, 1);
-    r->data_type = strdup(GDALGetDataTypeName(GDALGetRasterDataType(b1)));
-    const char *wkt = GDALGetProjectionRef(ds);
-    r->wkt = wkt && *wkt ? strdup(wkt) : NULL;
-    r->has_geotransform = GDALGetGeoTransform(ds, r->geotransform) == CE_None;
-    int has_nd = 0;
-    double nd = GDALGetRasterNoDataValue(b1, &has_nd);
-    r->cube.has_nodata = has_nd;
-    r->cube.nodata = has_nd ? nd : 0.0;
-    read_band_info(ds, r);
+    read_header(ds, path, r);
     st = read_units(ds, ctx ? hyprof_ctx_threads(ctx) : 0, r, pg, err, n);
     GDALClose(ds);
     if (st != HYPROF_OK) {
@@ -461,4 +469,83 @@ hyprof_status_t hyprof_raster_read(hyprof_ctx_t *ctx, const char *path,
     }
     r->nvalid = hyprof_cube_count_valid(&r->cube);
     return HYPROF_OK;
+}
+
+/* ---- by blocks of rows ---------------------------------------------------- */
+
+struct hyprof_rows {
+    GDALDatasetH ds;
+    const hyprof_raster_t *header;
+    uint8_t *scratch;
+};
+
+hyprof_status_t hyprof_rows_open(const char *path, hyprof_rows_t **out, hyprof_raster_t *header,
+                                 char *err, size_t n)
+{
+    memset(header, 0, sizeof *header);
+    *out = NULL;
+    hyprof_rows_t *rows = calloc(1, sizeof *rows);
+    if (!rows)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory opening '%s'", path);
+    hyprof_status_t st = open_checked(path, &rows->ds, err, n);
+    if (st != HYPROF_OK) {
+        free(rows);
+        return st;
+    }
+    size_t nb = (size_t)GDALGetRasterCount(rows->ds);
+    header->cube.dtype = HYPROF_FLOAT32;
+    header->cube.width = (size_t)GDALGetRasterXSize(rows->ds);
+    header->cube.height = (size_t)GDALGetRasterYSize(rows->ds);
+    header->cube.bands = nb;
+    header->band_names = calloc(nb, sizeof *header->band_names);
+    if (!header->band_names) {
+        hyprof_rows_close(&rows);
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory opening '%s'", path);
+    }
+    read_header(rows->ds, path, header);
+    rows->header = header;
+    *out = rows;
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_rows_read(hyprof_rows_t *rows, size_t y0, size_t ht, hyprof_cube_t *block,
+                                 char *err, size_t n)
+{
+    const hyprof_raster_t *hd = rows->header;
+    size_t w = hd->cube.width, nb = hd->cube.bands;
+    hyprof_status_t st = hyprof_cube_alloc(block, HYPROF_FLOAT32, w, ht, nb);
+    if (st == HYPROF_OK)
+        st = hyprof_cube_alloc_mask(block);
+    if (st != HYPROF_OK)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory reading rows %zu-%zu of '%s'", y0 + 1,
+                   y0 + ht, hd->path);
+    block->has_nodata = hd->cube.has_nodata;
+    block->nodata = hd->cube.nodata;
+    for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
+        GDALRasterBandH hb = GDALGetRasterBand(rows->ds, (int)b + 1);
+        float *dst = (float *)block->data + b * w * ht;
+        CPLErrorReset();
+        if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)ht, dst, (int)w, (int)ht,
+                         GDT_Float32, 0, 0) != CE_None)
+            st = say(HYPROF_ERR_IO, err, n, "cannot read band %zu of '%s': %s", b + 1, hd->path,
+                     gdal_reason());
+        else if ((st = apply_band_mask(hb, dst, w, y0, ht, block->mask, &rows->scratch)) !=
+                 HYPROF_OK)
+            st = say(st, err, n, "cannot read the mask of band %zu of '%s': %s", b + 1,
+                     hd->path, st == HYPROF_ERR_NOMEM ? "out of memory" : gdal_reason());
+    }
+    if (st != HYPROF_OK)
+        hyprof_cube_free(block);
+    return st;
+}
+
+void hyprof_rows_close(hyprof_rows_t **rows)
+{
+    if (!rows || !*rows)
+        return;
+    if ((*rows)->ds)
+        GDALClose((*rows)->ds);
+    free((*rows)->scratch);
+    free(*rows);
+    *rows = NULL;
 }

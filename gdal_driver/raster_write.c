@@ -171,3 +171,80 @@ hyprof_status_t hyprof_raster_write(const char *path, const char *tmp,
     }
     return hyprof_output_finish(&o, pg, err, n);
 }
+
+/* ---- by blocks of rows ---------------------------------------------------- */
+
+hyprof_status_t hyprof_rows_out_create(hyprof_rows_out_t *ro, const char *path, const char *tmp,
+                                       const hyprof_raster_t *src, size_t bands, char *err,
+                                       size_t n)
+{
+    memset(ro, 0, sizeof *ro);
+    ro->w = src->cube.width;
+    ro->h = src->cube.height;
+    ro->bands = bands;
+    hyprof_status_t st = hyprof_output_create(&ro->o, path, tmp, HYPROF_OUTPUT_PROFILE, ro->w,
+                                              ro->h, bands, GDT_Float32, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    ro->created = 1;
+    hyprof_set_georef(ro->o.ds, src);
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_rows_out_put(hyprof_rows_out_t *ro, size_t y0, const hyprof_cube_t *block,
+                                    char *err, size_t n)
+{
+    size_t npix = block->width * block->height;
+    if (block->width != ro->w || block->bands != ro->bands || y0 + block->height > ro->h)
+        return say(HYPROF_ERR_FORMAT, err, n,
+                   "'%s': rows %zu-%zu have %zux%zu values, the file was made for %zux%zu",
+                   ro->o.path, y0 + 1, y0 + block->height, block->width, block->bands, ro->w,
+                   ro->bands);
+    if (npix > ro->cap) {
+        float *buf = realloc(ro->buf, npix * sizeof *buf);
+        if (!buf)
+            return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", ro->o.path);
+        ro->buf = buf;
+        ro->cap = npix;
+    }
+    ro->nodata |= block->has_nodata;
+    for (size_t b = 0; b < ro->bands; b++) {
+        hyprof_result_band_f32(block, b, ro->buf);
+        CPLErrorReset();
+        if (GDALRasterIO(GDALGetRasterBand(ro->o.ds, (int)b + 1), GF_Write, 0, (int)y0,
+                         (int)block->width, (int)block->height, ro->buf, (int)block->width,
+                         (int)block->height, GDT_Float32, 0, 0) != CE_None)
+            return say(HYPROF_ERR_IO, err, n, "cannot write rows %zu-%zu of band %zu of '%s': %s",
+                       y0 + 1, y0 + block->height, b + 1, ro->o.path, CPLGetLastErrorMsg());
+    }
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_rows_out_finish(hyprof_rows_out_t *ro, const hyprof_raster_t *src,
+                                       const hyprof_result_t *first, const hyprof_args_t *args,
+                                       const char *backend, const hyprof_io_progress_t *pg,
+                                       char *err, size_t n)
+{
+    for (size_t b = 0; b < ro->bands; b++) {
+        GDALRasterBandH h = GDALGetRasterBand(ro->o.ds, (int)b + 1);
+        if (first->band_names && first->band_names[b])
+            GDALSetDescription(h, first->band_names[b]);
+        if (ro->nodata)
+            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
+    }
+    hyprof_set_output_metadata(ro->o.ds, src, first, args, backend);
+    hyprof_status_t st = hyprof_output_finish(&ro->o, pg, err, n);
+    ro->created = 0;
+    hyprof_rows_out_abandon(ro);
+    return st;
+}
+
+void hyprof_rows_out_abandon(hyprof_rows_out_t *ro)
+{
+    if (ro->created)
+        hyprof_output_abandon(&ro->o);
+    ro->created = 0;
+    free(ro->buf);
+    ro->buf = NULL;
+    ro->cap = 0;
+}

@@ -19,6 +19,7 @@ Run: /usr/bin/python3 -m pytest tests/test_cli_safety.py
 """
 
 import hashlib
+import json
 import os
 import resource
 import shutil
@@ -232,6 +233,109 @@ def test_declared_size_is_checked_before_reading(tmp_path):
     line = assert_usage(r, "hyprof pca:", "sparse.tif", "MiB")
     assert "4096x4096" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sparse.tif"]
+
+
+AS_LIMIT = 1536 << 20   # an address-space limit below a 1 GiB input and its output
+
+
+def cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
+
+
+def sparse_cube(path, w=4096, h=4096, bands=16):
+    """A float32 GeoTIFF of w x h x bands (1 GiB by default) that holds a few
+    patches of random values, one with NaN, and zeros elsewhere (sparse: a
+    few MB on disk)."""
+    ds = gdal.GetDriverByName("GTiff").Create(str(path), w, h, bands, gdal.GDT_Float32,
+                                              ["SPARSE_OK=TRUE", "TILED=YES", "COMPRESS=ZSTD"])
+    ds.SetGeoTransform([500000.0, 1.0, 0.0, 4000000.0, 0.0, -1.0])
+    rng = np.random.default_rng(7)
+    for b in range(bands):
+        for x, y in ((0, 0), (1000, 1500), (3800, 4000), (2048, 250)):
+            a = (rng.random((96, 200)) * 1000).astype(np.float32)[:h - y, :w - x]
+            if b == 3 and x == 1000:
+                a[10:20, 5:9] = np.nan
+            ds.GetRasterBand(b + 1).WriteArray(a, x, y)
+    ds = None
+    return path
+
+
+def same_output(a, b):
+    """Pixels (NaN where nodata), band names, nodata, metadata, georeference."""
+    da, db = gdal.Open(str(a)), gdal.Open(str(b))
+    assert np.array_equal(da.ReadAsArray(), db.ReadAsArray(), equal_nan=True)
+    assert da.GetMetadata() == db.GetMetadata()
+    assert da.GetGeoTransform() == db.GetGeoTransform()
+    for i in range(1, da.RasterCount + 1):
+        ba, bb = da.GetRasterBand(i), db.GetRasterBand(i)
+        assert ba.GetDescription() == bb.GetDescription()
+        assert str(ba.GetNoDataValue()) == str(bb.GetNoDataValue())
+
+
+@pytest.mark.skipif(os.environ.get("HYPROF_UNDER_ASAN") == "1",
+                    reason="AddressSanitizer reserves terabytes of address space: "
+                           "RLIMIT_AS cannot apply")
+def test_pixelwise_operations_run_by_rows_beyond_memory(tmp_path):
+    """dwt and pca --model on a 1 GiB input under a 1.5 GiB address-space
+    limit run by blocks of rows (they say so at level info) and write what a
+    run without the limit writes: the same pixels, NaN where the input has
+    NaN, band names, nodata and metadata. A fit (pca without a model) is still
+    refused before it reads."""
+    big = sparse_cube(tmp_path / "big.tif")
+    small = tmp_path / "small.tif"
+    write_cube(small, (np.random.default_rng(3).random((16, 40, 40)) * 1000).astype(np.float32))
+    model = tmp_path / "m.pca"
+    run_ok("pca", "--progress", "none", "--components", 3, "--save-model", model, small,
+           tmp_path / "small_pca.tif")
+    env = dict(os.environ, HYPROF_LOG="info")
+    for op, extra in (("dwt", ["--levels", "1"]), ("pca", ["--model", str(model)])):
+        common = [op, "--backend", "cpu", "--progress", "none"] + extra + [big]
+        r = run(*common, tmp_path / (op + "_rows.tif"), preexec_fn=cap_memory, env=env,
+                timeout=600)
+        assert r.returncode == EXIT_OK, r.stderr
+        assert "does not fit in memory" in r.stderr and "rows at a time" in r.stderr, r.stderr
+        run_ok(*common, tmp_path / (op + "_whole.tif"), timeout=600)
+        same_output(tmp_path / (op + "_rows.tif"), tmp_path / (op + "_whole.tif"))
+    r = run("pca", "--progress", "none", big, tmp_path / "fit.tif", preexec_fn=cap_memory)
+    assert_usage(r, "big.tif", "MiB")
+    assert not (tmp_path / "fit.tif").exists()
+
+
+@pytest.mark.skipif(os.environ.get("HYPROF_UNDER_ASAN") == "1",
+                    reason="AddressSanitizer reserves terabytes of address space: "
+                           "RLIMIT_AS cannot apply")
+@pytest.mark.parametrize("event", ["sigterm", "model changed"])
+def test_run_by_rows_stops_cleanly(tmp_path, event):
+    """A run by blocks of rows cancelled by SIGTERM exits 3, and one whose
+    model changes between blocks exits 1 naming it; both leave nothing."""
+    big = sparse_cube(tmp_path / "big.tif")
+    small = tmp_path / "small.tif"
+    write_cube(small, (np.random.default_rng(3).random((16, 40, 40)) * 1000).astype(np.float32))
+    model = tmp_path / "m.pca"
+    run_ok("pca", "--progress", "none", "--components", 3, "--save-model", model, small,
+           tmp_path / "small_pca.tif")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    p = subprocess.Popen([exe_path(), "pca", "--backend", "cpu", "--progress", "json", "--model",
+                          str(model), str(big), str(tmp_path / "out.tif")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=cap_memory)
+    lines = []
+    for line in p.stderr:
+        lines.append(line)
+        if line.startswith("{") and json.loads(line).get("progress", 0) > 0:
+            if event == "sigterm":
+                p.send_signal(signal.SIGTERM)
+            else:
+                os.utime(model, ns=(time.time_ns(), time.time_ns()))
+            break
+    err = "".join(lines) + p.stderr.read()
+    rc = p.wait(timeout=600)
+    if event == "sigterm":
+        assert rc == EXIT_CANCELLED, (rc, err)
+    else:
+        assert rc == EXIT_RUNTIME, (rc, err)
+        assert "m.pca' changed while the run read it" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
 # ---- inputs that are not raster files --------------------------------------------------

@@ -55,6 +55,9 @@ hyprof_status_t hyprof__bands_sspp(hyprof_ctx_t *ctx, const hyprof_args_t *args,
                                    size_t *out_bands);
 hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args, size_t in_bands,
                                     size_t *out_bands);
+/* Whether a run is pixel by pixel (hyprof_op_pixelwise_fn). */
+int hyprof__pixelwise_pca(const hyprof_args_t *args);
+int hyprof__pixelwise_dwt(const hyprof_args_t *args);
 /* Band names without running (hyprof_op_names_fn): one per operation,
  * beside its bands function. */
 #define HYPROF__NAMES_FN(op)                                                              \

@@ -355,18 +355,21 @@ static const hyprof_op_t ops[] = {
      "covariance matrix (by decreasing eigenvalue, each signed so that its "
      "largest-magnitude loading is positive) and projects every pixel on the first "
      "N of them. Nodata pixels are left out of the statistics and stay nodata. The "
-     "fitted model can be saved and applied to other scenes with the same bands.",
+     "fitted model can be saved and applied to other scenes with the same bands; "
+     "applying one works pixel by pixel, so an input larger than the memory is read, "
+     "projected and written by blocks of rows.",
      pca_params, N(pca_params), hyprof__run_pca,
      "raster: one float32 band per component (PC1, PC2, ...)",
-     hyprof__bands_pca, NULL, hyprof__names_pca},
+     hyprof__bands_pca, NULL, hyprof__names_pca, hyprof__pixelwise_pca},
     {"dwt", "Feature extraction", "Spectral wavelet feature extraction",
      "Decomposes every pixel's spectrum with a 1-D discrete wavelet transform "
      "(Mallat filter bank, periodic extension, as PyWavelets' "
      "mode='periodization') and keeps the approximation coefficients after L "
-     "levels: a smooth, shorter spectrum.",
+     "levels: a smooth, shorter spectrum. Pixel by pixel: an input larger than the "
+     "memory is read, transformed and written by blocks of rows.",
      dwt_params, N(dwt_params), hyprof__run_dwt,
      "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)",
-     hyprof__bands_dwt, NULL, hyprof__names_dwt},
+     hyprof__bands_dwt, NULL, hyprof__names_dwt, hyprof__pixelwise_dwt},
     {"eadp", "Profiles", "Extended anisotropic diffusion profile",
      "For each feature band (principal components by default) the anisotropic "
      "diffusion profile {X, Diff(X, T1), ..., Diff(X, TC)}: Perona-Malik diffusion "

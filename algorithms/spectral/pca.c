@@ -531,6 +531,13 @@ hyprof_status_t hyprof__run_pca(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     return st;
 }
 
+/* Applying a saved model (without saving it again) projects each pixel on
+ * its own; its metadata are the model's. A fit needs every pixel. */
+int hyprof__pixelwise_pca(const hyprof_args_t *args)
+{
+    return hyprof_args_str(args, "model") && !hyprof_args_str(args, "save-model");
+}
+
 /* PC1, PC2, ... */
 HYPROF__NAMES_FN(pca)
 {

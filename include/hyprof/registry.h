@@ -61,6 +61,13 @@ typedef hyprof_status_t (*hyprof_op_names_fn)(hyprof_ctx_t *ctx, const hyprof_ar
                                               size_t width, size_t height, size_t in_bands,
                                               size_t out_bands, char **names);
 
+/* Non-zero when, with these arguments, each output pixel depends on that
+ * input pixel's spectrum alone and the result's metadata not on the pixels:
+ * a front end may then run the operation on blocks of rows and join them,
+ * the same bytes as one run (the CLI does so for an input larger than the
+ * memory). */
+typedef int (*hyprof_op_pixelwise_fn)(const hyprof_args_t *args);
+
 typedef struct {
     const char *name;   /* "pca" */
     const char *group;  /* "Feature extraction", "Profiles", "Unmixing", "Classification" */
@@ -79,6 +86,7 @@ typedef struct {
      * the result's bands with it, so a name known before running is the
      * name written. */
     hyprof_op_names_fn names;
+    hyprof_op_pixelwise_fn pixelwise; /* NULL: never */
 } hyprof_op_t;
 
 size_t hyprof_op_count(void);
