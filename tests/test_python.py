@@ -330,6 +330,10 @@ def test_ctrl_c_cancels_the_running_operation(hp, crops):
         calls.append(fraction)
         if len(calls) == 1:
             os.kill(os.getpid(), signal.SIGINT)
+            # The operation waits here while the main thread takes the signal
+            # and cancels it: on this small crop it would otherwise finish
+            # before a loaded machine schedules the main thread.
+            time.sleep(1.0)
         return False
 
     with pytest.raises(KeyboardInterrupt):
