@@ -283,7 +283,7 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows)
              nb, out_bands);
     *by_rows = 0;
     if (hyprof_host_memory_check(need, what, err, sizeof err) != HYPROF_OK) {
-        *by_rows = cmd->op->pixelwise && cmd->op->pixelwise(cmd->args);
+        *by_rows = cmd->op->pixelwise && cmd->op->bands && cmd->op->pixelwise(cmd->args);
         if (!*by_rows) {
             cli_error(cmd->op->name, "%s", err);
             return EXIT_USAGE;

@@ -86,7 +86,7 @@ typedef struct {
      * the result's bands with it, so a name known before running is the
      * name written. */
     hyprof_op_names_fn names;
-    hyprof_op_pixelwise_fn pixelwise; /* NULL: never */
+    hyprof_op_pixelwise_fn pixelwise; /* NULL: never; needs `bands` */
 } hyprof_op_t;
 
 size_t hyprof_op_count(void);
