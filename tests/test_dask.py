@@ -267,6 +267,32 @@ def test_map_files(env, client, tmp_path):
     assert not again[0].ok and "exists" in again[0].error
 
 
+def test_map_files_never_replaces_a_file_written_meanwhile(env, tmp_path, monkeypatch):
+    """A scene's output that another program creates after the early check
+    (simulated: the check says nothing is there) is not replaced without
+    overwrite: the scene fails with "exists", the file keeps its bytes and no
+    temporary is left; with overwrite it is replaced."""
+    hp, hd = env
+    import hyprof.dask_files as files
+    scene = tmp_path / "scene.tif"
+    gdal.Translate(str(scene), str(INDIAN_PINES), srcWin=[0, 0, 20, 16])
+    out = tmp_path / "out"
+    out.mkdir()
+    dst = out / "scene_emp.tif"
+    dst.write_bytes(b"written by another program")
+    monkeypatch.setattr(files, "_exists", lambda path: False)
+    with leaks_unchecked():
+        r = files._scene("emp", str(scene), str(dst), {"radii": [1]}, False)
+    assert not r.ok and "exists" in r.error, r
+    assert dst.read_bytes() == b"written by another program"
+    assert sorted(os.listdir(out)) == ["scene_emp.tif"]
+    with leaks_unchecked():
+        r = files._scene("emp", str(scene), str(dst), {"radii": [1]}, True)
+    assert r.ok, r.error
+    assert gdal.Open(str(dst)).RasterCount == 12  # 4 features x (1 + 2 x 1 radius)
+    assert sorted(os.listdir(out)) == ["scene_emp.tif"]
+
+
 def test_cluster_listens_on_loopback_only(env, client):
     psutil = pytest.importorskip("psutil")
     pids = [os.getpid()] + list(client.run(os.getpid).values())

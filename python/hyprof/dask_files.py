@@ -5,10 +5,14 @@ the worker, runs the single-machine hyprof.xarray operation there and writes
 the result with rioxarray: georeference, band descriptions and the
 operation's metadata kept, written under a temporary name in the output's
 folder and renamed into place, so a scene whose task fails (or whose worker
-dies: Dask then runs the task again elsewhere) leaves no output. Inputs and
+dies: Dask then runs the task again elsewhere) leaves no output. Without
+overwrite=True an output is placed only where nothing is (a hard link, which
+fails if the file exists), so another program writing the same file at the
+same moment is never silently replaced. Inputs and
 outputs are paths every worker can reach (a shared filesystem on a real
 cluster)."""
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,13 +47,35 @@ def _outputs(inputs, outputs, op):
     return outs
 
 
+def _exists(dst):
+    """The early check: saves the work when the output is already there."""
+    return os.path.exists(dst)
+
+
+def _place_new(tmp, dst):
+    """Moves tmp onto dst only if dst does not exist: os.link fails if it
+    does; on a filesystem without hard links, checking first is what is left."""
+    try:
+        os.link(tmp, dst)
+    except FileExistsError:
+        raise FileExistsError("'%s' exists (overwrite=True replaces it)" % dst) from None
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        if os.path.exists(dst):
+            raise FileExistsError("'%s' exists (overwrite=True replaces it)" % dst) from None
+        os.replace(tmp, dst)
+        return
+    os.unlink(tmp)
+
+
 def _scene(op, src, dst, params, overwrite):
     """One scene on a worker: a FileResult, the error caught and reported."""
     tmp = None
     try:
         import rioxarray
         import hyprof.xarray as hx
-        if os.path.exists(dst) and not overwrite:
+        if not overwrite and _exists(dst):
             raise FileExistsError("'%s' exists (overwrite=True replaces it)" % dst)
         cube = rioxarray.open_rasterio(src)
         if op == "classify":
@@ -62,7 +88,10 @@ def _scene(op, src, dst, params, overwrite):
         out.attrs = {k: v if k == "long_name" or not isinstance(v, (list, tuple))
                      else ",".join(map(str, v)) for k, v in out.attrs.items()}
         out.rio.to_raster(tmp)
-        os.replace(tmp, dst)
+        if overwrite:
+            os.replace(tmp, dst)
+        else:
+            _place_new(tmp, dst)
         tmp = None
         return FileResult(str(src), str(dst))
     except Exception as e:  # reported per scene; the other scenes go on
