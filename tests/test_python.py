@@ -325,21 +325,33 @@ def test_progress_callback_cancels(hp, crops):
 def test_ctrl_c_cancels_the_running_operation(hp, crops):
     cube = read_cube(crops["ip"], np.float32)
     calls = []
+    taken = threading.Event()
+
+    def on_sigint(signum, frame):  # Python's own handler, and a mark that it ran
+        taken.set()
+        signal.default_int_handler(signum, frame)
 
     def interrupt(fraction, stage):  # Ctrl-C as the operation runs
-        calls.append(fraction)
+        calls.append((fraction, stage, threading.current_thread().name))
         if len(calls) == 1:
             os.kill(os.getpid(), signal.SIGINT)
-            # The operation waits here while the main thread takes the signal
-            # and cancels it: on this small crop it would otherwise finish
-            # before a loaded machine schedules the main thread.
-            time.sleep(1.0)
+            # The operation waits here until the main thread has taken the
+            # signal, and a moment more for it to cancel the operation: on
+            # this small crop it would otherwise finish before a loaded
+            # machine schedules the main thread.
+            taken.wait(30)
+            time.sleep(0.5)
         return False
 
-    with pytest.raises(KeyboardInterrupt):
-        hp.eadp(cube, components=3, count=6, progress=interrupt)
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            hp.eadp(cube, components=3, count=6, progress=interrupt)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert taken.is_set(), "the main thread did not take SIGINT while the operation waited"
     # cancelled at the next progress point, not run to the end
-    assert calls[-1] < 1.0
+    assert calls[-1][0] < 1.0, calls
     assert hp.pca(cube, components=2).shape == (2, 40, 48)  # the package still works
 
 
