@@ -258,25 +258,34 @@ typedef struct {
     read_shared_t *sh;
 } reader_t;
 
-/* Band b's rows [y0, y0+n) and their mask; an error goes to rd->err. */
+/* Band b's rows [y0, y0+n) of `ds` into dst (w x n values) and their
+ * validity into mask (w x n, row y0 first); an error names `path`. */
+static hyprof_status_t read_rows(GDALDatasetH ds, const char *path, size_t b, size_t y0,
+                                 size_t n, size_t w, float *dst, uint8_t *mask,
+                                 uint8_t **scratch, char *err, size_t len)
+{
+    GDALRasterBandH hb = GDALGetRasterBand(ds, (int)b + 1);
+    hyprof_status_t m;
+    if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)n, dst, (int)w, (int)n, GDT_Float32, 0,
+                     0) != CE_None)
+        return say(HYPROF_ERR_IO, err, len, "cannot read band %zu of '%s': %s", b + 1, path,
+                   gdal_reason());
+    if ((m = apply_band_mask(hb, dst, w, y0, n, mask, scratch)) != HYPROF_OK)
+        return m == HYPROF_ERR_NOMEM
+            ? say(m, err, len, "out of memory reading '%s'", path)
+            : say(m, err, len, "cannot read the mask of band %zu of '%s': %s", b + 1, path,
+                  gdal_reason());
+    return HYPROF_OK;
+}
+
+/* Band b's rows [y0, y0+n) into the reader's cube; an error goes to rd->err. */
 static hyprof_status_t read_band_rows(reader_t *rd, size_t b, size_t y0, size_t n,
                                       uint8_t **scratch)
 {
     hyprof_raster_t *r = rd->r;
     size_t w = r->cube.width, npix = w * r->cube.height;
-    GDALRasterBandH hb = GDALGetRasterBand(rd->ds, (int)b + 1);
-    float *dst = (float *)r->cube.data + b * npix + y0 * w;
-    hyprof_status_t m;
-    if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)n, dst, (int)w, (int)n, GDT_Float32, 0,
-                     0) != CE_None)
-        return say(HYPROF_ERR_IO, rd->err, sizeof rd->err, "cannot read band %zu of '%s': %s",
-                   b + 1, r->path, gdal_reason());
-    if ((m = apply_band_mask(hb, dst, w, y0, n, r->cube.mask + y0 * w, scratch)) != HYPROF_OK)
-        return m == HYPROF_ERR_NOMEM
-            ? say(m, rd->err, sizeof rd->err, "out of memory reading '%s'", r->path)
-            : say(m, rd->err, sizeof rd->err, "cannot read the mask of band %zu of '%s': %s",
-                  b + 1, r->path, gdal_reason());
-    return HYPROF_OK;
+    return read_rows(rd->ds, r->path, b, y0, n, w, (float *)r->cube.data + b * npix + y0 * w,
+                     r->cube.mask + y0 * w, scratch, rd->err, sizeof rd->err);
 }
 
 static void *reader_main(void *arg)
@@ -522,17 +531,9 @@ hyprof_status_t hyprof_rows_read(hyprof_rows_t *rows, size_t y0, size_t ht, hypr
     block->has_nodata = hd->cube.has_nodata;
     block->nodata = hd->cube.nodata;
     for (size_t b = 0; b < nb && st == HYPROF_OK; b++) {
-        GDALRasterBandH hb = GDALGetRasterBand(rows->ds, (int)b + 1);
-        float *dst = (float *)block->data + b * w * ht;
         CPLErrorReset();
-        if (GDALRasterIO(hb, GF_Read, 0, (int)y0, (int)w, (int)ht, dst, (int)w, (int)ht,
-                         GDT_Float32, 0, 0) != CE_None)
-            st = say(HYPROF_ERR_IO, err, n, "cannot read band %zu of '%s': %s", b + 1, hd->path,
-                     gdal_reason());
-        else if ((st = apply_band_mask(hb, dst, w, y0, ht, block->mask, &rows->scratch)) !=
-                 HYPROF_OK)
-            st = say(st, err, n, "cannot read the mask of band %zu of '%s': %s", b + 1,
-                     hd->path, st == HYPROF_ERR_NOMEM ? "out of memory" : gdal_reason());
+        st = read_rows(rows->ds, hd->path, b, y0, ht, w, (float *)block->data + b * w * ht,
+                       block->mask, &rows->scratch, err, n);
     }
     if (st != HYPROF_OK)
         hyprof_cube_free(block);
