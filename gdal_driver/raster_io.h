@@ -81,6 +81,10 @@ void hyprof_rows_close(hyprof_rows_t **rows);
 hyprof_status_t hyprof_io_error(hyprof_status_t st, char *err, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Band descriptions (res's names) of the first `bands` bands of `ds`, and
+ * NaN as their nodata when `nodata`. */
+void hyprof_set_band_info(GDALDatasetH ds, const hyprof_result_t *res, size_t bands, int nodata);
+
 /* The CRS and geotransform of `src` (when it has them) onto a new dataset. */
 void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src);
 

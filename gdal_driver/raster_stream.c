@@ -224,13 +224,7 @@ hyprof_status_t hyprof_stream_close(hyprof_stream_t *s, const hyprof_raster_t *s
         hyprof_stream_abandon(s);
         return st;
     }
-    for (size_t b = 0; b < s->bands; b++) {
-        GDALRasterBandH h = GDALGetRasterBand(s->o.ds, (int)b + 1);
-        if (res->band_names && res->band_names[b])
-            GDALSetDescription(h, res->band_names[b]);
-        if (c->has_nodata)
-            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
-    }
+    hyprof_set_band_info(s->o.ds, res, s->bands, c->has_nodata);
     hyprof_set_output_metadata(s->o.ds, src, res, args, backend);
     st = hyprof_output_finish(&s->o, pg, err, n);
     hyprof_stream_abandon(s);

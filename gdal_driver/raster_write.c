@@ -106,6 +106,17 @@ void hyprof_set_output_metadata(GDALDatasetH ds, const hyprof_raster_t *src,
     hyprof_set_result_metadata(ds, res);
 }
 
+void hyprof_set_band_info(GDALDatasetH ds, const hyprof_result_t *res, size_t bands, int nodata)
+{
+    for (size_t b = 0; b < bands; b++) {
+        GDALRasterBandH h = GDALGetRasterBand(ds, (int)b + 1);
+        if (res->band_names && res->band_names[b])
+            GDALSetDescription(h, res->band_names[b]);
+        if (nodata)
+            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
+    }
+}
+
 void hyprof_set_georef(GDALDatasetH ds, const hyprof_raster_t *src)
 {
     if (src->wkt)
@@ -133,12 +144,9 @@ static hyprof_status_t write_bands(const hyprof_output_t *o, const hyprof_result
     if (!buf)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
     hyprof_status_t st = HYPROF_OK;
+    hyprof_set_band_info(ds, res, c->bands, c->has_nodata);
     for (size_t b = 0; b < c->bands && st == HYPROF_OK; b++) {
         GDALRasterBandH h = GDALGetRasterBand(ds, (int)b + 1);
-        if (res->band_names && res->band_names[b])
-            GDALSetDescription(h, res->band_names[b]);
-        if (c->has_nodata)
-            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
         hyprof_result_band_f32(c, b, buf);
         if (GDALRasterIO(h, GF_Write, 0, 0, (int)c->width, (int)c->height, buf, (int)c->width,
                          (int)c->height, GDT_Float32, 0, 0) != CE_None)
@@ -225,13 +233,7 @@ hyprof_status_t hyprof_rows_out_finish(hyprof_rows_out_t *ro, const hyprof_raste
                                        const char *backend, const hyprof_io_progress_t *pg,
                                        char *err, size_t n)
 {
-    for (size_t b = 0; b < ro->bands; b++) {
-        GDALRasterBandH h = GDALGetRasterBand(ro->o.ds, (int)b + 1);
-        if (first->band_names && first->band_names[b])
-            GDALSetDescription(h, first->band_names[b]);
-        if (ro->nodata)
-            GDALSetRasterNoDataValue(h, HYPROF_FLOAT_NODATA);
-    }
+    hyprof_set_band_info(ro->o.ds, first, ro->bands, ro->nodata);
     hyprof_set_output_metadata(ro->o.ds, src, first, args, backend);
     hyprof_status_t st = hyprof_output_finish(&ro->o, pg, err, n);
     ro->created = 0;
