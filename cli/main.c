@@ -54,6 +54,25 @@ static int slot_to_lend(char **envp)
     return -1;
 }
 
+/* SIGINT and SIGTERM, the signals that cancel a run. */
+static sigset_t cancel_signals(void)
+{
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    return sigs;
+}
+
+/* Installs the cancellation handlers, then lets the signals blocked since
+ * the start (pending ones included) reach them. */
+static void handle_signals(void)
+{
+    sigset_t sigs = cancel_signals();
+    cli_install_signals();
+    sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+}
+
 static char **lent_envp;
 static char *lent_value;
 static int lent_slot = -1;
@@ -80,10 +99,7 @@ static int lent_slot = -1;
  * cancellation (exit 3). */
 static void early_start(int argc, char **argv, char **envp)
 {
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
+    sigset_t sigs = cancel_signals();
     sigprocmask(SIG_BLOCK, &sigs, NULL);
     if (!runs_no_operation(argc, argv) && !has_variable(envp, "OMP_WAIT_POLICY") &&
         !has_variable(envp, "GOMP_SPINCOUNT")) {
@@ -93,7 +109,7 @@ static void early_start(int argc, char **argv, char **envp)
             lent_envp = envp;
             lent_value = envp[lent_slot];
             envp[lent_slot] = passive;
-            return; /* return_slot installs the handlers */
+            return; /* return_slot handles the signals */
         }
         size_t n = 0;
         while (envp && envp[n])
@@ -106,8 +122,7 @@ static void early_start(int argc, char **argv, char **envp)
         execve("/proc/self/exe", argv, env);
         /* No /proc: run as we are, with libgomp's default policy. */
     }
-    cli_install_signals();
-    sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+    handle_signals();
 }
 
 __attribute__((section(".preinit_array"), used)) static void (*const preinit)(int, char **,
@@ -115,8 +130,8 @@ __attribute__((section(".preinit_array"), used)) static void (*const preinit)(in
 
 /* The executable's constructor, run after every library's initialiser:
  * gives the lent slot its variable back (through setenv's copy if an
- * initialiser has changed the environment meanwhile), then installs the
- * signal handlers. */
+ * initialiser has changed the environment meanwhile), then handles the
+ * signals. */
 __attribute__((constructor)) static void return_slot(void)
 {
     if (lent_slot < 0)
@@ -128,12 +143,7 @@ __attribute__((constructor)) static void return_slot(void)
         unsetenv("OMP_WAIT_POLICY");
         putenv(lent_value);
     }
-    cli_install_signals();
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigprocmask(SIG_UNBLOCK, &sigs, NULL);
+    handle_signals();
 }
 
 /* HYPROF_BACKEND, the library's override of --backend auto: an unknown value

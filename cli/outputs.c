@@ -16,9 +16,9 @@
  * if one rename fails, puts every target back as it was. Without --overwrite
  * an output is placed only where nothing is (renameat2's RENAME_NOREPLACE, or
  * link() where that is not supported), so of two runs writing one new output
- * at once, one wins and the other fails as if the file had been there. Temporaries of dead
- * runs (their pid in the name, kill(pid, 0) fails with ESRCH) are removed
- * when their folder receives an output again. */
+ * at once, one wins and the other fails as if the file had been there.
+ * Temporaries of dead runs (their pid in the name, kill(pid, 0) fails with
+ * ESRCH) are removed when their folder receives an output again. */
 #define _GNU_SOURCE /* renameat2 */
 #include "cli.h"
 #include "raster_io.h"
