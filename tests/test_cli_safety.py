@@ -213,9 +213,12 @@ def test_signal_during_the_final_close_cancels(tmp_path):
 
 # ---- memory ---------------------------------------------------------------------------
 
-@pytest.mark.skipif(os.environ.get("HYPROF_UNDER_ASAN") == "1",
-                    reason="AddressSanitizer reserves terabytes of address space: "
-                           "RLIMIT_AS cannot apply")
+limits_address_space = pytest.mark.skipif(
+    os.environ.get("HYPROF_UNDER_ASAN") == "1",
+    reason="AddressSanitizer reserves terabytes of address space: RLIMIT_AS cannot apply")
+
+
+@limits_address_space
 def test_declared_size_is_checked_before_reading(tmp_path):
     """A sparse GeoTIFF of a few KB declaring 4096x4096x16 float32 (1 GiB):
     under a 1.5 GiB address-space limit pca is refused before it allocates."""
@@ -260,6 +263,16 @@ def sparse_cube(path, w=4096, h=4096, bands=16):
     return path
 
 
+def big_input_and_model(tmp_path):
+    """sparse_cube's 1 GiB input and a 3-component PCA model of 16 bands."""
+    small = tmp_path / "small.tif"
+    write_cube(small, (np.random.default_rng(3).random((16, 40, 40)) * 1000).astype(np.float32))
+    model = tmp_path / "m.pca"
+    run_ok("pca", "--progress", "none", "--components", 3, "--save-model", model, small,
+           tmp_path / "small_pca.tif")
+    return sparse_cube(tmp_path / "big.tif"), model
+
+
 def same_output(a, b):
     """Pixels (NaN where nodata), band names, nodata, metadata, georeference."""
     da, db = gdal.Open(str(a)), gdal.Open(str(b))
@@ -272,21 +285,14 @@ def same_output(a, b):
         assert str(ba.GetNoDataValue()) == str(bb.GetNoDataValue())
 
 
-@pytest.mark.skipif(os.environ.get("HYPROF_UNDER_ASAN") == "1",
-                    reason="AddressSanitizer reserves terabytes of address space: "
-                           "RLIMIT_AS cannot apply")
+@limits_address_space
 def test_pixelwise_operations_run_by_rows_beyond_memory(tmp_path):
     """dwt and pca --model on a 1 GiB input under a 1.5 GiB address-space
     limit run by blocks of rows (they say so at level info) and write what a
     run without the limit writes: the same pixels, NaN where the input has
     NaN, band names, nodata and metadata. A fit (pca without a model) is still
     refused before it reads."""
-    big = sparse_cube(tmp_path / "big.tif")
-    small = tmp_path / "small.tif"
-    write_cube(small, (np.random.default_rng(3).random((16, 40, 40)) * 1000).astype(np.float32))
-    model = tmp_path / "m.pca"
-    run_ok("pca", "--progress", "none", "--components", 3, "--save-model", model, small,
-           tmp_path / "small_pca.tif")
+    big, model = big_input_and_model(tmp_path)
     env = dict(os.environ, HYPROF_LOG="info")
     for op, extra in (("dwt", ["--levels", "1"]), ("pca", ["--model", str(model)])):
         common = [op, "--backend", "cpu", "--progress", "none"] + extra + [big]
@@ -301,19 +307,12 @@ def test_pixelwise_operations_run_by_rows_beyond_memory(tmp_path):
     assert not (tmp_path / "fit.tif").exists()
 
 
-@pytest.mark.skipif(os.environ.get("HYPROF_UNDER_ASAN") == "1",
-                    reason="AddressSanitizer reserves terabytes of address space: "
-                           "RLIMIT_AS cannot apply")
+@limits_address_space
 @pytest.mark.parametrize("event", ["sigterm", "model changed"])
 def test_run_by_rows_stops_cleanly(tmp_path, event):
     """A run by blocks of rows cancelled by SIGTERM exits 3, and one whose
     model changes between blocks exits 1 naming it; both leave nothing."""
-    big = sparse_cube(tmp_path / "big.tif")
-    small = tmp_path / "small.tif"
-    write_cube(small, (np.random.default_rng(3).random((16, 40, 40)) * 1000).astype(np.float32))
-    model = tmp_path / "m.pca"
-    run_ok("pca", "--progress", "none", "--components", 3, "--save-model", model, small,
-           tmp_path / "small_pca.tif")
+    big, model = big_input_and_model(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
     p = subprocess.Popen([exe_path(), "pca", "--backend", "cpu", "--progress", "json", "--model",
                           str(model), str(big), str(tmp_path / "out.tif")],
