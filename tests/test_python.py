@@ -355,6 +355,40 @@ def test_ctrl_c_cancels_the_running_operation(hp, crops):
     assert hp.pca(cube, components=2).shape == (2, 40, 48)  # the package still works
 
 
+def test_ctrl_c_while_the_call_is_handed_over(hp, crops, monkeypatch):
+    """KeyboardInterrupt can come at any bytecode of the main thread, also
+    inside submit() after the operation was queued and has started: the call
+    must still cancel it and return only once it stopped (it would otherwise
+    run on, on a context and arrays the caller frees)."""
+    import hyprof._run as run
+    cube = read_cube(crops["ip"], np.float32)
+    calls = []
+    first = threading.Event()
+
+    def progress(fraction, stage):
+        calls.append(fraction)
+        first.set()
+        time.sleep(0.01)
+        return False
+
+    class InterruptedSubmit:
+        def submit(self, fn, *args):
+            fut = real.submit(fn, *args)
+            first.wait(30)
+            raise KeyboardInterrupt
+
+    real = run._main_executor()
+    monkeypatch.setattr(run, "_main_executor", lambda: InterruptedSubmit())
+    with pytest.raises(KeyboardInterrupt):
+        hp.eadp(cube, components=3, count=6, progress=progress)
+    seen = len(calls)
+    monkeypatch.undo()
+    time.sleep(0.3)
+    assert len(calls) == seen, "the operation ran on after the call returned"
+    assert calls[-1] < 1.0, calls
+    assert hp.pca(cube, components=2).shape == (2, 40, 48)
+
+
 def test_ctrl_c_without_a_progress_callback(hp):
     """No Python code runs during the call: Ctrl-C still stops it within a
     progress point (the whole run takes minutes on one thread)."""

@@ -139,17 +139,42 @@ class Context:
         self.close()
 
 
+class _Job:
+    """One call handed to the library's thread. The main thread can take
+    KeyboardInterrupt at any bytecode, also inside submit() after the work was
+    queued: abandon() then either stops the job before it starts or waits for
+    it to return, so the context and the arrays are never freed under it."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+        self.lock = threading.Lock()
+        self.started = self.skip = False
+        self.done = threading.Event()
+
+    def run(self):
+        with self.lock:
+            if self.skip:
+                return None
+            self.started = True
+        try:
+            return self.fn(*self.args)
+        finally:
+            self.done.set()
+
+    def abandon(self, ctx=None):
+        if ctx is not None:
+            lib.hyprof_ctx_cancel(ctx.ptr)
+        with self.lock:
+            if not self.started:
+                self.skip = True
+                return
+        _wait_uninterrupted(self.done)
+
+
 def _run(ctx, fn, *args):
     if threading.current_thread() is not threading.main_thread():
         return fn(ctx.ptr, *args)
-    fut = _main_executor().submit(fn, ctx.ptr, *args)
-    try:
-        return fut.result()
-    except BaseException:
-        if not fut.done():
-            lib.hyprof_ctx_cancel(ctx.ptr)
-            _wait_uninterrupted(fut)
-        raise
+    return _on_thread(_Job(fn, (ctx.ptr,) + args), ctx)
 
 
 def on_library_thread(fn, *args):
@@ -159,20 +184,26 @@ def on_library_thread(fn, *args):
     threads spin while the operation runs (GOMP's default wait policy)."""
     if threading.current_thread() is not threading.main_thread():
         return fn(*args)
-    return _main_executor().submit(fn, *args).result()
+    return _on_thread(_Job(fn, args))
 
 
-def _wait_uninterrupted(fut):
+def _on_thread(job, ctx=None):
+    try:
+        return _main_executor().submit(job.run).result()
+    except BaseException:
+        job.abandon(ctx)
+        raise
+
+
+def _wait_uninterrupted(done):
     """Waits for a cancelled call to return; a second Ctrl-C does not leave it
     running on memory the caller is about to free."""
     while True:
         try:
-            fut.result()
+            done.wait()
             return
         except KeyboardInterrupt:
             print("hyprof: stopping the operation...", file=sys.stderr)
-        except BaseException:
-            return
 
 
 __all__ = ["Context", "Cancelled", "check_common", "on_library_thread"]
