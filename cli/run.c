@@ -265,8 +265,9 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
 /* The memory the run needs before it starts (the input as the file declares
  * it and the output as the operation will make it), and whether OUTPUT's
  * format can hold that output. An operation that works pixel by pixel on an
- * input that does not fit runs by blocks of rows instead (*by_rows). */
-static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows)
+ * input that does not fit runs by blocks of rows instead (*by_rows). The
+ * input's size goes to dims (width, height, bands). */
+static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows, size_t dims[3])
 {
     size_t w, h, nb, out_bands = 0;
     char err[CLI_MESSAGE_MAX], what[CLI_MESSAGE_MAX];
@@ -275,6 +276,7 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows)
         cli_error(cmd->op->name, "%s", err);
         return cli_exit_code(st, 1);
     }
+    dims[0] = w, dims[1] = h, dims[2] = nb;
     if (!cmd->op->bands || cmd->op->bands(ctx, cmd->args, nb, &out_bands) != HYPROF_OK)
         out_bands = 0;
     size_t in = hyprof_raster_read_bytes(w, h, nb), out = hyprof_raster_read_bytes(w, h, out_bands);
@@ -290,6 +292,24 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows)
         }
     }
     return check_format(cmd, cmd->output, HYPROF_OUTPUT_PROFILE, out_bands);
+}
+
+/* With --backend auto, a run the CPU finishes before the GPU has even
+ * started (hyprof_op_cpu_is_quicker) runs on the CPU: each command line is a
+ * new process, which pays the device's start-up again. */
+static void settle_backend(const cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
+                           const size_t dims[3])
+{
+    double s;
+    if (hyprof_ctx_backend(ctx) == HYPROF_BACKEND_AUTO &&
+        hyprof_op_cpu_is_quicker(ctx, cmd->op, cmd->args, dims[0], dims[1], dims[2], &s)) {
+        hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
+        char line[160];
+        snprintf(line, sizeof line,
+                 "auto runs on the CPU: about %.2f s of work there, less than the GPU's "
+                 "%.1f s start-up", s, HYPROF_CUDA_START_S);
+        cli_log_fn(pg, HYPROF_LOG_INFO, line);
+    }
 }
 
 static double now_s(void)
@@ -459,7 +479,10 @@ int cli_run(cli_command_t *cmd)
     hyprof_result_init(&res);
     cli_outputs_t outs = {.n = 0};
     int by_rows = 0;
-    rc = check_memory(cmd, ctx, &by_rows);
+    size_t dims[3];
+    rc = check_memory(cmd, ctx, &by_rows, dims);
+    if (rc == EXIT_OK)
+        settle_backend(cmd, ctx, &pg, dims);
     if (rc == EXIT_OK && by_rows)
         rc = cli_run_by_rows(cmd, ctx, &pg, &outs, &res);
     else if (rc == EXIT_OK)

@@ -144,6 +144,30 @@ def cuda_build():
     return "CUDA" in run_ok("--version").stdout
 
 
+# Samson's eadp at 16 times on one thread: about 0.43 s of CPU work by the
+# registry's declared cost, more than the GPU's start-up, so auto tries the
+# device (a smaller run goes to the CPU without trying: see below).
+BIG_EADP = ("--count", "16", "--threads", "1")
+
+
+@pytest.mark.skipif(not cuda_build(), reason="a CPU-only build has nothing to choose")
+def test_auto_runs_a_job_quicker_than_the_gpu_start_on_the_cpu(tmp_path):
+    """A command line is a new process, which pays the GPU's start-up: auto
+    runs on the CPU what the CPU finishes sooner, and says so at
+    HYPROF_LOG=info; the estimate divides by the threads."""
+    env = dict(os.environ, HYPROF_LOG="info")
+    env.pop("HYPROF_BACKEND", None)
+    for args, quicker in ((("pca",), True), (("eadp", *BIG_EADP), False),
+                          (("eadp", "--count", "16", "--threads", "2"), True),
+                          (("pca", "--backend", "cpu"), False)):
+        r = run_ok(*args, "--overwrite", SAMSON, "out.tif", env=env, cwd=tmp_path)
+        said = [l for l in message_lines(r.stderr) if "auto runs on the CPU" in l]
+        assert len(said) == int(quicker), (args, r.stderr)
+        if quicker:
+            assert "backend cpu" in r.stdout and "0.3 s start-up" in said[0], said
+            assert not [l for l in message_lines(r.stderr) if "falling back" in l], r.stderr
+
+
 @pytest.mark.skipif(not cuda_build(), reason="a CPU-only build never falls back")
 def test_auto_says_once_why_it_runs_on_the_cpu(tmp_path):
     """No visible device (CUDA_VISIBLE_DEVICES empty): every stage of eadp
@@ -152,10 +176,10 @@ def test_auto_says_once_why_it_runs_on_the_cpu(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     env.pop("HYPROF_BACKEND", None)
     env.pop("HYPROF_LOG", None)
-    r = run_ok("eadp", "--count", "2", SAMSON, "out.tif", env=env, cwd=tmp_path)
+    r = run_ok("eadp", *BIG_EADP, SAMSON, "out.tif", env=env, cwd=tmp_path)
     assert not [l for l in message_lines(r.stderr) if "CPU" in l], r.stderr
     env["HYPROF_LOG"] = "info"
-    r = run_ok("eadp", "--count", "2", "--overwrite", SAMSON, "out.tif", env=env, cwd=tmp_path)
+    r = run_ok("eadp", *BIG_EADP, "--overwrite", SAMSON, "out.tif", env=env, cwd=tmp_path)
     said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
     assert len(said) == 1 and "no CUDA device" in said[0], r.stderr
     assert said[0].startswith("hyprof eadp: info: "), said
@@ -169,7 +193,7 @@ def test_auto_warns_once_about_a_missing_device(tmp_path):
     env.pop("HYPROF_LOG", None)
     if not has_device():
         pytest.skip("no CUDA device here")
-    r = run_ok("eadp", "--count", "2", "--device", "200", SAMSON, "out.tif", env=env,
+    r = run_ok("eadp", *BIG_EADP, "--device", "200", SAMSON, "out.tif", env=env,
                cwd=tmp_path)
     said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
     assert len(said) == 1 and "device 200 does not exist" in said[0], r.stderr
@@ -189,7 +213,7 @@ def test_auto_says_once_when_device_memory_is_short(tmp_path):
     env = dict(os.environ, HYPROF_DEVICE_MEMORY="1")
     env.pop("HYPROF_BACKEND", None)
     env.pop("HYPROF_LOG", None)
-    r = run_ok("eadp", "--count", "2", SAMSON, "out.tif", env=env, cwd=tmp_path)
+    r = run_ok("eadp", *BIG_EADP, SAMSON, "out.tif", env=env, cwd=tmp_path)
     said = [l for l in message_lines(r.stderr) if "falling back to the CPU" in l]
     if "backend cpu" in r.stdout:
         assert len(said) == 1, r.stderr

@@ -349,6 +349,10 @@ static const hyprof_param_t unmix_params[] = {
      "Units of --wavelengths (the CLI passes the input's).", HYPROF_PARAM_ADVANCED},
 };
 
+/* cpu_ns (the last field of pca, eadp, eap, emp, wmcd and unmix): the CPU
+ * backend's compute stage at default parameters times its 16 threads, per
+ * voxel, on the Houston- and Pavia Centre-size GeoTIFFs of bench/e2e_bench.py
+ * (the Xeon of the NVIDIA H200 machine; bench/results.md, run F3). */
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
@@ -360,7 +364,7 @@ static const hyprof_op_t ops[] = {
      "projected and written by blocks of rows.",
      pca_params, N(pca_params), hyprof__run_pca,
      "raster: one float32 band per component (PC1, PC2, ...)",
-     hyprof__bands_pca, NULL, hyprof__names_pca, hyprof__pixelwise_pca},
+     hyprof__bands_pca, NULL, hyprof__names_pca, hyprof__pixelwise_pca, {20, 0}},
     {"dwt", "Feature extraction", "Spectral wavelet feature extraction",
      "Decomposes every pixel's spectrum with a 1-D discrete wavelet transform "
      "(Mallat filter bank, periodic extension, as PyWavelets' "
@@ -379,7 +383,7 @@ static const hyprof_op_t ops[] = {
      "conserved and the range never grows. After Lopez-Fandino et al., EADP.",
      eadp_params, N(eadp_params), hyprof__run_eadp,
      "raster: features x (count + 1) float32 bands (PC1, PC1 T=65, ...)",
-     hyprof__bands_eadp, NULL, hyprof__names_eadp},
+     hyprof__bands_eadp, NULL, hyprof__names_eadp, NULL, {20, 370}},
     {"eap", "Profiles", "Extended attribute profile",
      "For each feature band (wavelet approximation bands by default), quantised to "
      "8 bits from its valid min and max, the attribute closings (largest threshold "
@@ -392,7 +396,7 @@ static const hyprof_op_t ops[] = {
      "EAP on GPU.",
      eap_params, N(eap_params), hyprof__run_eap,
      "raster: features x (1 + 2 x thresholds) float32 bands of levels (A1 area closing "
-     "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap, NULL, hyprof__names_eap},
+     "1764, ..., A1, A1 area opening 36, ...)", hyprof__bands_eap, NULL, hyprof__names_eap, NULL, {0, 34}},
     {"emp", "Profiles", "Extended morphological profile by reconstruction",
      "For each feature band (wavelet approximation bands by default), quantised to "
      "8 bits from its valid min and max, the closings by reconstruction (largest "
@@ -403,7 +407,7 @@ static const hyprof_op_t ops[] = {
      "et al., W-MCD.",
      emp_params, N(emp_params), hyprof__run_emp,
      "raster: features x (1 + 2 x radii) float32 bands of levels (A1 closing r=7, ..., "
-     "A1, A1 opening r=1, ...)", hyprof__bands_emp, NULL, hyprof__names_emp},
+     "A1, A1 opening r=1, ...)", hyprof__bands_emp, NULL, hyprof__names_emp, NULL, {0, 106}},
     {"wmcd", "Profiles", "Wavelet-based multi-component denoising of an EMP",
      "The EMP, then every EMP band denoised at three 2-D wavelet decomposition "
      "levels: forward 2-D DWT (Mallat, periodic extension as PyWavelets' "
@@ -413,7 +417,7 @@ static const hyprof_op_t ops[] = {
      "Quesada-Barriuso et al., W-MCD.",
      wmcd_params, N(wmcd_params), hyprof__run_wmcd,
      "raster: 3 x EMP bands float32 (A1 closing r=7 j=1, A1 closing r=7 j=4, ...)",
-     hyprof__bands_wmcd, NULL, hyprof__names_wmcd},
+     hyprof__bands_wmcd, NULL, hyprof__names_wmcd, NULL, {0, 50}},
     {"train", "Classification", "Train a classifier on labelled pixels",
      "Trains an RBF support vector machine (LIBSVM C-SVC) or an extreme learning machine "
      "on the pixels of FEATURES labelled by --labels or --samples. Features are scaled to "
@@ -472,7 +476,7 @@ static const hyprof_op_t ops[] = {
      "raster: p float32 abundance bands (E1 abundance, ...) and RMSE; plus the endmember "
      "spectra in OUTPUT.csv and OUTPUT.json (OUTPUT's extension replaced; "
      "--endmembers-csv/--endmembers-json name them)",
-     hyprof__bands_unmix, NULL, hyprof__names_unmix},
+     hyprof__bands_unmix, NULL, hyprof__names_unmix, NULL, {230, 0}},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }
