@@ -160,7 +160,7 @@ def run_bench_exe(exe, op, backend, cube_path, shape, args, extra, out_path=None
 
 HYPROF_FIELDS = ("device", "median_s", "min_s", "times_s", "repeat", "stages", "device_stages",
                  "device_ms", "out_bands", "checksum", "checksum_abs", "hyprof_version",
-                 "hyprof_build", "threads")
+                 "hyprof_build", "threads", "extraction_steps")
 
 
 def hyprof_row(base, op, params, backend, rec, args, notes):
@@ -463,8 +463,9 @@ def report(row, what=""):
         return
     s = ", ".join(f"{k[:-9]} {v:.4g} s" for k, v in (row.get("stages") or {}).items()
                   if v is not None and k.endswith("_median_s"))
+    steps = f"; extraction steps {row['extraction_steps']}" if row.get("extraction_steps") else ""
     print(f"  {row['op']} {row['impl']}: median {row['median_s']:.4g} s"
-          + (f" ({s})" if s else "") + what, flush=True)
+          + (f" ({s})" if s else "") + steps + what, flush=True)
 
 
 def run_hyprof(op, sc, exe, params, write):

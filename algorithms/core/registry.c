@@ -17,8 +17,9 @@
 static const hyprof_param_t common_params[] = {
     {"backend", HYPROF_PARAM_CHOICE, "auto", NOLIMIT, "auto|cpu|cuda",
      "Where to compute: auto (the GPU when present, else the CPU; the spectral DWT, "
-     "bound by the copies to the GPU, on 8 or more CPU threads), cpu, or cuda (fails "
-     "instead of falling back). $HYPROF_BACKEND overrides auto.",
+     "bound by the copies to the GPU, on 8 or more CPU threads; on the command line, a "
+     "run the CPU ends before the GPU would have started), cpu, or cuda (fails instead "
+     "of falling back). $HYPROF_BACKEND overrides auto.",
      HYPROF_PARAM_ADVANCED},
     {"device", HYPROF_PARAM_INT, "0", 0, 255, NULL, "CUDA device number.",
      HYPROF_PARAM_ADVANCED},
