@@ -288,17 +288,68 @@ static int invert(const double *A, size_t p, double *inv, lapack_int *ipiv)
 /* Candidate sets up to this size get their PCA here, on the CPU. */
 #define SMALL_PCA 65536
 
-/* OpenBLAS runs on one thread around the covariance (hyprof__blas_threads_set),
- * so that the result does not depend on it and no BLAS threads are left
- * spinning against the OpenMP regions that follow. */
+/* The candidates' band means, each a sequential double sum in candidate
+ * order (the same bits on any thread count); threads take groups of bands. */
+static void candidate_mean(const float *D, size_t n, size_t B, int threads, double *mean)
+{
+    size_t groups = (B + 7) / 8;
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t g = 0; g < groups; g++) {
+        size_t b0 = 8 * g, nb = B - b0 < 8 ? B - b0 : 8;
+        double s[8] = {0.0};
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < nb; j++)
+                s[j] += D[i * B + b0 + j];
+        for (size_t j = 0; j < nb; j++)
+            mean[b0 + j] = s[j] / (double)n;
+    }
+}
+
+/* cov (lower) = Xp Xp', Xp being B x n column-major (a centred candidate a
+ * column): chunks of CAND_CHUNK candidates, each added by a single-threaded
+ * dsyrk into its group's partial matrix; threads take groups, and the
+ * partials are added in group order. Chunks and groups come from n alone,
+ * never from the thread count, so the endmembers do not depend on it (as
+ * the library's PCA covariance, algorithms/spectral/pca.c). The caller holds
+ * OpenBLAS at one thread. Returns -1 when out of memory. */
+#define CAND_CHUNK 2048
+#define CAND_GROUPS 16
+
+static int candidate_cov(const double *Xp, size_t n, size_t B, int threads, double *cov)
+{
+    size_t nchunks = (n + CAND_CHUNK - 1) / CAND_CHUNK;
+    size_t G = nchunks < CAND_GROUPS ? nchunks : CAND_GROUPS;
+    double *part = G > 1 ? calloc(G * B * B, sizeof *part) : NULL;
+    if (G > 1 && !part)
+        return -1;
+    memset(cov, 0, B * B * sizeof *cov);
+    #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (G > 1)
+    for (size_t g = 0; g < G; g++) {
+        double *out = G > 1 ? part + g * B * B : cov;
+        for (size_t c = g * nchunks / G; c < (g + 1) * nchunks / G; c++) {
+            size_t i0 = c * CAND_CHUNK, m = n - i0 < CAND_CHUNK ? n - i0 : CAND_CHUNK;
+            cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, (int)B, (int)m, 1.0,
+                        Xp + i0 * B, (int)B, 1.0, out, (int)B);
+        }
+    }
+    for (size_t g = 0; G > 1 && g < G; g++)
+        for (size_t j = 0; j < B; j++)
+            for (size_t i = j; i < B; i++)
+                cov[i + j * B] += part[g * B * B + i + j * B];
+    free(part);
+    return 0;
+}
+
 /* Z (n x p): [1, first p-1 principal components] of the candidates. A few
  * thousand of them (SSPP's): their own PCA here, about twice as fast as the
  * library's fit and apply (mean and covariance in double, the covariance by
- * dsyrk, only the p-1 leading eigenvectors by dsyevr, each with its
+ * candidate_cov, only the p-1 leading eigenvectors by dsyevr, each with its
  * largest-magnitude loading positive as hyprof_pca_fit signs them, the
- * projections by dgemm, rounded to float as hyprof_pca_apply gives them; BLAS
- * on one thread): the same on both backends. More (no SSPP, the whole
- * image): the library's PCA, where the context says. */
+ * projections by dgemm, rounded to float as hyprof_pca_apply gives them):
+ * the same on both backends and any thread count. OpenBLAS runs on one thread
+ * meanwhile (hyprof__blas_threads_set), so that no BLAS threads are left
+ * spinning against the OpenMP regions that follow. More candidates (no SSPP,
+ * the whole image): the library's PCA, where the context says. */
 static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const float *D, size_t n,
                                     size_t B, size_t p, double *Z)
 {
@@ -311,22 +362,20 @@ static hyprof_status_t reduce_small(hyprof_ctx_t *ctx, const char *op, const flo
     hyprof_status_t st = HYPROF_OK;
     if (!mean || !X || !Xp || !cov || !w || !V || !supp)
         st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
-    for (size_t i = 0; st == HYPROF_OK && i < n; i++) /* the mean in candidate order */
-        for (size_t b = 0; b < B; b++)
-            mean[b] += D[i * B + b];
     if (st == HYPROF_OK) {
-        for (size_t b = 0; b < B; b++)
-            mean[b] /= (double)n;
+        int threads = n >= 1024 ? hyprof__threads(ctx) : 1;
+        candidate_mean(D, n, B, threads, mean);
+        #pragma omp parallel for num_threads(threads) schedule(static)
         for (size_t i = 0; i < n; i++) /* centred, pixel-major */
             for (size_t b = 0; b < B; b++)
                 Xp[i * B + b] = (double)D[i * B + b] - mean[b];
         int blas_threads = hyprof__blas_threads_set(1);
-        /* Xp is B x n column-major (a candidate a column): cov = Xp Xp' (lower). */
-        cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, (int)B, (int)n, 1.0, Xp, (int)B,
-                    0.0, cov, (int)B);
-        if (q && LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', (lapack_int)B, cov,
-                                (lapack_int)B, 0.0, 0.0, (lapack_int)(B - q + 1), (lapack_int)B,
-                                0.0, &m, w, V, (lapack_int)B, supp) != 0)
+        if (candidate_cov(Xp, n, B, threads, cov) != 0)
+            st = hyprof__error(ctx, HYPROF_ERR_NOMEM, op, "out of memory");
+        if (st == HYPROF_OK && q &&
+            LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', (lapack_int)B, cov, (lapack_int)B,
+                           0.0, 0.0, (lapack_int)(B - q + 1), (lapack_int)B, 0.0, &m, w, V,
+                           (lapack_int)B, supp) != 0)
             st = hyprof__error(ctx, HYPROF_ERR_NUMERIC, op,
                                "the candidates' eigensolver (dsyevr) failed");
         hyprof__blas_threads_restore(blas_threads);
