@@ -350,10 +350,11 @@ static const hyprof_param_t unmix_params[] = {
      "Units of --wavelengths (the CLI passes the input's).", HYPROF_PARAM_ADVANCED},
 };
 
-/* cpu_ns (the last field of pca, eadp, eap, emp, wmcd and unmix): the CPU
- * backend's compute stage at default parameters times its 16 threads, per
- * voxel, on the Houston- and Pavia Centre-size GeoTIFFs of bench/e2e_bench.py
- * (the Xeon of the NVIDIA H200 machine; bench/results.md, run F3). */
+/* cpu_ns (the last field of pca, dwt, eadp, eap, emp, wmcd and unmix): the
+ * CPU backend's compute stage at default parameters times its 16 threads, per
+ * voxel, at the Houston and Pavia Centre sizes on the Xeon of the NVIDIA H200
+ * machine (bench/results.md: bench/e2e_bench.py, run F3 of 2026-11-28 15:50;
+ * dwt, hyprof_bench of 2026-11-26 01:14). */
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
@@ -374,7 +375,7 @@ static const hyprof_op_t ops[] = {
      "memory is read, transformed and written by blocks of rows.",
      dwt_params, N(dwt_params), hyprof__run_dwt,
      "raster: ceil(bands / 2^levels) float32 bands (A1, A2, ...)",
-     hyprof__bands_dwt, NULL, hyprof__names_dwt, hyprof__pixelwise_dwt},
+     hyprof__bands_dwt, NULL, hyprof__names_dwt, hyprof__pixelwise_dwt, {6, 0}},
     {"eadp", "Profiles", "Extended anisotropic diffusion profile",
      "For each feature band (principal components by default) the anisotropic "
      "diffusion profile {X, Diff(X, T1), ..., Diff(X, TC)}: Perona-Malik diffusion "
