@@ -119,7 +119,9 @@ def run_cli(exe, op, backend, inp, out, extra=()):
         sys.exit(f"e2e_bench: {' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()}")
     m = STAGES.search(p.stderr)
     read, compute, write = (float(m.group(i)) for i in (1, 2, 3)) if m else (None,) * 3
-    return {"wall_s": wall, "cpu_s": cpu, "read_s": read, "compute_s": compute, "write_s": write}
+    used = re.search(r"backend (\w+)\)", p.stdout)  # "wrote ... (WxH, N bands, backend cpu)"
+    return {"wall_s": wall, "cpu_s": cpu, "read_s": read, "compute_s": compute, "write_s": write,
+            "used": used.group(1) if used else backend}
 
 
 def write_raster(path, w, h, arr, options):
@@ -234,7 +236,8 @@ def main():
                      floor_write_s=fw, ratio=r["wall_s"] / max(floor, r["compute_s"] or 0))
             rows.append(r)
             f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731 (no stage trace)
-            print(f"| {op} | {a.backend} | {arr.shape[0]} | {f(r['wall_s'])} | {f(r['cpu_s'])} |"
+            shown = a.backend if r["used"] == a.backend else f"{a.backend}: {r['used']}"
+            print(f"| {op} | {shown} | {arr.shape[0]} | {f(r['wall_s'])} | {f(r['cpu_s'])} |"
                   f" {f(r['read_s'])} | {f(r['compute_s'])} | {f(r['write_s'])} |"
                   f" {floor:.2f} ({fr:.2f} + {fw:.2f}) | {r['ratio']:.2f} |", flush=True)
             if a.codecs:  # float32, as the profiles are (predictor 3 needs floats)
