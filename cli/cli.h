@@ -119,6 +119,15 @@ int cli_outputs_commit(cli_outputs_t *o, const char *op, int overwrite);
 /* Removes every temporary (and its sidecar). */
 void cli_outputs_discard(cli_outputs_t *o);
 
+/* Files an operation writes besides OUTPUT (models, endmember spectra) go
+ * to temporaries committed with OUTPUT (registered in o after it, their
+ * parameter names in param[1..]): cli_route_side_files points the
+ * arguments at the temporaries (to_tmp) while the operation runs, and back
+ * at the final names, which the output's metadata records. */
+int cli_add_side_files(cli_command_t *cmd, cli_outputs_t *o, const char **param);
+void cli_route_side_files(cli_command_t *cmd, const cli_outputs_t *o, const char **param,
+                          int to_tmp);
+
 /* Runs an operation that works pixel by pixel on blocks of rows, reading,
  * computing and writing one block after the other: for an input larger than
  * the memory (run_rows.c). OUTPUT's temporary is registered in outs; `res`

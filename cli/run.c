@@ -169,10 +169,7 @@ static int check_files(const cli_command_t *cmd, int overwrite)
     return EXIT_OK;
 }
 
-/* Files an operation writes besides OUTPUT (models, endmember spectra) go
- * to temporaries committed with OUTPUT: the operation sees the temporary
- * names, the output's metadata the final ones. */
-static int add_side_files(cli_command_t *cmd, cli_outputs_t *o, const char **param)
+int cli_add_side_files(cli_command_t *cmd, cli_outputs_t *o, const char **param)
 {
     for (size_t i = 0; i < cmd->op->nparams; i++) {
         const hyprof_param_t *p = &cmd->op->params[i];
@@ -186,8 +183,8 @@ static int add_side_files(cli_command_t *cmd, cli_outputs_t *o, const char **par
     return 0;
 }
 
-static void route_side_files(cli_command_t *cmd, const cli_outputs_t *o, const char **param,
-                             int to_tmp)
+void cli_route_side_files(cli_command_t *cmd, const cli_outputs_t *o, const char **param,
+                          int to_tmp)
 {
     for (size_t i = 1; i < o->n; i++)
         hyprof_args_set(cmd->args, param[i], to_tmp ? o->f[i].tmp : o->f[i].final);
@@ -414,7 +411,7 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
     }
     t[1] = now_s();
     pass_wavelengths(cmd, in);
-    if (!cli_outputs_add(outs, cmd->output, 1) || add_side_files(cmd, outs, param) != 0) {
+    if (!cli_outputs_add(outs, cmd->output, 1) || cli_add_side_files(cmd, outs, param) != 0) {
         cli_error(name, "out of memory");
         return EXIT_RUNTIME;
     }
@@ -425,9 +422,9 @@ static int compute_and_write(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress
         return st == HYPROF_ERR_ARGUMENT ? EXIT_USAGE : cli_exit_code(st, 0);
     }
     cli_progress_stage(pg, READ_END, COMPUTE_END);
-    route_side_files(cmd, outs, param, 1);
+    cli_route_side_files(cmd, outs, param, 1);
     st = hyprof_op_run(ctx, cmd->op, cmd->args, &in->cube, res);
-    route_side_files(cmd, outs, param, 0);
+    cli_route_side_files(cmd, outs, param, 0);
     hyprof_ctx_set_band_done(ctx, NULL, NULL);
     if (st != HYPROF_OK) {
         /* A failed write cancels the computation: its error is the run's. */

@@ -6,7 +6,9 @@
  *
  * The operation reads its files (a model) again for every block: a file that
  * changes meanwhile fails the run, as a mix of two models would be no run's
- * output. */
+ * output. Its side files (unmix's endmember spectra, copied from the model)
+ * are the same for every block; each block writes them to their temporaries,
+ * committed with OUTPUT. */
 #include "cli.h"
 #include "raster_io.h"
 
@@ -75,6 +77,8 @@ typedef struct {
     const hyprof_raster_t *header;
     hyprof_rows_out_t *out;
     hyprof_result_t *first; /* the first block's result, its cube freed */
+    cli_outputs_t *outs;
+    const char *param[CLI_MAX_OUTPUTS]; /* the side files' parameters (cli_add_side_files) */
     file_state_t files[8];
     size_t nfiles;
 } by_rows_t;
@@ -102,7 +106,9 @@ static int run_block(by_rows_t *r, size_t y0, size_t n)
         cli_error(name, "%s", err);
         return cli_exit_code(st, 1);
     }
+    cli_route_side_files(r->cmd, r->outs, r->param, 1);
     st = hyprof_op_run(r->ctx, r->cmd->op, r->cmd->args, &block, &res);
+    cli_route_side_files(r->cmd, r->outs, r->param, 0);
     hyprof_cube_free(&block);
     if (st != HYPROF_OK) {
         cli_lib_error(name, hyprof_ctx_last_error(r->ctx));
@@ -171,8 +177,9 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
                   (double)row_bytes(w, header.cube.bands, bands) / 1048576.0);
         rc = EXIT_USAGE;
     }
+    by_rows_t r = {cmd, ctx, pg, rows, &header, NULL, first, outs, {NULL}, {{0}}, 0};
     const char *tmp = rc == EXIT_OK ? cli_outputs_add(outs, cmd->output, 1) : NULL;
-    if (rc == EXIT_OK && !tmp) {
+    if (rc == EXIT_OK && (!tmp || cli_add_side_files(cmd, outs, r.param) != 0)) {
         cli_error(name, "out of memory");
         rc = EXIT_RUNTIME;
     }
@@ -184,7 +191,7 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
         cli_error(name, "%s", err);
         rc = cli_exit_code(st, 0);
     }
-    by_rows_t r = {cmd, ctx, pg, rows, &header, &out, first, {{0}}, 0};
+    r.out = &out;
     r.nfiles = snapshot_files(cmd, r.files, sizeof r.files / sizeof *r.files);
     if (rc == EXIT_OK) {
         char line[CLI_MESSAGE_MAX];

@@ -273,11 +273,15 @@ def big_input_and_model(tmp_path):
     return sparse_cube(tmp_path / "big.tif"), model
 
 
-def same_output(a, b):
-    """Pixels (NaN where nodata), band names, nodata, metadata, georeference."""
+def same_output(a, b, timings=()):
+    """Pixels (NaN where nodata), band names, nodata, metadata (but the
+    metadata items named in timings), georeference."""
     da, db = gdal.Open(str(a)), gdal.Open(str(b))
     assert np.array_equal(da.ReadAsArray(), db.ReadAsArray(), equal_nan=True)
-    assert da.GetMetadata() == db.GetMetadata()
+    ma, mb = da.GetMetadata(), db.GetMetadata()
+    assert set(timings) <= set(ma) and set(timings) <= set(mb), timings
+    assert {k: v for k, v in ma.items() if k not in timings} == \
+        {k: v for k, v in mb.items() if k not in timings}
     assert da.GetGeoTransform() == db.GetGeoTransform()
     for i in range(1, da.RasterCount + 1):
         ba, bb = da.GetRasterBand(i), db.GetRasterBand(i)
@@ -305,6 +309,29 @@ def test_pixelwise_operations_run_by_rows_beyond_memory(tmp_path):
     r = run("pca", "--progress", "none", big, tmp_path / "fit.tif", preexec_fn=cap_memory)
     assert_usage(r, "big.tif", "MiB")
     assert not (tmp_path / "fit.tif").exists()
+
+
+@limits_address_space
+def test_unmix_with_endmembers_runs_by_rows_beyond_memory(tmp_path):
+    """unmix --model (abundances of a saved endmember set, pixel by pixel) on
+    the 1 GiB input under the address-space limit runs by blocks of rows and
+    writes what a whole run writes: the abundances, the metadata but the
+    stage timings, and the endmember files beside OUTPUT."""
+    big, _ = big_input_and_model(tmp_path)
+    run_ok("unmix", "--progress", "none", "--endmembers", 3, tmp_path / "small.tif",
+           tmp_path / "em.tif")
+    env = dict(os.environ, HYPROF_LOG="info")
+    for d, limit in (("rows", cap_memory), ("whole", None)):
+        (tmp_path / d).mkdir()
+        r = run("unmix", "--backend", "cpu", "--progress", "none", "--model", tmp_path / "em.csv",
+                big, "out.tif", cwd=tmp_path / d, preexec_fn=limit, env=env, timeout=600)
+        assert r.returncode == EXIT_OK, r.stderr
+        assert ("rows at a time" in r.stderr) == (d == "rows"), r.stderr
+    rows, whole = tmp_path / "rows", tmp_path / "whole"
+    same_output(rows / "out.tif", whole / "out.tif", timings=("HYPROF_UNMIX_SECONDS",))
+    for side in ("out.csv", "out.json"):
+        assert (rows / side).read_bytes() == (whole / side).read_bytes(), side
+    assert sorted(p.name for p in rows.iterdir()) == sorted(p.name for p in whole.iterdir())
 
 
 @limits_address_space

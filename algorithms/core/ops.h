@@ -58,6 +58,7 @@ hyprof_status_t hyprof__bands_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args
 /* Whether a run is pixel by pixel (hyprof_op_pixelwise_fn). */
 int hyprof__pixelwise_pca(const hyprof_args_t *args);
 int hyprof__pixelwise_dwt(const hyprof_args_t *args);
+int hyprof__pixelwise_unmix(const hyprof_args_t *args);
 /* Band names without running (hyprof_op_names_fn): one per operation,
  * beside its bands function. */
 #define HYPROF__NAMES_FN(op)                                                              \

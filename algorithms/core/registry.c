@@ -473,12 +473,14 @@ static const hyprof_op_t ops[] = {
      "saved endmember set, then the abundances of every pixel by fully constrained "
      "(default), non-negative or unconstrained least squares (exact active-set "
      "solvers), and the reconstruction RMSE. The endmember spectra are saved beside "
-     "OUTPUT as CSV and JSON, with the band wavelengths.",
+     "OUTPUT as CSV and JSON, with the band wavelengths. With a saved set (--model) it "
+     "works pixel by pixel: an input larger than the memory is read, unmixed and "
+     "written by blocks of rows.",
      unmix_params, N(unmix_params), hyprof__run_unmix,
      "raster: p float32 abundance bands (E1 abundance, ...) and RMSE; plus the endmember "
      "spectra in OUTPUT.csv and OUTPUT.json (OUTPUT's extension replaced; "
      "--endmembers-csv/--endmembers-json name them)",
-     hyprof__bands_unmix, NULL, hyprof__names_unmix, NULL, {230, 0}},
+     hyprof__bands_unmix, NULL, hyprof__names_unmix, hyprof__pixelwise_unmix, {230, 0}},
 };
 
 size_t hyprof_op_count(void) { return N(ops); }

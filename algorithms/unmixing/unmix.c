@@ -267,6 +267,13 @@ hyprof_status_t hyprof__run_unmix(hyprof_ctx_t *ctx, const hyprof_args_t *args,
     return st;
 }
 
+/* With --model the run is the abundances alone, pixel by pixel (the
+ * endmember files it writes copy the model, the same for every block). */
+int hyprof__pixelwise_unmix(const hyprof_args_t *args)
+{
+    return hyprof_args_str(args, "model") != NULL;
+}
+
 /* p abundance bands and the RMSE band, without running (for the GDAL driver):
  * p from --model or a numeric --endmembers; with auto it is HySime's answer,
  * known only after running (0). */
