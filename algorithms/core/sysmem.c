@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static size_t read_number(const char *path)
 {
@@ -53,6 +54,17 @@ static size_t headroom(size_t limit, size_t used)
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
+/* The address space the threads a run starts take before they allocate
+ * anything: a stack (8 MiB) and a malloc arena (64 MiB reserved) each, for
+ * an OpenMP team and one reader a processor. An address-space limit
+ * (RLIMIT_AS) counts these reservations; GDAL aborts when an allocation
+ * fails inside it, so they are set aside before the limit is compared. */
+static size_t thread_reservations(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return (size_t)(cpus > 0 ? cpus : 1) * 2 * ((size_t)72 << 20);
+}
+
 size_t hyprof_host_memory_available(void)
 {
     size_t avail = proc_field("/proc/meminfo", "MemAvailable:");
@@ -64,7 +76,8 @@ size_t hyprof_host_memory_available(void)
     size_t vm = proc_field("/proc/self/status", "VmSize:");
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        avail = min_size(avail, headroom((size_t)rl.rlim_cur, vm));
+        avail = min_size(avail, headroom((size_t)rl.rlim_cur,
+                                         vm == SIZE_MAX ? vm : vm + thread_reservations()));
     if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
         avail = min_size(avail, headroom((size_t)rl.rlim_cur,
                                          proc_field("/proc/self/status", "VmData:")));
