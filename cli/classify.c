@@ -201,6 +201,16 @@ static hyprof_status_t model_legend(const hyprof_classifier_t *m, hyprof_legend_
     return HYPROF_OK;
 }
 
+/* The largest class value the model gives. */
+static uint16_t max_class(const hyprof_classifier_t *m)
+{
+    int v = 0;
+    for (size_t k = 0; k < hyprof_classifier_classes(m); k++)
+        if (hyprof_classifier_class_value(m, k) > v)
+            v = hyprof_classifier_class_value(m, k);
+    return (uint16_t)(v < 65535 ? v : 65535);
+}
+
 /* --probabilities: one float32 band per class, named after it. */
 static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
                                     const hyprof_classifier_t *m, hyprof_cube_t *scores,
@@ -228,6 +238,136 @@ static hyprof_status_t write_scores(job_t *j, const hyprof_raster_t *in,
     return st;
 }
 
+/* The class map's metadata items (NULL-terminated): the operation, the
+ * model, the backend, the classifier, and the profile the model was trained
+ * on when the input is that profile. Free `profile`. */
+typedef struct {
+    char model[1100], backend[64], kind[64], *profile;
+    char *items[6];
+} map_meta_t;
+
+static void map_meta(map_meta_t *mm, const hyprof_classifier_t *m, const char *model_path,
+                     const char *backend, size_t in_bands)
+{
+    snprintf(mm->model, sizeof mm->model, "HYPROF_MODEL=%s", model_path);
+    snprintf(mm->backend, sizeof mm->backend, "HYPROF_BACKEND=%s", backend);
+    snprintf(mm->kind, sizeof mm->kind, "HYPROF_CLASSIFIER=%s",
+             hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM ? "svm" : "elm");
+    const char *recipe = hyprof_classifier_profile(m);
+    mm->profile = NULL;
+    if (recipe && in_bands == hyprof_classifier_input_bands(m) &&
+        (mm->profile = malloc(strlen(recipe) + 32)))
+        sprintf(mm->profile, "HYPROF_PROFILE=%s", recipe);
+    char *items[6] = {"HYPROF_OPERATION=classify", mm->model, mm->backend, mm->kind,
+                      mm->profile, NULL};
+    memcpy(mm->items, items, sizeof items);
+}
+
+/* Whether classify goes by blocks of rows: the input and its map do not fit
+ * in memory, and the classification is pixel by pixel (the input is the
+ * model's features, not a raw cube it computes a profile of; no
+ * --probabilities). */
+static int classify_by_rows(job_t *j, const hyprof_classifier_t *m, const char *prob)
+{
+    size_t w, h, nb;
+    char err[512], what[600];
+    const char *path = j->cmd->files[0];
+    if (hyprof_raster_probe(path, &w, &h, &nb, NULL, err, sizeof err) != HYPROF_OK)
+        return 0; /* the whole read says why */
+    size_t in = hyprof_raster_read_bytes(w, h, nb), map = w * h * sizeof(uint16_t);
+    snprintf(what, sizeof what, "'%s' (%zux%zu pixels, %zu bands)", path, w, h, nb);
+    int profile = hyprof_classifier_profile(m) && nb == hyprof_classifier_input_bands(m);
+    return !prob && !profile &&
+           hyprof_host_memory_check(in > SIZE_MAX - map ? SIZE_MAX : in + map, what, err,
+                                    sizeof err) != HYPROF_OK;
+}
+
+/* One block of rows classified into the map being written; the writer is
+ * created with the first block, once the backend used is known. */
+static int classify_block(job_t *j, const hyprof_classifier_t *m, hyprof_rows_t *rows,
+                          const hyprof_raster_t *header, hyprof_classmap_rows_t *cr,
+                          const char *tmp, size_t y0, size_t n)
+{
+    hyprof_cube_t block, map;
+    memset(&block, 0, sizeof block);
+    memset(&map, 0, sizeof map);
+    hyprof_status_t st = hyprof_rows_read(rows, y0, n, &block, j->err, sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    st = hyprof_classify_input(j->ctx, m, &block, &map, NULL);
+    hyprof_cube_free(&block);
+    if (st != HYPROF_OK)
+        return lib_fail(j, st);
+    if (y0 == 0) {
+        map_meta_t mm;
+        map_meta(&mm, m, hyprof_args_str(j->cmd->args, "model"),
+                 hyprof_backend_name(hyprof_ctx_used_backend(j->ctx)), header->cube.bands);
+        st = hyprof_classmap_rows_create(cr, j->cmd->files[1], tmp, header,
+                                         max_class(m), mm.items, j->err, sizeof j->err);
+        free(mm.profile);
+    }
+    if (st == HYPROF_OK)
+        st = hyprof_classmap_rows_put(cr, y0, n, map.data, j->err, sizeof j->err);
+    hyprof_cube_free(&map);
+    return st == HYPROF_OK ? EXIT_OK : io_fail(j, st, 0);
+}
+
+/* classify on an input larger than the memory: blocks of rows read,
+ * classified and written one after the other. The map is the one the whole
+ * input gives (hyprof_classmap_rows_t). */
+static int run_classify_by_rows(job_t *j, const hyprof_classifier_t *m)
+{
+    const char *out = j->cmd->files[1];
+    hyprof_raster_t header;
+    hyprof_rows_t *rows = NULL;
+    hyprof_status_t st = hyprof_rows_open(j->cmd->files[0], &rows, &header, j->err,
+                                          sizeof j->err);
+    if (st != HYPROF_OK)
+        return io_fail(j, st, 1);
+    size_t w = header.cube.width, h = header.cube.height;
+    size_t nrows = cli_block_rows(w, h, header.cube.bands, 1);
+    const char *tmp = job_output(j, out, 1);
+    hyprof_classmap_rows_t cr;
+    memset(&cr, 0, sizeof cr);
+    hyprof_legend_t legend = {0, NULL, NULL};
+    int rc = tmp ? EXIT_OK : EXIT_RUNTIME;
+    if (rc == EXIT_OK && nrows == 0) {
+        cli_error(j->name, "'%s' (%zux%zu pixels, %zu bands) does not fit in memory, even a "
+                  "row at a time", j->cmd->files[0], w, h, header.cube.bands);
+        rc = EXIT_USAGE;
+    }
+    if (rc == EXIT_OK) {
+        char line[CLI_MESSAGE_MAX];
+        snprintf(line, sizeof line, "'%s' does not fit in memory: %zu rows at a time",
+                 j->cmd->files[0], nrows);
+        cli_log_fn(&j->pg, HYPROF_LOG_INFO, line);
+    }
+    for (size_t y0 = 0; rc == EXIT_OK && y0 < h; y0 += nrows) {
+        size_t n = h - y0 < nrows ? h - y0 : nrows;
+        if (cli_interrupted()) {
+            cli_error(j->name, "cancelled; no output written");
+            rc = EXIT_CANCELLED;
+            break;
+        }
+        cli_progress_stage(&j->pg, (double)y0 / (double)h, (double)(y0 + n) / (double)h);
+        rc = classify_block(j, m, rows, &header, &cr, tmp, y0, n);
+    }
+    if (rc == EXIT_OK) {
+        st = model_legend(m, &legend);
+        st = st == HYPROF_OK ? hyprof_classmap_rows_finish(&cr, &legend, j->err, sizeof j->err)
+                             : HYPROF_ERR_NOMEM;
+        rc = st == HYPROF_OK ? job_commit(j) : io_fail(j, st, 0);
+    }
+    hyprof_classmap_rows_abandon(&cr);
+    if (rc == EXIT_OK)
+        printf("%s: wrote %s (%zux%zu, %zu classes, backend %s)\n", j->name, out, w, h,
+               hyprof_classifier_classes(m), hyprof_backend_name(hyprof_ctx_used_backend(j->ctx)));
+    hyprof_legend_free(&legend);
+    hyprof_rows_close(&rows);
+    hyprof_raster_free(&header);
+    return rc;
+}
+
 int run_classify(job_t *j)
 {
     const char *model_path = hyprof_args_str(j->cmd->args, "model");
@@ -244,6 +384,10 @@ int run_classify(job_t *j)
     hyprof_status_t st = hyprof_classifier_load(j->ctx, model_path, &m);
     if (st != HYPROF_OK) {
         rc = lib_fail(j, st);
+        goto done;
+    }
+    if (classify_by_rows(j, m, prob)) {
+        rc = run_classify_by_rows(j, m);
         goto done;
     }
     if ((st = read_raster(j, j->cmd->files[0], &in, 0.0, 0.1)) != HYPROF_OK) {
@@ -267,22 +411,12 @@ int run_classify(job_t *j)
         rc = io_fail(j, st, 0);
         goto done;
     }
-    char model_item[1100], backend_item[64], kind_item[64];
-    snprintf(model_item, sizeof model_item, "HYPROF_MODEL=%s", model_path);
-    snprintf(backend_item, sizeof backend_item, "HYPROF_BACKEND=%s", backend);
-    snprintf(kind_item, sizeof kind_item, "HYPROF_CLASSIFIER=%s",
-             hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM ? "svm" : "elm");
-    const char *recipe = hyprof_classifier_profile(m);
-    char *profile_item = NULL;
-    if (recipe && in.cube.bands == hyprof_classifier_input_bands(m) &&
-        (profile_item = malloc(strlen(recipe) + 32)))
-        sprintf(profile_item, "HYPROF_PROFILE=%s", recipe);
-    char *meta[] = {"HYPROF_OPERATION=classify", model_item, backend_item, kind_item,
-                    profile_item, NULL};
+    map_meta_t mm;
+    map_meta(&mm, m, model_path, backend, in.cube.bands);
     if ((st = model_legend(m, &legend)) == HYPROF_OK)
-        st = hyprof_classmap_write(out, map_tmp, &in, map.data, &legend, meta, j->err,
+        st = hyprof_classmap_write(out, map_tmp, &in, map.data, &legend, mm.items, j->err,
                                    sizeof j->err);
-    free(profile_item);
+    free(mm.profile);
     if (st != HYPROF_OK) {
         rc = io_fail(j, st, 0);
         goto done;

@@ -134,5 +134,9 @@ void cli_route_side_files(cli_command_t *cmd, const cli_outputs_t *o, const char
  * receives the shape, band names and metadata written, without pixels. */
 int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
                     cli_outputs_t *outs, hyprof_result_t *res);
+/* Rows a block of a run by rows: as many as half the available memory holds
+ * with the input's and `out_bands` float32 bands a row, a multiple of 256
+ * rows when it can be (the output's tile height); 0 if not even one row fits. */
+size_t cli_block_rows(size_t w, size_t h, size_t in_bands, size_t out_bands);
 
 #endif

@@ -27,8 +27,7 @@ static size_t row_bytes(size_t w, size_t in_bands, size_t out_bands)
     return w * (in_bands * sizeof(float) + 1 + out_bands * sizeof(float) + 1 + sizeof(float));
 }
 
-/* Rows a block: as many as half the available memory holds, aligned. */
-static size_t block_rows(size_t w, size_t h, size_t in_bands, size_t out_bands)
+size_t cli_block_rows(size_t w, size_t h, size_t in_bands, size_t out_bands)
 {
     size_t per_row = row_bytes(w, in_bands, out_bands);
     size_t rows = hyprof_host_memory_available() / 2 / (per_row ? per_row : 1);
@@ -170,7 +169,7 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
         cli_lib_error(name, hyprof_ctx_last_error(ctx));
         rc = EXIT_USAGE;
     }
-    size_t nrows = rc == EXIT_OK ? block_rows(w, h, header.cube.bands, bands) : 0;
+    size_t nrows = rc == EXIT_OK ? cli_block_rows(w, h, header.cube.bands, bands) : 0;
     if (rc == EXIT_OK && nrows == 0) {
         cli_error(name, "'%s' (%zux%zu pixels, %zu bands) does not fit in memory, even a row "
                   "at a time (%.1f MiB a row)", cmd->input, w, h, header.cube.bands,

@@ -385,56 +385,155 @@ static int legend_in_sidecar(GDALDriverH drv)
     return strcmp(name, "GTiff") == 0 || strcmp(name, "COG") == 0;
 }
 
+/* The class map's dataset on src's grid, with its band's nodata and name and
+ * the `meta` items; its legend comes at the end (classmap_end). */
+static hyprof_status_t classmap_begin(hyprof_output_t *o, const char *path, const char *tmp,
+                                      const hyprof_raster_t *src, GDALDataType t, char **meta,
+                                      char *err, size_t n)
+{
+    hyprof_status_t st = hyprof_output_create(o, path, tmp, HYPROF_OUTPUT_CLASSMAP,
+                                              src->cube.width, src->cube.height, 1, t, err, n);
+    if (st != HYPROF_OK)
+        return st;
+    hyprof_set_georef(o->ds, src);
+    GDALRasterBandH band = GDALGetRasterBand(o->ds, 1);
+    GDALSetRasterNoDataValue(band, 0.0);
+    GDALSetDescription(band, "class");
+    for (size_t i = 0; meta && meta[i]; i++) {
+        char *key = NULL;
+        const char *v = CPLParseNameValue(meta[i], &key);
+        if (key && v)
+            GDALSetMetadataItem(o->ds, key, v, NULL);
+        CPLFree(key);
+    }
+    return HYPROF_OK;
+}
+
+/* The CLASS_<v> items and, in a format that keeps it in the file, the colour
+ * table and attribute table, before the pixels are written. */
+static hyprof_status_t classmap_legend_in_file(hyprof_output_t *o, const hyprof_legend_t *l,
+                                               const uint8_t *is_class, uint16_t maxv,
+                                               char *err, size_t n)
+{
+    GDALRasterBandH band = GDALGetRasterBand(o->ds, 1);
+    set_class_items(o->ds, l, maxv);
+    if (!legend_in_sidecar(o->drv) && (set_colour_table(band, l, is_class, maxv) != CE_None ||
+                                       set_attribute_table(band, l, is_class, maxv) != CE_None))
+        return say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", o->path,
+                   gdal_reason());
+    return HYPROF_OK;
+}
+
+/* Closes the filled map and, for GeoTIFF and COG, writes its legend into the
+ * finished file's sidecar. */
+static hyprof_status_t classmap_end(hyprof_output_t *o, const hyprof_legend_t *l,
+                                    const uint8_t *is_class, uint16_t maxv, char *err, size_t n)
+{
+    const int sidecar = legend_in_sidecar(o->drv);
+    hyprof_status_t st = hyprof_output_finish(o, NULL, err, n);
+    if (st == HYPROF_OK && sidecar)
+        st = set_legend(o->path, o->tmp, l, is_class, maxv, err, n);
+    return st;
+}
+
 hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_raster_t *src, const uint16_t *values,
                                       const hyprof_legend_t *legend, char **meta, char *err,
                                       size_t n)
 {
-    hyprof_status_t st = HYPROF_OK;
     size_t W = src->cube.width, H = src->cube.height;
     uint16_t maxv = 0;
     uint8_t *is_class = class_flags(values, W * H, legend, &maxv);
     if (!is_class)
         return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
-    GDALDataType t = maxv <= 255 ? GDT_Byte : GDT_UInt16;
     hyprof_output_t o;
-    st = hyprof_output_create(&o, path, tmp, HYPROF_OUTPUT_CLASSMAP, W, H, 1, t, err, n);
+    hyprof_status_t st =
+        classmap_begin(&o, path, tmp, src, maxv <= 255 ? GDT_Byte : GDT_UInt16, meta, err, n);
     if (st != HYPROF_OK) {
         free(is_class);
         return st;
     }
-    GDALDatasetH ds = o.ds;
-    hyprof_set_georef(ds, src);
-    GDALRasterBandH band = GDALGetRasterBand(ds, 1);
-    GDALSetRasterNoDataValue(band, 0.0);
-    GDALSetDescription(band, "class");
-    set_class_items(ds, legend, maxv);
-    for (size_t i = 0; meta && meta[i]; i++) {
-        char *key = NULL;
-        const char *v = CPLParseNameValue(meta[i], &key);
-        if (key && v)
-            GDALSetMetadataItem(ds, key, v, NULL);
-        CPLFree(key);
-    }
-    const int sidecar = legend_in_sidecar(o.drv);
-    if (!sidecar && (set_colour_table(band, legend, is_class, maxv) != CE_None ||
-                     set_attribute_table(band, legend, is_class, maxv) != CE_None))
-        st = say(HYPROF_ERR_IO, err, n, "cannot write the legend of '%s': %s", path,
-                 gdal_reason());
+    st = classmap_legend_in_file(&o, legend, is_class, maxv, err, n);
     if (st == HYPROF_OK &&
-        GDALRasterIO(band, GF_Write, 0, 0, (int)W, (int)H, (void *)values, (int)W, (int)H,
-                     GDT_UInt16, 0, 0) != CE_None)
+        GDALRasterIO(GDALGetRasterBand(o.ds, 1), GF_Write, 0, 0, (int)W, (int)H, (void *)values,
+                     (int)W, (int)H, GDT_UInt16, 0, 0) != CE_None)
         st = say(HYPROF_ERR_IO, err, n, "cannot write '%s': %s", path, gdal_reason());
-    if (st != HYPROF_OK) {
+    if (st != HYPROF_OK)
         hyprof_output_abandon(&o);
-        free(is_class);
-        return st;
-    }
-    st = hyprof_output_finish(&o, NULL, err, n);
-    if (st == HYPROF_OK && sidecar)
-        st = set_legend(path, tmp, legend, is_class, maxv, err, n);
+    else
+        st = classmap_end(&o, legend, is_class, maxv, err, n);
     free(is_class);
     return st;
+}
+
+hyprof_status_t hyprof_classmap_rows_create(hyprof_classmap_rows_t *cr, const char *path,
+                                            const char *tmp, const hyprof_raster_t *src,
+                                            uint16_t max_class, char **meta, char *err,
+                                            size_t n)
+{
+    memset(cr, 0, sizeof *cr);
+    cr->seen = calloc(65536, 1);
+    if (!cr->seen)
+        return say(HYPROF_ERR_NOMEM, err, n, "out of memory writing '%s'", path);
+    GDALDriverH drv = NULL;
+    hyprof_status_t st = hyprof_output_driver(path, &drv, err, n);
+    if (st == HYPROF_OK && !legend_in_sidecar(drv))
+        st = say(HYPROF_ERR_ARGUMENT, err, n,
+                 "'%s': a class map written by blocks of rows (an input larger than the "
+                 "memory) must be a GeoTIFF or a COG", path);
+    if (st == HYPROF_OK)
+        st = classmap_begin(&cr->o, path, tmp, src, max_class <= 255 ? GDT_Byte : GDT_UInt16,
+                            meta, err, n);
+    if (st != HYPROF_OK) {
+        free(cr->seen);
+        cr->seen = NULL;
+        return st;
+    }
+    cr->created = 1;
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_classmap_rows_put(hyprof_classmap_rows_t *cr, size_t y0, size_t rows,
+                                         const uint16_t *values, char *err, size_t n)
+{
+    size_t W = (size_t)GDALGetRasterXSize(cr->o.ds);
+    for (size_t i = 0; i < W * rows; i++)
+        cr->seen[values[i]] = 1;
+    if (GDALRasterIO(GDALGetRasterBand(cr->o.ds, 1), GF_Write, 0, (int)y0, (int)W, (int)rows,
+                     (void *)values, (int)W, (int)rows, GDT_UInt16, 0, 0) != CE_None)
+        return say(HYPROF_ERR_IO, err, n, "cannot write '%s': %s", cr->o.path, gdal_reason());
+    return HYPROF_OK;
+}
+
+hyprof_status_t hyprof_classmap_rows_finish(hyprof_classmap_rows_t *cr,
+                                            const hyprof_legend_t *legend, char *err, size_t n)
+{
+    for (size_t v = 1; v < legend->n && v < 65536; v++) /* as class_flags */
+        if (legend->names[v] && *legend->names[v])
+            cr->seen[v] = 1;
+    cr->seen[0] = 0;
+    uint16_t maxv = 0;
+    for (size_t v = 65535; v > 0 && !maxv; v--)
+        if (cr->seen[v])
+            maxv = (uint16_t)v;
+    hyprof_status_t st = classmap_legend_in_file(&cr->o, legend, cr->seen, maxv, err, n);
+    if (st == HYPROF_OK)
+        st = classmap_end(&cr->o, legend, cr->seen, maxv, err, n);
+    else
+        hyprof_output_abandon(&cr->o);
+    cr->created = 0;
+    free(cr->seen);
+    cr->seen = NULL;
+    return st;
+}
+
+void hyprof_classmap_rows_abandon(hyprof_classmap_rows_t *cr)
+{
+    if (cr->created)
+        hyprof_output_abandon(&cr->o);
+    cr->created = 0;
+    free(cr->seen);
+    cr->seen = NULL;
 }
 
 /* ---- vector samples -------------------------------------------------------------------------- */

@@ -48,6 +48,28 @@ hyprof_status_t hyprof_classmap_write(const char *path, const char *tmp,
                                       const hyprof_legend_t *legend, char **meta, char *err,
                                       size_t n);
 
+/* hyprof_classmap_write by blocks of rows (classify on an input larger than
+ * the memory), GeoTIFF or COG only: create (Byte when max_class, the largest
+ * value the map can hold, is <= 255, else UInt16), put each block's values,
+ * then finish with the legend (the classes the blocks held or the legend
+ * names), or abandon (the caller removes tmp). The file is the one
+ * hyprof_classmap_write makes of the whole map whenever the legend names
+ * max_class. */
+typedef struct {
+    hyprof_output_t o;
+    uint8_t *seen; /* 65536 flags: the values put so far */
+    int created;
+} hyprof_classmap_rows_t;
+hyprof_status_t hyprof_classmap_rows_create(hyprof_classmap_rows_t *cr, const char *path,
+                                            const char *tmp, const hyprof_raster_t *src,
+                                            uint16_t max_class, char **meta, char *err,
+                                            size_t n);
+hyprof_status_t hyprof_classmap_rows_put(hyprof_classmap_rows_t *cr, size_t y0, size_t rows,
+                                         const uint16_t *values, char *err, size_t n);
+hyprof_status_t hyprof_classmap_rows_finish(hyprof_classmap_rows_t *cr,
+                                            const hyprof_legend_t *legend, char *err, size_t n);
+void hyprof_classmap_rows_abandon(hyprof_classmap_rows_t *cr);
+
 /* Rasterises the features of a vector layer on `grid` (reprojected to its
  * CRS): labels (width*height, 0 = none) receive the class of `field`
  * (integers, or names numbered 1.. in sorted order; the names then go into

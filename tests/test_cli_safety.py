@@ -335,6 +335,36 @@ def test_unmix_with_endmembers_runs_by_rows_beyond_memory(tmp_path):
 
 
 @limits_address_space
+def test_classify_runs_by_rows_beyond_memory(tmp_path):
+    """classify of features (pixel by pixel) on the 1 GiB input under the
+    address-space limit runs by blocks of rows and writes the class map a
+    whole run writes: classes (0 where the input has NaN), data type, nodata,
+    metadata, and the legend in the .aux.xml."""
+    big, _ = big_input_and_model(tmp_path)
+    rng = np.random.default_rng(5)
+    labels = np.repeat(np.arange(1, 4, dtype=np.uint8), 10)[None, :].repeat(30, 0)
+    feats = (labels[None].astype(np.float32) * 300 + rng.normal(0, 10, (16, 30, 30)))
+    write_cube(tmp_path / "train.tif", feats.astype(np.float32))
+    write_cube(tmp_path / "labels.tif", labels[None])
+    run_ok("train", "--progress", "none", "--labels", tmp_path / "labels.tif", "--grid",
+           "C=10,gamma=0.001", tmp_path / "train.tif", tmp_path / "m.model")
+    env = dict(os.environ, HYPROF_LOG="info")
+    for d, limit in (("rows", cap_memory), ("whole", None)):
+        (tmp_path / d).mkdir()
+        r = run("classify", "--backend", "cpu", "--progress", "none", "--model",
+                tmp_path / "m.model", big, "map.tif", cwd=tmp_path / d, preexec_fn=limit,
+                env=env, timeout=600)
+        assert r.returncode == EXIT_OK, r.stderr
+        assert ("rows at a time" in r.stderr) == (d == "rows"), r.stderr
+    rows, whole = tmp_path / "rows" / "map.tif", tmp_path / "whole" / "map.tif"
+    same_output(rows, whole)
+    a = gdal.Open(str(rows)).ReadAsArray()
+    assert a.dtype == np.uint8 and a[1510, 1005] == 0 and set(np.unique(a)) - {0, 1, 2, 3} == set()
+    assert (tmp_path / "rows" / "map.tif.aux.xml").read_bytes() == \
+        (tmp_path / "whole" / "map.tif.aux.xml").read_bytes()
+
+
+@limits_address_space
 @pytest.mark.parametrize("event", ["sigterm", "model changed"])
 def test_run_by_rows_stops_cleanly(tmp_path, event):
     """A run by blocks of rows cancelled by SIGTERM exits 3, and one whose

@@ -433,7 +433,10 @@ static const hyprof_op_t ops[] = {
      "Classifies every valid pixel of FEATURES with --model: a one-band class map "
      "(uint8, or uint16 beyond 255) with the model's colour table and class names, 0 = "
      "nodata where the input is nodata. SVM labels are LIBSVM's (CPU: svm_predict_values; "
-     "CUDA: batched kernel evaluation by gemm, borderline pixels recomputed exactly).",
+     "CUDA: batched kernel evaluation by gemm, borderline pixels recomputed exactly). "
+     "Pixel by pixel on features (not on a raw cube whose profile the model computes, "
+     "nor with --probabilities): a GeoTIFF or COG map of an input larger than the memory "
+     "is read, classified and written by blocks of rows.",
      classify_params, N(classify_params), NULL,
      "raster: 1 band of class values with a colour table", NULL,
      "raster_in:FEATURES raster_out:OUTPUT"},
