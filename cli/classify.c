@@ -282,32 +282,44 @@ static int classify_by_rows(job_t *j, const hyprof_classifier_t *m, const char *
                                     sizeof err) != HYPROF_OK;
 }
 
-/* One block of rows classified into the map being written; the writer is
- * created with the first block, once the backend used is known. */
-static int classify_block(job_t *j, const hyprof_classifier_t *m, hyprof_rows_t *rows,
-                          const hyprof_raster_t *header, hyprof_classmap_rows_t *cr,
-                          const char *tmp, size_t y0, size_t n)
+/* A classification by blocks of rows: the input's reader, its header, the
+ * map's writer (made with the first block) and its temporary. */
+typedef struct {
+    job_t *j;
+    const hyprof_classifier_t *m;
+    hyprof_rows_t *rows;
+    const hyprof_raster_t *header;
+    hyprof_classmap_rows_t cr;
+    const char *tmp;
+} classify_rows_t;
+
+/* One block of rows classified into the map being written (cli_run_blocks'
+ * block); the writer is created with the first block, once the backend
+ * used is known. */
+static int classify_block(void *user, size_t y0, size_t n)
 {
+    classify_rows_t *r = user;
+    job_t *j = r->j;
     hyprof_cube_t block, map;
     memset(&block, 0, sizeof block);
     memset(&map, 0, sizeof map);
-    hyprof_status_t st = hyprof_rows_read(rows, y0, n, &block, j->err, sizeof j->err);
+    hyprof_status_t st = hyprof_rows_read(r->rows, y0, n, &block, j->err, sizeof j->err);
     if (st != HYPROF_OK)
         return io_fail(j, st, 1);
-    st = hyprof_classify_input(j->ctx, m, &block, &map, NULL);
+    st = hyprof_classify_input(j->ctx, r->m, &block, &map, NULL);
     hyprof_cube_free(&block);
     if (st != HYPROF_OK)
         return lib_fail(j, st);
     if (y0 == 0) {
         map_meta_t mm;
-        map_meta(&mm, m, hyprof_args_str(j->cmd->args, "model"),
-                 hyprof_backend_name(hyprof_ctx_used_backend(j->ctx)), header->cube.bands);
-        st = hyprof_classmap_rows_create(cr, j->cmd->files[1], tmp, header,
-                                         max_class(m), mm.items, j->err, sizeof j->err);
+        map_meta(&mm, r->m, hyprof_args_str(j->cmd->args, "model"),
+                 hyprof_backend_name(hyprof_ctx_used_backend(j->ctx)), r->header->cube.bands);
+        st = hyprof_classmap_rows_create(&r->cr, j->cmd->files[1], r->tmp, r->header,
+                                         max_class(r->m), mm.items, j->err, sizeof j->err);
         free(mm.profile);
     }
     if (st == HYPROF_OK)
-        st = hyprof_classmap_rows_put(cr, y0, n, map.data, j->err, sizeof j->err);
+        st = hyprof_classmap_rows_put(&r->cr, y0, n, map.data, j->err, sizeof j->err);
     hyprof_cube_free(&map);
     return st == HYPROF_OK ? EXIT_OK : io_fail(j, st, 0);
 }
@@ -317,53 +329,34 @@ static int classify_block(job_t *j, const hyprof_classifier_t *m, hyprof_rows_t 
  * input gives (hyprof_classmap_rows_t). */
 static int run_classify_by_rows(job_t *j, const hyprof_classifier_t *m)
 {
-    const char *out = j->cmd->files[1];
+    const char *in = j->cmd->files[0], *out = j->cmd->files[1];
     hyprof_raster_t header;
-    hyprof_rows_t *rows = NULL;
-    hyprof_status_t st = hyprof_rows_open(j->cmd->files[0], &rows, &header, j->err,
-                                          sizeof j->err);
+    classify_rows_t r = {.j = j, .m = m, .header = &header};
+    hyprof_status_t st = hyprof_rows_open(in, &r.rows, &header, j->err, sizeof j->err);
     if (st != HYPROF_OK)
         return io_fail(j, st, 1);
     size_t w = header.cube.width, h = header.cube.height;
-    size_t nrows = cli_block_rows(w, h, header.cube.bands, 1);
-    const char *tmp = job_output(j, out, 1);
-    hyprof_classmap_rows_t cr;
-    memset(&cr, 0, sizeof cr);
+    size_t nrows = cli_plan_blocks(&j->pg, j->name, in, w, h, header.cube.bands, 1);
+    r.tmp = nrows ? job_output(j, out, 1) : NULL;
+    int rc = !nrows ? EXIT_USAGE : !r.tmp ? EXIT_RUNTIME : EXIT_OK;
+    if (rc == EXIT_OK)
+        rc = cli_run_blocks(&j->pg, j->name, h, nrows, classify_block, &r);
     hyprof_legend_t legend = {0, NULL, NULL};
-    int rc = tmp ? EXIT_OK : EXIT_RUNTIME;
-    if (rc == EXIT_OK && nrows == 0) {
-        cli_error(j->name, "'%s' (%zux%zu pixels, %zu bands) does not fit in memory, even a "
-                  "row at a time", j->cmd->files[0], w, h, header.cube.bands);
-        rc = EXIT_USAGE;
+    if (rc == EXIT_OK && model_legend(m, &legend) != HYPROF_OK) {
+        snprintf(j->err, sizeof j->err, "out of memory");
+        rc = io_fail(j, HYPROF_ERR_NOMEM, 0);
     }
-    if (rc == EXIT_OK) {
-        char line[CLI_MESSAGE_MAX];
-        snprintf(line, sizeof line, "'%s' does not fit in memory: %zu rows at a time",
-                 j->cmd->files[0], nrows);
-        cli_log_fn(&j->pg, HYPROF_LOG_INFO, line);
-    }
-    for (size_t y0 = 0; rc == EXIT_OK && y0 < h; y0 += nrows) {
-        size_t n = h - y0 < nrows ? h - y0 : nrows;
-        if (cli_interrupted()) {
-            cli_error(j->name, "cancelled; no output written");
-            rc = EXIT_CANCELLED;
-            break;
-        }
-        cli_progress_stage(&j->pg, (double)y0 / (double)h, (double)(y0 + n) / (double)h);
-        rc = classify_block(j, m, rows, &header, &cr, tmp, y0, n);
-    }
-    if (rc == EXIT_OK) {
-        st = model_legend(m, &legend);
-        st = st == HYPROF_OK ? hyprof_classmap_rows_finish(&cr, &legend, j->err, sizeof j->err)
-                             : HYPROF_ERR_NOMEM;
-        rc = st == HYPROF_OK ? job_commit(j) : io_fail(j, st, 0);
-    }
-    hyprof_classmap_rows_abandon(&cr);
+    if (rc == EXIT_OK &&
+        (st = hyprof_classmap_rows_finish(&r.cr, &legend, j->err, sizeof j->err)) != HYPROF_OK)
+        rc = io_fail(j, st, 0);
+    if (rc == EXIT_OK)
+        rc = job_commit(j);
+    hyprof_classmap_rows_abandon(&r.cr);
     if (rc == EXIT_OK)
         printf("%s: wrote %s (%zux%zu, %zu classes, backend %s)\n", j->name, out, w, h,
                hyprof_classifier_classes(m), hyprof_backend_name(hyprof_ctx_used_backend(j->ctx)));
     hyprof_legend_free(&legend);
-    hyprof_rows_close(&rows);
+    hyprof_rows_close(&r.rows);
     hyprof_raster_free(&header);
     return rc;
 }

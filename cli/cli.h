@@ -136,7 +136,14 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
                     cli_outputs_t *outs, hyprof_result_t *res);
 /* Rows a block of a run by rows: as many as half the available memory holds
  * with the input's and `out_bands` float32 bands a row, a multiple of 256
- * rows when it can be (the output's tile height); 0 if not even one row fits. */
-size_t cli_block_rows(size_t w, size_t h, size_t in_bands, size_t out_bands);
+ * rows when it can be (the output's tile height); said at HYPROF_LOG=info.
+ * 0, after the message, if not even one row fits. */
+size_t cli_plan_blocks(cli_progress_t *pg, const char *op, const char *input, size_t w,
+                       size_t h, size_t in_bands, size_t out_bands);
+/* Calls block(user, y0, n) for the rows of a height-h input, `rows` at a
+ * time, with the progress stage of each; stops at the first exit code that
+ * is not EXIT_OK, or with EXIT_CANCELLED on SIGINT/SIGTERM. */
+int cli_run_blocks(cli_progress_t *pg, const char *op, size_t h, size_t rows,
+                   int (*block)(void *user, size_t y0, size_t n), void *user);
 
 #endif

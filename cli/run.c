@@ -263,8 +263,9 @@ hyprof_ctx_t *cli_make_context(const cli_command_t *cmd, cli_progress_t *pg)
  * it and the output as the operation will make it), and whether OUTPUT's
  * format can hold that output. An operation that works pixel by pixel on an
  * input that does not fit runs by blocks of rows instead (*by_rows). The
- * input's size goes to dims (width, height, bands). */
-static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows, size_t dims[3])
+ * input's size and the output's band count go to dims (width, height, bands
+ * in, bands out; 0 out when unknown before running). */
+static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows, size_t dims[4])
 {
     size_t w, h, nb, out_bands = 0;
     char err[CLI_MESSAGE_MAX], what[CLI_MESSAGE_MAX];
@@ -273,9 +274,9 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows, siz
         cli_error(cmd->op->name, "%s", err);
         return cli_exit_code(st, 1);
     }
-    dims[0] = w, dims[1] = h, dims[2] = nb;
     if (!cmd->op->bands || cmd->op->bands(ctx, cmd->args, nb, &out_bands) != HYPROF_OK)
         out_bands = 0;
+    dims[0] = w, dims[1] = h, dims[2] = nb, dims[3] = out_bands;
     size_t in = hyprof_raster_read_bytes(w, h, nb), out = hyprof_raster_read_bytes(w, h, out_bands);
     size_t need = in > SIZE_MAX - out ? SIZE_MAX : in + out;
     snprintf(what, sizeof what, "'%s' (%zux%zu pixels, %zu bands in, %zu out)", cmd->input, w, h,
@@ -295,11 +296,11 @@ static int check_memory(cli_command_t *cmd, hyprof_ctx_t *ctx, int *by_rows, siz
  * started (hyprof_op_cpu_is_quicker) runs on the CPU: each command line is a
  * new process, which pays the device's start-up again. */
 static void settle_backend(const cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
-                           const size_t dims[3])
+                           const size_t dims[4])
 {
     double s;
     if (hyprof_ctx_backend(ctx) == HYPROF_BACKEND_AUTO &&
-        hyprof_op_cpu_is_quicker(ctx, cmd->op, cmd->args, dims[0], dims[1], dims[2], &s)) {
+        hyprof_op_cpu_is_quicker(ctx, cmd->op, dims[0], dims[1], dims[2], dims[3], &s)) {
         hyprof_ctx_set_backend(ctx, HYPROF_BACKEND_CPU);
         char line[160];
         snprintf(line, sizeof line,
@@ -476,7 +477,7 @@ int cli_run(cli_command_t *cmd)
     hyprof_result_init(&res);
     cli_outputs_t outs = {.n = 0};
     int by_rows = 0;
-    size_t dims[3];
+    size_t dims[4];
     rc = check_memory(cmd, ctx, &by_rows, dims);
     if (rc == EXIT_OK)
         settle_backend(cmd, ctx, &pg, dims);

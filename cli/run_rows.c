@@ -27,13 +27,41 @@ static size_t row_bytes(size_t w, size_t in_bands, size_t out_bands)
     return w * (in_bands * sizeof(float) + 1 + out_bands * sizeof(float) + 1 + sizeof(float));
 }
 
-size_t cli_block_rows(size_t w, size_t h, size_t in_bands, size_t out_bands)
+size_t cli_plan_blocks(cli_progress_t *pg, const char *op, const char *input, size_t w,
+                       size_t h, size_t in_bands, size_t out_bands)
 {
     size_t per_row = row_bytes(w, in_bands, out_bands);
     size_t rows = hyprof_host_memory_available() / 2 / (per_row ? per_row : 1);
     if (rows >= ROWS_ALIGN)
         rows -= rows % ROWS_ALIGN;
-    return rows < h ? rows : h;
+    rows = rows < h ? rows : h;
+    if (rows == 0) {
+        cli_error(op, "'%s' (%zux%zu pixels, %zu bands) does not fit in memory, even a row "
+                  "at a time (%.1f MiB a row)", input, w, h, in_bands,
+                  (double)per_row / 1048576.0);
+        return 0;
+    }
+    char line[CLI_MESSAGE_MAX];
+    snprintf(line, sizeof line, "'%s' does not fit in memory: %zu rows at a time", input, rows);
+    cli_log_fn(pg, HYPROF_LOG_INFO, line);
+    return rows;
+}
+
+int cli_run_blocks(cli_progress_t *pg, const char *op, size_t h, size_t rows,
+                   int (*block)(void *user, size_t y0, size_t n), void *user)
+{
+    for (size_t y0 = 0; y0 < h; y0 += rows) {
+        size_t n = h - y0 < rows ? h - y0 : rows;
+        if (cli_interrupted()) {
+            cli_error(op, "cancelled; no output written");
+            return EXIT_CANCELLED;
+        }
+        cli_progress_stage(pg, (double)y0 / (double)h, (double)(y0 + n) / (double)h);
+        int rc = block(user, y0, n);
+        if (rc != EXIT_OK)
+            return rc;
+    }
+    return EXIT_OK;
 }
 
 /* The files the operation reads (FILE_IN parameters) as they are now. */
@@ -91,9 +119,10 @@ static void drop_pixels(hyprof_result_t *res)
     res->cube.bands = bands;
 }
 
-/* Rows [y0, y0+n): read, computed, written. */
-static int run_block(by_rows_t *r, size_t y0, size_t n)
+/* Rows [y0, y0+n): read, computed, written (cli_run_blocks' block). */
+static int run_block(void *user, size_t y0, size_t n)
 {
+    by_rows_t *r = user;
     const char *name = r->cmd->op->name, *moved;
     char err[CLI_MESSAGE_MAX];
     hyprof_cube_t block;
@@ -134,23 +163,6 @@ static int run_block(by_rows_t *r, size_t y0, size_t n)
     return EXIT_OK;
 }
 
-static int run_blocks(by_rows_t *r, size_t rows)
-{
-    size_t h = r->header->cube.height;
-    for (size_t y0 = 0; y0 < h; y0 += rows) {
-        size_t n = h - y0 < rows ? h - y0 : rows;
-        if (cli_interrupted()) {
-            cli_error(r->cmd->op->name, "cancelled; no output written");
-            return EXIT_CANCELLED;
-        }
-        cli_progress_stage(r->pg, (double)y0 / (double)h, (double)(y0 + n) / (double)h);
-        int rc = run_block(r, y0, n);
-        if (rc != EXIT_OK)
-            return rc;
-    }
-    return EXIT_OK;
-}
-
 int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
                     cli_outputs_t *outs, hyprof_result_t *first)
 {
@@ -169,13 +181,11 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
         cli_lib_error(name, hyprof_ctx_last_error(ctx));
         rc = EXIT_USAGE;
     }
-    size_t nrows = rc == EXIT_OK ? cli_block_rows(w, h, header.cube.bands, bands) : 0;
-    if (rc == EXIT_OK && nrows == 0) {
-        cli_error(name, "'%s' (%zux%zu pixels, %zu bands) does not fit in memory, even a row "
-                  "at a time (%.1f MiB a row)", cmd->input, w, h, header.cube.bands,
-                  (double)row_bytes(w, header.cube.bands, bands) / 1048576.0);
+    size_t nrows = rc == EXIT_OK ? cli_plan_blocks(pg, name, cmd->input, w, h,
+                                                    header.cube.bands, bands)
+                                 : 0;
+    if (rc == EXIT_OK && nrows == 0)
         rc = EXIT_USAGE;
-    }
     by_rows_t r = {cmd, ctx, pg, rows, &header, NULL, first, outs, {NULL}, {{0}}, 0};
     const char *tmp = rc == EXIT_OK ? cli_outputs_add(outs, cmd->output, 1) : NULL;
     if (rc == EXIT_OK && (!tmp || cli_add_side_files(cmd, outs, r.param) != 0)) {
@@ -192,13 +202,8 @@ int cli_run_by_rows(cli_command_t *cmd, hyprof_ctx_t *ctx, cli_progress_t *pg,
     }
     r.out = &out;
     r.nfiles = snapshot_files(cmd, r.files, sizeof r.files / sizeof *r.files);
-    if (rc == EXIT_OK) {
-        char line[CLI_MESSAGE_MAX];
-        snprintf(line, sizeof line, "'%s' does not fit in memory: %zu rows at a time",
-                 cmd->input, nrows);
-        cli_log_fn(pg, HYPROF_LOG_INFO, line);
-        rc = run_blocks(&r, nrows);
-    }
+    if (rc == EXIT_OK)
+        rc = cli_run_blocks(pg, name, h, nrows, run_block, &r);
     hyprof_io_progress_t io = {cli_progress_fn, pg};
     if (rc == EXIT_OK) {
         cli_progress_stage(pg, 1.0, 1.0);

@@ -222,6 +222,20 @@ int hyprof_same_grid(const hyprof_raster_t *a, const hyprof_raster_t *b, char *w
 
 /* ---- writing a class map ------------------------------------------------------------------ */
 
+/* Marks the values the legend names as classes besides those seen (values
+ * the map holds), 0 never; returns the largest class. */
+static uint16_t name_classes(uint8_t *seen, const hyprof_legend_t *l)
+{
+    for (size_t v = 1; v < l->n && v < 65536; v++)
+        if (l->names[v] && *l->names[v])
+            seen[v] = 1;
+    seen[0] = 0;
+    for (size_t v = 65535; v > 0; v--)
+        if (seen[v])
+            return (uint16_t)v;
+    return 0;
+}
+
 /* The classes of a map (flags 0..*maxv): the values 1..65535 it holds and
  * those the legend names, *maxv the largest (0 when there is none). Named
  * classes absent from this map keep their entry: a training map without
@@ -234,14 +248,7 @@ static uint8_t *class_flags(const uint16_t *values, size_t npix, const hyprof_le
         return NULL;
     for (size_t i = 0; i < npix; i++)
         seen[values[i]] = 1;
-    for (size_t v = 1; v < l->n && v < 65536; v++)
-        if (l->names[v] && *l->names[v])
-            seen[v] = 1;
-    seen[0] = 0;
-    *maxv = 0;
-    for (size_t v = 65535; v > 0 && !*maxv; v--)
-        if (seen[v])
-            *maxv = (uint16_t)v;
+    *maxv = name_classes(seen, l);
     return seen;
 }
 
@@ -508,14 +515,7 @@ hyprof_status_t hyprof_classmap_rows_put(hyprof_classmap_rows_t *cr, size_t y0, 
 hyprof_status_t hyprof_classmap_rows_finish(hyprof_classmap_rows_t *cr,
                                             const hyprof_legend_t *legend, char *err, size_t n)
 {
-    for (size_t v = 1; v < legend->n && v < 65536; v++) /* as class_flags */
-        if (legend->names[v] && *legend->names[v])
-            cr->seen[v] = 1;
-    cr->seen[0] = 0;
-    uint16_t maxv = 0;
-    for (size_t v = 65535; v > 0 && !maxv; v--)
-        if (cr->seen[v])
-            maxv = (uint16_t)v;
+    uint16_t maxv = name_classes(cr->seen, legend);
     hyprof_status_t st = classmap_legend_in_file(&cr->o, legend, cr->seen, maxv, err, n);
     if (st == HYPROF_OK)
         st = classmap_end(&cr->o, legend, cr->seen, maxv, err, n);

@@ -131,14 +131,11 @@ hyprof_status_t hyprof__dispatch_bus_bound(hyprof_ctx_t *ctx, const char *op,
     return hyprof__dispatch(ctx, op, cpu, cuda, args);
 }
 
-int hyprof_op_cpu_is_quicker(hyprof_ctx_t *ctx, const hyprof_op_t *op, const hyprof_args_t *args,
-                             size_t width, size_t height, size_t bands, double *seconds)
+int hyprof_op_cpu_is_quicker(const hyprof_ctx_t *ctx, const hyprof_op_t *op, size_t width,
+                             size_t height, size_t in_bands, size_t out_bands, double *seconds)
 {
-    size_t out = 0;
-    if (!op->bands || op->bands(ctx, args, bands, &out) != HYPROF_OK)
-        out = 0;
     double ns = (double)width * (double)height *
-                ((double)bands * op->cpu_ns[0] + (double)out * op->cpu_ns[1]);
+                ((double)in_bands * op->cpu_ns[0] + (double)out_bands * op->cpu_ns[1]);
     *seconds = ns * 1e-9 / hyprof__threads(ctx);
 #ifdef HYPROF_HAVE_CUDA
     return (op->cpu_ns[0] > 0 || op->cpu_ns[1] > 0) && *seconds < HYPROF_CUDA_START_S;

@@ -88,22 +88,22 @@ typedef struct {
     hyprof_op_names_fn names;
     hyprof_op_pixelwise_fn pixelwise; /* NULL: never; needs `bands` */
     /* The CPU backend's work on one thread, in ns per input voxel and per
-     * output voxel (hyprof_op_cpu_estimate; measured at default parameters).
+     * output voxel (hyprof_op_cpu_is_quicker; measured at default parameters).
      * {0, 0}: not declared, and `auto` never prefers the CPU for its size. */
     double cpu_ns[2];
 } hyprof_op_t;
 
 /* `auto`'s choice for a process whose GPU has not started yet (the command
  * line asks before it starts the device): the seconds `op` would take on the
- * CPU for a width x height x bands input with the context's threads, from its
+ * CPU for a width x height input of in_bands bands and an output of
+ * out_bands (hyprof_op_output_bands) with the context's threads, from its
  * declared cpu_ns, in *seconds. Returns 1 when that is less than the GPU's
  * start-up (driver, context, cuBLAS and cuSOLVER, HYPROF_CUDA_START_S), so
  * the CPU finishes first; 0 when it is not, when op declares no cost, or in
  * a build without CUDA. */
 #define HYPROF_CUDA_START_S 0.3
-int hyprof_op_cpu_is_quicker(hyprof_ctx_t *ctx, const hyprof_op_t *op,
-                             const hyprof_args_t *args, size_t width, size_t height,
-                             size_t bands, double *seconds);
+int hyprof_op_cpu_is_quicker(const hyprof_ctx_t *ctx, const hyprof_op_t *op, size_t width,
+                             size_t height, size_t in_bands, size_t out_bands, double *seconds);
 
 size_t hyprof_op_count(void);
 const hyprof_op_t *hyprof_op_at(size_t index);
