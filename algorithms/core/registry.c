@@ -353,8 +353,8 @@ static const hyprof_param_t unmix_params[] = {
 /* cpu_ns (the last field of pca, dwt, eadp, eap, emp, wmcd and unmix): the
  * CPU backend's compute stage at default parameters times its 16 threads, per
  * voxel, at the Houston and Pavia Centre sizes on the Xeon of the NVIDIA H200
- * machine (bench/results.md: bench/e2e_bench.py, run F3 of 2026-11-28 15:50;
- * dwt, hyprof_bench of 2026-11-26 01:14). */
+ * machine: bench/e2e_bench.py's compute stage (dwt: hyprof_bench), in
+ * bench/results.md's section on auto's size rule. */
 static const hyprof_op_t ops[] = {
     {"pca", "Feature extraction", "Principal component analysis of the spectra",
      "Centres each band on its mean over valid pixels, takes the eigenvectors of the "
