@@ -96,6 +96,15 @@ static int train_labels(job_t *j, const hyprof_raster_t *feat, hyprof_raster_t *
 static void report_model(job_t *j, const hyprof_classifier_t *m, const char *path)
 {
     int svm = hyprof_classifier_kind(m) == HYPROF_CLASSIFIER_SVM;
+    if (hyprof_classifier_members(m)) {
+        printf("%s: wrote %s (%zu svm members, %zu classes, %zu training pixels, %zu support "
+               "vectors, cross-validation accuracy %.4f, %s, of %zu-band cubes)\n", j->name, path,
+               hyprof_classifier_members(m), hyprof_classifier_classes(m),
+               hyprof_classifier_train_pixels(m), hyprof_classifier_size(m),
+               hyprof_classifier_cv_accuracy(m), hyprof_classifier_profile(m),
+               hyprof_classifier_input_bands(m));
+        return;
+    }
     printf("%s: wrote %s (%s, %zu classes, %zu bands, %zu training pixels", j->name, path,
            svm ? "svm" : "elm", hyprof_classifier_classes(m), hyprof_classifier_bands(m),
            hyprof_classifier_train_pixels(m));

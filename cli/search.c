@@ -1,6 +1,7 @@
 /* `hyprof train --search`: the candidates from --search, the library's search
  * (hyprof_train_search), the table of what was tried on stdout, and the side
- * outputs --search-report (JSON, or HTML for a .html name) and --fold-map
+ * outputs --search-report (JSON, or HTML for a .html name: the candidates and
+ * the decision fusions scored) and --fold-map
  * (the fold of every training pixel, as a class map). */
 #include "cli.h"
 #include "classmap_io.h"
@@ -53,6 +54,15 @@ static const char *folds_text(void)
            "class";
 }
 
+static const char *fusion_text(void)
+{
+    return "the completed candidates in the order of a greedy forward selection (the best "
+           "first, then each time the one whose addition makes the vote most accurate); fusion "
+           "m is the plurality vote of the first m (ties: the earlier member), alone or then a "
+           "3x3 majority filter, scored on the out-of-fold labels of each training pixel's 3x3 "
+           "window; the most accurate is the model (ties: fewer members, then no filter)";
+}
+
 static void write_json(FILE *f, const hyprof_search_report_t *r)
 {
     fprintf(f, "{\n  \"folds\": %d,\n  \"fold_method\": ", r->folds);
@@ -75,6 +85,21 @@ static void write_json(FILE *f, const hyprof_search_report_t *r)
                 r->folds_run[i] > 0 && r->folds_run[i] < r->folds ? "true" : "false",
                 r->folds_run[i] == 0 ? "true" : "false", r->seconds[i], i + 1 < r->n ? "," : "");
     }
+    fputs("  ],\n  \"fusion_rule\": ", f);
+    cli_json_string(f, fusion_text());
+    fputs(",\n  \"selection_order\": [", f);
+    for (size_t j = 0; j < r->nranked; j++) {
+        fputs(j ? ", " : "", f);
+        cli_json_string(f, r->recipe[r->rank[j]]);
+    }
+    fputs("],\n  \"fusions\": [\n", f);
+    for (size_t j = 0; j < r->nfusions; j++) {
+        fprintf(f, "    {\"members\": %zu, \"majority\": %d, \"accuracy\": ",
+                r->fusion_members[j], r->fusion_majority[j]);
+        cli_json_number(f, r->fusion_accuracy[j]);
+        fprintf(f, ", \"chosen\": %s}%s\n", j == r->fusion_chosen ? "true" : "false",
+                j + 1 < r->nfusions ? "," : "");
+    }
     fputs("  ]\n}\n", f);
 }
 
@@ -88,7 +113,7 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
             r->groups, r->largest_group, r->folds);
     hyprof_html_text(f, folds_text());
     fputs(". Accuracy: the best C and gamma of the grid, pooled over the folds; a candidate "
-          "stopped early could not beat the best any more.</p>\n<table>\n<tr><th>recipe</th>"
+          "stopped early could not come within 15 % of the best any more.</p>\n<table>\n<tr><th>recipe</th>"
           "<th>bands</th><th>CV accuracy</th><th>C</th><th>gamma</th><th>folds run</th>"
           "<th>seconds</th></tr>\n", f);
     for (size_t i = 0; i < r->n; i++) {
@@ -102,6 +127,17 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
                     r->accuracy[i], r->c[i], r->gamma[i]);
         fprintf(f, "<td>%d/%d</td><td>%.2f</td></tr>\n", r->folds_run[i], r->folds,
                 r->seconds[i]);
+    }
+    fputs("</table>\n<h2>Decision fusion</h2>\n<p>", f);
+    hyprof_html_text(f, fusion_text());
+    fputs(".</p>\n<table>\n<tr><th>members (added in order)</th><th>vote</th>"
+          "<th>vote + 3x3 majority</th></tr>\n", f);
+    for (size_t j = 0; j + 1 < r->nfusions; j += 2) {
+        fprintf(f, "<tr><td>%zu: ", r->fusion_members[j]);
+        hyprof_html_text(f, r->recipe[r->rank[r->fusion_members[j] - 1]]);
+        fprintf(f, "</td><td%s>%.4f</td><td%s>%.4f</td></tr>\n",
+                j == r->fusion_chosen ? " class=\"best\"" : "", r->fusion_accuracy[j],
+                j + 1 == r->fusion_chosen ? " class=\"best\"" : "", r->fusion_accuracy[j + 1]);
     }
     fputs("</table>\n</body></html>\n", f);
 }
@@ -176,6 +212,13 @@ static void print_table(job_t *j, const hyprof_search_report_t *r)
                    i == r->best ? " *" : "  ", r->recipe[i], r->c[i], r->gamma[i],
                    r->seconds[i]);
     }
+    printf("%s: decision fusion (members added by greedy selection; vote, then vote + 3x3 "
+           "majority):\n", j->name);
+    for (size_t f = 0; f + 1 < r->nfusions; f += 2)
+        printf("  %.4f%s %.4f%s %2zu %s\n", r->fusion_accuracy[f],
+               f == r->fusion_chosen ? " *" : "  ", r->fusion_accuracy[f + 1],
+               f + 1 == r->fusion_chosen ? " *" : "  ", r->fusion_members[f],
+               r->recipe[r->rank[r->fusion_members[f] - 1]]);
 }
 
 int cli_train_check_search(job_t *j)
@@ -202,7 +245,8 @@ int cli_train_search(job_t *j, const hyprof_raster_t *raw, const hyprof_cube_t *
         cli_error(j->name, "out of memory");
         return EXIT_RUNTIME;
     }
-    hyprof_search_params_t sp = {(const char *const *)list, n, p->folds, p->seed};
+    hyprof_search_params_t sp = {(const char *const *)list, n, p->folds, p->seed,
+                                 strcmp(hyprof_args_str(a, "fusion"), "auto") == 0};
     hyprof_search_report_t r;
     hyprof_status_t st = hyprof_train_search(j->ctx, &raw->cube, labels, &sp, p, model, &r);
     int rc = st == HYPROF_OK ? EXIT_OK : lib_fail(j, st);

@@ -16,10 +16,19 @@ Checked:
   writes version 1;
 - classify of the raw cube equals classify of the profile computed by the profile
   commands (`hyprof eadp`, `hyprof pca`) and stacked, and the GDAL driver's classify of
-  the raw cube equals both.
+  the raw cube equals both;
+- a fused model (version 3: members of version 2, a majority window) classifies as the
+  rules say, implemented here pixel by pixel in Python on the members' own maps: the
+  plurality vote (ties: the earliest member), then the 3x3 majority (window clipped at
+  the edges, ties: the centre, then the first in row order); its probabilities are the
+  members' shares; the GDAL driver gives the same map;
+- the search's fusion report: the greedy order starts with the best candidate and holds
+  every completed one, the chosen fusion is the most accurate (ties: fewer members, then
+  no filter), and the model is that fusion; --fusion none keeps the best alone.
 """
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -112,20 +121,27 @@ def scene(tmp_path_factory):
     write_cube(d / "cube.tif", cube)
     write_cube(d / "train.tif", train[None], gdal.GDT_UInt16)
     r = run_ok("train", "--backend", "cpu", "--labels", d / "train.tif", "--search", RECIPES,
-               "--grid", GRID, "--search-report", d / "report.json", "--fold-map",
-               d / "folds.tif", d / "cube.tif", d / "search.model")
-    return {"dir": d, "cube": cube, "gt": gt, "train": train, "test": test, "stdout": r.stdout}
+               "--fusion", "none", "--grid", GRID, "--search-report", d / "report.json",
+               "--fold-map", d / "folds.tif", d / "cube.tif", d / "search.model")
+    auto = run_ok("train", "--backend", "cpu", "--labels", d / "train.tif", "--search", RECIPES,
+                  "--grid", GRID, "--search-report", d / "auto.json", d / "cube.tif",
+                  d / "auto.model")
+    return {"dir": d, "cube": cube, "gt": gt, "train": train, "test": test, "stdout": r.stdout,
+            "auto_stdout": auto.stdout}
 
 
-def test_search_beats_smoothed_pcs(scene):
+@pytest.mark.parametrize("model", ["search.model", "auto.model"])
+def test_search_beats_smoothed_pcs(scene, model):
+    """The best profile alone (--fusion none) and the search's own choice (--fusion auto)."""
     d = scene["dir"]
-    run_ok("classify", "--backend", "cpu", "--model", d / "search.model", d / "cube.tif",
-           d / "map.tif")
-    m = read_cube(d / "map.tif")[0]
+    out = d / ("map_" + model.replace(".model", ".tif"))
+    run_ok("classify", "--backend", "cpu", "--model", d / model, d / "cube.tif", out)
+    m = read_cube(out)[0]
     te = scene["test"] > 0
     oa = float((m[te] == scene["test"][te]).mean())
     base = max(smoothed_pcs_oa(scene["cube"], scene["train"], scene["test"], s) for s in (1, 2))
-    assert oa > base, "search OA %.4f, smoothed PCs + SVM %.4f\n%s" % (oa, base, scene["stdout"])
+    out = scene["stdout"] if model == "search.model" else scene["auto_stdout"]
+    assert oa > base, "search OA %.4f, smoothed PCs + SVM %.4f\n%s" % (oa, base, out)
 
 
 def test_report_lists_candidates(scene):
@@ -191,10 +207,10 @@ def test_model_round_trip(scene, tmp_path):
     assert "input_bands 224" in text
     assert "profile eadp step=20 count=8 + pca components=10" in text
     # An unknown version is refused, naming it.
-    bad = tmp_path / "v3.model"
-    bad.write_text("\n".join(["hyprof-classifier 3"] + text[1:]) + "\n")
+    bad = tmp_path / "v4.model"
+    bad.write_text("\n".join(["hyprof-classifier 4"] + text[1:]) + "\n")
     r = run("classify", "--model", bad, d / "cube.tif", tmp_path / "x.tif")
-    assert r.returncode == EXIT_USAGE and "version '3'" in r.stderr
+    assert r.returncode == EXIT_USAGE and "version '4'" in r.stderr
     # Without --search the model stays version 1 (older readers keep reading it).
     run_ok("train", "--labels", d / "train.tif", "--grid", "C=16,gamma=0.5", d / "cube.tif",
            tmp_path / "plain.model")
@@ -254,3 +270,142 @@ def test_cancel_during_search(scene, tmp_path):
             p.wait()
     assert sent and rc == EXIT_CANCELLED
     assert sorted(x.name for x in tmp_path.iterdir()) == []
+
+
+def vote_oracle(maps):
+    """The plurality of the members' labels, pixel by pixel (ties: the class of the
+    earliest member among the tied; 0 where no member has a class)."""
+    out = np.zeros_like(maps[0])
+    for p in np.ndindex(out.shape):
+        labels = [int(m[p]) for m in maps if m[p] > 0]
+        if labels:
+            count = Counter(labels)
+            top = max(count.values())
+            out[p] = next(v for v in labels if count[v] == top)
+    return out
+
+
+def majority_oracle(m):
+    """The 3x3 majority of every labelled pixel, the window clipped at the edges (ties:
+    the centre's class, then the first in row order)."""
+    H, W = m.shape
+    out = m.copy()
+    for y in range(H):
+        for x in range(W):
+            if m[y, x] == 0:
+                continue
+            win = [int(v) for v in m[max(y - 1, 0):y + 2, max(x - 1, 0):x + 2].ravel() if v]
+            count = Counter(win)
+            top = max(count.values())
+            out[y, x] = m[y, x] if count[int(m[y, x])] == top else next(
+                v for v in win if count[v] == top)
+    return out
+
+
+def fused_text(members, majority):
+    """A version 3 model over version 2 member files (docs/search.md's layout)."""
+    texts = [Path(p).read_text().splitlines() for p in members]
+    first = texts[0]
+    nclasses = int(next(l for l in first if l.startswith("classes ")).split()[1])
+    at = first.index("classes %d" % nclasses)
+    head = first[at:at + nclasses + 3]  # classes, class lines, train_pixels, cv_accuracy
+    bands = next(l for l in first if l.startswith("input_bands "))
+    lines = ["hyprof-classifier 3", "fusion vote", "members %d" % len(members),
+             "majority %d" % majority] + head + [bands]
+    for j, t in enumerate(texts):
+        lines += ["member %d" % (j + 1)] + t
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def members(scene):
+    """Three single-profile models (version 2) of the scene, and their maps."""
+    d = scene["dir"]
+    out = []
+    for j, recipe in enumerate(RECIPES.split(";")[:3]):
+        model = d / ("member%d.model" % j)
+        run_ok("train", "--backend", "cpu", "--labels", d / "train.tif", "--search", recipe,
+               "--fusion", "none", "--grid", GRID, d / "cube.tif", model)
+        run_ok("classify", "--backend", "cpu", "--model", model, d / "cube.tif",
+               d / ("member%d.tif" % j))
+        out.append((model, read_cube(d / ("member%d.tif" % j))[0].astype(np.int64)))
+    return out
+
+
+def test_fused_model_classifies_by_its_rules(scene, members, tmp_path):
+    d = scene["dir"]
+    maps = [m for _, m in members]
+    assert np.any((maps[0] != maps[1]) & (maps[1] == maps[2])), "the vote must matter here"
+    fused = tmp_path / "fused.model"
+    fused.write_text(fused_text([p for p, _ in members], 3))
+    run_ok("classify", "--backend", "cpu", "--model", fused, "--probabilities",
+           tmp_path / "p.tif", d / "cube.tif", tmp_path / "fused.tif")
+    voted = vote_oracle(maps)
+    want = majority_oracle(voted)
+    got = read_cube(tmp_path / "fused.tif")[0]
+    assert np.array_equal(got, want)
+    assert np.any(want != voted), "the majority filter must matter here"
+    prob = read_cube(tmp_path / "p.tif", np.float32)
+    for k in range(prob.shape[0]):
+        share = sum((m == k + 1) for m in maps).astype(np.float32) / np.float32(3)
+        assert np.array_equal(prob[k], share)
+    ds = gdal.Open(str(tmp_path / "fused.tif"))
+    assert ds.GetMetadataItem("HYPROF_PROFILE").startswith("vote of 3: eadp step=5 count=8; ")
+    # Without the filter: the vote alone. Read back and written again: the same text.
+    plain = tmp_path / "vote.model"
+    plain.write_text(fused_text([p for p, _ in members], 0))
+    run_ok("classify", "--backend", "cpu", "--model", plain, d / "cube.tif", tmp_path / "v.tif")
+    assert np.array_equal(read_cube(tmp_path / "v.tif")[0], voted)
+    # The GDAL driver's classify of the raw cube.
+    load_gdal_plugin()
+    desc = tmp_path / "map.hyprof"
+    desc.write_text(json.dumps({"operation": "classify", "parameters": {"model": str(fused)},
+                                "input": str(d / "cube.tif")}))
+    assert np.array_equal(gdal.Open(str(desc)).ReadAsArray(), want)
+    # Features instead of the raw cube: refused, naming the band counts.
+    r = run("classify", "--model", fused, d / "member0.tif", tmp_path / "x.tif")
+    assert r.returncode != 0 and "fuses 3 profiles of 224-band cubes" in r.stderr
+    assert not (tmp_path / "x.tif").exists()
+
+
+def test_fused_model_file_errors(scene, members, tmp_path):
+    """A member of another version, an even window, a missing member: refused."""
+    good = fused_text([p for p, _ in members], 3)
+    for what, text in [
+            ("version 2", good.replace("member 2\nhyprof-classifier 2", "member 2\nhyprof-classifier 1")),
+            ("odd", good.replace("majority 3", "majority 4")),
+            ("member", good.replace("members 3", "members 4"))]:
+        bad = tmp_path / "bad.model"
+        bad.write_text(text)
+        r = run("classify", "--model", bad, scene["dir"] / "cube.tif", tmp_path / "x.tif")
+        assert r.returncode == EXIT_USAGE and what in r.stderr, (what, r.stderr)
+        assert not (tmp_path / "x.tif").exists()
+
+
+def test_search_fusion_report(scene, tmp_path):
+    d = scene["dir"]
+    rep = json.loads((d / "auto.json").read_text())
+    done = [c["recipe"] for c in rep["candidates"] if c["accuracy"] is not None]
+    order = rep["selection_order"]
+    assert order[0] == rep["best"] and sorted(order) == sorted(done)
+    fus = rep["fusions"]
+    assert [(f["members"], f["majority"]) for f in fus] == [
+        (m, s) for m in range(1, len(order) + 1) for s in (0, 3)]
+    chosen = [f for f in fus if f["chosen"]]
+    assert len(chosen) == 1
+    top = max(f["accuracy"] for f in fus)
+    assert chosen[0] is next(f for f in fus if f["accuracy"] == top)
+    text = (d / "auto.model").read_text().splitlines()
+    if chosen[0]["members"] == 1 and chosen[0]["majority"] == 0:
+        assert text[0] == "hyprof-classifier 2" and "profile " + order[0] in text
+    else:
+        assert text[0] == "hyprof-classifier 3"
+        assert "members %d" % chosen[0]["members"] in text
+        assert "majority %d" % chosen[0]["majority"] in text
+        assert [l[len("profile "):] for l in text if l.startswith("profile ")] == \
+            order[:chosen[0]["members"]]
+    assert "decision fusion" in scene["auto_stdout"]
+    # --fusion none: the best alone, whatever the fusions scored.
+    run_ok("train", "--backend", "cpu", "--labels", d / "train.tif", "--search", RECIPES,
+           "--fusion", "none", "--grid", GRID, d / "cube.tif", tmp_path / "n.model")
+    assert (tmp_path / "n.model").read_text() == (d / "search.model").read_text()

@@ -47,6 +47,13 @@ struct hyprof_classifier {
     double cv_accuracy;      /* NaN without a grid search */
     char *profile;           /* the recipe computed on raw cubes (search.h), or NULL */
     size_t input_bands;      /* the raw cubes' band count with a recipe */
+    /* A fused model (train --search): nmembers > 0 models, each with its
+     * recipe, whose labels are voted on and filtered by a majority of
+     * `majority` x `majority` pixels (0: none) (fusion.c); then `profile`
+     * describes the fusion, and the svm and scaling above are unused. */
+    size_t nmembers;
+    struct hyprof_classifier **member;
+    int majority;
     hyprof__svm_t svm;
     hyprof__elm_t elm;
 };

@@ -314,6 +314,11 @@ static hyprof_status_t recheck_pixels(hyprof_ctx_t *ctx, hyprof__classify_args_t
 static hyprof_status_t check_model_input(hyprof_ctx_t *ctx, const hyprof_classifier_t *m,
                                          const hyprof_cube_t *in)
 {
+    if (m->nmembers)
+        return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
+                             "the model fuses %zu profiles: it classifies raw cubes of %zu "
+                             "bands (hyprof_classify_input), not features", m->nmembers,
+                             m->input_bands);
     if (in->bands != m->bands)
         return hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
                              "the input has %zu band(s) but the model was trained on %zu",

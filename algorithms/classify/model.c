@@ -28,8 +28,18 @@
  *   neurons H / elm_c C / seed S / weight k ... (H lines) / bias ... /
  *   beta k ... (H lines of K values)
  *
+ * Version 3 is a fused model (fusion.c): the classes and the training
+ * summary as above, then its members, each a complete version 2 model:
+ *   hyprof-classifier 3
+ *   fusion vote
+ *   members M
+ *   majority S                        (window side, 0: no filter)
+ *   classes K / class ... (K lines) / train_pixels N / cv_accuracy A
+ *   input_bands N
+ *   member 1 / hyprof-classifier 2 ... (M times)
+ *
  * Numbers are written with %.17g so a model reloads bit for bit. */
-#include "classifier.h"
+#include "fusion_impl.h"
 #include "../core/textio.h"
 
 #include <errno.h>
@@ -77,6 +87,9 @@ void hyprof_classifier_free(hyprof_classifier_t **model)
     if (!model || !*model)
         return;
     hyprof_classifier_t *m = *model;
+    for (size_t j = 0; m->member && j < m->nmembers; j++)
+        hyprof_classifier_free(&m->member[j]);
+    free(m->member);
     for (size_t b = 0; m->band_names && b < m->bands; b++)
         free(m->band_names[b]);
     for (size_t k = 0; m->names && k < m->nclasses; k++)
@@ -105,7 +118,10 @@ int hyprof__class_index(const hyprof_classifier_t *m, int v)
 }
 
 hyprof_classifier_kind_t hyprof_classifier_kind(const hyprof_classifier_t *m) { return m->kind; }
-size_t hyprof_classifier_bands(const hyprof_classifier_t *m) { return m->bands; }
+size_t hyprof_classifier_bands(const hyprof_classifier_t *m)
+{
+    return m->nmembers ? m->input_bands : m->bands;
+}
 const char *hyprof_classifier_band_name(const hyprof_classifier_t *m, size_t b)
 {
     return b < m->bands && m->band_names[b] ? m->band_names[b] : "";
@@ -135,6 +151,12 @@ double hyprof_classifier_cv_accuracy(const hyprof_classifier_t *m) { return m->c
 size_t hyprof_classifier_train_pixels(const hyprof_classifier_t *m) { return m->ntrain; }
 size_t hyprof_classifier_size(const hyprof_classifier_t *m)
 {
+    if (m->nmembers) {
+        size_t total = 0;
+        for (size_t j = 0; j < m->nmembers; j++)
+            total += hyprof_classifier_size(m->member[j]);
+        return total;
+    }
     return m->kind == HYPROF_CLASSIFIER_SVM ? m->svm.nsv : m->elm.neurons;
 }
 
@@ -185,16 +207,8 @@ static void write_elm(FILE *f, const hyprof_classifier_t *m)
     }
 }
 
-static void write_model(FILE *f, const void *data)
+static void write_classes(FILE *f, const hyprof_classifier_t *m)
 {
-    const hyprof_classifier_t *m = data;
-    fprintf(f, "hyprof-classifier %d\nkind %s\nbands %zu\n", m->profile ? 2 : 1,
-            m->kind == HYPROF_CLASSIFIER_SVM ? "svm" : "elm", m->bands);
-    for (size_t b = 0; b < m->bands; b++)
-        fprintf(f, "band %s\n", m->band_names[b] ? m->band_names[b] : "");
-    fprintf(f, "scale %d\n", m->scale ? 1 : 0);
-    hyprof__write_doubles(f, "min", m->min, m->bands);
-    hyprof__write_doubles(f, "max", m->max, m->bands);
     fprintf(f, "classes %zu\n", m->nclasses);
     for (size_t k = 0; k < m->nclasses; k++) {
         const uint8_t *c = m->rgba + 4 * k;
@@ -203,6 +217,37 @@ static void write_model(FILE *f, const void *data)
     }
     fprintf(f, "train_pixels %zu\ncv_accuracy %.17g\n", m->ntrain,
             isnan(m->cv_accuracy) ? -1.0 : m->cv_accuracy);
+}
+
+static void write_model(FILE *f, const void *data);
+
+static void write_fused(FILE *f, const hyprof_classifier_t *m)
+{
+    fprintf(f, "hyprof-classifier 3\nfusion vote\nmembers %zu\nmajority %d\n", m->nmembers,
+            m->majority);
+    write_classes(f, m);
+    fprintf(f, "input_bands %zu\n", m->input_bands);
+    for (size_t j = 0; j < m->nmembers; j++) {
+        fprintf(f, "member %zu\n", j + 1);
+        write_model(f, m->member[j]);
+    }
+}
+
+static void write_model(FILE *f, const void *data)
+{
+    const hyprof_classifier_t *m = data;
+    if (m->nmembers) {
+        write_fused(f, m);
+        return;
+    }
+    fprintf(f, "hyprof-classifier %d\nkind %s\nbands %zu\n", m->profile ? 2 : 1,
+            m->kind == HYPROF_CLASSIFIER_SVM ? "svm" : "elm", m->bands);
+    for (size_t b = 0; b < m->bands; b++)
+        fprintf(f, "band %s\n", m->band_names[b] ? m->band_names[b] : "");
+    fprintf(f, "scale %d\n", m->scale ? 1 : 0);
+    hyprof__write_doubles(f, "min", m->min, m->bands);
+    hyprof__write_doubles(f, "max", m->max, m->bands);
+    write_classes(f, m);
     if (m->profile)
         fprintf(f, "input_bands %zu\nprofile %s\n", m->input_bands, m->profile);
     if (m->kind == HYPROF_CLASSIFIER_SVM)
@@ -213,6 +258,14 @@ static void write_model(FILE *f, const void *data)
 
 static hyprof_status_t check_writable(hyprof_ctx_t *ctx, const hyprof_classifier_t *m)
 {
+    for (size_t j = 0; j < m->nmembers; j++) {
+        hyprof_status_t st = check_writable(ctx, m->member[j]);
+        if (st != HYPROF_OK)
+            return st;
+        if (!m->member[j]->profile)
+            return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "fused member %zu has no profile",
+                                 j + 1);
+    }
     /* Newlines would break the line format; names come from user data. */
     for (size_t b = 0; b < m->bands; b++)
         if (m->band_names[b] && strpbrk(m->band_names[b], "\r\n"))
@@ -222,7 +275,7 @@ static hyprof_status_t check_writable(hyprof_ctx_t *ctx, const hyprof_classifier
         if (m->names[k] && strpbrk(m->names[k], "\r\n"))
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                                  "class %d's name has a newline", m->values[k]);
-    if (m->profile && (strpbrk(m->profile, "\r\n") || !*m->profile || m->input_bands < 1))
+    if (!m->nmembers && m->profile && (strpbrk(m->profile, "\r\n") || !*m->profile || m->input_bands < 1))
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                              "the profile recipe is empty or has a newline");
     return HYPROF_OK;
@@ -467,18 +520,18 @@ static hyprof_status_t read_elm(hyprof__reader_t *r, hyprof_classifier_t *m)
     return st;
 }
 
-/* "hyprof-classifier 1" or "2" (2: with a profile recipe). */
+/* "hyprof-classifier 1", "2" (with a profile recipe) or "3" (fused). */
 static hyprof_status_t read_version(hyprof__reader_t *r, int *version)
 {
     const char *v;
     if (hyprof__read_line(r, "hyprof-classifier", &v) != HYPROF_OK)
         return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP, "'%s' is not a hyprof-classifier file",
                              r->path);
-    if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0) {
+    if (strcmp(v, "1") != 0 && strcmp(v, "2") != 0 && strcmp(v, "3") != 0) {
         char q[64];
         return hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP,
                              "'%s': unsupported hyprof-classifier version '%s' (this build "
-                             "reads 1 and 2)", r->path, hyprof__quote(v, q));
+                             "reads 1 to 3)", r->path, hyprof__quote(v, q));
     }
     *version = v[0] - '0';
     return HYPROF_OK;
@@ -496,12 +549,12 @@ static hyprof_status_t read_profile(hyprof__reader_t *r, hyprof_classifier_t *m)
     return (m->profile = strdup(v)) ? HYPROF_OK : HYPROF_ERR_NOMEM;
 }
 
-static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **out, int *version)
+static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **out)
 {
     hyprof_classifier_kind_t kind = HYPROF_CLASSIFIER_SVM;
     size_t bands = 0, nclasses = 0;
     hyprof_status_t st;
-    if ((st = read_version(r, version)) || (st = read_kind(r, &kind)) ||
+    if ((st = read_kind(r, &kind)) ||
         (st = hyprof__read_size(r, "bands", 1, MAX_BANDS, &bands)) ||
         (st = hyprof__reader_expect(r, "bands", bands, 4, bands * 5 * sizeof(double))))
         return st;
@@ -546,6 +599,90 @@ static hyprof_status_t read_header(hyprof__reader_t *r, hyprof_classifier_t **ou
     return st;
 }
 
+/* The classes and the training summary, from "classes" to "cv_accuracy". */
+static hyprof_status_t read_summary(hyprof__reader_t *r, hyprof_classifier_t *m)
+{
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t k = 0; st == HYPROF_OK && k < m->nclasses; k++)
+        st = read_class(r, m, k);
+    size_t ntrain = 0;
+    double cv = 0.0;
+    if (st == HYPROF_OK && !(st = hyprof__read_size(r, "train_pixels", 0, (size_t)-1, &ntrain)) &&
+        !(st = hyprof__read_doubles(r, "cv_accuracy", &cv, 1))) {
+        m->ntrain = ntrain;
+        m->cv_accuracy = cv < 0.0 ? NAN : cv;
+    }
+    return st;
+}
+
+/* A model of version 1 or 2 after its first line; *out is set even on error. */
+static hyprof_status_t read_plain(hyprof__reader_t *r, int version, hyprof_classifier_t **out)
+{
+    hyprof_status_t st = read_header(r, out);
+    hyprof_classifier_t *m = *out;
+    if (st == HYPROF_OK)
+        st = read_summary(r, m);
+    if (st == HYPROF_OK && version == 2)
+        st = read_profile(r, m);
+    if (st == HYPROF_OK)
+        st = m->kind == HYPROF_CLASSIFIER_SVM ? read_libsvm(r, m) : read_elm(r, m);
+    return st;
+}
+
+/* One member of a fused model: "member J" then a version 2 model with the
+ * fused model's classes and input band count. */
+static hyprof_status_t read_member(hyprof__reader_t *r, hyprof_classifier_t *m, size_t j)
+{
+    size_t number = 0;
+    int version = 0;
+    hyprof_status_t st = hyprof__read_size(r, "member", j + 1, j + 1, &number);
+    if (st == HYPROF_OK && (st = read_version(r, &version)) == HYPROF_OK && version != 2)
+        st = bad(r, "a fused model's member must be version 2, not", r->line);
+    if (st == HYPROF_OK)
+        st = read_plain(r, version, &m->member[j]);
+    if (st != HYPROF_OK)
+        return st;
+    const hyprof_classifier_t *e = m->member[j];
+    int same = e->nclasses == m->nclasses && e->input_bands == m->input_bands;
+    for (size_t k = 0; same && k < m->nclasses; k++)
+        same = e->values[k] == m->values[k];
+    return same ? HYPROF_OK
+                : hyprof__error(r->ctx, HYPROF_ERR_FORMAT, OP,
+                                "'%s' line %d: member %zu's classes or input band count differ "
+                                "from the fused model's", r->path, r->lineno, j + 1);
+}
+
+/* A fused model (version 3) after its first line. */
+static hyprof_status_t read_fused(hyprof__reader_t *r, hyprof_classifier_t **out)
+{
+    const char *v;
+    size_t members = 0, majority = 0, nclasses = 0, input_bands = 0;
+    hyprof_status_t st;
+    if ((st = hyprof__read_line(r, "fusion", &v)))
+        return st;
+    if (strcmp(v, "vote") != 0)
+        return bad(r, "unknown fusion rule", v);
+    if ((st = hyprof__read_size(r, "members", 1, HYPROF_FUSION_MAX_MEMBERS, &members)) ||
+        (st = hyprof__read_size(r, "majority", 0, HYPROF_FUSION_MAX_WINDOW, &majority)) ||
+        (st = hyprof__read_size(r, "classes", 2, MAX_CLASSES, &nclasses)) ||
+        (st = hyprof__reader_expect(r, "classes", nclasses, 15, nclasses * 64)))
+        return st;
+    if (majority == 1 || (majority && majority % 2 == 0))
+        return bad(r, "the majority window must be odd (0: none), not", r->line);
+    hyprof_classifier_t *m = *out = hyprof__classifier_new(HYPROF_CLASSIFIER_SVM, 1, nclasses);
+    if (!m || !(m->member = calloc(members, sizeof *m->member)))
+        return HYPROF_ERR_NOMEM;
+    m->nmembers = members;
+    m->majority = (int)majority;
+    if ((st = read_summary(r, m)) ||
+        (st = hyprof__read_size(r, "input_bands", 1, MAX_BANDS, &input_bands)))
+        return st;
+    m->input_bands = input_bands;
+    for (size_t j = 0; st == HYPROF_OK && j < members; j++)
+        st = read_member(r, m, j);
+    return st == HYPROF_OK ? hyprof__fusion_describe(m) : st;
+}
+
 hyprof_status_t hyprof_classifier_load(hyprof_ctx_t *ctx, const char *path,
                                        hyprof_classifier_t **model)
 {
@@ -556,21 +693,9 @@ hyprof_status_t hyprof_classifier_load(hyprof_ctx_t *ctx, const char *path,
         return st;
     hyprof_classifier_t *m = NULL;
     int version = 1;
-    st = read_header(&r, &m, &version);
-    for (size_t k = 0; st == HYPROF_OK && k < m->nclasses; k++)
-        st = read_class(&r, m, k);
-    size_t ntrain = 0;
-    double cv = 0.0;
-    if (st == HYPROF_OK && !(st = hyprof__read_size(&r, "train_pixels", 0, (size_t)-1, &ntrain)) &&
-        !(st = hyprof__read_doubles(&r, "cv_accuracy", &cv, 1))) {
-        m->ntrain = ntrain;
-        m->cv_accuracy = cv < 0.0 ? NAN : cv;
-        if (version == 2)
-            st = read_profile(&r, m);
-    }
-    if (st == HYPROF_OK) {
-        st = m->kind == HYPROF_CLASSIFIER_SVM ? read_libsvm(&r, m) : read_elm(&r, m);
-    }
+    st = read_version(&r, &version);
+    if (st == HYPROF_OK)
+        st = version == 3 ? read_fused(&r, &m) : read_plain(&r, version, &m);
     int more = st == HYPROF_OK ? hyprof__read_raw(&r) : 0;
     if (more != 0)
         st = more < 0 ? HYPROF_ERR_FORMAT : bad(&r, "unexpected text after the model:", r.line);

@@ -2,10 +2,15 @@
  * computed once on the whole raw cube (the context's backend), its training
  * pixels are scaled to [-1, 1] from their min and max and cross-validated on
  * the spatial folds over the whole C x gamma grid (search_cv.c); a candidate
- * scores its best grid point's pooled accuracy. Candidates run in the given
- * order, the first with the most correct pixels wins, and a candidate is
- * dropped after a fold once it cannot beat the best so far. The winner is
- * computed again and trained on all training pixels with its C and gamma. */
+ * scores its best grid point's pooled accuracy, and a candidate that
+ * completes its folds keeps the out-of-fold labels of its training pixels'
+ * 3x3 windows. Candidates run in the given order, the first with the most
+ * correct pixels is the best, and a candidate is dropped after a fold once it
+ * cannot come within STOP_MARGIN of the best so far. The decision fusions of
+ * the completed candidates are scored on those labels (search_fusion.c); the
+ * chosen fusion's members (or the best alone) are computed again and trained
+ * on all training pixels, each with its C and gamma. */
+#include "fusion_impl.h"
 #include "search_impl.h"
 
 #include <math.h>
@@ -14,6 +19,11 @@
 #include <time.h>
 
 #define OP "train"
+/* A candidate stops early once it cannot come within this share of the
+ * training pixels of the best so far: a weaker one still joins the fusion's
+ * vote (on Indian Pines the greedy selection takes one 9 points below the
+ * best), a failed one does not. */
+#define STOP_MARGIN 0.15
 
 /* The default space: each profile family at the seeds' parameters and at
  * smaller and larger scales, then the same stacked with principal components
@@ -22,6 +32,8 @@ static const char *const default_space[] = {
     "eadp step=65 count=8",
     "eadp step=20 count=8",
     "eadp step=5 count=8",
+    "eadp step=65 count=8 components=5",
+    "eadp step=65 count=8 components=4",
     "eap attribute=area",
     "eap attribute=area thresholds=4,9,16,36,64,100,196",
     "eap attribute=std",
@@ -49,6 +61,12 @@ const char *const *hyprof_search_default_space(size_t *count)
 
 const char *hyprof_classifier_profile(const hyprof_classifier_t *m) { return m->profile; }
 size_t hyprof_classifier_input_bands(const hyprof_classifier_t *m) { return m->input_bands; }
+size_t hyprof_classifier_members(const hyprof_classifier_t *m) { return m->nmembers; }
+const hyprof_classifier_t *hyprof_classifier_member(const hyprof_classifier_t *m, size_t i)
+{
+    return i < m->nmembers ? m->member[i] : NULL;
+}
+int hyprof_classifier_majority(const hyprof_classifier_t *m) { return m->majority; }
 
 void hyprof_search_report_free(hyprof_search_report_t *r)
 {
@@ -61,6 +79,10 @@ void hyprof_search_report_free(hyprof_search_report_t *r)
     free(r->seconds);
     free(r->bands);
     free(r->folds_run);
+    free(r->rank);
+    free(r->fusion_members);
+    free(r->fusion_majority);
+    free(r->fusion_accuracy);
     memset(r, 0, sizeof *r);
 }
 
@@ -130,31 +152,76 @@ static void train_set_free(train_set_t *t)
     free(t->fold);
 }
 
-/* The training pixels' features, scaled to [-1, 1] from their own min/max. */
-static double *scaled_features(const hyprof_cube_t *f, const train_set_t *t)
+/* The training pixels' range of each band, for the scaling to [-1, 1]. */
+static void feature_range(const hyprof_cube_t *f, const train_set_t *t, double *lo, double *hi)
 {
-    size_t B = f->bands, W = f->width;
-    double *x = malloc(t->n * B * sizeof *x);
-    if (!x)
-        return NULL;
-    for (size_t b = 0; b < B; b++) {
-        double lo = INFINITY, hi = -INFINITY;
+    size_t W = f->width;
+    for (size_t b = 0; b < f->bands; b++) {
+        lo[b] = INFINITY, hi[b] = -INFINITY;
         for (size_t i = 0; i < t->n; i++) {
             double v = hyprof_cube_get(f, t->pixel[i] % W, t->pixel[i] / W, b);
-            x[i * B + b] = v;
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
+            lo[b] = v < lo[b] ? v : lo[b];
+            hi[b] = v > hi[b] ? v : hi[b];
         }
-        for (size_t i = 0; i < t->n; i++)
-            x[i * B + b] = hi > lo ? -1.0 + 2.0 * (x[i * B + b] - lo) / (hi - lo) : 0.0;
     }
-    return x;
 }
 
-/* One candidate: compute, cross-validate, record. */
+/* x (count x bands) := the features of `pixel`, scaled by the range. */
+static void scale_rows(const hyprof_cube_t *f, const size_t *pixel, size_t count,
+                       const double *lo, const double *hi, double *x)
+{
+    size_t B = f->bands, W = f->width;
+    for (size_t i = 0; i < count; i++)
+        for (size_t b = 0; b < B; b++) {
+            double v = hyprof_cube_get(f, pixel[i] % W, pixel[i] / W, b);
+            x[i * B + b] = hi[b] > lo[b] ? -1.0 + 2.0 * (v - lo[b]) / (hi[b] - lo[b]) : 0.0;
+        }
+}
+
+/* The out-of-fold labels of every training pixel's 3x3 window (n x 9, 0
+ * outside the image or where invalid) at C and gamma, fold by fold: the
+ * window of a pixel of fold f is labelled by the SVM trained outside f. */
+static hyprof_status_t window_labels(hyprof_ctx_t *ctx, const hyprof_cube_t *f,
+                                     const train_set_t *t, const double *x, int k, double c,
+                                     double gamma, const double *lo, const double *hi, int **out)
+{
+    size_t W = f->width, H = f->height, B = f->bands, nq;
+    int *lab = calloc(t->n * 9, sizeof *lab), *qlab = malloc(t->n * 9 * sizeof *qlab);
+    size_t *qpix = malloc(t->n * 9 * sizeof *qpix), *slot = malloc(t->n * 9 * sizeof *slot);
+    double *q = malloc(t->n * 9 * B * sizeof *q);
+    hyprof_status_t st = lab && qlab && qpix && slot && q ? HYPROF_OK : HYPROF_ERR_NOMEM;
+    if (st != HYPROF_OK)
+        st = hyprof__error(ctx, st, OP, "out of memory (%zu pixels)", t->n);
+    for (int fo = 0; fo < k && st == HYPROF_OK; fo++) {
+        nq = 0;
+        for (size_t i = 0; i < t->n; i++)
+            for (int o = 0; t->fold[i] == fo && o < 9; o++) {
+                long xx = (long)(t->pixel[i] % W) + o % 3 - 1, yy = (long)(t->pixel[i] / W) + o / 3 - 1;
+                if (xx < 0 || yy < 0 || xx >= (long)W || yy >= (long)H ||
+                    !hyprof_cube_valid(f, (size_t)xx, (size_t)yy))
+                    continue;
+                qpix[nq] = (size_t)yy * W + (size_t)xx;
+                slot[nq++] = i * 9 + (size_t)o;
+            }
+        scale_rows(f, qpix, nq, lo, hi, q);
+        st = hyprof__search_oof(ctx, x, B, t->y, t->n, t->fold, fo, c, gamma, q, nq, qlab);
+        for (size_t j = 0; st == HYPROF_OK && j < nq; j++)
+            lab[slot[j]] = qlab[j];
+        if (st == HYPROF_OK)
+            st = hyprof__progress(ctx, (double)(fo + 1) / k, "fusion");
+    }
+    free(qlab), free(qpix), free(slot), free(q);
+    if (st != HYPROF_OK)
+        free(lab), lab = NULL;
+    *out = lab;
+    return st;
+}
+
+/* One candidate: compute, cross-validate, and for a completed one the
+ * out-of-fold labels of the fusion; record. */
 static hyprof_status_t try_one(hyprof_ctx_t *ctx, const hyprof_cube_t *raw, const train_set_t *t,
                                int k, const hyprof_train_params_t *tp, long *best_correct,
-                               hyprof_search_report_t *r, size_t i)
+                               hyprof_search_report_t *r, size_t i, int **oof)
 {
     double t0 = now(), saved[2];
     hyprof_result_t res;
@@ -163,20 +230,31 @@ static hyprof_status_t try_one(hyprof_ctx_t *ctx, const hyprof_cube_t *raw, cons
     hyprof__progress_pop(ctx, saved);
     if (st != HYPROF_OK)
         return st;
-    r->bands[i] = res.cube.bands;
-    double *x = scaled_features(&res.cube, t);
-    hyprof_result_free(&res);
-    if (!x)
+    size_t B = r->bands[i] = res.cube.bands;
+    double *x = malloc(t->n * B * sizeof *x), *lo = malloc(2 * B * sizeof *lo);
+    if (!x || !lo) {
+        free(x), free(lo);
+        hyprof_result_free(&res);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu pixels)", t->n);
+    }
+    feature_range(&res.cube, t, lo, lo + B);
+    scale_rows(&res.cube, t->pixel, t->n, lo, lo + B, x);
     long correct = 0;
     size_t g = 0;
-    hyprof__progress_push(ctx, 0.3, 1.0, saved);
-    st = hyprof__search_cv(ctx, x, r->bands[i], t->y, t->n, t->fold, k, tp, *best_correct,
-                           &correct, &g, &r->folds_run[i]);
+    hyprof__progress_push(ctx, 0.3, 0.9, saved);
+    long beat = *best_correct - (long)(STOP_MARGIN * (double)t->n);
+    st = hyprof__search_cv(ctx, x, B, t->y, t->n, t->fold, k, tp, beat, &correct, &g,
+                           &r->folds_run[i]);
     hyprof__progress_pop(ctx, saved);
-    free(x);
     r->c[i] = tp->c[g / tp->n_gamma];
     r->gamma[i] = tp->gamma[g % tp->n_gamma];
+    if (st == HYPROF_OK && r->folds_run[i] == k) {
+        hyprof__progress_push(ctx, 0.9, 1.0, saved);
+        st = window_labels(ctx, &res.cube, t, x, k, r->c[i], r->gamma[i], lo, lo + B, oof);
+        hyprof__progress_pop(ctx, saved);
+    }
+    free(x), free(lo);
+    hyprof_result_free(&res);
     r->seconds[i] = now() - t0;
     if (st == HYPROF_OK && r->folds_run[i] == k) {
         r->accuracy[i] = (double)correct / (double)t->n;
@@ -216,12 +294,12 @@ static hyprof_status_t check(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
     return HYPROF_OK;
 }
 
-/* Trains the winner on every training pixel with its C and gamma. */
-static hyprof_status_t train_winner(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
+/* Trains candidate w on every training pixel with its C and gamma. */
+static hyprof_status_t train_member(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
                                     const hyprof_cube_t *labels, const hyprof_train_params_t *tp,
-                                    const hyprof_search_report_t *r, hyprof_classifier_t **model)
+                                    const hyprof_search_report_t *r, size_t w,
+                                    hyprof_classifier_t **model)
 {
-    size_t w = r->best;
     hyprof_result_t res;
     hyprof_status_t st = hyprof_profile_compute(ctx, r->recipe[w], raw, &res);
     if (st != HYPROF_OK)
@@ -243,15 +321,75 @@ static hyprof_status_t train_winner(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
     return HYPROF_OK;
 }
 
+/* The fused model over its trained members: their classes, the fusion's
+ * cross-validated accuracy. */
+static hyprof_status_t fused_model(hyprof_classifier_t **mem, size_t m, int majority,
+                                   double accuracy, size_t input_bands,
+                                   hyprof_classifier_t **model)
+{
+    const hyprof_classifier_t *e = mem[0];
+    hyprof_classifier_t *f = *model = hyprof__classifier_new(HYPROF_CLASSIFIER_SVM, 1, e->nclasses);
+    if (!f)
+        return HYPROF_ERR_NOMEM;
+    f->member = mem;
+    f->nmembers = m;
+    f->majority = majority;
+    f->ntrain = e->ntrain;
+    f->cv_accuracy = accuracy;
+    f->input_bands = input_bands;
+    memcpy(f->values, e->values, e->nclasses * sizeof *e->values);
+    memcpy(f->rgba, e->rgba, 4 * e->nclasses);
+    for (size_t k = 0; k < e->nclasses; k++)
+        if (e->names[k] && !(f->names[k] = strdup(e->names[k])))
+            return HYPROF_ERR_NOMEM;
+    return hyprof__fusion_describe(f);
+}
+
+/* Trains the chosen fusion: the best candidate alone, or its members. */
+static hyprof_status_t train_chosen(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
+                                    const hyprof_cube_t *labels, const hyprof_train_params_t *tp,
+                                    const hyprof_search_report_t *r, hyprof_classifier_t **model)
+{
+    size_t c = r->fusion_chosen, m = r->fusion_members[c];
+    int majority = r->fusion_majority[c];
+    if (m == 1 && majority == 0)
+        return train_member(ctx, raw, labels, tp, r, r->rank[0], model);
+    hyprof_classifier_t **mem = calloc(m, sizeof *mem);
+    if (!mem)
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    hyprof_status_t st = HYPROF_OK;
+    for (size_t j = 0; j < m && st == HYPROF_OK; j++) {
+        double saved[2];
+        hyprof__progress_push(ctx, (double)j / (double)m, (double)(j + 1) / (double)m, saved);
+        st = train_member(ctx, raw, labels, tp, r, r->rank[j], &mem[j]);
+        hyprof__progress_pop(ctx, saved);
+    }
+    if (st == HYPROF_OK &&
+        (st = fused_model(mem, m, majority, r->fusion_accuracy[c], raw->bands, model)) == HYPROF_OK)
+        return HYPROF_OK;
+    if (*model) { /* it holds the members */
+        hyprof_classifier_free(model);
+        return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    }
+    if (st == HYPROF_ERR_NOMEM)
+        hyprof__error(ctx, st, OP, "out of memory");
+    for (size_t j = 0; j < m; j++)
+        hyprof_classifier_free(&mem[j]);
+    free(mem);
+    return st;
+}
+
 static hyprof_status_t run_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
                                   const hyprof_cube_t *labels, const hyprof_search_params_t *sp,
                                   const hyprof_train_params_t *tp, hyprof_search_report_t *r)
 {
     size_t npix = raw->width * raw->height;
-    int *fold = malloc(npix * sizeof *fold);
+    int *fold = malloc(npix * sizeof *fold), **oof = calloc(r->n, sizeof *oof);
     train_set_t t = {0, NULL, NULL, NULL};
-    if (!fold)
+    if (!fold || !oof) {
+        free(fold), free(oof);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory");
+    }
     hyprof_status_t st = hyprof_search_folds(ctx, labels, sp->folds, sp->seed, fold, &r->groups,
                                              &r->largest_group);
     if (st == HYPROF_OK)
@@ -273,13 +411,18 @@ static hyprof_status_t run_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
         double saved[2];
         hyprof__progress_push(ctx, 0.9 * (double)i / (double)r->n,
                               0.9 * (double)(i + 1) / (double)r->n, saved);
-        st = try_one(ctx, raw, &t, sp->folds, tp, &best, r, i);
+        st = try_one(ctx, raw, &t, sp->folds, tp, &best, r, i, &oof[i]);
         hyprof__progress_pop(ctx, saved);
     }
     if (st == HYPROF_OK && best == 0)
         st = hyprof__error(ctx, HYPROF_ERR_INPUT, OP,
                            "no candidate classified any training pixel right in "
                            "cross-validation");
+    if (st == HYPROF_OK)
+        st = hyprof__search_fusion(ctx, oof, t.y, t.n, sp->fusion, r);
+    for (size_t i = 0; i < r->n; i++)
+        free(oof[i]);
+    free(oof);
     train_set_free(&t);
     return st;
 }
@@ -304,7 +447,7 @@ hyprof_status_t hyprof_train_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
     if ((st = run_search(ctx, raw, labels, sp, tp, r)) == HYPROF_OK) {
         double saved[2];
         hyprof__progress_push(ctx, 0.9, 1.0, saved);
-        st = train_winner(ctx, raw, labels, tp, r, model);
+        st = train_chosen(ctx, raw, labels, tp, r, model);
         hyprof__progress_pop(ctx, saved);
     }
     return st;
@@ -314,6 +457,8 @@ hyprof_status_t hyprof_classify_input(hyprof_ctx_t *ctx, const hyprof_classifier
                                       const hyprof_cube_t *input, hyprof_cube_t *map,
                                       hyprof_cube_t *scores)
 {
+    if (model->nmembers)
+        return hyprof__classify_fused(ctx, model, input, map, scores);
     if (!model->profile || input->bands != model->input_bands)
         return hyprof_classify(ctx, model, input, map, scores);
     hyprof_result_t res;

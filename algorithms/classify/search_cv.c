@@ -2,8 +2,8 @@
  * scaled, on the fixed spatial folds, over the whole C x gamma grid. Folds run
  * one after the other with the grid points of a fold in parallel (each a
  * LIBSVM training), so that after each fold the candidate can be dropped when
- * it cannot win any more: its best grid point's correct pixels plus every
- * pixel of the folds still to run is at most the best candidate's count. */
+ * it cannot reach the caller's bar any more: its best grid point's correct
+ * pixels plus every pixel of the folds still to run is at most `beat`. */
 #include "search_impl.h"
 
 #include <stdlib.h>
@@ -23,6 +23,15 @@ hyprof_status_t hyprof__search_cv(hyprof_ctx_t *ctx, const double *x, size_t ban
     return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                          "--search: this build of hyprof has no LIBSVM (install libsvm-dev "
                          "and rebuild)");
+}
+
+hyprof_status_t hyprof__search_oof(hyprof_ctx_t *ctx, const double *x, size_t bands, const int *y,
+                                   size_t n, const int *fold, int f, double c, double gamma,
+                                   const double *q, size_t nq, int *q_label)
+{
+    (void)x, (void)bands, (void)y, (void)n, (void)fold, (void)f, (void)c, (void)gamma, (void)q;
+    (void)nq, (void)q_label;
+    return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP, "--search: this build has no LIBSVM");
 }
 
 #else
@@ -61,6 +70,75 @@ hyprof_status_t hyprof__search_cv(hyprof_ctx_t *ctx, const double *x, size_t ban
     }
     hyprof__cv_release(&s);
     free(count);
+    return st;
+}
+
+/* The SVM (c, gamma) trained on the samples outside fold f. */
+static hyprof_status_t fold_model(hyprof_ctx_t *ctx, const double *x, size_t bands, const int *y,
+                                  size_t n, const int *fold, int f, double c, double gamma,
+                                  hyprof_classifier_t **out)
+{
+    size_t ns = 0;
+    double *xs = malloc(n * bands * sizeof *xs);
+    int *ys = malloc(n * sizeof *ys);
+    hyprof_classifier_t *m = hyprof__classifier_new(HYPROF_CLASSIFIER_SVM, bands, 1);
+    hyprof_status_t st = xs && ys && m ? HYPROF_OK : HYPROF_ERR_NOMEM;
+    for (size_t i = 0; st == HYPROF_OK && i < n; i++)
+        if (fold[i] != f) {
+            memcpy(xs + ns * bands, x + i * bands, bands * sizeof *xs);
+            ys[ns++] = y[i];
+        }
+    if (st == HYPROF_OK) {
+        hyprof_train_params_t p;
+        hyprof_train_params_default(&p);
+        p.c = &c, p.n_c = 1;
+        p.gamma = &gamma, p.n_gamma = 1;
+        st = hyprof__svm_train(ctx, m, xs, ys, ns, &p);
+    } else {
+        st = hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu samples)", n);
+    }
+    free(xs);
+    free(ys);
+    if (st != HYPROF_OK)
+        hyprof_classifier_free(&m);
+    *out = m;
+    return st;
+}
+
+/* q_label of the nq queries by model m. */
+static hyprof_status_t predict(hyprof_ctx_t *ctx, const hyprof_classifier_t *m, const double *q,
+                               size_t nq, int *q_label)
+{
+    const hyprof__svm_t *s = &m->svm;
+    int failed = 0;
+#pragma omp parallel num_threads(hyprof__threads(ctx))
+    {
+        double *kvalue = malloc(s->nsv * sizeof *kvalue + 1);
+        int *votes = malloc(s->nr_class * sizeof *votes + 1);
+        if (!kvalue || !votes) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 64)
+        for (size_t i = 0; i < nq; i++)
+            if (!failed)
+                q_label[i] = hyprof__svm_predict_exact(s, m->bands, q + i * m->bands, kvalue,
+                                                       votes);
+        free(kvalue);
+        free(votes);
+    }
+    return failed ? hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory") : HYPROF_OK;
+}
+
+hyprof_status_t hyprof__search_oof(hyprof_ctx_t *ctx, const double *x, size_t bands, const int *y,
+                                   size_t n, const int *fold, int f, double c, double gamma,
+                                   const double *q, size_t nq, int *q_label)
+{
+    hyprof_classifier_t *m = NULL;
+    hyprof_status_t st = fold_model(ctx, x, bands, y, n, fold, f, c, gamma, &m);
+    if (st == HYPROF_OK)
+        st = predict(ctx, m, q, nq, q_label);
+    hyprof_classifier_free(&m);
     return st;
 }
 

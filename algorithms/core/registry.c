@@ -216,11 +216,18 @@ static const hyprof_param_t train_params[] = {
      "and stacked with 10 principal components; see docs/search.md) or recipes separated "
      "by ';', each 'OP NAME=VALUE ...' joined by '+' (e.g. 'eadp step=20 + pca "
      "components=7;emp radii=1,2,3'). Folds (--folds, --seed) never split a group of "
-     "touching training pixels of one class; the model records the winning recipe, so "
-     "classify computes it from the raw cube.", 0},
+     "touching training pixels of one class; the model records the winning recipe (or the "
+     "recipes of the fusion --fusion chose), so classify computes it from the raw cube.", 0},
+    {"fusion", HYPROF_PARAM_CHOICE, "auto", NOLIMIT, "auto|none",
+     "With --search: auto also scores, on the same folds, decision fusions of the "
+     "candidates (a plurality vote of several profiles' classifiers, with or without a 3x3 "
+     "majority filter of the map) and keeps the most accurate, which may be the best "
+     "candidate alone; none keeps the best candidate alone (a smaller model, one profile to "
+     "compute when classifying).", 0},
     {"search-report", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "Search report (*.json *.html)",
      "With --search: the candidates tried, their cross-validated accuracy, C, gamma and "
-     "time, and how the folds were formed, as JSON (or HTML for a .html name).", 0},
+     "time, how the folds were formed, and the fusions scored, as JSON (or HTML for a .html "
+     "name).", 0},
     {"fold-map", HYPROF_PARAM_FILE_OUT, NULL, NOLIMIT, "GeoTIFF (*.tif)",
      "With --search: a class map of the cross-validation fold (1..folds) of every training "
      "pixel.", HYPROF_PARAM_ADVANCED},

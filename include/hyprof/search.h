@@ -45,12 +45,13 @@ typedef struct {
     size_t n;
     int folds;                  /* >= 2 */
     uint64_t seed;              /* of the folds */
+    int fusion;                 /* 0: the best candidate alone; 1: the most accurate fusion */
 } hyprof_search_params_t;
 
 /* What the search tried. accuracy: the best cross-validated accuracy over the
  * C x gamma grid (pooled over folds), NaN when the recipe was stopped early
- * (folds_run < folds: even all its remaining pixels right could not beat the
- * best so far) or failed. */
+ * (folds_run < folds: even all its remaining pixels right could not bring it
+ * within 15 % of the training pixels of the best so far) or failed. */
 typedef struct {
     size_t n;
     char **recipe;
@@ -60,12 +61,28 @@ typedef struct {
     size_t best;
     int folds;
     size_t pixels, groups, largest_group;
+    /* The decision fusions scored on the same folds (the out-of-fold labels
+     * of each training pixel's 3x3 window at each completed candidate's C and
+     * gamma): rank lists the completed candidates in the order of a greedy
+     * forward selection (the best first, then each time the one that makes
+     * the vote most accurate); fusion j is the plurality vote of the first
+     * fusion_members[j] of them,
+     * then a majority filter of fusion_majority[j] pixels a side (0: none),
+     * with its pooled accuracy. The model is fusion `fusion_chosen`: the best
+     * candidate alone when it has one member and no filter. */
+    size_t nranked, *rank;
+    size_t nfusions, *fusion_members;
+    int *fusion_majority;
+    double *fusion_accuracy;
+    size_t fusion_chosen;
 } hyprof_search_report_t;
 
 /* Searches `recipes` on `raw` with the training labels (band 0 values > 0 on
- * raw's grid), then trains the winner on all training pixels with its C and
- * gamma (`train` gives the grid, scaling and the classes' legend; its kind
- * must be SVM). The model records the recipe and raw's band count. */
+ * raw's grid), scores the decision fusions of the completed candidates, then
+ * trains the chosen fusion's members (or the winner alone) on all training
+ * pixels, each with its C and gamma (`train` gives the grid, scaling and the
+ * classes' legend; its kind must be SVM). The model records the recipes and
+ * raw's band count. */
 hyprof_status_t hyprof_train_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
                                     const hyprof_cube_t *labels,
                                     const hyprof_search_params_t *search,
@@ -74,9 +91,15 @@ hyprof_status_t hyprof_train_search(hyprof_ctx_t *ctx, const hyprof_cube_t *raw,
 void hyprof_search_report_free(hyprof_search_report_t *report);
 
 /* The recipe a model was trained on (NULL: the model takes features as they
- * are) and the band count of the raw cubes it expects. */
+ * are; for a fused model, a description of the fusion) and the band count of
+ * the raw cubes it expects. */
 const char *hyprof_classifier_profile(const hyprof_classifier_t *m);
 size_t hyprof_classifier_input_bands(const hyprof_classifier_t *m);
+/* A fused model's members (0: a model of one classifier), member i (a model
+ * with its own recipe), and the side of its majority filter (0: none). */
+size_t hyprof_classifier_members(const hyprof_classifier_t *m);
+const hyprof_classifier_t *hyprof_classifier_member(const hyprof_classifier_t *m, size_t i);
+int hyprof_classifier_majority(const hyprof_classifier_t *m);
 
 /* hyprof_classify on `input`: a model with a recipe given a cube of its raw
  * band count computes the recipe first; otherwise `input` is the features. */
