@@ -294,8 +294,10 @@ static long fold_in_child(hyprof_ctx_t *ctx, const samples_t *s, int f, double c
 {
     fold_job_t job = {s, f, c, gamma, precomputed};
     void *out = NULL;
-    size_t len = 0;
-    hyprof_status_t st = hyprof__run_in_child(ctx, fold_job, &job, &out, &len, why);
+    size_t len = 0, rows = 0;
+    for (size_t i = 0; i < s->n; i++)
+        rows += s->fold[i] != f;
+    hyprof_status_t st = hyprof__run_in_child(ctx, fold_job, &job, rows, &out, &len, why);
     long ok = st == HYPROF_ERR_CANCELLED ? -2 : -1;
     if (st == HYPROF_OK && len == sizeof ok)
         memcpy(&ok, out, sizeof ok);
@@ -458,7 +460,7 @@ static hyprof_status_t train_final(hyprof_ctx_t *ctx, hyprof_classifier_t *m,
     void *out = NULL;
     size_t len = 0;
     char why[96];
-    hyprof_status_t st = hyprof__run_in_child(ctx, final_job, &job, &out, &len, why);
+    hyprof_status_t st = hyprof__run_in_child(ctx, final_job, &job, n, &out, &len, why);
     if (st == HYPROF_OK && (st = unpack(out, len, m->bands, &m->svm)) != HYPROF_OK)
         snprintf(why, sizeof why, "the training process's answer is malformed");
     free(out);

@@ -1,7 +1,7 @@
 /* LIBSVM trainings in child processes, so that cancelling stops them.
  *
  * svm_train has no cancellation point and one call can run for minutes. Each
- * training runs in a forked child, which writes its answer to a pipe (a
+ * training of more than HYPROF_SVM_CHILD_MIN_ROWS rows runs in a forked child, which writes its answer to a pipe (a
  * length, then the bytes) and ends with _exit. The parent reads the pipe,
  * looking at the context's cancel flag at least every 50 ms; on cancellation
  * it kills the child (SIGKILL) and reaps it. The child's memory goes with the
@@ -14,9 +14,9 @@
  * multi-threaded process. The parent does not wait for end of file: children
  * forked at the same time by other threads hold copies of the pipe's write
  * end until they end, so the answer is complete when its length is read, and
- * a child that died is seen by waitpid. When fork fails (not enough memory
- * to duplicate the process under strict overcommit), the training runs in
- * this process, cancellable only between trainings. */
+ * a child that died is seen by waitpid. A short training, or one whose fork
+ * fails (not enough memory to duplicate the process under strict
+ * overcommit), runs in this process, cancellable only between trainings. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pipe2 */
 #endif
@@ -151,7 +151,7 @@ static hyprof_status_t await(hyprof_ctx_t *ctx, pid_t pid, int fd, void **out, s
 }
 
 hyprof_status_t hyprof__run_in_child(hyprof_ctx_t *ctx, hyprof__child_fn fn, void *arg,
-                                     void **out, size_t *len, char *why)
+                                     size_t rows, void **out, size_t *len, char *why)
 {
     *out = NULL;
     *len = 0;
@@ -161,11 +161,12 @@ hyprof_status_t hyprof__run_in_child(hyprof_ctx_t *ctx, hyprof__child_fn fn, voi
         return HYPROF_ERR_CANCELLED;
     int fds[2];
     pid_t pid = -1;
-    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 && (pid = fork()) < 0) {
+    if (rows > HYPROF_SVM_CHILD_MIN_ROWS && pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 &&
+        (pid = fork()) < 0) {
         close(fds[0]);
         close(fds[1]);
     }
-    if (pid < 0) /* no child: here, to the end */
+    if (pid < 0) /* a short training, or no child: here, to the end */
         return fn(arg, out, len) == 0 ? HYPROF_OK : HYPROF_ERR_NOMEM;
     if (pid == 0) {
         close(fds[0]);
