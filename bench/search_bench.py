@@ -3,15 +3,15 @@
 For each split seed: `hyprof split --preset eadp-table1 --seed S` of the reference map
 (Table I's per-class training counts, the rest is the test set), `hyprof train --search`
 on the raw cube (samples/indian_pines.tif, 145 x 145 x 200) with the training pixels,
-`hyprof classify` of the raw cube with the model (the winning profile computed from the
+`hyprof classify` of the raw cube with the model (the chosen profile, or the fusion's profiles, computed from the
 cube), and the overall accuracy on the test pixels. Prints one line per split (the
-winner, its cross-validated accuracy, OA, seconds of the search and of classify) and
-the mean OA; --json writes the rows.
+model, its cross-validated accuracy, the best candidate alone, OA, seconds of the search
+and of classify) and the mean OA; --json writes the rows.
 
 Run with the interpreter that has GDAL:
   /usr/bin/python3 bench/search_bench.py [--exe build/cli/hyprof] [--seeds 1,2,3,4,5]
-      [--backend auto|cpu|cuda] [--search default|"RECIPE;RECIPE"] [--grid default]
-      [--keep DIR] [--json FILE]
+      [--backend auto|cpu|cuda] [--search default|"RECIPE;RECIPE"] [--fusion auto|none]
+      [--grid default] [--keep DIR] [--json FILE]
 """
 import argparse
 import json
@@ -44,17 +44,22 @@ def one_split(a, seed, d):
     model, report = d / ("m%d.model" % seed), d / ("r%d.json" % seed)
     _, t_search = run(a.exe, "train", "--backend", a.backend, "--progress", "none", "--overwrite",
                       "--labels", train, "--search", a.search, "--grid", a.grid, "--folds",
-                      a.folds, "--seed", seed, "--search-report", report, a.cube, model)
+                      a.folds, "--seed", seed, "--fusion", a.fusion, "--search-report", report,
+                      a.cube, model)
     out = d / ("map%d.tif" % seed)
     _, t_classify = run(a.exe, "classify", "--backend", a.backend, "--progress", "none",
                         "--overwrite", "--model", model, a.cube, out)
-    m = gdal.Open(str(out)).ReadAsArray()
+    ds = gdal.Open(str(out))
+    m, model_text = ds.ReadAsArray(), ds.GetMetadataItem("HYPROF_PROFILE")
     t = gdal.Open(str(test)).ReadAsArray()
     oa = float((m[t > 0] == t[t > 0]).mean())
     rep = json.loads(report.read_text())
     best = next(c for c in rep["candidates"] if c["recipe"] == rep["best"])
     stopped = sum(c["stopped_early"] for c in rep["candidates"])
+    fusion = next(f for f in rep["fusions"] if f["chosen"])
     return {"seed": seed, "winner": rep["best"], "cv_accuracy": best["accuracy"], "oa": oa,
+            "model": model_text, "members": fusion["members"], "majority": fusion["majority"],
+            "model_cv_accuracy": fusion["accuracy"],
             "search_s": t_search, "classify_s": t_classify, "candidates": len(rep["candidates"]),
             "stopped_early": stopped, "training_pixels": rep["training_pixels"]}
 
@@ -67,6 +72,7 @@ def main():
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--backend", default="auto")
     p.add_argument("--search", default="default")
+    p.add_argument("--fusion", default="auto")
     p.add_argument("--grid", default="default")
     p.add_argument("--folds", default=5, type=int)
     p.add_argument("--json")
@@ -80,11 +86,11 @@ def main():
         for seed in [int(s) for s in a.seeds.split(",")]:
             r = one_split(a, seed, work)
             rows.append(r)
-            print("seed %d: OA %.4f, winner '%s' (CV %.4f), search %.1f s (%d candidates, %d "
-                  "stopped early), classify %.1f s" % (r["seed"], r["oa"], r["winner"],
-                                                      r["cv_accuracy"], r["search_s"],
-                                                      r["candidates"], r["stopped_early"],
-                                                      r["classify_s"]), flush=True)
+            print("seed %d: OA %.4f, model '%s' (CV %.4f; best alone '%s', CV %.4f), search "
+                  "%.1f s (%d candidates, %d stopped early), classify %.1f s"
+                  % (r["seed"], r["oa"], r["model"], r["model_cv_accuracy"], r["winner"],
+                     r["cv_accuracy"], r["search_s"], r["candidates"], r["stopped_early"],
+                     r["classify_s"]), flush=True)
     mean = float(np.mean([r["oa"] for r in rows]))
     print("mean OA over %d splits: %.4f; search %.1f s a split on average (%s, %d CPUs, "
           "backend %s)" % (len(rows), mean, np.mean([r["search_s"] for r in rows]),

@@ -178,6 +178,25 @@ static void scale_rows(const hyprof_cube_t *f, const size_t *pixel, size_t count
         }
 }
 
+/* The pixels of the 3x3 windows of fold fo's training pixels that lie in the
+ * image and are valid (qpix), and where their labels go (slot: pixel i's
+ * window position o is i * 9 + o). Returns their count. */
+static size_t fold_queries(const hyprof_cube_t *f, const train_set_t *t, int fo, size_t *qpix,
+                           size_t *slot)
+{
+    size_t W = f->width, H = f->height, nq = 0;
+    for (size_t i = 0; i < t->n; i++)
+        for (int o = 0; t->fold[i] == fo && o < 9; o++) {
+            long x = (long)(t->pixel[i] % W) + o % 3 - 1, y = (long)(t->pixel[i] / W) + o / 3 - 1;
+            if (x < 0 || y < 0 || x >= (long)W || y >= (long)H ||
+                !hyprof_cube_valid(f, (size_t)x, (size_t)y))
+                continue;
+            qpix[nq] = (size_t)y * W + (size_t)x;
+            slot[nq++] = i * 9 + (size_t)o;
+        }
+    return nq;
+}
+
 /* The out-of-fold labels of every training pixel's 3x3 window (n x 9, 0
  * outside the image or where invalid) at C and gamma, fold by fold: the
  * window of a pixel of fold f is labelled by the SVM trained outside f. */
@@ -185,24 +204,21 @@ static hyprof_status_t window_labels(hyprof_ctx_t *ctx, const hyprof_cube_t *f,
                                      const train_set_t *t, const double *x, int k, double c,
                                      double gamma, const double *lo, const double *hi, int **out)
 {
-    size_t W = f->width, H = f->height, B = f->bands, nq;
-    int *lab = calloc(t->n * 9, sizeof *lab), *qlab = malloc(t->n * 9 * sizeof *qlab);
-    size_t *qpix = malloc(t->n * 9 * sizeof *qpix), *slot = malloc(t->n * 9 * sizeof *slot);
-    double *q = malloc(t->n * 9 * B * sizeof *q);
+    size_t B = f->bands, nq, most = 0;
+    for (int fo = 0; fo < k; fo++) { /* room for the queries of the largest fold */
+        size_t count = 0;
+        for (size_t i = 0; i < t->n; i++)
+            count += t->fold[i] == fo;
+        most = count > most ? count : most;
+    }
+    int *lab = calloc(t->n * 9, sizeof *lab), *qlab = malloc(most * 9 * sizeof *qlab);
+    size_t *qpix = malloc(most * 9 * sizeof *qpix), *slot = malloc(most * 9 * sizeof *slot);
+    double *q = malloc(most * 9 * B * sizeof *q);
     hyprof_status_t st = lab && qlab && qpix && slot && q ? HYPROF_OK : HYPROF_ERR_NOMEM;
     if (st != HYPROF_OK)
         st = hyprof__error(ctx, st, OP, "out of memory (%zu pixels)", t->n);
     for (int fo = 0; fo < k && st == HYPROF_OK; fo++) {
-        nq = 0;
-        for (size_t i = 0; i < t->n; i++)
-            for (int o = 0; t->fold[i] == fo && o < 9; o++) {
-                long xx = (long)(t->pixel[i] % W) + o % 3 - 1, yy = (long)(t->pixel[i] / W) + o / 3 - 1;
-                if (xx < 0 || yy < 0 || xx >= (long)W || yy >= (long)H ||
-                    !hyprof_cube_valid(f, (size_t)xx, (size_t)yy))
-                    continue;
-                qpix[nq] = (size_t)yy * W + (size_t)xx;
-                slot[nq++] = i * 9 + (size_t)o;
-            }
+        nq = fold_queries(f, t, fo, qpix, slot);
         scale_rows(f, qpix, nq, lo, hi, q);
         st = hyprof__search_oof(ctx, x, B, t->y, t->n, t->fold, fo, c, gamma, q, nq, qlab);
         for (size_t j = 0; st == HYPROF_OK && j < nq; j++)
