@@ -56,7 +56,7 @@ static const char *folds_text(void)
 
 static const char *fusion_text(void)
 {
-    return "the completed candidates in the order of a greedy forward selection (the best "
+    return "The completed candidates in the order of a greedy forward selection (the best "
            "first, then each time the one whose addition makes the vote most accurate); fusion "
            "m is the plurality vote of the first m (ties: the earlier member), alone or then a "
            "3x3 majority filter, scored on the out-of-fold labels of each training pixel's 3x3 "

@@ -1,5 +1,5 @@
-/* The search's decision fusions: the completed candidates ranked by their
- * cross-validated accuracy, and the vote of the best m of them, alone or
+/* The search's decision fusions: the completed candidates in the order of a
+ * greedy forward selection, and the vote of the first m of them, alone or
  * followed by a 3x3 majority filter, scored on the out-of-fold labels of
  * every training pixel's 3x3 window with the rules classify applies
  * (fusion.c). A window's labels all come from the model of the centre's fold,
@@ -15,8 +15,8 @@
 #define OP "train"
 #define WINDOW 9 /* 3x3, row-major: the centre is 4 */
 
-/* Training pixels right for the vote of the best m, with or without the
- * majority filter. */
+/* Training pixels right for the vote of the first m of `rank`, with or
+ * without the majority filter. */
 static long score(hyprof_ctx_t *ctx, int *const *oof, const int *y, size_t n,
                   const size_t *rank, size_t m, int majority)
 {
