@@ -113,7 +113,8 @@ static void write_html(FILE *f, const hyprof_search_report_t *r)
             r->groups, r->largest_group, r->folds);
     hyprof_html_text(f, folds_text());
     fputs(". Accuracy: the best C and gamma of the grid, pooled over the folds; a candidate "
-          "stopped early could not come within 15 % of the best any more.</p>\n<table>\n<tr><th>recipe</th>"
+          "stopped early could not come within 15 % of the best any more.</p>\n<table>\n"
+          "<tr><th>recipe</th>"
           "<th>bands</th><th>CV accuracy</th><th>C</th><th>gamma</th><th>folds run</th>"
           "<th>seconds</th></tr>\n", f);
     for (size_t i = 0; i < r->n; i++) {

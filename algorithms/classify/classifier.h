@@ -63,15 +63,25 @@ hyprof_classifier_t *hyprof__classifier_new(hyprof_classifier_kind_t kind, size_
 /* Index of class value v in m->values, or -1. */
 int hyprof__class_index(const hyprof_classifier_t *m, int v);
 
-/* The one feature scaling of every path: -1 + 2 (x - min) / (max - min) in
- * double, 0 for a constant band; x unchanged without scaling. */
+/* The one feature scaling of every path (a model's bands, the search's
+ * folds): -1 + 2 (x - min) / (max - min) in double, 0 for a constant band. */
+static inline double hyprof__scale_value(double min, double max, double x)
+{
+    double range = max - min;
+    return range > 0.0 ? -1.0 + 2.0 * (x - min) / range : 0.0;
+}
+
+/* A model's scaling of band b; x unchanged without scaling. */
 static inline double hyprof__scale(const hyprof_classifier_t *m, size_t b, double x)
 {
-    if (!m->scale)
-        return x;
-    double range = m->max[b] - m->min[b];
-    return range > 0.0 ? -1.0 + 2.0 * (x - m->min[b]) / range : 0.0;
+    return m->scale ? hyprof__scale_value(m->min[b], m->max[b], x) : x;
 }
+
+/* Training samples (train.c, shared with the search): x (count x f's bands)
+ * := f's values at the pixels (y * width + x), and each band's min and max
+ * over n rows of x (n >= 1). */
+void hyprof__gather_rows(const hyprof_cube_t *f, const size_t *pixel, size_t count, double *x);
+void hyprof__row_range(const double *x, size_t n, size_t bands, double *min, double *max);
 
 /* LIBSVM's prediction, reimplemented bit for bit: dense RBF k_function
  * (sum of squared differences in band order, exp(-gamma sum)), one-vs-one

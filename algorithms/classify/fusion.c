@@ -91,8 +91,8 @@ static hyprof_status_t member_maps(hyprof_ctx_t *ctx, const hyprof_classifier_t 
     return st;
 }
 
-/* The vote of the members' maps into `out` (a member's map), and the members'
- * share of each class into `scores` (NULL: none). */
+/* The vote of the members' maps into `out` (which may be the first member's
+ * map), and the members' share of each class into `scores` (NULL: none). */
 static void vote_maps(hyprof_ctx_t *ctx, const hyprof_classifier_t *model,
                       const hyprof_cube_t *maps, uint16_t *out, float *scores)
 {
@@ -116,7 +116,8 @@ static hyprof_status_t fuse(hyprof_ctx_t *ctx, const hyprof_classifier_t *model,
                             hyprof_cube_t *maps, hyprof_cube_t *map, hyprof_cube_t *scores)
 {
     size_t W = maps[0].width, H = maps[0].height, npix = W * H;
-    uint16_t *voted = malloc(npix * sizeof *voted);
+    uint16_t *out = maps[0].data; /* the vote reads each pixel before writing it */
+    uint16_t *voted = model->majority > 1 ? malloc(npix * sizeof *voted) : out;
     hyprof_status_t st = voted ? HYPROF_OK : HYPROF_ERR_NOMEM;
     if (st == HYPROF_OK && scores) {
         st = hyprof_cube_alloc(scores, HYPROF_FLOAT32, W, H, model->nclasses);
@@ -124,15 +125,15 @@ static hyprof_status_t fuse(hyprof_ctx_t *ctx, const hyprof_classifier_t *model,
             st = hyprof__cube_copy_mask(scores, &maps[0]);
     }
     if (st != HYPROF_OK) {
-        free(voted);
+        if (voted != out)
+            free(voted);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zux%zu pixels)", W, H);
     }
     vote_maps(ctx, model, maps, voted, scores ? scores->data : NULL);
-    if (model->majority > 1)
-        majority_map(ctx, voted, W, H, model->majority, maps[0].data);
-    else
-        memcpy(maps[0].data, voted, npix * sizeof *voted);
-    free(voted);
+    if (voted != out) {
+        majority_map(ctx, voted, W, H, model->majority, out);
+        free(voted);
+    }
     float nd = hyprof__nodata_f32(&maps[0]);
     for (size_t p = 0; scores && p < npix; p++) /* as hyprof_classify marks nodata */
         if (!hyprof_cube_valid(&maps[0], p % W, p / W))

@@ -275,7 +275,8 @@ static hyprof_status_t check_writable(hyprof_ctx_t *ctx, const hyprof_classifier
         if (m->names[k] && strpbrk(m->names[k], "\r\n"))
             return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                                  "class %d's name has a newline", m->values[k]);
-    if (!m->nmembers && m->profile && (strpbrk(m->profile, "\r\n") || !*m->profile || m->input_bands < 1))
+    if (!m->nmembers && m->profile &&
+        (strpbrk(m->profile, "\r\n") || !*m->profile || m->input_bands < 1))
         return hyprof__error(ctx, HYPROF_ERR_ARGUMENT, OP,
                              "the profile recipe is empty or has a newline");
     return HYPROF_OK;

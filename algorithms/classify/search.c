@@ -152,30 +152,12 @@ static void train_set_free(train_set_t *t)
     free(t->fold);
 }
 
-/* The training pixels' range of each band, for the scaling to [-1, 1]. */
-static void feature_range(const hyprof_cube_t *f, const train_set_t *t, double *lo, double *hi)
+/* Rows x (count x bands) scaled in place by the training pixels' range. */
+static void scale_rows(double *x, size_t count, size_t bands, const double *lo,
+                       const double *hi)
 {
-    size_t W = f->width;
-    for (size_t b = 0; b < f->bands; b++) {
-        lo[b] = INFINITY, hi[b] = -INFINITY;
-        for (size_t i = 0; i < t->n; i++) {
-            double v = hyprof_cube_get(f, t->pixel[i] % W, t->pixel[i] / W, b);
-            lo[b] = v < lo[b] ? v : lo[b];
-            hi[b] = v > hi[b] ? v : hi[b];
-        }
-    }
-}
-
-/* x (count x bands) := the features of `pixel`, scaled by the range. */
-static void scale_rows(const hyprof_cube_t *f, const size_t *pixel, size_t count,
-                       const double *lo, const double *hi, double *x)
-{
-    size_t B = f->bands, W = f->width;
-    for (size_t i = 0; i < count; i++)
-        for (size_t b = 0; b < B; b++) {
-            double v = hyprof_cube_get(f, pixel[i] % W, pixel[i] / W, b);
-            x[i * B + b] = hi[b] > lo[b] ? -1.0 + 2.0 * (v - lo[b]) / (hi[b] - lo[b]) : 0.0;
-        }
+    for (size_t i = 0; i < count * bands; i++)
+        x[i] = hyprof__scale_value(lo[i % bands], hi[i % bands], x[i]);
 }
 
 /* The pixels of the 3x3 windows of fold fo's training pixels that lie in the
@@ -219,7 +201,8 @@ static hyprof_status_t window_labels(hyprof_ctx_t *ctx, const hyprof_cube_t *f,
         st = hyprof__error(ctx, st, OP, "out of memory (%zu pixels)", t->n);
     for (int fo = 0; fo < k && st == HYPROF_OK; fo++) {
         nq = fold_queries(f, t, fo, qpix, slot);
-        scale_rows(f, qpix, nq, lo, hi, q);
+        hyprof__gather_rows(f, qpix, nq, q);
+        scale_rows(q, nq, B, lo, hi);
         st = hyprof__search_oof(ctx, x, B, t->y, t->n, t->fold, fo, c, gamma, q, nq, qlab);
         for (size_t j = 0; st == HYPROF_OK && j < nq; j++)
             lab[slot[j]] = qlab[j];
@@ -253,8 +236,9 @@ static hyprof_status_t try_one(hyprof_ctx_t *ctx, const hyprof_cube_t *raw, cons
         hyprof_result_free(&res);
         return hyprof__error(ctx, HYPROF_ERR_NOMEM, OP, "out of memory (%zu pixels)", t->n);
     }
-    feature_range(&res.cube, t, lo, lo + B);
-    scale_rows(&res.cube, t->pixel, t->n, lo, lo + B, x);
+    hyprof__gather_rows(&res.cube, t->pixel, t->n, x);
+    hyprof__row_range(x, t->n, B, lo, lo + B);
+    scale_rows(x, t->n, B, lo, lo + B);
     long correct = 0;
     size_t g = 0;
     hyprof__progress_push(ctx, 0.3, 0.9, saved);

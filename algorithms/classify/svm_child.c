@@ -1,10 +1,11 @@
 /* LIBSVM trainings in child processes, so that cancelling stops them.
  *
  * svm_train has no cancellation point and one call can run for minutes. Each
- * training of more than HYPROF_SVM_CHILD_MIN_ROWS rows runs in a forked child, which writes its answer to a pipe (a
- * length, then the bytes) and ends with _exit. The parent reads the pipe,
- * looking at the context's cancel flag at least every 50 ms; on cancellation
- * it kills the child (SIGKILL) and reaps it. The child's memory goes with the
+ * training of more than HYPROF_SVM_CHILD_MIN_ROWS rows runs in a forked
+ * child, which writes its answer to a pipe (a length, then the bytes) and
+ * ends with _exit. The parent reads the pipe, looking at the context's
+ * cancel flag at least every 50 ms; on cancellation it kills the child
+ * (SIGKILL) and reaps it. The child's memory goes with the
  * child, so a cancelled training leaks nothing, and LIBSVM is used as it is.
  * A thread could not be stopped so: LIBSVM has no cancellation point, and a
  * killed thread would leave behind what it holds (memory, locks).

@@ -12,10 +12,9 @@
 typedef int (*hyprof__child_fn)(void *arg, void **out, size_t *len);
 
 /* A training on at most this many rows runs in this process: it ends within
- * a few tenths of a second (IP's EADP features, the worst C and gamma of the
- * default grid, 0.3 s), so cancelling between trainings is prompt enough,
- * and a fork costs more than such a training once the process holds a CUDA
- * context (2.6 ms against 0.14 ms before cuInit on the H200 machine). */
+ * a few tenths of a second, so cancelling between trainings is prompt
+ * enough, and a fork costs more than such a training once the process holds
+ * a CUDA context (bench/NOTES.md). */
 #define HYPROF_SVM_CHILD_MIN_ROWS 1000
 
 /* Runs fn(arg), a training on `rows` rows, in a forked child (in this

@@ -153,25 +153,36 @@ static hyprof_status_t describe_classes(hyprof_classifier_t *m, const hyprof_tra
     return HYPROF_OK;
 }
 
+void hyprof__gather_rows(const hyprof_cube_t *f, const size_t *pixel, size_t count, double *x)
+{
+    size_t B = f->bands, W = f->width;
+    for (size_t i = 0; i < count; i++)
+        for (size_t b = 0; b < B; b++)
+            x[i * B + b] = hyprof_cube_get(f, pixel[i] % W, pixel[i] / W, b);
+}
+
+void hyprof__row_range(const double *x, size_t n, size_t bands, double *min, double *max)
+{
+    for (size_t b = 0; b < bands; b++) {
+        min[b] = max[b] = x[b];
+        for (size_t i = 1; i < n; i++) {
+            double v = x[i * bands + b];
+            min[b] = v < min[b] ? v : min[b];
+            max[b] = v > max[b] ? v : max[b];
+        }
+    }
+}
+
 /* Training min/max per band, then the scaled samples (n x bands). */
 static double *scaled_samples(hyprof_classifier_t *m, const hyprof_cube_t *f,
                               const samples_t *s)
 {
-    size_t B = m->bands, W = f->width;
+    size_t B = m->bands;
     double *x = malloc(s->n * B * sizeof *x);
     if (!x)
         return NULL;
-    for (size_t i = 0; i < s->n; i++)
-        for (size_t b = 0; b < B; b++)
-            x[i * B + b] = hyprof_cube_get(f, s->pixel[i] % W, s->pixel[i] / W, b);
-    for (size_t b = 0; b < B; b++) {
-        m->min[b] = m->max[b] = x[b];
-        for (size_t i = 1; i < s->n; i++) {
-            double v = x[i * B + b];
-            m->min[b] = v < m->min[b] ? v : m->min[b];
-            m->max[b] = v > m->max[b] ? v : m->max[b];
-        }
-    }
+    hyprof__gather_rows(f, s->pixel, s->n, x);
+    hyprof__row_range(x, s->n, B, m->min, m->max);
     for (size_t i = 0; i < s->n * B; i++)
         x[i] = hyprof__scale(m, i % B, x[i]);
     return x;
