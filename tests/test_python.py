@@ -355,6 +355,37 @@ def test_ctrl_c_cancels_the_running_operation(hp, crops):
     assert hp.pca(cube, components=2).shape == (2, 40, 48)  # the package still works
 
 
+def test_ctrl_c_delivered_to_a_library_thread(hp, crops):
+    """The kernel may hand a process's SIGINT to any thread that does not block
+    it, here the library's own: nothing then wakes the main thread's wait, and
+    the call must still be interrupted and cancelled, not run to its end."""
+    cube = read_cube(crops["ip"], np.float32)
+    calls = []
+    taken = threading.Event()
+
+    def on_sigint(signum, frame):
+        taken.set()
+        signal.default_int_handler(signum, frame)
+
+    def interrupt(fraction, stage):
+        calls.append(fraction)
+        if len(calls) == 1:
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            taken.wait(30)
+            time.sleep(0.5)
+        return False
+
+    old = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            hp.eadp(cube, components=3, count=6, progress=interrupt)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert taken.is_set()
+    assert calls[-1] < 1.0, calls
+    assert hp.pca(cube, components=2).shape == (2, 40, 48)
+
+
 def test_ctrl_c_while_the_call_is_handed_over(hp, crops, monkeypatch):
     """KeyboardInterrupt can come at any bytecode of the main thread, also
     inside submit() after the operation was queued and has started: the call

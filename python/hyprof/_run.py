@@ -3,7 +3,9 @@ progress callback, errors, and Ctrl-C.
 
 A call made from the main thread runs in a helper thread while the main
 thread waits: Python handles SIGINT only in the main thread and only between
-bytecodes, so the waiting main thread receives KeyboardInterrupt at once,
+bytecodes, so the main thread waits in slices of _POLL_S seconds and receives
+KeyboardInterrupt within one, also when the kernel hands the signal to one of
+the library's threads (then nothing wakes the main thread's wait). It then
 asks the library to stop (hyprof_ctx_cancel: the operation returns at its
 next progress point), waits for it and re-raises KeyboardInterrupt. The
 helper thread is kept for the next call, so OpenMP's thread team and the
@@ -15,6 +17,7 @@ import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as _FutureTimeout
 
 from ._errors import ArgumentError, Cancelled, error_for
 from ._lib import LOG_FN, PROGRESS_FN, lib, text
@@ -29,6 +32,7 @@ def _log_fn(user, level, message):
 
 
 _BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2}
+_POLL_S = 0.1  # the main thread's wait for a call, between looks at signals
 _executor = None
 _executor_lock = threading.Lock()
 
@@ -189,7 +193,12 @@ def on_library_thread(fn, *args):
 
 def _on_thread(job, ctx=None):
     try:
-        return _main_executor().submit(job.run).result()
+        future = _main_executor().submit(job.run)
+        while True:
+            try:
+                return future.result(timeout=_POLL_S)
+            except _FutureTimeout:
+                pass
     except BaseException:
         job.abandon(ctx)
         raise
